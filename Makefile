@@ -1,0 +1,31 @@
+# The same targets people and CI use. `make help` lists them.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: help install check lint test bench clean
+
+help:  ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-9s %s\n", $$1, $$2}'
+
+install:  ## Create .venv and install noeta with its development tools
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+
+lint:  ## Format check, lint, types, import contracts
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test:  ## Run the test suite against a real PostgreSQL (embedded unless NOETA_TEST_POSTGRES_DSN)
+	$(BIN)/pytest
+
+check: lint test  ## Everything a commit must pass
+
+bench:  ## Store throughput and latency against pgbench (prints tables; not a test)
+	$(BIN)/python bench/store.py
+
+clean:  ## Remove build leftovers
+	rm -rf build dist .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,47 @@
+"""The `noeta` command line: one click group; every NoetaError becomes one line and exit 1."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import click
+
+from noeta.cli import db
+
+T = TypeVar("T")
+
+
+class NoetaGroup(click.Group):
+    """Turns noeta's own errors into one readable line instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from noeta.core.errors import NoetaError
+
+        try:
+            return super().invoke(ctx)
+        except NoetaError as error:
+            click.echo(f"noeta: error: {error}", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("noeta: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=NoetaGroup)
+@click.version_option(package_name="noeta")
+def cli() -> None:
+    """noeta: durable AI-agent tasks on PostgreSQL."""
+
+
+cli.add_command(db.db)
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coroutine)
+
+
+def main() -> None:
+    cli(prog_name="noeta")

@@ -1,0 +1,13 @@
+"""Options shared by several commands."""
+
+from __future__ import annotations
+
+import click
+
+store_option = click.option(
+    "--store",
+    envvar="NOETA_STORE",
+    default=None,
+    metavar="URL",
+    help="postgresql://… or sqlite:///PATH; default: the embedded PostgreSQL in $NOETA_HOME.",
+)

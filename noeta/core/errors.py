@@ -1,0 +1,67 @@
+"""The one error tree of noeta; every error a user can see derives from `NoetaError`.
+
+    NoetaError
+    ├── ConfigError            bad input from a user: a URL, a flag, a file
+    ├── PayloadError           a value the log cannot hold exactly (raised before any write)
+    └── StoreError
+        ├── Conflict           the claim was lost or the log moved on; nothing was written
+        ├── StoreUnavailable   the store could not be reached; nothing was written
+        ├── CommitUnknown      the connection broke while a write was committing
+        ├── UnknownTask        no task has that id
+        └── SchemaMismatch     the database schema is not the one this code knows
+
+Messages never carry secrets: store errors name host and port, never a password.
+"""
+
+from __future__ import annotations
+
+
+class NoetaError(Exception):
+    """Root of every error noeta raises on purpose."""
+
+
+class ConfigError(NoetaError):
+    """A user-supplied setting (store URL, lease, file) is not usable."""
+
+
+class PayloadError(NoetaError):
+    """A value cannot be stored so that it reads back exactly; nothing was written."""
+
+
+class StoreError(NoetaError):
+    """Something went wrong talking to a task store."""
+
+
+class Conflict(StoreError):
+    """The write was refused: the claim's epoch or lease is gone, or the log moved on.
+
+    Nothing was written. The worker must stop writing to this task.
+    """
+
+    def __init__(self, task_id: str, reason: str) -> None:
+        super().__init__(f"task {task_id}: {reason}")
+        self.task_id = task_id
+        self.reason = reason
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached, or did not answer in time; nothing was written."""
+
+
+class CommitUnknown(StoreError):
+    """The connection was lost while a write was committing: it may or may not have landed.
+
+    Never retried blindly. The next reader of the log learns what landed.
+    """
+
+
+class UnknownTask(StoreError):
+    """No task has the given id."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"no task with id {task_id!r}")
+        self.task_id = task_id
+
+
+class SchemaMismatch(StoreError):
+    """The database schema is older or newer than the migrations this code ships."""

@@ -1,0 +1,278 @@
+"""The task store port: the `Store` protocol, its value types and its errors.
+
+A task is a row plus an append-only log. The store guarantees one writer per task:
+every `append` checks, in the same transaction as the write, that the claim's epoch is
+still the task's and its lease is valid, and that the log ends at `expected_seq`.
+Adapters live in `noeta/backends/stores/`; their shared test suite in
+`noeta/testing/store_contract.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+from noeta.core.errors import (
+    CommitUnknown,
+    Conflict,
+    NoetaError,
+    PayloadError,
+    SchemaMismatch,
+    StoreError,
+    StoreUnavailable,
+    UnknownTask,
+)
+from noeta.core.payload import JSONValue
+
+__all__ = [
+    "Claim",
+    "CommitUnknown",
+    "Conflict",
+    "Continue",
+    "Delivery",
+    "Finish",
+    "InboxEntry",
+    "NewEvent",
+    "NewTask",
+    "NextState",
+    "NoetaError",
+    "PayloadError",
+    "SchemaMismatch",
+    "Snapshot",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "StoredEvent",
+    "TaskRecord",
+    "TaskStatus",
+    "UnknownTask",
+    "Wait",
+    "WaitHolding",
+]
+
+DEFAULT_QUEUE = "default"
+# Ids, queue names, event types and dedupe keys are indexed: btree keys fail past ~2.7 kB.
+MAX_KEY_CHARS = 512
+
+
+def check_key(kind: str, value: str) -> str:
+    """Refuse, before any write, a name or key no index or UTF-8 column can hold."""
+    if not value and kind != "dedupe key":
+        raise PayloadError(f"a {kind} must not be empty")
+    if len(value) > MAX_KEY_CHARS:
+        raise PayloadError(f"a {kind} is {len(value)} characters; the limit is {MAX_KEY_CHARS}")
+    if "\x00" in value:
+        raise PayloadError(f"a {kind} must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PayloadError(f"a {kind} must be valid Unicode (it has a lone surrogate)") from None
+    return value
+
+
+class TaskStatus(StrEnum):
+    READY = "ready"  # claimable once due
+    RUNNING = "running"  # claimed; claimable again when the lease expires
+    HOLDING = "holding"  # waiting while keeping its claim (e.g. a background job runs)
+    WAITING = "waiting"  # handed back; claimable when due or when something is delivered
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The right to write one task, for one epoch, until the lease ends (database clock)."""
+
+    task_id: str
+    worker: str
+    epoch: int
+    lease_until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append: a type name and a JSON value (see `noeta.core.payload`)."""
+
+    type: str
+    data: JSONValue
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    task_id: str
+    seq: int
+    type: str
+    data: JSONValue
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    """A task to create; its first events (usually the task-created event) are its log."""
+
+    id: str
+    events: Sequence[NewEvent]
+    queue: str = DEFAULT_QUEUE
+    ready_at: datetime | None = None  # None: claimable at once
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Something for a task's inbox: a message, a handback, an answer, a job result."""
+
+    task_id: str
+    payload: JSONValue
+    dedupe_key: str | None = None  # a second delivery with the same key is dropped
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEntry:
+    id: int
+    task_id: str
+    payload: JSONValue
+    dedupe_key: str | None
+    taken_seq: int | None  # the log seq of the append that took it; None while untaken
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A task's row as the store keeps it; its history is in the log."""
+
+    id: str
+    queue: str
+    status: TaskStatus
+    owner: str | None
+    owner_epoch: int
+    lease_until: datetime | None
+    ready_at: datetime | None
+    last_seq: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    task_id: str
+    version: str
+    seq: int  # the log seq the snapshot folds through
+    data: bytes
+
+
+# What the task does after an append.
+
+
+@dataclass(frozen=True, slots=True)
+class Continue:
+    """Keep running under the same claim."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Hand the task back; it is claimable at `until`, or when something is delivered."""
+
+    until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitHolding:
+    """Wait but keep the claim (and keep renewing it); claimable by others only if it lapses."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    status: TaskStatus = TaskStatus.DONE
+
+    def __post_init__(self) -> None:
+        if not self.status.finished:
+            raise ValueError(f"Finish needs a finished status, not {self.status}")
+
+
+NextState = Continue | Wait | WaitHolding | Finish
+
+
+class Store(Protocol):
+    """Durable tasks with one writer each. Every method is a single transaction.
+
+    Raises `StoreUnavailable` when the store cannot be reached and `CommitUnknown` when a
+    write's outcome is unknown; neither is ever retried inside the store.
+    """
+
+    async def create_task(self, task: NewTask) -> bool:
+        """Create the task and its first events; False if a task with that id exists."""
+        ...
+
+    async def claim(self, worker: str, queues: Sequence[str], lease_seconds: float) -> Claim | None:
+        """Claim the claimable task that has been due longest, bumping its epoch."""
+        ...
+
+    async def renew(self, claims: Sequence[Claim], lease_seconds: float) -> Mapping[str, Claim]:
+        """Extend every claim still held; claims missing from the result are lost."""
+        ...
+
+    async def release(self, claim: Claim) -> bool:
+        """Hand a running task back to ready without ending it; False if not held."""
+        ...
+
+    async def append(
+        self,
+        claim: Claim,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        *,
+        take: Sequence[int] = (),
+        deliveries: Sequence[Delivery] = (),
+        new_tasks: Sequence[NewTask] = (),
+        next_state: NextState = Continue(),
+    ) -> int:
+        """Append `events` after `expected_seq` and return the new last seq.
+
+        In the same transaction: mark the inbox entries `take` as taken by this append,
+        deliver to other tasks, create tasks, and move the task to `next_state`.
+        Raises `Conflict` (nothing written) unless the claim's epoch is the task's, its
+        lease is valid, the log ends at `expected_seq` and every entry of `take` is untaken.
+        """
+        ...
+
+    async def deliver(self, delivery: Delivery) -> bool:
+        """Put a delivery in a task's inbox; False if its dedupe key was seen before.
+
+        A waiting task becomes claimable. Raises `UnknownTask` for an unknown id.
+        """
+        ...
+
+    async def read_log(self, task_id: str, after_seq: int = 0) -> list[StoredEvent]: ...
+
+    async def read_inbox(self, task_id: str, *, untaken_only: bool = True) -> list[InboxEntry]: ...
+
+    async def get_task(self, task_id: str) -> TaskRecord | None: ...
+
+    async def list_tasks(
+        self,
+        *,
+        status: TaskStatus | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[TaskRecord]: ...
+
+    async def owned_by(self, worker: str) -> list[Claim]:
+        """Claims the store records for `worker` (to adopt after a lost claim reply)."""
+        ...
+
+    async def put_snapshot(self, snapshot: Snapshot) -> None: ...
+
+    async def get_snapshot(self, task_id: str, version: str) -> Snapshot | None: ...
+
+    async def clock(self) -> datetime:
+        """The store's own clock, which every lease and due time is measured on."""
+        ...
+
+    async def close(self) -> None: ...

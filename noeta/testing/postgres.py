@@ -1,0 +1,52 @@
+"""A real PostgreSQL for tests: `NOETA_TEST_POSTGRES_DSN` if set, else an embedded server.
+
+Each test gets its own schema (via the connection's search_path), so tests never see
+each other's rows and need no cleanup order.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from noeta.backends.stores.embedded import EmbeddedPostgres
+
+TEST_DSN_ENV = "NOETA_TEST_POSTGRES_DSN"
+
+# fsync off is safe for tests (no acknowledged commit is lost by an immediate shutdown);
+# synchronous_commit off is not, and is never used (POSTGRES-FACTS.md).
+TEST_SETTINGS = {"fsync": "off", "full_page_writes": "off", "max_connections": "200"}
+
+
+class TestPostgres:
+    """The server the test session uses, and fresh schemas on it."""
+
+    def __init__(self) -> None:
+        self.embedded: EmbeddedPostgres | None = None
+        dsn = os.environ.get(TEST_DSN_ENV)
+        if not dsn:
+            root = Path(tempfile.mkdtemp(prefix="noeta-test-pg-"))
+            self.embedded = EmbeddedPostgres(root, settings=TEST_SETTINGS)
+            dsn = self.embedded.start()
+        self.admin_dsn = dsn
+
+    def new_schema(self) -> str:
+        """Create an empty schema and return a DSN whose search_path points at it."""
+        schema = f"t_{uuid.uuid4().hex[:16]}"
+        with psycopg.connect(self.admin_dsn, autocommit=True) as connection:
+            connection.execute(f'CREATE SCHEMA "{schema}"')
+        return with_search_path(self.admin_dsn, schema)
+
+    def stop(self) -> None:
+        if self.embedded is not None:
+            self.embedded.stop(mode="immediate")
+
+
+def with_search_path(dsn: str, schema: str) -> str:
+    options = conninfo_to_dict(dsn).get("options") or ""
+    return make_conninfo(dsn, options=f"{options} -c search_path={schema}".strip())

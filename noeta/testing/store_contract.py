@@ -1,0 +1,449 @@
+"""The contract every task store keeps, as a reusable pytest class.
+
+A backend's test module subclasses `StoreContract` once and provides one fixture,
+`store_url`: the URL of a fresh, empty store for each test. A change to the `Store`
+protocol extends this contract first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+
+from noeta.backends.stores import open_store
+from noeta.core.errors import ConfigError, Conflict, PayloadError, UnknownTask
+from noeta.core.payload import JSONValue
+from noeta.core.store import (
+    Claim,
+    Delivery,
+    Finish,
+    NewEvent,
+    NewTask,
+    Snapshot,
+    Store,
+    TaskStatus,
+    Wait,
+    WaitHolding,
+)
+from noeta.testing.claim_race import RACE_QUEUE
+
+LEASE = 30.0
+SHORT_LEASE = 0.3
+
+
+def created(task_id: str, queue: str = "default", **kwargs: object) -> NewTask:
+    return NewTask(task_id, [NewEvent("created", {"id": task_id})], queue=queue, **kwargs)  # type: ignore[arg-type]
+
+
+async def eventually_claim(
+    store: Store, worker: str, queues: list[str], within: float = 10.0
+) -> Claim:
+    """Poll claim until one succeeds: for conditions that only time brings (a lease, a due time)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while loop.time() < deadline:
+        claim = await store.claim(worker, queues, LEASE)
+        if claim is not None:
+            return claim
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"nothing became claimable within {within} s")
+
+
+class StoreContract:
+    """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""
+
+    @pytest.fixture
+    def store_url(self) -> str:
+        raise NotImplementedError("a backend's test module provides store_url")
+
+    @pytest.fixture
+    async def store(self, store_url: str) -> AsyncIterator[Store]:
+        store = await open_store(store_url, migrate=True)
+        yield store
+        await store.close()
+
+    # --- creation and claims --------------------------------------------------------------
+
+    async def test_create_is_idempotent_by_id(self, store: Store) -> None:
+        assert await store.create_task(created("a"))
+        assert not await store.create_task(NewTask("a", [NewEvent("other", {})]))
+        log = await store.read_log("a")
+        assert [(e.seq, e.type, e.data) for e in log] == [(1, "created", {"id": "a"})]
+        task = await store.get_task("a")
+        assert task is not None and task.status is TaskStatus.READY and task.last_seq == 1
+
+    async def test_claim_bumps_the_epoch_and_sets_a_lease(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        before = await store.clock()
+        claim = await store.claim("w1", ["default"], LEASE)
+        assert claim is not None and claim.task_id == "a" and claim.epoch == 1
+        assert claim.lease_until >= before + timedelta(seconds=LEASE - 1)
+        task = await store.get_task("a")
+        assert task is not None and task.status is TaskStatus.RUNNING and task.owner == "w1"
+        assert await store.claim("w2", ["default"], LEASE) is None
+
+    async def test_epochs_strictly_increase(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        epochs = []
+        for _ in range(5):
+            claim = await store.claim("w", ["default"], LEASE)
+            assert claim is not None
+            epochs.append(claim.epoch)
+            assert await store.release(claim)
+        assert epochs == [1, 2, 3, 4, 5]
+
+    async def test_the_queue_filter(self, store: Store) -> None:
+        await store.create_task(created("a", queue="mail"))
+        await store.create_task(created("b", queue="build"))
+        assert await store.claim("w", ["other"], LEASE) is None
+        claim = await store.claim("w", ["build", "other"], LEASE)
+        assert claim is not None and claim.task_id == "b"
+
+    async def test_claims_come_in_due_time_order(self, store: Store) -> None:
+        now = await store.clock()
+        for task_id, seconds_ago in [("late", 1), ("early", 3), ("middle", 2)]:
+            await store.create_task(created(task_id, ready_at=now - timedelta(seconds=seconds_ago)))
+        order = []
+        while (claim := await store.claim("w", ["default"], LEASE)) is not None:
+            order.append(claim.task_id)
+        assert order == ["early", "middle", "late"]
+
+    async def test_a_future_ready_at_is_not_claimable_until_due(self, store: Store) -> None:
+        now = await store.clock()
+        await store.create_task(created("later", ready_at=now + timedelta(hours=1)))
+        due = now + timedelta(seconds=0.5)
+        await store.create_task(created("soon", ready_at=due))
+        claim = await eventually_claim(store, "w", ["default"])
+        # The lease starts at the moment of the claim, on the store's clock.
+        assert claim.task_id == "soon"
+        assert claim.lease_until - timedelta(seconds=LEASE) >= due
+        assert await store.claim("w", ["default"], LEASE) is None
+
+    async def test_lease_must_be_positive(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        for lease in (0, -1):
+            with pytest.raises(ConfigError):
+                await store.claim("w", ["default"], lease)
+        assert (await store.get_task("a")).status is TaskStatus.READY  # type: ignore[union-attr]
+
+    # --- the fence ---------------------------------------------------------------------------
+
+    async def test_two_racing_appends_cannot_both_land(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        results = await asyncio.gather(
+            *(store.append(claim, 1, [NewEvent("step", {"n": n})]) for n in range(8)),
+            return_exceptions=True,
+        )
+        assert sum(1 for r in results if r == 2) == 1
+        assert all(isinstance(r, Conflict) for r in results if r != 2)
+        assert len(await store.read_log("a")) == 2
+
+    async def test_append_checks_expected_seq(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        assert await store.append(claim, 1, [NewEvent("x", 1), NewEvent("y", 2)]) == 3
+        with pytest.raises(Conflict):
+            await store.append(claim, 1, [NewEvent("z", 3)])
+        assert [e.seq for e in await store.read_log("a")] == [1, 2, 3]
+
+    async def test_an_expired_lease_is_reclaimed_and_the_old_holder_cannot_write(
+        self, store: Store
+    ) -> None:
+        await store.create_task(created("a"))
+        old = await store.claim("w1", ["default"], SHORT_LEASE)
+        assert old is not None
+        new = await eventually_claim(store, "w2", ["default"])
+        assert new.task_id == "a" and new.epoch == old.epoch + 1
+        # The stale worker's expected_seq is right, its epoch is not: refused.
+        with pytest.raises(Conflict):
+            await store.append(old, 1, [NewEvent("stale", {})])
+        assert await store.renew([old], LEASE) == {}
+        assert not await store.release(old)
+        assert await store.append(new, 1, [NewEvent("fresh", {})]) == 2
+        assert [e.type for e in await store.read_log("a")] == ["created", "fresh"]
+
+    async def test_append_after_the_lease_expired_is_refused(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], SHORT_LEASE)
+        assert claim is not None
+        while await store.clock() <= claim.lease_until:  # noqa: ASYNC110 - the store's clock
+            await asyncio.sleep(0.02)
+        with pytest.raises(Conflict):
+            await store.append(claim, 1, [NewEvent("late", {})])
+        assert len(await store.read_log("a")) == 1
+
+    async def test_renew_extends_held_claims_only(self, store: Store) -> None:
+        for task_id in ("a", "b"):
+            await store.create_task(created(task_id))
+        a = await store.claim("w", ["default"], LEASE)
+        b = await store.claim("w", ["default"], LEASE)
+        assert a is not None and b is not None
+        await store.append(b, 1, [NewEvent("end", {})], next_state=Finish())
+        renewed = await store.renew([a, b], LEASE * 2)
+        assert set(renewed) == {"a"}
+        assert renewed["a"].epoch == a.epoch and renewed["a"].lease_until > a.lease_until
+
+    async def test_release_makes_the_task_ready(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None and await store.release(claim)
+        task = await store.get_task("a")
+        assert task is not None and task.status is TaskStatus.READY
+        with pytest.raises(Conflict):
+            await store.append(claim, 1, [NewEvent("after-release", {})])
+        again = await store.claim("w2", ["default"], LEASE)
+        assert again is not None and again.epoch == claim.epoch + 1
+
+    async def test_a_wait_holding_its_claim_stays_with_that_claim(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        await store.append(claim, 1, [NewEvent("job-started", {})], next_state=WaitHolding())
+        assert (await store.get_task("a")).status is TaskStatus.HOLDING  # type: ignore[union-attr]
+        await store.deliver(Delivery("a", {"job": "done"}))
+        assert await store.claim("w2", ["default"], LEASE) is None
+        assert set(await store.renew([claim], LEASE)) == {"a"}
+        assert [c.task_id for c in await store.owned_by("w")] == ["a"]
+        assert await store.append(claim, 2, [NewEvent("job-finished", {})]) == 3
+
+    async def test_a_lapsed_holding_claim_is_taken_over(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], SHORT_LEASE)
+        assert claim is not None
+        await store.append(claim, 1, [NewEvent("job-started", {})], next_state=WaitHolding())
+        taken = await eventually_claim(store, "w2", ["default"])
+        assert taken.task_id == "a" and taken.epoch == claim.epoch + 1
+        with pytest.raises(Conflict):
+            await store.append(claim, 2, [NewEvent("job-finished", {})])
+
+    async def test_finish_is_final(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        await store.append(claim, 1, [NewEvent("answer", "42")], next_state=Finish(TaskStatus.DONE))
+        assert (await store.get_task("a")).status is TaskStatus.DONE  # type: ignore[union-attr]
+        await store.deliver(Delivery("a", "too late"))
+        assert await store.claim("w", ["default"], LEASE) is None
+        with pytest.raises(Conflict):
+            await store.append(claim, 2, [NewEvent("more", {})])
+
+    async def test_owned_by_lists_the_workers_claims(self, store: Store) -> None:
+        for task_id in ("a", "b", "c"):
+            await store.create_task(created(task_id))
+        claims = [await store.claim(w, ["default"], LEASE) for w in ("w1", "w1", "w2")]
+        owned = await store.owned_by("w1")
+        assert owned == [c for c in claims if c is not None and c.worker == "w1"]
+
+    # --- inbox ---------------------------------------------------------------------------------
+
+    async def test_delivery_dedupe(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        assert await store.deliver(Delivery("a", "hello", dedupe_key="k1"))
+        assert not await store.deliver(Delivery("a", "hello again", dedupe_key="k1"))
+        assert await store.deliver(Delivery("a", "no key"))
+        assert await store.deliver(Delivery("a", "no key"))
+        inbox = await store.read_inbox("a")
+        assert [entry.payload for entry in inbox] == ["hello", "no key", "no key"]
+
+    async def test_a_delivery_to_an_unknown_task_is_refused(self, store: Store) -> None:
+        with pytest.raises(UnknownTask):
+            await store.deliver(Delivery("nope", "hello"))
+
+    async def test_a_delivery_wakes_a_waiting_task(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        await store.append(claim, 1, [NewEvent("turn-ended", {})], next_state=Wait())
+        assert await store.claim("w", ["default"], LEASE) is None
+        await store.deliver(Delivery("a", "next message"))
+        woken = await store.claim("w", ["default"], LEASE)
+        assert woken is not None and woken.task_id == "a"
+
+    async def test_a_delivery_during_the_turn_is_not_slept_through(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        await store.deliver(Delivery("a", "arrived while running"))
+        await store.append(claim, 1, [NewEvent("turn-ended", {})], next_state=Wait())
+        woken = await store.claim("w", ["default"], LEASE)
+        assert woken is not None and woken.task_id == "a"
+
+    async def test_a_timed_wait_becomes_claimable_when_due(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        due = await store.clock() + timedelta(seconds=0.3)
+        await store.append(claim, 1, [NewEvent("sleeping", {})], next_state=Wait(until=due))
+        woken = await eventually_claim(store, "w", ["default"])
+        assert woken.task_id == "a" and woken.lease_until - timedelta(seconds=LEASE) >= due
+
+    async def test_an_inbox_entry_is_taken_exactly_once(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        await store.deliver(Delivery("a", "m1"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        (entry,) = await store.read_inbox("a")
+        assert await store.append(claim, 1, [NewEvent("took", entry.id)], take=[entry.id]) == 2
+        with pytest.raises(Conflict):
+            await store.append(claim, 2, [NewEvent("took", entry.id)], take=[entry.id])
+        assert await store.read_inbox("a") == []
+        (taken,) = await store.read_inbox("a", untaken_only=False)
+        assert taken.taken_seq == 2
+
+    async def test_an_append_delivers_and_creates_tasks_all_or_nothing(self, store: Store) -> None:
+        await store.create_task(created("parent"))
+        await store.create_task(created("peer"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None and claim.task_id == "parent"
+        child = NewTask("parent.c1.1", [NewEvent("created", {}), NewEvent("briefed", "go")])
+        with pytest.raises(UnknownTask):
+            await store.append(
+                claim,
+                1,
+                [NewEvent("spawned", {})],
+                new_tasks=[child],
+                deliveries=[Delivery("peer", "hi"), Delivery("ghost", "boo")],
+            )
+        assert await store.get_task("parent.c1.1") is None
+        assert await store.read_inbox("peer") == []
+        assert len(await store.read_log("parent")) == 1
+        await store.append(
+            claim,
+            1,
+            [NewEvent("spawned", {})],
+            new_tasks=[child],
+            deliveries=[Delivery("peer", "hi", dedupe_key="x")],
+        )
+        assert [(e.seq, e.type) for e in await store.read_log("parent.c1.1")] == [
+            (1, "created"),
+            (2, "briefed"),
+        ]
+        assert [e.payload for e in await store.read_inbox("peer")] == ["hi"]
+
+    # --- payloads ------------------------------------------------------------------------------
+
+    async def test_payloads_round_trip_exactly(self, store: Store) -> None:
+        nested: JSONValue = "bottom"
+        for _ in range(150):
+            nested = [nested]
+        invalid_utf8 = b"ok \xff\xfe bytes \x00 end".decode("utf-8", errors="surrogateescape")
+        values: list[JSONValue] = [
+            "NUL \x00 inside",
+            invalid_utf8,
+            "lone \ud800 surrogate",
+            "x" * (1024 * 1024),
+            nested,
+            {"emoji": "\U0001f600", "cjk": "单写者", "n": -12345678901234567890},
+            1.5e-300,
+            True,
+            None,
+            {"": [{}, []]},
+        ]
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        events = [NewEvent(f"v{i}", value) for i, value in enumerate(values)]
+        await store.append(claim, 1, events)
+        assert [e.data for e in (await store.read_log("a"))[1:]] == values
+        await store.deliver(Delivery("a", values[1], dedupe_key="key"))
+        assert (await store.read_inbox("a"))[0].payload == values[1]
+
+    async def test_unstorable_payloads_fail_before_writing(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        too_deep: JSONValue = 1
+        for _ in range(1000):
+            too_deep = [too_deep]
+        for bad in (float("nan"), b"bytes", too_deep, {1: "int key"}, ("tuple",)):
+            with pytest.raises(PayloadError):
+                await store.append(claim, 1, [NewEvent("ok", 1), NewEvent("bad", bad)])  # type: ignore[arg-type]
+            with pytest.raises(PayloadError):
+                await store.deliver(Delivery("a", bad))  # type: ignore[arg-type]
+        for bad_key in ("k" * 10_000, "nul \x00", "lone \ud800"):
+            with pytest.raises(PayloadError):
+                await store.deliver(Delivery("a", "x", dedupe_key=bad_key))
+        for bad_id in ("", "nul \x00", "lone \udc80"):
+            with pytest.raises(PayloadError):
+                await store.create_task(created(bad_id))
+        assert len(await store.read_log("a")) == 1
+        assert await store.read_inbox("a") == []
+
+    # --- snapshots and listing -----------------------------------------------------------------
+
+    async def test_snapshots_are_kept_per_version(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        await store.put_snapshot(Snapshot("a", "v1", 1, b"\x00state-1"))
+        await store.put_snapshot(Snapshot("a", "v2", 1, b"other"))
+        await store.put_snapshot(Snapshot("a", "v1", 5, b"\x00state-5"))
+        assert await store.get_snapshot("a", "v1") == Snapshot("a", "v1", 5, b"\x00state-5")
+        assert await store.get_snapshot("a", "v2") == Snapshot("a", "v2", 1, b"other")
+        assert await store.get_snapshot("a", "v3") is None
+
+    async def test_list_tasks_by_status_and_queue(self, store: Store) -> None:
+        await store.create_task(created("a", queue="q1"))
+        await store.create_task(created("b", queue="q2"))
+        await store.create_task(created("c", queue="q2"))
+        claim = await store.claim("w", ["q2"], LEASE)
+        assert claim is not None
+        running = await store.list_tasks(status=TaskStatus.RUNNING)
+        assert [t.id for t in running] == [claim.task_id]
+        assert {t.id for t in await store.list_tasks(queue="q2")} == {"b", "c"}
+        assert {t.id for t in await store.list_tasks()} == {"a", "b", "c"}
+        assert len(await store.list_tasks(limit=2)) == 2
+
+    # --- many claimants ------------------------------------------------------------------------
+
+    async def test_concurrent_claimants_never_share_a_task(self, store_url: str) -> None:
+        stores = [await open_store(store_url, migrate=True) for _ in range(4)]
+        try:
+            for n in range(200):
+                await stores[0].create_task(created(f"t{n:03}", queue=RACE_QUEUE))
+
+            async def claim_all(index: int) -> list[tuple[str, int]]:
+                got: list[tuple[str, int]] = []
+                while True:
+                    claim = await stores[index % 4].claim(f"w{index}", [RACE_QUEUE], LEASE)
+                    if claim is None:
+                        return got
+                    got.append((claim.task_id, claim.epoch))
+
+            results = await asyncio.gather(*(claim_all(i) for i in range(8)))
+            claimed = [item for result in results for item in result]
+            assert sorted(task_id for task_id, _ in claimed) == [f"t{n:03}" for n in range(200)]
+            assert {epoch for _, epoch in claimed} == {1}
+        finally:
+            for store in stores:
+                await store.close()
+
+    async def test_processes_racing_never_finish_a_task_twice(
+        self, store: Store, store_url: str
+    ) -> None:
+        for n in range(300):
+            await store.create_task(created(f"p{n:03}", queue=RACE_QUEUE))
+        racers = [
+            subprocess.Popen(  # noqa: ASYNC220 - waited for in a thread below
+                [sys.executable, "-m", "noeta.testing.claim_race", store_url, f"proc{i}"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(4)
+        ]
+        finished: list[str] = []
+        for racer in racers:
+            out, err = await asyncio.to_thread(racer.communicate, timeout=120)
+            assert racer.returncode == 0, err
+            finished += out.split()
+        assert sorted(finished) == [f"p{n:03}" for n in range(300)]
+        for task_id in ("p000", "p150", "p299"):
+            log = await store.read_log(task_id)
+            assert [e.type for e in log] == ["created", "raced"]
