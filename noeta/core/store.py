@@ -9,6 +9,7 @@ Adapters live in `noeta/backends/stores/`; their shared test suite in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +18,7 @@ from typing import Protocol
 
 from noeta.core.errors import (
     CommitUnknown,
+    ConfigError,
     Conflict,
     NoetaError,
     PayloadError,
@@ -56,6 +58,26 @@ __all__ = [
 DEFAULT_QUEUE = "default"
 # Ids, queue names, event types and dedupe keys are indexed: btree keys fail past ~2.7 kB.
 MAX_KEY_CHARS = 512
+
+
+def check_lease(lease_seconds: float) -> float:
+    """A lease is a finite number of seconds above zero."""
+    if not (math.isfinite(lease_seconds) and lease_seconds > 0):
+        raise ConfigError(f"a lease must be a positive number of seconds, not {lease_seconds}")
+    return lease_seconds
+
+
+def check_append(events: Sequence[NewEvent], take: Sequence[int]) -> None:
+    """An append that takes inbox entries must record them in at least one event."""
+    if take and not events:
+        raise ValueError("an append that takes inbox entries needs an event that records them")
+
+
+def check_moment(moment: datetime | None) -> datetime | None:
+    """Due times must say their time zone: a naive one means different things to each host."""
+    if moment is not None and moment.utcoffset() is None:
+        raise ConfigError(f"{moment!r} has no time zone; the store needs an aware datetime")
+    return moment
 
 
 def check_key(kind: str, value: str) -> str:

@@ -126,7 +126,7 @@ class StoreContract:
 
     async def test_lease_must_be_positive(self, store: Store) -> None:
         await store.create_task(created("a"))
-        for lease in (0, -1):
+        for lease in (0, -1, float("inf"), float("nan")):
             with pytest.raises(ConfigError):
                 await store.claim("w", ["default"], lease)
         assert (await store.get_task("a")).status is TaskStatus.READY  # type: ignore[union-attr]
@@ -214,6 +214,26 @@ class StoreContract:
         assert [c.task_id for c in await store.owned_by("w")] == ["a"]
         assert await store.append(claim, 2, [NewEvent("job-finished", {})]) == 3
 
+    async def test_continue_after_holding_runs_again(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        await store.append(claim, 1, [NewEvent("job-started", {})], next_state=WaitHolding())
+        await store.append(claim, 2, [NewEvent("job-finished", {})])
+        assert (await store.get_task("a")).status is TaskStatus.RUNNING  # type: ignore[union-attr]
+
+    async def test_a_lapsed_lease_nobody_took_can_be_renewed(self, store: Store) -> None:
+        # The epoch is what isolates: while no one has claimed the task since, the holder
+        # may still renew; only then may it append again.
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], SHORT_LEASE)
+        assert claim is not None
+        while await store.clock() <= claim.lease_until:  # noqa: ASYNC110 - the store's clock
+            await asyncio.sleep(0.02)
+        renewed = (await store.renew([claim], LEASE))["a"]
+        assert renewed.epoch == claim.epoch
+        assert await store.append(renewed, 1, [NewEvent("resumed", {})]) == 2
+
     async def test_a_lapsed_holding_claim_is_taken_over(self, store: Store) -> None:
         await store.create_task(created("a"))
         claim = await store.claim("w", ["default"], SHORT_LEASE)
@@ -294,6 +314,8 @@ class StoreContract:
         assert await store.append(claim, 1, [NewEvent("took", entry.id)], take=[entry.id]) == 2
         with pytest.raises(Conflict):
             await store.append(claim, 2, [NewEvent("took", entry.id)], take=[entry.id])
+        with pytest.raises(ValueError):
+            await store.append(claim, 2, [], take=[entry.id])
         assert await store.read_inbox("a") == []
         (taken,) = await store.read_inbox("a", untaken_only=False)
         assert taken.taken_seq == 2
@@ -387,6 +409,8 @@ class StoreContract:
         assert await store.get_snapshot("a", "v1") == Snapshot("a", "v1", 5, b"\x00state-5")
         assert await store.get_snapshot("a", "v2") == Snapshot("a", "v2", 1, b"other")
         assert await store.get_snapshot("a", "v3") is None
+        with pytest.raises(UnknownTask):
+            await store.put_snapshot(Snapshot("nope", "v1", 1, b""))
 
     async def test_list_tasks_by_status_and_queue(self, store: Store) -> None:
         await store.create_task(created("a", queue="q1"))

@@ -121,7 +121,9 @@ BEGIN
 
     CASE p_next
     WHEN 'continue' THEN
-        UPDATE tasks SET last_seq = v_seq, updated_at = v_now WHERE id = p_task;
+        -- From holding too: the wait is over, the task runs again under the same claim.
+        UPDATE tasks SET last_seq = v_seq, status = 'running', updated_at = v_now
+         WHERE id = p_task;
     WHEN 'wait_holding' THEN
         UPDATE tasks SET last_seq = v_seq, status = 'holding', updated_at = v_now
          WHERE id = p_task;

@@ -47,7 +47,10 @@ from noeta.core.store import (
     TaskStatus,
     Wait,
     WaitHolding,
+    check_append,
     check_key,
+    check_lease,
+    check_moment,
 )
 
 log = logging.getLogger(__name__)
@@ -247,7 +250,8 @@ class PostgresStore:
         return bool(row and row[0])
 
     async def claim(self, worker: str, queues: Sequence[str], lease_seconds: float) -> Claim | None:
-        _check_lease(lease_seconds)
+        check_lease(lease_seconds)
+        check_key("worker name", worker)
         params = {"worker": worker, "queues": list(queues), "lease": lease_seconds}
         row = await self._write(CLAIM_NEXT_TASK, params)
         if row is None:
@@ -255,7 +259,7 @@ class PostgresStore:
         return Claim(task_id=row[0], worker=worker, epoch=row[1], lease_until=row[2])
 
     async def renew(self, claims: Sequence[Claim], lease_seconds: float) -> Mapping[str, Claim]:
-        _check_lease(lease_seconds)
+        check_lease(lease_seconds)
         if not claims:
             return {}
         by_id = {claim.task_id: claim for claim in claims}
@@ -285,6 +289,7 @@ class PostgresStore:
         new_tasks: Sequence[NewTask] = (),
         next_state: NextState = Continue(),
     ) -> int:
+        check_append(events, take)
         types, data = _encode_events(events)
         new_types: list[str] = []
         new_data: list[str] = []
@@ -358,7 +363,8 @@ class PostgresStore:
             "seq": snapshot.seq,
             "data": snapshot.data,
         }
-        await self._write_many(PUT_SNAPSHOT, params)
+        check_key("snapshot version", snapshot.version)
+        await self._write_many(PUT_SNAPSHOT, params, task_id=snapshot.task_id)
 
     async def get_snapshot(self, task_id: str, version: str) -> Snapshot | None:
         rows = await self._read(GET_SNAPSHOT, {"task": task_id, "version": version})
@@ -390,6 +396,8 @@ class PostgresStore:
                     raise Conflict(task_id or "?", _message(error)) from None
                 if state == "NT404":
                     raise UnknownTask(_message(error)) from None
+                if state == "23503":  # a foreign key: the row names a task that does not exist
+                    raise UnknownTask(task_id or "?") from None
                 if state in _RETRYABLE and attempt < DEADLOCK_RETRIES:
                     log.info("store: %s; re-running the statement with its checks", state)
                     continue
@@ -528,6 +536,7 @@ def _encode_events(events: Sequence[NewEvent]) -> tuple[list[str], list[str]]:
 
 def _encode_task(task: NewTask) -> tuple[list[str], list[str]]:
     check_key("task id", task.id)
+    check_moment(task.ready_at)
     check_key("queue name", task.queue)
     return _encode_events(task.events)
 
@@ -542,16 +551,11 @@ def _next_state(state: NextState) -> tuple[str, datetime | None]:
         case Continue():
             return "continue", None
         case Wait(until=until):
-            return "wait", until
+            return "wait", check_moment(until)
         case WaitHolding():
             return "wait_holding", None
         case Finish(status=status):
             return status.value, None
-
-
-def _check_lease(lease_seconds: float) -> None:
-    if not lease_seconds > 0:
-        raise ConfigError(f"a lease must be longer than 0 seconds, not {lease_seconds}")
 
 
 def _task_record(row: tuple[Any, ...]) -> TaskRecord:

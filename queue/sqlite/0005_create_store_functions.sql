@@ -1,0 +1,8 @@
+-- Nothing to create. In PostgreSQL this migration defines the store's writes as functions
+-- (noeta_create_task, noeta_deliver, noeta_append), so each is one round trip. sqlite has
+-- no stored procedures and no round trips: noeta/backends/stores/sqlite.py runs the same
+-- checks and writes, in the same order, in Python inside one BEGIN IMMEDIATE transaction,
+-- which holds the file's write lock from its start, so the checks see the last committed
+-- state and nothing can move between a check and its write.
+--
+-- Kept, empty, so that both dialects carry the same migration numbers and names.

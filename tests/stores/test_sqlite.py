@@ -1,0 +1,47 @@
+"""The store contract against sqlite (a fresh file per test), and what only sqlite has."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from noeta.backends.stores.sqlite import SqliteStore
+from noeta.core.errors import SchemaMismatch, StoreUnavailable
+from noeta.testing.store_contract import StoreContract, created
+
+
+class TestSqliteStore(StoreContract):
+    @pytest.fixture
+    def store_url(self, tmp_path: Path) -> str:
+        return f"sqlite:///{tmp_path / 'noeta.db'}"
+
+
+async def test_migrations_are_recorded_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "noeta.db")
+    with pytest.raises(SchemaMismatch):
+        await SqliteStore.open(path, migrate=False)
+    store = await SqliteStore.open(path)
+    assert await store.migrate() == []
+    await store.close()
+    await (await SqliteStore.open(path, migrate=False)).close()
+    with sqlite3.connect(path) as connection:
+        rows = connection.execute("SELECT version, name FROM noeta_migrations").fetchall()
+    assert rows[-1] == (5, "create_store_functions") and len(rows) == 5
+
+
+async def test_a_locked_file_is_unavailable_not_a_hang(tmp_path: Path) -> None:
+    path = str(tmp_path / "noeta.db")
+    await (await SqliteStore.open(path)).close()
+    store = await SqliteStore.open(path, busy_timeout_seconds=0.1)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreUnavailable, match="locked"):
+            await store.create_task(created("a"))
+        other.execute("ROLLBACK")
+        assert await store.create_task(created("a"))
+    finally:
+        other.close()
+        await store.close()
