@@ -20,7 +20,13 @@ TEST_DSN_ENV = "NOETA_TEST_POSTGRES_DSN"
 
 # fsync off is safe for tests (no acknowledged commit is lost by an immediate shutdown);
 # synchronous_commit off is not, and is never used (POSTGRES-FACTS.md).
-TEST_SETTINGS = {"fsync": "off", "full_page_writes": "off", "max_connections": "200"}
+# A short deadlock_timeout makes the deadlock tests quick; it changes no outcome.
+TEST_SETTINGS = {
+    "fsync": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",
+    "deadlock_timeout": "100ms",
+}
 
 
 class TestPostgres:

@@ -54,7 +54,7 @@ async def migrate_store(url: str | None) -> list[Migration]:
     if store_kind(url) == "sqlite":
         from noeta.backends.stores.sqlite import SqliteStore
 
-        store = await SqliteStore.open(sqlite_path(url), migrate=False)
+        store = await SqliteStore.open(sqlite_path(url), migrate=False, check_schema=False)
         try:
             return await store.migrate()
         finally:

@@ -185,9 +185,17 @@ class SqliteStore:
 
     @classmethod
     async def open(
-        cls, path: str, *, migrate: bool = True, busy_timeout_seconds: float = 30.0
+        cls,
+        path: str,
+        *,
+        migrate: bool = True,
+        check_schema: bool = True,
+        busy_timeout_seconds: float = 30.0,
     ) -> SqliteStore:
-        """Open (creating if need be) the store file; migrate it, or check it is current."""
+        """Open (creating if need be) the store file; migrate it, or check it is current.
+
+        `check_schema=False` is for `noeta db migrate`, which migrates it next.
+        """
         if sqlite3.sqlite_version_info < _MINIMUM_SQLITE:
             raise ConfigError(f"noeta needs sqlite 3.24 or newer, not {sqlite3.sqlite_version}")
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="noeta-sqlite")
@@ -201,7 +209,7 @@ class SqliteStore:
         try:
             if migrate:
                 await store.migrate()
-            else:
+            elif check_schema:
                 await store._run(store._check_schema)
         except BaseException:
             await store.close()

@@ -1,0 +1,116 @@
+"""A TCP proxy between noeta and PostgreSQL that injects network faults for real.
+
+It runs its own event loop in a thread, so it keeps working while the code under test
+blocks. Faults: `blackhole()` (bytes stop flowing both ways, sockets stay open, as in a
+partition), `cut_next_reply()` (the next bytes the server sends are dropped and the
+client's connection is reset: a write the server committed whose reply never arrives),
+and `drop_all()` (every connection is reset at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+
+class FaultProxy:
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.port = 0
+        self.replies_cut = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._cut_next_reply = False
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    def start(self) -> int:
+        self._thread.start()
+        self._call(self._listen())
+        return self.port
+
+    def stop(self) -> None:
+        self.drop_all()
+        if self._server is not None:
+            self._server.close()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
+
+    def blackhole(self) -> None:
+        self._flowing.clear()
+
+    def heal(self) -> None:
+        self._flowing.set()
+
+    def cut_next_reply(self) -> None:
+        self._cut_next_reply = True
+
+    def drop_all(self) -> None:
+        self._call(self._reset_all())
+
+    # --- internals -------------------------------------------------------------------
+
+    def _call(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=10)
+
+    async def _listen(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            _reset(writer)
+            return
+        self._writers |= {writer, upstream_writer}
+        await asyncio.gather(
+            self._pump(reader, upstream_writer, client=writer, from_server=False),
+            self._pump(upstream_reader, writer, client=writer, from_server=True),
+            return_exceptions=True,
+        )
+        for each in (writer, upstream_writer):
+            self._writers.discard(each)
+            _reset(each)
+
+    async def _pump(
+        self,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        *,
+        client: asyncio.StreamWriter,
+        from_server: bool,
+    ) -> None:
+        while data := await source.read(65536):
+            while not self._flowing.is_set():  # noqa: ASYNC110 - a partition: hold the bytes
+                await asyncio.sleep(0.01)
+            if from_server and self._cut_next_reply:
+                self._cut_next_reply = False
+                self.replies_cut += 1
+                _reset(client)
+                return
+            sink.write(data)
+            await sink.drain()
+        sink.close()
+
+    async def _reset_all(self) -> None:
+        for writer in list(self._writers):
+            _reset(writer)
+        self._writers.clear()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close with RST rather than FIN, as a dead host or a cut cable looks to the peer."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()

@@ -1,0 +1,201 @@
+"""The PostgreSQL store under real faults: partitions, lost replies, refused logins, deadlocks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from noeta.backends.stores.postgres import PostgresStore, migrate_database
+from noeta.core.errors import CommitUnknown, StoreUnavailable
+from noeta.core.store import Delivery, NewEvent
+from noeta.testing.fault_proxy import FaultProxy
+from noeta.testing.store_contract import created
+
+DEADLINE = 1.0
+
+
+@pytest.fixture
+async def migrated_url(postgres_url: str) -> str:
+    await migrate_database(postgres_url)
+    return postgres_url
+
+
+@pytest.fixture
+def proxy(migrated_url: str) -> Iterator[FaultProxy]:
+    parts = conninfo_to_dict(migrated_url)
+    proxy = FaultProxy(str(parts["host"]), int(parts["port"]))
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+async def proxied(migrated_url: str, proxy: FaultProxy) -> AsyncIterator[PostgresStore]:
+    dsn = make_conninfo(migrated_url, host="127.0.0.1", port=str(proxy.port))
+    store = await PostgresStore.open(dsn, deadline_seconds=DEADLINE, max_connections=2)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def direct(migrated_url: str) -> AsyncIterator[PostgresStore]:
+    store = await PostgresStore.open(migrated_url)
+    yield store
+    await store.close()
+
+
+async def test_a_partition_fails_within_the_deadline_not_when_tcp_gives_up(
+    proxied: PostgresStore, proxy: FaultProxy
+) -> None:
+    await proxied.create_task(created("a"))
+    proxy.blackhole()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1"):
+        await proxied.get_task("a")
+    with pytest.raises((CommitUnknown, StoreUnavailable)):
+        await proxied.claim("w", ["default"], 30)
+    # Two calls, each bounded by the deadline plus the socket shutdown: seconds, not the
+    # minutes TCP keepalives would take. (A bound, not a benchmark.)
+    assert loop.time() - started < 4 * DEADLINE + 10
+    proxy.heal()
+    assert (await proxied.get_task("a")) is not None
+
+
+async def test_a_reply_lost_after_commit_is_commit_unknown_and_the_log_tells(
+    proxied: PostgresStore, direct: PostgresStore, proxy: FaultProxy
+) -> None:
+    await proxied.create_task(created("a"))
+    claim = await proxied.claim("w", ["default"], 30)
+    assert claim is not None
+    proxy.cut_next_reply()
+    with pytest.raises(CommitUnknown, match="may or may not have landed"):
+        await proxied.append(claim, 1, [NewEvent("step", 1)])
+    assert proxy.replies_cut == 1
+    # The server committed it; only the next reader of the log learns that.
+    assert [e.type for e in await direct.read_log("a")] == ["created", "step"]
+
+
+async def test_a_claim_whose_reply_is_lost_can_be_adopted(
+    proxied: PostgresStore, direct: PostgresStore, proxy: FaultProxy
+) -> None:
+    await proxied.create_task(created("a"))
+    proxy.cut_next_reply()
+    with pytest.raises(CommitUnknown):
+        await proxied.claim("w", ["default"], 30)
+    (adopted,) = await proxied.owned_by("w")
+    assert adopted.task_id == "a" and adopted.epoch == 1
+    assert await proxied.append(adopted, 1, [NewEvent("adopted", {})]) == 2
+
+
+async def test_a_dropped_connection_before_a_write_is_commit_unknown_and_nothing_landed(
+    proxied: PostgresStore, direct: PostgresStore, proxy: FaultProxy
+) -> None:
+    await proxied.create_task(created("a"))
+    claim = await proxied.claim("w", ["default"], 30)
+    assert claim is not None
+    proxy.drop_all()
+    with pytest.raises(CommitUnknown):
+        await proxied.append(claim, 1, [NewEvent("step", 1)])
+    assert [e.type for e in await direct.read_log("a")] == ["created"]
+    assert await proxied.append(claim, 1, [NewEvent("step", 1)]) == 2
+
+
+async def test_an_unreachable_database_names_host_and_port_not_the_password() -> None:
+    port = closed_port()
+    dsn = f"postgresql://noeta:s3cret-pw@127.0.0.1:{port}/noeta"
+    with pytest.raises(StoreUnavailable) as raised:
+        await PostgresStore.open(dsn)
+    assert f"127.0.0.1:{port}/noeta" in str(raised.value)
+    assert "s3cret-pw" not in str(raised.value)
+
+
+async def test_a_wrong_password_is_refused_without_echoing_it(migrated_url: str) -> None:
+    parts = conninfo_to_dict(migrated_url)
+    if not parts.get("password"):
+        pytest.skip("the test server accepts any password (trust authentication)")
+    dsn = make_conninfo(migrated_url, password="wrong-pw-123")
+    with pytest.raises(StoreUnavailable, match="password authentication failed") as raised:
+        await PostgresStore.open(dsn)
+    assert "wrong-pw-123" not in str(raised.value)
+    assert str(parts["password"]) not in str(raised.value)
+
+
+async def test_worker_connections_name_themselves_and_bound_idle_transactions(
+    migrated_url: str,
+) -> None:
+    store = await PostgresStore.open(
+        migrated_url, application_name="noeta-worker-test", idle_in_transaction_seconds=1.5
+    )
+    try:
+        async with store._pool.connection() as connection:
+            cursor = await connection.execute(
+                "SELECT current_setting('application_name'),"
+                " current_setting('idle_in_transaction_session_timeout')"
+            )
+            assert await cursor.fetchone() == ("noeta-worker-test", "1500ms")
+    finally:
+        await store.close()
+
+
+async def test_a_deadlock_is_rerun_with_its_checks(
+    direct: PostgresStore, migrated_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await direct.create_task(created("a"))
+    await direct.create_task(created("b"))
+    claim = await direct.claim("w", ["default"], 30)
+    assert claim is not None and claim.task_id == "a"
+    holding_b = threading.Event()
+    release = threading.Event()
+
+    def other_transaction() -> None:
+        # Holds b, then asks for a while the append holds a and waits for b: a deadlock.
+        with psycopg.connect(migrated_url) as connection:
+            connection.execute("SELECT 1 FROM tasks WHERE id = 'b' FOR UPDATE")
+            holding_b.set()
+            release.wait(timeout=30)
+            connection.execute("SELECT 1 FROM tasks WHERE id = 'a' FOR UPDATE")
+
+    caplog.set_level(logging.INFO, logger="noeta.backends.stores.postgres")
+    thread = threading.Thread(target=other_transaction)
+    thread.start()
+    await asyncio.to_thread(holding_b.wait, 30)
+    append = asyncio.create_task(
+        direct.append(claim, 1, [NewEvent("sent", {})], deliveries=[Delivery("b", "hi")])
+    )
+    await wait_for_lock_wait(migrated_url)
+    release.set()
+    assert await append == 2
+    await asyncio.to_thread(thread.join, 30)
+    assert any("40P01" in record.getMessage() for record in caplog.records)
+    assert [e.payload for e in await direct.read_inbox("b")] == ["hi"]
+
+
+async def wait_for_lock_wait(dsn: str) -> None:
+    """Until some backend in this database waits on a row lock."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND datname = current_database()"
+    )
+    for _ in range(500):
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            row = connection.execute(query).fetchone()
+        if row and row[0] > 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the append never waited for the lock")
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 with nothing listening."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port

@@ -1,0 +1,45 @@
+"""The wheel carries the SQL: built, installed in a clean venv, it migrates a scratch database."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import psycopg
+import pytest
+
+REPOSITORY = Path(__file__).parents[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_installed_wheel_migrates_a_scratch_database(tmp_path: Path, postgres_url: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path), "."],
+        cwd=REPOSITORY,
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("noeta-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "noeta/_sql/postgres/0001_create_tasks.sql" in names
+    assert "noeta/_sql/sqlite/0001_create_tasks.sql" in names
+
+    clean = tmp_path / "clean-venv"
+    venv.create(clean, with_pip=True)
+    subprocess.run([clean / "bin" / "pip", "install", "--quiet", str(wheel)], check=True)
+    # Run from an empty folder, so nothing from the source tree can be imported.
+    result = subprocess.run(
+        [clean / "bin" / "noeta", "db", "migrate", "--store", postgres_url],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "applied 0001_create_tasks" in result.stdout
+    with psycopg.connect(postgres_url) as connection:
+        row = connection.execute("SELECT max(version) FROM noeta_migrations").fetchone()
+    assert row is not None and row[0] == 5
