@@ -236,6 +236,10 @@ class Store(Protocol):
         """Claim the claimable task that has been due longest, bumping its epoch."""
         ...
 
+    async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
+        """Claim this task if it is claimable now (`noeta run` runs its own task)."""
+        ...
+
     async def renew(self, claims: Sequence[Claim], lease_seconds: float) -> Mapping[str, Claim]:
         """Extend every claim still held; claims missing from the result are lost."""
         ...

@@ -87,6 +87,21 @@ class StoreContract:
         assert task is not None and task.status is TaskStatus.RUNNING and task.owner == "w1"
         assert await store.claim("w2", ["default"], LEASE) is None
 
+    async def test_claim_task_claims_only_that_task_and_only_when_claimable(
+        self, store: Store
+    ) -> None:
+        await store.create_task(created("a"))
+        await store.create_task(created("b"))
+        claim = await store.claim_task("w", "b", LEASE)
+        assert claim is not None and claim.task_id == "b" and claim.epoch == 1
+        assert await store.claim_task("w2", "b", LEASE) is None
+        assert await store.claim_task("w", "nope", LEASE) is None
+        later = (await store.clock()) + timedelta(hours=1)
+        await store.create_task(created("c", ready_at=later))
+        assert await store.claim_task("w", "c", LEASE) is None
+        other = await store.claim("w", ["default"], LEASE)
+        assert other is not None and other.task_id == "a"
+
     async def test_epochs_strictly_increase(self, store: Store) -> None:
         await store.create_task(created("a"))
         epochs = []

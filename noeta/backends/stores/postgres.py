@@ -84,6 +84,17 @@ UPDATE tasks AS t
 RETURNING t.id, t.owner_epoch, t.lease_until
 """
 
+# The same, for one named task (noeta run claims the task it just created).
+CLAIM_THIS_TASK = """
+WITH lease AS (SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until)
+UPDATE tasks AS t
+   SET status = 'running', owner = %(worker)s, owner_epoch = t.owner_epoch + 1,
+       lease_until = lease.until, claimable_at = lease.until, updated_at = clock_timestamp()
+  FROM lease
+ WHERE t.id = %(id)s AND t.claimable_at <= clock_timestamp()
+RETURNING t.id, t.owner_epoch, t.lease_until
+"""
+
 # One statement renews every claim of a worker's renewal round.
 RENEW_CLAIMS = """
 WITH lease AS (SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until)
@@ -254,6 +265,15 @@ class PostgresStore:
         check_key("worker name", worker)
         params = {"worker": worker, "queues": list(queues), "lease": lease_seconds}
         row = await self._write(CLAIM_NEXT_TASK, params)
+        if row is None:
+            return None
+        return Claim(task_id=row[0], worker=worker, epoch=row[1], lease_until=row[2])
+
+    async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
+        check_lease(lease_seconds)
+        check_key("worker name", worker)
+        params = {"worker": worker, "id": task_id, "lease": lease_seconds}
+        row = await self._write(CLAIM_THIS_TASK, params)
         if row is None:
             return None
         return Claim(task_id=row[0], worker=worker, epoch=row[1], lease_until=row[2])

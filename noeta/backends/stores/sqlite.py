@@ -88,6 +88,9 @@ SELECT id, owner_epoch FROM tasks
    AND queue IN (SELECT value FROM json_each(?))
  ORDER BY claimable_at
  LIMIT 1"""
+FIND_THIS_TASK_IF_CLAIMABLE = """
+SELECT id, owner_epoch FROM tasks
+ WHERE id = ? AND claimable_at IS NOT NULL AND claimable_at <= ?"""
 CLAIM_TASK = """
 UPDATE tasks SET status = 'running', owner = ?, owner_epoch = owner_epoch + 1,
        lease_until = ?, claimable_at = ?, updated_at = ?
@@ -244,6 +247,19 @@ class SqliteStore:
             return Claim(task_id, worker, epoch + 1, _from_micros(now + lease))
 
         return await self._run(self._write, claim_next)
+
+    async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
+        lease = _lease_micros(lease_seconds)
+        check_key("worker name", worker)
+
+        def claim_it(connection: sqlite3.Connection, now: int) -> Claim | None:
+            row = connection.execute(FIND_THIS_TASK_IF_CLAIMABLE, (task_id, now)).fetchone()
+            if row is None:
+                return None
+            connection.execute(CLAIM_TASK, (worker, now + lease, now + lease, now, task_id))
+            return Claim(task_id, worker, row[1] + 1, _from_micros(now + lease))
+
+        return await self._run(self._write, claim_it)
 
     async def renew(self, claims: Sequence[Claim], lease_seconds: float) -> Mapping[str, Claim]:
         lease = _lease_micros(lease_seconds)
