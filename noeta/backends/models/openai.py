@@ -1,0 +1,230 @@
+"""The OpenAI Chat Completions API as a `Provider`; with a base URL it also drives the
+servers that speak it (vLLM, Ollama, llama.cpp), which often need no key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+
+import httpx
+
+from noeta.backends.models.wire import (
+    JsonEndpoint,
+    MalformedReply,
+    check_base_url,
+    count,
+    encode_json,
+    member,
+)
+from noeta.core.errors import ConfigError
+from noeta.core.model import (
+    Message,
+    ModelReply,
+    ModelRequest,
+    StopReason,
+    Text,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+_STOP_REASONS: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",  # the pre-tools name, still sent by some servers
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
+
+
+class OpenAIProvider:
+    name = "openai"
+
+    def __init__(
+        self,
+        api_key: str | None,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        timeout_seconds: float = 600.0,
+    ) -> None:
+        self.base_url = check_base_url(base_url)
+        if not api_key and _needs_key(self.base_url):
+            raise ConfigError(f"an API key is needed for {self.base_url}")
+        headers = {"content-type": "application/json"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        self._endpoint = JsonEndpoint(
+            self.name,
+            f"{self.base_url}/chat/completions",
+            headers,
+            timeout_seconds=timeout_seconds,
+            secret=api_key or None,
+        )
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> OpenAIProvider:
+        """Configured by OPENAI_API_KEY and OPENAI_BASE_URL; a self-hosted server may go
+        without a key."""
+        env = os.environ if environ is None else environ
+        api_key = env.get("OPENAI_API_KEY") or None
+        base_url = env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        if api_key is None and _needs_key(base_url):
+            raise ConfigError("OPENAI_API_KEY is not set")
+        return cls(api_key, base_url=base_url)
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(base_url={self.base_url!r})"
+
+    def encode_request(self, request: ModelRequest) -> bytes:
+        body: dict[str, object] = {"model": request.model, "max_tokens": request.max_tokens}
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.input_schema,
+                    },
+                }
+                for tool in request.tools
+            ]
+        messages: list[dict[str, object]] = []
+        if request.system:
+            messages.append({"role": "system", "content": request.system})
+        for message in request.messages:
+            if message.role == "assistant":
+                messages.append(_encode_assistant(message))
+            else:
+                messages.extend(_encode_user(message))
+        body["messages"] = messages
+        return encode_json(body)
+
+    async def send(self, body: bytes) -> ModelReply:
+        return await self._endpoint.post(body, _parse_completion)
+
+    async def close(self) -> None:
+        await self._endpoint.close()
+
+
+def _needs_key(base_url: str) -> bool:
+    host = httpx.URL(base_url).host
+    return host == "openai.com" or host.endswith(".openai.com")
+
+
+def _encode_user(message: Message) -> list[dict[str, object]]:
+    """Tool results become `tool` messages, which must follow the assistant's calls at once;
+    any text of the same message comes after them, as a user message."""
+    encoded: list[dict[str, object]] = []
+    texts: list[str] = []
+    for block in message.content:
+        if isinstance(block, ToolResult):
+            # Chat Completions has no error flag on a tool result; the model reads it here.
+            content = f"Error: {block.content}" if block.is_error else block.content
+            encoded.append({"role": "tool", "tool_call_id": block.call_id, "content": content})
+        elif isinstance(block, Text):
+            texts.append(block.text)
+        else:
+            raise ValueError(f"a user message cannot hold a tool call ({block.id})")
+    if texts or not encoded:
+        encoded.append({"role": "user", "content": _text_content(texts)})
+    return encoded
+
+
+def _encode_assistant(message: Message) -> dict[str, object]:
+    texts: list[str] = []
+    calls: list[dict[str, object]] = []
+    for block in message.content:
+        if isinstance(block, ToolCall):
+            # `arguments` is a JSON string: encoded like the body, so it is as deterministic.
+            arguments = encode_json(block.input).decode("utf-8")
+            function = {"name": block.name, "arguments": arguments}
+            calls.append({"id": block.id, "type": "function", "function": function})
+        elif isinstance(block, Text):
+            texts.append(block.text)
+        else:
+            raise ValueError(f"an assistant message cannot hold a tool result ({block.call_id})")
+    encoded: dict[str, object] = {
+        "role": "assistant",
+        "content": _text_content(texts) if texts else None,
+    }
+    if calls:
+        encoded["tool_calls"] = calls
+    return encoded
+
+
+def _text_content(texts: Sequence[str]) -> str | list[dict[str, object]]:
+    # A plain string is what every compatible server accepts; parts keep blocks apart.
+    if len(texts) <= 1:
+        return texts[0] if texts else ""
+    return [{"type": "text", "text": text} for text in texts]
+
+
+def _parse_completion(document: dict[str, object]) -> ModelReply:
+    choices = member(document, "choices", list)
+    if not choices or not isinstance(choices[0], dict):
+        raise MalformedReply("'choices' holds no choice")
+    choice = choices[0]
+    message = member(choice, "message", dict)
+    content: list[Text | ToolCall] = []
+    text = message.get("content")
+    if text is not None and not isinstance(text, str):
+        raise MalformedReply("'content' is not a string")
+    if text:
+        content.append(Text(text))
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        content.append(Text(refusal))
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise MalformedReply("'tool_calls' is not a list")
+    content.extend(_parse_tool_call(call) for call in calls)
+    finish_reason = member(choice, "finish_reason", str)
+    stop_reason = _STOP_REASONS.get(finish_reason, "other")
+    if isinstance(refusal, str) and refusal:
+        stop_reason = "refusal"
+    elif calls and stop_reason == "end_turn":
+        # OpenAI itself (with a named tool_choice) and some servers say "stop" here.
+        stop_reason = "tool_use"
+    response_id = document.get("id")
+    return ModelReply(
+        content=tuple(content),
+        stop_reason=stop_reason,
+        usage=_parse_usage(document.get("usage")),
+        provider_stop_reason=finish_reason,
+        response_id=response_id if isinstance(response_id, str) else "",
+    )
+
+
+def _parse_tool_call(call: object) -> ToolCall:
+    if not isinstance(call, dict):
+        raise MalformedReply("a tool call is not an object")
+    function = member(call, "function", dict)
+    arguments = member(function, "arguments", str)
+    try:
+        # Some servers send "" for a tool that takes no arguments.
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise MalformedReply("the model returned tool arguments that are not valid JSON")
+    return ToolCall(id=member(call, "id", str), name=member(function, "name", str), input=parsed)
+
+
+def _parse_usage(usage: object) -> Usage:
+    if usage is None:
+        return Usage()
+    if not isinstance(usage, dict):
+        raise MalformedReply("'usage' is not an object")
+    details = usage.get("prompt_tokens_details")
+    cached = count(details, "cached_tokens") if isinstance(details, dict) else 0
+    # prompt_tokens includes the cached ones; noeta's input_tokens, like Anthropic's, does not.
+    return Usage(
+        input_tokens=max(0, count(usage, "prompt_tokens") - cached),
+        output_tokens=count(usage, "completion_tokens"),
+        cache_read_tokens=cached,
+    )

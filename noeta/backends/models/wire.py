@@ -1,0 +1,226 @@
+"""What every provider adapter shares: deterministic JSON bytes, and one HTTP attempt that
+either yields a parsed reply or raises `ProviderError` saying whether to try again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+import httpx
+
+from noeta.core.errors import ConfigError, PayloadError
+from noeta.core.model import ModelReply, ProviderError
+
+T = TypeVar("T")
+
+MAX_DETAIL_CHARS = 500  # of a provider's error message: enough to act on, short in a log
+
+
+class MalformedReply(Exception):
+    """Raised by a reply parser: a 2xx body lacks what the wire protocol promises."""
+
+
+def encode_json(value: object) -> bytes:
+    """Compact UTF-8 JSON, object keys in insertion order: the same value, the same bytes.
+
+    Lone surrogates (tool output decoded with `surrogateescape`) become U+FFFD: the APIs
+    reject them even when escaped ("no low surrogate in string"), a 400 no retry can fix.
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"the request has no exact JSON form: {exc}") from None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Surrogate pairs join into the character they encode; lone ones are replaced.
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return text.encode("utf-8")
+
+
+def member(document: Mapping[str, object], key: str, kind: type[T]) -> T:
+    """`document[key]`, which the protocol says is a `kind`, or `MalformedReply`."""
+    value = document.get(key)
+    # bool is an int to isinstance, but never a token count.
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise MalformedReply(f"{key!r} is missing or not of type {kind.__name__}")
+    return value
+
+
+def count(document: Mapping[str, object], key: str) -> int:
+    """An optional token count: absent or null is 0 (compatible servers omit some)."""
+    if document.get(key) is None:
+        return 0
+    value = member(document, key, int)
+    if value < 0:
+        raise MalformedReply(f"{key!r} is negative")
+    return value
+
+
+def check_base_url(base_url: str) -> str:
+    try:
+        url = httpx.URL(base_url)
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"base URL {base_url!r} is not a URL: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ConfigError(f"base URL {base_url!r} must be an http:// or https:// URL")
+    return base_url.rstrip("/")
+
+
+class JsonEndpoint:
+    """One provider URL; each `post` is exactly one HTTP attempt."""
+
+    def __init__(
+        self,
+        provider: str,
+        url: str,
+        headers: Mapping[str, str],
+        *,
+        timeout_seconds: float,
+        secret: str | None,
+    ) -> None:
+        if not timeout_seconds > 0:
+            raise ConfigError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
+        self.provider = provider
+        self.url = url
+        self._secret = secret
+        self._timeout_seconds = timeout_seconds
+        # httpx never retries a request (its transport retries only connection setup, and
+        # zero times by default), so noeta's retry policy is the only one. Passing our own
+        # transport would also switch off HTTPS_PROXY and friends, so the default stays.
+        self._client = httpx.AsyncClient(
+            headers=dict(headers),
+            timeout=httpx.Timeout(timeout_seconds),
+            follow_redirects=False,
+        )
+
+    async def post(
+        self, body: bytes, parse: Callable[[dict[str, object]], ModelReply]
+    ) -> ModelReply:
+        try:
+            response = await self._client.post(self.url, content=body)
+        except httpx.UnsupportedProtocol as exc:
+            raise self._error(f"cannot send to {self.url}: {exc}", retryable=False) from None
+        except httpx.TimeoutException as exc:
+            message = f"no reply within {self._timeout_seconds:g} s ({type(exc).__name__})"
+            raise self._error(message, retryable=True) from None
+        except httpx.RequestError as exc:
+            # Refused, reset or dropped before a full reply: the request may or may not have
+            # reached the model, and sending it again is safe.
+            message = f"connection failed ({type(exc).__name__}: {exc})"
+            raise self._error(message, retryable=True) from None
+        if not response.is_success:
+            raise self._status_error(response)
+        try:
+            document = json.loads(response.content)
+        except ValueError:
+            raise self._malformed("the body is not JSON", response) from None
+        if not isinstance(document, dict):
+            raise self._malformed("the body is not a JSON object", response)
+        try:
+            return parse(document)
+        except MalformedReply as exc:
+            raise self._malformed(str(exc), response) from None
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    def _status_error(self, response: httpx.Response) -> ProviderError:
+        status = response.status_code
+        detail = _error_detail(response.content) or response.reason_phrase
+        message = f"HTTP {status} {detail}{_request_id(response)}"
+        return self._error(
+            message,
+            retryable=_is_retryable(status, response.headers),
+            status=status,
+            retry_after=retry_after(response.headers),
+        )
+
+    def _malformed(self, what: str, response: httpx.Response) -> ProviderError:
+        # A reply cut short or garbled in transit usually comes out whole the next time.
+        message = f"malformed reply: {what}{_request_id(response)}"
+        return self._error(message, retryable=True, status=response.status_code)
+
+    def _error(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> ProviderError:
+        if self._secret:
+            message = message.replace(self._secret, "[redacted]")
+        return ProviderError(
+            f"{self.provider}: {message}",
+            retryable=retryable,
+            status=status,
+            retry_after=retry_after,
+        )
+
+
+def retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds the server asks us to wait: `retry-after-ms`, or `retry-after` in seconds
+    or as an HTTP date. None when absent or unreadable."""
+    milliseconds = _seconds(headers.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds / 1000
+    value = headers.get("retry-after")
+    seconds = _seconds(value)
+    if seconds is not None or value is None:
+        return seconds
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if moment.tzinfo is None:  # "-0000": UTC, by RFC 5322
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return max(0.0, moment.timestamp() - time.time())
+
+
+def _seconds(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _is_retryable(status: int, headers: httpx.Headers) -> bool:
+    # Both providers send x-should-retry to overrule the status; their SDKs obey it.
+    verdict: str | None = headers.get("x-should-retry")
+    if verdict in ("true", "false"):
+        return verdict == "true"
+    # 409 is a lock conflict at OpenAI; 529 (Anthropic "overloaded") is >= 500.
+    return status in (408, 409, 429) or status >= 500
+
+
+def _error_detail(content: bytes) -> str:
+    """The provider's error type and message, from any of the shapes compatible servers use."""
+    try:
+        document = json.loads(content)
+    except ValueError:
+        return ""  # an HTML page from a proxy: the status line says enough
+    if not isinstance(document, dict):
+        return ""
+    error = document.get("error")
+    if isinstance(error, str):  # Ollama: {"error": "model not found"}
+        return error[:MAX_DETAIL_CHARS]
+    source = error if isinstance(error, dict) else document
+    parts = [source.get("type"), source.get("message")]
+    detail = ": ".join(part for part in parts if isinstance(part, str) and part)
+    return detail[:MAX_DETAIL_CHARS]
+
+
+def _request_id(response: httpx.Response) -> str:
+    """The id to quote to the provider's support, when it sent one."""
+    value = response.headers.get("request-id") or response.headers.get("x-request-id")
+    return f" (request id {value[:100]})" if value else ""
