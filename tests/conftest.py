@@ -20,3 +20,12 @@ def postgres_server() -> Iterator[TestPostgres]:
 def postgres_url(postgres_server: TestPostgres) -> str:
     """A DSN whose search_path is a fresh, empty schema."""
     return postgres_server.new_schema()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A fresh store of each kind: the same behaviour is owed on both."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path_factory.mktemp('store') / 'noeta.db'}"
+    server: TestPostgres = request.getfixturevalue("postgres_server")
+    return server.new_schema()

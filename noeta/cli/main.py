@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from noeta.cli import db
-
-T = TypeVar("T")
+from noeta.cli import db, run
 
 
 class NoetaGroup(click.Group):
@@ -37,10 +33,8 @@ def cli() -> None:
 
 
 cli.add_command(db.db)
-
-
-def run(coroutine: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coroutine)
+cli.add_command(run.run)
+cli.add_command(run.show)
 
 
 def main() -> None:

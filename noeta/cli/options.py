@@ -11,3 +11,7 @@ store_option = click.option(
     metavar="URL",
     help="postgresql://… or sqlite:///PATH; default: the embedded PostgreSQL in $NOETA_HOME.",
 )
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text for people."
+)

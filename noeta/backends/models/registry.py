@@ -1,0 +1,49 @@
+"""Choosing a provider by model spec: `anthropic:<model>`, `openai:<model>`, `scripted:<file>`."""
+
+from __future__ import annotations
+
+from noeta.core.errors import ConfigError
+from noeta.core.model import Provider
+
+KNOWN = ("anthropic", "openai", "scripted")
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    prefix, colon, name = spec.partition(":")
+    if not colon or not name or prefix not in KNOWN:
+        raise ConfigError(
+            f"unknown model spec {spec!r}: use anthropic:MODEL, openai:MODEL or scripted:FILE"
+        )
+    return prefix, name
+
+
+class ProviderRegistry:
+    """Makes each provider once per spec and keeps it (and its HTTP connections)."""
+
+    def __init__(self) -> None:
+        self._providers: dict[str, Provider] = {}
+
+    def provider_for(self, spec: str) -> tuple[Provider, str]:
+        prefix, name = split_spec(spec)
+        if spec not in self._providers:
+            self._providers[spec] = _make(prefix, name)
+        return self._providers[spec], name
+
+    async def close(self) -> None:
+        for provider in self._providers.values():
+            await provider.close()
+        self._providers.clear()
+
+
+def _make(prefix: str, name: str) -> Provider:
+    if prefix == "scripted":
+        from noeta.backends.models.scripted import ScriptedProvider
+
+        return ScriptedProvider.from_file(name)
+    if prefix == "anthropic":
+        from noeta.backends.models.anthropic import AnthropicProvider
+
+        return AnthropicProvider.from_environment()
+    from noeta.backends.models.openai import OpenAIProvider
+
+    return OpenAIProvider.from_environment()

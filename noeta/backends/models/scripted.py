@@ -1,0 +1,209 @@
+"""`scripted:<file>`: a model that answers from a YAML script, for tests, demos and the cluster.
+
+The script lists the model's replies in order; reply N answers the task's N-th model
+call that got a reply (the request carries that count), so a task resumed on another
+worker after a crash gets exactly the reply it would have got. Format:
+
+    replies:
+      - text: "Let me look."             # a reply; ends the turn unless it calls tools
+        tool_calls:                      # optional: calls, run in this order
+          - {id: call-1, name: Bash, input: {command: "ls"}}
+      - text: "cut off"
+        stop: max_tokens                 # end_turn | tool_use | max_tokens | refusal
+      - empty: true                      # a reply with no content at all
+      - text: "finally"
+        fail_first:                      # this reply's first attempts fail first
+          - {status: 529, retry_after: 0}
+        usage: {input_tokens: 10, output_tokens: 2}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+
+from noeta.core.errors import ConfigError
+from noeta.core.model import (
+    Message,
+    ModelReply,
+    ModelRequest,
+    ProviderError,
+    StopReason,
+    Text,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+
+MAX_SCRIPT_BYTES = 1024 * 1024
+_STOPS = ("end_turn", "tool_use", "max_tokens", "refusal", "other")
+_REPLY_KEYS = {"text", "tool_calls", "stop", "empty", "fail_first", "usage"}
+
+
+@dataclass(frozen=True)
+class ScriptedFailure:
+    status: int
+    retry_after: float | None = None
+    message: str = "scripted failure"
+
+
+@dataclass(frozen=True)
+class ScriptedReply:
+    reply: ModelReply
+    fail_first: tuple[ScriptedFailure, ...] = ()
+
+
+@dataclass
+class ScriptedProvider:
+    """Answers from a script; `requests` keeps every body it was sent, for tests."""
+
+    path: str
+    replies: tuple[ScriptedReply, ...]
+    name: str = "scripted"
+    requests: list[bytes] = field(default_factory=list)
+    _attempts: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_file(cls, path: str) -> ScriptedProvider:
+        return cls(path, load_script(path))
+
+    def encode_request(self, request: ModelRequest) -> bytes:
+        document = {
+            "reply": request.replies_so_far,
+            "model": request.model,
+            "system": request.system,
+            "max_tokens": request.max_tokens,
+            "tools": [tool.name for tool in request.tools],
+            "messages": [_message(message) for message in request.messages],
+        }
+        return json.dumps(document, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+    async def send(self, body: bytes) -> ModelReply:
+        self.requests.append(body)
+        index: int = json.loads(body)["reply"]
+        if index >= len(self.replies):
+            raise ProviderError(
+                f"the script {self.path} has {len(self.replies)} replies; "
+                f"reply #{index + 1} was asked for",
+                retryable=False,
+            )
+        scripted: ScriptedReply = self.replies[index]
+        attempt = self._attempts.get(index, 0)
+        self._attempts[index] = attempt + 1
+        if attempt < len(scripted.fail_first):
+            failure = scripted.fail_first[attempt]
+            raise ProviderError(
+                f"{failure.message} (HTTP {failure.status})",
+                retryable=failure.status in (408, 429, 529) or failure.status >= 500,
+                status=failure.status,
+                retry_after=failure.retry_after,
+            )
+        return scripted.reply
+
+    async def close(self) -> None:
+        return None
+
+
+def load_script(path: str) -> tuple[ScriptedReply, ...]:
+    """Read and check a script; every problem names the file and line."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as error:
+        raise ConfigError(f"cannot read the model script {path}: {error.strerror}") from None
+    if len(raw) > MAX_SCRIPT_BYTES:
+        raise ConfigError(f"{path}: the script is over {MAX_SCRIPT_BYTES} bytes")
+    try:
+        document = yaml.load(raw, Loader=_LineLoader)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "somewhere"
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigError(f"{path}, {where}: not valid YAML: {problem}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("replies"), list):
+        raise ConfigError(f"{path}, line 1: a script is a mapping with a list of `replies`")
+    return tuple(_reply(path, item) for item in document["replies"])
+
+
+class _LineLoader(yaml.SafeLoader):
+    """Safe loading that remembers the line of every mapping, for error messages."""
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
+    mapping = _Located({str(k): v for k, v in loader.construct_mapping(node, deep=True).items()})
+    mapping.line = node.start_mark.line + 1
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+class _Located(dict[str, Any]):
+    line = 0
+
+
+def _reply(path: str, item: Any) -> ScriptedReply:
+    line = getattr(item, "line", 0)
+
+    def fail(message: str) -> ConfigError:
+        return ConfigError(f"{path}, line {line}: {message}")
+
+    if not isinstance(item, dict):
+        raise fail("each reply is a mapping (text:, tool_calls:, stop:, empty:, …)")
+    unknown = sorted(set(item) - _REPLY_KEYS)
+    if unknown:
+        raise fail(f"unknown key {unknown[0]!r} (known: {', '.join(sorted(_REPLY_KEYS))})")
+    text = item.get("text", "")
+    if not isinstance(text, str):
+        raise fail("text must be a string")
+    calls = []
+    for number, call in enumerate(item.get("tool_calls") or [], start=1):
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            raise fail(f"tool call {number} needs a name")
+        if not isinstance(call.get("input", {}), dict):
+            raise fail(f"tool call {number}: input must be a mapping")
+        call_id = str(call.get("id") or f"call-{line}-{number}")
+        calls.append(ToolCall(call_id, call["name"], dict(call.get("input") or {})))
+    content: tuple[Text | ToolCall, ...] = (
+        () if item.get("empty") else (((Text(text),) if text else ()) + tuple(calls))
+    )
+    stop = item.get("stop") or ("tool_use" if calls else "end_turn")
+    if stop not in _STOPS:
+        raise fail(f"stop must be one of {', '.join(_STOPS)}, not {stop!r}")
+    failures = []
+    for failure in item.get("fail_first") or []:
+        if not isinstance(failure, dict) or not isinstance(failure.get("status"), int):
+            raise fail("each fail_first entry needs an HTTP status")
+        retry_after = failure.get("retry_after")
+        failures.append(
+            ScriptedFailure(
+                failure["status"], retry_after, failure.get("message", "scripted failure")
+            )
+        )
+    usage = item.get("usage") or {}
+    try:
+        counted = Usage(**{key: int(value) for key, value in usage.items()})
+    except (TypeError, ValueError):
+        raise fail(f"usage takes {', '.join(Usage.__dataclass_fields__)}") from None
+    reply = ModelReply(content, _stop(stop), counted, provider_stop_reason=stop)
+    return ScriptedReply(reply, tuple(failures))
+
+
+def _stop(value: str) -> StopReason:
+    return cast(StopReason, value) if value in _STOPS else "other"
+
+
+def _message(message: Message) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = []
+    for block in message.content:
+        match block:
+            case Text(text=text):
+                blocks.append({"text": text})
+            case ToolCall(id=call_id, name=name, input=input):
+                blocks.append({"call": call_id, "name": name, "input": input})
+            case ToolResult(call_id=call_id, content=content, is_error=is_error):
+                blocks.append({"result": call_id, "content": content, "error": is_error})
+    return {"role": message.role, "content": blocks}

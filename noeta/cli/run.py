@@ -1,0 +1,144 @@
+"""`noeta run` (a one-shot task, run here to its end) and `noeta show` (a task and its log)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import uuid
+from typing import Any
+
+import click
+
+from noeta.cli.options import json_option, store_option
+from noeta.core.errors import ConfigError, NoetaError
+
+MAX_PROMPT_CHARS = 1_000_000
+DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
+RUN_LEASE_SECONDS = 30.0
+
+
+@click.command()
+@click.argument("prompt")
+@click.option(
+    "--model",
+    "model",
+    envvar="NOETA_MODEL",
+    default=DEFAULT_MODEL,
+    show_default=True,
+    help="anthropic:MODEL, openai:MODEL or scripted:FILE.",
+)
+@click.option("--id", "task_id", default=None, help="The task's id (default: a new one).")
+@store_option
+def run(prompt: str, model: str, task_id: str | None, store: str | None) -> None:
+    """Run a one-shot task in this process until it ends; print its answer."""
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise ConfigError(
+            f"the prompt is {len(prompt)} characters; the limit is {MAX_PROMPT_CHARS}"
+        )
+    task_id = task_id or uuid.uuid4().hex[:12]
+    status, answer, error = asyncio.run(_run(prompt, model, task_id, store))
+    if answer:
+        click.echo(answer)
+    click.echo(f"task {task_id}: {status}" + (f" ({error})" if error else ""), err=True)
+    if status != "done":
+        raise SystemExit(1)
+
+
+async def _run(prompt: str, model: str, task_id: str, url: str | None) -> tuple[str, str, str]:
+    from noeta.backends.models.registry import ProviderRegistry
+    from noeta.backends.stores import open_store
+    from noeta.core import events
+    from noeta.core.runner.task import TaskRunner
+    from noeta.core.store import NewEvent, NewTask
+    from noeta.worker.renewal import Renewer
+
+    providers = ProviderRegistry()
+    providers.provider_for(model)  # a bad spec or a missing key: fail before writing
+    store = await open_store(url, application_name="noeta-run")
+    try:
+        created = events.TaskCreated(model=model, prompt=prompt)
+        if not await store.create_task(NewTask(task_id, [NewEvent(*events.encode(created))])):
+            raise ConfigError(f"a task with id {task_id!r} exists already")
+        worker = f"run-{socket.gethostname()}-{os.getpid()}"
+        claim = await store.claim_task(worker, task_id, RUN_LEASE_SECONDS)
+        if claim is None:
+            raise NoetaError(f"task {task_id} was claimed by a worker before this process")
+        runner_task = asyncio.ensure_future(TaskRunner(store, providers).run(claim))
+
+        def stop_running(lost: object) -> None:
+            runner_task.cancel()
+
+        renewer = Renewer(store, RUN_LEASE_SECONDS, stop_running)
+        renewer.add(claim)
+        renewing = asyncio.ensure_future(renewer.run())
+        try:
+            result = await runner_task
+        except asyncio.CancelledError:
+            raise NoetaError(f"lost the claim on task {task_id}; a worker may finish it") from None
+        finally:
+            renewing.cancel()
+        state = result.state
+        return state.finished or result.outcome, state.last_answer, state.last_turn_error
+    finally:
+        await providers.close()
+        await store.close()
+
+
+@click.command()
+@click.argument("task_id")
+@json_option
+@store_option
+def show(task_id: str, as_json: bool, store: str | None) -> None:
+    """Show a task: its state and its log."""
+    record, log = asyncio.run(_show(task_id, store))
+    if as_json:
+        click.echo(json.dumps({"task": record, "log": log}, ensure_ascii=False, indent=2))
+        return
+    click.echo(
+        f"task {record['id']}  {record['status']}  queue={record['queue']}  "
+        f"epoch={record['owner_epoch']}  owner={record['owner'] or '-'}"
+    )
+    for entry in log:
+        click.echo(
+            f"{entry['seq']:>5}  {entry['at'][11:23]}  {entry['type']:<13} {_brief(entry['data'])}"
+        )
+
+
+async def _show(task_id: str, url: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from noeta.backends.stores import open_store
+    from noeta.core.errors import UnknownTask
+
+    store = await open_store(url, application_name="noeta-show")
+    try:
+        record = await store.get_task(task_id)
+        if record is None:
+            raise UnknownTask(task_id)
+        stored = await store.read_log(task_id)
+    finally:
+        await store.close()
+    task = {
+        "id": record.id,
+        "queue": record.queue,
+        "status": record.status.value,
+        "owner": record.owner,
+        "owner_epoch": record.owner_epoch,
+        "last_seq": record.last_seq,
+        "created_at": record.created_at.isoformat(),
+        "updated_at": record.updated_at.isoformat(),
+    }
+    log = [
+        {"seq": e.seq, "type": e.type, "at": e.created_at.isoformat(), "data": e.data}
+        for e in stored
+    ]
+    return task, log
+
+
+def _brief(data: object) -> str:
+    if isinstance(data, dict):
+        fields = {k: v for k, v in data.items() if k != "v"}
+        text = json.dumps(fields, ensure_ascii=False)
+    else:
+        text = json.dumps(data, ensure_ascii=False)
+    return text if len(text) <= 160 else text[:157] + "..."

@@ -1,0 +1,198 @@
+"""The events of a task's log: one frozen dataclass each, and their versioned encoding.
+
+An event is stored as its class name (the store's event type) and a JSON object holding
+`"v"` (its encoding version) and its fields. An event type, or a version, that this code
+does not know was written by a newer noeta: `decode` returns `UnknownEvent`, and the
+worker leaves the task to a newer worker instead of guessing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from noeta.core.model import Text, ToolCall, Usage
+from noeta.core.payload import JSONValue
+
+ENCODING_VERSION = 1
+
+TurnOutcome = Literal["answered", "no_answer", "failed"]
+FinishStatus = Literal["done", "failed", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCreated:
+    """The task's configuration; a one-shot task's prompt opens its first turn."""
+
+    model: str  # a model spec: "anthropic:<model>", "openai:<model>", "scripted:<file>"
+    prompt: str = ""
+    interactive: bool = False
+    system: str = ""
+    max_tokens: int = 4096
+    tools: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MessageTaken:
+    """A message taken from the inbox; the append that records it marks the entry taken."""
+
+    inbox_id: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCalled:
+    """Appended before the request is sent; `request_sha256` identifies the exact bytes."""
+
+    request_sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReplied:
+    content: tuple[Text | ToolCall, ...]
+    stop_reason: str  # noeta's StopReason
+    usage: Usage = field(default_factory=Usage)
+    provider_stop_reason: str = ""
+    response_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailed:
+    """The provider kept failing (or refused for good): closes the open ModelCalled."""
+
+    error: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    """Appended before the tool runs, with the call as actually executed."""
+
+    call_id: str
+    name: str
+    input: dict[str, JSONValue]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    call_id: str
+    content: str
+    is_error: bool = False
+    recovery: str = ""  # how a half-done call was settled: "recover", "rerun", "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    outcome: TurnOutcome
+    answer: str = ""
+    error: str = ""  # "llm_error: …", "llm_truncated: …", "internal_error: …"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFinished:
+    status: FinishStatus
+    answer: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownEvent:
+    """An event this version cannot decode: written by a newer noeta."""
+
+    type: str
+    version: int
+
+
+Event = (
+    TaskCreated
+    | MessageTaken
+    | ModelCalled
+    | ModelReplied
+    | ModelFailed
+    | ToolStarted
+    | ToolFinished
+    | TurnEnded
+    | TaskFinished
+)
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (
+        TaskCreated,
+        MessageTaken,
+        ModelCalled,
+        ModelReplied,
+        ModelFailed,
+        ToolStarted,
+        ToolFinished,
+        TurnEnded,
+        TaskFinished,
+    )
+}
+
+
+def encode(event: Event) -> tuple[str, dict[str, JSONValue]]:
+    """The store's (type, data) for an event."""
+    data: dict[str, JSONValue] = {"v": ENCODING_VERSION}
+    for each in dataclasses.fields(event):
+        data[each.name] = _to_json(getattr(event, each.name))
+    return type(event).__name__, data
+
+
+def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
+    """The event for a stored (type, data); `UnknownEvent` if a newer noeta wrote it.
+
+    Raises ValueError for data that is malformed for a type this version knows.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"{event_type} data is not an object")
+    version = data.get("v")
+    if not isinstance(version, int):
+        raise ValueError(f"{event_type} data has no encoding version")
+    cls = EVENT_TYPES.get(event_type)
+    if cls is None or version > ENCODING_VERSION:
+        return UnknownEvent(event_type, version)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    try:
+        values = {
+            name: _FROM_JSON.get((cls, name), _same)(data[name]) for name in fields if name in data
+        }
+        return cls(**values)
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"{event_type} data is malformed: {error}") from None
+
+
+def _to_json(value: Any) -> JSONValue:
+    if isinstance(value, tuple):
+        return [_to_json(item) for item in value]
+    if isinstance(value, Text):
+        return {"type": "text", "text": value.text}
+    if isinstance(value, ToolCall):
+        return {"type": "tool_call", "id": value.id, "name": value.name, "input": value.input}
+    if isinstance(value, Usage):
+        return {name: getattr(value, name) for name in Usage.__dataclass_fields__}
+    return value  # type: ignore[no-any-return]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _blocks(value: Any) -> tuple[Text | ToolCall, ...]:
+    blocks: list[Text | ToolCall] = []
+    for block in value:
+        if block["type"] == "text":
+            blocks.append(Text(block["text"]))
+        elif block["type"] == "tool_call":
+            blocks.append(ToolCall(block["id"], block["name"], block["input"]))
+        else:
+            raise TypeError(f"unknown content block {block['type']!r}")
+    return tuple(blocks)
+
+
+_FROM_JSON: dict[tuple[type, str], Any] = {
+    (ModelReplied, "content"): _blocks,
+    (ModelReplied, "usage"): lambda value: Usage(**value),
+    (TaskCreated, "tools"): tuple,
+}

@@ -1,0 +1,134 @@
+"""`next_action(state) -> Action`: what the log calls for next. Pure, like the fold.
+
+Each cap of SPEC §6 that a log can reach is decided here, so the same log always leads
+to the same action, on any worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from noeta.core.fold import TaskState
+from noeta.core.model import ToolCall
+from noeta.core.texts import (
+    EMPTY_REPLIES_LIMIT,
+    INTERNAL_ERRORS_LIMIT,
+    MAX_MODEL_ATTEMPTS,
+    MODEL_KEPT_BEING_INTERRUPTED,
+    TRUNCATED_REPLIES_LIMIT,
+    TRUNCATED_TOO_OFTEN,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """Send the request the log implies (again, after a crash: the same bytes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    calls: tuple[ToolCall, ...]  # not yet started, in the order the model gave them
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverCalls:
+    """Calls started but never finished: their outcome must be settled (recover_calls)."""
+
+    calls: tuple[tuple[ToolCall, int], ...]  # (call, starts so far)
+
+
+@dataclass(frozen=True, slots=True)
+class EndTurn:
+    outcome: str  # "answered", "no_answer", "failed"
+    answer: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FinishTask:
+    status: str  # "done", "failed"
+    answer: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitMessage:
+    """Idle: take the next inbox message if there is one, else hand the task back."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveForNewerVersion:
+    """The log holds an event this version cannot read: write nothing, let the lease lapse."""
+
+    event_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveUnreadable:
+    """The log cannot be folded; after `task.LOAD_ATTEMPTS` claims the task fails."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """The task is finished: nothing more to do."""
+
+
+Action = (
+    CallModel
+    | RunTools
+    | RecoverCalls
+    | EndTurn
+    | FinishTask
+    | AwaitMessage
+    | LeaveForNewerVersion
+    | LeaveUnreadable
+    | Stop
+)
+
+
+def next_action(state: TaskState) -> Action:
+    if state.newer_event:
+        return LeaveForNewerVersion(state.newer_event)
+    if state.unreadable:
+        return LeaveUnreadable(state.unreadable)
+    if state.config is None:
+        return LeaveUnreadable("the log does not start with TaskCreated")
+    if state.finished:
+        return Stop()
+    if state.turn_open:
+        return _within_turn(state)
+    if state.turn == 0 or state.config.interactive:
+        return AwaitMessage()
+    if state.last_turn_outcome == "failed":
+        return FinishTask("failed", error=state.last_turn_error)
+    return FinishTask("done", answer=state.last_answer)
+
+
+def on_internal_error(state: TaskState, error: str) -> EndTurn | FinishTask:
+    """A bug in the runner or a plugin: the first fails the turn, the second in a row the task."""
+    reason = f"internal_error: {error}"
+    if state.internal_errors_in_row + 1 >= INTERNAL_ERRORS_LIMIT:
+        return FinishTask("failed", error=reason)
+    return EndTurn("failed", error=reason)
+
+
+def _within_turn(state: TaskState) -> Action:
+    if state.calls:
+        started = dict(state.started)
+        half_done = tuple((call, started[call.id]) for call in state.calls if call.id in started)
+        if half_done:
+            return RecoverCalls(half_done)
+        finished = {result.call_id for result in state.results}
+        return RunTools(tuple(call for call in state.calls if call.id not in finished))
+    if state.model_attempts >= MAX_MODEL_ATTEMPTS:
+        return EndTurn("failed", error=MODEL_KEPT_BEING_INTERRUPTED)
+    if state.truncated_in_row >= TRUNCATED_REPLIES_LIMIT:
+        return EndTurn("failed", error=TRUNCATED_TOO_OFTEN)
+    if state.empty_in_row >= EMPTY_REPLIES_LIMIT:
+        return EndTurn("no_answer")
+    last = state.messages[-1] if state.messages else None
+    if last is not None and last.role == "assistant":
+        return EndTurn("answered", answer=state.last_answer)
+    return CallModel()

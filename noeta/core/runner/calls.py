@@ -1,0 +1,78 @@
+"""The tool step, and `recover_calls`: settling calls a crash left half done (SPEC §4).
+
+A half-done call (ToolStarted, no ToolFinished) is settled in this order: the tool's own
+`recover`, given the same idempotency key; a re-run, if the tool is `retry_safe` and has
+started fewer than `tool.MAX_ATTEMPTS` times; else an error result saying its outcome is
+unknown. Recovered calls do not pass the gates again: they were allowed when they ran.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from noeta.core.events import ToolFinished, ToolStarted
+from noeta.core.model import ToolCall
+from noeta.core.tool import (
+    MAX_ATTEMPTS,
+    OUTCOME_UNKNOWN,
+    RecoverableTool,
+    Tool,
+    ToolContext,
+    ToolOutput,
+)
+
+if TYPE_CHECKING:
+    from noeta.core.runner.task import _Run
+
+log = logging.getLogger(__name__)
+
+
+async def run_tools(run: _Run, calls: tuple[ToolCall, ...]) -> None:
+    """Run the reply's calls one by one, in the order the model gave them."""
+    for call in calls:
+        tool = run.runner.tools.get(call.name)
+        started = ToolStarted(call.id, call.name, call.input)
+        if tool is None or call.name not in _enabled(run):
+            missing = ToolFinished(call.id, f"there is no tool named {call.name!r}", True)
+            await run.append([started, missing])
+            continue
+        await run.append([started])
+        output = await _execute(tool, call, _context(run, call))
+        await run.append([ToolFinished(call.id, output.content, output.is_error)])
+
+
+async def recover_calls(run: _Run, calls: tuple[tuple[ToolCall, int], ...]) -> None:
+    for call, starts in calls:
+        tool = run.runner.tools.get(call.name)
+        ctx = _context(run, call)
+        if isinstance(tool, RecoverableTool):
+            found = await tool.recover(call.input, ctx)
+            if found is not None:
+                finished = ToolFinished(call.id, found.content, found.is_error, "recover")
+                await run.append([finished])
+                continue
+        if tool is not None and tool.flags.retry_safe and starts < MAX_ATTEMPTS:
+            log.info("task %s: re-running %s (start %d)", run.task_id, call.id, starts + 1)
+            await run.append([ToolStarted(call.id, call.name, call.input)])
+            output = await _execute(tool, call, ctx)
+            await run.append([ToolFinished(call.id, output.content, output.is_error, "rerun")])
+            continue
+        await run.append([ToolFinished(call.id, OUTCOME_UNKNOWN, True, "unknown")])
+
+
+async def _execute(tool: Tool, call: ToolCall, ctx: ToolContext) -> ToolOutput:
+    """A tool's own failure is its result, told to the model; not a runner bug."""
+    try:
+        return await tool.run(call.input, ctx)
+    except Exception as error:
+        return ToolOutput(f"{call.name} failed: {type(error).__name__}: {error}", is_error=True)
+
+
+def _context(run: _Run, call: ToolCall) -> ToolContext:
+    return ToolContext(task_id=run.task_id, call_id=call.id)
+
+
+def _enabled(run: _Run) -> tuple[str, ...]:
+    config = run.state.config
+    return config.tools if config is not None else ()

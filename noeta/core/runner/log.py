@@ -1,0 +1,51 @@
+"""Loading a task's state: the newest usable snapshot, then the log after it, folded."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+
+from noeta.core import events, fold, model, snapshot
+from noeta.core.events import decode
+from noeta.core.fold import LoggedEvent, TaskState
+from noeta.core.store import Snapshot, Store, StoredEvent
+
+log = logging.getLogger(__name__)
+
+# The code that decides what a fold produces: a snapshot of other code is not used.
+_FOLD_CODE = "".join(inspect.getsource(module) for module in (events, fold, model, snapshot))
+
+
+def snapshot_version(agent: str = "", pins: Sequence[str] = ()) -> str:
+    return snapshot.version_of(_FOLD_CODE, agent, *pins)
+
+
+def to_logged(stored: Sequence[StoredEvent]) -> tuple[list[LoggedEvent], str]:
+    """Decode stored events; stops at the first malformed one and says why."""
+    logged = []
+    for event in stored:
+        try:
+            logged.append(LoggedEvent(event.seq, decode(event.type, event.data)))
+        except ValueError as error:
+            return logged, f"event {event.seq} cannot be read: {error}"
+    return logged, ""
+
+
+async def load_state(store: Store, task_id: str, version: str) -> TaskState:
+    start: TaskState | None = None
+    found = await store.get_snapshot(task_id, version)
+    if found is not None:
+        try:
+            start = snapshot.load(found.data)
+        except (ValueError, KeyError, TypeError) as error:
+            log.warning("task %s: ignoring an unreadable snapshot: %s", task_id, error)
+    stored = await store.read_log(task_id, after_seq=start.last_seq if start else 0)
+    logged, problem = to_logged(stored)
+    state = fold.fold(logged, start)
+    return replace(state, unreadable=problem) if problem and not state.unreadable else state
+
+
+async def save_snapshot(store: Store, task_id: str, version: str, state: TaskState) -> None:
+    await store.put_snapshot(Snapshot(task_id, version, state.last_seq, snapshot.dump(state)))

@@ -1,0 +1,230 @@
+"""Running one claimed task: fold the log, do what `next_action` says, append, repeat.
+
+Every step is durable before its effect: `ModelCalled` before the request, `ToolStarted`
+before the tool. The loop ends when the task finishes, hands itself back (waits), or
+must be left alone (a newer version's log, an unreadable one). Store errors (`Conflict`,
+`StoreUnavailable`, `CommitUnknown`) end it at once: the claim is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from noeta.core import events as ev
+from noeta.core.errors import NoetaError, StoreError
+from noeta.core.fold import LoggedEvent, TaskState, fold
+from noeta.core.model import Provider
+from noeta.core.next_action import (
+    AwaitMessage,
+    CallModel,
+    EndTurn,
+    FinishTask,
+    LeaveForNewerVersion,
+    LeaveUnreadable,
+    RecoverCalls,
+    RunTools,
+    Stop,
+    next_action,
+    on_internal_error,
+)
+from noeta.core.request import build_request
+from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
+from noeta.core.runner import calls
+from noeta.core.runner.log import load_state, save_snapshot, snapshot_version
+from noeta.core.store import Claim, Continue, Finish, NewEvent, NextState, Store, TaskStatus, Wait
+from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
+from noeta.core.tool import Tool, spec_of
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["finished", "waiting", "left_for_newer", "unreadable"]
+
+
+class Providers(Protocol):
+    def provider_for(self, spec: str) -> tuple[Provider, str]:
+        """The provider and model name for a model spec; raises ConfigError if unusable."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    outcome: Outcome
+    state: TaskState
+
+
+@dataclass
+class TaskRunner:
+    store: Store
+    providers: Providers
+    tools: Mapping[str, Tool] = field(default_factory=dict)
+    sleep: Sleep = asyncio.sleep
+    snapshot_every: int = 200
+    load_attempts: LoadAttempts = field(default_factory=LoadAttempts)
+    agent: str = ""
+
+    async def run(self, claim: Claim) -> RunResult:
+        version = snapshot_version(self.agent)
+        state = await load_state(self.store, claim.task_id, version)
+        return await _Run(self, claim, state, version).loop()
+
+
+class _Run:
+    """One claim's run of a task; `state` always equals the fold of what landed."""
+
+    def __init__(self, runner: TaskRunner, claim: Claim, state: TaskState, version: str) -> None:
+        self.runner = runner
+        self.store = runner.store
+        self.claim = claim
+        self.state = state
+        self.version = version
+        self.snapshot_seq = state.last_seq
+
+    @property
+    def task_id(self) -> str:
+        return self.claim.task_id
+
+    async def loop(self) -> RunResult:
+        while True:
+            action = next_action(self.state)
+            try:
+                match action:
+                    case Stop():
+                        return RunResult("finished", self.state)
+                    case LeaveForNewerVersion(event_type=event_type):
+                        log.warning(
+                            "task %s: its log has a %s event from a newer noeta; leaving it",
+                            self.task_id,
+                            event_type,
+                        )
+                        return RunResult("left_for_newer", self.state)
+                    case LeaveUnreadable(reason=reason):
+                        if await self._give_up_on_unreadable(reason):
+                            return RunResult("finished", self.state)
+                        return RunResult("unreadable", self.state)
+                    case AwaitMessage():
+                        if not await self._take_message():
+                            await self.append([], next_state=Wait())
+                            return RunResult("waiting", self.state)
+                    case EndTurn() | FinishTask():
+                        await self.settle([], action)
+                    case CallModel():
+                        await self._call_model()
+                    case RunTools(calls=to_run):
+                        await calls.run_tools(self, to_run)
+                    case RecoverCalls(calls=half_done):
+                        await calls.recover_calls(self, half_done)
+            except (StoreError, asyncio.CancelledError):
+                raise
+            except Exception as error:  # a bug in the runner or a plugin: capped (SPEC §6)
+                log.exception("task %s: internal error", self.task_id)
+                await self.settle([], on_internal_error(self.state, _describe(error)))
+            if self.state.finished:
+                return RunResult("finished", self.state)
+
+    # --- writing ----------------------------------------------------------------------
+
+    async def append(
+        self,
+        new_events: Sequence[ev.Event],
+        *,
+        take: Sequence[int] = (),
+        next_state: NextState = Continue(),
+    ) -> None:
+        encoded = [NewEvent(*ev.encode(event)) for event in new_events]
+        last_seq = await self.store.append(
+            self.claim, self.state.last_seq, encoded, take=take, next_state=next_state
+        )
+        first = self.state.last_seq + 1
+        logged = [LoggedEvent(first + i, event) for i, event in enumerate(new_events)]
+        self.state = fold(logged, self.state)
+        assert self.state.last_seq == last_seq, (self.state.last_seq, last_seq)
+        if self.state.last_seq - self.snapshot_seq >= self.runner.snapshot_every:
+            await save_snapshot(self.store, self.task_id, self.version, self.state)
+            self.snapshot_seq = self.state.last_seq
+
+    async def settle(self, prefix: list[ev.Event], action: EndTurn | FinishTask) -> None:
+        """Append the end of a turn and, when that ends a one-shot task, its finish too."""
+        pending = list(prefix)
+        finish: FinishTask | None = action if isinstance(action, FinishTask) else None
+        if isinstance(action, EndTurn):
+            pending.append(ev.TurnEnded(action.outcome, action.answer, action.error))  # type: ignore[arg-type]
+            first = self.state.last_seq + 1
+            after = fold([LoggedEvent(first + i, e) for i, e in enumerate(pending)], self.state)
+            following = next_action(after)
+            finish = following if isinstance(following, FinishTask) else None
+        next_state: NextState = Continue()
+        if finish is not None:
+            pending.append(ev.TaskFinished(finish.status, finish.answer, finish.error))  # type: ignore[arg-type]
+            next_state = Finish(TaskStatus(finish.status))
+        await self.append(pending, next_state=next_state)
+
+    # --- steps ------------------------------------------------------------------------
+
+    async def _take_message(self) -> bool:
+        inbox = await self.store.read_inbox(self.task_id)
+        for entry in inbox:
+            if entry.id not in self.state.taken_inbox:
+                text = entry.payload["text"] if isinstance(entry.payload, dict) else entry.payload
+                await self.append([ev.MessageTaken(entry.id, str(text))], take=[entry.id])
+                return True
+        return False
+
+    async def _call_model(self) -> None:
+        config = self.state.config
+        assert config is not None
+        try:
+            provider, model_name = self.runner.providers.provider_for(config.model)
+        except NoetaError as error:
+            await self.settle([], EndTurn("failed", error=f"llm_error: {error}"))
+            return
+        tool_specs = tuple(
+            spec_of(self.runner.tools[name]) for name in config.tools if name in self.runner.tools
+        )
+        body = provider.encode_request(build_request(self.state, model_name, tool_specs))
+        await self.append([ev.ModelCalled(hashlib.sha256(body).hexdigest())])
+        try:
+            reply = await send_with_retries(provider, body, self.runner.sleep)
+        except ModelCallFailed as failed:
+            closed = ev.ModelFailed(str(failed.error), failed.attempts)
+            await self.settle([closed], EndTurn("failed", error=f"llm_error: {failed.error}"))
+            return
+        await self.append(
+            [
+                ev.ModelReplied(
+                    reply.content,
+                    reply.stop_reason,
+                    reply.usage,
+                    reply.provider_stop_reason,
+                    reply.response_id,
+                )
+            ]
+        )
+
+    async def _give_up_on_unreadable(self, reason: str) -> bool:
+        # The fold stopped early: the log's real end is in the task row.
+        record = await self.store.get_task(self.task_id)
+        last_seq = record.last_seq if record else self.state.last_seq
+        attempts = self.runner.load_attempts.failed(self.task_id, last_seq)
+        log.warning(
+            "task %s: cannot load its log (%s), claim %d of %d",
+            self.task_id,
+            reason,
+            attempts,
+            LOAD_ATTEMPTS,
+        )
+        if attempts < LOAD_ATTEMPTS:
+            return False
+        finish = ev.TaskFinished("failed", error=f"unreadable_log: {reason}")
+        encoded = [NewEvent(*ev.encode(finish))]
+        await self.store.append(self.claim, last_seq, encoded, next_state=Finish(TaskStatus.FAILED))
+        self.runner.load_attempts.forget(self.task_id)
+        return True
+
+
+def _describe(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"[:2000]

@@ -1,0 +1,64 @@
+"""The tool port: what a tool declares and how it is run, recovered and keyed.
+
+`ctx.idempotency_key` is `<task id>:<call id>`, the same on every worker and attempt, so a
+tool can hand it to systems that drop duplicates, or use it to find what a half-done call
+did (`recover`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from noeta.core.model import ToolSpec
+from noeta.core.payload import JSONValue
+
+# A retry_safe call interrupted by crashes is started at most this many times in total.
+MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFlags:
+    retry_safe: bool = False  # re-running changes nothing outside the call
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    task_id: str
+    call_id: str
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.task_id}:{self.call_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    content: str
+    is_error: bool = False
+
+
+class Tool(Protocol):
+    name: str
+    description: str
+    input_schema: dict[str, JSONValue]
+    flags: ToolFlags
+
+    async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput: ...
+
+
+@runtime_checkable
+class RecoverableTool(Protocol):
+    """A tool that can find out what a half-done call did."""
+
+    async def recover(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput | None: ...
+
+
+def spec_of(tool: Tool) -> ToolSpec:
+    return ToolSpec(tool.name, tool.description, tool.input_schema)
+
+
+OUTCOME_UNKNOWN = (
+    "Interrupted before its result was recorded, so its outcome is unknown: it may have "
+    "taken full, partial or no effect. Verify its effect before running it again."
+)

@@ -1,0 +1,1 @@
+"""Processes that run tasks: the claim loop, lease renewal, lost claims."""

@@ -1,0 +1,76 @@
+"""The event encoding: exact round trips, and the unknown-event path for newer versions."""
+
+from __future__ import annotations
+
+import pytest
+
+from noeta.core import payload, snapshot
+from noeta.core.events import (
+    EVENT_TYPES,
+    MessageTaken,
+    ModelCalled,
+    ModelFailed,
+    ModelReplied,
+    TaskCreated,
+    TaskFinished,
+    ToolFinished,
+    ToolStarted,
+    TurnEnded,
+    UnknownEvent,
+    decode,
+    encode,
+)
+from noeta.core.fold import LoggedEvent, fold
+from noeta.core.model import Text, ToolCall, Usage
+
+EXAMPLES = [
+    TaskCreated("scripted:x.yaml", "prompt \x00 with NUL", True, "system", 100, ("Bash", "Read")),
+    MessageTaken(3, "lone \udc80 surrogate"),
+    ModelCalled("ab" * 32),
+    ModelReplied(
+        (Text("let me"), ToolCall("c1", "Bash", {"command": "ls", "n": [1, 2.5, None]})),
+        "tool_use",
+        Usage(1, 2, 3, 4),
+        "tool_use",
+        "msg_1",
+    ),
+    ModelFailed("HTTP 401: invalid x-api-key", 1),
+    ToolStarted("c1", "Bash", {"command": "ls"}),
+    ToolFinished("c1", "out", False, "rerun"),
+    TurnEnded("failed", "", "llm_error: x"),
+    TaskFinished("done", "4", ""),
+]
+
+
+def test_every_event_type_has_an_example() -> None:
+    assert {type(example).__name__ for example in EXAMPLES} == set(EVENT_TYPES)
+
+
+@pytest.mark.parametrize("event", EXAMPLES, ids=lambda e: type(e).__name__)
+def test_events_round_trip_exactly_through_the_stored_form(event: object) -> None:
+    event_type, data = encode(event)  # type: ignore[arg-type]
+    stored = payload.decode(payload.encode(data))
+    assert decode(event_type, stored) == event
+
+
+def test_an_unknown_type_is_left_for_a_newer_version() -> None:
+    assert decode("Telepathy", {"v": 1}) == UnknownEvent("Telepathy", 1)
+
+
+def test_a_newer_encoding_of_a_known_type_is_left_for_a_newer_version() -> None:
+    assert decode("ModelCalled", {"v": 2, "request_sha256": "x"}) == UnknownEvent("ModelCalled", 2)
+
+
+@pytest.mark.parametrize(
+    "data", [None, [], {"request_sha256": "x"}, {"v": 1}, {"v": "1", "request_sha256": "x"}]
+)
+def test_malformed_data_of_a_known_type_is_an_error(data: object) -> None:
+    with pytest.raises(ValueError):
+        decode("ModelCalled", data)  # type: ignore[arg-type]
+
+
+def test_a_snapshot_round_trips_the_folded_state() -> None:
+    logged = [LoggedEvent(seq, event) for seq, event in enumerate(EXAMPLES[:7], start=1)]
+    state = fold(logged)
+    assert state.messages and state.started == () and state.taken_inbox == frozenset({3})
+    assert snapshot.load(snapshot.dump(state)) == state
