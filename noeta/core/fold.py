@@ -6,8 +6,9 @@ ModelCalled without a reply, or a ToolStarted without a finish, learns it here.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import assert_never
 
 from noeta.core.events import (
@@ -68,129 +69,150 @@ class TaskState:
         return dict(self.started).get(call_id, 0)
 
 
-@dataclass
 class _Folding:
-    """The mutable builder behind `fold`: linear in the log's length."""
+    """The mutable builder behind `fold`: every event costs O(1), so a fold is linear."""
 
-    state: TaskState
-    messages: list[Message] = field(default_factory=list)
-    started: dict[str, int] = field(default_factory=dict)
-    results: list[ToolResult] = field(default_factory=list)
-    taken: set[int] = field(default_factory=set)
+    # TaskState's scalar fields, copied in and out by name (see _SCALARS).
+    config: TaskCreated | None
+    last_seq: int
+    turn: int
+    turn_open: bool
+    model_attempts: int
+    replies: int
+    truncated_in_row: int
+    empty_in_row: int
+    internal_errors_in_row: int
+    last_answer: str
+    last_turn_outcome: str
+    last_turn_error: str
+    finished: str
+    newer_event: str
+    unreadable: str
+
+    def __init__(self, start: TaskState) -> None:
+        for name in _SCALARS:
+            setattr(self, name, getattr(start, name))
+        self.messages = list(start.messages)
+        self.calls = start.calls
+        self.started = dict(start.started)
+        self.results = list(start.results)
+        self.taken = set(start.taken_inbox)
+
+    def state(self) -> TaskState:
+        scalars = {name: getattr(self, name) for name in _SCALARS}
+        return TaskState(
+            **scalars,
+            messages=tuple(self.messages),
+            calls=self.calls,
+            started=tuple(self.started.items()),
+            results=tuple(self.results),
+            taken_inbox=frozenset(self.taken),
+        )
+
+
+_COLLECTIONS = {"messages", "calls", "started", "results", "taken_inbox"}
+_SCALARS = tuple(name for name in TaskState.__dataclass_fields__ if name not in _COLLECTIONS)
+assert set(_SCALARS) == set(_Folding.__annotations__), "_Folding must mirror TaskState"
 
 
 def fold(events: Iterable[LoggedEvent], start: TaskState | None = None) -> TaskState:
     """Fold `events` (in seq order, following `start` if given) into a state."""
-    base = start or TaskState()
-    folding = _Folding(
-        state=base,
-        messages=list(base.messages),
-        started=dict(base.started),
-        results=list(base.results),
-        taken=set(base.taken_inbox),
-    )
-    for logged in events:
-        if folding.state.newer_event or folding.state.unreadable:
-            break
-        if logged.seq != folding.state.last_seq + 1:
-            folding.state = replace(
-                folding.state,
-                unreadable=f"the log jumps from seq {folding.state.last_seq} to {logged.seq}",
-            )
-            break
-        folding.state = replace(folding.state, last_seq=logged.seq)
-        _apply(folding, logged.event)
-    return replace(
-        folding.state,
-        messages=tuple(folding.messages),
-        started=tuple(folding.started.items()),
-        results=tuple(folding.results),
-        taken_inbox=frozenset(folding.taken),
-    )
+    f = _Folding(start or TaskState())
+    # A long log makes many small objects and no cycles: without this pause the cyclic
+    # GC rescans the growing conversation again and again, and folding stops being linear.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for logged in events:
+            if f.newer_event or f.unreadable:
+                break
+            if logged.seq != f.last_seq + 1:
+                f.unreadable = f"the log jumps from seq {f.last_seq} to {logged.seq}"
+                break
+            f.last_seq = logged.seq
+            _apply(f, logged.event)
+        return f.state()
+    finally:
+        if collecting:
+            gc.enable()
 
 
-def _apply(folding: _Folding, event: Event | UnknownEvent) -> None:
-    state = folding.state
+def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
+    """One event's effect on the builder."""
     match event:
         case UnknownEvent(type=event_type):
-            folding.state = replace(state, newer_event=event_type)
+            f.newer_event = event_type
         case TaskCreated(prompt=prompt):
-            folding.state = replace(state, config=event)
+            f.config = event
             if prompt:
-                _open_turn(folding, prompt)
+                _open_turn(f, prompt)
         case MessageTaken(inbox_id=inbox_id, text=text):
-            folding.taken.add(inbox_id)
-            _open_turn(folding, text)
+            f.taken.add(inbox_id)
+            _open_turn(f, text)
         case ModelCalled():
-            folding.state = replace(state, model_attempts=state.model_attempts + 1)
+            f.model_attempts += 1
         case ModelReplied():
-            _take_reply(folding, event)
+            _take_reply(f, event)
         case ModelFailed():
-            folding.state = replace(state, model_attempts=0)
+            f.model_attempts = 0
         case ToolStarted(call_id=call_id):
-            folding.started[call_id] = folding.started.get(call_id, 0) + 1
+            f.started[call_id] = f.started.get(call_id, 0) + 1
         case ToolFinished(call_id=call_id, content=content, is_error=is_error):
-            folding.started.pop(call_id, None)
-            folding.results.append(ToolResult(call_id, content, is_error))
-            if len(folding.results) == len(state.calls):
-                _hand_results_to_model(folding)
+            f.started.pop(call_id, None)
+            f.results.append(ToolResult(call_id, content, is_error))
+            if len(f.results) == len(f.calls):
+                _hand_results_to_model(f)
         case TurnEnded(outcome=outcome, answer=answer, error=error):
             internal = error.startswith("internal_error")
-            folding.state = replace(
-                state,
-                turn_open=False,
-                model_attempts=0,
-                truncated_in_row=0,
-                empty_in_row=0,
-                calls=(),
-                internal_errors_in_row=state.internal_errors_in_row + 1 if internal else 0,
-                last_answer=answer,
-                last_turn_outcome=outcome,
-                last_turn_error=error,
-            )
-            folding.started.clear()
-            folding.results.clear()
+            f.turn_open = False
+            f.model_attempts = f.truncated_in_row = f.empty_in_row = 0
+            f.calls = ()
+            f.internal_errors_in_row = f.internal_errors_in_row + 1 if internal else 0
+            f.last_answer, f.last_turn_outcome, f.last_turn_error = answer, outcome, error
+            f.started.clear()
+            f.results.clear()
         case TaskFinished(status=status):
-            folding.state = replace(state, finished=status, turn_open=False)
+            f.finished = status
+            f.turn_open = False
         case _:
             assert_never(event)
 
 
-def _open_turn(folding: _Folding, text: str) -> None:
-    folding.messages.append(Message("user", (Text(text),)))
-    folding.state = replace(folding.state, turn=folding.state.turn + 1, turn_open=True)
+def _open_turn(f: _Folding, text: str) -> None:
+    f.messages.append(Message("user", (Text(text),)))
+    f.turn += 1
+    f.turn_open = True
 
 
-def _take_reply(folding: _Folding, reply: ModelReplied) -> None:
-    state = replace(folding.state, model_attempts=0, replies=folding.state.replies + 1)
+def _take_reply(f: _Folding, reply: ModelReplied) -> None:
+    f.model_attempts = 0
+    f.replies += 1
     texts = tuple(block for block in reply.content if isinstance(block, Text) and block.text)
     calls = tuple(block for block in reply.content if isinstance(block, ToolCall))
     if reply.stop_reason == "max_tokens":
         # A cut-off reply's tool calls may be incomplete: keep its text, ask to go on.
         if texts:
-            folding.messages.append(Message("assistant", texts))
-        folding.messages.append(Message("user", (Text(CONTINUE_AFTER_TRUNCATION),)))
-        folding.state = replace(state, truncated_in_row=state.truncated_in_row + 1, calls=())
+            f.messages.append(Message("assistant", texts))
+        f.messages.append(Message("user", (Text(CONTINUE_AFTER_TRUNCATION),)))
+        f.truncated_in_row += 1
+        f.calls = ()
         return
     if not texts and not calls:
         # Nothing to keep: an empty assistant message is not a valid request either.
-        folding.state = replace(state, empty_in_row=state.empty_in_row + 1, calls=())
+        f.empty_in_row += 1
+        f.calls = ()
         return
-    folding.messages.append(Message("assistant", texts + calls))
-    folding.results.clear()
-    folding.state = replace(
-        state,
-        truncated_in_row=0,
-        empty_in_row=0,
-        calls=calls,
-        last_answer="\n".join(block.text for block in texts),
-    )
+    f.messages.append(Message("assistant", texts + calls))
+    f.results.clear()
+    f.truncated_in_row = f.empty_in_row = 0
+    f.calls = calls
+    f.last_answer = "\n".join(block.text for block in texts)
 
 
-def _hand_results_to_model(folding: _Folding) -> None:
+def _hand_results_to_model(f: _Folding) -> None:
     """Every call of the reply is settled: its results go back to the model, in call order."""
-    order = {call.id: index for index, call in enumerate(folding.state.calls)}
-    results = sorted(folding.results, key=lambda result: order.get(result.call_id, len(order)))
-    folding.messages.append(Message("user", tuple(results)))
-    folding.results.clear()
-    folding.state = replace(folding.state, calls=())
+    order = {call.id: index for index, call in enumerate(f.calls)}
+    results = sorted(f.results, key=lambda result: order.get(result.call_id, len(order)))
+    f.messages.append(Message("user", tuple(results)))
+    f.results.clear()
+    f.calls = ()

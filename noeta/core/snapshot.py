@@ -2,23 +2,32 @@
 
 A snapshot is only ever read by code of the same version (`version_of`), so this format
 needs no compatibility rules: another version ignores it and folds from the start.
+The format is marshal of plain values, compressed, behind a checksum: ten times faster
+to load than JSON, and unlike pickle it never runs code (ADR-002).
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import marshal
+import sys
+import zlib
 from typing import Any
 
-from noeta.core import payload
 from noeta.core.events import TaskCreated, decode, encode
 from noeta.core.fold import TaskState
 from noeta.core.model import Message, Text, ToolCall, ToolResult
-from noeta.core.payload import JSONValue
+
+MARSHAL_VERSION = 4
+FORMAT = b"noeta-snapshot-1\n"
 
 
 def version_of(*parts: str) -> str:
     """A snapshot version from everything that decides the fold (code, agent, plugin pins)."""
     digest = hashlib.sha256()
+    # marshal's format may differ between Python versions: a snapshot is theirs alone.
+    digest.update(f"{sys.version_info[:2]}-{MARSHAL_VERSION}".encode())
     for part in parts:
         digest.update(part.encode("utf-8", "surrogatepass"))
         digest.update(b"\x00")
@@ -26,82 +35,96 @@ def version_of(*parts: str) -> str:
 
 
 def dump(state: TaskState) -> bytes:
-    config: JSONValue = None
-    if state.config is not None:
-        config = encode(state.config)[1]
-    document: dict[str, JSONValue] = {
-        "config": config,
-        "last_seq": state.last_seq,
-        "messages": [_message(m) for m in state.messages],
-        "turn": state.turn,
-        "turn_open": state.turn_open,
-        "model_attempts": state.model_attempts,
-        "replies": state.replies,
-        "truncated_in_row": state.truncated_in_row,
-        "empty_in_row": state.empty_in_row,
-        "internal_errors_in_row": state.internal_errors_in_row,
-        "calls": [_block(c) for c in state.calls],
-        "started": [[call_id, starts] for call_id, starts in state.started],
-        "results": [_block(r) for r in state.results],
-        "last_answer": state.last_answer,
-        "last_turn_outcome": state.last_turn_outcome,
-        "last_turn_error": state.last_turn_error,
-        "finished": state.finished,
-        "taken_inbox": list[JSONValue](sorted(state.taken_inbox)),
-    }
-    return payload.encode(document).encode("ascii")
+    config = None if state.config is None else encode(state.config)[1]
+    scalars = tuple(getattr(state, name) for name in _SCALARS)
+    document = (
+        config,
+        scalars,
+        tuple((m.role, tuple(_block(b) for b in m.content)) for m in state.messages),
+        tuple(_block(call) for call in state.calls),
+        state.started,
+        tuple(_block(result) for result in state.results),
+        tuple(sorted(state.taken_inbox)),
+    )
+    compressed = zlib.compress(marshal.dumps(document, MARSHAL_VERSION), 1)
+    return FORMAT + hashlib.sha256(compressed).digest() + compressed
 
 
 def load(data: bytes) -> TaskState:
-    document: Any = payload.decode(data.decode("ascii"))
-    config = None
-    if document["config"] is not None:
-        decoded = decode("TaskCreated", document["config"])
-        assert isinstance(decoded, TaskCreated)
-        config = decoded
-    return TaskState(
-        config=config,
-        last_seq=document["last_seq"],
-        messages=tuple(
-            Message(m["role"], tuple(_from_block(b) for b in m["content"]))
-            for m in document["messages"]
-        ),
-        turn=document["turn"],
-        turn_open=document["turn_open"],
-        model_attempts=document["model_attempts"],
-        replies=document["replies"],
-        truncated_in_row=document["truncated_in_row"],
-        empty_in_row=document["empty_in_row"],
-        internal_errors_in_row=document["internal_errors_in_row"],
-        calls=tuple(_from_block(c) for c in document["calls"]),  # type: ignore[misc]
-        started=tuple((call_id, starts) for call_id, starts in document["started"]),
-        results=tuple(_from_block(r) for r in document["results"]),  # type: ignore[misc]
-        last_answer=document["last_answer"],
-        last_turn_outcome=document["last_turn_outcome"],
-        last_turn_error=document["last_turn_error"],
-        finished=document["finished"],
-        taken_inbox=frozenset(document["taken_inbox"]),
-    )
+    """The state a snapshot holds; ValueError if it is not one this code wrote, intact."""
+    if not data.startswith(FORMAT):
+        raise ValueError("not a snapshot of this format")
+    digest, compressed = data[len(FORMAT) : len(FORMAT) + 32], data[len(FORMAT) + 32 :]
+    if hashlib.sha256(compressed).digest() != digest:
+        raise ValueError("the snapshot is corrupt (checksum mismatch)")
+    # Tens of thousands of small objects: the cyclic GC would rescan them over and over.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        config, scalars, messages, calls, started, results, taken = marshal.loads(
+            zlib.decompress(compressed)
+        )
+        block = _from_block
+        text, call, result = Text, ToolCall, ToolResult
+        # Inlined rather than calling _from_block: this loop is most of a resume's cost.
+        conversation = tuple(
+            [
+                Message(
+                    role,
+                    tuple(
+                        [
+                            text(b[1])
+                            if b[0] == 0
+                            else call(b[1], b[2], b[3])
+                            if b[0] == 1
+                            else result(b[1], b[2], b[3])
+                            for b in blocks
+                        ]
+                    ),
+                )
+                for role, blocks in messages
+            ]
+        )
+        state = TaskState(
+            config=None if config is None else _config(config),
+            messages=conversation,
+            calls=tuple(map(block, calls)),  # type: ignore[arg-type]
+            started=tuple(started),
+            results=tuple(map(block, results)),  # type: ignore[arg-type]
+            taken_inbox=frozenset(taken),
+            **dict(zip(_SCALARS, scalars, strict=True)),
+        )
+    finally:
+        if collecting:
+            gc.enable()
+    return state
 
 
-def _message(message: Message) -> JSONValue:
-    return {"role": message.role, "content": [_block(b) for b in message.content]}
+_COLLECTIONS = ("config", "messages", "calls", "started", "results", "taken_inbox")
+_SCALARS = tuple(name for name in TaskState.__dataclass_fields__ if name not in _COLLECTIONS)
 
 
-def _block(block: Text | ToolCall | ToolResult) -> JSONValue:
+def _config(data: Any) -> TaskCreated:
+    decoded = decode("TaskCreated", data)
+    if not isinstance(decoded, TaskCreated):
+        raise ValueError("the snapshot's configuration is not a TaskCreated")
+    return decoded
+
+
+def _block(block: Text | ToolCall | ToolResult) -> tuple[Any, ...]:
     match block:
         case Text(text=text):
-            return {"t": "text", "text": text}
+            return (0, text)
         case ToolCall(id=call_id, name=name, input=input):
-            return {"t": "call", "id": call_id, "name": name, "input": input}
+            return (1, call_id, name, input)
         case ToolResult(call_id=call_id, content=content, is_error=is_error):
-            return {"t": "result", "id": call_id, "content": content, "error": is_error}
+            return (2, call_id, content, is_error)
 
 
-def _from_block(block: Any) -> Text | ToolCall | ToolResult:
-    kind = block["t"]
-    if kind == "text":
-        return Text(block["text"])
-    if kind == "call":
-        return ToolCall(block["id"], block["name"], block["input"])
-    return ToolResult(block["id"], block["content"], block["error"])
+def _from_block(block: tuple[Any, ...]) -> Text | ToolCall | ToolResult:
+    kind = block[0]
+    if kind == 0:
+        return Text(block[1])
+    if kind == 1:
+        return ToolCall(block[1], block[2], block[3])
+    return ToolResult(block[1], block[2], block[3])

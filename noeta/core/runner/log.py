@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -39,7 +40,7 @@ async def load_state(store: Store, task_id: str, version: str) -> TaskState:
     if found is not None:
         try:
             start = snapshot.load(found.data)
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError, EOFError, zlib.error) as error:
             log.warning("task %s: ignoring an unreadable snapshot: %s", task_id, error)
     stored = await store.read_log(task_id, after_seq=start.last_seq if start else 0)
     logged, problem = to_logged(stored)
