@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import socket
+import sys
 import uuid
 from typing import Any
 
@@ -30,15 +31,33 @@ RUN_LEASE_SECONDS = 30.0
     help="anthropic:MODEL, openai:MODEL or scripted:FILE.",
 )
 @click.option("--id", "task_id", default=None, help="The task's id (default: a new one).")
+@click.option(
+    "--lease",
+    "lease_seconds",
+    type=float,
+    default=RUN_LEASE_SECONDS,
+    show_default=True,
+    help="Seconds this process holds the task without renewing it.",
+)
 @store_option
-def run(prompt: str, model: str, task_id: str | None, store: str | None) -> None:
-    """Run a one-shot task in this process until it ends; print its answer."""
+def run(
+    prompt: str, model: str, task_id: str | None, lease_seconds: float, store: str | None
+) -> None:
+    """Run a one-shot task in this process until it ends; print its answer.
+
+    PROMPT `-` reads the prompt from standard input.
+    """
+    if prompt == "-":
+        prompt = sys.stdin.read()
     if len(prompt) > MAX_PROMPT_CHARS:
         raise ConfigError(
             f"the prompt is {len(prompt)} characters; the limit is {MAX_PROMPT_CHARS}"
         )
+    from noeta.core.store import check_lease
+
+    check_lease(lease_seconds)
     task_id = task_id or uuid.uuid4().hex[:12]
-    status, answer, error = asyncio.run(_run(prompt, model, task_id, store))
+    status, answer, error = asyncio.run(_run(prompt, model, task_id, lease_seconds, store))
     if answer:
         click.echo(answer)
     click.echo(f"task {task_id}: {status}" + (f" ({error})" if error else ""), err=True)
@@ -46,7 +65,9 @@ def run(prompt: str, model: str, task_id: str | None, store: str | None) -> None
         raise SystemExit(1)
 
 
-async def _run(prompt: str, model: str, task_id: str, url: str | None) -> tuple[str, str, str]:
+async def _run(
+    prompt: str, model: str, task_id: str, lease: float, url: str | None
+) -> tuple[str, str, str]:
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import open_store
     from noeta.core import events
@@ -62,7 +83,7 @@ async def _run(prompt: str, model: str, task_id: str, url: str | None) -> tuple[
         if not await store.create_task(NewTask(task_id, [NewEvent(*events.encode(created))])):
             raise ConfigError(f"a task with id {task_id!r} exists already")
         worker = f"run-{socket.gethostname()}-{os.getpid()}"
-        claim = await store.claim_task(worker, task_id, RUN_LEASE_SECONDS)
+        claim = await store.claim_task(worker, task_id, lease)
         if claim is None:
             raise NoetaError(f"task {task_id} was claimed by a worker before this process")
         runner_task = asyncio.ensure_future(TaskRunner(store, providers).run(claim))
@@ -70,7 +91,7 @@ async def _run(prompt: str, model: str, task_id: str, url: str | None) -> tuple[
         def stop_running(lost: object) -> None:
             runner_task.cancel()
 
-        renewer = Renewer(store, RUN_LEASE_SECONDS, stop_running)
+        renewer = Renewer(store, lease, stop_running)
         renewer.add(claim)
         renewing = asyncio.ensure_future(renewer.run())
         try:

@@ -1,0 +1,142 @@
+"""`noeta run` and `noeta show` as a user runs them, and their bad inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "hello.yaml"
+
+
+def noeta(
+    *arguments: str, store: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "noeta", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        input=stdin,
+        env={**environment, "NOETA_STORE": store, **(env or {})},
+        check=False,
+    )
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'noeta.db'}"
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("noeta: error: "), result.stderr
+    return lines[0]
+
+
+def test_run_prints_the_answer_and_show_prints_the_log(sqlite_store: str) -> None:
+    result = noeta(
+        "run",
+        "What does noeta guarantee?",
+        "--model",
+        f"scripted:{EXAMPLE}",
+        "--id",
+        "demo",
+        store=sqlite_store,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "exactly one writer" in result.stdout
+    assert result.stderr.strip() == "task demo: done"
+    shown = noeta("show", "demo", store=sqlite_store)
+    assert shown.returncode == 0
+    assert "done" in shown.stdout.splitlines()[0]
+    assert [line.split()[2] for line in shown.stdout.splitlines()[1:]] == [
+        "TaskCreated",
+        "ModelCalled",
+        "ModelReplied",
+        "TurnEnded",
+        "TaskFinished",
+    ]
+    document = json.loads(noeta("show", "demo", "--json", store=sqlite_store).stdout)
+    assert document["task"]["status"] == "done" and len(document["log"]) == 5
+
+
+def test_a_failed_task_exits_non_zero(sqlite_store: str, tmp_path: Path) -> None:
+    script = tmp_path / "s.yaml"
+    script.write_text("replies:\n  - text: x\n    fail_first: [{status: 401, message: nope}]\n")
+    result = noeta("run", "hi", "--model", f"scripted:{script}", "--id", "f", store=sqlite_store)
+    assert result.returncode == 1
+    assert "task f: failed (llm_error: nope (HTTP 401))" in result.stderr
+
+
+def test_the_prompt_can_come_from_stdin(sqlite_store: str) -> None:
+    result = noeta(
+        "run",
+        "-",
+        "--model",
+        f"scripted:{EXAMPLE}",
+        store=sqlite_store,
+        stdin="a prompt\nover lines",
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("nope:x", "unknown model spec 'nope:x'"),
+        ("claude", "unknown model spec 'claude'"),
+        ("anthropic:claude-x", "ANTHROPIC_API_KEY is not set"),
+        ("openai:gpt-x", "OPENAI_API_KEY is not set"),
+        ("scripted:/no/such/file.yaml", "cannot read the model script"),
+    ],
+)
+def test_bad_model_specs_are_one_line_and_write_nothing(
+    sqlite_store: str, model: str, expected: str
+) -> None:
+    line = one_line_error(noeta("run", "hi", "--model", model, "--id", "x", store=sqlite_store))
+    assert expected in line
+    assert one_line_error(noeta("show", "x", store=sqlite_store)).endswith("no task with id 'x'")
+
+
+def test_a_malformed_script_names_the_line(sqlite_store: str, tmp_path: Path) -> None:
+    script = tmp_path / "bad.yaml"
+    script.write_text("replies:\n  - text: ok\n  - text: [unclosed\n")
+    line = one_line_error(noeta("run", "hi", "--model", f"scripted:{script}", store=sqlite_store))
+    assert f"{script}, line 4" in line
+    script.write_text("replies:\n  - text: ok\n  - tool_calls: [{input: {}}]\n")
+    line = one_line_error(noeta("run", "hi", "--model", f"scripted:{script}", store=sqlite_store))
+    assert f"{script}, line 3: tool call 1 needs a name" in line
+
+
+def test_a_ten_megabyte_prompt_is_refused_before_anything_is_written(sqlite_store: str) -> None:
+    result = noeta(
+        "run",
+        "-",
+        "--model",
+        f"scripted:{EXAMPLE}",
+        "--id",
+        "big",
+        store=sqlite_store,
+        stdin="x" * (10 * 1024 * 1024),
+    )
+    assert "the limit is 1000000" in one_line_error(result)
+    assert one_line_error(noeta("show", "big", store=sqlite_store))
+
+
+@pytest.mark.parametrize("lease", ["0", "-1", "inf"])
+def test_a_lease_that_is_not_positive_is_refused(sqlite_store: str, lease: str) -> None:
+    result = noeta(
+        "run", "hi", "--model", f"scripted:{EXAMPLE}", "--lease", lease, store=sqlite_store
+    )
+    assert "a lease must be a positive number of seconds" in one_line_error(result)

@@ -1,0 +1,152 @@
+"""Tasks end to end with each HTTP provider against its local fake server, on both stores;
+and the byte-identical re-send after the process is really killed mid-call."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from noeta.backends.models.anthropic import AnthropicProvider
+from noeta.backends.models.openai import OpenAIProvider
+from noeta.backends.stores import open_store
+from noeta.core import events
+from noeta.core.model import Provider, ToolCall
+from noeta.core.runner.task import TaskRunner
+from noeta.core.store import NewEvent, NewTask, Store
+from noeta.testing.fake_providers import FakeAnthropic, FakeOpenAI, HttpError, Reply, Stall
+
+from .test_runner import Echo, Sleeps
+
+API_KEY = "sk-test-not-a-real-key-0123456789"
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[Store]:
+    store = await open_store(store_url, migrate=True)
+    yield store
+    await store.close()
+
+
+@pytest.fixture(params=["anthropic", "openai"])
+def fake(request: pytest.FixtureRequest) -> Iterator[tuple[str, FakeAnthropic | FakeOpenAI]]:
+    server = FakeAnthropic() if request.param == "anthropic" else FakeOpenAI()
+    with server:
+        yield request.param, server
+
+
+class Registry:
+    def __init__(self, provider: Provider) -> None:
+        self.provider = provider
+
+    def provider_for(self, spec: str) -> tuple[Provider, str]:
+        return self.provider, spec.split(":", 1)[1]
+
+
+def provider(kind: str, base_url: str) -> Provider:
+    if kind == "anthropic":
+        return AnthropicProvider(API_KEY, base_url=base_url, timeout_seconds=10)
+    return OpenAIProvider(API_KEY, base_url=base_url, timeout_seconds=10)
+
+
+async def test_a_task_with_a_tool_call_runs_end_to_end(
+    store: Store, fake: tuple[str, FakeAnthropic | FakeOpenAI]
+) -> None:
+    kind, server = fake
+    server.script(
+        HttpError(429, retry_after="0"),
+        Reply(text="Checking.", tool_calls=(ToolCall("call_1", "Echo", {"text": "hi"}),)),
+        Reply(text="It said hi.", cache_read_tokens=7),
+    )
+    created = events.TaskCreated(model=f"{kind}:test-model", prompt="say hi", tools=("Echo",))
+    await store.create_task(NewTask("t", [NewEvent(*events.encode(created))]))
+    claim = await store.claim_task("w", "t", 60)
+    assert claim is not None
+    echo = Echo()
+    chosen = provider(kind, server.base_url)
+    try:
+        runner = TaskRunner(store, Registry(chosen), {"Echo": echo}, sleep=Sleeps())
+        result = await runner.run(claim)
+    finally:
+        await chosen.close()
+    assert (result.state.finished, result.state.last_answer) == ("done", "It said hi.")
+    assert echo.runs == ["t:call_1"]
+    assert len(server.requests) == 3  # the 429, then two calls
+    replies = [e.data for e in await store.read_log("t") if e.type == "ModelReplied"]
+    assert replies[-1]["usage"]["cache_read_tokens"] == 7  # type: ignore[index]
+    for event in await store.read_log("t"):
+        assert API_KEY not in str(event.data)
+
+
+async def test_the_request_resent_after_a_kill_is_byte_identical(
+    postgres_url: str, fake: tuple[str, FakeAnthropic | FakeOpenAI]
+) -> None:
+    kind, server = fake
+    server.script(Stall(), Reply(text="4"))
+    env = {**os.environ, "NOETA_STORE": postgres_url}
+    if kind == "anthropic":
+        env |= {"ANTHROPIC_API_KEY": API_KEY, "ANTHROPIC_BASE_URL": server.base_url}
+    else:
+        env |= {"OPENAI_API_KEY": API_KEY, "OPENAI_BASE_URL": server.base_url}
+    store = await open_store(postgres_url, migrate=True)
+    child = subprocess.Popen(  # noqa: ASYNC220 - killed below, never waited on blocking
+        [
+            sys.executable,
+            "-m",
+            "noeta",
+            "run",
+            "2+2?",
+            "--model",
+            f"{kind}:test-model",
+            "--id",
+            "k",
+            "--lease",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        await until(lambda: len(server.requests) == 1, "the first request to arrive")
+        child.send_signal(signal.SIGKILL)  # dead between ModelCalled and ModelReplied
+        await asyncio.to_thread(child.wait, 30)
+        log = await store.read_log("k")
+        assert [e.type for e in log] == ["TaskCreated", "ModelCalled"]
+
+        claim = None
+        while claim is None:  # the dead process's lease runs out on the database clock
+            claim = await store.claim_task("w2", "k", 60)
+            await asyncio.sleep(0.05)
+        chosen = provider(kind, server.base_url)
+        try:
+            result = await TaskRunner(store, Registry(chosen), sleep=Sleeps()).run(claim)
+        finally:
+            await chosen.close()
+        assert (result.state.finished, result.state.last_answer) == ("done", "4")
+        first, second = server.requests[0], server.requests[1]
+        assert first.body == second.body
+        called = [
+            e.data["request_sha256"]
+            for e in await store.read_log("k")  # type: ignore[index]
+            if e.type == "ModelCalled"
+        ]
+        assert len(called) == 2 and called[0] == called[1]
+    finally:
+        if child.poll() is None:
+            child.kill()
+        await store.close()
+
+
+async def until(condition: object, what: str, within: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not condition():  # type: ignore[operator]
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
