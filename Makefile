@@ -24,8 +24,9 @@ test:  ## Run the test suite against a real PostgreSQL (embedded unless NOETA_TE
 
 check: lint test  ## Everything a commit must pass
 
-bench:  ## Store throughput and latency against pgbench (prints tables; not a test)
+bench:  ## Store throughput against pgbench, and resume time (prints tables; not a test)
 	$(BIN)/python bench/store.py
+	$(BIN)/python bench/fold.py
 
 clean:  ## Remove build leftovers
 	rm -rf build dist .mypy_cache .pytest_cache .ruff_cache
