@@ -26,6 +26,8 @@ class ToolFlags:
 class ToolContext:
     task_id: str
     call_id: str
+    # The task's own folder: file tools stay inside it (empty: no file access).
+    workspace: str = ""
 
     @property
     def idempotency_key(self) -> str:
@@ -39,12 +41,22 @@ class ToolOutput:
 
 
 class Tool(Protocol):
+    """A tool the model can call. `run` may also be a plain function (it runs in a thread).
+
+    Raise `ToolError` for a failure the model should read; any other exception is also
+    reported to the model, as the tool's failure.
+    """
+
     name: str
     description: str
     input_schema: dict[str, JSONValue]
     flags: ToolFlags
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput: ...
+
+
+class ToolError(Exception):
+    """A tool's own, expected failure: its message is the result the model sees."""
 
 
 @runtime_checkable

@@ -8,9 +8,14 @@ unknown. Recovered calls do not pass the gates again: they were allowed when the
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 from typing import TYPE_CHECKING
 
+from jsonschema import Draft202012Validator
+
+from noeta.core import failpoints
 from noeta.core.events import ToolFinished, ToolStarted
 from noeta.core.model import ToolCall
 from noeta.core.tool import (
@@ -19,6 +24,7 @@ from noeta.core.tool import (
     RecoverableTool,
     Tool,
     ToolContext,
+    ToolError,
     ToolOutput,
 )
 
@@ -33,12 +39,15 @@ async def run_tools(run: _Run, calls: tuple[ToolCall, ...]) -> None:
     for call in calls:
         tool = run.runner.tools.get(call.name)
         started = ToolStarted(call.id, call.name, call.input)
-        if tool is None or call.name not in _enabled(run):
-            missing = ToolFinished(call.id, f"there is no tool named {call.name!r}", True)
-            await run.append([started, missing])
+        refusal = _refusal(run, tool, call)
+        if tool is None or refusal:
+            # Nothing runs: the start and its error result land together.
+            await run.append([started, ToolFinished(call.id, refusal, True)])
             continue
         await run.append([started])
+        await failpoints.hit("tool.after_started")
         output = await _execute(tool, call, _context(run, call))
+        await failpoints.hit("tool.before_finished")
         await run.append([ToolFinished(call.id, output.content, output.is_error)])
 
 
@@ -55,7 +64,9 @@ async def recover_calls(run: _Run, calls: tuple[tuple[ToolCall, int], ...]) -> N
         if tool is not None and tool.flags.retry_safe and starts < MAX_ATTEMPTS:
             log.info("task %s: re-running %s (start %d)", run.task_id, call.id, starts + 1)
             await run.append([ToolStarted(call.id, call.name, call.input)])
+            await failpoints.hit("tool.after_started")
             output = await _execute(tool, call, ctx)
+            await failpoints.hit("tool.before_finished")
             await run.append([ToolFinished(call.id, output.content, output.is_error, "rerun")])
             continue
         await run.append([ToolFinished(call.id, OUTCOME_UNKNOWN, True, "unknown")])
@@ -64,13 +75,38 @@ async def recover_calls(run: _Run, calls: tuple[tuple[ToolCall, int], ...]) -> N
 async def _execute(tool: Tool, call: ToolCall, ctx: ToolContext) -> ToolOutput:
     """A tool's own failure is its result, told to the model; not a runner bug."""
     try:
-        return await tool.run(call.input, ctx)
+        if inspect.iscoroutinefunction(tool.run):
+            return await tool.run(call.input, ctx)
+        output: ToolOutput = await asyncio.to_thread(tool.run, call.input, ctx)  # type: ignore[arg-type]
+        return output
+    except ToolError as error:
+        return ToolOutput(str(error), is_error=True)
     except Exception as error:
         return ToolOutput(f"{call.name} failed: {type(error).__name__}: {error}", is_error=True)
 
 
+def _refusal(run: _Run, tool: Tool | None, call: ToolCall) -> str:
+    """Why a call cannot run at all ("" if it can): the model reads this, nothing crashes."""
+    if tool is None or call.name not in _enabled(run):
+        return f"there is no tool named {call.name!r}"
+    validator = _validators.get(tool.name)
+    if validator is None or validator[0] is not tool.input_schema:
+        validator = (tool.input_schema, Draft202012Validator(tool.input_schema))
+        _validators[tool.name] = validator
+    problems = sorted(validator[1].iter_errors(call.input), key=lambda e: list(e.path))
+    if not problems:
+        return ""
+    first = problems[0]
+    where = "/".join(str(part) for part in first.path) or "the input"
+    return f"invalid input for {call.name}: {where}: {first.message}"
+
+
+_validators: dict[str, tuple[object, Draft202012Validator]] = {}
+
+
 def _context(run: _Run, call: ToolCall) -> ToolContext:
-    return ToolContext(task_id=run.task_id, call_id=call.id)
+    workspace = run.runner.workspace_for(run.task_id)
+    return ToolContext(task_id=run.task_id, call_id=call.id, workspace=workspace)
 
 
 def _enabled(run: _Run) -> tuple[str, ...]:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from noeta.core import events as ev
+from noeta.core import failpoints
 from noeta.core.errors import NoetaError, StoreError
 from noeta.core.fold import LoggedEvent, TaskState, fold
 from noeta.core.model import Provider
@@ -66,6 +68,13 @@ class TaskRunner:
     snapshot_every: int = 200
     load_attempts: LoadAttempts = field(default_factory=LoadAttempts)
     agent: str = ""
+    # Each task's files live in <workspaces>/<task id>; "" gives tools no file access.
+    workspaces: str = ""
+
+    def workspace_for(self, task_id: str) -> str:
+        if not self.workspaces:
+            return ""
+        return os.path.join(self.workspaces, task_id.replace("/", "_"))
 
     async def run(self, claim: Claim) -> RunResult:
         version = snapshot_version(self.agent)
@@ -187,6 +196,7 @@ class _Run:
         )
         body = provider.encode_request(build_request(self.state, model_name, tool_specs))
         await self.append([ev.ModelCalled(hashlib.sha256(body).hexdigest())])
+        await failpoints.hit("model.after_called")
         try:
             reply = await send_with_retries(provider, body, self.runner.sleep)
         except ModelCallFailed as failed:
