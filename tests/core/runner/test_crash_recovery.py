@@ -136,8 +136,6 @@ def test_a_bad_failpoint_spec_is_a_clear_error(spec: str) -> None:
         text=True,
         check=False,
     )
-    assert (
-        result.returncode != 0
-        and "NOETA_FAILPOINTS: cannot read" in result.stderr
-        or ("takes milliseconds" in result.stderr)
+    assert (result.returncode != 0 and "NOETA_FAILPOINTS: cannot read" in result.stderr) or (
+        "takes milliseconds" in result.stderr
     )
