@@ -199,9 +199,14 @@ class Continue:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Hand the task back; it is claimable at `until`, or when something is delivered."""
+    """Hand the task back; it is claimable at `until`, or when something is delivered.
+
+    With `wake_on_prefix`, only a delivery whose dedupe key starts with it wakes the task
+    (others wait in the inbox): a task waiting for one answer is not spun by chat.
+    """
 
     until: datetime | None = None
+    wake_on_prefix: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -311,6 +311,21 @@ class StoreContract:
         woken = await store.claim("w", ["default"], LEASE)
         assert woken is not None and woken.task_id == "a"
 
+    async def test_a_wait_for_one_key_is_woken_only_by_that_key(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        await store.deliver(Delivery("a", "chat before", dedupe_key="msg:1"))
+        waiting = Wait(wake_on_prefix="answer:c1")
+        await store.append(claim, 1, [NewEvent("asked", {})], next_state=waiting)
+        assert await store.claim("w", ["default"], LEASE) is None  # chat does not wake it
+        await store.deliver(Delivery("a", "chat", dedupe_key="msg:2"))
+        await store.deliver(Delivery("a", "no key"))
+        assert await store.claim("w", ["default"], LEASE) is None
+        await store.deliver(Delivery("a", "allow", dedupe_key="answer:c1"))
+        woken = await store.claim("w", ["default"], LEASE)
+        assert woken is not None and woken.task_id == "a"
+
     async def test_a_timed_wait_becomes_claimable_when_due(self, store: Store) -> None:
         await store.create_task(created("a"))
         claim = await store.claim("w", ["default"], LEASE)

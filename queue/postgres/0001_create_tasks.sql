@@ -20,6 +20,10 @@ CREATE TABLE tasks (
     -- holding, NULL when nothing but a delivery can make it claimable, or never (finished).
     -- One column so that one partial index can serve the claim in due-time order.
     claimable_at timestamptz,
+    -- A waiting task is woken only by deliveries whose dedupe key starts with this (a
+    -- task waiting for an answer to one call is not woken, over and over, by chat).
+    -- NULL: any delivery wakes it.
+    wake_prefix  text,
     -- Sequence number of the last event in the log; appends check it (expected_seq).
     last_seq     bigint NOT NULL DEFAULT 0,
     created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),

@@ -32,16 +32,18 @@ CREATE FUNCTION noeta_deliver(p_task text, p_key text, p_payload text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_status text;
+    v_prefix text;
     v_inserted boolean;
 BEGIN
-    SELECT status INTO v_status FROM tasks WHERE id = p_task FOR UPDATE;
+    SELECT status, wake_prefix INTO v_status, v_prefix FROM tasks WHERE id = p_task FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'NT404', MESSAGE = p_task;
     END IF;
     INSERT INTO inbox (task_id, dedupe_key, payload) VALUES (p_task, p_key, p_payload)
         ON CONFLICT (task_id, dedupe_key) DO NOTHING;
     v_inserted := FOUND;
-    IF v_inserted AND v_status = 'waiting' THEN
+    IF v_inserted AND v_status = 'waiting'
+       AND (v_prefix IS NULL OR starts_with(coalesce(p_key, ''), v_prefix)) THEN
         UPDATE tasks
            SET claimable_at = LEAST(coalesce(claimable_at, 'infinity'), clock_timestamp()),
                updated_at = clock_timestamp()
@@ -107,7 +109,7 @@ CREATE FUNCTION noeta_append(
     p_task text, p_epoch bigint, p_expected_seq bigint,
     p_types text[], p_data text[],
     p_take bigint[],
-    p_next text, p_until timestamptz,
+    p_next text, p_until timestamptz, p_wake_prefix text,
     p_new_ids text[], p_new_queues text[], p_new_ready timestamptz[],
     p_new_counts int[], p_new_types text[], p_new_data text[],
     p_deliver_tasks text[], p_deliver_keys text[], p_deliver_payloads text[])
@@ -157,10 +159,13 @@ BEGIN
     WHEN 'wait' THEN
         -- A delivery that arrived while the task ran must not be slept through.
         UPDATE tasks SET last_seq = v_seq, status = 'waiting', lease_until = NULL,
-               ready_at = p_until,
+               ready_at = p_until, wake_prefix = p_wake_prefix,
                claimable_at = CASE
                    WHEN EXISTS (SELECT 1 FROM inbox
-                                 WHERE task_id = p_task AND taken_seq IS NULL) THEN v_now
+                                 WHERE task_id = p_task AND taken_seq IS NULL
+                                   AND (p_wake_prefix IS NULL OR
+                                        starts_with(coalesce(dedupe_key, ''), p_wake_prefix)))
+                   THEN v_now
                    ELSE p_until END,
                updated_at = v_now
          WHERE id = p_task;

@@ -119,7 +119,7 @@ SELECT noeta_create_task(%(id)s, %(queue)s, %(ready_at)s, %(types)s::text[], %(d
 APPEND_EVENTS = """
 SELECT noeta_append(
     %(task)s, %(epoch)s, %(expected_seq)s, %(types)s::text[], %(data)s::text[],
-    %(take)s::bigint[], %(next)s, %(until)s,
+    %(take)s::bigint[], %(next)s, %(until)s, %(wake_prefix)s,
     %(new_ids)s::text[], %(new_queues)s::text[], %(new_ready)s::timestamptz[],
     %(new_counts)s::int[], %(new_types)s::text[], %(new_data)s::text[],
     %(deliver_tasks)s::text[], %(deliver_keys)s::text[], %(deliver_payloads)s::text[])
@@ -346,6 +346,7 @@ class PostgresStore:
             "data": data,
             "take": list(take),
             "next": next_name,
+            "wake_prefix": next_state.wake_on_prefix if isinstance(next_state, Wait) else None,
             "until": until,
             "new_ids": [t.id for t in new_tasks],
             "new_queues": [t.queue for t in new_tasks],

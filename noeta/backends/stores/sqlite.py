@@ -79,7 +79,7 @@ VALUES (?, ?, 'ready', ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO NOTHING"""
 INSERT_EVENT = "INSERT INTO events (task_id, seq, type, data, created_at) VALUES (?, ?, ?, ?, ?)"
 LOCK_TASK_FOR_APPEND = "SELECT owner_epoch, status, lease_until, last_seq FROM tasks WHERE id = ?"
-SELECT_TASK_STATUS = "SELECT status FROM tasks WHERE id = ?"
+SELECT_TASK_STATUS = "SELECT status, wake_prefix FROM tasks WHERE id = ?"
 # The queue list is bound as one JSON array, so the query stays one constant. The
 # claimable_at range and order are served by the partial index tasks_claimable.
 FIND_NEXT_CLAIMABLE = """
@@ -119,8 +119,11 @@ UPDATE tasks SET last_seq = :seq, status = 'holding', updated_at = :now WHERE id
 # A delivery that arrived while the task ran must not be slept through.
 WAIT_TASK = """
 UPDATE tasks SET last_seq = :seq, status = 'waiting', lease_until = NULL, ready_at = :until,
+       wake_prefix = :prefix,
        claimable_at = CASE
-           WHEN EXISTS (SELECT 1 FROM inbox WHERE task_id = :task_id AND taken_seq IS NULL)
+           WHEN EXISTS (SELECT 1 FROM inbox WHERE task_id = :task_id AND taken_seq IS NULL
+                          AND (:prefix IS NULL OR
+                               substr(coalesce(dedupe_key, ''), 1, length(:prefix)) = :prefix))
            THEN :now ELSE :until END,
        updated_at = :now
  WHERE id = :task_id"""
@@ -347,7 +350,9 @@ class SqliteStore:
             elif next_kind == "wait_holding":
                 connection.execute(HOLD_TASK, values)
             elif next_kind == "wait":
-                connection.execute(WAIT_TASK, {**values, "until": until})
+                assert isinstance(next_state, Wait)
+                prefix = next_state.wake_on_prefix
+                connection.execute(WAIT_TASK, {**values, "until": until, "prefix": prefix})
             else:
                 connection.execute(FINISH_TASK, {**values, "status": next_kind})
             return seq
@@ -553,7 +558,9 @@ def _insert_delivery(connection: sqlite3.Connection, delivery: _EncodedDelivery,
         raise UnknownTask(delivery.task_id)
     values = (delivery.task_id, delivery.dedupe_key, delivery.payload, now)
     inserted = bool(connection.execute(INSERT_INBOX_ENTRY, values).rowcount == 1)
-    if inserted and row[0] == "waiting":
+    status, prefix = row
+    wakes = prefix is None or (delivery.dedupe_key or "").startswith(prefix)
+    if inserted and status == "waiting" and wakes:
         connection.execute(WAKE_WAITING_TASK, {"now": now, "task_id": delivery.task_id})
     return inserted
 
