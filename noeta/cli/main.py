@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from noeta.cli import db, run
+from noeta.cli import answer, db, run
 
 
 class NoetaGroup(click.Group):
@@ -35,6 +35,7 @@ def cli() -> None:
 cli.add_command(db.db)
 cli.add_command(run.run)
 cli.add_command(run.show)
+cli.add_command(answer.answer)
 
 
 def main() -> None:

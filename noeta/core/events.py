@@ -83,6 +83,33 @@ class ToolFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolWaiting:
+    """A gate asked a person about this call: it waits, not half done, for the answer."""
+
+    call_id: str
+    name: str
+    input: dict[str, JSONValue]  # as it will run if allowed (after any rewrite)
+    question: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAnswered:
+    """The answer, taken from the inbox in the same append."""
+
+    call_id: str
+    decision: Literal["allow", "deny"]
+    note: str = ""
+    inbox_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PluginsPinned:
+    """The plugins this task runs with: (name, source, version, params hash) each."""
+
+    pins: tuple[tuple[str, str, str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TurnEnded:
     outcome: TurnOutcome
     answer: str = ""
@@ -112,6 +139,9 @@ Event = (
     | ModelFailed
     | ToolStarted
     | ToolFinished
+    | ToolWaiting
+    | ToolAnswered
+    | PluginsPinned
     | TurnEnded
     | TaskFinished
 )
@@ -126,6 +156,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ModelFailed,
         ToolStarted,
         ToolFinished,
+        ToolWaiting,
+        ToolAnswered,
+        PluginsPinned,
         TurnEnded,
         TaskFinished,
     )
@@ -195,4 +228,5 @@ _FROM_JSON: dict[tuple[type, str], Any] = {
     (ModelReplied, "content"): _blocks,
     (ModelReplied, "usage"): lambda value: Usage(**value),
     (TaskCreated, "tools"): tuple,
+    (PluginsPinned, "pins"): lambda value: tuple(tuple(pin) for pin in value),
 }

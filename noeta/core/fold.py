@@ -17,14 +17,18 @@ from noeta.core.events import (
     ModelCalled,
     ModelFailed,
     ModelReplied,
+    PluginsPinned,
     TaskCreated,
     TaskFinished,
+    ToolAnswered,
     ToolFinished,
     ToolStarted,
+    ToolWaiting,
     TurnEnded,
     UnknownEvent,
 )
 from noeta.core.model import Message, Text, ToolCall, ToolResult
+from noeta.core.payload import JSONValue
 
 # Said to the model, from the fold, after a reply cut off by the output limit: being
 # derived from the log, it is part of the byte-identical request on a re-send.
@@ -62,6 +66,11 @@ class TaskState:
     last_turn_error: str = ""
     finished: str = ""  # "", or the final status
     taken_inbox: frozenset[int] = frozenset()
+    waiting_call: str = ""  # a call stopped for a person's answer
+    waiting_input: tuple[tuple[str, JSONValue], ...] = ()
+    waiting_question: str = ""
+    approved: tuple[tuple[str, tuple[tuple[str, JSONValue], ...]], ...] = ()  # allowed asks
+    pins: tuple[tuple[str, str, str, str], ...] = ()
     newer_event: str = ""  # the type of an event from a newer noeta: stop here
     unreadable: str = ""  # why the log cannot be folded (a gap in seq, …)
 
@@ -86,6 +95,11 @@ class _Folding:
     last_turn_outcome: str
     last_turn_error: str
     finished: str
+    waiting_call: str
+    waiting_input: tuple[tuple[str, JSONValue], ...]
+    waiting_question: str
+    approved: tuple[tuple[str, tuple[tuple[str, JSONValue], ...]], ...]
+    pins: tuple[tuple[str, str, str, str], ...]
     newer_event: str
     unreadable: str
 
@@ -155,13 +169,10 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             _take_reply(f, event)
         case ModelFailed():
             f.model_attempts = 0
-        case ToolStarted(call_id=call_id):
-            f.started[call_id] = f.started.get(call_id, 0) + 1
-        case ToolFinished(call_id=call_id, content=content, is_error=is_error):
-            f.started.pop(call_id, None)
-            f.results.append(ToolResult(call_id, content, is_error))
-            if len(f.results) == len(f.calls):
-                _hand_results_to_model(f)
+        case ToolStarted() | ToolFinished() | ToolWaiting() | ToolAnswered():
+            _apply_tool(f, event)
+        case PluginsPinned(pins=pins):
+            f.pins = pins
         case TurnEnded(outcome=outcome, answer=answer, error=error):
             internal = error.startswith("internal_error")
             f.turn_open = False
@@ -171,11 +182,38 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             f.last_answer, f.last_turn_outcome, f.last_turn_error = answer, outcome, error
             f.started.clear()
             f.results.clear()
+            f.approved, f.waiting_call, f.waiting_input = (), "", ()
         case TaskFinished(status=status):
             f.finished = status
             f.turn_open = False
         case _:
             assert_never(event)
+
+
+def _apply_tool(
+    f: _Folding, event: ToolStarted | ToolFinished | ToolWaiting | ToolAnswered
+) -> None:
+    match event:
+        case ToolStarted(call_id=call_id):
+            f.started[call_id] = f.started.get(call_id, 0) + 1
+        case ToolFinished(call_id=call_id, content=content, is_error=is_error):
+            f.started.pop(call_id, None)
+            f.results.append(ToolResult(call_id, content, is_error))
+            if len(f.results) == len(f.calls):
+                _hand_results_to_model(f)
+        case ToolWaiting(call_id=call_id, input=input, question=question):
+            f.waiting_call, f.waiting_question = call_id, question
+            f.waiting_input = tuple(input.items())
+        case ToolAnswered(call_id=call_id, decision=decision, note=note, inbox_id=inbox_id):
+            f.taken.add(inbox_id)
+            if decision == "allow":
+                f.approved = (*f.approved, (call_id, f.waiting_input))
+            else:
+                denial = f"A person denied this call{': ' + note if note else '.'}"
+                f.results.append(ToolResult(call_id, denial, True))
+            f.waiting_call, f.waiting_input, f.waiting_question = "", (), ""
+            if len(f.results) == len(f.calls):
+                _hand_results_to_model(f)
 
 
 def _open_turn(f: _Folding, text: str) -> None:

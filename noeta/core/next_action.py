@@ -38,6 +38,13 @@ class RecoverCalls:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitAnswer:
+    """A gate asked a person about this call: take the answer, or hand the task back."""
+
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class EndTurn:
     outcome: str  # "answered", "no_answer", "failed"
     answer: str = ""
@@ -77,6 +84,7 @@ class Stop:
 
 Action = (
     CallModel
+    | AwaitAnswer
     | RunTools
     | RecoverCalls
     | EndTurn
@@ -115,6 +123,8 @@ def on_internal_error(state: TaskState, error: str) -> EndTurn | FinishTask:
 
 
 def _within_turn(state: TaskState) -> Action:
+    if state.waiting_call:
+        return AwaitAnswer(state.waiting_call)
     if state.calls:
         started = dict(state.started)
         half_done = tuple((call, started[call.id]) for call in state.calls if call.id in started)

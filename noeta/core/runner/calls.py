@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 from jsonschema import Draft202012Validator
 
 from noeta.core import failpoints
-from noeta.core.events import ToolFinished, ToolStarted
+from noeta.core.events import ToolFinished, ToolStarted, ToolWaiting
+from noeta.core.gates import Ask, Deny, decide
 from noeta.core.model import ToolCall
+from noeta.core.payload import JSONValue
 from noeta.core.tool import (
     MAX_ATTEMPTS,
     OUTCOME_UNKNOWN,
@@ -36,19 +38,45 @@ log = logging.getLogger(__name__)
 
 async def run_tools(run: _Run, calls: tuple[ToolCall, ...]) -> None:
     """Run the reply's calls one by one, in the order the model gave them."""
-    for call in calls:
-        tool = run.runner.tools.get(call.name)
-        started = ToolStarted(call.id, call.name, call.input)
-        refusal = _refusal(run, tool, call)
+    approved = {call_id: dict(items) for call_id, items in run.state.approved}
+    for requested in calls:
+        tool = run.runner.tools.get(requested.name)
+        refusal = _refusal(run, tool, requested)
         if tool is None or refusal:
             # Nothing runs: the start and its error result land together.
-            await run.append([started, ToolFinished(call.id, refusal, True)])
+            started = ToolStarted(requested.id, requested.name, requested.input)
+            await run.append([started, ToolFinished(requested.id, refusal, True)])
             continue
-        await run.append([started])
+        call = _gated(run, requested, approved)
+        if isinstance(call, Ask):
+            asked = ToolWaiting(requested.id, requested.name, call.input, call.question)
+            await run.append([asked])
+            return  # the runner's loop sees the call waiting for its answer
+        if isinstance(call, Deny):
+            started = ToolStarted(requested.id, requested.name, requested.input)
+            denied = ToolFinished(requested.id, f"Denied by a gate: {call.reason}", True)
+            await run.append([started, denied])
+            continue
+        # The log records the call as actually executed: after any rewrite.
+        await run.append([ToolStarted(call.id, call.name, call.input)])
         await failpoints.hit("tool.after_started")
         output = await _execute(tool, call, _context(run, call))
         await failpoints.hit("tool.before_finished")
         await run.append([ToolFinished(call.id, output.content, output.is_error)])
+
+
+def _gated(
+    run: _Run, call: ToolCall, approved: dict[str, dict[str, JSONValue]]
+) -> ToolCall | Ask | Deny:
+    """The call as the gates let it run, or why it may not (yet)."""
+    if call.id in approved:  # a person allowed it: it runs as it was asked about
+        return ToolCall(call.id, call.name, approved[call.id])
+    decision, input = decide(run.runner.gates, call.name, call.input, _context(run, call))
+    if isinstance(decision, Ask):
+        return Ask(decision.question, input)
+    if isinstance(decision, Deny):
+        return decision
+    return ToolCall(call.id, call.name, input)
 
 
 async def recover_calls(run: _Run, calls: tuple[tuple[ToolCall, int], ...]) -> None:

@@ -20,8 +20,10 @@ from noeta.core import events as ev
 from noeta.core import failpoints
 from noeta.core.errors import NoetaError, StoreError
 from noeta.core.fold import LoggedEvent, TaskState, fold
+from noeta.core.gates import Gate
 from noeta.core.model import Provider
 from noeta.core.next_action import (
+    AwaitAnswer,
     AwaitMessage,
     CallModel,
     EndTurn,
@@ -43,6 +45,12 @@ from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
 from noeta.core.tool import Tool, spec_of
 
 log = logging.getLogger(__name__)
+
+
+def answer_key(call_id: str) -> str:
+    """The dedupe key of a person's answer to an asked call (`noeta answer`)."""
+    return f"answer:{call_id}"
+
 
 Outcome = Literal["finished", "waiting", "left_for_newer", "unreadable"]
 
@@ -70,6 +78,9 @@ class TaskRunner:
     agent: str = ""
     # Each task's files live in <workspaces>/<task id>; "" gives tools no file access.
     workspaces: str = ""
+    gates: Sequence[Gate] = ()
+    # The plugins this worker has, as pins; None: do not check (tests, noeta run alone).
+    pins: tuple[tuple[str, str, str, str], ...] | None = None
 
     def workspace_for(self, task_id: str) -> str:
         if not self.workspaces:
@@ -115,6 +126,11 @@ class _Run:
                         if await self._give_up_on_unreadable(reason):
                             return RunResult("finished", self.state)
                         return RunResult("unreadable", self.state)
+                    case AwaitAnswer(call_id=call_id):
+                        if not await self._take_answer(call_id):
+                            prefix = answer_key(call_id)
+                            await self.append([], next_state=Wait(wake_on_prefix=prefix))
+                            return RunResult("waiting", self.state)
                     case AwaitMessage():
                         if not await self._take_message():
                             await self.append([], next_state=Wait())
@@ -174,9 +190,27 @@ class _Run:
 
     # --- steps ------------------------------------------------------------------------
 
+    async def _take_answer(self, call_id: str) -> bool:
+        for entry in await self.store.read_inbox(self.task_id):
+            answer = entry.payload
+            if (
+                isinstance(answer, dict)
+                and answer.get("kind") == "answer"
+                and answer.get("call_id") == call_id
+                and entry.id not in self.state.taken_inbox
+            ):
+                note = str(answer.get("note") or "")
+                allowed = answer.get("decision") == "allow"
+                answered = ev.ToolAnswered(call_id, "allow" if allowed else "deny", note, entry.id)
+                await self.append([answered], take=[entry.id])
+                return True
+        return False
+
     async def _take_message(self) -> bool:
         inbox = await self.store.read_inbox(self.task_id)
         for entry in inbox:
+            if isinstance(entry.payload, dict) and entry.payload.get("kind") == "answer":
+                continue  # a late answer to a call that no longer waits
             if entry.id not in self.state.taken_inbox:
                 text = entry.payload["text"] if isinstance(entry.payload, dict) else entry.payload
                 await self.append([ev.MessageTaken(entry.id, str(text))], take=[entry.id])

@@ -1,0 +1,1 @@
+"""Plugins that ship with noeta: each contributes tools (and later gates) to a task."""
