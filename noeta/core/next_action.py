@@ -78,6 +78,20 @@ class LeaveUnreadable:
 
 
 @dataclass(frozen=True, slots=True)
+class PinPlugins:
+    """Record the plugins this worker runs the task with (first start, or they changed)."""
+
+    pins: tuple[tuple[str, str, str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeavePluginMissing:
+    """A pinned plugin is not on this worker: write nothing, let a worker that has it claim."""
+
+    missing: tuple[tuple[str, str, str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     """The task is finished: nothing more to do."""
 
@@ -112,6 +126,23 @@ def next_action(state: TaskState) -> Action:
     if state.last_turn_outcome == "failed":
         return FinishTask("failed", error=state.last_turn_error)
     return FinishTask("done", answer=state.last_answer)
+
+
+def check_pins(
+    state: TaskState, available: tuple[tuple[str, str, str, str], ...]
+) -> PinPlugins | LeavePluginMissing | None:
+    """What the task's pins call for on a worker that has `available` (ADR-023)."""
+    if state.config is None or state.finished:
+        return None
+    if not state.pins:
+        return PinPlugins(available)
+    names = {pin[0] for pin in available}
+    missing = tuple(pin for pin in state.pins if pin[0] not in names)
+    if missing:
+        return LeavePluginMissing(missing)
+    if state.pins != available:
+        return PinPlugins(available)  # visible in the log, used from here on
+    return None
 
 
 def on_internal_error(state: TaskState, error: str) -> EndTurn | FinishTask:

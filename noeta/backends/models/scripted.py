@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
-import yaml
-
+from noeta import yamlfile
 from noeta.core.errors import ConfigError
 from noeta.core.model import (
     Message,
@@ -110,43 +108,14 @@ class ScriptedProvider:
 
 def load_script(path: str) -> tuple[ScriptedReply, ...]:
     """Read and check a script; every problem names the file and line."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as error:
-        raise ConfigError(f"cannot read the model script {path}: {error.strerror}") from None
-    if len(raw) > MAX_SCRIPT_BYTES:
-        raise ConfigError(f"{path}: the script is over {MAX_SCRIPT_BYTES} bytes")
-    try:
-        document = yaml.load(raw, Loader=_LineLoader)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "somewhere"
-        problem = getattr(error, "problem", None) or str(error)
-        raise ConfigError(f"{path}, {where}: not valid YAML: {problem}") from None
+    document = yamlfile.load(path, what="model script", max_bytes=MAX_SCRIPT_BYTES)
     if not isinstance(document, dict) or not isinstance(document.get("replies"), list):
         raise ConfigError(f"{path}, line 1: a script is a mapping with a list of `replies`")
     return tuple(_reply(path, item) for item in document["replies"])
 
 
-class _LineLoader(yaml.SafeLoader):
-    """Safe loading that remembers the line of every mapping, for error messages."""
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
-    mapping = _Located({str(k): v for k, v in loader.construct_mapping(node, deep=True).items()})
-    mapping.line = node.start_mark.line + 1
-    return mapping
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-class _Located(dict[str, Any]):
-    line = 0
-
-
 def _reply(path: str, item: Any) -> ScriptedReply:
-    line = getattr(item, "line", 0)
+    line = yamlfile.line_of(item)
 
     def fail(message: str) -> ConfigError:
         return ConfigError(f"{path}, line {line}: {message}")

@@ -29,10 +29,13 @@ from noeta.core.next_action import (
     EndTurn,
     FinishTask,
     LeaveForNewerVersion,
+    LeavePluginMissing,
     LeaveUnreadable,
+    PinPlugins,
     RecoverCalls,
     RunTools,
     Stop,
+    check_pins,
     next_action,
     on_internal_error,
 )
@@ -52,7 +55,7 @@ def answer_key(call_id: str) -> str:
     return f"answer:{call_id}"
 
 
-Outcome = Literal["finished", "waiting", "left_for_newer", "unreadable"]
+Outcome = Literal["finished", "waiting", "left_for_newer", "unreadable", "plugin_missing"]
 
 
 class Providers(Protocol):
@@ -109,6 +112,10 @@ class _Run:
         return self.claim.task_id
 
     async def loop(self) -> RunResult:
+        if self.runner.pins is not None:
+            stop = await self._check_pins(self.runner.pins)
+            if stop is not None:
+                return stop
         while True:
             action = next_action(self.state)
             try:
@@ -249,21 +256,43 @@ class _Run:
             ]
         )
 
+    async def _check_pins(
+        self, available: tuple[tuple[str, str, str, str], ...]
+    ) -> RunResult | None:
+        match check_pins(self.state, available):
+            case PinPlugins(pins=pins):
+                await self.append([ev.PluginsPinned(pins)])
+            case LeavePluginMissing(missing=missing):
+                names = ", ".join(
+                    f"{name} ({source} {version})" for name, source, version, _ in missing
+                )
+                if await self._give_up_loading(f"plugin_missing: this worker lacks {names}"):
+                    return RunResult("finished", self.state)
+                return RunResult("plugin_missing", self.state)
+        return None
+
     async def _give_up_on_unreadable(self, reason: str) -> bool:
-        # The fold stopped early: the log's real end is in the task row.
+        return await self._give_up_loading(f"unreadable_log: {reason}")
+
+    async def _give_up_loading(self, error: str) -> bool:
+        """Count a claim that could not run the task; after LOAD_ATTEMPTS, fail it.
+
+        It writes nothing before that: a worker that can run the task may claim it.
+        """
+        # The fold may have stopped early: the log's real end is in the task row.
         record = await self.store.get_task(self.task_id)
         last_seq = record.last_seq if record else self.state.last_seq
         attempts = self.runner.load_attempts.failed(self.task_id, last_seq)
         log.warning(
-            "task %s: cannot load its log (%s), claim %d of %d",
+            "task %s: cannot run it (%s), claim %d of %d",
             self.task_id,
-            reason,
+            error,
             attempts,
             LOAD_ATTEMPTS,
         )
         if attempts < LOAD_ATTEMPTS:
             return False
-        finish = ev.TaskFinished("failed", error=f"unreadable_log: {reason}")
+        finish = ev.TaskFinished("failed", error=error)
         encoded = [NewEvent(*ev.encode(finish))]
         await self.store.append(self.claim, last_seq, encoded, next_state=Finish(TaskStatus.FAILED))
         self.runner.load_attempts.forget(self.task_id)

@@ -1,0 +1,104 @@
+"""The deployment's noeta config file: plugins, gates and where task workspaces live.
+
+workspaces: /var/lib/noeta/workspaces   # each task's files: <workspaces>/<task id>
+plugins:                                # default: just the built-in tools (core)
+  - core
+  - module: noeta.plugins.mcp
+    params: {servers: {files: {command: mcp-files}}}
+  - entry_point: acme-tools             # group "noeta.plugins"
+gates:
+  - {tool: Bash, field: command, pattern: 'rm\\s+-rf', action: deny, reason: no rm -rf}
+  - {tool: Write, field: path, outside_workspace: true, action: ask}
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from noeta import yamlfile
+from noeta.core.errors import ConfigError
+from noeta.core.gates import GateRule
+from noeta.plugins.loading import PluginSpec
+
+CONFIG_ENV = "NOETA_CONFIG"
+_GATE_KEYS = {"tool", "field", "pattern", "outside_workspace", "action", "reason", "set"}
+_ACTIONS = ("allow", "deny", "ask", "rewrite")
+
+
+def default_workspaces() -> str:
+    from noeta.backends.stores.embedded import default_home
+
+    return str(default_home() / "workspaces")
+
+
+@dataclass(frozen=True)
+class Config:
+    plugins: tuple[PluginSpec, ...] = (PluginSpec("module", "noeta.plugins.core"),)
+    gates: tuple[GateRule, ...] = ()
+    workspaces: str = field(default_factory=default_workspaces)
+
+
+def load_config(path: str | None) -> Config:
+    """The config at `path` (or $NOETA_CONFIG); the defaults when neither is given."""
+    path = path or os.environ.get(CONFIG_ENV)
+    if not path:
+        return Config()
+    document = yamlfile.load(path, what="noeta config")
+    if document is None:
+        return Config()
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}, line 1: the config is a mapping (plugins:, gates:, …)")
+    unknown = sorted(set(document) - {"plugins", "gates", "workspaces"})
+    if unknown:
+        raise ConfigError(f"{path}, line {yamlfile.line_of(document)}: unknown key {unknown[0]!r}")
+    plugins = tuple(_plugin(path, item) for item in document.get("plugins") or ["core"])
+    gates = tuple(_gate(path, item) for item in document.get("gates") or [])
+    workspaces = document.get("workspaces") or default_workspaces()
+    return Config(plugins, gates, str(Path(workspaces).expanduser()))
+
+
+def _plugin(path: str, item: Any) -> PluginSpec:
+    if isinstance(item, str):  # a built-in plugin by name
+        return PluginSpec("module", f"noeta.plugins.{item}")
+    line = yamlfile.line_of(item)
+    if not isinstance(item, dict) or len({"module", "entry_point"} & set(item)) != 1:
+        raise ConfigError(f"{path}, line {line}: a plugin is a name, or module: / entry_point:")
+    params = item.get("params") or {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}, line {line}: plugin params must be a mapping")
+    if "module" in item:
+        return PluginSpec("module", str(item["module"]), params)
+    return PluginSpec("entry_point", str(item["entry_point"]), params)
+
+
+def _gate(path: str, item: Any) -> GateRule:
+    line = yamlfile.line_of(item)
+
+    def fail(message: str) -> ConfigError:
+        return ConfigError(f"{path}, line {line}: gate: {message}")
+
+    if not isinstance(item, dict):
+        raise fail("each gate is a mapping with at least `action:`")
+    unknown = sorted(set(item) - _GATE_KEYS)
+    if unknown:
+        raise fail(f"unknown key {unknown[0]!r} (known: {', '.join(sorted(_GATE_KEYS))})")
+    if item.get("action") not in _ACTIONS:
+        raise fail(f"action must be one of {', '.join(_ACTIONS)}")
+    if (item.get("pattern") or item.get("outside_workspace")) and not item.get("field"):
+        raise fail("pattern and outside_workspace need a field")
+    try:
+        return GateRule(
+            action=item["action"],
+            tool=str(item.get("tool", "*")),
+            field_name=str(item.get("field", "")),
+            pattern=str(item.get("pattern", "")),
+            outside_workspace=bool(item.get("outside_workspace", False)),
+            reason=str(item.get("reason", "")),
+            set=dict(item.get("set") or {}),
+        )
+    except re.error as error:
+        raise fail(f"pattern is not a regular expression: {error}") from None
