@@ -71,8 +71,8 @@ def _plugin(path: str, item: Any) -> PluginSpec:
     if not isinstance(params, dict):
         raise ConfigError(f"{path}, line {line}: plugin params must be a mapping")
     if "module" in item:
-        return PluginSpec("module", str(item["module"]), params)
-    return PluginSpec("entry_point", str(item["entry_point"]), params)
+        return PluginSpec("module", str(item["module"]), yamlfile.plain(params))
+    return PluginSpec("entry_point", str(item["entry_point"]), yamlfile.plain(params))
 
 
 def _gate(path: str, item: Any) -> GateRule:
@@ -98,7 +98,7 @@ def _gate(path: str, item: Any) -> GateRule:
             pattern=str(item.get("pattern", "")),
             outside_workspace=bool(item.get("outside_workspace", False)),
             reason=str(item.get("reason", "")),
-            set=dict(item.get("set") or {}),
+            set=yamlfile.plain(item.get("set") or {}),
         )
     except re.error as error:
         raise fail(f"pattern is not a regular expression: {error}") from None

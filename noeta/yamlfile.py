@@ -40,6 +40,15 @@ def load(path: str | Path, *, what: str, max_bytes: int = MAX_BYTES) -> Any:
         raise ConfigError(f"{path}, {where}: not valid YAML: {problem}") from None
 
 
+def plain(value: Any) -> Any:
+    """The value with every `Located` mapping turned back into a plain dict."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
 def line_of(value: Any) -> int:
     return getattr(value, "line", 0)
 

@@ -15,3 +15,11 @@ store_option = click.option(
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text for people."
 )
+
+config_option = click.option(
+    "--config",
+    envvar="NOETA_CONFIG",
+    default=None,
+    metavar="FILE",
+    help="The noeta config file (plugins, gates, workspaces); default: built-in tools only.",
+)

@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from noeta.cli.options import json_option, store_option
+from noeta.cli.options import config_option, json_option, store_option
+from noeta.config import Config, load_config
 from noeta.core.errors import ConfigError, NoetaError
 
 MAX_PROMPT_CHARS = 1_000_000
@@ -39,9 +40,15 @@ RUN_LEASE_SECONDS = 30.0
     show_default=True,
     help="Seconds this process holds the task without renewing it.",
 )
+@config_option
 @store_option
 def run(
-    prompt: str, model: str, task_id: str | None, lease_seconds: float, store: str | None
+    prompt: str,
+    model: str,
+    task_id: str | None,
+    lease_seconds: float,
+    config: str | None,
+    store: str | None,
 ) -> None:
     """Run a one-shot task in this process until it ends; print its answer.
 
@@ -57,7 +64,10 @@ def run(
 
     check_lease(lease_seconds)
     task_id = task_id or uuid.uuid4().hex[:12]
-    status, answer, error = asyncio.run(_run(prompt, model, task_id, lease_seconds, store))
+    settings = load_config(config)
+    status, answer, error = asyncio.run(
+        _run(prompt, model, task_id, lease_seconds, settings, store)
+    )
     if answer:
         click.echo(answer)
     click.echo(f"task {task_id}: {status}" + (f" ({error})" if error else ""), err=True)
@@ -66,27 +76,37 @@ def run(
 
 
 async def _run(
-    prompt: str, model: str, task_id: str, lease: float, url: str | None
+    prompt: str, model: str, task_id: str, lease: float, config: Config, url: str | None
 ) -> tuple[str, str, str]:
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import open_store
     from noeta.core import events
     from noeta.core.runner.task import TaskRunner
     from noeta.core.store import NewEvent, NewTask
+    from noeta.plugins.toolbox import Toolbox
     from noeta.worker.renewal import Renewer
 
     providers = ProviderRegistry()
     providers.provider_for(model)  # a bad spec or a missing key: fail before writing
+    toolbox = await Toolbox.open(config)
     store = await open_store(url, application_name="noeta-run")
     try:
-        created = events.TaskCreated(model=model, prompt=prompt)
+        created = events.TaskCreated(model=model, prompt=prompt, tools=tuple(toolbox.tools))
         if not await store.create_task(NewTask(task_id, [NewEvent(*events.encode(created))])):
             raise ConfigError(f"a task with id {task_id!r} exists already")
         worker = f"run-{socket.gethostname()}-{os.getpid()}"
         claim = await store.claim_task(worker, task_id, lease)
         if claim is None:
             raise NoetaError(f"task {task_id} was claimed by a worker before this process")
-        runner_task = asyncio.ensure_future(TaskRunner(store, providers).run(claim))
+        runner = TaskRunner(
+            store,
+            providers,
+            toolbox.tools,
+            workspaces=toolbox.workspaces,
+            gates=toolbox.gates,
+            pins=toolbox.pins,
+        )
+        runner_task = asyncio.ensure_future(runner.run(claim))
 
         def stop_running(lost: object) -> None:
             runner_task.cancel()
@@ -105,6 +125,7 @@ async def _run(
     finally:
         await providers.close()
         await store.close()
+        await toolbox.close()
 
 
 @click.command()

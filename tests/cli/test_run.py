@@ -62,13 +62,14 @@ def test_run_prints_the_answer_and_show_prints_the_log(sqlite_store: str) -> Non
     assert "done" in shown.stdout.splitlines()[0]
     assert [line.split()[2] for line in shown.stdout.splitlines()[1:]] == [
         "TaskCreated",
+        "PluginsPinned",
         "ModelCalled",
         "ModelReplied",
         "TurnEnded",
         "TaskFinished",
     ]
     document = json.loads(noeta("show", "demo", "--json", store=sqlite_store).stdout)
-    assert document["task"]["status"] == "done" and len(document["log"]) == 5
+    assert document["task"]["status"] == "done" and len(document["log"]) == 6
 
 
 def test_a_failed_task_exits_non_zero(sqlite_store: str, tmp_path: Path) -> None:

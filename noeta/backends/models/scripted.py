@@ -135,7 +135,7 @@ def _reply(path: str, item: Any) -> ScriptedReply:
         if not isinstance(call.get("input", {}), dict):
             raise fail(f"tool call {number}: input must be a mapping")
         call_id = str(call.get("id") or f"call-{line}-{number}")
-        calls.append(ToolCall(call_id, call["name"], dict(call.get("input") or {})))
+        calls.append(ToolCall(call_id, call["name"], yamlfile.plain(call.get("input") or {})))
     content: tuple[Text | ToolCall, ...] = (
         () if item.get("empty") else (((Text(text),) if text else ()) + tuple(calls))
     )

@@ -9,16 +9,19 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from noeta.backends.models.anthropic import AnthropicProvider
 from noeta.backends.models.openai import OpenAIProvider
 from noeta.backends.stores import open_store
+from noeta.config import Config
 from noeta.core import events
 from noeta.core.model import Provider, ToolCall
 from noeta.core.runner.task import TaskRunner
 from noeta.core.store import NewEvent, NewTask, Store
+from noeta.plugins.toolbox import Toolbox
 from noeta.testing.fake_providers import FakeAnthropic, FakeOpenAI, HttpError, Reply, Stall
 
 from .test_runner import Echo, Sleeps
@@ -84,11 +87,11 @@ async def test_a_task_with_a_tool_call_runs_end_to_end(
 
 
 async def test_the_request_resent_after_a_kill_is_byte_identical(
-    postgres_url: str, fake: tuple[str, FakeAnthropic | FakeOpenAI]
+    postgres_url: str, fake: tuple[str, FakeAnthropic | FakeOpenAI], tmp_path: Path
 ) -> None:
     kind, server = fake
     server.script(Stall(), Reply(text="4"))
-    env = {**os.environ, "NOETA_STORE": postgres_url}
+    env = {**os.environ, "NOETA_STORE": postgres_url, "NOETA_HOME": str(tmp_path)}
     if kind == "anthropic":
         env |= {"ANTHROPIC_API_KEY": API_KEY, "ANTHROPIC_BASE_URL": server.base_url}
     else:
@@ -117,17 +120,28 @@ async def test_the_request_resent_after_a_kill_is_byte_identical(
         child.send_signal(signal.SIGKILL)  # dead between ModelCalled and ModelReplied
         await asyncio.to_thread(child.wait, 30)
         log = await store.read_log("k")
-        assert [e.type for e in log] == ["TaskCreated", "ModelCalled"]
+        assert [e.type for e in log] == ["TaskCreated", "PluginsPinned", "ModelCalled"]
 
         claim = None
         while claim is None:  # the dead process's lease runs out on the database clock
             claim = await store.claim_task("w2", "k", 60)
             await asyncio.sleep(0.05)
         chosen = provider(kind, server.base_url)
+        # The same plugins as the dead process (pinned in the log), so the same tools.
+        toolbox = await Toolbox.open(Config(workspaces=str(tmp_path)))
         try:
-            result = await TaskRunner(store, Registry(chosen), sleep=Sleeps()).run(claim)
+            runner = TaskRunner(
+                store,
+                Registry(chosen),
+                toolbox.tools,
+                sleep=Sleeps(),
+                workspaces=toolbox.workspaces,
+                pins=toolbox.pins,
+            )
+            result = await runner.run(claim)
         finally:
             await chosen.close()
+            await toolbox.close()
         assert (result.state.finished, result.state.last_answer) == ("done", "4")
         first, second = server.requests[0], server.requests[1]
         assert first.body == second.body

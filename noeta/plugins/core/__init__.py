@@ -1,0 +1,93 @@
+"""The core plugin: the built-in tools every task can be given (files, search, shell, web).
+
+`plugin(params)` is what the plugin registry calls; the parameters are pinned with the task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from noeta.core.model import ToolSpec
+from noeta.core.payload import JSONValue
+from noeta.core.tool import Tool
+from noeta.plugins.core.bash import (
+    DEFAULT_OUTPUT_CAP_CHARS,
+    DEFAULT_TIMEOUT_SECONDS,
+    MAX_TIMEOUT_SECONDS,
+    Bash,
+)
+from noeta.plugins.core.files import Edit, Read, Write
+from noeta.plugins.core.search import Glob, Grep
+from noeta.plugins.core.todo import TodoWrite
+from noeta.plugins.core.toolsearch import ToolSearch
+from noeta.plugins.core.web import WebFetch
+
+__all__ = [
+    "Bash",
+    "CorePlugin",
+    "Edit",
+    "Glob",
+    "Grep",
+    "Read",
+    "TodoWrite",
+    "ToolSearch",
+    "WebFetch",
+    "Write",
+    "plugin",
+]
+
+PARAMETERS = ("bash_timeout_seconds", "output_cap_chars")
+MIN_OUTPUT_CAP_CHARS = 1_000  # below this even an error message would be cut
+
+
+class CorePlugin:
+    name = "core"
+
+    def __init__(
+        self,
+        bash_timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        output_cap_chars: int = DEFAULT_OUTPUT_CAP_CHARS,
+        deferred: Sequence[ToolSpec] = (),
+    ) -> None:
+        # output_cap_chars caps what comes from outside the workspace: Bash and WebFetch.
+        self._tools: tuple[Tool, ...] = (
+            Read(),
+            Write(),
+            Edit(),
+            Glob(),
+            Grep(),
+            Bash(bash_timeout_seconds, output_cap_chars),
+            WebFetch(output_cap_chars=output_cap_chars),
+            TodoWrite(),
+            ToolSearch(deferred),
+        )
+
+    def tools(self) -> Sequence[Tool]:
+        return self._tools
+
+
+def plugin(params: dict[str, JSONValue]) -> CorePlugin:
+    """The core plugin with these parameters; a mistake is a ValueError naming it."""
+    unknown = sorted(set(params) - set(PARAMETERS))
+    if unknown:
+        raise ValueError(
+            f"core plugin: unknown parameter {', '.join(map(repr, unknown))}; "
+            f"it accepts {', '.join(PARAMETERS)}"
+        )
+    timeout = params.get("bash_timeout_seconds", DEFAULT_TIMEOUT_SECONDS)
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not 0 < timeout <= MAX_TIMEOUT_SECONDS
+    ):
+        raise ValueError(
+            "core plugin: bash_timeout_seconds must be a number above 0 and at most "
+            f"{MAX_TIMEOUT_SECONDS:g}, not {timeout!r}"
+        )
+    cap = params.get("output_cap_chars", DEFAULT_OUTPUT_CAP_CHARS)
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < MIN_OUTPUT_CAP_CHARS:
+        raise ValueError(
+            f"core plugin: output_cap_chars must be an integer of at least "
+            f"{MIN_OUTPUT_CAP_CHARS:,}, not {cap!r}"
+        )
+    return CorePlugin(bash_timeout_seconds=float(timeout), output_cap_chars=cap)

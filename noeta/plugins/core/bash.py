@@ -1,0 +1,266 @@
+"""Bash: one shell command in the workspace, in its own process group, with a deadline.
+
+The whole group is killed on timeout, on cancellation (the worker lost its claim) and when
+the shell exits, so a call leaves nothing running in its group. Output keeps head and tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+
+from noeta.core.payload import JSONValue
+from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
+from noeta.plugins.core.arguments import Arguments
+from noeta.plugins.core.workspace import workspace_root
+
+DEFAULT_TIMEOUT_SECONDS = 120.0
+MAX_TIMEOUT_SECONDS = 600.0
+DEFAULT_OUTPUT_CAP_CHARS = 30_000
+# After the group is killed, how long to wait for a process that left it (setsid) and still
+# holds the output pipe open; its output after that is dropped rather than awaited.
+DRAIN_SECONDS = 5.0
+
+_SCHEMA: dict[str, JSONValue] = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "string", "description": "The command, run by bash -c."},
+        "timeout_seconds": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "maximum": MAX_TIMEOUT_SECONDS,
+            "description": "Kill the command after this long. Default "
+            f"{DEFAULT_TIMEOUT_SECONDS:g}, at most {MAX_TIMEOUT_SECONDS:g}.",
+        },
+    },
+    "required": ["command"],
+    "additionalProperties": False,
+}
+
+
+class Bash:
+    name = "Bash"
+    input_schema = _SCHEMA
+    flags = ToolFlags(retry_safe=False)  # a command may do anything, so never twice unasked
+
+    def __init__(
+        self,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        output_cap_chars: int = DEFAULT_OUTPUT_CAP_CHARS,
+    ) -> None:
+        self.timeout_seconds = timeout_seconds
+        self.output_cap_chars = output_cap_chars
+        self.description = (
+            "Run a shell command (bash -c) in the workspace directory; stdout and stderr "
+            "come back together, with the exit code. Commands get no input. The command is "
+            f"killed after timeout_seconds (default {timeout_seconds:g}), together with "
+            "every process it started; processes still running when it ends are stopped "
+            f"too. Output over {output_cap_chars:,} characters keeps its start and end."
+        )
+
+    async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
+        args = Arguments(self.name, input, self.input_schema)
+        command = args.string("command")
+        timeout = args.number("timeout_seconds", self.timeout_seconds, MAX_TIMEOUT_SECONDS)
+        root = await asyncio.to_thread(workspace_root, ctx)
+        # The seam for `run_in_background` (a later issue): it would start the command
+        # here, detached from this call's deadline, and return a handle instead of waiting.
+        finished = await run_command(command, str(root), timeout, self.output_cap_chars)
+        return finished.output()
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    text: str
+    returncode: int | None  # None: killed at the deadline
+    timeout_seconds: float
+    stragglers_stopped: bool
+    output_abandoned: bool
+
+    def output(self) -> ToolOutput:
+        notes: list[str] = []
+        if self.returncode is None:
+            notes.append(
+                f"[timed out after {self.timeout_seconds:g} s; the command and every "
+                "process it started were killed]"
+            )
+        elif self.returncode < 0:
+            notes.append(f"[killed by signal {_signal_name(-self.returncode)}]")
+        else:
+            notes.append(f"[exit code {self.returncode}]")
+        if self.stragglers_stopped:
+            notes.append("[processes it left running in the background were stopped]")
+        if self.output_abandoned:
+            notes.append(
+                "[a process outside the command's group kept its output open; "
+                "the rest of its output was dropped]"
+            )
+        body = self.text.removesuffix("\n") or "(no output)"
+        return ToolOutput(f"{body}\n" + "\n".join(notes), is_error=self.returncode != 0)
+
+
+async def run_command(command: str, cwd: str, time_limit: float, cap: int) -> Finished:
+    loop = asyncio.get_running_loop()
+    capture = OutputCapture(cap)
+    process = _start(command, cwd)
+    group = process.pid  # known before any await, so a cancellation can never miss it
+    assert process.stdout is not None
+    reader: asyncio.ReadTransport | None = None
+    try:
+        reader, protocol = await loop.connect_read_pipe(
+            lambda: _OutputProtocol(loop, capture), process.stdout
+        )
+        exited = _exit_of(loop, process)
+        try:
+            # shield: a timeout must not cancel the wait for the exit.
+            await asyncio.wait_for(asyncio.shield(exited), time_limit)
+            timed_out = False
+        except TimeoutError:
+            timed_out = True
+        stragglers = _kill_group(group)
+        returncode = await exited
+        try:
+            await asyncio.wait_for(asyncio.shield(protocol.closed), DRAIN_SECONDS)
+            abandoned = False
+        except TimeoutError:
+            abandoned = True
+    except BaseException:
+        _kill_group(group)  # cancelled (the claim was lost): the command must not outlive it
+        raise
+    finally:
+        if reader is not None:
+            reader.close()
+        else:
+            process.stdout.close()
+    return Finished(
+        text=capture.text(),
+        returncode=None if timed_out else returncode,
+        timeout_seconds=time_limit,
+        stragglers_stopped=stragglers and not timed_out,
+        output_abandoned=abandoned,
+    )
+
+
+def _start(command: str, cwd: str) -> subprocess.Popen[bytes]:
+    """Fork and exec, as asyncio's own subprocess support does, on the loop's thread."""
+    return subprocess.Popen(
+        [shutil.which("bash") or "/bin/sh", "-c", command],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, so it can be killed as one
+        env=command_environment(),
+    )
+
+
+# Whatever a command prints lands in the task's log: the worker's own secrets (the
+# store's DSN, provider keys, PG passwords) must not be in its environment to print.
+_SECRET_NAMES = re.compile(r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|DSN|^NOETA_STORE$|^PG", re.I)
+
+
+def command_environment() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if not _SECRET_NAMES.search(name)}
+
+
+def _exit_of(
+    loop: asyncio.AbstractEventLoop, process: subprocess.Popen[bytes]
+) -> asyncio.Future[int]:
+    """The shell's exit code, from a thread of its own, as asyncio's child watcher does.
+
+    Its own thread, not `to_thread`: a ten-minute command must not hold one of the few
+    shared executor threads the file tools need. The shell alone is awaited, not the
+    pipe, which a background child may keep open.
+    """
+    exited: asyncio.Future[int] = loop.create_future()
+
+    def settle(code: int) -> None:
+        if not exited.done():
+            exited.set_result(code)
+
+    def wait() -> None:
+        code = process.wait()
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, code)
+
+    threading.Thread(target=wait, name=f"noeta-bash-{process.pid}", daemon=True).start()
+    return exited
+
+
+def _kill_group(group: int) -> bool:
+    """SIGKILL every process left in the group; whether there was any."""
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+class _OutputProtocol(asyncio.Protocol):
+    def __init__(self, loop: asyncio.AbstractEventLoop, capture: OutputCapture) -> None:
+        self.capture = capture
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    def data_received(self, data: bytes) -> None:
+        self.capture.add(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+class OutputCapture:
+    """Decoded output, keeping at most `cap` characters of head and of tail in memory.
+
+    Bytes that are not UTF-8 show as `\\xff` escapes and NUL as `\\x00`: readable for the
+    model, and storable by any backend.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="backslashreplace")
+        self.head: list[str] = []
+        self.head_size = 0
+        self.tail = ""
+        self.total = 0
+
+    def add(self, data: bytes, final: bool = False) -> None:
+        chunk = self.decoder.decode(data, final).replace("\x00", "\\x00")
+        self.total += len(chunk)
+        room = self.cap - self.head_size
+        if room > 0:
+            self.head.append(chunk[:room])
+            self.head_size += len(chunk[:room])
+            chunk = chunk[room:]
+        if chunk:
+            self.tail = (self.tail + chunk)[-self.cap :]
+
+    def text(self) -> str:
+        self.add(b"", final=True)
+        head = "".join(self.head)
+        if self.total <= self.cap:
+            return head + self.tail
+        # The start says what ran, the end how it ended: keep half of each.
+        keep_head = self.cap // 2
+        keep_tail = self.cap - keep_head
+        whole_tail = (head + self.tail)[-keep_tail:]
+        cut = self.total - keep_head - keep_tail
+        return (
+            f"{head[:keep_head]}\n[… {cut:,} of {self.total:,} characters cut from the "
+            f"middle …]\n{whole_tail}"
+        )

@@ -1,0 +1,236 @@
+"""Read, Write and Edit: the file tools, each confined to the task's workspace.
+
+Disk work runs in a thread so a large file never stalls the worker's event loop (and its
+lease renewal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from pathlib import Path
+
+from noeta.core.payload import JSONValue
+from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.plugins.core.arguments import Arguments
+from noeta.plugins.core.workspace import resolve_path
+
+MAX_READ_CHARS = 256 * 1024
+BINARY_PROBE_BYTES = 8192  # as git and grep do: a NUL in the first block means binary
+
+_PATH: dict[str, JSONValue] = {
+    "type": "string",
+    "description": "Path of the file, relative to the workspace (e.g. 'src/app.py').",
+}
+
+_READ_SCHEMA: dict[str, JSONValue] = {
+    "type": "object",
+    "properties": {
+        "file_path": _PATH,
+        "offset": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Line number to start at (1 is the first line). Default 1.",
+        },
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "How many lines to show at most. Default: to the end.",
+        },
+    },
+    "required": ["file_path"],
+    "additionalProperties": False,
+}
+
+_WRITE_SCHEMA: dict[str, JSONValue] = {
+    "type": "object",
+    "properties": {
+        "file_path": _PATH,
+        "content": {"type": "string", "description": "The file's complete new content."},
+    },
+    "required": ["file_path", "content"],
+    "additionalProperties": False,
+}
+
+_EDIT_SCHEMA: dict[str, JSONValue] = {
+    "type": "object",
+    "properties": {
+        "file_path": _PATH,
+        "old_string": {
+            "type": "string",
+            "description": "Exact text to replace, whitespace included (without line numbers).",
+        },
+        "new_string": {"type": "string", "description": "The text to put in its place."},
+        "replace_all": {
+            "type": "boolean",
+            "description": "Replace every occurrence. Default false: it must occur exactly once.",
+        },
+    },
+    "required": ["file_path", "old_string", "new_string"],
+    "additionalProperties": False,
+}
+
+
+class Read:
+    name = "Read"
+    description = (
+        "Read a text file in the workspace. Lines come numbered ('     7\\tcode'); the numbers "
+        "are not part of the file. Use offset and limit to read a long file in parts. "
+        f"Output is cut at {MAX_READ_CHARS // 1024} KiB, with a note saying where to go on."
+    )
+    input_schema = _READ_SCHEMA
+    flags = ToolFlags(retry_safe=True)
+
+    async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
+        args = Arguments(self.name, input, self.input_schema)
+        path = args.string("file_path")
+        offset = args.integer("offset", 1, minimum=1)
+        limit = args.optional_integer("limit", minimum=1)
+        return await asyncio.to_thread(_read, ctx, path, offset, limit)
+
+
+def _read(ctx: ToolContext, path: str, offset: int, limit: int | None) -> ToolOutput:
+    real = _existing_file(ctx, path)
+    try:
+        with real.open("rb") as probe:
+            if b"\x00" in probe.read(BINARY_PROBE_BYTES):
+                raise ToolError(f"{path} looks binary (it holds NUL bytes); Read shows text only")
+        # newline="" keeps '\r\n' visible as one line end instead of translating it.
+        with real.open(encoding="utf-8", errors="replace", newline="") as file:
+            return ToolOutput(_numbered(path, file, offset, limit))
+    except OSError as error:
+        raise ToolError(f"cannot read {path}: {error.strerror or error}") from error
+
+
+def _numbered(path: str, lines: Iterable[str], offset: int, limit: int | None) -> str:
+    shown: list[str] = []
+    size = 0
+    number = 0
+    for number, line in enumerate(lines, start=1):
+        if number < offset:
+            continue
+        if limit is not None and number >= offset + limit:
+            shown.append(f"[stopped after {limit} lines; more follow from offset={number}]")
+            return "\n".join(shown)
+        text = line.removesuffix("\n").removesuffix("\r")
+        rendered = f"{number:>6}\t{text}"
+        if size + len(rendered) + 1 > MAX_READ_CHARS:
+            if not shown:  # one line larger than the whole cap: show its start
+                shown.append(rendered[:MAX_READ_CHARS])
+                shown.append(
+                    f"[line {number} cut at {MAX_READ_CHARS:,} characters; "
+                    f"read on with offset={number + 1}]"
+                )
+            else:
+                shown.append(
+                    f"[output cut at {MAX_READ_CHARS // 1024} KiB; read on with offset={number}]"
+                )
+            return "\n".join(shown)
+        shown.append(rendered)
+        size += len(rendered) + 1
+    if number == 0:
+        return f"({path} is empty)"
+    if not shown:
+        return f"({path} has {number} lines; offset={offset} is past the end)"
+    return "\n".join(shown)
+
+
+class Write:
+    name = "Write"
+    description = (
+        "Write a file in the workspace, replacing it if it exists; missing parent "
+        "directories are created. Give the complete content. To change part of a file, "
+        "use Edit."
+    )
+    input_schema = _WRITE_SCHEMA
+    flags = ToolFlags(retry_safe=False)  # a re-run would undo anything written since
+
+    async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
+        args = Arguments(self.name, input, self.input_schema)
+        path = args.string("file_path")
+        content = args.string("content")
+        return await asyncio.to_thread(_write, ctx, path, content)
+
+
+def _write(ctx: ToolContext, path: str, content: str) -> ToolOutput:
+    real = resolve_path(ctx, path)
+    if real.is_dir():
+        raise ToolError(f"{path} is a directory")
+    existed = real.exists()
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+        _store_text(real, content)
+    except OSError as error:
+        raise ToolError(f"cannot write {path}: {error.strerror or error}") from error
+    verb = "Overwrote" if existed else "Created"
+    lines = content.count("\n") + (0 if content.endswith("\n") or not content else 1)
+    return ToolOutput(f"{verb} {path} ({_count(lines, 'line')}, {_count(len(content), 'char')})")
+
+
+class Edit:
+    name = "Edit"
+    description = (
+        "Replace exact text in a workspace file: old_string must occur exactly once "
+        "(add surrounding lines to make it unique) unless replace_all is true. Copy "
+        "old_string from Read's output without the line-number prefix."
+    )
+    input_schema = _EDIT_SCHEMA
+    flags = ToolFlags(retry_safe=False)  # after success, a re-run finds nothing to replace
+
+    async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
+        args = Arguments(self.name, input, self.input_schema)
+        path = args.string("file_path")
+        old = args.string("old_string")
+        new = args.string("new_string")
+        replace_all = args.boolean("replace_all")
+        if not old:
+            raise ToolError("Edit: old_string is empty; to create a file, use Write")
+        if old == new:
+            raise ToolError("Edit: old_string and new_string are the same; nothing to change")
+        return await asyncio.to_thread(_edit, ctx, path, old, new, replace_all)
+
+
+def _edit(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool) -> ToolOutput:
+    real = _existing_file(ctx, path)
+    try:
+        # surrogateescape: bytes that are not UTF-8 survive the edit unchanged.
+        text = real.read_bytes().decode("utf-8", errors="surrogateescape")
+    except OSError as error:
+        raise ToolError(f"cannot read {path}: {error.strerror or error}") from error
+    count = text.count(old)
+    if count == 0:
+        raise ToolError(
+            f"old_string was not found in {path}; Read the file and copy the text exactly, "
+            "whitespace and indentation included"
+        )
+    if count > 1 and not replace_all:
+        raise ToolError(
+            f"old_string occurs {count} times in {path}; include more surrounding text to "
+            "make it unique, or set replace_all to true"
+        )
+    try:
+        _store_text(real, text.replace(old, new))
+    except OSError as error:
+        raise ToolError(f"cannot write {path}: {error.strerror or error}") from error
+    return ToolOutput(f"Replaced {_count(count, 'occurrence')} in {path}")
+
+
+def _existing_file(ctx: ToolContext, path: str) -> Path:
+    real = resolve_path(ctx, path)
+    if not real.exists():
+        raise ToolError(f"{path} does not exist")
+    if real.is_dir():
+        raise ToolError(f"{path} is a directory; use Glob to list its files")
+    return real
+
+
+def _store_text(real: Path, text: str) -> None:
+    try:
+        encoded = text.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError as error:
+        raise ToolError(f"the content cannot be written as UTF-8: {error.reason}") from error
+    real.write_bytes(encoded)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"

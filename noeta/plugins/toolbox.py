@@ -1,0 +1,62 @@
+"""What a process runs tasks with: the configured plugins, started, their tools, gates, pins."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from noeta.config import Config
+from noeta.core.errors import ConfigError
+from noeta.core.gates import Gate
+from noeta.core.tool import Tool
+from noeta.plugins.loading import LoadedPlugin, load, pins_of
+
+
+@dataclass
+class Toolbox:
+    plugins: list[LoadedPlugin] = field(default_factory=list)
+    tools: Mapping[str, Tool] = field(default_factory=dict)
+    gates: tuple[Gate, ...] = ()
+    workspaces: str = ""
+
+    @property
+    def pins(self) -> tuple[tuple[str, str, str, str], ...]:
+        return pins_of(self.plugins)
+
+    @classmethod
+    async def open(cls, config: Config) -> Toolbox:
+        """Load and start every plugin; ConfigError naming the one that fails, and why."""
+        box = cls(gates=config.gates, workspaces=config.workspaces)
+        try:
+            for spec in config.plugins:
+                loaded = load(spec)
+                start = getattr(loaded.plugin, "start", None)
+                if start is not None:
+                    result = start()
+                    if inspect.isawaitable(result):
+                        await result
+                box.plugins.append(loaded)
+            tools: dict[str, Tool] = {}
+            for loaded in box.plugins:
+                for tool in loaded.plugin.tools():
+                    if tool.name in tools:
+                        raise ConfigError(
+                            f"two plugins offer a tool named {tool.name!r} "
+                            f"(the second is {loaded.pin.source})"
+                        )
+                    tools[tool.name] = tool
+            box.tools = tools
+        except BaseException:
+            await box.close()
+            raise
+        return box
+
+    async def close(self) -> None:
+        for loaded in reversed(self.plugins):
+            close = getattr(loaded.plugin, "close", None)
+            if close is not None:
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+        self.plugins.clear()
