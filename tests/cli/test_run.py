@@ -141,3 +141,24 @@ def test_a_lease_that_is_not_positive_is_refused(sqlite_store: str, lease: str) 
         "run", "hi", "--model", f"scripted:{EXAMPLE}", "--lease", lease, store=sqlite_store
     )
     assert "a lease must be a positive number of seconds" in one_line_error(result)
+
+
+def test_a_plugin_that_fails_to_load_is_named_at_start_up(
+    sqlite_store: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "noeta.yaml"
+    config.write_text("plugins:\n  - module: no_such_plugin_module\n")
+    result = noeta(
+        "run",
+        "hi",
+        "--model",
+        f"scripted:{EXAMPLE}",
+        "--config",
+        str(config),
+        "--id",
+        "p",
+        store=sqlite_store,
+    )
+    line = one_line_error(result)
+    assert "plugin module:no_such_plugin_module cannot be loaded: ModuleNotFoundError" in line
+    assert one_line_error(noeta("show", "p", store=sqlite_store))  # nothing was written

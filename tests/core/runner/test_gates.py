@@ -132,3 +132,21 @@ def test_a_gate_on_paths_outside_the_workspace(tmp_path: Path) -> None:
 def test_a_bad_gate_pattern_fails_when_configured() -> None:
     with pytest.raises(Exception, match="unterminated"):
         GateRule("deny", field_name="command", pattern="(unclosed")
+
+
+async def test_input_that_breaks_the_schema_is_an_error_result_not_a_crash(
+    store: Store, tmp_path: Path
+) -> None:
+    bad = {"tool_calls": [{"id": "c1", "name": "Echo", "input": {"text": 42}}]}
+    await create(store, "t", script(tmp_path, bad, {"text": "sorry"}), prompt="go", tools=("Echo",))
+    echo = Echo()
+    echo.input_schema = {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    }
+    result = await run(store, echo, [])
+    assert result.state.finished == "done" and echo.runs == []
+    (_, finished) = (await tool_log(store))[1]
+    assert finished["is_error"]
+    assert finished["content"] == "invalid input for Echo: text: 42 is not of type 'string'"
