@@ -118,10 +118,24 @@ class EmbeddedPostgres:
         )
 
     def _start_server(self, port: int | None = None) -> int:
-        port = port or _free_port()
+        # Restart on the same port when it is free: clients keep their DSN across a restart.
+        port = port or self._previous_port() or _free_port()
+        (self.root / "port").write_text(str(port))
         options = [f"-p {port}", "-c listen_addresses=127.0.0.1", "-c unix_socket_directories="]
         options += [f"-c {name}={value}" for name, value in self.settings.items()]
         self._pg_ctl(["start", "-w", "-t", "60", "-l", str(self.log_file), "-o", " ".join(options)])
+        return port
+
+    def _previous_port(self) -> int | None:
+        try:
+            port = int((self.root / "port").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                return None
         return port
 
     def _running_port(self) -> int | None:

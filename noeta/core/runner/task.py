@@ -139,12 +139,16 @@ class _Run:
                             await self.append([], next_state=Wait(wake_on_prefix=prefix))
                             return RunResult("waiting", self.state)
                     case AwaitMessage():
+                        if await self._cancel_if_asked():
+                            return RunResult("finished", self.state)
                         if not await self._take_message():
                             await self.append([], next_state=Wait())
                             return RunResult("waiting", self.state)
                     case EndTurn() | FinishTask():
                         await self.settle([], action)
                     case CallModel():
+                        if await self._cancel_if_asked():
+                            return RunResult("finished", self.state)
                         await self._call_model()
                     case RunTools(calls=to_run):
                         await calls.run_tools(self, to_run)
@@ -168,9 +172,11 @@ class _Run:
         next_state: NextState = Continue(),
     ) -> None:
         encoded = [NewEvent(*ev.encode(event)) for event in new_events]
+        await failpoints.hit("append.before_commit")
         last_seq = await self.store.append(
             self.claim, self.state.last_seq, encoded, take=take, next_state=next_state
         )
+        await failpoints.hit("append.after_commit")
         first = self.state.last_seq + 1
         logged = [LoggedEvent(first + i, event) for i, event in enumerate(new_events)]
         self.state = fold(logged, self.state)
@@ -213,11 +219,25 @@ class _Run:
                 return True
         return False
 
+    async def _cancel_if_asked(self) -> bool:
+        """`noeta cancel` delivered a request: finish the task as cancelled, taking it."""
+        for entry in await self.store.read_inbox(self.task_id):
+            if isinstance(entry.payload, dict) and entry.payload.get("kind") == "cancel":
+                finished = ev.TaskFinished("cancelled", error="cancelled on request")
+                await self.append(
+                    [finished], take=[entry.id], next_state=Finish(TaskStatus.CANCELLED)
+                )
+                return True
+        return False
+
     async def _take_message(self) -> bool:
         inbox = await self.store.read_inbox(self.task_id)
         for entry in inbox:
-            if isinstance(entry.payload, dict) and entry.payload.get("kind") == "answer":
-                continue  # a late answer to a call that no longer waits
+            if isinstance(entry.payload, dict) and entry.payload.get("kind") in (
+                "answer",
+                "cancel",
+            ):
+                continue  # a late answer to a call that no longer waits; cancel is above
             if entry.id not in self.state.taken_inbox:
                 text = entry.payload["text"] if isinstance(entry.payload, dict) else entry.payload
                 await self.append([ev.MessageTaken(entry.id, str(text))], take=[entry.id])

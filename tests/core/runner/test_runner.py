@@ -356,3 +356,14 @@ async def test_a_snapshot_is_written_and_resuming_from_it_equals_folding_it_all(
 async def test_provider_error_messages_reach_the_log_not_the_key() -> None:
     error = ProviderError("HTTP 401: invalid x-api-key", retryable=False, status=401)
     assert "sk-" not in str(error)
+
+
+async def test_a_cancel_request_finishes_the_task_as_cancelled(
+    store: Store, tmp_path: Path
+) -> None:
+    await create(store, "t", script(tmp_path, {"text": "never"}), interactive=True)
+    await store.deliver(Delivery("t", {"kind": "cancel"}, dedupe_key="cancel"))
+    result = await run_once(TaskRunner(store, ProviderRegistry()), store, "t")
+    assert result.state.finished == "cancelled"
+    assert (await store.get_task("t")).status.value == "cancelled"  # type: ignore[union-attr]
+    assert await store.read_inbox("t") == []

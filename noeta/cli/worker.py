@@ -1,0 +1,111 @@
+"""`noeta worker`: the service that claims and runs tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+
+import click
+
+from noeta.cli.options import config_option, store_option
+from noeta.config import load_config
+from noeta.core.store import check_key, check_lease
+from noeta.worker.worker import WorkerSettings
+
+
+@click.command()
+@store_option
+@click.option("--queues", default="default", show_default=True, help="Comma-separated queues.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1000),
+    default=4,
+    show_default=True,
+    help="Tasks run at once in this process.",
+)
+@click.option(
+    "--lease",
+    "lease_seconds",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds a claim lasts unless renewed (renewed every third).",
+)
+@config_option
+@click.option("--name", default=None, help="This worker's name (default: host-pid).")
+def worker(
+    store: str | None,
+    queues: str,
+    concurrency: int,
+    lease_seconds: float,
+    config: str | None,
+    name: str | None,
+) -> None:
+    """Claim tasks from the queues and run them until SIGTERM or SIGINT."""
+    check_lease(lease_seconds)
+    names = tuple(q.strip() for q in queues.split(",") if q.strip())
+    for queue in names or ("",):
+        check_key("queue name", queue)
+    settings = WorkerSettings(
+        name=check_key("worker name", name or f"{socket.gethostname()}-{os.getpid()}"),
+        queues=names,
+        concurrency=concurrency,
+        lease_seconds=lease_seconds,
+    )
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    asyncio.run(_serve(settings, store, config))
+
+
+async def _serve(settings: WorkerSettings, url: str | None, config_path: str | None) -> None:
+    from noeta.backends.models.registry import ProviderRegistry
+    from noeta.backends.stores import open_store
+    from noeta.core.runner.task import TaskRunner
+    from noeta.plugins.toolbox import Toolbox
+    from noeta.worker.worker import Worker
+
+    config = load_config(config_path)
+    toolbox = await Toolbox.open(config)
+    providers = ProviderRegistry()
+    store = await open_store(
+        url,
+        application_name=f"noeta-worker:{settings.name}"[:63],
+        max_connections=settings.concurrency + 2,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            os._exit(1)  # a second signal: leave at once; leases will lapse
+        logging.getLogger("noeta.worker").info("stopping: handing running tasks back")
+        stop.set()
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, on_signal)
+    runner = TaskRunner(
+        store,
+        providers,
+        toolbox.tools,
+        workspaces=toolbox.workspaces,
+        gates=toolbox.gates,
+        pins=toolbox.pins,
+    )
+    logging.getLogger("noeta.worker").info(
+        "worker %s: queues %s, concurrency %d, lease %g s, plugins %s",
+        settings.name,
+        ",".join(settings.queues),
+        settings.concurrency,
+        settings.lease_seconds,
+        ", ".join(p.pin.name for p in toolbox.plugins),
+    )
+    try:
+        await Worker(store, runner, settings).run(stop)
+    finally:
+        await providers.close()
+        await store.close()
+        await toolbox.close()

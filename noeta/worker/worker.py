@@ -1,0 +1,183 @@
+"""The claim loop: up to N tasks at once, leases renewed, lost claims dropped (SPEC §3).
+
+| what happened                         | what the worker does                                  |
+| renew returns nothing                 | cancel that task's run: its next write would fail     |
+| renew keeps failing (store down)      | retry until its own lease deadline, then give it up   |
+| Conflict on append                    | stop writing to that task                             |
+| StoreUnavailable while working        | stop; once the store is back and the lease lapsed,    |
+|                                       | the task is claimed again                             |
+| CommitUnknown                         | a lost claim; during a claim: adopt what the store    |
+|                                       | records as ours that we are not running               |
+| SIGTERM / SIGINT                      | release every running task to ready at once, exit 0   |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from noeta.core import failpoints
+from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
+from noeta.core.runner.task import RunResult, TaskRunner
+from noeta.core.store import Claim, Store
+from noeta.worker.renewal import Renewer
+
+log = logging.getLogger("noeta.worker")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    name: str
+    queues: Sequence[str] = ("default",)
+    concurrency: int = 4
+    lease_seconds: float = 30.0
+    poll_seconds: float = 1.0  # the safety net under wake-ups
+
+
+class Worker:
+    def __init__(self, store: Store, runner: TaskRunner, settings: WorkerSettings) -> None:
+        self.store = store
+        self.runner = runner
+        self.settings = settings
+        self.renewer = Renewer(store, settings.lease_seconds, self._lost)
+        self.running: dict[str, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
+        self._slots = asyncio.Semaphore(settings.concurrency)
+        self._wake = asyncio.Event()
+        self._stopping = False
+
+    def wake(self) -> None:
+        """Something may have become claimable: look now rather than at the next poll."""
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Claim and run tasks until `stop` is set; then hand every running task back."""
+        renewing = asyncio.create_task(self.renewer.run(), name="noeta-renewal")
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                acquired = asyncio.create_task(self._slots.acquire())
+                await asyncio.wait({acquired, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if stop.is_set():
+                    if acquired.done():
+                        self._slots.release()
+                    else:
+                        acquired.cancel()
+                    break
+                if not await self._claim_one():
+                    self._slots.release()
+                    await self._idle(stopping)
+        finally:
+            stopping.cancel()
+            await self._shut_down()
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+
+    async def _claim_one(self) -> bool:
+        """Claim a task and start running it; False if there was nothing to claim."""
+        settings = self.settings
+        try:
+            claim = await self.store.claim(settings.name, settings.queues, settings.lease_seconds)
+            if claim is not None:
+                await failpoints.hit("claim.after_commit")
+        except CommitUnknown:
+            log.warning("claim: the commit's outcome is unknown; adopting what is ours")
+            return await self._adopt()
+        except StoreUnavailable as error:
+            log.warning("claim: %s", error)
+            return False
+        if claim is None:
+            return False
+        verb = "took over" if claim.epoch > 1 else "claimed"
+        log.info("%s task %s (epoch %d)", verb, claim.task_id, claim.epoch)
+        self._start(claim)
+        return True
+
+    async def _adopt(self) -> bool:
+        """After a lost claim reply: run the tasks the store records as ours, not running."""
+        try:
+            owned = [
+                c
+                for c in await self.store.owned_by(self.settings.name)
+                if c.task_id not in self.running
+            ]
+            renewed = await self.store.renew(owned, self.settings.lease_seconds)
+        except StoreError as error:
+            log.warning("adopting: %s", error)
+            return False
+        started = False
+        for claim in renewed.values():
+            if started:  # the first uses the slot we hold; the rest wait for their own
+                await self._slots.acquire()
+            log.info("adopted task %s (epoch %d)", claim.task_id, claim.epoch)
+            self._start(claim)
+            started = True
+        return started
+
+    def _start(self, claim: Claim) -> None:
+        self.renewer.add(claim)
+        task = asyncio.create_task(self._run_claim(claim), name=f"noeta-task-{claim.task_id}")
+        self.running[claim.task_id] = (claim, task)
+
+    async def _run_claim(self, claim: Claim) -> RunResult | None:
+        """Run one claim; every way of losing it ends here, logged, never raised."""
+        try:
+            result = await self.runner.run(claim)
+            log.info("task %s: %s", claim.task_id, result.state.finished or result.outcome)
+            return result
+        except Conflict as error:
+            log.warning(
+                "conflict on task %s: %s; writing nothing more", claim.task_id, error.reason
+            )
+        except CommitUnknown as error:
+            log.warning("task %s: claim lost (%s)", claim.task_id, error)
+        except StoreUnavailable as error:
+            log.warning("task %s: store unavailable (%s); leaving it", claim.task_id, error)
+        except StoreError as error:
+            log.warning("task %s: %s; leaving it", claim.task_id, error)
+        except Exception:
+            log.exception("task %s: the runner failed; leaving it", claim.task_id)
+        finally:
+            self.renewer.remove(claim.task_id)
+            self.running.pop(claim.task_id, None)
+            self._slots.release()
+            self.wake()
+        return None
+
+    def _lost(self, claim: Claim) -> None:
+        entry = self.running.get(claim.task_id)
+        if entry is not None and not self._stopping:
+            log.warning("task %s: claim lost; cancelling its step", claim.task_id)
+            entry[1].cancel()
+
+    async def _idle(self, stopping: asyncio.Task[bool]) -> None:
+        self._wake.clear()
+        woken = asyncio.create_task(self._wake.wait())
+        try:
+            await asyncio.wait(
+                {woken, stopping},
+                timeout=self.settings.poll_seconds,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            woken.cancel()
+
+    async def _shut_down(self) -> None:
+        """Hand every running task back to ready at once (a holding wait keeps its claim)."""
+        self._stopping = True
+        entries = list(self.running.values())
+        for _, task in entries:
+            task.cancel()
+        for claim, task in entries:
+            with contextlib.suppress(BaseException):
+                await task
+            try:
+                if await self.store.release(claim):
+                    log.info("released task %s", claim.task_id)
+            except StoreError as error:
+                log.warning(
+                    "could not release task %s (%s); its lease will lapse", claim.task_id, error
+                )

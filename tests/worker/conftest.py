@@ -1,0 +1,108 @@
+"""Real `noeta worker` processes for the fault tests, and waiting on the store's state."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from noeta.core import events
+from noeta.core.store import NewEvent, NewTask, Store
+
+
+class WorkerProcess:
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        folder: Path,
+        *,
+        lease: float = 1.0,
+        failpoints: str = "",
+        concurrency: int = 4,
+    ) -> None:
+        self.name = name
+        self.output = folder / f"{name}.log"
+        env = {**os.environ, "NOETA_FAILPOINTS": failpoints, "NOETA_HOME": str(folder / "home")}
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "noeta",
+                "worker",
+                "--store",
+                url,
+                "--lease",
+                str(lease),
+                "--name",
+                name,
+                "--concurrency",
+                str(concurrency),
+            ],
+            stdout=self.output.open("w"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    def signal(self, number: int) -> None:
+        self.process.send_signal(number)
+
+    async def exit_code(self, within: float = 30) -> int:
+        return await asyncio.to_thread(self.process.wait, within)
+
+    def log(self) -> str:
+        return self.output.read_text()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+            self.process.wait(10)
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(url: str, name: str, **options: Any) -> WorkerProcess:
+        worker = WorkerProcess(url, name, tmp_path, **options)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str, within: float = 30) -> None:
+    """Poll a condition on the store (not a sleep standing in for synchronisation)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0.05)
+
+
+async def add_task(store: Store, folder: Path, task_id: str, *replies: dict[str, Any]) -> None:
+    script = folder / f"{task_id}.yaml"
+    script.write_text(json.dumps({"replies": list(replies)}))
+    created = events.TaskCreated(model=f"scripted:{script}", prompt="go", tools=("Bash",))
+    await store.create_task(NewTask(task_id, [NewEvent(*events.encode(created))]))
+
+
+async def status_of(store: Store, task_id: str) -> str:
+    task = await store.get_task(task_id)
+    return task.status.value if task else "missing"
+
+
+async def log_types(store: Store, task_id: str) -> list[str]:
+    return [e.type for e in await store.read_log(task_id)]

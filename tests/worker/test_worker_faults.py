@@ -1,0 +1,134 @@
+"""`noeta worker` processes under real faults: SIGKILL, SIGSTOP, SIGTERM, a lost claim reply.
+
+Each row of SPEC §3 that these reach is named in its test.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from noeta.backends.stores import open_store
+from noeta.core.store import Store
+
+from .conftest import WorkerProcess, add_task, log_types, status_of, until
+
+SLEEPY = {"tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": "sleep 3; echo slept"}}]}
+
+
+@pytest.fixture
+async def store(postgres_url: str) -> AsyncIterator[Store]:
+    store = await open_store(postgres_url, migrate=True)
+    yield store
+    await store.close()
+
+
+async def test_workers_run_many_tasks_and_exit_cleanly_on_sigterm(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    for n in range(20):
+        await add_task(store, tmp_path, f"t{n}", {"text": f"answer {n}"})
+    a, b = workers(postgres_url, "a"), workers(postgres_url, "b")
+
+    async def all_done() -> bool:
+        return all([await status_of(store, f"t{n}") == "done" for n in range(20)])
+
+    await until(all_done, "every task is done")
+    for worker in (a, b):
+        worker.signal(signal.SIGTERM)
+    assert [await a.exit_code(), await b.exit_code()] == [0, 0]
+    claimed = a.log().count("claimed task") + b.log().count("claimed task")
+    assert claimed == 20  # each task claimed once: no double runs
+
+
+async def test_a_worker_killed_mid_model_call_is_taken_over(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    await add_task(store, tmp_path, "t", {"text": "made it"})
+    doomed = workers(postgres_url, "doomed", failpoints="model.after_called=kill")
+    assert await doomed.exit_code() == -signal.SIGKILL
+    assert await log_types(store, "t") == ["TaskCreated", "PluginsPinned", "ModelCalled"]
+    workers(postgres_url, "heir")
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    await until(done, "the heir finishes the task")
+    log = await store.read_log("t")
+    hashes = [e.data["request_sha256"] for e in log if e.type == "ModelCalled"]  # type: ignore[index]
+    assert len(hashes) == 2 and hashes[0] == hashes[1]  # the same request, re-sent
+    assert (await store.get_task("t")).owner_epoch == 2  # type: ignore[union-attr]
+
+
+async def test_a_frozen_worker_wakes_to_find_its_claim_gone_and_writes_nothing(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    # SPEC §3: renew returns nothing / append raises Conflict -> stop, write nothing more.
+    await add_task(store, tmp_path, "t", SLEEPY, {"text": "done"})
+    frozen = workers(postgres_url, "frozen")
+
+    async def tool_started() -> bool:
+        return "ToolStarted" in await log_types(store, "t")
+
+    await until(tool_started, "the tool starts")
+    frozen.signal(signal.SIGSTOP)
+    workers(postgres_url, "rescuer")
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    await until(done, "the rescuer finishes the task")
+    frozen.signal(signal.SIGCONT)
+
+    async def noticed() -> bool:
+        text = frozen.log()
+        return "conflict on task t" in text or "task t: claim lost" in text
+
+    await until(noticed, "the frozen worker notices it lost the claim")
+    types = await log_types(store, "t")
+    assert types.count("ToolFinished") == 1  # the woken worker's result never landed
+    finished = [e.data for e in await store.read_log("t") if e.type == "ToolFinished"]
+    assert finished[0]["recovery"] == "unknown"  # type: ignore[index]
+
+
+async def test_sigterm_hands_running_tasks_back_at_once(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    long_sleep = {"tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": "sleep 60"}}]}
+    await add_task(store, tmp_path, "t", long_sleep, {"text": "done"})
+    first = workers(postgres_url, "first", lease=30)
+
+    async def tool_started() -> bool:
+        return "ToolStarted" in await log_types(store, "t")
+
+    await until(tool_started, "the tool starts")
+    first.signal(signal.SIGTERM)
+    assert await first.exit_code(within=20) == 0
+    assert await status_of(store, "t") == "ready"  # released, not left to a 30 s lease
+    assert "released task t" in first.log()
+    workers(postgres_url, "second", lease=30)
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    await until(done, "another worker finishes it", within=20)
+
+
+async def test_a_lost_claim_reply_is_adopted_not_waited_out(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    # SPEC §3: CommitUnknown during claim -> adopt the tasks the store records as ours.
+    await add_task(store, tmp_path, "t", {"text": "adopted"})
+    worker = workers(
+        postgres_url, "w", lease=30, failpoints="claim.after_commit=raise(CommitUnknown)@1"
+    )
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    await until(done, "the worker adopts and finishes the task", within=20)
+    assert "adopted task t (epoch 1)" in worker.log()
+    assert (await store.get_task("t")).owner_epoch == 1  # type: ignore[union-attr]
