@@ -36,6 +36,14 @@ from noeta.worker.worker import WorkerSettings
 )
 @config_option
 @click.option("--name", default=None, help="This worker's name (default: host-pid).")
+@click.option(
+    "--poll",
+    "poll_seconds",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Seconds between claim attempts while idle (the safety net under PostgreSQL's wake-ups).",
+)
 def worker(
     store: str | None,
     queues: str,
@@ -43,6 +51,7 @@ def worker(
     lease_seconds: float,
     config: str | None,
     name: str | None,
+    poll_seconds: float,
 ) -> None:
     """Claim tasks from the queues and run them until SIGTERM or SIGINT."""
     check_lease(lease_seconds)
@@ -68,14 +77,6 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
     from noeta.plugins.toolbox import Toolbox
     from noeta.worker.worker import Worker
 
-    config = load_config(config_path)
-    toolbox = await Toolbox.open(config)
-    providers = ProviderRegistry()
-    store = await open_store(
-        url,
-        application_name=f"noeta-worker:{settings.name}"[:63],
-        max_connections=settings.concurrency + 2,
-    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -87,6 +88,14 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
 
     for number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(number, on_signal)
+    config = load_config(config_path)
+    toolbox = await Toolbox.open(config)
+    providers = ProviderRegistry()
+    store = await open_store(
+        url,
+        application_name=f"noeta-worker:{settings.name}"[:63],
+        max_connections=settings.concurrency + 2,
+    )
     runner = TaskRunner(
         store,
         providers,

@@ -55,6 +55,7 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and run tasks until `stop` is set; then hand every running task back."""
         renewing = asyncio.create_task(self.renewer.run(), name="noeta-renewal")
+        listening = asyncio.create_task(self._listen(), name="noeta-wakeups")
         stopping = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
@@ -72,9 +73,19 @@ class Worker:
         finally:
             stopping.cancel()
             await self._shut_down()
-            renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewing
+            for background in (renewing, listening):
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
+
+    async def _listen(self) -> None:
+        """Wake the claim loop when a store says a task became claimable in our queues."""
+        wakeups = getattr(self.store, "wakeups", None)
+        if wakeups is None:
+            return  # sqlite: the poll alone
+        async for queue in wakeups():
+            if queue in self.settings.queues:
+                self.wake()
 
     async def _claim_one(self) -> bool:
         """Claim a task and start running it; False if there was nothing to claim."""

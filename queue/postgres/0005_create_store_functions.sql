@@ -176,3 +176,19 @@ BEGIN
     END CASE;
     RETURN v_seq;
 END $$;
+
+-- Prompt wake-ups: when a task becomes claimable now (created, released, woken by a
+-- delivery, handed back with a delivery waiting), idle workers hear of it at once on
+-- channel noeta_wake instead of at their next poll (the poll stays, as the safety net).
+-- The payload is the queue name only: any role can LISTEN on any channel.
+CREATE FUNCTION noeta_notify_claimable() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('noeta_wake', NEW.queue);
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER tasks_notify_claimable
+    AFTER INSERT OR UPDATE OF claimable_at, status ON tasks
+    FOR EACH ROW
+    WHEN (NEW.status IN ('ready', 'waiting') AND NEW.claimable_at <= clock_timestamp())
+    EXECUTE FUNCTION noeta_notify_claimable();

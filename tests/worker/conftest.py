@@ -28,6 +28,7 @@ class WorkerProcess:
         lease: float = 1.0,
         failpoints: str = "",
         concurrency: int = 4,
+        poll: float = 1.0,
     ) -> None:
         self.name = name
         self.output = folder / f"{name}.log"
@@ -46,6 +47,8 @@ class WorkerProcess:
                 name,
                 "--concurrency",
                 str(concurrency),
+                "--poll",
+                str(poll),
             ],
             stdout=self.output.open("w"),
             stderr=subprocess.STDOUT,

@@ -37,6 +37,11 @@ async def test_workers_run_many_tasks_and_exit_cleanly_on_sigterm(
         return all([await status_of(store, f"t{n}") == "done" for n in range(20)])
 
     await until(all_done, "every task is done")
+
+    async def both_up() -> bool:
+        return "worker a:" in a.log() and "worker b:" in b.log()
+
+    await until(both_up, "both workers are up")
     for worker in (a, b):
         worker.signal(signal.SIGTERM)
     assert [await a.exit_code(), await b.exit_code()] == [0, 0]
@@ -132,3 +137,21 @@ async def test_a_lost_claim_reply_is_adopted_not_waited_out(
     await until(done, "the worker adopts and finishes the task", within=20)
     assert "adopted task t (epoch 1)" in worker.log()
     assert (await store.get_task("t")).owner_epoch == 1  # type: ignore[union-attr]
+
+
+async def test_an_idle_worker_is_woken_by_a_new_task_not_by_its_poll(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    worker = workers(postgres_url, "listener", poll=120)
+
+    async def idle() -> bool:
+        return "worker listener:" in worker.log()
+
+    await until(idle, "the worker is up and idle")
+    await add_task(store, tmp_path, "t", {"text": "heard you"})
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    # Well inside the 120 s poll: only the wake-up can have started it.
+    await until(done, "the woken worker finishes the task", within=20)

@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -131,6 +131,8 @@ SELECT noeta_append_events(%(task)s, %(epoch)s, %(expected_seq)s, %(types)s::tex
                            %(data)s::text[])
 """
 
+LISTEN_FOR_WAKEUPS = "LISTEN noeta_wake"
+
 DELIVER = "SELECT noeta_deliver(%(task)s, %(key)s, %(payload)s)"
 
 READ_LOG = """
@@ -204,8 +206,11 @@ def describe(dsn: str) -> str:
 class PostgresStore:
     """A `Store` on one PostgreSQL database (or schema, via the URL's search_path)."""
 
-    def __init__(self, pool: AsyncConnectionPool[Any], where: str, deadline_seconds: float) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool[Any], where: str, deadline_seconds: float, dsn: str = ""
+    ) -> None:
         self._pool = pool
+        self._dsn = dsn  # for the LISTEN connection, which cannot come from the pool
         self.where = where
         self.deadline_seconds = deadline_seconds
 
@@ -246,10 +251,35 @@ class PostgresStore:
         except PoolTimeout as error:
             await pool.close()
             raise StoreUnavailable(f"cannot reach PostgreSQL at {where}") from error
-        return cls(pool, where, deadline_seconds)
+        return cls(pool, where, deadline_seconds, dsn)
 
     async def close(self) -> None:
         await self._pool.close()
+
+    async def wakeups(self) -> AsyncIterator[str]:
+        """Queue names in which a task just became claimable (LISTEN noeta_wake).
+
+        Reconnects after a lost connection; a missed notification costs one poll.
+        """
+        while True:
+            try:
+                connection = await psycopg.AsyncConnection.connect(
+                    self._dsn,
+                    autocommit=True,
+                    application_name="noeta-listen",
+                    connect_timeout=max(1, round(self.deadline_seconds)),
+                )
+            except psycopg.OperationalError:
+                await asyncio.sleep(self.deadline_seconds)
+                continue
+            try:
+                await connection.execute(LISTEN_FOR_WAKEUPS)
+                async for notification in connection.notifies():
+                    yield notification.payload
+            except psycopg.OperationalError:
+                await asyncio.sleep(1)
+            finally:
+                await connection.close()
 
     # --- the Store protocol ------------------------------------------------------------
 
