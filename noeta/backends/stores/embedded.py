@@ -132,6 +132,9 @@ class EmbeddedPostgres:
         except (FileNotFoundError, ValueError):
             return None
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            # As the server itself binds: connections of its last life in TIME_WAIT
+            # must not push it onto a new port.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:

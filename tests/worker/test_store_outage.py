@@ -1,0 +1,76 @@
+"""The worker while its PostgreSQL is stopped for real, then started again (SPEC §3):
+renewals fail until the worker's own lease deadline, work in progress stops, and once
+the store is back and the lease has lapsed the task is claimed again and finished."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from noeta.backends.stores import open_store
+from noeta.backends.stores.embedded import EmbeddedPostgres
+from noeta.core.store import Store
+from noeta.testing.postgres import TEST_SETTINGS
+
+from .conftest import WorkerProcess, add_task, log_types, status_of, until
+
+
+@pytest.fixture
+def private_server() -> Iterator[EmbeddedPostgres]:
+    server = EmbeddedPostgres(
+        Path(tempfile.mkdtemp(prefix="noeta-outage-")), settings=TEST_SETTINGS
+    )
+    server.start()
+    yield server
+    server.stop(mode="immediate")
+
+
+@pytest.fixture
+async def store(private_server: EmbeddedPostgres) -> AsyncIterator[Store]:
+    store = await open_store(private_server.start(), migrate=True)
+    yield store
+    await store.close()
+
+
+@pytest.mark.slow
+async def test_a_stopped_database_stops_the_work_and_a_restart_resumes_it(
+    store: Store,
+    private_server: EmbeddedPostgres,
+    tmp_path: Path,
+    workers: Callable[..., WorkerProcess],
+) -> None:
+    url = private_server.start()
+    sleepy = {"tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": "sleep 2"}}]}
+    await add_task(store, tmp_path, "t", sleepy, {"text": "finished after the outage"})
+    worker = workers(url, "w", lease=2)
+
+    async def tool_started() -> bool:
+        return "ToolStarted" in await log_types(store, "t")
+
+    await until(tool_started, "the tool starts")
+    private_server.stop(mode="immediate")
+
+    def gave_up() -> bool:
+        text = worker.log()
+        return "could not renew for a whole lease" in text or "store unavailable" in text
+
+    async def noticed() -> bool:
+        return gave_up()
+
+    await until(noticed, "the worker stops working on the task", within=40)
+    private_server.start()  # the same port: the worker's DSN still points at it
+
+    async def done() -> bool:
+        try:
+            return await status_of(store, "t") == "done"
+        except Exception:  # our own pool is reconnecting too
+            return False
+
+    await until(done, "the task is claimed again and finished", within=60)
+    task = await store.get_task("t")
+    assert task is not None and task.owner_epoch == 2
+    finished = [e.data for e in await store.read_log("t") if e.type == "ToolFinished"]
+    assert len(finished) == 1 and finished[0]["recovery"] == "unknown"  # type: ignore[index]
