@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from noeta.cli import answer, db, run, worker
+from noeta.cli import answer, db, run, tasks, worker
 
 
 class NoetaGroup(click.Group):
@@ -36,6 +36,11 @@ cli.add_command(db.db)
 cli.add_command(run.run)
 cli.add_command(run.show)
 cli.add_command(answer.answer)
+cli.add_command(tasks.submit)
+cli.add_command(tasks.send)
+cli.add_command(tasks.tasks)
+cli.add_command(tasks.tail)
+cli.add_command(tasks.cancel)
 cli.add_command(worker.worker)
 
 

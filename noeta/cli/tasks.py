@@ -1,0 +1,302 @@
+"""Tasks that workers run: `submit` one, `send` it a message, list them (`tasks`), follow
+one's log (`tail`), and ask for one to stop (`cancel`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from datetime import UTC
+from typing import Any
+
+import click
+
+from noeta.cli.options import config_option, json_option, store_option
+from noeta.cli.run import DEFAULT_MODEL, MAX_PROMPT_CHARS
+from noeta.config import Config, load_config
+from noeta.core.errors import ConfigError, NoetaError
+from noeta.core.store import DEFAULT_QUEUE, Store, StoredEvent, TaskRecord, TaskStatus, check_key
+
+POLL_SECONDS = 0.5  # how often `tail --follow` looks for new events
+CANCEL_KEY = "cancel"  # one cancel request per task, however often it is asked for
+
+
+@click.command()
+@click.argument("prompt", required=False, default="")
+@click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="The queue to run it on.")
+@click.option(
+    "--interactive",
+    is_flag=True,
+    help="A conversation: it takes messages (`noeta send`) until it is cancelled.",
+)
+@click.option(
+    "--model",
+    "model",
+    envvar="NOETA_MODEL",
+    default=DEFAULT_MODEL,
+    show_default=True,
+    help="anthropic:MODEL, openai:MODEL or scripted:FILE.",
+)
+@click.option("--id", "task_id", default=None, help="The task's id (default: a new one).")
+@config_option
+@store_option
+def submit(
+    prompt: str,
+    queue: str,
+    interactive: bool,
+    model: str,
+    task_id: str | None,
+    config: str | None,
+    store: str | None,
+) -> None:
+    """Create a task for the workers to run; print its id.
+
+    PROMPT `-` reads it from standard input. An --interactive task may start without one;
+    given, it is the first message.
+    """
+    from noeta.backends.models.registry import split_spec
+
+    prompt = _read_text(prompt, "prompt")
+    if not prompt and not interactive:
+        raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
+    check_key("queue name", queue)
+    task_id = check_key("task id", task_id) if task_id is not None else uuid.uuid4().hex[:12]
+    split_spec(model)  # the worker holds the API keys: only the spec's form is checked here
+    settings = load_config(config)
+    asyncio.run(_submit(task_id, queue, model, prompt, interactive, settings, store))
+    click.echo(task_id)
+
+
+async def _submit(
+    task_id: str,
+    queue: str,
+    model: str,
+    prompt: str,
+    interactive: bool,
+    config: Config,
+    url: str | None,
+) -> None:
+    from noeta.backends.stores import open_store
+    from noeta.core import events
+    from noeta.core.store import NewEvent, NewTask
+    from noeta.plugins.toolbox import Toolbox
+
+    # Started and closed again: some plugins (MCP) only know their tools once started.
+    toolbox = await Toolbox.open(config)
+    try:
+        tools = tuple(toolbox.tools)
+    finally:
+        await toolbox.close()
+    created = events.TaskCreated(model=model, prompt=prompt, interactive=interactive, tools=tools)
+    store = await open_store(url, application_name="noeta-submit")
+    try:
+        task = NewTask(task_id, [NewEvent(*events.encode(created))], queue=queue)
+        if not await store.create_task(task):
+            raise ConfigError(f"a task with id {task_id!r} exists already")
+    finally:
+        await store.close()
+
+
+@click.command()
+@click.argument("task_id")
+@click.argument("message")
+@click.option("--id", "key", default=None, help="Sending twice with one KEY delivers once.")
+@store_option
+def send(task_id: str, message: str, key: str | None, store: str | None) -> None:
+    """Send MESSAGE to task TASK_ID (`-` reads it from standard input)."""
+    message = _read_text(message, "message")
+    if not message:
+        raise ConfigError("a message must not be empty")
+    key = check_key("message id", key) if key is not None else uuid.uuid4().hex
+    delivered = asyncio.run(_send(task_id, message, key, store))
+    click.echo("sent" if delivered else "already sent")
+
+
+async def _send(task_id: str, message: str, key: str, url: str | None) -> bool:
+    from noeta.backends.stores import open_store
+    from noeta.core.store import Delivery
+
+    store = await open_store(url, application_name="noeta-send")
+    try:
+        record = await _existing(store, task_id)
+        if record.status.finished:
+            raise NoetaError(f"task {task_id} is {record.status}; it takes no more messages")
+        return await store.deliver(Delivery(task_id, {"text": message}, f"message:{key}"))
+    finally:
+        await store.close()
+
+
+@click.command()
+@click.option("--status", type=click.Choice([status.value for status in TaskStatus]), default=None)
+@click.option("--queue", default=None, help="Only the tasks of this queue.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most N tasks."
+)
+@json_option
+@store_option
+def tasks(
+    status: str | None, queue: str | None, limit: int, as_json: bool, store: str | None
+) -> None:
+    """List tasks, newest first."""
+    if queue is not None:
+        check_key("queue name", queue)
+    wanted = None if status is None else TaskStatus(status)
+    records = asyncio.run(_tasks(wanted, queue, limit, store))
+    if as_json:
+        click.echo(json.dumps([_task_json(r) for r in records], ensure_ascii=False, indent=2))
+        return
+    if not records:
+        click.echo("no tasks")
+        return
+    rows = [("id", "status", "queue", "epoch", "owner", "updated")]
+    for record in records:
+        updated = record.updated_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        rows.append(
+            (
+                record.id,
+                record.status.value,
+                record.queue,
+                str(record.owner_epoch),
+                record.owner or "-",
+                updated,
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        click.echo(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+async def _tasks(
+    status: TaskStatus | None, queue: str | None, limit: int, url: str | None
+) -> list[TaskRecord]:
+    from noeta.backends.stores import open_store
+
+    store = await open_store(url, application_name="noeta-tasks")
+    try:
+        return await store.list_tasks(status=status, queue=queue, limit=limit)
+    finally:
+        await store.close()
+
+
+@click.command()
+@click.argument("task_id")
+@click.option(
+    "--from",
+    "first_seq",
+    type=click.IntRange(min=1),
+    default=1,
+    metavar="SEQ",
+    help="Start at the event with this seq.",
+)
+@click.option(
+    "--follow/--no-follow",
+    default=True,
+    show_default=True,
+    help="Keep printing new events until the task finishes.",
+)
+@json_option
+@store_option
+def tail(task_id: str, first_seq: int, follow: bool, as_json: bool, store: str | None) -> None:
+    """Print a task's log and, with --follow, its new events until it finishes."""
+    try:
+        asyncio.run(_tail(task_id, first_seq - 1, follow, as_json, store))
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None  # stopping a follow is how it is meant to end
+
+
+async def _tail(task_id: str, after: int, follow: bool, as_json: bool, url: str | None) -> None:
+    from noeta.backends.stores import open_store
+
+    store = await open_store(url, application_name="noeta-tail")
+    try:
+        while True:
+            # The status is read before the log: once it says finished, the read that
+            # follows holds the last event.
+            record = await _existing(store, task_id)
+            for event in await store.read_log(task_id, after):
+                click.echo(_event_json(event) if as_json else _event_line(event))
+                after = event.seq
+            if not follow or record.status.finished:
+                return
+            await asyncio.sleep(POLL_SECONDS)
+    finally:
+        await store.close()
+
+
+@click.command()
+@click.argument("task_id")
+@store_option
+def cancel(task_id: str, store: str | None) -> None:
+    """Ask for task TASK_ID to stop: the worker that runs it next finishes it as cancelled."""
+    requested = asyncio.run(_cancel(task_id, store))
+    click.echo("cancel requested" if requested else "cancel already requested")
+
+
+async def _cancel(task_id: str, url: str | None) -> bool:
+    from noeta.backends.stores import open_store
+    from noeta.core.store import Delivery
+
+    store = await open_store(url, application_name="noeta-cancel")
+    try:
+        record = await _existing(store, task_id)
+        if record.status.finished:
+            raise NoetaError(f"task {task_id} is already {record.status}")
+        return await store.deliver(Delivery(task_id, {"kind": "cancel"}, CANCEL_KEY))
+    finally:
+        await store.close()
+
+
+async def _existing(store: Store, task_id: str) -> TaskRecord:
+    from noeta.core.errors import UnknownTask
+
+    record = await store.get_task(task_id)
+    if record is None:
+        raise UnknownTask(task_id)
+    return record
+
+
+def _read_text(value: str, what: str) -> str:
+    """The argument itself, or standard input for `-`; refused past the prompt limit."""
+    if value == "-":
+        value = sys.stdin.read()
+    if len(value) > MAX_PROMPT_CHARS:
+        raise ConfigError(f"the {what} is {len(value)} characters; the limit is {MAX_PROMPT_CHARS}")
+    return value
+
+
+def _task_json(record: TaskRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "queue": record.queue,
+        "status": record.status.value,
+        "owner": record.owner,
+        "owner_epoch": record.owner_epoch,
+        "last_seq": record.last_seq,
+        "created_at": record.created_at.isoformat(),
+        "updated_at": record.updated_at.isoformat(),
+    }
+
+
+def _event_json(event: StoredEvent) -> str:
+    document = {
+        "seq": event.seq,
+        "type": event.type,
+        "at": event.created_at.isoformat(),
+        "data": event.data,
+    }
+    return json.dumps(document, ensure_ascii=False)
+
+
+def _event_line(event: StoredEvent) -> str:
+    """One event as `noeta show` prints it: seq, time of day, type, its fields cut short."""
+    data = event.data
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k != "v"}
+    text = json.dumps(data, ensure_ascii=False)
+    if len(text) > 160:
+        text = text[:157] + "..."
+    at = event.created_at.isoformat()[11:23]
+    return f"{event.seq:>5}  {at}  {event.type:<13} {text}"
