@@ -155,3 +155,49 @@ async def test_an_idle_worker_is_woken_by_a_new_task_not_by_its_poll(
 
     # Well inside the 120 s poll: only the wake-up can have started it.
     await until(done, "the woken worker finishes the task", within=20)
+
+
+async def test_a_worker_killed_mid_tool_call_is_taken_over_and_nothing_runs_twice(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    marker = tmp_path / "ran"
+    touch = {
+        "tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": f"echo once >> {marker}"}}]
+    }
+    await add_task(store, tmp_path, "t", touch, {"text": "done"})
+    doomed = workers(postgres_url, "doomed", failpoints="tool.before_finished=kill")
+    assert await doomed.exit_code() == -signal.SIGKILL
+    workers(postgres_url, "heir")
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    await until(done, "the heir finishes the task")
+    assert marker.read_text() == "once\n"  # the command ran once; Bash is not retry_safe
+    types = await log_types(store, "t")
+    assert types.count("ToolStarted") == 1 and types.count("ToolFinished") == 1
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--lease", "0"], "a lease must be a positive number of seconds"),
+        (["--concurrency", "0"], "Invalid value for '--concurrency'"),
+        (["--queues", ","], "a queue name must not be empty"),
+    ],
+)
+def test_bad_worker_options_are_refused(
+    postgres_url: str, arguments: list[str], message: str
+) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "noeta", "worker", "--store", postgres_url, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode in (1, 2) and message in result.stderr
+    assert "Traceback" not in result.stderr
