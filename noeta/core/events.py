@@ -110,6 +110,31 @@ class PluginsPinned:
 
 
 @dataclass(frozen=True, slots=True)
+class JobStarted:
+    """A background job, recorded with the call that started it, before it runs."""
+
+    job_id: str
+    command: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobFinished:
+    """A job's result, taken from the inbox; it opens a turn, like a message."""
+
+    job_id: str
+    exit_code: int | None
+    output: str
+    inbox_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobLost:
+    """The worker running a job lost the task; the model is told, once."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class TurnEnded:
     outcome: TurnOutcome
     answer: str = ""
@@ -142,6 +167,9 @@ Event = (
     | ToolWaiting
     | ToolAnswered
     | PluginsPinned
+    | JobStarted
+    | JobFinished
+    | JobLost
     | TurnEnded
     | TaskFinished
 )
@@ -159,6 +187,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ToolWaiting,
         ToolAnswered,
         PluginsPinned,
+        JobStarted,
+        JobFinished,
+        JobLost,
         TurnEnded,
         TaskFinished,
     )

@@ -13,6 +13,9 @@ from typing import assert_never
 
 from noeta.core.events import (
     Event,
+    JobFinished,
+    JobLost,
+    JobStarted,
     MessageTaken,
     ModelCalled,
     ModelFailed,
@@ -35,6 +38,13 @@ from noeta.core.payload import JSONValue
 CONTINUE_AFTER_TRUNCATION = (
     "[noeta] Your previous reply was cut off by the output token limit. "
     "Continue exactly where it stopped."
+)
+
+
+JOB_LOST = (
+    "[noeta] Background job {job_id} was lost: the worker running it lost this task "
+    "(it stopped, or was cut off) and the job was stopped with it. It may have run in "
+    "part. Check its effects before running it again."
 )
 
 
@@ -71,6 +81,7 @@ class TaskState:
     waiting_question: str = ""
     approved: tuple[tuple[str, tuple[tuple[str, JSONValue], ...]], ...] = ()  # allowed asks
     pins: tuple[tuple[str, str, str, str], ...] = ()
+    jobs: tuple[str, ...] = ()  # background jobs started and not yet finished or lost
     newer_event: str = ""  # the type of an event from a newer noeta: stop here
     unreadable: str = ""  # why the log cannot be folded (a gap in seq, …)
 
@@ -100,6 +111,7 @@ class _Folding:
     waiting_question: str
     approved: tuple[tuple[str, tuple[tuple[str, JSONValue], ...]], ...]
     pins: tuple[tuple[str, str, str, str], ...]
+    jobs: tuple[str, ...]
     newer_event: str
     unreadable: str
 
@@ -173,6 +185,16 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             _apply_tool(f, event)
         case PluginsPinned(pins=pins):
             f.pins = pins
+        case JobStarted(job_id=job_id):
+            f.jobs = (*f.jobs, job_id)
+        case JobFinished(job_id=job_id, exit_code=code, output=output, inbox_id=inbox_id):
+            f.taken.add(inbox_id)
+            f.jobs = tuple(job for job in f.jobs if job != job_id)
+            ended = "was killed" if code is None else f"exited with code {code}"
+            _open_turn(f, f"[noeta] Background job {job_id} {ended}. Its output:\n{output}")
+        case JobLost(job_id=job_id):
+            f.jobs = tuple(job for job in f.jobs if job != job_id)
+            _open_turn(f, JOB_LOST.format(job_id=job_id))
         case TurnEnded(outcome=outcome, answer=answer, error=error):
             internal = error.startswith("internal_error")
             f.turn_open = False

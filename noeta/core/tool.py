@@ -35,9 +35,27 @@ class ToolContext:
 
 
 @dataclass(frozen=True, slots=True)
+class BackgroundJob:
+    """A command to run under the worker after the call that asked for it is recorded."""
+
+    command: str
+    cwd: str
+    timeout_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class ToolOutput:
     content: str
     is_error: bool = False
+    background: BackgroundJob | None = None
+
+
+class Jobs(Protocol):
+    """The worker's background jobs: their results are delivered to the task's inbox."""
+
+    def start(self, task_id: str, job_id: str, job: BackgroundJob) -> None: ...
+
+    def running(self, task_id: str) -> set[str]: ...
 
 
 class Tool(Protocol):

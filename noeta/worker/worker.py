@@ -23,6 +23,7 @@ from noeta.core import failpoints
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.core.store import Claim, Store
+from noeta.worker.jobs import JobManager
 from noeta.worker.renewal import Renewer
 
 log = logging.getLogger("noeta.worker")
@@ -43,10 +44,15 @@ class Worker:
         self.runner = runner
         self.settings = settings
         self.renewer = Renewer(store, settings.lease_seconds, self._lost)
+        self.jobs = JobManager(store, self._job_ended)
+        runner.jobs = self.jobs
         self.running: dict[str, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
+        # Tasks waiting while holding their claim (a background job of theirs runs here).
+        self.holding: dict[str, Claim] = {}
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._wake = asyncio.Event()
         self._stopping = False
+        self._background: set[asyncio.Future[None]] = set()
 
     def wake(self) -> None:
         """Something may have become claimable: look now rather than at the next poll."""
@@ -135,9 +141,13 @@ class Worker:
 
     async def _run_claim(self, claim: Claim) -> RunResult | None:
         """Run one claim; every way of losing it ends here, logged, never raised."""
+        holding = False
         try:
             result = await self.runner.run(claim)
             log.info("task %s: %s", claim.task_id, result.state.finished or result.outcome)
+            holding = result.outcome == "holding"
+            if holding:
+                self.holding[claim.task_id] = claim
             return result
         except Conflict as error:
             log.warning(
@@ -152,7 +162,8 @@ class Worker:
         except Exception:
             log.exception("task %s: the runner failed; leaving it", claim.task_id)
         finally:
-            self.renewer.remove(claim.task_id)
+            if not holding:  # a holding claim stays renewed; everything else is let go
+                self.renewer.remove(claim.task_id)
             self.running.pop(claim.task_id, None)
             self._slots.release()
             self.wake()
@@ -163,6 +174,26 @@ class Worker:
         if entry is not None and not self._stopping:
             log.warning("task %s: claim lost; cancelling its step", claim.task_id)
             entry[1].cancel()
+        self.holding.pop(claim.task_id, None)
+        # Whatever ran under the claim goes with it; the next claimer records it as lost.
+        stopping = asyncio.ensure_future(self.jobs.stop(claim.task_id))
+        self._background.add(stopping)
+        stopping.add_done_callback(self._background.discard)
+
+    def _job_ended(self, task_id: str) -> None:
+        """A job's result is in the inbox: run the task again under the claim it holds."""
+        claim = self.holding.pop(task_id, None)
+        if claim is None or self._stopping:
+            return
+        resuming = asyncio.ensure_future(self._resume(claim))
+        self._background.add(resuming)
+        resuming.add_done_callback(self._background.discard)
+
+    async def _resume(self, claim: Claim) -> None:
+        await self._slots.acquire()
+        log.info("task %s: resuming under its held claim", claim.task_id)
+        task = asyncio.create_task(self._run_claim(claim), name=f"noeta-task-{claim.task_id}")
+        self.running[claim.task_id] = (claim, task)
 
     async def _idle(self, stopping: asyncio.Task[bool]) -> None:
         self._wake.clear()
@@ -192,3 +223,6 @@ class Worker:
                 log.warning(
                     "could not release task %s (%s); its lease will lapse", claim.task_id, error
                 )
+        # Holding waits keep their claim (they lapse with the lease); their jobs cannot
+        # outlive this process, so the next claimer will record them as lost.
+        await self.jobs.stop_all()

@@ -7,6 +7,9 @@ import pytest
 from noeta.core import payload, snapshot
 from noeta.core.events import (
     EVENT_TYPES,
+    JobFinished,
+    JobLost,
+    JobStarted,
     MessageTaken,
     ModelCalled,
     ModelFailed,
@@ -43,6 +46,9 @@ EXAMPLES = [
     ToolWaiting("c1", "Bash", {"command": "rm -rf build"}, "May this Bash call run?"),
     ToolAnswered("c1", "deny", "not today", 12),
     PluginsPinned((("core", "module:noeta.plugins.core", "0.1.0", "ab12"),)),
+    JobStarted("c1", "sleep 5 &"),
+    JobFinished("c1", 0, "out \x00", 13),
+    JobLost("c2"),
     TurnEnded("failed", "", "llm_error: x"),
     TaskFinished("done", "4", ""),
 ]

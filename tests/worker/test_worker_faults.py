@@ -201,3 +201,68 @@ def test_bad_worker_options_are_refused(
     )
     assert result.returncode in (1, 2) and message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def background(command: str) -> dict[str, object]:
+    call = {"id": "job1", "name": "Bash", "input": {"command": command, "run_in_background": True}}
+    return {"tool_calls": [call]}
+
+
+async def test_a_background_job_holds_the_claim_and_its_result_arrives_once(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    await add_task(
+        store,
+        tmp_path,
+        "t",
+        background("sleep 1; echo from-the-job"),
+        {"text": "I will wait for it."},
+        {"text": "The job said from-the-job."},
+    )
+    worker = workers(postgres_url, "w", lease=2)
+
+    async def holding() -> bool:
+        return await status_of(store, "t") == "holding"
+
+    await until(holding, "the task waits holding its claim")
+    assert await store.claim("other", ["default"], 30) is None  # nobody else may take it
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    await until(done, "the job's result is taken and the task finishes")
+    types = await log_types(store, "t")
+    assert types.count("JobStarted") == 1 and types.count("JobFinished") == 1
+    finished = next(e.data for e in await store.read_log("t") if e.type == "JobFinished")
+    assert finished["exit_code"] == 0 and "from-the-job" in finished["output"]  # type: ignore[index,operator]
+    assert "resuming under its held claim" in worker.log()
+
+
+async def test_a_job_whose_worker_dies_is_recorded_lost_and_the_model_told_once(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    await add_task(
+        store,
+        tmp_path,
+        "t",
+        background("sleep 30"),
+        {"text": "Waiting."},
+        {"text": "It was lost; I will check."},
+    )
+    first = workers(postgres_url, "first", lease=1)
+
+    async def holding() -> bool:
+        return await status_of(store, "t") == "holding"
+
+    await until(holding, "the task holds its claim while the job runs")
+    first.signal(signal.SIGKILL)
+    workers(postgres_url, "second", lease=1)
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    await until(done, "another worker records the job lost and finishes")
+    types = await log_types(store, "t")
+    assert types.count("JobLost") == 1 and "JobFinished" not in types
+    taken = [e for e in await store.read_log("t") if e.type == "JobLost"]
+    assert taken[0].data["job_id"] == "job1"  # type: ignore[index]

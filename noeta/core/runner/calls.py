@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from jsonschema import Draft202012Validator
 
 from noeta.core import failpoints
-from noeta.core.events import ToolFinished, ToolStarted, ToolWaiting
+from noeta.core.events import JobStarted, ToolFinished, ToolStarted, ToolWaiting
 from noeta.core.gates import Ask, Deny, decide
 from noeta.core.model import ToolCall
 from noeta.core.payload import JSONValue
@@ -62,7 +62,23 @@ async def run_tools(run: _Run, calls: tuple[ToolCall, ...]) -> None:
         await failpoints.hit("tool.after_started")
         output = await _execute(tool, call, _context(run, call))
         await failpoints.hit("tool.before_finished")
-        await run.append([ToolFinished(call.id, output.content, output.is_error)])
+        await _record(run, call, output)
+
+
+async def _record(run: _Run, call: ToolCall, output: ToolOutput, recovery: str = "") -> None:
+    """Append the call's result; a background job it asked for is recorded with it and
+    started only once that has landed (a crash before: no job; after: the log knows)."""
+    job = output.background
+    if job is None:
+        await run.append([ToolFinished(call.id, output.content, output.is_error, recovery)])
+        return
+    if run.runner.jobs is None:
+        refusal = "run_in_background needs a noeta worker; run the command in the foreground"
+        await run.append([ToolFinished(call.id, refusal, True, recovery)])
+        return
+    finished = ToolFinished(call.id, output.content, output.is_error, recovery)
+    await run.append([finished, JobStarted(call.id, job.command)])
+    run.runner.jobs.start(run.task_id, call.id, job)
 
 
 def _gated(
@@ -95,7 +111,7 @@ async def recover_calls(run: _Run, calls: tuple[tuple[ToolCall, int], ...]) -> N
             await failpoints.hit("tool.after_started")
             output = await _execute(tool, call, ctx)
             await failpoints.hit("tool.before_finished")
-            await run.append([ToolFinished(call.id, output.content, output.is_error, "rerun")])
+            await _record(run, call, output, "rerun")
             continue
         await run.append([ToolFinished(call.id, OUTCOME_UNKNOWN, True, "unknown")])
 

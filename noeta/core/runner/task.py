@@ -43,9 +43,20 @@ from noeta.core.request import build_request
 from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
 from noeta.core.runner import calls
 from noeta.core.runner.log import load_state, save_snapshot, snapshot_version
-from noeta.core.store import Claim, Continue, Finish, NewEvent, NextState, Store, TaskStatus, Wait
+from noeta.core.store import (
+    Claim,
+    Continue,
+    Finish,
+    InboxEntry,
+    NewEvent,
+    NextState,
+    Store,
+    TaskStatus,
+    Wait,
+    WaitHolding,
+)
 from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
-from noeta.core.tool import Tool, spec_of
+from noeta.core.tool import Jobs, Tool, spec_of
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +66,9 @@ def answer_key(call_id: str) -> str:
     return f"answer:{call_id}"
 
 
-Outcome = Literal["finished", "waiting", "left_for_newer", "unreadable", "plugin_missing"]
+Outcome = Literal[
+    "finished", "waiting", "holding", "left_for_newer", "unreadable", "plugin_missing"
+]
 
 
 class Providers(Protocol):
@@ -82,6 +95,8 @@ class TaskRunner:
     # Each task's files live in <workspaces>/<task id>; "" gives tools no file access.
     workspaces: str = ""
     gates: Sequence[Gate] = ()
+    # The worker's background jobs; None: Bash's run_in_background is refused.
+    jobs: Jobs | None = None
     # The plugins this worker has, as pins; None: do not check (tests, noeta run alone).
     pins: tuple[tuple[str, str, str, str], ...] | None = None
 
@@ -141,9 +156,16 @@ class _Run:
                     case AwaitMessage():
                         if await self._cancel_if_asked():
                             return RunResult("finished", self.state)
-                        if not await self._take_message():
-                            await self.append([], next_state=Wait())
-                            return RunResult("waiting", self.state)
+                        if await self._take_job_result() or await self._record_a_lost_job():
+                            continue
+                        if await self._take_message():
+                            continue
+                        if self._jobs_running_here():
+                            # Keep the claim (and its renewals): the job's result comes here.
+                            await self.append([], next_state=WaitHolding())
+                            return RunResult("holding", self.state)
+                        await self.append([], next_state=Wait())
+                        return RunResult("waiting", self.state)
                     case EndTurn() | FinishTask():
                         await self.settle([], action)
                     case CallModel():
@@ -230,12 +252,50 @@ class _Run:
                 return True
         return False
 
+    def _jobs_running_here(self) -> set[str]:
+        jobs = self.runner.jobs
+        return jobs.running(self.task_id) & set(self.state.jobs) if jobs else set()
+
+    async def _job_results(self) -> dict[str, InboxEntry]:
+        return {
+            str(entry.payload.get("job_id")): entry
+            for entry in await self.store.read_inbox(self.task_id)
+            if isinstance(entry.payload, dict) and entry.payload.get("kind") == "job"
+        }
+
+    async def _take_job_result(self) -> bool:
+        results = await self._job_results()
+        for job_id in self.state.jobs:
+            entry = results.get(job_id)
+            if entry is not None and isinstance(entry.payload, dict):
+                code = entry.payload.get("exit_code")
+                finished = ev.JobFinished(
+                    job_id,
+                    code if isinstance(code, int) else None,
+                    str(entry.payload.get("output", "")),
+                    entry.id,
+                )
+                await self.append([finished], take=[entry.id])
+                return True
+        return False
+
+    async def _record_a_lost_job(self) -> bool:
+        """A job in the log that no result came for and this worker is not running."""
+        running, results = self._jobs_running_here(), await self._job_results()
+        for job_id in self.state.jobs:
+            if job_id not in running and job_id not in results:
+                log.warning("task %s: background job %s was lost", self.task_id, job_id)
+                await self.append([ev.JobLost(job_id)])
+                return True
+        return False
+
     async def _take_message(self) -> bool:
         inbox = await self.store.read_inbox(self.task_id)
         for entry in inbox:
             if isinstance(entry.payload, dict) and entry.payload.get("kind") in (
                 "answer",
                 "cancel",
+                "job",
             ):
                 continue  # a late answer to a call that no longer waits; cancel is above
             if entry.id not in self.state.taken_inbox:

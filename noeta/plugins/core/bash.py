@@ -18,12 +18,13 @@ import threading
 from dataclasses import dataclass
 
 from noeta.core.payload import JSONValue
-from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
+from noeta.core.tool import BackgroundJob, ToolContext, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
 from noeta.plugins.core.workspace import workspace_root
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TIMEOUT_SECONDS = 600.0
+BACKGROUND_TIMEOUT_SECONDS = 3600.0
 DEFAULT_OUTPUT_CAP_CHARS = 30_000
 # After the group is killed, how long to wait for a process that left it (setsid) and still
 # holds the output pipe open; its output after that is dropped rather than awaited.
@@ -39,6 +40,12 @@ _SCHEMA: dict[str, JSONValue] = {
             "maximum": MAX_TIMEOUT_SECONDS,
             "description": "Kill the command after this long. Default "
             f"{DEFAULT_TIMEOUT_SECONDS:g}, at most {MAX_TIMEOUT_SECONDS:g}.",
+        },
+        "run_in_background": {
+            "type": "boolean",
+            "description": "Start it as a background job and return at once; its exit code "
+            "and output arrive as a message when it ends (the turn may end meanwhile). "
+            f"A background job may run up to {BACKGROUND_TIMEOUT_SECONDS:g} s.",
         },
     },
     "required": ["command"],
@@ -71,8 +78,15 @@ class Bash:
         command = args.string("command")
         timeout = args.number("timeout_seconds", self.timeout_seconds, MAX_TIMEOUT_SECONDS)
         root = await asyncio.to_thread(workspace_root, ctx)
-        # The seam for `run_in_background` (a later issue): it would start the command
-        # here, detached from this call's deadline, and return a handle instead of waiting.
+        if args.boolean("run_in_background", False):
+            # Nothing runs here: the runner records the job with this call's result and
+            # only then has the worker start it (see noeta.worker.jobs).
+            job = BackgroundJob(command, str(root), BACKGROUND_TIMEOUT_SECONDS)
+            started = (
+                f"Started in the background as job {ctx.call_id}. Its exit code and "
+                "output will arrive as a message when it ends."
+            )
+            return ToolOutput(started, background=job)
         finished = await run_command(command, str(root), timeout, self.output_cap_chars)
         return finished.output()
 
