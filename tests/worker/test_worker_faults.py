@@ -266,3 +266,53 @@ async def test_a_job_whose_worker_dies_is_recorded_lost_and_the_model_told_once(
     assert types.count("JobLost") == 1 and "JobFinished" not in types
     taken = [e for e in await store.read_log("t") if e.type == "JobLost"]
     assert taken[0].data["job_id"] == "job1"  # type: ignore[index]
+
+
+async def test_a_connection_killed_under_an_append_is_a_lost_claim(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    # SPEC §3: the connection is lost while a write is in flight -> CommitUnknown -> the
+    # claim is treated as lost; the next runner reads the log. The server really drops it:
+    # the test holds the task's row lock so the append waits in the server, then
+    # terminates that backend.
+    import psycopg
+
+    await add_task(store, tmp_path, "t", {"text": "after the drop"})
+    worker = workers(
+        postgres_url, "victim", lease=1, failpoints="append.before_commit=sleep(1500)@2"
+    )
+
+    async def pinned() -> bool:
+        return "PluginsPinned" in await log_types(store, "t")
+
+    await until(pinned, "the first append lands")
+    with (
+        psycopg.connect(postgres_url) as blocker,
+        psycopg.connect(postgres_url, autocommit=True) as admin,
+    ):
+        blocker.execute("SELECT 1 FROM tasks WHERE id = 't' FOR UPDATE")
+        waiting = (
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'noeta-worker:victim'"
+            " AND wait_event_type = 'Lock' AND query LIKE '%noeta_append%'"
+        )
+
+        async def append_waits() -> bool:
+            return admin.execute(waiting).fetchone() is not None
+
+        await until(append_waits, "the worker's append waits on the row lock")
+        row = admin.execute(waiting).fetchone()
+        assert row is not None
+        admin.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+
+        async def noticed() -> bool:
+            return "task t: claim lost (lost the connection" in worker.log()
+
+        await until(noticed, "the worker treats the claim as lost")
+        blocker.rollback()
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    await until(done, "the task is claimed again once the lease lapsed, and finished")
+    assert "took over task t (epoch 2)" in worker.log()
+    assert (await log_types(store, "t")).count("TaskFinished") == 1
