@@ -1,0 +1,77 @@
+"""Lease renewal: one statement for every claim; a claim taken over is reported lost at
+once; a store that cannot be reached costs a claim only at the worker's own deadline."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from noeta.backends.stores import open_store
+from noeta.core.errors import StoreUnavailable
+from noeta.core.store import Claim, Store
+from noeta.testing.store_contract import created
+from noeta.worker.renewal import Renewer
+
+from .conftest import until
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[Store]:
+    store = await open_store(store_url, migrate=True)
+    yield store
+    await store.close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_claim_taken_over_is_lost_at_the_next_renewal(store: Store) -> None:
+    for task_id in ("kept", "taken"):
+        await store.create_task(created(task_id))
+    kept = await store.claim_task("w", "kept", 0.3)
+    taken = await store.claim_task("w", "taken", 0.3)
+    assert kept is not None and taken is not None
+    lost: list[Claim] = []
+    renewer = Renewer(store, 0.3, lost.append)
+    renewer.add(kept)
+    renewer.add(taken)
+
+    async def taken_over() -> bool:
+        return await store.claim_task("other", "taken", 30) is not None
+
+    await renewer.renew_once()  # renews both while both are ours
+    assert lost == []
+    await until(taken_over, "the other worker takes 'taken' over after its lease")
+    await renewer.renew_once()
+    assert [claim.task_id for claim in lost] == ["taken"]
+
+
+class Unreachable:
+    """A store whose renewals fail as an unreachable PostgreSQL's would."""
+
+    async def renew(self, claims: object, lease_seconds: float) -> object:
+        raise StoreUnavailable("cannot reach PostgreSQL at 127.0.0.1:5432/noeta")
+
+
+async def test_an_unreachable_store_costs_the_claim_only_at_the_own_deadline(
+    store: Store,
+) -> None:
+    await store.create_task(created("t"))
+    claim = await store.claim_task("w", "t", 30)
+    assert claim is not None
+    clock, lost = Clock(), []
+    renewer = Renewer(Unreachable(), 30, lost.append, monotonic=clock)  # type: ignore[arg-type]
+    renewer.add(claim)
+    for seconds in (10, 20, 29.9):
+        clock.now = 1000.0 + seconds
+        await renewer.renew_once()
+        assert lost == []  # still within the lease, by this worker's own clock
+    clock.now = 1030.0
+    await renewer.renew_once()
+    assert lost == [claim]
