@@ -34,7 +34,7 @@ def cli() -> None:
 
 cli.add_command(db.db)
 cli.add_command(run.run)
-cli.add_command(run.show)
+cli.add_command(tasks.show)
 cli.add_command(answer.answer)
 cli.add_command(tasks.submit)
 cli.add_command(tasks.send)

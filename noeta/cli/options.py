@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import click
 
+# Without --model or NOETA_MODEL: the model a task is given.
+DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
+
 store_option = click.option(
     "--store",
     envvar="NOETA_STORE",

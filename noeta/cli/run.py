@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
-import sys
 import uuid
-from typing import Any
 
 import click
 
-from noeta.cli.options import config_option, json_option, store_option
+from noeta.cli.options import DEFAULT_MODEL, config_option, store_option
+from noeta.cli.text import read_text
 from noeta.config import Config, load_config
 from noeta.core.errors import ConfigError, NoetaError
 
-MAX_PROMPT_CHARS = 1_000_000
-DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
 RUN_LEASE_SECONDS = 30.0
 
 
@@ -54,12 +50,7 @@ def run(
 
     PROMPT `-` reads the prompt from standard input.
     """
-    if prompt == "-":
-        prompt = sys.stdin.read()
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise ConfigError(
-            f"the prompt is {len(prompt)} characters; the limit is {MAX_PROMPT_CHARS}"
-        )
+    prompt = read_text(prompt, "prompt")
     from noeta.core.store import check_lease
 
     check_lease(lease_seconds)
@@ -126,61 +117,3 @@ async def _run(
         await providers.close()
         await store.close()
         await toolbox.close()
-
-
-@click.command()
-@click.argument("task_id")
-@json_option
-@store_option
-def show(task_id: str, as_json: bool, store: str | None) -> None:
-    """Show a task: its state and its log."""
-    record, log = asyncio.run(_show(task_id, store))
-    if as_json:
-        click.echo(json.dumps({"task": record, "log": log}, ensure_ascii=False, indent=2))
-        return
-    click.echo(
-        f"task {record['id']}  {record['status']}  queue={record['queue']}  "
-        f"epoch={record['owner_epoch']}  owner={record['owner'] or '-'}"
-    )
-    for entry in log:
-        click.echo(
-            f"{entry['seq']:>5}  {entry['at'][11:23]}  {entry['type']:<13} {_brief(entry['data'])}"
-        )
-
-
-async def _show(task_id: str, url: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from noeta.backends.stores import open_store
-    from noeta.core.errors import UnknownTask
-
-    store = await open_store(url, application_name="noeta-show")
-    try:
-        record = await store.get_task(task_id)
-        if record is None:
-            raise UnknownTask(task_id)
-        stored = await store.read_log(task_id)
-    finally:
-        await store.close()
-    task = {
-        "id": record.id,
-        "queue": record.queue,
-        "status": record.status.value,
-        "owner": record.owner,
-        "owner_epoch": record.owner_epoch,
-        "last_seq": record.last_seq,
-        "created_at": record.created_at.isoformat(),
-        "updated_at": record.updated_at.isoformat(),
-    }
-    log = [
-        {"seq": e.seq, "type": e.type, "at": e.created_at.isoformat(), "data": e.data}
-        for e in stored
-    ]
-    return task, log
-
-
-def _brief(data: object) -> str:
-    if isinstance(data, dict):
-        fields = {k: v for k, v in data.items() if k != "v"}
-        text = json.dumps(fields, ensure_ascii=False)
-    else:
-        text = json.dumps(data, ensure_ascii=False)
-    return text if len(text) <= 160 else text[:157] + "..."

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import uuid
 from datetime import UTC
-from typing import Any
 
 import click
 
-from noeta.cli.options import config_option, json_option, store_option
-from noeta.cli.run import DEFAULT_MODEL, MAX_PROMPT_CHARS
+from noeta.cli.options import DEFAULT_MODEL, config_option, json_option, store_option
+from noeta.cli.text import event_json, event_line, read_text, task_json
 from noeta.config import Config, load_config
 from noeta.core.errors import ConfigError, NoetaError
 from noeta.core.store import DEFAULT_QUEUE, Store, StoredEvent, TaskRecord, TaskStatus, check_key
@@ -57,7 +55,7 @@ def submit(
     """
     from noeta.backends.models.registry import split_spec
 
-    prompt = _read_text(prompt, "prompt")
+    prompt = read_text(prompt, "prompt")
     if not prompt and not interactive:
         raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
     check_key("queue name", queue)
@@ -105,7 +103,7 @@ async def _submit(
 @store_option
 def send(task_id: str, message: str, key: str | None, store: str | None) -> None:
     """Send MESSAGE to task TASK_ID (`-` reads it from standard input)."""
-    message = _read_text(message, "message")
+    message = read_text(message, "message")
     if not message:
         raise ConfigError("a message must not be empty")
     key = check_key("message id", key) if key is not None else uuid.uuid4().hex
@@ -144,7 +142,7 @@ def tasks(
     wanted = None if status is None else TaskStatus(status)
     records = asyncio.run(_tasks(wanted, queue, limit, store))
     if as_json:
-        click.echo(json.dumps([_task_json(r) for r in records], ensure_ascii=False, indent=2))
+        click.echo(json.dumps([task_json(r) for r in records], ensure_ascii=False, indent=2))
         return
     if not records:
         click.echo("no tasks")
@@ -217,7 +215,7 @@ async def _tail(task_id: str, after: int, follow: bool, as_json: bool, url: str 
             # follows holds the last event.
             record = await _existing(store, task_id)
             for event in await store.read_log(task_id, after):
-                click.echo(_event_json(event) if as_json else _event_line(event))
+                click.echo(event_json(event) if as_json else event_line(event))
                 after = event.seq
             if not follow or record.status.finished:
                 return
@@ -258,45 +256,31 @@ async def _existing(store: Store, task_id: str) -> TaskRecord:
     return record
 
 
-def _read_text(value: str, what: str) -> str:
-    """The argument itself, or standard input for `-`; refused past the prompt limit."""
-    if value == "-":
-        value = sys.stdin.read()
-    if len(value) > MAX_PROMPT_CHARS:
-        raise ConfigError(f"the {what} is {len(value)} characters; the limit is {MAX_PROMPT_CHARS}")
-    return value
+@click.command()
+@click.argument("task_id")
+@json_option
+@store_option
+def show(task_id: str, as_json: bool, store: str | None) -> None:
+    """Show a task: its state and its log."""
+    record, log = asyncio.run(_show(task_id, store))
+    if as_json:
+        document = {"task": task_json(record), "log": [json.loads(event_json(e)) for e in log]}
+        click.echo(json.dumps(document, ensure_ascii=False, indent=2))
+        return
+    click.echo(
+        f"task {record.id}  {record.status.value}  queue={record.queue}  "
+        f"epoch={record.owner_epoch}  owner={record.owner or '-'}"
+    )
+    for event in log:
+        click.echo(event_line(event))
 
 
-def _task_json(record: TaskRecord) -> dict[str, Any]:
-    return {
-        "id": record.id,
-        "queue": record.queue,
-        "status": record.status.value,
-        "owner": record.owner,
-        "owner_epoch": record.owner_epoch,
-        "last_seq": record.last_seq,
-        "created_at": record.created_at.isoformat(),
-        "updated_at": record.updated_at.isoformat(),
-    }
+async def _show(task_id: str, url: str | None) -> tuple[TaskRecord, list[StoredEvent]]:
+    from noeta.backends.stores import open_store
 
-
-def _event_json(event: StoredEvent) -> str:
-    document = {
-        "seq": event.seq,
-        "type": event.type,
-        "at": event.created_at.isoformat(),
-        "data": event.data,
-    }
-    return json.dumps(document, ensure_ascii=False)
-
-
-def _event_line(event: StoredEvent) -> str:
-    """One event as `noeta show` prints it: seq, time of day, type, its fields cut short."""
-    data = event.data
-    if isinstance(data, dict):
-        data = {k: v for k, v in data.items() if k != "v"}
-    text = json.dumps(data, ensure_ascii=False)
-    if len(text) > 160:
-        text = text[:157] + "..."
-    at = event.created_at.isoformat()[11:23]
-    return f"{event.seq:>5}  {at}  {event.type:<13} {text}"
+    store = await open_store(url, application_name="noeta-show")
+    try:
+        record = await _existing(store, task_id)
+        return record, await store.read_log(task_id)
+    finally:
+        await store.close()

@@ -1,0 +1,57 @@
+"""Reading what people type (a prompt, a message: an argument or `-` for stdin), and
+printing tasks and their logs, the same way for every command."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from noeta.core.errors import ConfigError
+from noeta.core.store import StoredEvent, TaskRecord
+
+MAX_TEXT_CHARS = 1_000_000  # a prompt or a message; the log could hold more, a model not
+
+
+def read_text(value: str, what: str) -> str:
+    """The argument itself, or standard input for `-`; refused past the prompt limit."""
+    if value == "-":
+        value = sys.stdin.read()
+    if len(value) > MAX_TEXT_CHARS:
+        raise ConfigError(f"the {what} is {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
+    return value
+
+
+def task_json(record: TaskRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "queue": record.queue,
+        "status": record.status.value,
+        "owner": record.owner,
+        "owner_epoch": record.owner_epoch,
+        "last_seq": record.last_seq,
+        "created_at": record.created_at.isoformat(),
+        "updated_at": record.updated_at.isoformat(),
+    }
+
+
+def event_json(event: StoredEvent) -> str:
+    document = {
+        "seq": event.seq,
+        "type": event.type,
+        "at": event.created_at.isoformat(),
+        "data": event.data,
+    }
+    return json.dumps(document, ensure_ascii=False)
+
+
+def event_line(event: StoredEvent) -> str:
+    """One event as `noeta show` prints it: seq, time of day, type, its fields cut short."""
+    data = event.data
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k != "v"}
+    text = json.dumps(data, ensure_ascii=False)
+    if len(text) > 160:
+        text = text[:157] + "..."
+    at = event.created_at.isoformat()[11:23]
+    return f"{event.seq:>5}  {at}  {event.type:<13} {text}"
