@@ -7,10 +7,11 @@ ModelCalled without a reply, or a ToolStarted without a finish, learns it here.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import assert_never
 
+from noeta.core.conversation import extend
 from noeta.core.events import (
     Event,
     JobFinished,
@@ -60,7 +61,7 @@ class LoggedEvent:
 class TaskState:
     config: TaskCreated | None = None
     last_seq: int = 0
-    messages: tuple[Message, ...] = ()  # the conversation the next request is built from
+    messages: Sequence[Message] = ()  # the conversation the next request is built from
     turn: int = 0  # turns started so far
     turn_open: bool = False
     model_attempts: int = 0  # ModelCalled without a reply, in the open turn
@@ -118,7 +119,8 @@ class _Folding:
     def __init__(self, start: TaskState) -> None:
         for name in _SCALARS:
             setattr(self, name, getattr(start, name))
-        self.messages = list(start.messages)
+        self.history = start.messages  # never copied: a snapshot's may be unbuilt
+        self.messages: list[Message] = []  # what this fold adds
         self.calls = start.calls
         self.started = dict(start.started)
         self.results = list(start.results)
@@ -128,7 +130,7 @@ class _Folding:
         scalars = {name: getattr(self, name) for name in _SCALARS}
         return TaskState(
             **scalars,
-            messages=tuple(self.messages),
+            messages=extend(self.history, self.messages),
             calls=self.calls,
             started=tuple(self.started.items()),
             results=tuple(self.results),

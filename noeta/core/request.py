@@ -13,7 +13,7 @@ def build_request(state: TaskState, model_name: str, tools: tuple[ToolSpec, ...]
     return ModelRequest(
         model=model_name,
         system=state.config.system,
-        messages=state.messages,
+        messages=tuple(state.messages),
         tools=tools,
         max_tokens=state.config.max_tokens,
         replies_so_far=state.replies,

@@ -13,8 +13,10 @@ import hashlib
 import marshal
 import sys
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
+from noeta.core.conversation import Conversation
 from noeta.core.events import TaskCreated, decode, encode
 from noeta.core.fold import TaskState
 from noeta.core.model import Message, Text, ToolCall, ToolResult
@@ -65,26 +67,8 @@ def load(data: bytes) -> TaskState:
             zlib.decompress(compressed)
         )
         block = _from_block
-        text, call, result = Text, ToolCall, ToolResult
-        # Inlined rather than calling _from_block: this loop is most of a resume's cost.
-        conversation = tuple(
-            [
-                Message(
-                    role,
-                    tuple(
-                        [
-                            text(b[1])
-                            if b[0] == 0
-                            else call(b[1], b[2], b[3])
-                            if b[0] == 1
-                            else result(b[1], b[2], b[3])
-                            for b in blocks
-                        ]
-                    ),
-                )
-                for role, blocks in messages
-            ]
-        )
+        # Built when a request needs it, not here: it was most of a long task's resume.
+        conversation: Sequence[Message] = Conversation(messages, _message) if messages else ()
         state = TaskState(
             config=None if config is None else _config(config),
             messages=conversation,
@@ -119,6 +103,11 @@ def _block(block: Text | ToolCall | ToolResult) -> tuple[Any, ...]:
             return (1, call_id, name, input)
         case ToolResult(call_id=call_id, content=content, is_error=is_error):
             return (2, call_id, content, is_error)
+
+
+def _message(raw: tuple[str, tuple[Any, ...]]) -> Message:
+    role, blocks = raw
+    return Message(role, tuple(map(_from_block, blocks)))  # type: ignore[arg-type]
 
 
 def _from_block(block: tuple[Any, ...]) -> Text | ToolCall | ToolResult:
