@@ -46,4 +46,4 @@ def test_extending_keeps_the_prefix_lazy() -> None:
     conversation = Conversation(raw, build).extended([Message("assistant", (Text("yo"),))])
     assert len(conversation) == 2 and conversation[-1].content == (Text("yo"),)
     assert built == []
-    assert list(conversation)[0] == Message("user", (Text("hi"),)) and built == [raw[0]]
+    assert next(iter(conversation)) == Message("user", (Text("hi"),)) and built == [raw[0]]
