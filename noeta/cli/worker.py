@@ -63,6 +63,7 @@ def worker(
         queues=names,
         concurrency=concurrency,
         lease_seconds=lease_seconds,
+        poll_seconds=poll_seconds,
     )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

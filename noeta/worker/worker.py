@@ -96,6 +96,9 @@ class Worker:
     async def _claim_one(self) -> bool:
         """Claim a task and start running it; False if there was nothing to claim."""
         settings = self.settings
+        # Cleared before the claim, not after: a wake-up that arrives while the claim is
+        # in flight (for a task committed too late for it to see) must not be lost.
+        self._wake.clear()
         try:
             claim = await self.store.claim(settings.name, settings.queues, settings.lease_seconds)
             if claim is not None:
@@ -196,7 +199,6 @@ class Worker:
         self.running[claim.task_id] = (claim, task)
 
     async def _idle(self, stopping: asyncio.Task[bool]) -> None:
-        self._wake.clear()
         woken = asyncio.create_task(self._wake.wait())
         try:
             await asyncio.wait(

