@@ -14,10 +14,17 @@ from noeta.cli.options import DEFAULT_MODEL, config_option, json_option, store_o
 from noeta.cli.text import event_json, event_line, read_text, task_json
 from noeta.config import Config, load_config
 from noeta.core.errors import ConfigError, NoetaError
-from noeta.core.store import DEFAULT_QUEUE, Store, StoredEvent, TaskRecord, TaskStatus, check_key
+from noeta.core.store import (
+    CANCEL_KEY,
+    DEFAULT_QUEUE,
+    Store,
+    StoredEvent,
+    TaskRecord,
+    TaskStatus,
+    check_key,
+)
 
 POLL_SECONDS = 0.5  # how often `tail --follow` looks for new events
-CANCEL_KEY = "cancel"  # one cancel request per task, however often it is asked for
 
 
 @click.command()

@@ -56,6 +56,8 @@ __all__ = [
 ]
 
 DEFAULT_QUEUE = "default"
+# The dedupe key of a cancel request (`noeta cancel`): it wakes a task whatever it waits on.
+CANCEL_KEY = "cancel"
 # Ids, queue names, event types and dedupe keys are indexed: btree keys fail past ~2.7 kB.
 MAX_KEY_CHARS = 512
 
@@ -201,8 +203,9 @@ class Continue:
 class Wait:
     """Hand the task back; it is claimable at `until`, or when something is delivered.
 
-    With `wake_on_prefix`, only a delivery whose dedupe key starts with it wakes the task
-    (others wait in the inbox): a task waiting for one answer is not spun by chat.
+    With `wake_on_prefix`, only a delivery whose dedupe key starts with it (or a cancel
+    request, CANCEL_KEY) wakes the task; others wait in the inbox: a task waiting for one
+    answer is not spun by chat.
     """
 
     until: datetime | None = None

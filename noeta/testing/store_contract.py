@@ -19,6 +19,7 @@ from noeta.backends.stores import open_store
 from noeta.core.errors import ConfigError, Conflict, PayloadError, UnknownTask
 from noeta.core.payload import JSONValue
 from noeta.core.store import (
+    CANCEL_KEY,
     Claim,
     Delivery,
     Finish,
@@ -323,6 +324,15 @@ class StoreContract:
         await store.deliver(Delivery("a", "no key"))
         assert await store.claim("w", ["default"], LEASE) is None
         await store.deliver(Delivery("a", "allow", dedupe_key="answer:c1"))
+        woken = await store.claim("w", ["default"], LEASE)
+        assert woken is not None and woken.task_id == "a"
+
+    async def test_a_cancel_request_wakes_any_wait(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        await store.append(claim, 1, [NewEvent("asked", {})], next_state=Wait(wake_on_prefix="x:"))
+        await store.deliver(Delivery("a", {"kind": "cancel"}, dedupe_key=CANCEL_KEY))
         woken = await store.claim("w", ["default"], LEASE)
         assert woken is not None and woken.task_id == "a"
 

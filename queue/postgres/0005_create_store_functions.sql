@@ -43,7 +43,8 @@ BEGIN
         ON CONFLICT (task_id, dedupe_key) DO NOTHING;
     v_inserted := FOUND;
     IF v_inserted AND v_status = 'waiting'
-       AND (v_prefix IS NULL OR starts_with(coalesce(p_key, ''), v_prefix)) THEN
+       AND (v_prefix IS NULL OR starts_with(coalesce(p_key, ''), v_prefix)
+            OR p_key = 'cancel') THEN  -- a cancel request wakes any wait
         UPDATE tasks
            SET claimable_at = LEAST(coalesce(claimable_at, 'infinity'), clock_timestamp()),
                updated_at = clock_timestamp()
@@ -164,7 +165,8 @@ BEGIN
                    WHEN EXISTS (SELECT 1 FROM inbox
                                  WHERE task_id = p_task AND taken_seq IS NULL
                                    AND (p_wake_prefix IS NULL OR
-                                        starts_with(coalesce(dedupe_key, ''), p_wake_prefix)))
+                                        starts_with(coalesce(dedupe_key, ''), p_wake_prefix)
+                                        OR dedupe_key = 'cancel'))
                    THEN v_now
                    ELSE p_until END,
                updated_at = v_now

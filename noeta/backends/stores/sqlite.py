@@ -29,6 +29,7 @@ from noeta.core.errors import (
 )
 from noeta.core.payload import decode, encode
 from noeta.core.store import (
+    CANCEL_KEY,
     Claim,
     Continue,
     Delivery,
@@ -123,7 +124,8 @@ UPDATE tasks SET last_seq = :seq, status = 'waiting', lease_until = NULL, ready_
        claimable_at = CASE
            WHEN EXISTS (SELECT 1 FROM inbox WHERE task_id = :task_id AND taken_seq IS NULL
                           AND (:prefix IS NULL OR
-                               substr(coalesce(dedupe_key, ''), 1, length(:prefix)) = :prefix))
+                               substr(coalesce(dedupe_key, ''), 1, length(:prefix)) = :prefix
+                               OR dedupe_key = 'cancel'))
            THEN :now ELSE :until END,
        updated_at = :now
  WHERE id = :task_id"""
@@ -559,7 +561,8 @@ def _insert_delivery(connection: sqlite3.Connection, delivery: _EncodedDelivery,
     values = (delivery.task_id, delivery.dedupe_key, delivery.payload, now)
     inserted = bool(connection.execute(INSERT_INBOX_ENTRY, values).rowcount == 1)
     status, prefix = row
-    wakes = prefix is None or (delivery.dedupe_key or "").startswith(prefix)
+    key = delivery.dedupe_key or ""
+    wakes = prefix is None or key.startswith(prefix) or key == CANCEL_KEY
     if inserted and status == "waiting" and wakes:
         connection.execute(WAKE_WAITING_TASK, {"now": now, "task_id": delivery.task_id})
     return inserted

@@ -157,6 +157,8 @@ class _Run:
                             return RunResult("finished", self.state)
                         return RunResult("unreadable", self.state)
                     case AwaitAnswer(call_id=call_id):
+                        if await self._cancel_if_asked():
+                            return RunResult("finished", self.state)
                         if not await self._take_answer(call_id):
                             prefix = answer_key(call_id)
                             await self.append([], next_state=Wait(wake_on_prefix=prefix))

@@ -150,3 +150,19 @@ async def test_input_that_breaks_the_schema_is_an_error_result_not_a_crash(
     (_, finished) = (await tool_log(store))[1]
     assert finished["is_error"]
     assert finished["content"] == "invalid input for Echo: text: 42 is not of type 'string'"
+
+
+async def test_a_cancel_reaches_a_call_waiting_for_its_answer(store: Store, tmp_path: Path) -> None:
+    await create(
+        store,
+        "t",
+        script(tmp_path, echo_call("deploy"), {"text": "x"}),
+        prompt="go",
+        tools=("Echo",),
+    )
+    gates = [GateRule("ask", tool="Echo")]
+    first = await run(store, Echo(), gates)
+    assert first.outcome == "waiting"
+    await store.deliver(Delivery("t", {"kind": "cancel"}, dedupe_key="cancel"))
+    second = await run(store, Echo(), gates)
+    assert second.state.finished == "cancelled"
