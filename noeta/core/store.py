@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
@@ -119,6 +119,8 @@ class Claim:
     worker: str
     epoch: int
     lease_until: datetime
+    # The claim took the task from a worker whose lease had lapsed (for logs and metrics).
+    taken_over: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,6 +178,7 @@ class StoreContract:
         assert old is not None
         new = await eventually_claim(store, "w2", ["default"])
         assert new.task_id == "a" and new.epoch == old.epoch + 1
+        assert new.taken_over and not old.taken_over  # a lapsed lease: a takeover
         # The stale worker's expected_seq is right, its epoch is not: refused.
         with pytest.raises(Conflict):
             await store.append(old, 1, [NewEvent("stale", {})])

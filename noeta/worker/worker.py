@@ -111,7 +111,7 @@ class Worker:
             return False
         if claim is None:
             return False
-        verb = "took over" if claim.epoch > 1 else "claimed"
+        verb = "took over" if claim.taken_over else "claimed"
         log.info("%s task %s (epoch %d)", verb, claim.task_id, claim.epoch)
         self._start(claim)
         return True

@@ -67,7 +67,7 @@ _RETRYABLE = {"40P01", "40001"}
 # walks every future-dated row. SKIP LOCKED: claimants never wait on each other.
 CLAIM_NEXT_TASK = """
 WITH due AS MATERIALIZED (
-    SELECT id FROM tasks
+    SELECT id, status IN ('running', 'holding') AS taken_over FROM tasks
      WHERE claimable_at <= now() AND queue = ANY(%(queues)s::text[])
      ORDER BY claimable_at
      LIMIT 1
@@ -80,7 +80,7 @@ UPDATE tasks AS t
        lease_until = lease.until, claimable_at = lease.until, updated_at = clock_timestamp()
   FROM due, lease
  WHERE t.id = due.id
-RETURNING t.id, t.owner_epoch, t.lease_until
+RETURNING t.id, t.owner_epoch, t.lease_until, due.taken_over
 """
 
 # The same, for one named task (noeta run claims the task it just created).
@@ -302,7 +302,7 @@ class PostgresStore:
         row = await self._write(CLAIM_NEXT_TASK, params)
         if row is None:
             return None
-        return Claim(task_id=row[0], worker=worker, epoch=row[1], lease_until=row[2])
+        return Claim(row[0], worker, row[1], row[2], taken_over=row[3])
 
     async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
         check_lease(lease_seconds)

@@ -84,7 +84,7 @@ SELECT_TASK_STATUS = "SELECT status, wake_prefix FROM tasks WHERE id = ?"
 # The queue list is bound as one JSON array, so the query stays one constant. The
 # claimable_at range and order are served by the partial index tasks_claimable.
 FIND_NEXT_CLAIMABLE = """
-SELECT id, owner_epoch FROM tasks
+SELECT id, owner_epoch, status IN ('running', 'holding') FROM tasks
  WHERE claimable_at IS NOT NULL AND claimable_at <= ?
    AND queue IN (SELECT value FROM json_each(?))
  ORDER BY claimable_at
@@ -247,9 +247,10 @@ class SqliteStore:
             row = connection.execute(FIND_NEXT_CLAIMABLE, (now, queue_list)).fetchone()
             if row is None:
                 return None
-            task_id, epoch = row
+            task_id, epoch, taken_over = row
             connection.execute(CLAIM_TASK, (worker, now + lease, now + lease, now, task_id))
-            return Claim(task_id, worker, epoch + 1, _from_micros(now + lease))
+            lease_until = _from_micros(now + lease)
+            return Claim(task_id, worker, epoch + 1, lease_until, taken_over=bool(taken_over))
 
         return await self._run(self._write, claim_next)
 
