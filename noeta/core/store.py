@@ -246,6 +246,11 @@ class Store(Protocol):
         """Claim the claimable task that has been due longest, bumping its epoch."""
         ...
 
+    async def seconds_until_due(self, queues: Sequence[str]) -> float | None:
+        """How long until a task in `queues` becomes claimable by time (a lease lapsing,
+        a timer); None if none will. An idle worker sleeps until then, not a whole poll."""
+        ...
+
     async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
         """Claim this task if it is claimable now (`noeta run` runs its own task)."""
         ...

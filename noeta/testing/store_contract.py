@@ -140,6 +140,20 @@ class StoreContract:
         assert claim.lease_until - timedelta(seconds=LEASE) >= due
         assert await store.claim("w", ["default"], LEASE) is None
 
+    async def test_seconds_until_due_tells_an_idle_worker_when_to_look(self, store: Store) -> None:
+        assert await store.seconds_until_due(["default"]) is None
+        claim = None
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], 5)
+        assert claim is not None
+        until_lapse = await store.seconds_until_due(["default"])
+        assert until_lapse is not None and 4 < until_lapse <= 5  # the lease lapsing
+        assert await store.seconds_until_due(["other"]) is None
+        later = (await store.clock()) + timedelta(seconds=2)
+        await store.create_task(created("b", ready_at=later))
+        until_timer = await store.seconds_until_due(["default"])
+        assert until_timer is not None and 1 < until_timer <= 2
+
     async def test_lease_must_be_positive(self, store: Store) -> None:
         await store.create_task(created("a"))
         for lease in (0, -1, float("inf"), float("nan")):

@@ -89,8 +89,12 @@ class Worker:
         wakeups = getattr(self.store, "wakeups", None)
         if wakeups is None:
             return  # sqlite: the poll alone
+        listening = False
         async for queue in wakeups():
-            if queue in self.settings.queues:
+            if queue == "*" and not listening:
+                listening = True
+                log.info("listening for wake-ups")
+            if queue == "*" or queue in self.settings.queues:
                 self.wake()
 
     async def _claim_one(self) -> bool:
@@ -199,11 +203,17 @@ class Worker:
         self.running[claim.task_id] = (claim, task)
 
     async def _idle(self, stopping: asyncio.Task[bool]) -> None:
+        # No NOTIFY says a lease lapsed or a timer fell due: ask the store when that is.
+        timeout = self.settings.poll_seconds
+        with contextlib.suppress(StoreError):
+            due = await self.store.seconds_until_due(self.settings.queues)
+            if due is not None:
+                timeout = min(timeout, due + 0.005)
         woken = asyncio.create_task(self._wake.wait())
         try:
             await asyncio.wait(
                 {woken, stopping},
-                timeout=self.settings.poll_seconds,
+                timeout=timeout,
                 return_when=asyncio.FIRST_COMPLETED,
             )
         finally:

@@ -145,7 +145,7 @@ async def test_an_idle_worker_is_woken_by_a_new_task_not_by_its_poll(
     worker = workers(postgres_url, "listener", poll=120)
 
     async def idle() -> bool:
-        return "worker listener:" in worker.log()
+        return "listening for wake-ups" in worker.log()
 
     await until(idle, "the worker is up and idle")
     await add_task(store, tmp_path, "t", {"text": "heard you"})

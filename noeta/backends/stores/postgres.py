@@ -94,6 +94,13 @@ UPDATE tasks AS t
 RETURNING t.id, t.owner_epoch, t.lease_until
 """
 
+# The same index walk as the claim, for the first row not yet due.
+SECONDS_UNTIL_DUE = """
+SELECT extract(epoch FROM claimable_at - clock_timestamp())::float8 FROM tasks
+ WHERE claimable_at > now() AND queue = ANY(%(queues)s::text[])
+ ORDER BY claimable_at LIMIT 1
+"""
+
 # One statement renews every claim of a worker's renewal round.
 RENEW_CLAIMS = """
 WITH lease AS (SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until)
@@ -132,6 +139,7 @@ SELECT noeta_append_events(%(task)s, %(epoch)s, %(expected_seq)s, %(types)s::tex
 """
 
 LISTEN_FOR_WAKEUPS = "LISTEN noeta_wake"
+ANY_QUEUE = "*"
 
 DELIVER = "SELECT noeta_deliver(%(task)s, %(key)s, %(payload)s)"
 
@@ -257,10 +265,8 @@ class PostgresStore:
         await self._pool.close()
 
     async def wakeups(self) -> AsyncIterator[str]:
-        """Queue names in which a task just became claimable (LISTEN noeta_wake).
-
-        Reconnects after a lost connection; a missed notification costs one poll.
-        """
+        """Queue names in which a task just became claimable (LISTEN noeta_wake), and "*"
+        each time listening (re)starts. Reconnects after a lost connection."""
         while True:
             try:
                 connection = await psycopg.AsyncConnection.connect(
@@ -274,6 +280,9 @@ class PostgresStore:
                 continue
             try:
                 await connection.execute(LISTEN_FOR_WAKEUPS)
+                # Anything that became claimable before the LISTEN took effect was not
+                # announced: "*" tells the listener to look now.
+                yield ANY_QUEUE
                 async for notification in connection.notifies():
                     yield notification.payload
             except psycopg.OperationalError:
@@ -303,6 +312,10 @@ class PostgresStore:
         if row is None:
             return None
         return Claim(row[0], worker, row[1], row[2], taken_over=row[3])
+
+    async def seconds_until_due(self, queues: Sequence[str]) -> float | None:
+        rows = await self._read(SECONDS_UNTIL_DUE, {"queues": list(queues)})
+        return max(0.0, rows[0][0]) if rows else None
 
     async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
         check_lease(lease_seconds)

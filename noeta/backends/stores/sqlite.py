@@ -89,6 +89,10 @@ SELECT id, owner_epoch, status IN ('running', 'holding') FROM tasks
    AND queue IN (SELECT value FROM json_each(?))
  ORDER BY claimable_at
  LIMIT 1"""
+FIND_NEXT_DUE = """
+SELECT claimable_at FROM tasks
+ WHERE claimable_at > ? AND queue IN (SELECT value FROM json_each(?))
+ ORDER BY claimable_at LIMIT 1"""
 FIND_THIS_TASK_IF_CLAIMABLE = """
 SELECT id, owner_epoch FROM tasks
  WHERE id = ? AND claimable_at IS NOT NULL AND claimable_at <= ?"""
@@ -253,6 +257,11 @@ class SqliteStore:
             return Claim(task_id, worker, epoch + 1, lease_until, taken_over=bool(taken_over))
 
         return await self._run(self._write, claim_next)
+
+    async def seconds_until_due(self, queues: Sequence[str]) -> float | None:
+        now = _now_micros()
+        row = await self._run(self._read_one, FIND_NEXT_DUE, (now, encode(list(queues))))
+        return None if row is None else max(0.0, (row[0] - now) / 1_000_000)
 
     async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
         lease = _lease_micros(lease_seconds)
