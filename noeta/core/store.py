@@ -170,6 +170,15 @@ class InboxEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadedTask:
+    """What a claimer reads to run a task, in one round trip where the store can."""
+
+    snapshot: Snapshot | None
+    events: list[StoredEvent]  # the log after the snapshot (all of it without one)
+    inbox: list[InboxEntry]  # untaken entries
+
+
+@dataclass(frozen=True, slots=True)
 class TaskRecord:
     """A task's row as the store keeps it; its history is in the log."""
 
@@ -291,6 +300,10 @@ class Store(Protocol):
         ...
 
     async def read_log(self, task_id: str, after_seq: int = 0) -> list[StoredEvent]: ...
+
+    async def load(self, task_id: str, snapshot_version: str) -> LoadedTask:
+        """The snapshot of this version (if any), the log after it, the untaken inbox."""
+        ...
 
     async def read_inbox(self, task_id: str, *, untaken_only: bool = True) -> list[InboxEntry]: ...
 

@@ -467,6 +467,21 @@ class StoreContract:
         with pytest.raises(UnknownTask):
             await store.put_snapshot(Snapshot("nope", "v1", 1, b""))
 
+    async def test_load_reads_snapshot_log_after_it_and_untaken_inbox(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None
+        await store.append(claim, 1, [NewEvent("e2", 2), NewEvent("e3", 3)])
+        await store.deliver(Delivery("a", "hi"))
+        loaded = await store.load("a", "v1")
+        assert loaded.snapshot is None and [e.seq for e in loaded.events] == [1, 2, 3]
+        assert [entry.payload for entry in loaded.inbox] == ["hi"]
+        await store.put_snapshot(Snapshot("a", "v1", 2, b"state"))
+        loaded = await store.load("a", "v1")
+        assert loaded.snapshot == Snapshot("a", "v1", 2, b"state")
+        assert [e.seq for e in loaded.events] == [3]
+        assert [e.seq for e in (await store.load("a", "v2")).events] == [1, 2, 3]
+
     async def test_list_tasks_by_status_and_queue(self, store: Store) -> None:
         await store.create_task(created("a", queue="q1"))
         await store.create_task(created("b", queue="q2"))

@@ -37,6 +37,7 @@ from noeta.core.store import (
     Delivery,
     Finish,
     InboxEntry,
+    LoadedTask,
     NewEvent,
     NewTask,
     NextState,
@@ -146,6 +147,15 @@ DELIVER = "SELECT noeta_deliver(%(task)s, %(key)s, %(payload)s)"
 READ_LOG = """
 SELECT task_id, seq, type, data, created_at FROM events
  WHERE task_id = %(task)s AND seq > %(after)s ORDER BY seq
+"""
+
+# The log after the snapshot of this version, if any: one round trip with the snapshot.
+READ_LOG_AFTER_SNAPSHOT = """
+SELECT task_id, seq, type, data, created_at FROM events
+ WHERE task_id = %(task)s
+   AND seq > coalesce((SELECT seq FROM snapshots
+                        WHERE task_id = %(task)s AND version = %(version)s), 0)
+ ORDER BY seq
 """
 
 READ_INBOX = """
@@ -447,6 +457,26 @@ class PostgresStore:
         check_key("snapshot version", snapshot.version)
         await self._write_many(PUT_SNAPSHOT, params, task_id=snapshot.task_id)
 
+    async def load(self, task_id: str, snapshot_version: str) -> LoadedTask:
+        snapshot_params = {"task": task_id, "version": snapshot_version}
+        snapshots, events, inbox = await self._run_all(
+            [
+                (GET_SNAPSHOT, snapshot_params),
+                (READ_LOG_AFTER_SNAPSHOT, snapshot_params),
+                (READ_INBOX, {"task": task_id, "untaken_only": True}),
+            ],
+            write=False,
+        )
+        found = None
+        if snapshots:
+            task, version, seq, data = snapshots[0]
+            found = Snapshot(task, version, seq, bytes(data))
+        return LoadedTask(
+            found,
+            [StoredEvent(r[0], r[1], r[2], payload.decode(r[3]), r[4]) for r in events],
+            [InboxEntry(r[0], r[1], payload.decode(r[2]), r[3], r[4], r[5]) for r in inbox],
+        )
+
     async def get_snapshot(self, task_id: str, version: str) -> Snapshot | None:
         rows = await self._read(GET_SNAPSHOT, {"task": task_id, "version": version})
         return Snapshot(rows[0][0], rows[0][1], rows[0][2], bytes(rows[0][3])) if rows else None
@@ -491,13 +521,19 @@ class PostgresStore:
     async def _run(
         self, query: str, params: Mapping[str, Any], *, write: bool
     ) -> list[tuple[Any, ...]]:
+        return (await self._run_all([(query, params)], write=write))[0]
+
+    async def _run_all(
+        self, statements: Sequence[tuple[str, Mapping[str, Any]]], *, write: bool
+    ) -> list[list[tuple[Any, ...]]]:
+        """Run statements in one round trip (pipelined), under one deadline."""
         try:
             connection = await self._pool.getconn()
         except PoolTimeout as error:
             raise StoreUnavailable(f"cannot reach PostgreSQL at {self.where}") from error
         try:
             return await _within_deadline(
-                connection, lambda: _fetch(connection, query, params), self.deadline_seconds
+                connection, lambda: _fetch_all(connection, statements), self.deadline_seconds
             )
         except (psycopg.OperationalError, TimeoutError) as error:
             if not connection.broken and isinstance(error, psycopg.OperationalError):
@@ -510,6 +546,25 @@ class PostgresStore:
             raise StoreUnavailable(f"lost the connection to PostgreSQL at {self.where}") from None
         finally:
             await self._pool.putconn(connection)
+
+
+async def _fetch_all(
+    connection: psycopg.AsyncConnection[Any], statements: Sequence[tuple[str, Mapping[str, Any]]]
+) -> list[list[tuple[Any, ...]]]:
+    if len(statements) == 1:
+        return [await _fetch(connection, *statements[0])]
+    cursors = []
+    async with connection.pipeline():
+        for query, params in statements:
+            cursor = connection.cursor()
+            await cursor.execute(query, params)
+            cursors.append(cursor)
+    results = []
+    for cursor in cursors:
+        rows: list[tuple[Any, ...]] = await cursor.fetchall() if cursor.description else []
+        results.append(rows)
+        await cursor.close()
+    return results
 
 
 async def _fetch(

@@ -35,6 +35,7 @@ from noeta.core.store import (
     Delivery,
     Finish,
     InboxEntry,
+    LoadedTask,
     NewEvent,
     NewTask,
     NextState,
@@ -424,6 +425,11 @@ class SqliteStore:
             connection.execute(UPSERT_SNAPSHOT, values)
 
         await self._run(self._write, upsert)
+
+    async def load(self, task_id: str, snapshot_version: str) -> LoadedTask:
+        found = await self.get_snapshot(task_id, snapshot_version)
+        events = await self.read_log(task_id, after_seq=found.seq if found else 0)
+        return LoadedTask(found, events, await self.read_inbox(task_id))
 
     async def get_snapshot(self, task_id: str, version: str) -> Snapshot | None:
         row = await self._run(self._read_one, GET_SNAPSHOT, (task_id, version))

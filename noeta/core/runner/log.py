@@ -12,7 +12,7 @@ from dataclasses import replace
 from noeta.core import events, fold, model, snapshot
 from noeta.core.events import decode
 from noeta.core.fold import LoggedEvent, TaskState
-from noeta.core.store import Snapshot, Store, StoredEvent
+from noeta.core.store import InboxEntry, Snapshot, Store, StoredEvent
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +38,27 @@ def to_logged(stored: Sequence[StoredEvent]) -> tuple[list[LoggedEvent], str]:
 
 
 async def load_state(store: Store, task_id: str, version: str) -> TaskState:
+    return (await load_for_run(store, task_id, version))[0]
+
+
+async def load_for_run(
+    store: Store, task_id: str, version: str
+) -> tuple[TaskState, list[InboxEntry]]:
+    """The task's state, and its untaken inbox: one round trip on PostgreSQL."""
+    loaded = await store.load(task_id, version)
     start: TaskState | None = None
-    found = await store.get_snapshot(task_id, version)
-    if found is not None:
+    stored = loaded.events
+    if loaded.snapshot is not None:
         try:
-            start = snapshot.load(found.data)
+            start = snapshot.load(loaded.snapshot.data)
         except (ValueError, KeyError, TypeError, EOFError, zlib.error) as error:
             log.warning("task %s: ignoring an unreadable snapshot: %s", task_id, error)
-    stored = await store.read_log(task_id, after_seq=start.last_seq if start else 0)
+            stored = await store.read_log(task_id)  # the events after it are not enough
     logged, problem = to_logged(stored)
     state = fold.fold(logged, start)
-    return replace(state, unreadable=problem) if problem and not state.unreadable else state
+    if problem and not state.unreadable:
+        state = replace(state, unreadable=problem)
+    return state, loaded.inbox
 
 
 async def save_snapshot(store: Store, task_id: str, version: str, state: TaskState) -> None:

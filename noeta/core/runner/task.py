@@ -44,7 +44,7 @@ from noeta.core.next_action import (
 from noeta.core.request import build_request
 from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
 from noeta.core.runner import calls
-from noeta.core.runner.log import load_state, save_snapshot, snapshot_version
+from noeta.core.runner.log import load_for_run, save_snapshot, snapshot_version
 from noeta.core.store import (
     Claim,
     Continue,
@@ -112,8 +112,13 @@ class TaskRunner:
 
     async def run(self, claim: Claim) -> RunResult:
         version = snapshot_version(self.agent)
-        state = await load_state(self.store, claim.task_id, version)
-        return await _Run(self, claim, state, version).loop()
+        state, inbox = await load_for_run(self.store, claim.task_id, version)
+        run = _Run(self, claim, state, version)
+        if any(_is_cancel(entry.payload) for entry in inbox):
+            run.cancel_checked_at = -math.inf  # asked already: look before anything else
+        else:
+            run.cancel_checked_at = time.monotonic()  # just looked, with the load
+        return await run.loop()
 
 
 class _Run:
@@ -400,6 +405,10 @@ class _Run:
         await self.store.append(self.claim, last_seq, encoded, next_state=Finish(TaskStatus.FAILED))
         self.runner.load_attempts.forget(self.task_id)
         return True
+
+
+def _is_cancel(payload: object) -> bool:
+    return isinstance(payload, dict) and payload.get("kind") == "cancel"
 
 
 def _describe(error: Exception) -> str:
