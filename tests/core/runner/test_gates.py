@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -131,7 +132,7 @@ def test_a_gate_on_paths_outside_the_workspace(tmp_path: Path) -> None:
 
 
 def test_a_bad_gate_pattern_fails_when_configured() -> None:
-    with pytest.raises(Exception, match="unterminated"):
+    with pytest.raises(re.error, match="unterminated"):
         GateRule("deny", field_name="command", pattern="(unclosed")
 
 
