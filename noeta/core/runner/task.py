@@ -114,7 +114,7 @@ class TaskRunner:
         version = snapshot_version(self.agent)
         state, inbox = await load_for_run(self.store, claim.task_id, version)
         run = _Run(self, claim, state, version)
-        if any(_is_cancel(entry.payload) for entry in inbox):
+        if any(_kind(entry.payload) == "cancel" for entry in inbox):
             run.cancel_checked_at = -math.inf  # asked already: look before anything else
         else:
             run.cancel_checked_at = time.monotonic()  # just looked, with the load
@@ -162,18 +162,23 @@ class _Run:
                             return RunResult("finished", self.state)
                         return RunResult("unreadable", self.state)
                     case AwaitAnswer(call_id=call_id):
-                        if await self._cancel_if_asked():
+                        inbox = await self._inbox()
+                        if await self._cancel_if_asked(inbox):
                             return RunResult("finished", self.state)
-                        if not await self._take_answer(call_id):
+                        if not await self._take_answer(call_id, inbox):
                             prefix = answer_key(call_id)
                             await self.append([], next_state=Wait(wake_on_prefix=prefix))
                             return RunResult("waiting", self.state)
                     case AwaitMessage():
-                        if await self._cancel_if_asked():
+                        # One read of the inbox serves every check of this pass.
+                        inbox = await self._inbox()
+                        if await self._cancel_if_asked(inbox):
                             return RunResult("finished", self.state)
-                        if await self._take_job_result() or await self._record_a_lost_job():
-                            continue
-                        if await self._take_message():
+                        if (
+                            await self._take_job_result(inbox)
+                            or await self._record_a_lost_job(inbox)
+                            or await self._take_message(inbox)
+                        ):
                             continue
                         if self._jobs_running_here():
                             # Keep the claim (and its renewals): the job's result comes here.
@@ -184,7 +189,9 @@ class _Run:
                     case EndTurn() | FinishTask():
                         await self.settle([], action)
                     case CallModel():
-                        if await self._cancel_if_asked(throttled=True):
+                        if self._cancel_check_due() and await self._cancel_if_asked(
+                            await self._inbox()
+                        ):
                             return RunResult("finished", self.state)
                         await self._call_model()
                     case RunTools(calls=to_run):
@@ -242,15 +249,19 @@ class _Run:
 
     # --- steps ------------------------------------------------------------------------
 
-    async def _take_answer(self, call_id: str) -> bool:
-        for entry in await self.store.read_inbox(self.task_id):
+    async def _inbox(self) -> list[InboxEntry]:
+        return [
+            entry
+            for entry in await self.store.read_inbox(self.task_id)
+            if entry.id not in self.state.taken_inbox
+        ]
+
+    async def _take_answer(self, call_id: str, inbox: list[InboxEntry]) -> bool:
+        for entry in inbox:
             answer = entry.payload
-            if (
-                isinstance(answer, dict)
-                and answer.get("kind") == "answer"
-                and answer.get("call_id") == call_id
-                and entry.id not in self.state.taken_inbox
-            ):
+            if _kind(answer) == "answer" and isinstance(answer, dict):
+                if answer.get("call_id") != call_id:
+                    continue
                 note = str(answer.get("note") or "")
                 allowed = answer.get("decision") == "allow"
                 answered = ev.ToolAnswered(call_id, "allow" if allowed else "deny", note, entry.id)
@@ -258,18 +269,16 @@ class _Run:
                 return True
         return False
 
-    async def _cancel_if_asked(self, *, throttled: bool = False) -> bool:
-        """`noeta cancel` delivered a request: finish the task as cancelled, taking it.
+    def _cancel_check_due(self) -> bool:
+        """Before model calls the inbox is read for a cancel at most every
+        CANCEL_CHECK_SECONDS: one read fewer per step, and a cancel still lands in seconds."""
+        return time.monotonic() - self.cancel_checked_at >= CANCEL_CHECK_SECONDS
 
-        Before model calls it looks at most every CANCEL_CHECK_SECONDS: one read fewer per
-        step for a busy task, and a cancel still lands within seconds.
-        """
-        now = time.monotonic()
-        if throttled and now - self.cancel_checked_at < CANCEL_CHECK_SECONDS:
-            return False
-        self.cancel_checked_at = now
-        for entry in await self.store.read_inbox(self.task_id):
-            if isinstance(entry.payload, dict) and entry.payload.get("kind") == "cancel":
+    async def _cancel_if_asked(self, inbox: list[InboxEntry]) -> bool:
+        """`noeta cancel` delivered a request: finish the task as cancelled, taking it."""
+        self.cancel_checked_at = time.monotonic()
+        for entry in inbox:
+            if _kind(entry.payload) == "cancel":
                 finished = ev.TaskFinished("cancelled", error="cancelled on request")
                 await self.append(
                     [finished], take=[entry.id], next_state=Finish(TaskStatus.CANCELLED)
@@ -281,15 +290,8 @@ class _Run:
         jobs = self.runner.jobs
         return jobs.running(self.task_id) & set(self.state.jobs) if jobs else set()
 
-    async def _job_results(self) -> dict[str, InboxEntry]:
-        return {
-            str(entry.payload.get("job_id")): entry
-            for entry in await self.store.read_inbox(self.task_id)
-            if isinstance(entry.payload, dict) and entry.payload.get("kind") == "job"
-        }
-
-    async def _take_job_result(self) -> bool:
-        results = await self._job_results()
+    async def _take_job_result(self, inbox: list[InboxEntry]) -> bool:
+        results = _job_results(inbox)
         for job_id in self.state.jobs:
             entry = results.get(job_id)
             if entry is not None and isinstance(entry.payload, dict):
@@ -304,9 +306,9 @@ class _Run:
                 return True
         return False
 
-    async def _record_a_lost_job(self) -> bool:
+    async def _record_a_lost_job(self, inbox: list[InboxEntry]) -> bool:
         """A job in the log that no result came for and this worker is not running."""
-        running, results = self._jobs_running_here(), await self._job_results()
+        running, results = self._jobs_running_here(), _job_results(inbox)
         for job_id in self.state.jobs:
             if job_id not in running and job_id not in results:
                 log.warning("task %s: background job %s was lost", self.task_id, job_id)
@@ -314,19 +316,13 @@ class _Run:
                 return True
         return False
 
-    async def _take_message(self) -> bool:
-        inbox = await self.store.read_inbox(self.task_id)
+    async def _take_message(self, inbox: list[InboxEntry]) -> bool:
         for entry in inbox:
-            if isinstance(entry.payload, dict) and entry.payload.get("kind") in (
-                "answer",
-                "cancel",
-                "job",
-            ):
-                continue  # a late answer to a call that no longer waits; cancel is above
-            if entry.id not in self.state.taken_inbox:
-                text = entry.payload["text"] if isinstance(entry.payload, dict) else entry.payload
-                await self.append([ev.MessageTaken(entry.id, str(text))], take=[entry.id])
-                return True
+            if _kind(entry.payload) != "message":
+                continue  # answers, cancels and job results are taken above (or are late)
+            text = entry.payload["text"] if isinstance(entry.payload, dict) else entry.payload
+            await self.append([ev.MessageTaken(entry.id, str(text))], take=[entry.id])
+            return True
         return False
 
     async def _call_model(self) -> None:
@@ -407,8 +403,18 @@ class _Run:
         return True
 
 
-def _is_cancel(payload: object) -> bool:
-    return isinstance(payload, dict) and payload.get("kind") == "cancel"
+def _kind(payload: object) -> str:
+    """What an inbox entry is: "answer", "cancel", "job", or else a "message"."""
+    kind = payload.get("kind") if isinstance(payload, dict) else None
+    return kind if kind in ("answer", "cancel", "job") else "message"
+
+
+def _job_results(inbox: list[InboxEntry]) -> dict[str, InboxEntry]:
+    return {
+        str(entry.payload.get("job_id")): entry
+        for entry in inbox
+        if _kind(entry.payload) == "job" and isinstance(entry.payload, dict)
+    }
 
 
 def _describe(error: Exception) -> str:
