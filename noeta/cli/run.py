@@ -72,7 +72,6 @@ async def _run(
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import open_store
     from noeta.core import events
-    from noeta.core.runner.task import TaskRunner
     from noeta.core.store import NewEvent, NewTask
     from noeta.plugins.toolbox import Toolbox
     from noeta.worker.renewal import Renewer
@@ -89,14 +88,7 @@ async def _run(
         claim = await store.claim_task(worker, task_id, lease)
         if claim is None:
             raise NoetaError(f"task {task_id} was claimed by a worker before this process")
-        runner = TaskRunner(
-            store,
-            providers,
-            toolbox.tools,
-            workspaces=toolbox.workspaces,
-            gates=toolbox.gates,
-            pins=toolbox.pins,
-        )
+        runner = toolbox.runner(store, providers)
         runner_task = asyncio.ensure_future(runner.run(claim))
 
         def stop_running(lost: object) -> None:

@@ -74,7 +74,6 @@ def worker(
 async def _serve(settings: WorkerSettings, url: str | None, config_path: str | None) -> None:
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import open_store
-    from noeta.core.runner.task import TaskRunner
     from noeta.plugins.toolbox import Toolbox
     from noeta.worker.worker import Worker
 
@@ -97,14 +96,7 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
         application_name=f"noeta-worker:{settings.name}"[:63],
         max_connections=settings.concurrency + 2,
     )
-    runner = TaskRunner(
-        store,
-        providers,
-        toolbox.tools,
-        workspaces=toolbox.workspaces,
-        gates=toolbox.gates,
-        pins=toolbox.pins,
-    )
+    runner = toolbox.runner(store, providers)
     logging.getLogger("noeta.worker").info(
         "worker %s: queues %s, concurrency %d, lease %g s, plugins %s",
         settings.name,

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from noeta.config import Config
 from noeta.core.errors import ConfigError
 from noeta.core.gates import Gate
+from noeta.core.runner.task import Providers, TaskRunner
+from noeta.core.store import Store
 from noeta.core.tool import Tool
 from noeta.plugins.loading import LoadedPlugin, load, pins_of
 
@@ -23,6 +25,17 @@ class Toolbox:
     @property
     def pins(self) -> tuple[tuple[str, str, str, str], ...]:
         return pins_of(self.plugins)
+
+    def runner(self, store: Store, providers: Providers) -> TaskRunner:
+        """A runner with these tools, gates, workspaces and pins."""
+        return TaskRunner(
+            store,
+            providers,
+            self.tools,
+            workspaces=self.workspaces,
+            gates=self.gates,
+            pins=self.pins,
+        )
 
     @classmethod
     async def open(cls, config: Config) -> Toolbox:
