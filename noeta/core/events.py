@@ -135,6 +135,23 @@ class JobLost:
 
 
 @dataclass(frozen=True, slots=True)
+class WakeupScheduled:
+    """The model asked to be woken at `due` (UTC, ISO 8601, store clock) with `prompt`;
+    recorded with the ScheduleWakeup call's result. Its id is that call's id."""
+
+    wakeup_id: str
+    due: str
+    prompt: str
+
+
+@dataclass(frozen=True, slots=True)
+class WokenUp:
+    """A wake-up fell due and opens a turn with its prompt: appended once, under the claim."""
+
+    wakeup_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class TurnEnded:
     outcome: TurnOutcome
     answer: str = ""
@@ -170,6 +187,8 @@ Event = (
     | JobStarted
     | JobFinished
     | JobLost
+    | WakeupScheduled
+    | WokenUp
     | TurnEnded
     | TaskFinished
 )
@@ -190,6 +209,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         JobStarted,
         JobFinished,
         JobLost,
+        WakeupScheduled,
+        WokenUp,
         TurnEnded,
         TaskFinished,
     )

@@ -30,6 +30,8 @@ from noeta.core.events import (
     ToolWaiting,
     TurnEnded,
     UnknownEvent,
+    WakeupScheduled,
+    WokenUp,
 )
 from noeta.core.model import Message, Text, ToolCall, ToolResult
 from noeta.core.payload import JSONValue
@@ -41,6 +43,8 @@ CONTINUE_AFTER_TRUNCATION = (
     "Continue exactly where it stopped."
 )
 
+
+WOKEN_UP = "[noeta] Your scheduled wake-up ({due}) is due. You asked to be told: {prompt}"
 
 JOB_LOST = (
     "[noeta] Background job {job_id} was lost: the worker running it lost this task "
@@ -83,6 +87,7 @@ class TaskState:
     approved: tuple[tuple[str, tuple[tuple[str, JSONValue], ...]], ...] = ()  # allowed asks
     pins: tuple[tuple[str, str, str, str], ...] = ()
     jobs: tuple[str, ...] = ()  # background jobs started and not yet finished or lost
+    wakeups: tuple[tuple[str, str, str], ...] = ()  # (id, due, prompt) pending, by due time
     newer_event: str = ""  # the type of an event from a newer noeta: stop here
     unreadable: str = ""  # why the log cannot be folded (a gap in seq, …)
 
@@ -113,6 +118,7 @@ class _Folding:
     approved: tuple[tuple[str, tuple[tuple[str, JSONValue], ...]], ...]
     pins: tuple[tuple[str, str, str, str], ...]
     jobs: tuple[str, ...]
+    wakeups: tuple[tuple[str, str, str], ...]
     newer_event: str
     unreadable: str
 
@@ -197,6 +203,8 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
         case JobLost(job_id=job_id):
             f.jobs = tuple(job for job in f.jobs if job != job_id)
             _open_turn(f, JOB_LOST.format(job_id=job_id))
+        case WakeupScheduled() | WokenUp():
+            _apply_wakeup(f, event)
         case TurnEnded(outcome=outcome, answer=answer, error=error):
             internal = error.startswith("internal_error")
             f.turn_open = False
@@ -238,6 +246,24 @@ def _apply_tool(
             f.waiting_call, f.waiting_input, f.waiting_question = "", (), ""
             if len(f.results) == len(f.calls):
                 _hand_results_to_model(f)
+
+
+def _apply_wakeup(f: _Folding, event: WakeupScheduled | WokenUp) -> None:
+    match event:
+        case WakeupScheduled(wakeup_id=wakeup_id, due=due, prompt=prompt):
+            # ISO 8601 in UTC sorts as time does: the first pending is the next due.
+            f.wakeups = tuple(sorted((*f.wakeups, (wakeup_id, due, prompt)), key=_due))
+        case WokenUp(wakeup_id=wakeup_id):
+            woken = next((w for w in f.wakeups if w[0] == wakeup_id), None)
+            if woken is None:
+                f.unreadable = f"WokenUp {wakeup_id} has no pending wake-up"
+                return
+            f.wakeups = tuple(w for w in f.wakeups if w[0] != wakeup_id)
+            _open_turn(f, WOKEN_UP.format(due=woken[1], prompt=woken[2]))
+
+
+def _due(wakeup: tuple[str, str, str]) -> str:
+    return wakeup[1]
 
 
 def _open_turn(f: _Folding, text: str) -> None:

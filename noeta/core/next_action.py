@@ -121,8 +121,9 @@ def next_action(state: TaskState) -> Action:
         return Stop()
     if state.turn_open:
         return _within_turn(state)
-    if state.turn == 0 or state.config.interactive or state.jobs:
-        return AwaitMessage()  # a one-shot task with jobs out waits for their results
+    if state.turn == 0 or state.config.interactive or state.jobs or state.wakeups:
+        # A one-shot task with jobs out waits for their results, with wake-ups for them.
+        return AwaitMessage()
     if state.last_turn_outcome == "failed":
         return FinishTask("failed", error=state.last_turn_error)
     return FinishTask("done", answer=state.last_answer)

@@ -8,6 +8,7 @@ did (`recover`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from noeta.core.model import ToolSpec
@@ -44,10 +45,21 @@ class BackgroundJob:
 
 
 @dataclass(frozen=True, slots=True)
+class Wakeup:
+    """Wake the task later with `prompt`: after `delay_seconds` on the store's clock, or
+    `at`. Recorded with the call's result; due, it opens a turn exactly once."""
+
+    prompt: str
+    delay_seconds: float | None = None
+    at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ToolOutput:
     content: str
     is_error: bool = False
     background: BackgroundJob | None = None
+    wakeup: Wakeup | None = None
 
 
 class Jobs(Protocol):

@@ -29,6 +29,7 @@ CORE_TOOLS = [
     "Bash",
     "WebFetch",
     "TodoWrite",
+    "ScheduleWakeup",
     "ToolSearch",
 ]
 

@@ -23,6 +23,8 @@ from noeta.core.events import (
     ToolWaiting,
     TurnEnded,
     UnknownEvent,
+    WakeupScheduled,
+    WokenUp,
     decode,
     encode,
 )
@@ -49,6 +51,8 @@ EXAMPLES = [
     JobStarted("c1", "sleep 5 &"),
     JobFinished("c1", 0, "out \x00", 13),
     JobLost("c2"),
+    WakeupScheduled("c3", "2026-11-30T01:00:00.000+00:00", "check the deploy"),
+    WokenUp("c3"),
     TurnEnded("failed", "", "llm_error: x"),
     TaskFinished("done", "4", ""),
 ]

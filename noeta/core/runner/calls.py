@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from datetime import UTC, timedelta
 from typing import TYPE_CHECKING
 
 from jsonschema import Draft202012Validator
 
 from noeta.core import failpoints
-from noeta.core.events import JobStarted, ToolFinished, ToolStarted, ToolWaiting
+from noeta.core.events import JobStarted, ToolFinished, ToolStarted, ToolWaiting, WakeupScheduled
 from noeta.core.gates import Ask, Deny, decide
 from noeta.core.model import ToolCall
 from noeta.core.payload import JSONValue
@@ -28,12 +29,15 @@ from noeta.core.tool import (
     ToolContext,
     ToolError,
     ToolOutput,
+    Wakeup,
 )
 
 if TYPE_CHECKING:
     from noeta.core.runner.task import _Run
 
 log = logging.getLogger(__name__)
+
+MAX_WAKEUPS = 10  # pending per task: more is a loop gone wrong
 
 
 async def run_tools(run: _Run, calls: tuple[ToolCall, ...]) -> None:
@@ -68,6 +72,9 @@ async def run_tools(run: _Run, calls: tuple[ToolCall, ...]) -> None:
 async def _record(run: _Run, call: ToolCall, output: ToolOutput, recovery: str = "") -> None:
     """Append the call's result; a background job it asked for is recorded with it and
     started only once that has landed (a crash before: no job; after: the log knows)."""
+    if output.wakeup is not None and not output.is_error:
+        await _record_wakeup(run, call, output.wakeup, recovery)
+        return
     job = output.background
     if job is None:
         await run.append([ToolFinished(call.id, output.content, output.is_error, recovery)])
@@ -79,6 +86,25 @@ async def _record(run: _Run, call: ToolCall, output: ToolOutput, recovery: str =
     finished = ToolFinished(call.id, output.content, output.is_error, recovery)
     await run.append([finished, JobStarted(call.id, job.command)])
     run.runner.jobs.start(run.task_id, call.id, job)
+
+
+async def _record_wakeup(run: _Run, call: ToolCall, wakeup: Wakeup, recovery: str) -> None:
+    """The wake-up lands with the call's result, its due time on the store's clock (the
+    clock claims are measured on), so any worker wakes the task at the same moment."""
+    if len(run.state.wakeups) >= MAX_WAKEUPS:
+        refusal = f"this task has {MAX_WAKEUPS} wake-ups pending already; that is the limit"
+        await run.append([ToolFinished(call.id, refusal, True, recovery)])
+        return
+    now = await run.store.clock()
+    due = wakeup.at if wakeup.at is not None else now + timedelta(seconds=wakeup.delay_seconds or 0)
+    due = max(due, now).astimezone(UTC)
+    stamp = due.isoformat(timespec="milliseconds")
+    told = (
+        f"Wake-up scheduled for {stamp} (in {(due - now).total_seconds():.0f} s). "
+        "End your turn now; you will be woken then with your prompt."
+    )
+    scheduled = WakeupScheduled(call.id, stamp, wakeup.prompt)
+    await run.append([ToolFinished(call.id, told, False, recovery), scheduled])
 
 
 def _gated(

@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal, Protocol
 
 from noeta.core import events as ev
@@ -178,13 +179,15 @@ class _Run:
                             await self._take_job_result(inbox)
                             or await self._record_a_lost_job(inbox)
                             or await self._take_message(inbox)
+                            or await self._wake_if_due()
                         ):
                             continue
                         if self._jobs_running_here():
                             # Keep the claim (and its renewals): the job's result comes here.
                             await self.append([], next_state=WaitHolding())
                             return RunResult("holding", self.state)
-                        await self.append([], next_state=Wait())
+                        # Claimable again at the next wake-up's due time, or by a delivery.
+                        await self.append([], next_state=Wait(until=self._next_wakeup()))
                         return RunResult("waiting", self.state)
                     case EndTurn() | FinishTask():
                         await self.settle([], action)
@@ -324,6 +327,18 @@ class _Run:
             await self.append([ev.MessageTaken(entry.id, str(text))], take=[entry.id])
             return True
         return False
+
+    def _next_wakeup(self) -> datetime | None:
+        wakeups = self.state.wakeups
+        return datetime.fromisoformat(wakeups[0][1]) if wakeups else None
+
+    async def _wake_if_due(self) -> bool:
+        """Open a turn for the first pending wake-up if its time has come (store clock)."""
+        due = self._next_wakeup()
+        if due is None or due > await self.store.clock():
+            return False
+        await self.append([ev.WokenUp(self.state.wakeups[0][0])])
+        return True
 
     async def _call_model(self) -> None:
         config = self.state.config

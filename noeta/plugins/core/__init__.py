@@ -20,6 +20,7 @@ from noeta.plugins.core.files import Edit, Read, Write
 from noeta.plugins.core.search import Glob, Grep
 from noeta.plugins.core.todo import TodoWrite
 from noeta.plugins.core.toolsearch import ToolSearch
+from noeta.plugins.core.wakeup import ScheduleWakeup
 from noeta.plugins.core.web import WebFetch
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "Glob",
     "Grep",
     "Read",
+    "ScheduleWakeup",
     "TodoWrite",
     "ToolSearch",
     "WebFetch",
@@ -59,6 +61,7 @@ class CorePlugin:
             Bash(bash_timeout_seconds, output_cap_chars),
             WebFetch(output_cap_chars=output_cap_chars),
             TodoWrite(),
+            ScheduleWakeup(),
             ToolSearch(deferred),
         )
 

@@ -9,7 +9,7 @@ from noeta.core.payload import JSONValue, encode
 from noeta.core.plugin import Plugin
 from noeta.plugins.core import Bash, CorePlugin, WebFetch, plugin
 
-RETRY_SAFE = {"Read", "Glob", "Grep", "WebFetch", "TodoWrite", "ToolSearch"}
+RETRY_SAFE = {"Read", "Glob", "Grep", "WebFetch", "TodoWrite", "ScheduleWakeup", "ToolSearch"}
 NOT_RETRY_SAFE = {"Write", "Edit", "Bash"}
 
 
@@ -74,6 +74,7 @@ def test_bad_parameters_are_refused(params: dict[str, JSONValue], reason: str) -
             {"todos": [{"content": "a", "status": "done"}]},
         ),
         ("ToolSearch", {"query": "x", "max_results": 3}, {"query": "x", "max_results": 51}),
+        ("ScheduleWakeup", {"prompt": "p", "delay_seconds": 5}, {"prompt": "p", "delay": 5}),
     ],
 )
 def test_schemas_accept_and_refuse_what_the_tools_do(
