@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Literal, Protocol
 
 from noeta.core.errors import (
     CommitUnknown,
@@ -34,7 +34,10 @@ __all__ = [
     "CommitUnknown",
     "Conflict",
     "Continue",
+    "CronFire",
+    "CronFireRecord",
     "Delivery",
+    "FireOutcome",
     "Finish",
     "InboxEntry",
     "NewEvent",
@@ -240,6 +243,56 @@ class Finish:
 NextState = Continue | Wait | WaitHolding | Finish
 
 
+# Cron: what a scheduler asks the store to do with one slot of one schedule.
+
+
+class FireOutcome(StrEnum):
+    CREATED = "created"  # the fire created its task
+    DELIVERED = "delivered"  # the fire delivered its message
+    SKIPPED_OVERLAP = "skipped_overlap"  # the previous fire's task or message is pending
+    MISSED = "missed"  # a slot missed during downtime, recorded and not run
+    NO_TARGET = "no_target"  # the message's task does not exist or has finished
+    ALREADY = "already"  # this slot was handled before, by this or another scheduler
+
+
+@dataclass(frozen=True, slots=True)
+class CronFire:
+    """One slot of one schedule: create `action`'s task or deliver its message, or with
+    no action record the slot as missed. At most once per (schedule, slot), ever."""
+
+    schedule: str
+    slot: datetime
+    action: NewTask | Delivery | None
+    overlap: Literal["skip", "allow"] = "skip"
+    detail: str = ""
+
+
+def cron_message_key(schedule: str, slot: datetime) -> str:
+    """The dedupe key of a cron message: one delivery per slot, and the prefix
+    `cron:<schedule>:` is how the store finds the previous one for overlap 'skip'."""
+    return f"cron:{schedule}:{slot.astimezone(UTC).isoformat()}"
+
+
+def check_cron_fire(fire: CronFire) -> None:
+    check_key("schedule name", fire.schedule)
+    check_moment(fire.slot)
+    action = fire.action
+    if isinstance(action, Delivery) and action.dedupe_key != cron_message_key(
+        fire.schedule, fire.slot
+    ):
+        raise ValueError("a cron message's dedupe key must be cron_message_key(schedule, slot)")
+
+
+@dataclass(frozen=True, slots=True)
+class CronFireRecord:
+    schedule: str
+    slot: datetime
+    outcome: FireOutcome
+    task_id: str | None
+    detail: str
+    fired_at: datetime
+
+
 class Store(Protocol):
     """Durable tasks with one writer each. Every method is a single transaction.
 
@@ -327,6 +380,28 @@ class Store(Protocol):
 
     async def clock(self) -> datetime:
         """The store's own clock, which every lease and due time is measured on."""
+        ...
+
+    async def wake_due(self, since: datetime) -> tuple[datetime, datetime | None]:
+        """Tell idle workers (NOTIFY, where the store has it) of every queue in which a
+        task fell due by time in (since, now]; return now and the next due time after it.
+        The scheduler calls this so a timer is acted on promptly, not at the next poll."""
+        ...
+
+    async def cron_marks(
+        self, schedules: Sequence[str], now: datetime, *, advance: Sequence[str] = ()
+    ) -> dict[str, datetime]:
+        """Each schedule's mark: the latest slot it has handled. A schedule seen for the
+        first time is registered at `now`; the `advance` ones (disabled) move up to `now`,
+        so that their quiet time is not counted as missed when they are enabled again."""
+        ...
+
+    async def fire_cron(self, fire: CronFire) -> FireOutcome:
+        """Handle one slot, in one transaction with the task or message it makes."""
+        ...
+
+    async def cron_history(self, schedule: str, limit: int = 20) -> list[CronFireRecord]:
+        """The schedule's latest handled slots, newest first."""
         ...
 
     async def close(self) -> None: ...

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 
@@ -52,3 +53,24 @@ async def test_claimable_tasks_are_announced_by_queue(store: PostgresStore) -> N
         assert heard.empty()  # the future task, the claim and the wait said nothing
     finally:
         listener.cancel()
+
+
+async def test_wake_due_announces_a_task_when_its_time_comes(store: PostgresStore) -> None:
+    listener = store.wakeups()
+    try:
+        assert await anext(listener) == "*"  # listening from here on
+        start = await store.clock()
+        due = start + timedelta(milliseconds=300)
+        await store.create_task(created("timer", queue="timers", ready_at=due))
+        clock, next_due = await store.wake_due(start)
+        assert next_due == due or clock >= due
+        while clock < due:  # the scheduler's loop, in small: look until the time has come
+            await asyncio.sleep(0.05)
+            clock, next_due = await store.wake_due(start)
+        assert await asyncio.wait_for(anext(listener), 5) == "timers"
+        # Announced once per window: from the time it fell due on, nothing more.
+        clock, _ = await store.wake_due(clock)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(anext(listener), 0.3)
+    finally:
+        await listener.aclose()

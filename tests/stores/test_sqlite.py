@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from noeta.backends.stores.migrations import load_migrations
 from noeta.backends.stores.sqlite import SqliteStore
 from noeta.core.errors import SchemaMismatch, StoreUnavailable
 from noeta.testing.store_contract import StoreContract, created
@@ -28,7 +29,9 @@ async def test_migrations_are_recorded_once(tmp_path: Path) -> None:
     await (await SqliteStore.open(path, migrate=False)).close()
     with sqlite3.connect(path) as connection:
         rows = connection.execute("SELECT version, name FROM noeta_migrations").fetchall()
-    assert rows[-1] == (5, "create_store_functions") and len(rows) == 5
+    known = load_migrations("sqlite")
+    assert rows == [(migration.version, migration.name) for migration in known]
+    assert rows[:2] == [(1, "create_tasks"), (2, "create_events")]
 
 
 async def test_a_locked_file_is_unavailable_not_a_hang(tmp_path: Path) -> None:

@@ -34,8 +34,11 @@ from noeta.core.errors import (
 from noeta.core.store import (
     Claim,
     Continue,
+    CronFire,
+    CronFireRecord,
     Delivery,
     Finish,
+    FireOutcome,
     InboxEntry,
     LoadedTask,
     NewEvent,
@@ -48,6 +51,7 @@ from noeta.core.store import (
     Wait,
     WaitHolding,
     check_append,
+    check_cron_fire,
     check_key,
     check_lease,
     check_moment,
@@ -189,6 +193,43 @@ ON CONFLICT (task_id, version) DO UPDATE SET seq = excluded.seq, data = excluded
 
 GET_SNAPSHOT = """
 SELECT task_id, version, seq, data FROM snapshots WHERE task_id = %(task)s AND version = %(version)s
+"""
+
+WAKE_DUE = """
+WITH clock AS (SELECT clock_timestamp() AS now),
+due AS (
+    SELECT DISTINCT queue FROM tasks, clock
+     WHERE claimable_at > %(since)s AND claimable_at <= clock.now
+       AND status IN ('ready', 'waiting')
+),
+told AS (SELECT pg_notify('noeta_wake', queue) FROM due)
+SELECT clock.now,
+       (SELECT min(claimable_at) FROM tasks WHERE claimable_at > clock.now),
+       (SELECT count(*) FROM told)
+  FROM clock
+"""
+# Registers new schedules at `now`, moves the `advance` ones up to it, and reads every
+# mark. Rows this statement wrote come from `registered`; the rest from the table.
+CRON_MARKS = """
+WITH registered AS (
+    INSERT INTO cron_schedules (name, mark)
+    SELECT unnest(%(names)s::text[]), %(now)s
+        ON CONFLICT (name) DO UPDATE SET mark = GREATEST(cron_schedules.mark, EXCLUDED.mark)
+        WHERE cron_schedules.name = ANY(%(advance)s::text[])
+    RETURNING name, mark
+)
+SELECT name, mark FROM registered
+UNION ALL
+SELECT name, mark FROM cron_schedules
+ WHERE name = ANY(%(names)s::text[]) AND name NOT IN (SELECT name FROM registered)
+"""
+FIRE_CRON = """
+SELECT noeta_cron_fire(%(schedule)s, %(slot)s, %(kind)s, %(overlap)s, %(detail)s, %(task)s,
+                       %(queue)s, %(types)s, %(data)s, %(key)s, %(payload)s)
+"""
+CRON_HISTORY = """
+SELECT schedule, slot, outcome, task_id, detail, fired_at FROM cron_fires
+ WHERE schedule = %(schedule)s ORDER BY slot DESC LIMIT %(limit)s
 """
 
 MIGRATION_LOCK = (
@@ -485,6 +526,54 @@ class PostgresStore:
         rows = await self._read("SELECT clock_timestamp()", {})
         now: datetime = rows[0][0]
         return now
+
+    # --- the scheduler ------------------------------------------------------------------
+
+    async def wake_due(self, since: datetime) -> tuple[datetime, datetime | None]:
+        check_moment(since)
+        rows = await self._write_many(WAKE_DUE, {"since": since})
+        return rows[0][0], rows[0][1]
+
+    async def cron_marks(
+        self, schedules: Sequence[str], now: datetime, *, advance: Sequence[str] = ()
+    ) -> dict[str, datetime]:
+        names = [check_key("schedule name", name) for name in schedules]
+        params = {"names": names, "now": check_moment(now), "advance": list(advance)}
+        return {name: mark for name, mark in await self._write_many(CRON_MARKS, params)}
+
+    async def fire_cron(self, fire: CronFire) -> FireOutcome:
+        check_cron_fire(fire)
+        action = fire.action
+        params: dict[str, Any] = {
+            "schedule": fire.schedule,
+            "slot": fire.slot,
+            "overlap": fire.overlap,
+            "detail": fire.detail,
+            "kind": "missed",
+            "task": None,
+            "queue": None,
+            "types": None,
+            "data": None,
+            "key": None,
+            "payload": None,
+        }
+        if isinstance(action, NewTask):
+            types, data = _encode_task(action)
+            params |= {"kind": "task", "task": action.id, "queue": action.queue}
+            params |= {"types": types, "data": data}
+        elif isinstance(action, Delivery):
+            params |= {"kind": "message", "task": action.task_id, "key": _dedupe_key(action)}
+            params["payload"] = payload.encode(action.payload)
+        row = await self._write(FIRE_CRON, params)
+        assert row is not None
+        return FireOutcome(row[0])
+
+    async def cron_history(self, schedule: str, limit: int = 20) -> list[CronFireRecord]:
+        rows = await self._read(CRON_HISTORY, {"schedule": schedule, "limit": limit})
+        return [
+            CronFireRecord(name, slot, FireOutcome(outcome), task, detail, fired_at)
+            for name, slot, outcome, task, detail, fired_at in rows
+        ]
 
     # --- running statements under a deadline -------------------------------------------
 
