@@ -56,7 +56,7 @@ _ONE_MINUTE = timedelta(minutes=1)
 def expand(cron: str) -> str:
     """The 5-field expression for `cron` (aliases like @daily expanded); ConfigError if it
     is not one croniter can iterate deterministically."""
-    expression = ALIASES.get(cron.strip().lower(), cron)
+    expression = ALIASES.get(cron.strip(), cron)
     fields = expression.split()
     if len(fields) != len(FIELDS):
         raise ConfigError(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import jsonschema
 import pytest
 
+from noeta import yamlfile
 from noeta.core.errors import ConfigError
 from noeta.scheduler.cronfile import (
     MessageAction,
@@ -341,3 +344,48 @@ def test_check_has_no_warnings_for_an_ordinary_file(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD)
     schedules, warnings = check_cron_file(path, now=datetime(2025, 1, 1, tzinfo=UTC))
     assert len(schedules) == 2 and warnings == []
+
+
+SCHEDULER = Path(__file__).parents[2] / "scheduler"
+EXAMPLES = sorted((SCHEDULER / "examples").glob("*.yaml"))
+
+
+def schema_errors(path: Path) -> list[str]:
+    schema = json.loads((SCHEDULER / "cron.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    document = yamlfile.plain(yamlfile.load(path, what="cron file", aliases=False))
+    validator = jsonschema.Draft202012Validator(schema)
+    return [error.message for error in validator.iter_errors(document)]
+
+
+def test_there_are_examples_of_each_kind() -> None:
+    names = {path.name for path in EXAMPLES}
+    assert {"nightly.yaml", "interactive.yaml", "timezones.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[path.name for path in EXAMPLES])
+def test_every_example_passes_the_schema_and_the_loader(path: Path) -> None:
+    assert schema_errors(path) == []
+    assert load_cron_files([path])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        f"name: a\nschedule: '@daily'\n{TASK}\ncolour: red",
+        f"name: a b\nschedule: '@daily'\n{TASK}",
+        f"name: a\nschedule: '* * * *'\n{TASK}",
+        f"name: a\nschedule: '@DAILY'\n{TASK}",
+        f"name: a\nschedule: '@daily'\n{TASK}\nmessage: {{task: t, text: x}}",
+        "name: a\nschedule: '@daily'",
+        "name: a\nschedule: '@daily'\ntask: {prompt: p, model: gpt-4o}",
+        f"name: a\nschedule: '@daily'\n{TASK}\nmax_catch_up: 0",
+        f"name: a\nschedule: '@daily'\n{TASK}\nmissed: all",
+        f"name: a\nschedule: '@daily'\ntimezone: ../../etc/passwd\n{TASK}",
+    ],
+)
+def test_the_schema_and_the_loader_refuse_the_same_mistakes(tmp_path: Path, body: str) -> None:
+    path = write(tmp_path, one(body))
+    assert schema_errors(path)
+    with pytest.raises(ConfigError):
+        load_cron_files([path])

@@ -187,6 +187,7 @@ def test_next_slot_is_none_for_a_schedule_that_never_fires() -> None:
         ("* * * *", "has 4 fields"),
         ("0 * * * * *", "has 6 fields"),
         ("@reboot", "has 1 fields"),
+        ("@DAILY", "has 1 fields"),
         ("60 * * * *", "not a valid cron expression"),
         ("0 24 * * *", "not a valid cron expression"),
         ("*/0 * * * *", "not a valid cron expression"),
@@ -202,7 +203,7 @@ def test_bad_expressions_are_config_errors(cron: str, message: str) -> None:
 
 def test_aliases_names_and_extensions_expand() -> None:
     assert expand("@hourly") == "0 * * * *"
-    assert expand("@ANNUALLY") == "0 0 1 1 *"
+    assert expand(" @annually ") == "0 0 1 1 *"
     assert expand("0 9 * jan-mar mon-fri") == "0 9 * jan-mar mon-fri"
     assert expand("0 0 L * *") == "0 0 L * *"
 
