@@ -63,6 +63,8 @@ class MessageAction:
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
+    """One schedule of a cron file: when (cron, timezone), what (action), and its policies."""
+
     name: str
     cron: str  # as written: 5 fields, or an alias such as @daily (slots.expand reads both)
     timezone: str  # an IANA name
@@ -167,9 +169,10 @@ def _schedule(path: str, item: Any, index: int, list_line: int) -> Schedule:
 
 def _action(field: _Field) -> TaskAction | MessageAction:
     given = [key for key in ("task", "message") if key in field.mapping]
-    if len(given) != 1:
-        problem = "has both" if given else "needs one of"
-        raise field.error(None, f"a schedule {problem} `task:` (create a task) and `message:`")
+    if not given:
+        raise field.error(None, "a schedule needs `task:` (a new task) or `message:` (to a task)")
+    if len(given) == 2:
+        raise field.error(None, "a schedule has both `task:` and `message:`; keep one")
     inner = field.inner(given[0])
     if given[0] == "message":
         inner.refuse_unknown(_MESSAGE_KEYS)

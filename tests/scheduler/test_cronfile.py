@@ -205,7 +205,11 @@ def test_enabled_must_be_written_true_or_false(tmp_path: Path, written: str) -> 
         ("max_catch_up: 1001", 5, "schedules[0].max_catch_up: 1001 is not between 1 and 1000"),
         ("max_catch_up: '10'", 5, "schedules[0].max_catch_up: must be a whole number, but it is"),
         ("max_catch_up: true", 5, "schedules[0].max_catch_up: must be a whole number, but YAML"),
-        ("message: {task: t, text: x}", 2, "schedules[0]: a schedule has both `task:` (create"),
+        (
+            "message: {task: t, text: x}",
+            2,
+            "schedules[0]: a schedule has both `task:` and `message:`; keep one",
+        ),
     ],
 )
 def test_bad_schedule_fields(tmp_path: Path, extra: str, line: int, expected: str) -> None:
@@ -224,7 +228,10 @@ def test_bad_schedule_fields(tmp_path: Path, extra: str, line: int, expected: st
             "line 2: schedules[0].name: 'a b' must be 1-100",
         ),
         (f"name: {'n' * 101}\nschedule: '@daily'\n{TASK}", "line 2: schedules[0].name: 'nnnn"),
-        ("name: a\nschedule: '@daily'", "line 2: schedules[0]: a schedule needs one of `task:`"),
+        (
+            "name: a\nschedule: '@daily'",
+            "line 2: schedules[0]: a schedule needs `task:` (a new task) or `message:` (to a task)",
+        ),
         ("name: a\nschedule: '@daily'\ntask: go", "line 4: schedules[0].task: must be a mapping"),
         (
             "name: a\nschedule: '@daily'\ntask: {model: 'openai:m'}",
