@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from noeta.cli import answer, db, run, tasks, worker
+from noeta.cli import answer, cron, db, run, tasks, worker
 
 
 class NoetaGroup(click.Group):
@@ -42,6 +42,7 @@ cli.add_command(tasks.tasks)
 cli.add_command(tasks.tail)
 cli.add_command(tasks.cancel)
 cli.add_command(worker.worker)
+cli.add_command(cron.cron)
 
 
 def main() -> None:

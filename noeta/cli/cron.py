@@ -1,0 +1,107 @@
+"""Cron files as people check them: `noeta cron validate` (errors, warnings) and
+`noeta cron list` (each schedule and its next fire)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, assert_never
+
+import click
+
+from noeta.cli.options import json_option
+from noeta.scheduler.cronfile import (
+    MessageAction,
+    Schedule,
+    TaskAction,
+    check_cron_file,
+    load_cron_files,
+)
+from noeta.scheduler.slots import next_slot, zone
+
+_files = click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+
+
+@click.group()
+def cron() -> None:
+    """Cron files: the schedules `noeta scheduler` fires."""
+
+
+@cron.command()
+@_files
+def validate(files: tuple[str, ...]) -> None:
+    """Check cron FILES: the first error (exit 1), or `ok` and any warnings (exit 0)."""
+    warnings: list[str] = []
+    for path in files:
+        warnings += check_cron_file(path)[1]
+    schedules = load_cron_files(files)  # names must also be unique across the files
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"ok: {len(schedules)} schedule{'' if len(schedules) == 1 else 's'}")
+
+
+@cron.command(name="list")
+@_files
+@click.option(
+    "--after",
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"]),
+    default=None,
+    metavar="UTC-TIME",
+    help="Show the first fire after this UTC time (default: now).",
+)
+@json_option
+def list_schedules(files: tuple[str, ...], after: datetime | None, as_json: bool) -> None:
+    """List the schedules of cron FILES with their next fire, in UTC and in their zone."""
+    now = after.replace(tzinfo=UTC) if after else datetime.now(UTC)
+    schedules = load_cron_files(files)
+    nexts = [next_slot(schedule.cron, schedule.timezone, now) for schedule in schedules]
+    if as_json:
+        documents = [_json(s, n) for s, n in zip(schedules, nexts, strict=True)]
+        click.echo(json.dumps(documents, ensure_ascii=False, indent=2))
+        return
+    rows = [("name", "schedule", "timezone", "enabled", "next (UTC)", "next (local)")]
+    for schedule, fire in zip(schedules, nexts, strict=True):
+        utc, local = _times(schedule, fire)
+        enabled = "yes" if schedule.enabled else "no"
+        rows.append((schedule.name, schedule.cron, schedule.timezone, enabled, utc, local))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        click.echo(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+def _times(schedule: Schedule, fire: datetime | None) -> tuple[str, str]:
+    if fire is None:
+        return "never", "never"
+    local = fire.astimezone(zone(schedule.timezone))
+    return fire.strftime("%Y-%m-%d %H:%M"), local.strftime("%Y-%m-%d %H:%M %Z")
+
+
+def _json(schedule: Schedule, fire: datetime | None) -> dict[str, Any]:
+    action: dict[str, Any]
+    match schedule.action:
+        case TaskAction(prompt, model, queue, plugins):
+            plugin_names = None if plugins is None else list(plugins)
+            action = {"prompt": prompt, "model": model, "queue": queue, "plugins": plugin_names}
+            kind = "task"
+        case MessageAction(task, text):
+            action = {"task": task, "text": text}
+            kind = "message"
+        case unknown:
+            assert_never(unknown)
+    return {
+        "name": schedule.name,
+        "schedule": schedule.cron,
+        "timezone": schedule.timezone,
+        kind: action,
+        "overlap": schedule.overlap,
+        "missed": schedule.missed,
+        "max_catch_up": schedule.max_catch_up,
+        "enabled": schedule.enabled,
+        "source": schedule.source,
+        "next_utc": None if fire is None else fire.isoformat(),
+        "next_local": None
+        if fire is None
+        else fire.astimezone(zone(schedule.timezone)).isoformat(),
+    }
