@@ -1,5 +1,6 @@
-"""Cron files as people check them: `noeta cron validate` (errors, warnings) and
-`noeta cron list` (each schedule and its next fire)."""
+"""Cron files as people check them: `noeta cron validate` (errors, warnings),
+`noeta cron list` (each schedule and its next fire) and `noeta cron history NAME` (the
+slots a scheduler has handled, from the store)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any, assert_never
 
 import click
 
-from noeta.cli.options import json_option
+from noeta.cli.options import json_option, store_option
+from noeta.core.store import CronFireRecord
 from noeta.scheduler.cronfile import (
     MessageAction,
     Schedule,
@@ -105,3 +107,47 @@ def _json(schedule: Schedule, fire: datetime | None) -> dict[str, Any]:
         if fire is None
         else fire.astimezone(zone(schedule.timezone)).isoformat(),
     }
+
+
+@cron.command()
+@click.argument("name")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@json_option
+@store_option
+def history(name: str, limit: int, as_json: bool, store: str | None) -> None:
+    """The latest slots schedule NAME has handled (newest first) and what came of each."""
+    import asyncio
+
+    records = asyncio.run(_history(store, name, limit))
+    if as_json:
+        documents = [
+            {
+                "slot": r.slot.astimezone(UTC).isoformat(),
+                "outcome": r.outcome.value,
+                "task_id": r.task_id,
+                "detail": r.detail,
+                "fired_at": r.fired_at.astimezone(UTC).isoformat(),
+            }
+            for r in records
+        ]
+        click.echo(json.dumps(documents, ensure_ascii=False, indent=2))
+        return
+    if not records:
+        click.echo(f"no slot of {name!r} has been handled yet")
+        return
+    for r in records:
+        slot = r.slot.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+        fired = r.fired_at.astimezone(UTC).strftime("%H:%M:%S")
+        task = f" {r.task_id}" if r.task_id else ""
+        detail = f" ({r.detail})" if r.detail else ""
+        click.echo(f"{slot} UTC  {r.outcome.value:<15} at {fired}{task}{detail}")
+
+
+async def _history(url: str | None, name: str, limit: int) -> list[CronFireRecord]:
+    from noeta.backends.stores import open_store
+
+    store = await open_store(url, application_name="noeta-cron")
+    try:
+        return await store.cron_history(name, limit)
+    finally:
+        await store.close()

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from noeta.cli import answer, cron, db, run, tasks, worker
+from noeta.cli import answer, cron, db, run, scheduler, tasks, worker
 
 
 class NoetaGroup(click.Group):
@@ -43,6 +43,7 @@ cli.add_command(tasks.tail)
 cli.add_command(tasks.cancel)
 cli.add_command(worker.worker)
 cli.add_command(cron.cron)
+cli.add_command(scheduler.scheduler)
 
 
 def main() -> None:

@@ -517,8 +517,11 @@ class StoreContract:
 
     # --- many claimants ------------------------------------------------------------------------
 
-    async def test_concurrent_claimants_never_share_a_task(self, store_url: str) -> None:
-        stores = [await open_store(store_url, migrate=True) for _ in range(4)]
+    async def test_concurrent_claimants_never_share_a_task(
+        self, store: Store, store_url: str
+    ) -> None:
+        del store  # asked for only to have the schema migrated
+        stores = [await open_store(store_url) for _ in range(4)]
         try:
             for n in range(200):
                 await stores[0].create_task(created(f"t{n:03}", queue=RACE_QUEUE))
@@ -646,14 +649,17 @@ class StoreContract:
         await store.fire_cron(task_fire("a", 3))
         assert (await store.cron_marks(["a"], minutes(9)))["a"] == minutes(3)
 
-    async def test_schedulers_racing_fire_each_slot_once(self, store_url: str) -> None:
-        stores = [await open_store(store_url, migrate=True) for _ in range(2)]
+    async def test_schedulers_racing_fire_each_slot_once(
+        self, store: Store, store_url: str
+    ) -> None:
+        del store  # asked for only to have the schema migrated
+        stores = [await open_store(store_url) for _ in range(2)]
         try:
 
-            async def fire_all(store: Store) -> list[FireOutcome]:
-                return [await store.fire_cron(task_fire("race", n, "allow")) for n in range(50)]
+            async def fire_all(racer: Store) -> list[FireOutcome]:
+                return [await racer.fire_cron(task_fire("race", n, "allow")) for n in range(50)]
 
-            first, second = await asyncio.gather(*(fire_all(store) for store in stores))
+            first, second = await asyncio.gather(*(fire_all(racer) for racer in stores))
             for a, b in zip(first, second, strict=True):
                 assert sorted((a, b)) == sorted((FireOutcome.CREATED, FireOutcome.ALREADY))
             assert len(await stores[0].list_tasks(limit=100)) == 50

@@ -28,6 +28,7 @@ from noeta.core.errors import (
     CommitUnknown,
     ConfigError,
     Conflict,
+    StoreError,
     StoreUnavailable,
     UnknownTask,
 )
@@ -65,6 +66,8 @@ DEFAULT_DEADLINE_SECONDS = 10.0
 DEADLOCK_RETRIES = 5
 # Deadlock and serialization failure: the statement was rolled back whole; re-run it.
 _RETRYABLE = {"40P01", "40001"}
+# Insufficient privilege, statement or lock timeout: refused, nothing written.
+_REFUSED = {"42501", "57014", "55P03"}
 
 # Claim the task that has been due longest. now() (the statement's start; this statement
 # is its own transaction) is stable, so PostgreSQL can use it as the index bound and stop
@@ -624,8 +627,18 @@ class PostgresStore:
             return await _within_deadline(
                 connection, lambda: _fetch_all(connection, statements), self.deadline_seconds
             )
-        except (psycopg.OperationalError, TimeoutError) as error:
-            if not connection.broken and isinstance(error, psycopg.OperationalError):
+        except (psycopg.Error, TimeoutError) as error:
+            if isinstance(error, psycopg.Error) and error.sqlstate in _REFUSED:
+                # The server refused the statement (a missing grant, a server-side
+                # timeout): nothing was written, and it is the deployment's to fix. A
+                # StoreError leaves the task for a later claim instead of failing it.
+                raise StoreError(
+                    f"PostgreSQL at {self.where} refused a statement: {_reason(error)} "
+                    f"(SQLSTATE {error.sqlstate})"
+                ) from None
+            if isinstance(error, psycopg.Error) and (
+                not isinstance(error, psycopg.OperationalError) or not connection.broken
+            ):
                 raise  # the server answered with an error: the outcome is known
             if write:
                 raise CommitUnknown(
@@ -740,14 +753,22 @@ async def migrate_database(dsn: str, **settings: Any) -> list[migrations.Migrati
     finds nothing to do. Returns the migrations it applied.
     """
     known = migrations.load_migrations("postgres")
-    async with await _connect(dsn, **settings) as connection, connection.transaction():
-        await connection.execute(MIGRATION_LOCK)
-        await connection.execute(CREATE_MIGRATIONS_TABLE)
-        applied = await _applied(connection)
-        todo = migrations.pending(known, applied)
-        for migration in todo:
-            await connection.execute(sql.SQL(migration.sql))
-            await connection.execute(RECORD_MIGRATION, (migration.version, migration.name))
+    async with await _connect(dsn, **settings) as connection:
+        try:
+            async with connection.transaction():
+                await connection.execute(MIGRATION_LOCK)
+                await connection.execute(CREATE_MIGRATIONS_TABLE)
+                applied = await _applied(connection)
+                todo = migrations.pending(known, applied)
+                for migration in todo:
+                    await connection.execute(sql.SQL(migration.sql))
+                    record = (migration.version, migration.name)
+                    await connection.execute(RECORD_MIGRATION, record)
+        except psycopg.errors.InsufficientPrivilege as error:
+            raise StoreError(
+                f"cannot migrate PostgreSQL at {describe(dsn)}: {_reason(error)}; "
+                "run `noeta db migrate` as the schema's owner"
+            ) from None
     return todo
 
 

@@ -1,0 +1,106 @@
+"""`noeta scheduler`: fires cron schedules and announces due timers, until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Mapping, Sequence
+
+import click
+
+from noeta.cli.options import config_option, store_option
+from noeta.config import load_config
+from noeta.core.errors import ConfigError
+from noeta.scheduler.cronfile import Schedule, TaskAction, load_cron_files
+
+log = logging.getLogger("noeta.scheduler")
+
+
+@click.command()
+@store_option
+@click.option(
+    "--cron",
+    "cron_files",
+    multiple=True,
+    metavar="FILE",
+    help="A cron file (scheduler/README.md); repeat for several. SIGHUP reloads them.",
+)
+@config_option
+def scheduler(store: str | None, cron_files: tuple[str, ...], config: str | None) -> None:
+    """Fire the cron files' schedules, once per slot however many schedulers run, and wake
+    idle workers when a timer falls due. Runs until SIGTERM or SIGINT."""
+    schedules = load_cron_files(cron_files)  # a broken file stops the scheduler here
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    asyncio.run(_serve(store, cron_files, schedules, config))
+
+
+async def _serve(
+    url: str | None, cron_files: Sequence[str], schedules: list[Schedule], config_path: str | None
+) -> None:
+    from noeta.backends.stores import open_store
+    from noeta.plugins.toolbox import Toolbox
+    from noeta.scheduler.scheduler import Scheduler
+
+    # Started and closed again, as `noeta submit` does: only the tool names are needed.
+    toolbox = await Toolbox.open(load_config(config_path))
+    try:
+        tools_by_plugin = {
+            loaded.pin.name: tuple(tool.name for tool in loaded.plugin.tools())
+            for loaded in toolbox.plugins
+        }
+    finally:
+        await toolbox.close()
+    _check_plugins(schedules, tools_by_plugin)
+
+    def tools_for(plugins: tuple[str, ...] | None) -> tuple[str, ...]:
+        names = tools_by_plugin if plugins is None else plugins
+        return tuple(tool for name in names for tool in tools_by_plugin[name])
+
+    stop, reload = asyncio.Event(), asyncio.Event()
+    store = await open_store(url, application_name="noeta-scheduler", max_connections=2)
+    loop = asyncio.get_running_loop()
+    worker = Scheduler(store, schedules, tools_for)
+
+    def on_hangup() -> None:
+        try:
+            fresh = load_cron_files(cron_files)
+            _check_plugins(fresh, tools_by_plugin)
+        except ConfigError as error:
+            log.error(
+                "cron reload failed; keeping the %d schedules loaded before: %s",
+                len(worker.schedules),
+                error,
+            )
+            return
+        worker.schedules = fresh
+        log.info("cron reloaded: %d schedules", len(fresh))
+        reload.set()
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
+    log.info(
+        "scheduler: %d schedules from %s",
+        len(schedules),
+        ", ".join(cron_files) or "no cron file (timers only)",
+    )
+    try:
+        await worker.run(stop, reload)
+    finally:
+        await store.close()
+    log.info("scheduler: stopped")
+
+
+def _check_plugins(schedules: Sequence[Schedule], tools_by_plugin: Mapping[str, object]) -> None:
+    for schedule in schedules:
+        action = schedule.action
+        if isinstance(action, TaskAction) and action.plugins is not None:
+            unknown = sorted(set(action.plugins) - set(tools_by_plugin))
+            if unknown:
+                raise ConfigError(
+                    f"{schedule.source}: schedule {schedule.name!r} names plugins the config "
+                    f"does not load: {', '.join(unknown)}"
+                )
