@@ -310,7 +310,10 @@ class LiveAttempt(t.Attempt):
                 yield span
         except BaseException as error:
             self.step = None
-            if not _claim_gone(error, self):  # else the next claimer reports it
+            # Cancelled (claim lost, or shutting down and handing the task back) or
+            # refused by the store: the log does not record the outcome, so the next
+            # claimer reports the span. A bug's error ends it here (the turn fails).
+            if not isinstance(error, asyncio.CancelledError | StoreError):
                 _error(span, type(error).__name__, str(error))
                 span.end()
             raise

@@ -251,3 +251,40 @@ def test_a_span_record_round_trips_and_anything_else_is_no_record() -> None:
     assert SpanRecord.parse(record.encode()) == record
     for text in ("", "v2 1 2", record.encode().replace("v1", "v0"), "v1 x 1 2 3@4 5@6#7 8@9 c"):
         assert SpanRecord.parse(text) is None
+
+
+async def test_a_handed_back_step_is_reported_once_by_the_next_claimer(
+    store: Store, tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    # SIGTERM: the worker cancels the step and releases the claim; its attempt span ends
+    # there, but the step's outcome is not in the log, so the next claimer reports it.
+    await add_task(store, tmp_path, "t", ECHO, {"text": "done"})
+    echo = Echo()
+    echo.release.clear()
+    runner = TaskRunner(store, ProviderRegistry(), tools={"Echo": echo})
+    first = await claim(store, "w1")
+    running = asyncio.create_task(runner.run(first))
+
+    async def tool_started() -> bool:
+        return "ToolStarted" in [e.type for e in await store.read_log("t")]
+
+    await until(tool_started, "the first attempt starts the tool")
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert await store.release(first)
+    echo.release.set()
+    second = await claim(store, "w2")
+    assert not second.taken_over
+    await runner.run(second)
+
+    spans = list(exporter.get_finished_spans())
+    attempts = named(spans, "noeta.attempt")
+    assert len(attempts) == 2
+    assert not any("noeta.recovered" in (a.attributes or {}) for a in attempts)
+    started = next(e for e in await store.read_log("t") if e.type == "ToolStarted")
+    record = SpanRecord.parse(started.data["trace"])  # type: ignore[index,call-overload]
+    assert record is not None
+    same_id = [s for s in spans if span_id(s) == record.step]
+    assert len(same_id) == 1  # ended by no one else
+    assert same_id[0].attributes["noeta.recovered"] == "handback"  # type: ignore[index]

@@ -95,6 +95,7 @@ async def _run(
         runner_task = asyncio.ensure_future(runner.run(claim))
 
         def stop_running(lost: object) -> None:
+            tracing.claim_lost(task_id)  # its spans are the next claimer's to report
             runner_task.cancel()
 
         renewer = Renewer(store, lease, stop_running)
