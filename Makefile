@@ -27,6 +27,7 @@ check: lint test  ## Everything a commit must pass
 bench:  ## Store throughput against pgbench, and resume time (prints tables; not a test)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/fold.py
+	$(BIN)/python bench/tracing.py
 
 clean:  ## Remove build leftovers
 	rm -rf build dist .mypy_cache .pytest_cache .ruff_cache

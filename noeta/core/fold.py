@@ -90,6 +90,7 @@ class TaskState:
     wakeups: tuple[tuple[str, str, str], ...] = ()  # (id, due, prompt) pending, by due time
     newer_event: str = ""  # the type of an event from a newer noeta: stop here
     unreadable: str = ""  # why the log cannot be folded (a gap in seq, …)
+    trace: str = ""  # the latest span record in the log: how a claimer continues the trace
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)
@@ -121,6 +122,7 @@ class _Folding:
     wakeups: tuple[tuple[str, str, str], ...]
     newer_event: str
     unreadable: str
+    trace: str
 
     def __init__(self, start: TaskState) -> None:
         for name in _SCALARS:
@@ -183,8 +185,9 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
         case MessageTaken(inbox_id=inbox_id, text=text):
             f.taken.add(inbox_id)
             _open_turn(f, text)
-        case ModelCalled():
+        case ModelCalled(trace=trace):
             f.model_attempts += 1
+            f.trace = trace or f.trace
         case ModelReplied():
             _take_reply(f, event)
         case ModelFailed():
@@ -226,8 +229,9 @@ def _apply_tool(
     f: _Folding, event: ToolStarted | ToolFinished | ToolWaiting | ToolAnswered
 ) -> None:
     match event:
-        case ToolStarted(call_id=call_id):
+        case ToolStarted(call_id=call_id, trace=trace):
             f.started[call_id] = f.started.get(call_id, 0) + 1
+            f.trace = trace or f.trace
         case ToolFinished(call_id=call_id, content=content, is_error=is_error):
             f.started.pop(call_id, None)
             f.results.append(ToolResult(call_id, content, is_error))

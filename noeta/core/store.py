@@ -313,6 +313,11 @@ class Store(Protocol):
         a timer); None if none will. An idle worker sleeps until then, not a whole poll."""
         ...
 
+    async def queue_depth(self, queues: Sequence[str]) -> Mapping[str, int]:
+        """How many tasks each of `queues` holds that a worker could claim now (for the
+        queue-depth metric); a queue with none is missing. One index-only count."""
+        ...
+
     async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
         """Claim this task if it is claimable now (`noeta run` runs its own task)."""
         ...

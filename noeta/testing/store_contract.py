@@ -175,6 +175,19 @@ class StoreContract:
         until_timer = await store.seconds_until_due(["default"])
         assert until_timer is not None and 1 < until_timer <= 2
 
+    async def test_queue_depth_counts_what_could_be_claimed_now(self, store: Store) -> None:
+        assert await store.queue_depth(["default", "other"]) == {}
+        later = (await store.clock()) + timedelta(hours=1)
+        await store.create_task(created("a"))
+        await store.create_task(created("b"))
+        await store.create_task(created("c", ready_at=later))  # not due yet
+        await store.create_task(created("d", queue="other"))
+        await store.create_task(created("e", queue="elsewhere"))
+        assert await store.queue_depth(["default", "other"]) == {"default": 2, "other": 1}
+        claim = await store.claim("w", ["default"], LEASE)
+        assert claim is not None  # running under a live lease: not claimable
+        assert await store.queue_depth(["default"]) == {"default": 1}
+
     async def test_lease_must_be_positive(self, store: Store) -> None:
         await store.create_task(created("a"))
         for lease in (0, -1, float("inf"), float("nan")):

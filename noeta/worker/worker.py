@@ -19,6 +19,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from noeta import metrics, tracing
 from noeta.core import failpoints
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
 from noeta.core.runner.task import RunResult, TaskRunner
@@ -62,6 +63,7 @@ class Worker:
         """Claim and run tasks until `stop` is set; then hand every running task back."""
         renewing = asyncio.create_task(self.renewer.run(), name="noeta-renewal")
         listening = asyncio.create_task(self._listen(), name="noeta-wakeups")
+        measuring = asyncio.create_task(self._measure_queues(), name="noeta-queue-depth")
         stopping = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
@@ -79,7 +81,7 @@ class Worker:
         finally:
             stopping.cancel()
             await self._shut_down()
-            for background in (renewing, listening):
+            for background in (renewing, listening, measuring):
                 background.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await background
@@ -96,6 +98,15 @@ class Worker:
                 log.info("listening for wake-ups")
             if queue == "*" or queue in self.settings.queues:
                 self.wake()
+
+    async def _measure_queues(self) -> None:
+        """Queue depth for the metric: one cheap count now and then, only if exported."""
+        if not metrics.enabled():
+            return
+        while True:
+            with contextlib.suppress(StoreError):
+                metrics.queue_depth(await self.store.queue_depth(self.settings.queues))
+            await asyncio.sleep(metrics.QUEUE_DEPTH_SECONDS)
 
     async def _claim_one(self) -> bool:
         """Claim a task and start running it; False if there was nothing to claim."""
@@ -180,6 +191,7 @@ class Worker:
         entry = self.running.get(claim.task_id)
         if entry is not None and not self._stopping:
             log.warning("task %s: claim lost; cancelling its step", claim.task_id)
+            tracing.claim_lost(claim.task_id)  # its spans are the next claimer's to report
             entry[1].cancel()
         self.holding.pop(claim.task_id, None)
         # Whatever ran under the claim goes with it; the next claimer records it as lost.

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,16 @@ class WorkerProcess:
         failpoints: str = "",
         concurrency: int = 4,
         poll: float = 1.0,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.output = folder / f"{name}.log"
-        env = {**os.environ, "NOETA_FAILPOINTS": failpoints, "NOETA_HOME": str(folder / "home")}
+        env = {
+            **os.environ,
+            **(env or {}),
+            "NOETA_FAILPOINTS": failpoints,
+            "NOETA_HOME": str(folder / "home"),
+        }
         self.process = subprocess.Popen(
             [
                 sys.executable,

@@ -109,6 +109,13 @@ SELECT extract(epoch FROM claimable_at - clock_timestamp())::float8 FROM tasks
  ORDER BY claimable_at LIMIT 1
 """
 
+# The claim index alone answers it (claimable_at INCLUDE queue): only claimable rows.
+COUNT_CLAIMABLE = """
+SELECT queue, count(*) FROM tasks
+ WHERE claimable_at <= now() AND queue = ANY(%(queues)s::text[])
+ GROUP BY queue
+"""
+
 # One statement renews every claim of a worker's renewal round.
 RENEW_CLAIMS = """
 WITH lease AS (SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until)
@@ -370,6 +377,10 @@ class PostgresStore:
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:
         rows = await self._read(SECONDS_UNTIL_DUE, {"queues": list(queues)})
         return max(0.0, rows[0][0]) if rows else None
+
+    async def queue_depth(self, queues: Sequence[str]) -> Mapping[str, int]:
+        rows = await self._read(COUNT_CLAIMABLE, {"queues": list(queues)})
+        return {queue: count for queue, count in rows}
 
     async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
         check_lease(lease_seconds)

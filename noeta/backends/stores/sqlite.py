@@ -98,6 +98,10 @@ FIND_NEXT_DUE = """
 SELECT claimable_at FROM tasks
  WHERE claimable_at > ? AND queue IN (SELECT value FROM json_each(?))
  ORDER BY claimable_at LIMIT 1"""
+COUNT_CLAIMABLE = """
+SELECT queue, count(*) FROM tasks
+ WHERE claimable_at <= ? AND queue IN (SELECT value FROM json_each(?))
+ GROUP BY queue"""
 FIND_THIS_TASK_IF_CLAIMABLE = """
 SELECT id, owner_epoch FROM tasks
  WHERE id = ? AND claimable_at IS NOT NULL AND claimable_at <= ?"""
@@ -287,6 +291,11 @@ class SqliteStore:
         now = _now_micros()
         row = await self._run(self._read_one, FIND_NEXT_DUE, (now, encode(list(queues))))
         return None if row is None else max(0.0, (row[0] - now) / 1_000_000)
+
+    async def queue_depth(self, queues: Sequence[str]) -> Mapping[str, int]:
+        values = (_now_micros(), encode(list(queues)))
+        rows = await self._run(self._read_all, COUNT_CLAIMABLE, values)
+        return {queue: count for queue, count in rows}
 
     async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
         lease = _lease_micros(lease_seconds)

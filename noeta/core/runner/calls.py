@@ -48,8 +48,10 @@ async def run_tools(run: _Run, calls: tuple[ToolCall, ...]) -> None:
         refusal = _refusal(run, tool, requested)
         if tool is None or refusal:
             # Nothing runs: the start and its error result land together.
-            started = ToolStarted(requested.id, requested.name, requested.input)
-            await run.append([started, ToolFinished(requested.id, refusal, True)])
+            with run.trace.tool(requested, run.state) as step:
+                started = ToolStarted(requested.id, requested.name, requested.input, step.record)
+                await run.append([started, ToolFinished(requested.id, refusal, True)])
+                step.finished(refusal, True)
             continue
         call = _gated(run, requested, approved)
         if isinstance(call, Ask):
@@ -57,16 +59,21 @@ async def run_tools(run: _Run, calls: tuple[ToolCall, ...]) -> None:
             await run.append([asked])
             return  # the runner's loop sees the call waiting for its answer
         if isinstance(call, Deny):
-            started = ToolStarted(requested.id, requested.name, requested.input)
-            denied = ToolFinished(requested.id, f"Denied by a gate: {call.reason}", True)
-            await run.append([started, denied])
+            with run.trace.tool(requested, run.state) as step:
+                started = ToolStarted(requested.id, requested.name, requested.input, step.record)
+                denied = ToolFinished(requested.id, f"Denied by a gate: {call.reason}", True)
+                await run.append([started, denied])
+                step.finished(denied.content, True)
             continue
-        # The log records the call as actually executed: after any rewrite.
-        await run.append([ToolStarted(call.id, call.name, call.input)])
-        await failpoints.hit("tool.after_started")
-        output = await _execute(tool, call, _context(run, call))
-        await failpoints.hit("tool.before_finished")
-        await _record(run, call, output)
+        # The log records the call as actually executed: after any rewrite. Its span
+        # ends once the result is in the log (a crash: the next claimer emits it).
+        with run.trace.tool(call, run.state) as step:
+            await run.append([ToolStarted(call.id, call.name, call.input, step.record)])
+            await failpoints.hit("tool.after_started")
+            output = await _execute(tool, call, _context(run, call))
+            await failpoints.hit("tool.before_finished")
+            await _record(run, call, output)
+            step.finished(output.content, output.is_error)
 
 
 async def _record(run: _Run, call: ToolCall, output: ToolOutput, recovery: str = "") -> None:
@@ -126,20 +133,27 @@ async def recover_calls(run: _Run, calls: tuple[tuple[ToolCall, int], ...]) -> N
         tool = run.runner.tools.get(call.name)
         ctx = _context(run, call)
         if isinstance(tool, RecoverableTool):
-            found = await tool.recover(call.input, ctx)
-            if found is not None:
-                finished = ToolFinished(call.id, found.content, found.is_error, "recover")
-                await run.append([finished])
-                continue
+            with run.trace.tool(call, run.state, "recover") as step:
+                found = await tool.recover(call.input, ctx)
+                if found is not None:
+                    finished = ToolFinished(call.id, found.content, found.is_error, "recover")
+                    await run.append([finished])
+                    step.finished(found.content, found.is_error, "recover")
+                    continue
+                step.finished("not found by recover", False, "recover_missed")
         if tool is not None and tool.flags.retry_safe and starts < MAX_ATTEMPTS:
             log.info("task %s: re-running %s (start %d)", run.task_id, call.id, starts + 1)
-            await run.append([ToolStarted(call.id, call.name, call.input)])
-            await failpoints.hit("tool.after_started")
-            output = await _execute(tool, call, ctx)
-            await failpoints.hit("tool.before_finished")
-            await _record(run, call, output, "rerun")
+            with run.trace.tool(call, run.state, "rerun") as step:
+                await run.append([ToolStarted(call.id, call.name, call.input, step.record)])
+                await failpoints.hit("tool.after_started")
+                output = await _execute(tool, call, ctx)
+                await failpoints.hit("tool.before_finished")
+                await _record(run, call, output, "rerun")
+                step.finished(output.content, output.is_error, "rerun")
             continue
-        await run.append([ToolFinished(call.id, OUTCOME_UNKNOWN, True, "unknown")])
+        with run.trace.tool(call, run.state, "unknown") as step:
+            await run.append([ToolFinished(call.id, OUTCOME_UNKNOWN, True, "unknown")])
+            step.finished(OUTCOME_UNKNOWN, True, "unknown")
 
 
 async def _execute(tool: Tool, call: ToolCall, ctx: ToolContext) -> ToolOutput:

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
 
+from noeta import tracing
 from noeta.core import events as ev
 from noeta.core import failpoints
 from noeta.core.errors import NoetaError, StoreError
 from noeta.core.fold import LoggedEvent, TaskState, fold
 from noeta.core.gates import Gate
-from noeta.core.model import Provider
+from noeta.core.model import Provider, ProviderError
 from noeta.core.next_action import (
     AwaitAnswer,
     AwaitMessage,
@@ -114,19 +115,33 @@ class TaskRunner:
     async def run(self, claim: Claim) -> RunResult:
         version = snapshot_version(self.agent)
         state, inbox = await load_for_run(self.store, claim.task_id, version)
-        run = _Run(self, claim, state, version)
+        run = _Run(self, claim, state, version, tracing.begin_attempt(claim, state))
         if any(_kind(entry.payload) == "cancel" for entry in inbox):
             run.cancel_checked_at = -math.inf  # asked already: look before anything else
         else:
             run.cancel_checked_at = time.monotonic()  # just looked, with the load
-        return await run.loop()
+        try:
+            result = await run.loop()
+        except BaseException as error:
+            run.trace.end("error", error)
+            raise
+        run.trace.end(result.state.finished or result.outcome)
+        return result
 
 
 class _Run:
     """One claim's run of a task; `state` always equals the fold of what landed."""
 
-    def __init__(self, runner: TaskRunner, claim: Claim, state: TaskState, version: str) -> None:
+    def __init__(
+        self,
+        runner: TaskRunner,
+        claim: Claim,
+        state: TaskState,
+        version: str,
+        trace: tracing.Attempt = tracing.NO_ATTEMPT,
+    ) -> None:
         self.runner = runner
+        self.trace = trace
         self.store = runner.store
         self.claim = claim
         self.state = state
@@ -230,6 +245,7 @@ class _Run:
         logged = [LoggedEvent(first + i, event) for i, event in enumerate(new_events)]
         self.state = fold(logged, self.state)
         assert self.state.last_seq == last_seq, (self.state.last_seq, last_seq)
+        self.trace.appended(self.state)
         if self.state.last_seq - self.snapshot_seq >= self.runner.snapshot_every:
             await save_snapshot(self.store, self.task_id, self.version, self.state)
             self.snapshot_seq = self.state.last_seq
@@ -315,6 +331,7 @@ class _Run:
         for job_id in self.state.jobs:
             if job_id not in running and job_id not in results:
                 log.warning("task %s: background job %s was lost", self.task_id, job_id)
+                self.trace.job_lost(job_id)
                 await self.append([ev.JobLost(job_id)])
                 return True
         return False
@@ -351,15 +368,25 @@ class _Run:
         tool_specs = tuple(
             spec_of(self.runner.tools[name]) for name in config.tools if name in self.runner.tools
         )
-        body = provider.encode_request(build_request(self.state, model_name, tool_specs))
-        await self.append([ev.ModelCalled(hashlib.sha256(body).hexdigest())])
-        await failpoints.hit("model.after_called")
+        request = build_request(self.state, model_name, tool_specs)
+        body = provider.encode_request(request)
+        # The span ends once the call's outcome is in the log; cut short, the next claimer
+        # emits it from the record written with ModelCalled (ADR-0024).
+        with self.trace.chat(provider.name, model_name, self.state) as step:
+            step.input_messages(request.messages)
+            await self.append([ev.ModelCalled(hashlib.sha256(body).hexdigest(), step.record)])
+            await failpoints.hit("model.after_called")
+            await self._send(provider, body, step)
+
+    async def _send(self, provider: Provider, body: bytes, step: tracing.Step) -> None:
         try:
             reply = await send_with_retries(provider, body, self.runner.sleep)
         except ModelCallFailed as failed:
+            step.failed(_error_type(failed.error), str(failed.error))
             closed = ev.ModelFailed(str(failed.error), failed.attempts)
             await self.settle([closed], EndTurn("failed", error=f"llm_error: {failed.error}"))
             return
+        step.replied(reply)
         replied = ev.ModelReplied(
             reply.content,
             reply.stop_reason,
@@ -430,6 +457,11 @@ def _job_results(inbox: list[InboxEntry]) -> dict[str, InboxEntry]:
         for entry in inbox
         if _kind(entry.payload) == "job" and isinstance(entry.payload, dict)
     }
+
+
+def _error_type(error: ProviderError) -> str:
+    """A low-cardinality error type for spans and metrics: the HTTP status, or the kind."""
+    return str(error.status) if error.status else type(error).__name__
 
 
 def _describe(error: Exception) -> str:

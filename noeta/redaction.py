@@ -1,0 +1,85 @@
+"""Redaction: the secrets a process holds never reach a span, a metric or a log line.
+
+A `Scrubber` knows the secret values of this process (API keys and passwords from the
+environment, the store URL's password) and removes them, and anything shaped like a
+password in a URL or a libpq connection string, from any text it is given.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from urllib.parse import unquote, urlsplit
+
+REDACTED = "[redacted]"
+# Names of environment variables that hold secrets (the same rule Bash's scrubbing uses).
+SECRET_NAMES = re.compile(r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|DSN|^NOETA_STORE$", re.I)
+# Shorter values are too likely to occur by chance (and too weak to be real secrets).
+MIN_SECRET_CHARS = 6
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]+)(@)")
+_CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.I)
+
+
+class Scrubber:
+    def __init__(self) -> None:
+        self.secrets: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+
+    def add(self, secret: str) -> None:
+        if len(secret) >= MIN_SECRET_CHARS and secret not in self.secrets:
+            self.secrets.add(secret)
+            self._pattern = None
+
+    def add_url(self, url: str) -> None:
+        """The password of a store URL or libpq string; a bare value is taken as a secret."""
+        found = _password_of(url)
+        if found:
+            self.add(found)
+            self.add(unquote(found))
+        elif "://" not in url and "=" not in url:
+            self.add(url)
+
+    def add_environment(self) -> None:
+        for name, value in os.environ.items():
+            if value and SECRET_NAMES.search(name):
+                self.add_url(value) if ("://" in value or "=" in value) else self.add(value)
+            elif name == "PGPASSWORD" and value:
+                self.add(value)
+
+    def __call__(self, text: str) -> str:
+        text = _URL_PASSWORD.sub(rf"\g<1>{REDACTED}\g<3>", text)
+        text = _CONNINFO_PASSWORD.sub(rf"\g<1>{REDACTED}", text)
+        if not self.secrets:
+            return text
+        if self._pattern is None:
+            longest_first = sorted(self.secrets, key=len, reverse=True)
+            self._pattern = re.compile("|".join(re.escape(s) for s in longest_first))
+        return self._pattern.sub(REDACTED, text)
+
+
+def _password_of(url: str) -> str:
+    if "://" in url:
+        try:
+            return urlsplit(url).password or ""
+        except ValueError:
+            return ""
+    match = _CONNINFO_PASSWORD.search(url)
+    return match.group(2).strip("'") if match else ""
+
+
+class ScrubbingFilter(logging.Filter):
+    """A log filter that scrubs each record's message (and its traceback) of secrets."""
+
+    def __init__(self, scrub: Scrubber) -> None:
+        super().__init__()
+        self.scrub = scrub
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.scrub(record.exc_text)
+        record.msg, record.args = self.scrub(message), None
+        return True

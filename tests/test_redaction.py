@@ -1,0 +1,53 @@
+"""The scrubber: the secrets a process holds never reach a span or a log line."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from noeta.redaction import REDACTED, Scrubber, ScrubbingFilter
+
+
+def test_passwords_in_urls_and_connection_strings_are_removed_whoever_wrote_them() -> None:
+    scrub = Scrubber()
+    assert (
+        scrub("postgresql://noeta:hunter22@db:5432/x") == f"postgresql://noeta:{REDACTED}@db:5432/x"
+    )
+    assert scrub("host=db password=hunter22 dbname=x") == f"host=db password={REDACTED} dbname=x"
+    assert scrub("password='hun ter' host=db") == f"password={REDACTED} host=db"
+
+
+def test_known_secrets_are_removed_wherever_they_appear(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-abcdef123")
+    monkeypatch.setenv("NOETA_STORE", "postgresql://u:p%40ss-word@db/x")
+    scrub = Scrubber()
+    scrub.add_environment()
+    assert scrub("Incorrect API key provided: sk-test-abcdef123.") == (
+        f"Incorrect API key provided: {REDACTED}."
+    )
+    assert scrub("echo p@ss-word") == f"echo {REDACTED}"  # the decoded password too
+    assert scrub("nothing secret here") == "nothing secret here"
+
+
+def test_short_values_are_not_taken_for_secrets() -> None:
+    scrub = Scrubber()
+    scrub.add("abc")  # would blank out every "abc" in every message
+    assert scrub("abc") == "abc"
+
+
+def test_the_log_filter_scrubs_messages_and_tracebacks() -> None:
+    scrub = Scrubber()
+    scrub.add("sk-test-abcdef123")
+    try:
+        raise RuntimeError("refused sk-test-abcdef123")
+    except RuntimeError:
+        record = logging.LogRecord(
+            "x", logging.ERROR, __file__, 1, "key %s", ("sk-test-abcdef123",), True
+        )
+        import sys
+
+        record.exc_info = sys.exc_info()
+    assert ScrubbingFilter(scrub).filter(record)
+    text = logging.Formatter().format(record)
+    assert "sk-test-abcdef123" not in text and "refused [redacted]" in text
