@@ -24,9 +24,11 @@ test:  ## Run the test suite against a real PostgreSQL (embedded unless NOETA_TE
 
 check: lint test  ## Everything a commit must pass
 
-bench:  ## Store throughput against pgbench, and resume time (prints tables; not a test)
+bench:  ## Store, fold, workers, scheduler and tracing figures (prints tables; not a test)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/fold.py
+	$(BIN)/python bench/worker.py
+	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/tracing.py
 
 clean:  ## Remove build leftovers

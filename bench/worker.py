@@ -170,14 +170,20 @@ class Bench:
 
     @contextlib.asynccontextmanager
     async def workers(
-        self, names: Sequence[str], queue: str, concurrency: int = 4, lease: float = 30.0
+        self,
+        names: Sequence[str],
+        queue: str,
+        concurrency: int = 4,
+        lease: float = 30.0,
+        poll: float = 1.0,
     ) -> AsyncIterator[list[Worker]]:
         """Worker processes, up and LISTENing; stopped (SIGTERM) on the way out."""
         since = await self.value("SELECT clock_timestamp()")
         env = {**os.environ, "NOETA_HOME": str(self.scratch / "home"), "NOETA_FAILPOINTS": ""}
         env.pop("NOETA_CONFIG", None)
         command = [sys.executable, "-m", "noeta", "worker", "--store", self.dsn, "--queues"]
-        command += [queue, "--concurrency", str(concurrency), "--lease", str(lease), "--name"]
+        command += [queue, "--concurrency", str(concurrency), "--lease", str(lease)]
+        command += ["--poll", str(poll), "--name"]
         logs = [self.scratch / f"{name}.log" for name in names]
         started = [spawn([*command, n], p, env) for n, p in zip(names, logs, strict=True)]
         self.processes += started
