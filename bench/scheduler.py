@@ -24,22 +24,16 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import uuid
 from datetime import timedelta
 from pathlib import Path
 
-import psycopg
-
-from noeta.backends.stores.embedded import EmbeddedPostgres
-from noeta.backends.stores.postgres import PostgresStore, migrate_database
-from noeta.testing.postgres import TEST_DSN_ENV, with_search_path
+from noeta.testing.postgres import TEST_DSN_ENV
 
 sys.path.insert(0, str(Path(__file__).parent))
-from worker import Bench, Worker, ms, spawn, table
+from worker import Bench, Worker, fresh_bench, ms, server, spawn, table
 
 FIRST_STEPS = "SELECT task_id, created_at FROM events WHERE task_id = ANY(%s) AND seq = 2"
 
@@ -141,26 +135,9 @@ async def catch_up_table(bench: Bench, slots: int) -> None:
 
 
 async def run(dsn: str, quick: bool) -> None:
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-        print(f"{os.cpu_count()} CPUs; load {load}")
-        await admin.execute(f'CREATE SCHEMA "{schema}"')
-        try:
-            url = with_search_path(dsn, schema)
-            await migrate_database(url)
-            await admin.execute(f'SET search_path = "{schema}"')
-            store = await PostgresStore.open(url, application_name="bench-submit")
-            bench = Bench(url, admin, store)
-            try:
-                await timer_table(bench, 5 if quick else 20)
-                await catch_up_table(bench, 50 if quick else 500)
-            finally:
-                bench.kill_all()
-                await store.close()
-                shutil.rmtree(bench.scratch, ignore_errors=True)
-        finally:
-            await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    async with fresh_bench(dsn) as bench:
+        await timer_table(bench, 5 if quick else 20)
+        await catch_up_table(bench, 50 if quick else 500)
 
 
 def main() -> None:
@@ -168,17 +145,8 @@ def main() -> None:
     parser.add_argument("--dsn", help=f"PostgreSQL URL (default: ${TEST_DSN_ENV}, else embedded)")
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     options = parser.parse_args()
-    dsn, embedded = options.dsn or os.environ.get(TEST_DSN_ENV), None
-    if not dsn:
-        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="noeta-bench-pg-")))
-        print("starting an embedded PostgreSQL (fsync on)...", flush=True)
-        dsn = embedded.start()
-    try:
+    with server(options.dsn) as dsn:
         asyncio.run(run(dsn, options.quick))
-    finally:
-        if embedded is not None:
-            embedded.stop()
-            shutil.rmtree(embedded.root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -405,8 +405,10 @@ async def takeover_table(bench: Bench, sizes: Sizes) -> None:
     table(f"Takeover after SIGKILL, {sizes.takeovers} runs", [*headers, "target"], [row])
 
 
-async def run(dsn: str, sizes: Sizes) -> None:
-    """Each section on a fresh schema of the server at `dsn`; a failed one is reported."""
+@contextlib.asynccontextmanager
+async def fresh_bench(dsn: str) -> AsyncIterator[Bench]:
+    """A Bench on a fresh schema of the server at `dsn`; every process and the schema are
+    gone afterwards, whatever happens."""
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
         cursor = await admin.execute("SELECT version(), current_setting('fsync')")
@@ -421,11 +423,7 @@ async def run(dsn: str, sizes: Sizes) -> None:
             store = await PostgresStore.open(url, application_name="bench-submit")
             bench = Bench(url, admin, store)
             try:
-                for section in (drain_table, tool_table, latency_table, takeover_table):
-                    try:
-                        await section(bench, sizes)
-                    except Exception as error:  # a benchmark reports a failure and goes on
-                        print(f"\n{section.__name__}: FAILED: {type(error).__name__}: {error}")
+                yield bench
             finally:
                 bench.kill_all()
                 await store.close()
@@ -434,22 +432,40 @@ async def run(dsn: str, sizes: Sizes) -> None:
             await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
+async def run(dsn: str, sizes: Sizes) -> None:
+    """Each section on a fresh schema of the server at `dsn`; a failed one is reported."""
+    async with fresh_bench(dsn) as bench:
+        for section in (drain_table, tool_table, latency_table, takeover_table):
+            try:
+                await section(bench, sizes)
+            except Exception as error:  # a benchmark reports a failure and goes on
+                print(f"\n{section.__name__}: FAILED: {type(error).__name__}: {error}")
+
+
+@contextlib.contextmanager
+def server(dsn: str | None) -> Iterator[str]:
+    """`dsn`, else $NOETA_TEST_POSTGRES_DSN, else a private embedded PostgreSQL (fsync on)
+    in a temporary directory, stopped and removed afterwards."""
+    dsn = dsn or os.environ.get(TEST_DSN_ENV)
+    if dsn:
+        yield dsn
+        return
+    embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="noeta-bench-pg-")))
+    print("starting an embedded PostgreSQL (fsync on)...", flush=True)
+    try:
+        yield embedded.start()
+    finally:
+        embedded.stop()
+        shutil.rmtree(embedded.root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", help=f"PostgreSQL URL (default: ${TEST_DSN_ENV}, else embedded)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: fewer of everything")
     options = parser.parse_args()
-    dsn, embedded = options.dsn or os.environ.get(TEST_DSN_ENV), None
-    if not dsn:
-        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="noeta-bench-pg-")))
-        print("starting an embedded PostgreSQL (fsync on)...", flush=True)
-        dsn = embedded.start()
-    try:
+    with server(options.dsn) as dsn:
         asyncio.run(run(dsn, QUICK if options.quick else FULL))
-    finally:
-        if embedded is not None:
-            embedded.stop()
-            shutil.rmtree(embedded.root, ignore_errors=True)
     print(f"\nload average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(
         "Compare: DBOS 664-736 no-op workflows/s and 4.97 ms per durable step; procrastinate"

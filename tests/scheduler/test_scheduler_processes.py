@@ -3,13 +3,10 @@ reloading on SIGHUP; and a timer that falls due while the worker that set it is 
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import itertools
 import json
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,32 +18,15 @@ from noeta.backends.stores import open_store
 from noeta.core import events
 from noeta.core.store import FireOutcome, NewEvent, NewTask, Store
 from noeta.scheduler.scheduler import task_id_for
-from tests.worker.conftest import WorkerProcess, log_types, status_of, until, workers
+from tests.worker.conftest import NoetaProcess, WorkerProcess, log_types, status_of, until, workers
 
 __all__ = ["workers"]  # the fixture
 
 
-class SchedulerProcess:
+class SchedulerProcess(NoetaProcess):
     def __init__(self, url: str, cron: Path, folder: Path, name: str, failpoints: str = "") -> None:
-        self.output = folder / f"{name}.log"
-        env = {**os.environ, "NOETA_FAILPOINTS": failpoints, "NOETA_HOME": str(folder / "home")}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "noeta", "scheduler", "--store", url, "--cron", str(cron)],
-            stdout=self.output.open("w"),
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-
-    async def exit_code(self, within: float = 30) -> int:
-        return await asyncio.to_thread(self.process.wait, within)
-
-    def log(self) -> str:
-        return self.output.read_text()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
+        arguments = ["scheduler", "--store", url, "--cron", str(cron)]
+        super().__init__(arguments, name, folder, failpoints=failpoints)
 
 
 @pytest.fixture
@@ -93,17 +73,24 @@ def consecutive_minutes(slots: list[Any]) -> bool:
 async def test_two_schedulers_racing_over_100_slots_fire_each_exactly_once(
     store: Store, postgres_url: str, tmp_path: Path, schedulers: Callable[..., SchedulerProcess]
 ) -> None:
-    cron = cron_file(tmp_path, missed="run_all", max_catch_up=100, overlap="allow")
-    # As if the last scheduler stopped 100 minutes ago: both start with 100 slots to fire.
-    await store.cron_marks(["s"], await store.clock() - timedelta(minutes=100))
+    cron = tmp_path / "cron.yaml"
+    cron.write_text("schedules: []\n")
     racers = [schedulers(postgres_url, cron, f"scheduler-{n}") for n in range(2)]
+    for racer in racers:
+        await until(functools.partial(started, racer), f"{racer.name} started")
+    # As if a scheduler last looked at "s" 100 minutes ago: 100 slots to fire. Both learn
+    # of it by the same reload, so they start catching up together.
+    await store.cron_marks(["s"], await store.clock() - timedelta(minutes=100))
+    cron_file(tmp_path, missed="run_all", max_catch_up=100, overlap="allow")
+    for racer in racers:
+        racer.signal(signal.SIGHUP)
 
     async def caught_up() -> bool:
         return len(await fired(store)) >= 100
 
     await until(caught_up, "100 slots were handled", within=60)
     for racer in racers:
-        racer.process.send_signal(signal.SIGTERM)
+        racer.signal(signal.SIGTERM)
     assert [await racer.exit_code() for racer in racers] == [0, 0]
 
     history = await fired(store)
@@ -113,10 +100,12 @@ async def test_two_schedulers_racing_over_100_slots_fire_each_exactly_once(
     tasks = sorted(task.id for task in await store.list_tasks(limit=1000))
     assert tasks == sorted(task_id_for("s", slot) for slot in slots)
     # Each creation was one scheduler's: the two logs together name every task once.
-    created_lines = [
-        line for racer in racers for line in racer.log().splitlines() if " created (task " in line
-    ]
-    assert len(created_lines) == len(tasks)
+    created = [line for r in racers for line in r.log().splitlines() if " created (task " in line]
+    assert len(created) == len(tasks)
+
+
+async def started(process: NoetaProcess) -> bool:
+    return "scheduler: " in process.log()
 
 
 async def test_a_scheduler_killed_mid_catch_up_is_caught_up_by_the_next(

@@ -18,17 +18,16 @@ from noeta.core import events
 from noeta.core.store import NewEvent, NewTask, Store
 
 
-class WorkerProcess:
+class NoetaProcess:
+    """A `noeta` command running as a real process, its output in `<folder>/<name>.log`."""
+
     def __init__(
         self,
-        url: str,
+        arguments: list[str],
         name: str,
         folder: Path,
         *,
-        lease: float = 1.0,
         failpoints: str = "",
-        concurrency: int = 4,
-        poll: float = 1.0,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
@@ -40,22 +39,7 @@ class WorkerProcess:
             "NOETA_HOME": str(folder / "home"),
         }
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "noeta",
-                "worker",
-                "--store",
-                url,
-                "--lease",
-                str(lease),
-                "--name",
-                name,
-                "--concurrency",
-                str(concurrency),
-                "--poll",
-                str(poll),
-            ],
+            [sys.executable, "-m", "noeta", *arguments],
             stdout=self.output.open("w"),
             stderr=subprocess.STDOUT,
             env=env,
@@ -75,6 +59,24 @@ class WorkerProcess:
             self.process.send_signal(signal.SIGCONT)
             self.process.kill()
             self.process.wait(10)
+
+
+class WorkerProcess(NoetaProcess):
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        folder: Path,
+        *,
+        lease: float = 1.0,
+        failpoints: str = "",
+        concurrency: int = 4,
+        poll: float = 1.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        arguments = ["worker", "--store", url, "--lease", str(lease), "--name", name]
+        arguments += ["--concurrency", str(concurrency), "--poll", str(poll)]
+        super().__init__(arguments, name, folder, failpoints=failpoints, env=env)
 
 
 @pytest.fixture
