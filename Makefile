@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: help install check lint test bench clean
+.PHONY: help install check lint test bench cluster clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-9s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ bench:  ## Store, fold, workers, scheduler and tracing figures (prints tables; n
 	$(BIN)/python bench/worker.py
 	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/tracing.py
+
+cluster:  ## Workers and a scheduler under chaos, then every invariant (SPEC §9; not in check)
+	$(BIN)/python -m tests.cluster.run
 
 clean:  ## Remove build leftovers
 	rm -rf build dist .mypy_cache .pytest_cache .ruff_cache

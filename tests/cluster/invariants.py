@@ -1,0 +1,101 @@
+"""What must hold of any task's log, however its workers died: checked after a cluster run.
+
+Each check reads the stored events (type and data) of one task, in seq order, and returns
+the problems it found, as sentences; none is good.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from noeta.core.store import CANCEL_KEY, InboxEntry, StoredEvent
+
+# Events that take an inbox entry, and the field naming it.
+_TAKES = {"MessageTaken": "inbox_id", "JobFinished": "inbox_id", "ToolAnswered": "inbox_id"}
+
+
+def check_log(events: Sequence[StoredEvent], inbox: Sequence[InboxEntry]) -> list[str]:
+    return [
+        *_seq_is_contiguous(events),
+        *_model_calls_pair_up(events),
+        *_tool_starts_and_finishes_pair_up(events),
+        *_no_inbox_entry_taken_twice(events, inbox),
+        *_each_job_ends_once(events),
+    ]
+
+
+def _data(event: StoredEvent) -> dict[str, Any]:
+    return event.data if isinstance(event.data, dict) else {}
+
+
+def _seq_is_contiguous(events: Sequence[StoredEvent]) -> list[str]:
+    seqs = [event.seq for event in events]
+    return [] if seqs == list(range(1, len(seqs) + 1)) else [f"seqs are not 1..n: {seqs}"]
+
+
+def _model_calls_pair_up(events: Sequence[StoredEvent]) -> list[str]:
+    """Every reply (or failure) closes a call made before it; a crash may leave calls
+    without a reply, re-sent, but never a reply without a call."""
+    problems, open_calls = [], 0
+    for event in events:
+        if event.type == "ModelCalled":
+            open_calls += 1
+        elif event.type in ("ModelReplied", "ModelFailed"):
+            if open_calls == 0:
+                problems.append(f"seq {event.seq}: {event.type} without a ModelCalled")
+            open_calls = 0
+        elif event.type == "TurnEnded":
+            open_calls = 0  # a turn failed by the interruption cap closes its calls
+    return problems
+
+
+def _tool_starts_and_finishes_pair_up(events: Sequence[StoredEvent]) -> list[str]:
+    """Every finish follows a start of the same call, and a call finishes once."""
+    problems, started, finished = [], set[str](), set[str]()
+    for event in events:
+        call = str(_data(event).get("call_id", ""))
+        if event.type == "ToolStarted":
+            if call in finished:
+                problems.append(f"seq {event.seq}: {call} started again after it finished")
+            started.add(call)
+        elif event.type == "ToolFinished":
+            if call not in started:
+                problems.append(f"seq {event.seq}: {call} finished without a start")
+            if call in finished:
+                problems.append(f"seq {event.seq}: {call} finished twice")
+            finished.add(call)
+    return problems
+
+
+def _no_inbox_entry_taken_twice(
+    events: Sequence[StoredEvent], inbox: Sequence[InboxEntry]
+) -> list[str]:
+    taken = Counter(
+        _data(event).get(field) for event in events if (field := _TAKES.get(event.type))
+    )
+    problems = [f"inbox entry {entry} taken {n} times" for entry, n in taken.items() if n > 1]
+    # A cancel request is taken by the append that finishes the task as cancelled.
+    cancelled = bool(events) and _data(events[-1]).get("status") == "cancelled"
+    marked = {
+        entry.id
+        for entry in inbox
+        if entry.taken_seq is not None and not (cancelled and entry.dedupe_key == CANCEL_KEY)
+    }
+    if marked != set(taken):
+        problems.append(
+            f"inbox marks {sorted(marked)} differ from the log's {sorted(taken, key=str)}"
+        )
+    return problems
+
+
+def _each_job_ends_once(events: Sequence[StoredEvent]) -> list[str]:
+    """A background job ends in the log as finished or lost, once: the model is told once."""
+    started = [str(_data(e).get("job_id")) for e in events if e.type == "JobStarted"]
+    ended = Counter(
+        str(_data(e).get("job_id")) for e in events if e.type in ("JobFinished", "JobLost")
+    )
+    problems = [f"job {job} ended {ended[job]} times" for job in started if ended[job] != 1]
+    problems += [f"job {job} ended but never started" for job in ended if job not in started]
+    return problems
