@@ -127,9 +127,25 @@ async def _send(task_id: str, message: str, key: str, url: str | None) -> bool:
         record = await _existing(store, task_id)
         if record.status.finished:
             raise NoetaError(f"task {task_id} is {record.status}; it takes no more messages")
+        if not await _interactive(store, task_id):
+            raise NoetaError(
+                f"task {task_id} is one-shot: it takes no messages "
+                "(submit it --interactive to converse)"
+            )
         return await store.deliver(Delivery(task_id, {"text": message}, f"message:{key}"))
     finally:
         await store.close()
+
+
+async def _interactive(store: Store, task_id: str) -> bool:
+    """Whether the task takes messages, from its TaskCreated (the log's first event)."""
+    from noeta.core import events
+
+    first = (await store.read_log(task_id))[:1]
+    if not first:
+        return False
+    created = events.decode(first[0].type, first[0].data)
+    return isinstance(created, events.TaskCreated) and created.interactive
 
 
 @click.command()

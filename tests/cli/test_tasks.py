@@ -245,6 +245,16 @@ def test_send_to_an_unknown_or_finished_task_is_refused(sqlite_store: str) -> No
     assert asyncio.run(inbox(sqlite_store, "over")) == []
 
 
+def test_send_to_a_one_shot_task_is_refused_and_delivers_nothing(sqlite_store: str) -> None:
+    submit("a one-shot prompt", "--id", "once", store=sqlite_store)
+    line = one_line_error(noeta("send", "once", "hello", store=sqlite_store))
+    assert line == (
+        "noeta: error: task once is one-shot: it takes no messages "
+        "(submit it --interactive to converse)"
+    )
+    assert asyncio.run(inbox(sqlite_store, "once")) == []
+
+
 @pytest.mark.parametrize(
     ("arguments", "stdin", "expected"),
     [
