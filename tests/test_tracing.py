@@ -24,7 +24,7 @@ from noeta.core.runner.task import TaskRunner
 from noeta.core.store import Claim, NewEvent, NewTask, Store
 from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
 from noeta.observed_store import observed
-from noeta.spans import SpanRecord
+from noeta.span_record import SpanRecord
 
 from .worker.conftest import until
 
