@@ -37,9 +37,7 @@ class FaultProxy:
         return self.port
 
     def stop(self) -> None:
-        self.drop_all()
-        if self._server is not None:
-            self._server.close()
+        self._call(self._shut_down())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         self._loop.close()
@@ -72,11 +70,12 @@ class FaultProxy:
             _reset(writer)
             return
         self._writers |= {writer, upstream_writer}
-        await asyncio.gather(
+        pumps = (
             self._pump(reader, upstream_writer, client=writer, from_server=False),
             self._pump(upstream_reader, writer, client=writer, from_server=True),
-            return_exceptions=True,
         )
+        # A reset connection ends its pumps with ConnectionResetError: expected here.
+        await asyncio.gather(*pumps, return_exceptions=True)
         for each in (writer, upstream_writer):
             self._writers.discard(each)
             _reset(each)
@@ -100,6 +99,17 @@ class FaultProxy:
             sink.write(data)
             await sink.drain()
         sink.close()
+
+    async def _shut_down(self) -> None:
+        """Reset every connection, stop listening, and end every connection's task (a
+        task left pending when the loop stops is reported at exit as destroyed)."""
+        await self._reset_all()
+        if self._server is not None:
+            self._server.close()
+        others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
     async def _reset_all(self) -> None:
         for writer in list(self._writers):
