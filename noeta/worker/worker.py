@@ -18,6 +18,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from noeta import metrics, tracing
 from noeta.core import failpoints
@@ -45,7 +46,7 @@ class Worker:
         self.runner = runner
         self.settings = settings
         self.renewer = Renewer(store, settings.lease_seconds, self._lost)
-        self.jobs = JobManager(store, self._job_ended)
+        self.jobs = JobManager(store, self._resume_holding)
         runner.jobs = self.jobs
         self.running: dict[str, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
         # Tasks waiting while holding their claim (a background job of theirs runs here).
@@ -166,6 +167,8 @@ class Worker:
             holding = result.outcome == "holding"
             if holding:
                 self.holding[claim.task_id] = claim
+                if result.state.wakeups:
+                    await self._resume_when_due(claim.task_id, result.state.wakeups[0][1])
             return result
         except Conflict as error:
             log.warning(
@@ -199,8 +202,20 @@ class Worker:
         self._background.add(stopping)
         stopping.add_done_callback(self._background.discard)
 
-    def _job_ended(self, task_id: str) -> None:
-        """A job's result is in the inbox: run the task again under the claim it holds."""
+    async def _resume_when_due(self, task_id: str, due: str) -> None:
+        """A task holding its claim for a job has a wake-up pending: nothing will be
+        delivered when it falls due, so run the task again then (store clock)."""
+        try:
+            wait = (datetime.fromisoformat(due) - await self.store.clock()).total_seconds()
+        except StoreError:
+            return  # the wake-up is taken when the job's result resumes the task
+        loop = asyncio.get_running_loop()
+        loop.call_later(max(0.0, wait) + 0.005, self._resume_holding, task_id)
+
+    def _resume_holding(self, task_id: str) -> None:
+        """A job's result is in the inbox, or a wake-up fell due: run the task again under
+        the claim it holds (if it still holds one; a resumed task that finds nothing to do
+        holds again)."""
         claim = self.holding.pop(task_id, None)
         if claim is None or self._stopping:
             return
