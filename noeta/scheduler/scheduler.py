@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from noeta.core import events, failpoints
@@ -60,7 +60,6 @@ class Scheduler:
     # The tool names a cron task gets, from its `plugins` (None: every configured plugin).
     tools_for: ToolsFor = lambda plugins: ()
     since: datetime | None = None  # the end of the last window announced to workers
-    fired: list[tuple[str, datetime, FireOutcome]] = field(default_factory=list)
 
     async def run(self, stop: asyncio.Event, reload: asyncio.Event | None = None) -> None:
         """Look, fire, sleep until the next thing is due (at most TICK_SECONDS); until
@@ -128,17 +127,18 @@ class Scheduler:
         action = self._action(schedule, slot) if run else None
         fire = CronFire(schedule.name, slot, action, schedule.overlap, detail)
         outcome = await self.store.fire_cron(fire)
-        self.fired.append((schedule.name, slot, outcome))
         if outcome is not FireOutcome.ALREADY:
-            what = f"task {action.id}" if isinstance(action, NewTask) else ""
-            if isinstance(action, Delivery):
-                what = f"message to {action.task_id}"
+            made = ""
+            if isinstance(action, NewTask) and outcome is FireOutcome.CREATED:
+                made = f" (task {action.id})"
+            elif isinstance(action, Delivery) and outcome is FireOutcome.DELIVERED:
+                made = f" (message to {action.task_id})"
             log.info(
                 "cron %s: slot %s %s%s%s",
                 schedule.name,
                 slot.astimezone(UTC).isoformat(timespec="minutes"),
                 outcome.value,
-                f" ({what})" if what and outcome in _RAN else "",
+                made,
                 f": {detail}" if detail else "",
             )
         await failpoints.hit("cron.after_fire")
@@ -155,6 +155,3 @@ class Scheduler:
                 key = cron_message_key(schedule.name, slot)
                 return Delivery(task, {"text": text}, key)
         raise NoetaError(f"schedule {schedule.name}: unknown action {schedule.action!r}")
-
-
-_RAN = (FireOutcome.CREATED, FireOutcome.DELIVERED)
