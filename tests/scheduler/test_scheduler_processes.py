@@ -7,20 +7,27 @@ import functools
 import itertools
 import json
 import signal
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from noeta.backends.stores import open_store
 from noeta.core import events
 from noeta.core.store import FireOutcome, NewEvent, NewTask, Store
 from noeta.scheduler.scheduler import task_id_for
-from tests.worker.conftest import NoetaProcess, WorkerProcess, log_types, status_of, until, workers
+from tests.worker.conftest import (
+    NoetaProcess,
+    WorkerProcess,
+    log_types,
+    status_of,
+    store,
+    until,
+    workers,
+)
 
-__all__ = ["workers"]  # the fixture
+__all__ = ["store", "workers"]  # the fixtures
 
 
 class SchedulerProcess(NoetaProcess):
@@ -41,13 +48,6 @@ def schedulers(tmp_path: Path) -> Iterator[Callable[..., SchedulerProcess]]:
     yield start
     for process in started:
         process.stop()
-
-
-@pytest.fixture
-async def store(postgres_url: str) -> AsyncIterator[Store]:
-    store = await open_store(postgres_url, migrate=True)
-    yield store
-    await store.close()
 
 
 def cron_file(folder: Path, **schedule: Any) -> Path:

@@ -8,12 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from noeta.backends.stores import open_store
 from noeta.core import events
 from noeta.core.store import NewEvent, NewTask, Store
 
@@ -77,6 +78,14 @@ class WorkerProcess(NoetaProcess):
         arguments = ["worker", "--store", url, "--lease", str(lease), "--name", name]
         arguments += ["--concurrency", str(concurrency), "--poll", str(poll)]
         super().__init__(arguments, name, folder, failpoints=failpoints, env=env)
+
+
+@pytest.fixture
+async def store(postgres_url: str) -> AsyncIterator[Store]:
+    """A migrated PostgreSQL store (a module that needs another kind defines its own)."""
+    store = await open_store(postgres_url, migrate=True)
+    yield store
+    await store.close()
 
 
 @pytest.fixture

@@ -6,24 +6,16 @@ Each row of SPEC §3 that these reach is named in its test.
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from noeta.backends.stores import open_store
 from noeta.core.store import Store
 
 from .conftest import WorkerProcess, add_task, log_types, status_of, until
 
 SLEEPY = {"tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": "sleep 3; echo slept"}}]}
-
-
-@pytest.fixture
-async def store(postgres_url: str) -> AsyncIterator[Store]:
-    store = await open_store(postgres_url, migrate=True)
-    yield store
-    await store.close()
 
 
 async def test_workers_run_many_tasks_and_exit_cleanly_on_sigterm(

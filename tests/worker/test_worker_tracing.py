@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from noeta.backends.stores import open_store
 from noeta.core import events
 from noeta.core.store import NewEvent, NewTask, Store
 from noeta.span_record import SpanRecord
@@ -20,13 +18,6 @@ from noeta.testing.fake_providers import FakeOpenAI, HttpError
 from noeta.testing.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 from .conftest import WorkerProcess, add_task, status_of, until
-
-
-@pytest.fixture
-async def store(postgres_url: str) -> AsyncIterator[Store]:
-    store = await open_store(postgres_url, migrate=True)
-    yield store
-    await store.close()
 
 
 def exporting_to(receiver: OtlpReceiver, **more: str) -> dict[str, str]:

@@ -4,24 +4,12 @@ runs the task again at the due time, without waiting for the job."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-from noeta.backends.stores import open_store
 from noeta.core import events
 from noeta.core.store import NewEvent, NewTask, Store
-from tests.worker.conftest import WorkerProcess, status_of, until, workers
-
-__all__ = ["workers"]  # the fixture
-
-
-@pytest.fixture
-async def store(postgres_url: str) -> AsyncIterator[Store]:
-    store = await open_store(postgres_url, migrate=True)
-    yield store
-    await store.close()
+from tests.worker.conftest import WorkerProcess, status_of, until
 
 
 async def test_a_wakeup_due_while_a_job_runs_opens_its_turn_before_the_job_ends(
