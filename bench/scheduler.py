@@ -33,7 +33,8 @@ from pathlib import Path
 from noeta.testing.postgres import TEST_DSN_ENV
 
 sys.path.insert(0, str(Path(__file__).parent))
-from worker import Bench, Worker, fresh_bench, ms, server, spawn, table
+from common import server
+from worker import Bench, Worker, fresh_bench, ms, spawn, table
 
 FIRST_STEPS = "SELECT task_id, created_at FROM events WHERE task_id = ANY(%s) AND seq = 2"
 

@@ -37,18 +37,18 @@ import statistics
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from common import fresh_schema, server  # the sibling module (bench/ is on sys.path)
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from noeta.backends.stores.embedded import EmbeddedPostgres, _install_dir
-from noeta.backends.stores.postgres import CLAIM_NEXT_TASK, PostgresStore, migrate_database
+from noeta.backends.stores.embedded import _install_dir
+from noeta.backends.stores.postgres import CLAIM_NEXT_TASK, PostgresStore
 from noeta.core.store import Claim, NewEvent, NewTask
-from noeta.testing.postgres import TEST_DSN_ENV, with_search_path
+from noeta.testing.postgres import TEST_DSN_ENV
 
 CLIENTS = (1, 2, 4, 8)
 LEASE = 3600.0  # no claim lapses during a run
@@ -357,36 +357,17 @@ async def main() -> None:
     parser.add_argument("--seconds", type=int, default=5, help="per measurement (default 5)")
     parser.add_argument("--dsn", help=f"PostgreSQL URL (default: ${TEST_DSN_ENV}, else embedded)")
     options = parser.parse_args()
-    dsn = options.dsn or os.environ.get(TEST_DSN_ENV)
-    embedded = None
-    if not dsn:
-        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="noeta-bench-pg-")))
-        print("starting an embedded PostgreSQL (fsync on)...", flush=True)
-        dsn = embedded.start()
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
     bench: Bench | None = None
-    try:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
-            cursor = await admin.execute("SELECT version(), current_setting('fsync')")
-            version, fsync = (await cursor.fetchone()) or ("?", "?")
-            load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-            print(f"{version.split(' on ')[0]}; fsync {fsync}; {os.cpu_count()} CPUs; load {load}")
-            await admin.execute(f'CREATE SCHEMA "{schema}"')
-            try:
-                await migrate_database(with_search_path(dsn, schema))
-                await admin.execute(f'SET search_path = "{schema}"')
-                bench = Bench(with_search_path(dsn, schema), admin, options.seconds)
+    with server(options.dsn) as dsn:
+        try:
+            async with fresh_schema(dsn) as (url, admin):
+                bench = Bench(url, admin, options.seconds)
                 await append_table(bench)
                 await claim_table(bench)
                 await latency_table(bench)
-            finally:
-                await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
-    finally:
-        if bench is not None:
-            shutil.rmtree(bench.scratch, ignore_errors=True)
-        if embedded is not None:
-            embedded.stop()
-            shutil.rmtree(embedded.root, ignore_errors=True)
+        finally:
+            if bench is not None:
+                shutil.rmtree(bench.scratch, ignore_errors=True)
     print(f"\nload average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(
         "Targets: append ≥0.7x pgbench at 1 client and ≥0.5x at 8; claim ≥0.7x at 1 client;"

@@ -43,19 +43,18 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from common import fresh_schema, server  # the sibling module (bench/ is on sys.path)
 
-from noeta.backends.stores.embedded import EmbeddedPostgres
-from noeta.backends.stores.postgres import PostgresStore, migrate_database
+from noeta.backends.stores.postgres import PostgresStore
 from noeta.core import events
 from noeta.core.store import NewEvent, NewTask
-from noeta.testing.postgres import TEST_DSN_ENV, with_search_path
+from noeta.testing.postgres import TEST_DSN_ENV
 
 Worker = subprocess.Popen[bytes]
 TOOL_CALLS = 100
@@ -409,27 +408,15 @@ async def takeover_table(bench: Bench, sizes: Sizes) -> None:
 async def fresh_bench(dsn: str) -> AsyncIterator[Bench]:
     """A Bench on a fresh schema of the server at `dsn`; every process and the schema are
     gone afterwards, whatever happens."""
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
-        cursor = await admin.execute("SELECT version(), current_setting('fsync')")
-        version, fsync = (await cursor.fetchone()) or ("?", "?")
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-        print(f"{version.split(' on ')[0]}; fsync {fsync}; {os.cpu_count()} CPUs; load {load}")
-        await admin.execute(f'CREATE SCHEMA "{schema}"')
+    async with fresh_schema(dsn) as (url, admin):
+        store = await PostgresStore.open(url, application_name="bench-submit")
+        bench = Bench(url, admin, store)
         try:
-            url = with_search_path(dsn, schema)
-            await migrate_database(url)
-            await admin.execute(f'SET search_path = "{schema}"')
-            store = await PostgresStore.open(url, application_name="bench-submit")
-            bench = Bench(url, admin, store)
-            try:
-                yield bench
-            finally:
-                bench.kill_all()
-                await store.close()
-                shutil.rmtree(bench.scratch, ignore_errors=True)
+            yield bench
         finally:
-            await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+            bench.kill_all()
+            await store.close()
+            shutil.rmtree(bench.scratch, ignore_errors=True)
 
 
 async def run(dsn: str, sizes: Sizes) -> None:
@@ -440,23 +427,6 @@ async def run(dsn: str, sizes: Sizes) -> None:
                 await section(bench, sizes)
             except Exception as error:  # a benchmark reports a failure and goes on
                 print(f"\n{section.__name__}: FAILED: {type(error).__name__}: {error}")
-
-
-@contextlib.contextmanager
-def server(dsn: str | None) -> Iterator[str]:
-    """`dsn`, else $NOETA_TEST_POSTGRES_DSN, else a private embedded PostgreSQL (fsync on)
-    in a temporary directory, stopped and removed afterwards."""
-    dsn = dsn or os.environ.get(TEST_DSN_ENV)
-    if dsn:
-        yield dsn
-        return
-    embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="noeta-bench-pg-")))
-    print("starting an embedded PostgreSQL (fsync on)...", flush=True)
-    try:
-        yield embedded.start()
-    finally:
-        embedded.stop()
-        shutil.rmtree(embedded.root, ignore_errors=True)
 
 
 def main() -> None:

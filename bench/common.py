@@ -1,0 +1,58 @@
+"""What the benchmarks share: the server they measure on, and a fresh schema on it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from noeta.backends.stores.embedded import EmbeddedPostgres
+from noeta.backends.stores.postgres import migrate_database
+from noeta.testing.postgres import TEST_DSN_ENV, with_search_path
+
+__all__ = ["TEST_DSN_ENV", "fresh_schema", "server"]
+
+
+@contextlib.contextmanager
+def server(dsn: str | None) -> Iterator[str]:
+    """`dsn`, else $NOETA_TEST_POSTGRES_DSN, else a private embedded PostgreSQL (fsync on)
+    in a temporary directory, stopped and removed afterwards."""
+    dsn = dsn or os.environ.get(TEST_DSN_ENV)
+    if dsn:
+        yield dsn
+        return
+    embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="noeta-bench-pg-")))
+    print("starting an embedded PostgreSQL (fsync on)...", flush=True)
+    try:
+        yield embedded.start()
+    finally:
+        embedded.stop()
+        shutil.rmtree(embedded.root, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def fresh_schema(dsn: str) -> AsyncIterator[tuple[str, psycopg.AsyncConnection[Any]]]:
+    """A migrated schema of its own on the server at `dsn`: its URL, and an admin
+    connection whose search_path is that schema. Prints the server and the machine's
+    load first; the schema is dropped afterwards, whatever happens."""
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+        cursor = await admin.execute("SELECT version(), current_setting('fsync')")
+        version, fsync = (await cursor.fetchone()) or ("?", "?")
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(f"{version.split(' on ')[0]}; fsync {fsync}; {os.cpu_count()} CPUs; load {load}")
+        await admin.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            url = with_search_path(dsn, schema)
+            await migrate_database(url)
+            await admin.execute(f'SET search_path = "{schema}"')
+            yield url, admin
+        finally:
+            await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
