@@ -218,20 +218,29 @@ SELECT clock.now,
        (SELECT count(*) FROM told)
   FROM clock
 """
-# Registers new schedules at `now`, moves the `advance` ones up to it, and reads every
-# mark. Rows this statement wrote come from `registered`; the rest from the table.
+# Registers new schedules at `now`, moves the `advance` ones (disabled) up to it, and
+# reads every mark. Run every second by every scheduler: DO NOTHING leaves an existing row
+# untouched (DO UPDATE would lock it, and write, each time). Rows this statement wrote
+# come from `registered` and `advanced`; the rest from the table.
 CRON_MARKS = """
 WITH registered AS (
     INSERT INTO cron_schedules (name, mark)
     SELECT unnest(%(names)s::text[]), %(now)s
-        ON CONFLICT (name) DO UPDATE SET mark = GREATEST(cron_schedules.mark, EXCLUDED.mark)
-        WHERE cron_schedules.name = ANY(%(advance)s::text[])
+        ON CONFLICT (name) DO NOTHING
+    RETURNING name, mark
+), advanced AS (
+    UPDATE cron_schedules SET mark = %(now)s
+     WHERE name = ANY(%(advance)s::text[]) AND mark < %(now)s
     RETURNING name, mark
 )
 SELECT name, mark FROM registered
 UNION ALL
+SELECT name, mark FROM advanced
+UNION ALL
 SELECT name, mark FROM cron_schedules
- WHERE name = ANY(%(names)s::text[]) AND name NOT IN (SELECT name FROM registered)
+ WHERE name = ANY(%(names)s::text[])
+   AND name NOT IN (SELECT name FROM registered)
+   AND name NOT IN (SELECT name FROM advanced)
 """
 FIRE_CRON = """
 SELECT noeta_cron_fire(%(schedule)s, %(slot)s, %(kind)s, %(overlap)s, %(detail)s, %(task)s,
