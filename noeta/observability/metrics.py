@@ -8,10 +8,13 @@ the duration histograms: each failed call carries `error.type`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from noeta.observability import names
+
+if TYPE_CHECKING:
+    from noeta.core.store import Store
 
 # Seconds between the worker's queue-depth readings (one cheap statement each).
 QUEUE_DEPTH_SECONDS = 15.0
@@ -118,7 +121,9 @@ def tool_call(seconds: float, name: str, error_type: str) -> None:
         sink.record(TOOL_DURATION, seconds, attributes)
 
 
-def queue_depth(depth: Mapping[str, int]) -> None:
-    """The store's latest count of claimable tasks per queue (read by the worker)."""
+async def measure_queue_depth(store: Store, queues: Sequence[str]) -> None:
+    """One reading of the worker's queues: the store's count of claimable tasks in each,
+    0 for a queue it has no row for (an empty queue reads 0, not its last count)."""
     if (sink := _on.sink) is not None:
-        sink.set_queue_depth(dict(depth))
+        counts = await store.queue_depth(queues)
+        sink.set_queue_depth({queue: counts.get(queue, 0) for queue in queues})

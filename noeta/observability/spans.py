@@ -27,11 +27,13 @@ from noeta.observability.span_record import SpanRecord
 from noeta.observability.steps import (
     ChatStep,
     ToolStep,
+    chat_attributes,
     content,
     mark_error,
     now,
     set_scrubbed,
     span_context,
+    tool_attributes,
     under,
 )
 from noeta.observability.takeover import account_for
@@ -194,16 +196,8 @@ class LiveAttempt(tracing.Attempt):
 
     @contextlib.contextmanager
     def chat(self, provider: str, model: str, state: TaskState) -> Iterator[tracing.Step]:
-        attributes: dict[str, Any] = {
-            n.OPERATION: "chat",
-            n.PROVIDER: provider,
-            n.REQUEST_MODEL: model,
-            n.TASK_ID: self.task_id,
-            n.CONVERSATION_ID: self.task_id,
-            n.SEQ_FIRST: state.last_seq + 1,
-        }
-        if state.config is not None:
-            attributes[n.REQUEST_MAX_TOKENS] = state.config.max_tokens
+        attributes = chat_attributes(self.task_id, provider, model, state)
+        attributes[n.SEQ_FIRST] = state.last_seq + 1
         with self._step(f"chat {model}", SpanKind.CLIENT, attributes) as span:
             step = ChatStep(self, span, provider, model)
             yield step
@@ -211,14 +205,8 @@ class LiveAttempt(tracing.Attempt):
 
     @contextlib.contextmanager
     def tool(self, call: ToolCall, state: TaskState, recovery: str = "") -> Iterator[tracing.Step]:
-        attributes: dict[str, Any] = {
-            n.OPERATION: "execute_tool",
-            n.TOOL_NAME: call.name,
-            n.TOOL_CALL_ID: call.id,
-            n.TOOL_TYPE: "function",
-            n.TASK_ID: self.task_id,
-            n.SEQ_FIRST: state.last_seq + 1,
-        }
+        attributes = tool_attributes(self.task_id, call.name, call.id)
+        attributes[n.SEQ_FIRST] = state.last_seq + 1
         if recovery:
             attributes[n.TOOL_RECOVERY] = recovery
         with self._step(f"execute_tool {call.name}", SpanKind.INTERNAL, attributes) as span:

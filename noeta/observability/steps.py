@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
+from noeta.core.fold import TaskState
 from noeta.core.model import ModelReply, ToolCall
 from noeta.observability import metrics, tracing
 from noeta.observability import names as n
@@ -42,6 +43,32 @@ def span_context(trace_id: int, span_id: int) -> trace.SpanContext:
 def under(trace_id: int, span_id: int) -> Any:
     """A context whose parent is the span with these ids (ended, or in another process)."""
     return trace.set_span_in_context(trace.NonRecordingSpan(span_context(trace_id, span_id)))
+
+
+def chat_attributes(task_id: str, provider: str, model: str, state: TaskState) -> dict[str, Any]:
+    """A model call's span attributes, for the live span and for one rebuilt after a
+    takeover alike (what only an outcome sets comes later)."""
+    attributes: dict[str, Any] = {
+        n.OPERATION: "chat",
+        n.PROVIDER: provider,
+        n.REQUEST_MODEL: model,
+        n.TASK_ID: task_id,
+        n.CONVERSATION_ID: task_id,
+    }
+    if state.config is not None:
+        attributes[n.REQUEST_MAX_TOKENS] = state.config.max_tokens
+    return attributes
+
+
+def tool_attributes(task_id: str, name: str, call_id: str) -> dict[str, Any]:
+    """A tool call's span attributes, live or rebuilt alike."""
+    return {
+        n.OPERATION: "execute_tool",
+        n.TOOL_NAME: name,
+        n.TOOL_CALL_ID: call_id,
+        n.TOOL_TYPE: "function",
+        n.TASK_ID: task_id,
+    }
 
 
 class StepOwner(Protocol):

@@ -13,7 +13,7 @@ from opentelemetry.trace import Tracer
 from noeta.core.fold import TaskState
 from noeta.observability import names as n
 from noeta.observability.span_record import SpanRecord
-from noeta.observability.steps import mark_error, under
+from noeta.observability.steps import chat_attributes, mark_error, tool_attributes, under
 
 # Set while a recovered span is started: the ids it had in the process that died.
 forced_ids: ContextVar[tuple[int, int] | None] = ContextVar("noeta_forced_ids", default=None)
@@ -64,10 +64,10 @@ def account_for(
                 tracer, n.TURN_SPAN, previous, previous.turn, previous.attempt,
                 previous.turn_start, now, attributes, f"turn cut short: {ended_by}",
             )  # fmt: skip
-    step = _open_step(previous, state)
+    step = _open_step(task_id, previous, state)
     if step is not None:
         name, attributes = step
-        attributes.update({n.TASK_ID: task_id, n.EPOCH: previous.epoch, n.RECOVERED: how})
+        attributes.update({n.EPOCH: previous.epoch, n.RECOVERED: how})
         _recovered(
             tracer, name, previous, previous.step, previous.turn or previous.attempt,
             previous.step_start, now, attributes,
@@ -96,17 +96,20 @@ def _recovered(
     span.end(end_time=max(end, start))
 
 
-def _open_step(previous: SpanRecord, state: TaskState) -> tuple[str, dict[str, Any]] | None:
-    """The recorded step, if the log still shows it open: (span name, attributes)."""
+def _open_step(
+    task_id: str, previous: SpanRecord, state: TaskState
+) -> tuple[str, dict[str, Any]] | None:
+    """The recorded step, if the log still shows it open: (span name, attributes), the
+    attributes built as the live span's were."""
     if state.turn != previous.turn_number or not state.turn_open:
         return None
     if previous.call:
         if previous.call not in dict(state.started):
             return None
         name = next((c.name for c in state.calls if c.id == previous.call), "tool")
-        attributes = {n.OPERATION: "execute_tool", n.TOOL_NAME: name, n.TOOL_CALL_ID: previous.call}
-        return f"execute_tool {name}", attributes
+        return f"execute_tool {name}", tool_attributes(task_id, name, previous.call)
     if not state.model_attempts:
         return None
-    model = state.config.model.partition(":")[2] if state.config else ""
-    return f"chat {model}", {n.OPERATION: "chat", n.REQUEST_MODEL: model}
+    # A model spec is PROVIDER:MODEL, and each provider's name is its spec's prefix.
+    provider, _, model = state.config.model.partition(":") if state.config else ("", "", "")
+    return f"chat {model}", chat_attributes(task_id, provider, model, state)

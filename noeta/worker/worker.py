@@ -106,7 +106,7 @@ class Worker:
             return
         while True:
             with contextlib.suppress(StoreError):
-                metrics.queue_depth(await self.store.queue_depth(self.settings.queues))
+                await metrics.measure_queue_depth(self.store, self.settings.queues)
             await asyncio.sleep(metrics.QUEUE_DEPTH_SECONDS)
 
     async def _claim_one(self) -> bool:

@@ -66,15 +66,25 @@ async def test_claims_conflicts_and_model_calls_are_counted(
     assert "error.type" not in duration.attributes
 
 
-def test_queue_depth_is_the_latest_reading_per_queue(reader: InMemoryMetricReader) -> None:
-    metrics.queue_depth({"default": 3, "batch": 0})
-    found = points(reader)
-    depth = {p.attributes["noeta.queue"]: p.value for p in found["noeta.queue.depth"]}
-    assert depth == {"default": 3, "batch": 0}
+async def test_queue_depth_is_the_latest_reading_per_queue_and_an_empty_queue_reads_0(
+    store: Store, reader: InMemoryMetricReader
+) -> None:
+    """The store has no row for an empty queue: the gauge still says 0 for it, and a queue
+    emptied since the last reading drops to 0 instead of keeping its old count."""
+
+    async def depth() -> dict[str, int]:
+        await metrics.measure_queue_depth(store, ["default", "batch"])
+        found = points(reader)
+        return {p.attributes["noeta.queue"]: p.value for p in found["noeta.queue.depth"]}
+
+    created = NewEvent(*events.encode(events.TaskCreated(model="scripted:x", prompt="go")))
+    await store.create_task(NewTask("t", [created], queue="batch"))
+    assert await depth() == {"default": 0, "batch": 1}
+    assert await store.claim("w", ["batch"], 60) is not None
+    assert await depth() == {"default": 0, "batch": 0}
 
 
 def test_with_metrics_off_every_call_is_a_no_op() -> None:
     assert not metrics.enabled()
     metrics.claimed(True)
     metrics.model_call(1.0, "scripted", "m", "500")
-    metrics.queue_depth({"default": 1})

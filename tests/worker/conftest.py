@@ -73,10 +73,12 @@ class WorkerProcess(NoetaProcess):
         failpoints: str = "",
         concurrency: int = 4,
         poll: float = 1.0,
+        queues: str = "default",
         env: Mapping[str, str] | None = None,
     ) -> None:
         arguments = ["worker", "--store", url, "--lease", str(lease), "--name", name]
         arguments += ["--concurrency", str(concurrency), "--poll", str(poll)]
+        arguments += ["--queues", queues]
         super().__init__(arguments, name, folder, failpoints=failpoints, env=env)
 
 

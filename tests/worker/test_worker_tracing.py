@@ -92,6 +92,74 @@ async def test_a_task_killed_mid_tool_call_and_finished_by_another_worker_is_one
     } <= metric_names
 
 
+# Set only once a step has an outcome, or only by the process that ran it; the rest of a
+# step span's attributes, a rebuilt one must carry too. `noeta.seq.*` are the log positions
+# the live process appended and saw: the heir does not know them, and does not guess.
+OUTCOME_KEYS = {
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens",
+    "gen_ai.usage.cache_read.input_tokens",
+    "gen_ai.usage.cache_creation.input_tokens",
+    "gen_ai.response.finish_reasons",
+    "gen_ai.response.id",
+    "error.type",
+    "noeta.tool.recovery",
+    "noeta.seq.first",
+    "noeta.seq.last",
+}
+REBUILT_KEYS = {"noeta.recovered", "noeta.epoch", "error.type"}
+
+
+async def test_steps_rebuilt_after_a_takeover_carry_the_attributes_of_live_ones(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    """SIGKILL mid model call (task m), and mid tool call (task u, in its own queue so its
+    killer never runs m): the heir's rebuilt step spans carry the live spans' attributes,
+    GenAI's required `gen_ai.provider.name` and `gen_ai.tool.type` among them."""
+    await add_task(store, tmp_path, "m", {"text": "done"})
+    bash = {"tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": "true"}}]}
+    script = tmp_path / "u.yaml"
+    script.write_text(json.dumps({"replies": [bash, {"text": "done"}]}))
+    created = events.TaskCreated(model=f"scripted:{script}", prompt="go", tools=("Bash",))
+    await store.create_task(NewTask("u", [NewEvent(*events.encode(created))], queue="tools"))
+    with OtlpReceiver() as receiver:
+        env = exporting_to(receiver)
+        in_model = workers(postgres_url, "in-model", failpoints="model.after_called=kill", env=env)
+        assert await in_model.exit_code() == -signal.SIGKILL
+        in_tool = workers(
+            postgres_url, "in-tool", failpoints="tool.after_started=kill", queues="tools", env=env
+        )
+        assert await in_tool.exit_code() == -signal.SIGKILL
+        heir = workers(postgres_url, "heir", queues="default,tools", env=env)
+
+        async def done() -> bool:
+            return [await status_of(store, task) for task in ("m", "u")] == ["done", "done"]
+
+        await until(done, "the heir finishes both tasks")
+        heir.signal(signal.SIGTERM)
+        assert await heir.exit_code() == 0
+        spans = receiver.spans()
+
+    def step(task: str, prefix: str, rebuilt: bool) -> ReceivedSpan:
+        found = [
+            s
+            for s in of_task(spans, task)
+            if s.name.startswith(prefix) and ("noeta.recovered" in s.attributes) == rebuilt
+        ]
+        assert found, f"no {'rebuilt' if rebuilt else 'live'} {prefix}span of {task}"
+        return found[-1]
+
+    for task, prefix in (("m", "chat "), ("u", "execute_tool ")):
+        live, rebuilt = step(task, prefix, rebuilt=False), step(task, prefix, rebuilt=True)
+        assert rebuilt.name == live.name
+        assert rebuilt.attributes["noeta.recovered"] == "takeover"
+        expected = {k: v for k, v in live.attributes.items() if k not in OUTCOME_KEYS}
+        carried = {k: v for k, v in rebuilt.attributes.items() if k not in REBUILT_KEYS}
+        assert carried == expected
+    assert step("m", "chat ", rebuilt=True).attributes["gen_ai.provider.name"] == "scripted"
+    assert step("u", "execute_tool ", rebuilt=True).attributes["gen_ai.tool.type"] == "function"
+
+
 async def test_no_secret_reaches_an_exported_span_metric_or_log_line(
     store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> None:
