@@ -130,7 +130,8 @@ class TaskRunner:
 
 
 class _Run:
-    """One claim's run of a task; `state` always equals the fold of what landed."""
+    """One claim's run of a task (the RunContext of calls.py); `state` always equals the
+    fold of what landed."""
 
     def __init__(
         self,
@@ -151,9 +152,30 @@ class _Run:
         self.pending: list[ev.Event] = []
         self.cancel_checked_at = -math.inf
 
+    # --- the RunContext the steps in calls.py see ---------------------------------------
+
     @property
     def task_id(self) -> str:
         return self.claim.task_id
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        return self.runner.tools
+
+    @property
+    def gates(self) -> Sequence[Gate]:
+        return self.runner.gates
+
+    @property
+    def jobs(self) -> Jobs | None:
+        return self.runner.jobs
+
+    @property
+    def workspace(self) -> str:
+        return self.runner.workspace_for(self.task_id)
+
+    async def clock(self) -> datetime:
+        return await self.store.clock()
 
     async def loop(self) -> RunResult:
         if self.runner.pins is not None:
