@@ -43,6 +43,7 @@ from noeta.core.next_action import (
     next_action,
     on_internal_error,
 )
+from noeta.core.pin import Pin
 from noeta.core.request import build_request
 from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
 from noeta.core.runner import calls
@@ -105,7 +106,7 @@ class TaskRunner:
     # The worker's background jobs; None: Bash's run_in_background is refused.
     jobs: Jobs | None = None
     # The plugins this worker has, as pins; None: do not check (tests, noeta run alone).
-    pins: tuple[tuple[str, str, str, str], ...] | None = None
+    pins: tuple[Pin, ...] | None = None
 
     def workspace_for(self, task_id: str) -> str:
         if not self.workspaces:
@@ -424,16 +425,12 @@ class _Run:
         else:
             await self.append([replied])
 
-    async def _check_pins(
-        self, available: tuple[tuple[str, str, str, str], ...]
-    ) -> RunResult | None:
+    async def _check_pins(self, available: tuple[Pin, ...]) -> RunResult | None:
         match check_pins(self.state, available):
             case PinPlugins(pins=pins):
                 self.pending.append(ev.PluginsPinned(pins))  # lands with the first append
             case LeavePluginMissing(missing=missing):
-                names = ", ".join(
-                    f"{name} ({source} {version})" for name, source, version, _ in missing
-                )
+                names = ", ".join(f"{pin.name} ({pin.source} {pin.version})" for pin in missing)
                 if await self._give_up_loading(f"plugin_missing: this worker lacks {names}"):
                     return RunResult("finished", self.state)
                 return RunResult("plugin_missing", self.state)
