@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from datetime import UTC, timedelta
 
 from jsonschema import Draft202012Validator
 
-from noeta.core import failpoints
+from noeta.core import failpoints, wakeups
 from noeta.core.events import JobStarted, ToolFinished, ToolStarted, ToolWaiting, WakeupScheduled
 from noeta.core.gates import Ask, Deny, decide
 from noeta.core.model import ToolCall
@@ -33,8 +32,6 @@ from noeta.core.tool import (
 )
 
 log = logging.getLogger(__name__)
-
-MAX_WAKEUPS = 10  # pending per task: more is a loop gone wrong
 
 
 async def run_tools(run: RunContext, calls: tuple[ToolCall, ...]) -> None:
@@ -95,19 +92,15 @@ async def _record(run: RunContext, call: ToolCall, output: ToolOutput, recovery:
 async def _record_wakeup(run: RunContext, call: ToolCall, wakeup: Wakeup, recovery: str) -> None:
     """The wake-up lands with the call's result, its due time on the store's clock (the
     clock claims are measured on), so any worker wakes the task at the same moment."""
-    if len(run.state.wakeups) >= MAX_WAKEUPS:
-        refusal = f"this task has {MAX_WAKEUPS} wake-ups pending already; that is the limit"
+    if len(run.state.wakeups) >= wakeups.MAX_WAKEUPS:
+        limit = wakeups.MAX_WAKEUPS
+        refusal = f"this task has {limit} wake-ups pending already; that is the limit"
         await run.append([ToolFinished(call.id, refusal, True, recovery)])
         return
     now = await run.clock()
-    due = wakeup.at if wakeup.at is not None else now + timedelta(seconds=wakeup.delay_seconds or 0)
-    due = max(due, now).astimezone(UTC)
-    stamp = due.isoformat(timespec="milliseconds")
-    told = (
-        f"Wake-up scheduled for {stamp} (in {(due - now).total_seconds():.0f} s). "
-        "End your turn now; you will be woken then with your prompt."
-    )
-    scheduled = WakeupScheduled(call.id, stamp, wakeup.prompt)
+    due = wakeups.due_time(wakeup, now)
+    told = wakeups.scheduled_reply(due, now)
+    scheduled = WakeupScheduled(call.id, wakeups.stamp(due), wakeup.prompt)
     await run.append([ToolFinished(call.id, told, False, recovery), scheduled])
 
 

@@ -21,7 +21,7 @@ from typing import Literal, Protocol
 
 from noeta import tracing
 from noeta.core import events as ev
-from noeta.core import failpoints
+from noeta.core import failpoints, wakeups
 from noeta.core.errors import NoetaError, StoreError
 from noeta.core.fold import LoggedEvent, TaskState, fold
 from noeta.core.gates import Gate
@@ -225,7 +225,7 @@ class _Run:
                             await self.append([], next_state=WaitHolding())
                             return RunResult("holding", self.state)
                         # Claimable again at the next wake-up's due time, or by a delivery.
-                        await self.append([], next_state=Wait(until=self._next_wakeup()))
+                        await self.append([], next_state=Wait(until=wakeups.next_due(self.state)))
                         return RunResult("waiting", self.state)
                     case EndTurn() | FinishTask():
                         await self.settle([], action)
@@ -368,13 +368,9 @@ class _Run:
             return True
         return False
 
-    def _next_wakeup(self) -> datetime | None:
-        wakeups = self.state.wakeups
-        return datetime.fromisoformat(wakeups[0][1]) if wakeups else None
-
     async def _wake_if_due(self) -> bool:
         """Open a turn for the first pending wake-up if its time has come (store clock)."""
-        due = self._next_wakeup()
+        due = wakeups.next_due(self.state)
         if due is None or due > await self.store.clock():
             return False
         await self.append([ev.WokenUp(self.state.wakeups[0][0])])
