@@ -28,7 +28,6 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from noeta import metrics, tracing
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
 from noeta.core import events
@@ -36,7 +35,7 @@ from noeta.core.payload import JSONValue
 from noeta.core.runner.task import TaskRunner
 from noeta.core.store import NewEvent, NewTask
 from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
-from noeta.observed_store import observed
+from noeta.observability import export, instruments, metrics, observed, tracing
 
 STEPS = 9
 
@@ -92,13 +91,13 @@ def main() -> None:
         off = asyncio.run(run_tasks(Path(folder), arguments.tasks))
         rows.append(("off", off, "-"))
         exporter = Discard()
-        tracing.install(tracing.make_provider("bench", [BatchSpanProcessor(exporter)]))
+        export.install(export.make_provider("bench", [BatchSpanProcessor(exporter)]))
         on = asyncio.run(run_tasks(Path(folder), arguments.tasks))
         tracing.shutdown()
         rows.append(("on, spans dropped", on, exporter.spans // arguments.tasks))
         exporter = Discard()
-        tracing.install(tracing.make_provider("bench", [BatchSpanProcessor(exporter)]))
-        metrics.install(metrics.make_provider("bench", InMemoryMetricReader()))
+        export.install(export.make_provider("bench", [BatchSpanProcessor(exporter)]))
+        instruments.install(instruments.make_provider("bench", InMemoryMetricReader()))
         both = asyncio.run(run_tasks(Path(folder), arguments.tasks))
         tracing.shutdown()
         tracing.uninstall()

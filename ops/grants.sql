@@ -56,7 +56,7 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA :"schema" TO :"worker";
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA :"schema" FROM PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA :"schema" TO :"worker";
 
--- Layer 2: exactly what the code does to each table (noeta/backends/stores/postgres.py,
+-- Layer 2: exactly what the code does to each table (noeta/backends/stores/postgres/,
 -- queue/postgres/0005_create_store_functions.sql), and nothing where it does nothing.
 DO $grants$
 DECLARE

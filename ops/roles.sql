@@ -76,7 +76,7 @@ ALTER ROLE :"worker" SET search_path = :"schema";
 
 -- The worker's server-side backstops. noeta itself never holds a transaction open across
 -- a model or tool call and gives every statement a 10 s client deadline
--- (DEFAULT_DEADLINE_SECONDS in noeta/backends/stores/postgres.py); these settings bound
+-- (DEFAULT_DEADLINE_SECONDS in noeta/backends/stores/postgres/connection.py); these settings bound
 -- what a client that is frozen, partitioned or misbehaving can hold, without ever cutting
 -- a statement a healthy noeta process is still waiting for (noeta reports a server-side
 -- cancel as an error, not as a lost claim, so the server must never be the first to act).

@@ -12,10 +12,6 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "noeta"
 
-# tracing.py and spans.py import each other until they move into noeta/observability/;
-# removed when the observability package lands.
-CYCLES_REMOVED_WITH_THE_OBSERVABILITY_PACKAGE = {frozenset({"noeta.tracing", "noeta.spans"})}
-
 
 def module_names(root: Path) -> dict[str, Path]:
     """Every module under `root` (a package directory), by its dotted name."""
@@ -105,14 +101,9 @@ def describe(part: frozenset[str], graph: Mapping[str, set[str]]) -> str:
 def test_noeta_has_no_import_cycle() -> None:
     graph = import_graph(PACKAGE)
     found = cycles(graph)
-    unexpected = [
-        part for part in found if part not in CYCLES_REMOVED_WITH_THE_OBSERVABILITY_PACKAGE
-    ]
-    assert not unexpected, "import cycles in noeta/:\n" + "\n".join(
-        describe(part, graph) for part in unexpected
+    assert not found, "import cycles in noeta/:\n" + "\n".join(
+        describe(part, graph) for part in found
     )
-    gone = CYCLES_REMOVED_WITH_THE_OBSERVABILITY_PACKAGE - set(found)
-    assert not gone, f"no longer a cycle, remove it from the expected exceptions: {gone}"
 
 
 def test_the_graph_sees_type_checking_relative_and_function_imports(tmp_path: Path) -> None:

@@ -69,18 +69,18 @@ def run(
 async def _run(
     prompt: str, model: str, task_id: str, lease: float, config: Config, url: str | None
 ) -> tuple[str, str, str]:
-    from noeta import tracing
+    from noeta import observability
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import open_store, resolve_url
     from noeta.core import events
     from noeta.core.store import NewEvent, NewTask
-    from noeta.observed_store import observed
+    from noeta.observability import observed
     from noeta.plugins.toolbox import Toolbox
     from noeta.worker.renewal import Renewer
 
     providers = ProviderRegistry()
     providers.provider_for(model)  # a bad spec or a missing key: fail before writing
-    tracing.setup("noeta-run", secrets=[resolve_url(url)])
+    observability.start("noeta-run", secrets=[resolve_url(url)])
     toolbox = await Toolbox.open(config)
     store = observed(await open_store(url, application_name="noeta-run"))
     try:
@@ -95,7 +95,7 @@ async def _run(
         runner_task = asyncio.ensure_future(runner.run(claim))
 
         def stop_running(lost: object) -> None:
-            tracing.claim_lost(task_id)  # its spans are the next claimer's to report
+            observability.claim_lost(task_id)  # its spans are the next claimer's to report
             runner_task.cancel()
 
         renewer = Renewer(store, lease, stop_running)
@@ -113,4 +113,4 @@ async def _run(
         await providers.close()
         await store.close()
         await toolbox.close()
-        tracing.shutdown()
+        observability.shutdown()

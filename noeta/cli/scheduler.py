@@ -34,11 +34,11 @@ def scheduler(store: str | None, cron_files: tuple[str, ...], config: str | None
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    from noeta import tracing
+    from noeta import observability
     from noeta.backends.stores import resolve_url
 
-    tracing.add_secrets([resolve_url(store)])
-    tracing.scrub_logs()  # its log lines, like a worker's, never carry a key or password
+    observability.add_secrets([resolve_url(store)])
+    observability.scrub_logs()  # its log lines, like a worker's, never carry a key or password
     asyncio.run(_serve(store, cron_files, schedules, config))
 
 

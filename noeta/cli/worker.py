@@ -10,7 +10,7 @@ import socket
 
 import click
 
-from noeta import tracing
+from noeta import observability
 from noeta.cli.options import config_option, store_option
 from noeta.config import load_config
 from noeta.core.store import check_key, check_lease
@@ -69,14 +69,14 @@ def worker(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    tracing.scrub_logs()
+    observability.scrub_logs()
     asyncio.run(_serve(settings, store, config))
 
 
 async def _serve(settings: WorkerSettings, url: str | None, config_path: str | None) -> None:
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import open_store, resolve_url
-    from noeta.observed_store import observed
+    from noeta.observability import observed
     from noeta.plugins.toolbox import Toolbox
     from noeta.worker.worker import Worker
 
@@ -92,7 +92,7 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
     for number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(number, on_signal)
     config = load_config(config_path)
-    tracing.setup("noeta-worker", secrets=[resolve_url(url)])
+    observability.start("noeta-worker", secrets=[resolve_url(url)])
     toolbox = await Toolbox.open(config)
     providers = ProviderRegistry()
     store = await open_store(
@@ -116,4 +116,4 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
         await providers.close()
         await store.close()
         await toolbox.close()
-        tracing.shutdown()  # export what is queued
+        observability.shutdown()  # export what is queued

@@ -47,7 +47,7 @@ class ModelCalled:
     """Appended before the request is sent; `request_sha256` identifies the exact bytes."""
 
     request_sha256: str
-    trace: str = ""  # the call's span record (noeta.spans.SpanRecord); "" untraced
+    trace: str = ""  # the call's span record (noeta.observability.span_record); "" untraced
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +74,7 @@ class ToolStarted:
     call_id: str
     name: str
     input: dict[str, JSONValue]
-    trace: str = ""  # the call's span record (noeta.spans.SpanRecord); "" untraced
+    trace: str = ""  # the call's span record (noeta.observability.span_record); "" untraced
 
 
 @dataclass(frozen=True, slots=True)

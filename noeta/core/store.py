@@ -4,7 +4,7 @@ A task is a row plus an append-only log. The store guarantees one writer per tas
 every `append` checks, in the same transaction as the write, that the claim's epoch is
 still the task's and its lease is valid, and that the log ends at `expected_seq`.
 Adapters live in `noeta/backends/stores/`; their shared test suite in
-`noeta/testing/store_contract.py`.
+`noeta/testing/store_contract/`.
 """
 
 from __future__ import annotations

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from noeta import metrics, tracing
 from noeta.core import failpoints, wakeups
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.core.store import Claim, Store
+from noeta.observability import metrics, tracing
 from noeta.worker.jobs import JobManager
 from noeta.worker.renewal import Renewer
 

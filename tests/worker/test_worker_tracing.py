@@ -13,7 +13,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from noeta.core import events
 from noeta.core.store import NewEvent, NewTask, Store
-from noeta.span_record import SpanRecord
+from noeta.observability.span_record import SpanRecord
 from noeta.testing.fake_providers import FakeOpenAI, HttpError
 from noeta.testing.otlp_receiver import OtlpReceiver, ReceivedSpan
 

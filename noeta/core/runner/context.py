@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from noeta import tracing
 from noeta.core.events import Event
 from noeta.core.fold import TaskState
 from noeta.core.gates import Gate
 from noeta.core.tool import Jobs, Tool
+from noeta.observability import tracing
 
 
 class RunContext(Protocol):

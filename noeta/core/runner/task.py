@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
 
-from noeta import tracing
 from noeta.core import events as ev
 from noeta.core import failpoints, wakeups
 from noeta.core.errors import NoetaError, StoreError
@@ -62,6 +61,7 @@ from noeta.core.store import (
 )
 from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
 from noeta.core.tool import Jobs, Tool, spec_of
+from noeta.observability import tracing
 
 log = logging.getLogger(__name__)
 

@@ -10,20 +10,19 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from noeta import metrics
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
 from noeta.core import events
 from noeta.core.errors import Conflict
 from noeta.core.runner.task import TaskRunner
 from noeta.core.store import NewEvent, NewTask, Store
-from noeta.observed_store import observed
+from noeta.observability import instruments, metrics, observed
 
 
 @pytest.fixture
 def reader() -> Iterator[InMemoryMetricReader]:
     reader = InMemoryMetricReader()
-    metrics.install(metrics.make_provider("noeta-test", reader))
+    instruments.install(instruments.make_provider("noeta-test", reader))
     yield reader
     metrics.uninstall()
 

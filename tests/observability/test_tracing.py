@@ -15,7 +15,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from noeta import tracing
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
 from noeta.core import events
@@ -23,17 +22,17 @@ from noeta.core.payload import JSONValue
 from noeta.core.runner.task import TaskRunner
 from noeta.core.store import Claim, NewEvent, NewTask, Store
 from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
-from noeta.observed_store import observed
-from noeta.span_record import SpanRecord
+from noeta.observability import export, observed, tracing
+from noeta.observability.span_record import SpanRecord
 
-from .worker.conftest import until
+from ..worker.conftest import until
 
 
 @pytest.fixture
 def exporter() -> Iterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
-    provider = tracing.make_provider("noeta-test", [SimpleSpanProcessor(exporter)])
-    tracing.install(provider, capture_content=False)
+    provider = export.make_provider("noeta-test", [SimpleSpanProcessor(exporter)])
+    export.install(provider, capture_content=False)
     yield exporter
     tracing.uninstall()
 
@@ -154,8 +153,8 @@ async def test_a_task_is_one_trace_of_attempt_turn_chat_and_tool_spans(
 async def test_content_is_captured_only_when_opted_in(
     store: Store, tmp_path: Path, exporter: InMemorySpanExporter
 ) -> None:
-    provider = tracing.make_provider("noeta-test", [SimpleSpanProcessor(exporter)])
-    tracing.install(provider, capture_content=True)
+    provider = export.make_provider("noeta-test", [SimpleSpanProcessor(exporter)])
+    export.install(provider, capture_content=True)
     await add_task(store, tmp_path, "t", ECHO, {"text": "done"})
     await TaskRunner(store, ProviderRegistry(), tools={"Echo": Echo()}).run(await claim(store))
     spans = exporter.get_finished_spans()

@@ -2,7 +2,7 @@
 
 `observed(store)` is applied where the worker and `noeta run` open their store; with
 tracing and metrics off it returns the store itself, so nothing is paid. Each call is a
-child span of its task's innermost open span (`noeta.tracing.store_span`); claims,
+child span of its task's innermost open span (`tracing.store_span`); claims,
 takeovers, conflicts and commit-unknowns are counted here, for every backend at once.
 """
 
@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from noeta import metrics, tracing
 from noeta.core.errors import CommitUnknown, Conflict
 from noeta.core.store import (
     Claim,
@@ -31,6 +30,7 @@ from noeta.core.store import (
     TaskRecord,
     TaskStatus,
 )
+from noeta.observability import metrics, tracing
 
 
 def observed(store: Store) -> Store:

@@ -1,0 +1,145 @@
+"""Creating tasks and the fenced append on PostgreSQL: the statements call the functions
+of `queue/postgres/0005_create_store_functions.sql`, which hold the checks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from noeta.backends.stores.postgres.connection import PostgresConnection
+from noeta.backends.stores.postgres.inbox import dedupe_key
+from noeta.core import payload
+from noeta.core.store import (
+    Claim,
+    Continue,
+    Delivery,
+    Finish,
+    NewEvent,
+    NewTask,
+    NextState,
+    Wait,
+    WaitHolding,
+    check_append,
+    check_key,
+    check_moment,
+)
+
+CREATE_TASK = """
+SELECT noeta_create_task(%(id)s, %(queue)s, %(ready_at)s, %(types)s::text[], %(data)s::text[])
+"""
+
+APPEND_EVENTS = """
+SELECT noeta_append(
+    %(task)s, %(epoch)s, %(expected_seq)s, %(types)s::text[], %(data)s::text[],
+    %(take)s::bigint[], %(next)s, %(until)s, %(wake_prefix)s,
+    %(new_ids)s::text[], %(new_queues)s::text[], %(new_ready)s::timestamptz[],
+    %(new_counts)s::int[], %(new_types)s::text[], %(new_data)s::text[],
+    %(deliver_tasks)s::text[], %(deliver_keys)s::text[], %(deliver_payloads)s::text[])
+"""
+
+# The common case (events only, keep running) has a lighter statement: fewer parameters.
+APPEND_EVENTS_ONLY = """
+SELECT noeta_append_events(%(task)s, %(epoch)s, %(expected_seq)s, %(types)s::text[],
+                           %(data)s::text[])
+"""
+
+
+class PostgresAppends(PostgresConnection):
+    """Task creation and the append, whose epoch, lease and sequence checks are the fence."""
+
+    async def create_task(self, task: NewTask) -> bool:
+        types, data = encode_task(task)
+        params = {
+            "id": task.id,
+            "queue": task.queue,
+            "ready_at": task.ready_at,
+            "types": types,
+            "data": data,
+        }
+        row = await self._write(CREATE_TASK, params)
+        return bool(row and row[0])
+
+    async def append(
+        self,
+        claim: Claim,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        *,
+        take: Sequence[int] = (),
+        deliveries: Sequence[Delivery] = (),
+        new_tasks: Sequence[NewTask] = (),
+        next_state: NextState = Continue(),
+    ) -> int:
+        check_append(events, take)
+        types, data = _encode_events(events)
+        if not (take or deliveries or new_tasks) and isinstance(next_state, Continue):
+            light = {
+                "task": claim.task_id,
+                "epoch": claim.epoch,
+                "expected_seq": expected_seq,
+                "types": types,
+                "data": data,
+            }
+            row = await self._write(APPEND_EVENTS_ONLY, light, task_id=claim.task_id)
+            assert row is not None
+            appended: int = row[0]
+            return appended
+        new_types: list[str] = []
+        new_data: list[str] = []
+        for task in new_tasks:
+            task_types, task_data = encode_task(task)
+            new_types += task_types
+            new_data += task_data
+        # Lock order: the appending task's row first (inside the function), then the
+        # rows it delivers to, in id order.
+        ordered = sorted(deliveries, key=lambda delivery: delivery.task_id)
+        next_name, until = _next_state(next_state)
+        params = {
+            "task": claim.task_id,
+            "epoch": claim.epoch,
+            "expected_seq": expected_seq,
+            "types": types,
+            "data": data,
+            "take": list(take),
+            "next": next_name,
+            "wake_prefix": next_state.wake_on_prefix if isinstance(next_state, Wait) else None,
+            "until": until,
+            "new_ids": [t.id for t in new_tasks],
+            "new_queues": [t.queue for t in new_tasks],
+            "new_ready": [t.ready_at for t in new_tasks],
+            "new_counts": [len(t.events) for t in new_tasks],
+            "new_types": new_types,
+            "new_data": new_data,
+            "deliver_tasks": [d.task_id for d in ordered],
+            "deliver_keys": [dedupe_key(d) for d in ordered],
+            "deliver_payloads": [payload.encode(d.payload) for d in ordered],
+        }
+        row = await self._write(APPEND_EVENTS, params, task_id=claim.task_id)
+        assert row is not None
+        last_seq: int = row[0]
+        return last_seq
+
+
+def encode_task(task: NewTask) -> tuple[list[str], list[str]]:
+    """A new task's checked inputs and its events as the parallel type and data arrays."""
+    check_key("task id", task.id)
+    check_moment(task.ready_at)
+    check_key("queue name", task.queue)
+    return _encode_events(task.events)
+
+
+def _encode_events(events: Sequence[NewEvent]) -> tuple[list[str], list[str]]:
+    types = [check_key("event type", event.type) for event in events]
+    return types, [payload.encode(event.data) for event in events]
+
+
+def _next_state(state: NextState) -> tuple[str, datetime | None]:
+    match state:
+        case Continue():
+            return "continue", None
+        case Wait(until=until):
+            return "wait", check_moment(until)
+        case WaitHolding():
+            return "wait_holding", None
+        case Finish(status=status):
+            return status.value, None

@@ -1,0 +1,220 @@
+"""Running statements on the PostgreSQL pool: one round trip each, under a deadline, with
+driver errors mapped into the store's error tree.
+
+No transaction is ever held open across a model or tool call. Every call has an
+application deadline: a blackholed connection fails in seconds, not when TCP gives up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import socket
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable, UnknownTask
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_DEADLINE_SECONDS = 10.0
+DEADLOCK_RETRIES = 5
+# Deadlock and serialization failure: the statement was rolled back whole; re-run it.
+_RETRYABLE = {"40P01", "40001"}
+# Insufficient privilege, statement or lock timeout: refused, nothing written.
+_REFUSED = {"42501", "57014", "55P03"}
+
+
+def describe(dsn: str) -> str:
+    """`host:port/dbname` of a DSN, for messages: never the password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "an unparseable PostgreSQL URL"
+    host = parts.get("host") or os.environ.get("PGHOST") or "localhost"
+    port = parts.get("port") or os.environ.get("PGPORT") or "5432"
+    dbname = parts.get("dbname") or ""
+    return f"{host}:{port}/{dbname}"
+
+
+class PostgresConnection:
+    """The pool a `PostgresStore` runs its statements on; each concern's methods use it."""
+
+    def __init__(
+        self, pool: AsyncConnectionPool[Any], where: str, deadline_seconds: float, dsn: str = ""
+    ) -> None:
+        self._pool = pool
+        self._dsn = dsn  # for the LISTEN connection, which cannot come from the pool
+        self.where = where
+        self.deadline_seconds = deadline_seconds
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def _write(
+        self, query: str, params: Mapping[str, Any], *, task_id: str | None = None
+    ) -> tuple[Any, ...] | None:
+        rows = await self._write_many(query, params, task_id=task_id)
+        return rows[0] if rows else None
+
+    async def _write_many(
+        self, query: str, params: Mapping[str, Any], *, task_id: str | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run a write; a broken connection means its outcome is unknown (CommitUnknown)."""
+        for attempt in range(DEADLOCK_RETRIES + 1):
+            try:
+                return await self._run(query, params, write=True)
+            except psycopg.Error as error:
+                state = error.sqlstate
+                if state == "NT409":
+                    raise Conflict(task_id or "?", message(error)) from None
+                if state == "NT404":
+                    raise UnknownTask(message(error)) from None
+                if state == "23503":  # a foreign key: the row names a task that does not exist
+                    raise UnknownTask(task_id or "?") from None
+                if state in _RETRYABLE and attempt < DEADLOCK_RETRIES:
+                    log.info("store: %s; re-running the statement with its checks", state)
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    async def _read(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return await self._run(query, params, write=False)
+
+    async def _run(
+        self, query: str, params: Mapping[str, Any], *, write: bool
+    ) -> list[tuple[Any, ...]]:
+        return (await self._run_all([(query, params)], write=write))[0]
+
+    async def _run_all(
+        self, statements: Sequence[tuple[str, Mapping[str, Any]]], *, write: bool
+    ) -> list[list[tuple[Any, ...]]]:
+        """Run statements in one round trip (pipelined), under one deadline."""
+        try:
+            connection = await self._pool.getconn()
+        except PoolTimeout as error:
+            raise StoreUnavailable(f"cannot reach PostgreSQL at {self.where}") from error
+        try:
+            return await _within_deadline(
+                connection, lambda: _fetch_all(connection, statements), self.deadline_seconds
+            )
+        except (psycopg.Error, TimeoutError) as error:
+            if isinstance(error, psycopg.Error) and error.sqlstate in _REFUSED:
+                # The server refused the statement (a missing grant, a server-side
+                # timeout): nothing was written, and it is the deployment's to fix. A
+                # StoreError leaves the task for a later claim instead of failing it.
+                raise StoreError(
+                    f"PostgreSQL at {self.where} refused a statement: {reason(error)} "
+                    f"(SQLSTATE {error.sqlstate})"
+                ) from None
+            if isinstance(error, psycopg.Error) and (
+                not isinstance(error, psycopg.OperationalError) or not connection.broken
+            ):
+                raise  # the server answered with an error: the outcome is known
+            if write:
+                raise CommitUnknown(
+                    f"lost the connection to PostgreSQL at {self.where} while a write was "
+                    "committing; it may or may not have landed"
+                ) from None
+            raise StoreUnavailable(f"lost the connection to PostgreSQL at {self.where}") from None
+        finally:
+            await self._pool.putconn(connection)
+
+
+async def _fetch_all(
+    connection: psycopg.AsyncConnection[Any], statements: Sequence[tuple[str, Mapping[str, Any]]]
+) -> list[list[tuple[Any, ...]]]:
+    if len(statements) == 1:
+        return [await _fetch(connection, *statements[0])]
+    cursors = []
+    async with connection.pipeline():
+        for query, params in statements:
+            cursor = connection.cursor()
+            await cursor.execute(query, params)
+            cursors.append(cursor)
+    results = []
+    for cursor in cursors:
+        rows: list[tuple[Any, ...]] = await cursor.fetchall() if cursor.description else []
+        results.append(rows)
+        await cursor.close()
+    return results
+
+
+async def _fetch(
+    connection: psycopg.AsyncConnection[Any], query: str, params: Mapping[str, Any]
+) -> list[tuple[Any, ...]]:
+    async with connection.cursor() as cursor:
+        await cursor.execute(query, params)
+        if cursor.description is None:
+            return []
+        rows: list[tuple[Any, ...]] = await cursor.fetchall()
+        return rows
+
+
+async def _within_deadline(
+    connection: psycopg.AsyncConnection[Any],
+    call: Callable[[], Awaitable[T]],
+    deadline_seconds: float,
+) -> T:
+    """Run `call`; past the deadline, break the connection's socket and raise TimeoutError.
+
+    Cancelling a psycopg query first waits (seconds) for the server to confirm the
+    cancel, which a blackholed connection never does. Shutting the socket down makes
+    the pending read fail at once; the pool then discards the broken connection.
+    """
+    loop = asyncio.get_running_loop()
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        _shut_socket(connection)
+
+    # A timer, not a task around the call: it costs nothing unless it fires.
+    timer = loop.call_later(deadline_seconds, expire)
+    try:
+        return await call()
+    except Exception:
+        if expired:
+            raise TimeoutError(f"no answer within {deadline_seconds} s") from None
+        raise
+    finally:
+        timer.cancel()
+
+
+def _shut_socket(connection: psycopg.AsyncConnection[Any]) -> None:
+    try:
+        duplicate = socket.socket(fileno=os.dup(connection.fileno()))
+    except (OSError, psycopg.Error):
+        return
+    try:
+        duplicate.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        duplicate.close()
+
+
+def message(error: psycopg.Error) -> str:
+    return error.diag.message_primary or str(error)
+
+
+_LIBPQ_PREFIXES = re.compile(
+    r"connection failed: "
+    r'|connection to server at "[^"]*"(?: \([^)]*\))?, port \d+ failed: '
+    r"|FATAL:\s+"
+)
+
+
+def reason(error: psycopg.Error) -> str:
+    """The server's or libpq's reason, on one line (libpq never includes the password)."""
+    lines = (error.diag.message_primary or str(error)).strip().splitlines()
+    return _LIBPQ_PREFIXES.sub("", lines[0]).strip() if lines else type(error).__name__

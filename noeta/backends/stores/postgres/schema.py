@@ -1,0 +1,84 @@
+"""The PostgreSQL schema: checking it is current, and migrating it under an advisory lock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from noeta.backends.stores import migrations
+from noeta.backends.stores.postgres.connection import describe, reason
+from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
+
+MIGRATION_LOCK = (
+    "SELECT pg_advisory_xact_lock(hashtextextended('noeta.migrate:' || current_schema(), 0))"
+)
+CREATE_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS noeta_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+APPLIED_MIGRATIONS = "SELECT version, name FROM noeta_migrations"
+APPLIED_MIGRATIONS_IF_ANY = """
+SELECT version, name FROM noeta_migrations WHERE to_regclass('noeta_migrations') IS NOT NULL
+"""
+MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('noeta_migrations') IS NOT NULL"
+RECORD_MIGRATION = "INSERT INTO noeta_migrations (version, name) VALUES (%s, %s)"
+
+
+async def connect(dsn: str, **settings: Any) -> psycopg.AsyncConnection[Any]:
+    """One connection outside the pool; a refusal becomes StoreUnavailable or ConfigError."""
+    where = describe(dsn)
+    try:
+        return await psycopg.AsyncConnection.connect(dsn, **settings)
+    except psycopg.OperationalError as error:
+        raise StoreUnavailable(
+            f"cannot connect to PostgreSQL at {where}: {reason(error)}"
+        ) from None
+    except psycopg.ProgrammingError as error:
+        raise ConfigError(f"invalid PostgreSQL URL ({where}): {reason(error)}") from None
+
+
+async def check_schema(dsn: str, **settings: Any) -> None:
+    """Raise `SchemaMismatch` unless the database has exactly this code's migrations."""
+    async with await connect(dsn, **settings, autocommit=True) as connection:
+        applied = await _applied(connection)
+    migrations.require_current(migrations.load_migrations("postgres"), applied)
+
+
+async def migrate_database(dsn: str, **settings: Any) -> list[migrations.Migration]:
+    """Apply every pending migration in one transaction under an advisory lock.
+
+    Safe when several processes migrate at once: the second waits for the first, then
+    finds nothing to do. Returns the migrations it applied.
+    """
+    known = migrations.load_migrations("postgres")
+    async with await connect(dsn, **settings) as connection:
+        try:
+            async with connection.transaction():
+                await connection.execute(MIGRATION_LOCK)
+                await connection.execute(CREATE_MIGRATIONS_TABLE)
+                applied = await _applied(connection)
+                todo = migrations.pending(known, applied)
+                for migration in todo:
+                    await connection.execute(sql.SQL(migration.sql))
+                    record = (migration.version, migration.name)
+                    await connection.execute(RECORD_MIGRATION, record)
+        except psycopg.errors.InsufficientPrivilege as error:
+            raise StoreError(
+                f"cannot migrate PostgreSQL at {describe(dsn)}: {reason(error)}; "
+                "run `noeta db migrate` as the schema's owner"
+            ) from None
+    return todo
+
+
+async def _applied(connection: psycopg.AsyncConnection[Any]) -> dict[int, str]:
+    cursor = await connection.execute(MIGRATIONS_TABLE_EXISTS)
+    row = await cursor.fetchone()
+    if not row or not row[0]:
+        return {}
+    cursor = await connection.execute(APPLIED_MIGRATIONS)
+    return {version: name for version, name in await cursor.fetchall()}

@@ -1,0 +1,65 @@
+"""Wake-ups on PostgreSQL: the scheduler announces tasks that fell due (NOTIFY noeta_wake),
+and workers listen for them instead of polling."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+import psycopg
+
+from noeta.backends.stores.postgres.connection import PostgresConnection
+from noeta.core.store import check_moment
+
+LISTEN_FOR_WAKEUPS = "LISTEN noeta_wake"
+ANY_QUEUE = "*"
+
+WAKE_DUE = """
+WITH clock AS (SELECT clock_timestamp() AS now),
+due AS (
+    SELECT DISTINCT queue FROM tasks, clock
+     WHERE claimable_at > %(since)s AND claimable_at <= clock.now
+       AND status IN ('ready', 'waiting')
+),
+told AS (SELECT pg_notify('noeta_wake', queue) FROM due)
+SELECT clock.now,
+       (SELECT min(claimable_at) FROM tasks WHERE claimable_at > clock.now),
+       (SELECT count(*) FROM told)
+  FROM clock
+"""
+
+
+class PostgresWakeups(PostgresConnection):
+    """Announcing due tasks, and listening for the announcements."""
+
+    async def wakeups(self) -> AsyncIterator[str]:
+        """Queue names in which a task just became claimable (LISTEN noeta_wake), and "*"
+        each time listening (re)starts. Reconnects after a lost connection."""
+        while True:
+            try:
+                connection = await psycopg.AsyncConnection.connect(
+                    self._dsn,
+                    autocommit=True,
+                    application_name="noeta-listen",
+                    connect_timeout=max(1, round(self.deadline_seconds)),
+                )
+            except psycopg.OperationalError:
+                await asyncio.sleep(self.deadline_seconds)
+                continue
+            try:
+                await connection.execute(LISTEN_FOR_WAKEUPS)
+                # Anything that became claimable before the LISTEN took effect was not
+                # announced: "*" tells the listener to look now.
+                yield ANY_QUEUE
+                async for notification in connection.notifies():
+                    yield notification.payload
+            except psycopg.OperationalError:
+                await asyncio.sleep(1)
+            finally:
+                await connection.close()
+
+    async def wake_due(self, since: datetime) -> tuple[datetime, datetime | None]:
+        check_moment(since)
+        rows = await self._write_many(WAKE_DUE, {"since": since})
+        return rows[0][0], rows[0][1]

@@ -1,0 +1,62 @@
+"""The sqlite task store: one file that several processes on one machine can share.
+`SqliteStore` is composed of one class per concern, each beside its SQL.
+
+Every write is one BEGIN IMMEDIATE transaction with its checks inside; the checks and
+writes mirror `queue/postgres/0005_create_store_functions.sql` step for step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+
+from noeta.backends.stores.sqlite.appends import SqliteAppends
+from noeta.backends.stores.sqlite.claims import SqliteClaims
+from noeta.backends.stores.sqlite.connection import connect
+from noeta.backends.stores.sqlite.cron import SqliteCron
+from noeta.backends.stores.sqlite.logs import SqliteLogs
+from noeta.backends.stores.sqlite.schema import SqliteSchema
+from noeta.core.errors import ConfigError, StoreUnavailable
+
+__all__ = ["SqliteStore"]
+
+_MINIMUM_SQLITE = (3, 24, 0)  # ON CONFLICT ... DO NOTHING / DO UPDATE
+
+
+class SqliteStore(SqliteClaims, SqliteAppends, SqliteLogs, SqliteCron, SqliteSchema):
+    """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""
+
+    @classmethod
+    async def open(
+        cls,
+        path: str,
+        *,
+        migrate: bool = True,
+        check_schema: bool = True,
+        busy_timeout_seconds: float = 30.0,
+    ) -> SqliteStore:
+        """Open (creating if need be) the store file; migrate it, or check it is current.
+
+        `check_schema=False` is for `noeta db migrate`, which migrates it next.
+        """
+        if sqlite3.sqlite_version_info < _MINIMUM_SQLITE:
+            raise ConfigError(f"noeta needs sqlite 3.24 or newer, not {sqlite3.sqlite_version}")
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="noeta-sqlite")
+        try:
+            open_file = functools.partial(connect, path, busy_timeout_seconds)
+            connection = await asyncio.get_running_loop().run_in_executor(executor, open_file)
+        except sqlite3.Error as error:
+            executor.shutdown(wait=False)
+            raise StoreUnavailable(f"sqlite store {path}: {error}") from error
+        store = cls(path, connection, executor)
+        try:
+            if migrate:
+                await store.migrate()
+            elif check_schema:
+                await store._run(store._check_schema)
+        except BaseException:
+            await store.close()
+            raise
+        return store

@@ -1,0 +1,157 @@
+"""Creating tasks and the fenced append on sqlite: the checks and writes mirror
+`queue/postgres/0005_create_store_functions.sql` step for step, under the write lock."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from noeta.backends.stores.sqlite.connection import SqliteConnection
+from noeta.backends.stores.sqlite.encoding import (
+    EncodedTask,
+    encode_delivery,
+    encode_events,
+    encode_task,
+    next_state_values,
+)
+from noeta.backends.stores.sqlite.inbox import insert_delivery
+from noeta.core.errors import Conflict, UnknownTask
+from noeta.core.payload import encode
+from noeta.core.store import (
+    Claim,
+    Continue,
+    Delivery,
+    NewEvent,
+    NewTask,
+    NextState,
+    Wait,
+    check_append,
+)
+
+_CONTINUE = Continue()
+
+INSERT_TASK = """
+INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq, created_at, updated_at)
+VALUES (?, ?, 'ready', ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO NOTHING"""
+INSERT_EVENT = "INSERT INTO events (task_id, seq, type, data, created_at) VALUES (?, ?, ?, ?, ?)"
+LOCK_TASK_FOR_APPEND = "SELECT owner_epoch, status, lease_until, last_seq FROM tasks WHERE id = ?"
+TAKE_INBOX_ENTRIES = """
+UPDATE inbox SET taken_seq = ?
+ WHERE id IN (SELECT value FROM json_each(?)) AND task_id = ? AND taken_seq IS NULL"""
+# From holding too: the wait is over, the task runs again under the same claim.
+CONTINUE_TASK = """
+UPDATE tasks SET last_seq = :seq, status = 'running', updated_at = :now WHERE id = :task_id"""
+HOLD_TASK = """
+UPDATE tasks SET last_seq = :seq, status = 'holding', updated_at = :now WHERE id = :task_id"""
+# A delivery that arrived while the task ran must not be slept through.
+WAIT_TASK = """
+UPDATE tasks SET last_seq = :seq, status = 'waiting', lease_until = NULL, ready_at = :until,
+       wake_prefix = :prefix,
+       claimable_at = CASE
+           WHEN EXISTS (SELECT 1 FROM inbox WHERE task_id = :task_id AND taken_seq IS NULL
+                          AND (:prefix IS NULL OR
+                               substr(coalesce(dedupe_key, ''), 1, length(:prefix)) = :prefix
+                               OR dedupe_key = 'cancel'))
+           THEN :now ELSE :until END,
+       updated_at = :now
+ WHERE id = :task_id"""
+FINISH_TASK = """
+UPDATE tasks SET last_seq = :seq, status = :status, lease_until = NULL, ready_at = NULL,
+       claimable_at = NULL, updated_at = :now
+ WHERE id = :task_id"""
+
+
+class SqliteAppends(SqliteConnection):
+    """Task creation and the append, whose epoch, lease and sequence checks are the fence."""
+
+    async def create_task(self, task: NewTask) -> bool:
+        encoded = encode_task(task)
+        return await self._run(self._write, lambda c, now: insert_task(c, encoded, now))
+
+    async def append(
+        self,
+        claim: Claim,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        *,
+        take: Sequence[int] = (),
+        deliveries: Sequence[Delivery] = (),
+        new_tasks: Sequence[NewTask] = (),
+        next_state: NextState = _CONTINUE,
+    ) -> int:
+        # Encode everything first: a bad payload raises PayloadError before any write.
+        check_append(events, take)
+        encoded_events = encode_events(events)
+        take_list = encode([int(entry) for entry in take])
+        # Sorted by task id like the PostgreSQL client does (there, for lock order), so
+        # that which duplicate wins and which unknown task is reported are the same.
+        encoded_deliveries = sorted(map(encode_delivery, deliveries), key=lambda d: d.task_id)
+        encoded_tasks = [encode_task(task) for task in new_tasks]
+        next_kind, until = next_state_values(next_state)
+        task_id = claim.task_id
+
+        def append_fenced(connection: sqlite3.Connection, now: int) -> int:
+            row = connection.execute(LOCK_TASK_FOR_APPEND, (task_id,)).fetchone()
+            if row is None:
+                raise UnknownTask(task_id)
+            epoch, status, lease_until, last_seq = row
+            if epoch != claim.epoch:
+                raise Conflict(
+                    task_id, f"claimed again since (epoch {epoch}, this claim has {claim.epoch})"
+                )
+            if status not in ("running", "holding"):
+                raise Conflict(task_id, f"not held by this claim (status {status})")
+            if lease_until <= now:
+                raise Conflict(task_id, "the lease has expired")
+            if last_seq != expected_seq:
+                raise Conflict(task_id, f"the log ends at seq {last_seq}, not {expected_seq}")
+
+            seq = expected_seq + len(encoded_events)
+            connection.executemany(
+                INSERT_EVENT,
+                [
+                    (task_id, expected_seq + number, event_type, data, now)
+                    for number, (event_type, data) in enumerate(encoded_events, start=1)
+                ],
+            )
+            if take:
+                taken = connection.execute(TAKE_INBOX_ENTRIES, (seq, take_list, task_id)).rowcount
+                if taken != len(take):
+                    raise Conflict(
+                        task_id, "an inbox entry to take is already taken or not this task's"
+                    )
+            for new_task in encoded_tasks:
+                insert_task(connection, new_task, now)
+            for delivery in encoded_deliveries:
+                insert_delivery(connection, delivery, now)
+            values = {"seq": seq, "now": now, "task_id": task_id}
+            if next_kind == "continue":
+                connection.execute(CONTINUE_TASK, values)
+            elif next_kind == "wait_holding":
+                connection.execute(HOLD_TASK, values)
+            elif next_kind == "wait":
+                assert isinstance(next_state, Wait)
+                prefix = next_state.wake_on_prefix
+                connection.execute(WAIT_TASK, {**values, "until": until, "prefix": prefix})
+            else:
+                connection.execute(FINISH_TASK, {**values, "status": next_kind})
+            return seq
+
+        return await self._run(self._write, append_fenced)
+
+
+def insert_task(connection: sqlite3.Connection, task: EncodedTask, now: int) -> bool:
+    """Insert a task and its first events; False if a task with its id exists."""
+    claimable_at = now if task.ready_at is None else task.ready_at
+    values = (task.id, task.queue, task.ready_at, claimable_at, len(task.events), now, now)
+    if connection.execute(INSERT_TASK, values).rowcount == 0:
+        return False  # creation is idempotent by id
+    connection.executemany(
+        INSERT_EVENT,
+        [
+            (task.id, seq, event_type, data, now)
+            for seq, (event_type, data) in enumerate(task.events, start=1)
+        ],
+    )
+    return True

@@ -1,0 +1,126 @@
+"""Claims and leases on sqlite: claiming (the next due task, or one named task), renewing,
+releasing, and what is due or owned."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+
+from noeta.backends.stores.sqlite.connection import SqliteConnection
+from noeta.backends.stores.sqlite.encoding import from_micros, lease_micros, now_micros
+from noeta.core.payload import encode
+from noeta.core.store import Claim, check_key
+
+# The queue list is bound as one JSON array, so the query stays one constant. The
+# claimable_at range and order are served by the partial index tasks_claimable.
+FIND_NEXT_CLAIMABLE = """
+SELECT id, owner_epoch, status IN ('running', 'holding') FROM tasks
+ WHERE claimable_at IS NOT NULL AND claimable_at <= ?
+   AND queue IN (SELECT value FROM json_each(?))
+ ORDER BY claimable_at
+ LIMIT 1"""
+FIND_NEXT_DUE = """
+SELECT claimable_at FROM tasks
+ WHERE claimable_at > ? AND queue IN (SELECT value FROM json_each(?))
+ ORDER BY claimable_at LIMIT 1"""
+COUNT_CLAIMABLE = """
+SELECT queue, count(*) FROM tasks
+ WHERE claimable_at <= ? AND queue IN (SELECT value FROM json_each(?))
+ GROUP BY queue"""
+FIND_THIS_TASK_IF_CLAIMABLE = """
+SELECT id, owner_epoch FROM tasks
+ WHERE id = ? AND claimable_at IS NOT NULL AND claimable_at <= ?"""
+CLAIM_TASK = """
+UPDATE tasks SET status = 'running', owner = ?, owner_epoch = owner_epoch + 1,
+       lease_until = ?, claimable_at = ?, updated_at = ?
+ WHERE id = ?"""
+RENEW_CLAIM = """
+UPDATE tasks SET lease_until = ?, claimable_at = ?, updated_at = ?
+ WHERE id = ? AND owner_epoch = ? AND status IN ('running', 'holding')"""
+RELEASE_CLAIM = """
+UPDATE tasks SET status = 'ready', lease_until = NULL, ready_at = NULL, claimable_at = ?,
+       updated_at = ?
+ WHERE id = ? AND owner_epoch = ? AND status = 'running'"""
+LIST_OWNED_CLAIMS = """
+SELECT id, owner, owner_epoch, lease_until FROM tasks
+ WHERE owner = ? AND status IN ('running', 'holding') ORDER BY id"""
+
+
+class SqliteClaims(SqliteConnection):
+    """The claim half of the `Store` protocol."""
+
+    async def claim(self, worker: str, queues: Sequence[str], lease_seconds: float) -> Claim | None:
+        lease = lease_micros(lease_seconds)
+        check_key("worker name", worker)
+        if not queues:
+            return None
+        queue_list = encode(list(queues))
+        # Peek outside the write lock first, so idle pollers do not queue up behind writers.
+        due = await self._run(self._read_one, FIND_NEXT_CLAIMABLE, (now_micros(), queue_list))
+        if due is None:
+            return None
+
+        def claim_next(connection: sqlite3.Connection, now: int) -> Claim | None:
+            row = connection.execute(FIND_NEXT_CLAIMABLE, (now, queue_list)).fetchone()
+            if row is None:
+                return None
+            task_id, epoch, taken_over = row
+            connection.execute(CLAIM_TASK, (worker, now + lease, now + lease, now, task_id))
+            lease_until = from_micros(now + lease)
+            return Claim(task_id, worker, epoch + 1, lease_until, taken_over=bool(taken_over))
+
+        return await self._run(self._write, claim_next)
+
+    async def seconds_until_due(self, queues: Sequence[str]) -> float | None:
+        now = now_micros()
+        row = await self._run(self._read_one, FIND_NEXT_DUE, (now, encode(list(queues))))
+        return None if row is None else max(0.0, (row[0] - now) / 1_000_000)
+
+    async def queue_depth(self, queues: Sequence[str]) -> Mapping[str, int]:
+        values = (now_micros(), encode(list(queues)))
+        rows = await self._run(self._read_all, COUNT_CLAIMABLE, values)
+        return {queue: count for queue, count in rows}
+
+    async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
+        lease = lease_micros(lease_seconds)
+        check_key("worker name", worker)
+
+        def claim_it(connection: sqlite3.Connection, now: int) -> Claim | None:
+            row = connection.execute(FIND_THIS_TASK_IF_CLAIMABLE, (task_id, now)).fetchone()
+            if row is None:
+                return None
+            connection.execute(CLAIM_TASK, (worker, now + lease, now + lease, now, task_id))
+            return Claim(task_id, worker, row[1] + 1, from_micros(now + lease))
+
+        return await self._run(self._write, claim_it)
+
+    async def renew(self, claims: Sequence[Claim], lease_seconds: float) -> Mapping[str, Claim]:
+        lease = lease_micros(lease_seconds)
+        if not claims:
+            return {}
+
+        def renew_all(connection: sqlite3.Connection, now: int) -> dict[str, Claim]:
+            renewed = {}
+            for claim in claims:
+                values = (now + lease, now + lease, now, claim.task_id, claim.epoch)
+                if connection.execute(RENEW_CLAIM, values).rowcount == 1:
+                    renewed[claim.task_id] = Claim(
+                        claim.task_id, claim.worker, claim.epoch, from_micros(now + lease)
+                    )
+            return renewed
+
+        return await self._run(self._write, renew_all)
+
+    async def release(self, claim: Claim) -> bool:
+        def release_one(connection: sqlite3.Connection, now: int) -> bool:
+            values = (now, now, claim.task_id, claim.epoch)
+            return bool(connection.execute(RELEASE_CLAIM, values).rowcount == 1)
+
+        return await self._run(self._write, release_one)
+
+    async def owned_by(self, worker: str) -> list[Claim]:
+        rows = await self._run(self._read_all, LIST_OWNED_CLAIMS, (worker,))
+        return [
+            Claim(task_id, owner, epoch, from_micros(lease_until))
+            for task_id, owner, epoch, lease_until in rows
+        ]

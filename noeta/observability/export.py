@@ -1,0 +1,97 @@
+"""Starting and stopping export: the standard OTEL_* variables decide whether traces and
+metrics leave the process; only then is opentelemetry imported (ADR-0024)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from noeta.observability import names, tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+_TRACES_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+_METRICS_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+
+
+def _wanted(endpoints: Sequence[str], exporter_env: str) -> bool:
+    env = os.environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporter = env.get(exporter_env, "").strip().lower()
+    if exporter == "none":
+        return False
+    return exporter == "console" or any(env.get(name) for name in endpoints)
+
+
+def traces_wanted() -> bool:
+    """OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set (or OTEL_TRACES_EXPORTER=console)."""
+    return _wanted(_TRACES_ENDPOINTS, "OTEL_TRACES_EXPORTER")
+
+
+def metrics_wanted() -> bool:
+    """OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT is set (or OTEL_METRICS_EXPORTER=console)."""
+    return _wanted(_METRICS_ENDPOINTS, "OTEL_METRICS_EXPORTER")
+
+
+def start(service_name: str, secrets: Iterable[str | None] = ()) -> None:
+    """Start exporting traces and metrics if the standard OTEL_* variables ask for it.
+
+    Nothing is imported, and nothing costs anything, when they do not. Either way the
+    process's secrets (its environment's, and `secrets`) are kept out of every span.
+    """
+    tracing.add_environment_secrets()
+    tracing.add_secrets(secrets)
+    if traces_wanted():
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+        exporter: Any
+        if os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "console":
+            exporter = ConsoleSpanExporter()
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            exporter = OTLPSpanExporter()  # OTEL_EXPORTER_OTLP_* say where and how
+        # The batch delay is OTEL_BSP_SCHEDULE_DELAY (5 s by default): a process killed
+        # sooner loses what is queued; the next claimer accounts for the step it cut short.
+        provider = make_provider(service_name, [BatchSpanProcessor(exporter)])
+        trace.set_tracer_provider(provider)
+        install(provider)
+    if metrics_wanted():
+        from noeta.observability import instruments
+
+        instruments.start(service_name)
+
+
+def shutdown() -> None:
+    """Export what is queued (at a clean exit; a killed process loses it)."""
+    tracing.shutdown()
+
+
+def make_provider(service_name: str, processors: Sequence[SpanProcessor]) -> TracerProvider:
+    """A tracer provider with noeta's id generator (a recovered span keeps its ids)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from noeta.observability.takeover import RecoveringIdGenerator
+
+    attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
+    provider = TracerProvider(
+        resource=Resource.create(attributes), id_generator=RecoveringIdGenerator()
+    )
+    for processor in processors:
+        provider.add_span_processor(processor)
+    return provider
+
+
+def install(provider: TracerProvider, *, capture_content: bool | None = None) -> None:
+    """Trace with `provider` from now on (`start` does this; tests pass their own)."""
+    from noeta.observability.spans import LiveTracing
+
+    if capture_content is None:
+        wanted = os.environ.get(names.CAPTURE_CONTENT_ENV, "").strip().lower()
+        capture_content = wanted == "true"
+    tracing.switch_on(LiveTracing(provider, capture_content))

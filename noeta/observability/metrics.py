@@ -1,0 +1,124 @@
+"""Metrics: what noeta counts and times (claims, conflicts, commit-unknowns, takeovers, lost
+background jobs, model and tool calls, queue depth), handed to the installed instruments.
+
+Every function is a no-op until `noeta.observability.instruments` installs a sink. This
+module imports no opentelemetry: the kernel reaches it (ADR-0024). Errors are counted on
+the duration histograms: each failed call carries `error.type`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from noeta.observability import names
+
+# Seconds between the worker's queue-depth readings (one cheap statement each).
+QUEUE_DEPTH_SECONDS = 15.0
+
+# Instrument names: counters, histograms and the gauge the instruments define.
+CLAIMS = "noeta.claims"
+TAKEOVERS = "noeta.takeovers"
+CONFLICTS = "noeta.conflicts"
+COMMIT_UNKNOWNS = "noeta.commit_unknowns"
+JOBS_LOST = "noeta.jobs.lost"
+MODEL_DURATION = "gen_ai.client.operation.duration"
+TOKEN_USAGE = "gen_ai.client.token.usage"
+TOOL_DURATION = "noeta.tool.duration"
+QUEUE_DEPTH = "noeta.queue.depth"
+
+Attributes = Mapping[str, str | bool]
+
+
+class MetricSink(Protocol):
+    """Where readings go once metrics are on (`instruments.Instruments`)."""
+
+    def add(self, counter: str, amount: int, attributes: Attributes) -> None: ...
+
+    def record(self, histogram: str, value: float, attributes: Attributes) -> None: ...
+
+    def set_queue_depth(self, depth: Mapping[str, int]) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class _Switch:
+    sink: MetricSink | None = None  # set while metrics are on
+
+
+_on = _Switch()
+
+
+def enabled() -> bool:
+    return _on.sink is not None
+
+
+def switch_on(sink: MetricSink) -> None:
+    _on.sink = sink
+
+
+def uninstall() -> None:
+    _on.sink = None
+
+
+def shutdown() -> None:
+    if (sink := _on.sink) is not None:
+        sink.shutdown()
+
+
+def claimed(taken_over: bool) -> None:
+    if (sink := _on.sink) is not None:
+        sink.add(CLAIMS, 1, {names.TAKEN_OVER: taken_over})
+        if taken_over:
+            sink.add(TAKEOVERS, 1, {})
+
+
+def conflict(operation: str) -> None:
+    if (sink := _on.sink) is not None:
+        sink.add(CONFLICTS, 1, {names.STORE_OPERATION: operation})
+
+
+def commit_unknown(operation: str) -> None:
+    if (sink := _on.sink) is not None:
+        sink.add(COMMIT_UNKNOWNS, 1, {names.STORE_OPERATION: operation})
+
+
+def job_lost() -> None:
+    if (sink := _on.sink) is not None:
+        sink.add(JOBS_LOST, 1, {})
+
+
+def _chat(provider: str, model: str) -> dict[str, str | bool]:
+    return {names.OPERATION: "chat", names.PROVIDER: provider, names.REQUEST_MODEL: model}
+
+
+def model_call(seconds: float, provider: str, model: str, error_type: str) -> None:
+    if (sink := _on.sink) is not None:
+        attributes = _chat(provider, model)
+        if error_type:
+            attributes[names.ERROR_TYPE] = error_type
+        sink.record(MODEL_DURATION, seconds, attributes)
+
+
+def tokens(provider: str, model: str, input_tokens: int, output_tokens: int) -> None:
+    if (sink := _on.sink) is not None:
+        base = _chat(provider, model)
+        sink.record(TOKEN_USAGE, input_tokens, {**base, names.TOKEN_TYPE: "input"})
+        sink.record(TOKEN_USAGE, output_tokens, {**base, names.TOKEN_TYPE: "output"})
+
+
+def tool_call(seconds: float, name: str, error_type: str) -> None:
+    if (sink := _on.sink) is not None:
+        attributes: dict[str, str | bool] = {
+            names.OPERATION: "execute_tool",
+            names.TOOL_NAME: name,
+        }
+        if error_type:
+            attributes[names.ERROR_TYPE] = error_type
+        sink.record(TOOL_DURATION, seconds, attributes)
+
+
+def queue_depth(depth: Mapping[str, int]) -> None:
+    """The store's latest count of claimable tasks per queue (read by the worker)."""
+    if (sink := _on.sink) is not None:
+        sink.set_queue_depth(dict(depth))

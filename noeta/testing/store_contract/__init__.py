@@ -1,0 +1,29 @@
+"""The contract every task store keeps, as a reusable pytest class.
+
+A backend's test module subclasses `StoreContract` once and provides one fixture,
+`store_url`: the URL of a fresh, empty store for each test. `StoreContract` is one mixin
+per concern (River's driver suite); a change to the `Store` protocol extends it first.
+"""
+
+from __future__ import annotations
+
+from noeta.testing.store_contract.claims import ClaimContract
+from noeta.testing.store_contract.cron import CronContract
+from noeta.testing.store_contract.fence import FenceContract
+from noeta.testing.store_contract.fixtures import (
+    LEASE,
+    SHORT_LEASE,
+    StoreFixtures,
+    created,
+    eventually_claim,
+)
+from noeta.testing.store_contract.inbox import InboxContract
+from noeta.testing.store_contract.logs import LogContract
+
+__all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim"]
+
+
+class StoreContract(
+    StoreFixtures, ClaimContract, FenceContract, InboxContract, LogContract, CronContract
+):
+    """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""
