@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from noeta.core.model import Text, ToolCall, Usage
 from noeta.core.payload import JSONValue
+from noeta.core.pin import Pin
 
 ENCODING_VERSION = 1
 
@@ -106,9 +107,9 @@ class ToolAnswered:
 
 @dataclass(frozen=True, slots=True)
 class PluginsPinned:
-    """The plugins this task runs with: (name, source, version, params hash) each."""
+    """The plugins this task runs with; each pin is stored as its four strings."""
 
-    pins: tuple[tuple[str, str, str, str], ...]
+    pins: tuple[Pin, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +258,8 @@ def _to_json(value: Any) -> JSONValue:
         return {"type": "text", "text": value.text}
     if isinstance(value, ToolCall):
         return {"type": "tool_call", "id": value.id, "name": value.name, "input": value.input}
+    if isinstance(value, Pin):
+        return list(value.as_tuple())
     if isinstance(value, Usage):
         return {name: getattr(value, name) for name in Usage.__dataclass_fields__}
     return value  # type: ignore[no-any-return]
@@ -282,5 +285,5 @@ _FROM_JSON: dict[tuple[type, str], Any] = {
     (ModelReplied, "content"): _blocks,
     (ModelReplied, "usage"): lambda value: Usage(**value),
     (TaskCreated, "tools"): tuple,
-    (PluginsPinned, "pins"): lambda value: tuple(tuple(pin) for pin in value),
+    (PluginsPinned, "pins"): lambda value: tuple(Pin(*pin) for pin in value),
 }

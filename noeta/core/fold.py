@@ -35,6 +35,7 @@ from noeta.core.events import (
 )
 from noeta.core.model import Message, Text, ToolCall, ToolResult
 from noeta.core.payload import JSONValue
+from noeta.core.pin import Pin
 
 # Said to the model, from the fold, after a reply cut off by the output limit: being
 # derived from the log, it is part of the byte-identical request on a re-send.
@@ -85,7 +86,7 @@ class TaskState:
     waiting_input: tuple[tuple[str, JSONValue], ...] = ()
     waiting_question: str = ""
     approved: tuple[tuple[str, tuple[tuple[str, JSONValue], ...]], ...] = ()  # allowed asks
-    pins: tuple[tuple[str, str, str, str], ...] = ()
+    pins: tuple[Pin, ...] = ()
     jobs: tuple[str, ...] = ()  # background jobs started and not yet finished or lost
     wakeups: tuple[tuple[str, str, str], ...] = ()  # (id, due, prompt) pending, by due time
     newer_event: str = ""  # the type of an event from a newer noeta: stop here
@@ -117,7 +118,7 @@ class _Folding:
     waiting_input: tuple[tuple[str, JSONValue], ...]
     waiting_question: str
     approved: tuple[tuple[str, tuple[tuple[str, JSONValue], ...]], ...]
-    pins: tuple[tuple[str, str, str, str], ...]
+    pins: tuple[Pin, ...]
     jobs: tuple[str, ...]
     wakeups: tuple[tuple[str, str, str], ...]
     newer_event: str

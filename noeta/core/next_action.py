@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from noeta.core.fold import TaskState
 from noeta.core.model import ToolCall
+from noeta.core.pin import Pin
 from noeta.core.texts import (
     EMPTY_REPLIES_LIMIT,
     INTERNAL_ERRORS_LIMIT,
@@ -81,14 +82,14 @@ class LeaveUnreadable:
 class PinPlugins:
     """Record the plugins this worker runs the task with (first start, or they changed)."""
 
-    pins: tuple[tuple[str, str, str, str], ...]
+    pins: tuple[Pin, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class LeavePluginMissing:
     """A pinned plugin is not on this worker: write nothing, let a worker that has it claim."""
 
-    missing: tuple[tuple[str, str, str, str], ...]
+    missing: tuple[Pin, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,15 +131,15 @@ def next_action(state: TaskState) -> Action:
 
 
 def check_pins(
-    state: TaskState, available: tuple[tuple[str, str, str, str], ...]
+    state: TaskState, available: tuple[Pin, ...]
 ) -> PinPlugins | LeavePluginMissing | None:
     """What the task's pins call for on a worker that has `available` (ADR-023)."""
     if state.config is None or state.finished:
         return None
     if not state.pins:
         return PinPlugins(available)
-    names = {pin[0] for pin in available}
-    missing = tuple(pin for pin in state.pins if pin[0] not in names)
+    names = {pin.name for pin in available}
+    missing = tuple(pin for pin in state.pins if pin.name not in names)
     if missing:
         return LeavePluginMissing(missing)
     if state.pins != available:

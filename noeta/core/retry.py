@@ -1,9 +1,11 @@
-"""Provider-error retries inside one model call: a bounded number, with capped backoff."""
+"""Retrying a failing operation a bounded number of times with capped backoff: the one
+helper (`with_retries`, `backoff_seconds`) that model calls and job deliveries share."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from noeta.core.model import ModelReply, Provider, ProviderError
 
@@ -12,25 +14,74 @@ BACKOFF_CAP_SECONDS = 30.0
 FIRST_BACKOFF_SECONDS = 0.5
 # A server's Retry-After is honoured as given, up to this; past it we stop waiting.
 RETRY_AFTER_CAP_SECONDS = 300.0
+NO_JITTER = 1.0  # as `jitter`: the whole exponential wait, not spread
 
 Sleep = Callable[[float], Awaitable[None]]
+T = TypeVar("T")
+E = TypeVar("E", bound=Exception)
 
 
-class ModelCallFailed(Exception):
-    """Every attempt failed, or one failed in a way no retry can fix."""
+class GaveUp(Exception):
+    """Every attempt failed, or one failed in a way no retry can fix; `error` is the last."""
 
-    def __init__(self, error: ProviderError, attempts: int) -> None:
+    def __init__(self, error: Exception, attempts: int) -> None:
         super().__init__(str(error))
         self.error = error
         self.attempts = attempts
 
 
-def backoff_seconds(attempt: int, retry_after: float | None, jitter: float) -> float:
+class ModelCallFailed(GaveUp):
+    """A model call gave up: what the turn records as `ModelFailed`."""
+
+    error: ProviderError
+
+    def __init__(self, error: ProviderError, attempts: int) -> None:
+        super().__init__(error, attempts)
+
+
+def backoff_seconds(
+    attempt: int,
+    retry_after: float | None,
+    jitter: float,
+    *,
+    first: float = FIRST_BACKOFF_SECONDS,
+    cap: float = BACKOFF_CAP_SECONDS,
+) -> float:
     """How long to wait after failed attempt number `attempt` (1-based)."""
     if retry_after is not None:
         return min(max(retry_after, 0.0), RETRY_AFTER_CAP_SECONDS)
-    exponential: float = min(BACKOFF_CAP_SECONDS, FIRST_BACKOFF_SECONDS * 2 ** (attempt - 1))
+    exponential: float = min(cap, first * 2 ** (attempt - 1))
     return exponential * (0.5 + 0.5 * jitter)  # jitter in [0, 1): spread the herd
+
+
+def _always(error: Exception) -> bool:
+    return True
+
+
+async def with_retries(
+    operation: Callable[[], Awaitable[T]],
+    errors: type[E],
+    *,
+    max_attempts: int,
+    wait: Callable[[int, E], float],
+    sleep: Sleep,
+    retryable: Callable[[E], bool] = _always,
+    on_failure: Callable[[int, E], None] | None = None,
+) -> T:
+    """Run `operation` until it returns. Each of `errors` it raises is told to `on_failure`
+    with the attempt's number (1-based) and retried after `wait(attempt, error)` seconds;
+    raises `GaveUp` when one is not `retryable` or the `max_attempts`th fails. Any other
+    exception propagates at once."""
+    for attempt in range(1, max_attempts + 1):
+        try:
+            return await operation()
+        except errors as error:
+            if on_failure is not None:
+                on_failure(attempt, error)
+            if not retryable(error) or attempt == max_attempts:
+                raise GaveUp(error, attempt) from error
+            await sleep(wait(attempt, error))
+    raise AssertionError("unreachable")
 
 
 async def send_with_retries(
@@ -42,11 +93,15 @@ async def send_with_retries(
     jitter: Callable[[], float] = random.random,
 ) -> ModelReply:
     """Send `body` until a reply comes, or raise `ModelCallFailed`."""
-    for attempt in range(1, max_attempts + 1):
-        try:
-            return await provider.send(body)
-        except ProviderError as error:
-            if not error.retryable or attempt == max_attempts:
-                raise ModelCallFailed(error, attempt) from error
-            await sleep(backoff_seconds(attempt, error.retry_after, jitter()))
-    raise AssertionError("unreachable")
+    try:
+        return await with_retries(
+            lambda: provider.send(body),
+            ProviderError,
+            max_attempts=max_attempts,
+            wait=lambda attempt, error: backoff_seconds(attempt, error.retry_after, jitter()),
+            sleep=sleep,
+            retryable=lambda error: error.retryable,
+        )
+    except GaveUp as gave_up:
+        assert isinstance(gave_up.error, ProviderError)
+        raise ModelCallFailed(gave_up.error, gave_up.attempts) from gave_up.error

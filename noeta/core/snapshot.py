@@ -13,13 +13,14 @@ import hashlib
 import marshal
 import sys
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from noeta.core.conversation import Conversation
 from noeta.core.events import TaskCreated, decode, encode
 from noeta.core.fold import TaskState
 from noeta.core.model import Message, Text, ToolCall, ToolResult
+from noeta.core.pin import Pin
 
 MARSHAL_VERSION = 4
 FORMAT = b"noeta-snapshot-1\n"
@@ -38,7 +39,7 @@ def version_of(*parts: str) -> str:
 
 def dump(state: TaskState) -> bytes:
     config = None if state.config is None else encode(state.config)[1]
-    scalars = tuple(getattr(state, name) for name in _SCALARS)
+    scalars = tuple(_TO_PLAIN.get(name, _same)(getattr(state, name)) for name in _SCALARS)
     document = (
         config,
         scalars,
@@ -76,7 +77,10 @@ def load(data: bytes) -> TaskState:
             started=tuple(started),
             results=tuple(map(block, results)),  # type: ignore[arg-type]
             taken_inbox=frozenset(taken),
-            **dict(zip(_SCALARS, scalars, strict=True)),
+            **{
+                name: _FROM_PLAIN.get(name, _same)(value)
+                for name, value in zip(_SCALARS, scalars, strict=True)
+            },
         )
     finally:
         if collecting:
@@ -86,6 +90,19 @@ def load(data: bytes) -> TaskState:
 
 _COLLECTIONS = ("config", "messages", "calls", "started", "results", "taken_inbox")
 _SCALARS = tuple(name for name in TaskState.__dataclass_fields__ if name not in _COLLECTIONS)
+
+# marshal takes plain values only: a pin is stored as its four strings, as in the event
+# (and as snapshots held it before the state used the Pin type).
+_TO_PLAIN: dict[str, Callable[[Any], Any]] = {
+    "pins": lambda pins: tuple(pin.as_tuple() for pin in pins),
+}
+_FROM_PLAIN: dict[str, Callable[[Any], Any]] = {
+    "pins": lambda pins: tuple(Pin(*pin) for pin in pins),
+}
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _config(data: Any) -> TaskCreated:

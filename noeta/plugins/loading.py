@@ -56,11 +56,8 @@ def load(spec: PluginSpec) -> LoadedPlugin:
     return LoadedPlugin(plugin, pin)
 
 
-def pins_of(plugins: list[LoadedPlugin]) -> tuple[tuple[str, str, str, str], ...]:
-    return tuple(
-        (p.pin.name, p.pin.source, p.pin.version, p.pin.params_hash)
-        for p in sorted(plugins, key=lambda loaded: loaded.pin.name)
-    )
+def pins_of(plugins: list[LoadedPlugin]) -> tuple[Pin, ...]:
+    return tuple(p.pin for p in sorted(plugins, key=lambda loaded: loaded.pin.name))
 
 
 def _import(spec: PluginSpec) -> ModuleType:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from noeta.config import Config
 from noeta.core.errors import ConfigError
 from noeta.core.gates import Gate
+from noeta.core.pin import Pin
 from noeta.core.runner.task import Providers, TaskRunner
 from noeta.core.store import Store
 from noeta.core.tool import Tool
@@ -23,7 +24,7 @@ class Toolbox:
     workspaces: str = ""
 
     @property
-    def pins(self) -> tuple[tuple[str, str, str, str], ...]:
+    def pins(self) -> tuple[Pin, ...]:
         return pins_of(self.plugins)
 
     def runner(self, store: Store, providers: Providers) -> TaskRunner:

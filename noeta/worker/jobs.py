@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 
 from noeta.core.errors import StoreError
+from noeta.core.retry import NO_JITTER, GaveUp, backoff_seconds, with_retries
 from noeta.core.store import Delivery, Store
 from noeta.core.tool import BackgroundJob
 from noeta.plugins.core.bash import run_command
@@ -18,6 +19,11 @@ log = logging.getLogger("noeta.worker.jobs")
 
 OUTPUT_CAP_CHARS = 8_000
 DELIVERY_ATTEMPTS = 30  # a store outage while a job ends: keep trying, then it is lost
+
+
+def _delivery_backoff(attempt: int, error: StoreError) -> float:
+    """1, 2, 4, 8, then 10 s: about five minutes of outage before the result is lost."""
+    return backoff_seconds(attempt, None, NO_JITTER, first=1.0, cap=10.0)
 
 
 class JobManager:
@@ -54,12 +60,19 @@ class JobManager:
             "output": finished.output().content,
         }
         delivery = Delivery(task_id, result, dedupe_key=f"job:{job_id}")  # type: ignore[arg-type]
-        for attempt in range(DELIVERY_ATTEMPTS):
-            try:
-                await self.store.deliver(delivery)
-                break
-            except StoreError as error:
-                log.warning("task %s: job %s result not delivered yet (%s)", task_id, job_id, error)
-                await asyncio.sleep(min(2.0**attempt, 10.0))
+
+        def not_yet(attempt: int, error: StoreError) -> None:
+            log.warning("task %s: job %s result not delivered yet (%s)", task_id, job_id, error)
+
+        # A lost result is not lost work: the task records the job as lost (JobLost).
+        with contextlib.suppress(GaveUp):
+            await with_retries(
+                lambda: self.store.deliver(delivery),
+                StoreError,
+                max_attempts=DELIVERY_ATTEMPTS,
+                wait=_delivery_backoff,
+                sleep=asyncio.sleep,
+                on_failure=not_yet,
+            )
         self._jobs.get(task_id, {}).pop(job_id, None)
         self.on_result(task_id)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from noeta.core import failpoints
+from noeta.core import failpoints, wakeups
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.core.store import Claim, Store
@@ -89,11 +89,11 @@ class Worker:
 
     async def _listen(self) -> None:
         """Wake the claim loop when a store says a task became claimable in our queues."""
-        wakeups = getattr(self.store, "wakeups", None)
-        if wakeups is None:
+        notifications = getattr(self.store, "wakeups", None)
+        if notifications is None:
             return  # sqlite: the poll alone
         listening = False
-        async for queue in wakeups():
+        async for queue in notifications():
             if queue == "*" and not listening:
                 listening = True
                 log.info("listening for wake-ups")
@@ -167,8 +167,9 @@ class Worker:
             holding = result.outcome == "holding"
             if holding:
                 self.holding[claim.task_id] = claim
-                if result.state.wakeups:
-                    await self._resume_when_due(claim.task_id, result.state.wakeups[0][1])
+                due = wakeups.next_due(result.state)
+                if due is not None:
+                    await self._resume_when_due(claim.task_id, due)
             return result
         except Conflict as error:
             log.warning(
@@ -202,11 +203,11 @@ class Worker:
         self._background.add(stopping)
         stopping.add_done_callback(self._background.discard)
 
-    async def _resume_when_due(self, task_id: str, due: str) -> None:
+    async def _resume_when_due(self, task_id: str, due: datetime) -> None:
         """A task holding its claim for a job has a wake-up pending: nothing will be
         delivered when it falls due, so run the task again then (store clock)."""
         try:
-            wait = (datetime.fromisoformat(due) - await self.store.clock()).total_seconds()
+            wait = (due - await self.store.clock()).total_seconds()
         except StoreError:
             return  # the wake-up is taken when the job's result resumes the task
         loop = asyncio.get_running_loop()

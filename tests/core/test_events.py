@@ -30,6 +30,7 @@ from noeta.core.events import (
 )
 from noeta.core.fold import LoggedEvent, fold
 from noeta.core.model import Text, ToolCall, Usage
+from noeta.core.pin import Pin
 
 EXAMPLES = [
     TaskCreated("scripted:x.yaml", "prompt \x00 with NUL", True, "system", 100, ("Bash", "Read")),
@@ -47,7 +48,7 @@ EXAMPLES = [
     ToolFinished("c1", "out", False, "rerun"),
     ToolWaiting("c1", "Bash", {"command": "rm -rf build"}, "May this Bash call run?"),
     ToolAnswered("c1", "deny", "not today", 12),
-    PluginsPinned((("core", "module:noeta.plugins.core", "0.1.0", "ab12"),)),
+    PluginsPinned((Pin("core", "module:noeta.plugins.core", "0.1.0", "ab12"),)),
     JobStarted("c1", "sleep 5 &"),
     JobFinished("c1", 0, "out \x00", 13),
     JobLost("c2"),
@@ -67,6 +68,13 @@ def test_events_round_trip_exactly_through_the_stored_form(event: object) -> Non
     event_type, data = encode(event)  # type: ignore[arg-type]
     stored = payload.decode(payload.encode(data))
     assert decode(event_type, stored) == event
+
+
+def test_a_pin_is_stored_as_its_four_strings_as_before_pin_was_a_type() -> None:
+    pinned = PluginsPinned((Pin("core", "module:noeta.plugins.core", "0.1.0", "ab12"),))
+    stored = '{"v":1,"pins":[["core","module:noeta.plugins.core","0.1.0","ab12"]]}'
+    assert payload.encode(encode(pinned)[1]) == stored
+    assert decode("PluginsPinned", payload.decode(stored)) == pinned
 
 
 def test_an_unknown_type_is_left_for_a_newer_version() -> None:

@@ -98,7 +98,7 @@ async def test_pins_are_logged_at_first_start_and_again_when_they_change(
     assert claim is not None
     await TaskRunner(store, ProviderRegistry(), pins=changed).run(claim)
     pinned = [e.data["pins"] for e in await store.read_log("t") if e.type == "PluginsPinned"]  # type: ignore[index]
-    assert pinned == [[list(p) for p in first], [list(p) for p in changed]]
+    assert pinned == [[list(p.as_tuple()) for p in first], [list(p.as_tuple()) for p in changed]]
 
 
 async def test_a_worker_lacking_a_pinned_plugin_writes_nothing_then_fails_the_task(

@@ -4,6 +4,8 @@ the store is back and the lease has lapsed the task is claimed again and finishe
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -13,7 +15,9 @@ import pytest
 from noeta.backends.stores import open_store
 from noeta.backends.stores.embedded import EmbeddedPostgres
 from noeta.core.store import Store
+from noeta.core.tool import BackgroundJob
 from noeta.testing.postgres import TEST_SETTINGS
+from noeta.worker.jobs import JobManager
 
 from .conftest import WorkerProcess, add_task, log_types, status_of, until
 
@@ -74,3 +78,32 @@ async def test_a_stopped_database_stops_the_work_and_a_restart_resumes_it(
     assert task is not None and task.owner_epoch == 2
     finished = [e.data for e in await store.read_log("t") if e.type == "ToolFinished"]
     assert len(finished) == 1 and finished[0]["recovery"] == "unknown"  # type: ignore[index]
+
+
+@pytest.mark.slow
+async def test_a_job_result_is_delivered_once_the_stopped_database_is_back(
+    store: Store, private_server: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    await add_task(store, tmp_path, "t", {"text": "unused"})
+    private_server.stop(mode="immediate")
+    failed, delivered = asyncio.Event(), asyncio.Event()
+
+    class FirstFailure(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "not delivered yet" in record.getMessage():
+                failed.set()
+
+    handler = FirstFailure()
+    logging.getLogger("noeta.worker.jobs").addHandler(handler)
+    try:
+        jobs = JobManager(store, on_result=lambda task_id: delivered.set())
+        jobs.start("t", "j1", BackgroundJob("echo done", str(tmp_path), 10))
+        await asyncio.wait_for(failed.wait(), 60)
+        private_server.start()  # the same port: the store's DSN still points at it
+        await asyncio.wait_for(delivered.wait(), 60)
+    finally:
+        logging.getLogger("noeta.worker.jobs").removeHandler(handler)
+    (entry,) = await store.read_inbox("t")  # once: a retry after an unknown commit is deduped
+    assert isinstance(entry.payload, dict)
+    assert (entry.payload["job_id"], entry.payload["exit_code"]) == ("j1", 0)
+    assert "done" in str(entry.payload["output"])

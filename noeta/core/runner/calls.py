@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from datetime import UTC, timedelta
-from typing import TYPE_CHECKING
 
 from jsonschema import Draft202012Validator
 
-from noeta.core import failpoints
+from noeta.core import failpoints, wakeups
 from noeta.core.events import JobStarted, ToolFinished, ToolStarted, ToolWaiting, WakeupScheduled
 from noeta.core.gates import Ask, Deny, decide
 from noeta.core.model import ToolCall
 from noeta.core.payload import JSONValue
+from noeta.core.runner.context import RunContext
 from noeta.core.tool import (
     MAX_ATTEMPTS,
     OUTCOME_UNKNOWN,
@@ -32,19 +31,14 @@ from noeta.core.tool import (
     Wakeup,
 )
 
-if TYPE_CHECKING:
-    from noeta.core.runner.task import _Run
-
 log = logging.getLogger(__name__)
 
-MAX_WAKEUPS = 10  # pending per task: more is a loop gone wrong
 
-
-async def run_tools(run: _Run, calls: tuple[ToolCall, ...]) -> None:
+async def run_tools(run: RunContext, calls: tuple[ToolCall, ...]) -> None:
     """Run the reply's calls one by one, in the order the model gave them."""
     approved = {call_id: dict(items) for call_id, items in run.state.approved}
     for requested in calls:
-        tool = run.runner.tools.get(requested.name)
+        tool = run.tools.get(requested.name)
         refusal = _refusal(run, tool, requested)
         if tool is None or refusal:
             # Nothing runs: the start and its error result land together.
@@ -76,7 +70,7 @@ async def run_tools(run: _Run, calls: tuple[ToolCall, ...]) -> None:
             step.finished(output.content, output.is_error)
 
 
-async def _record(run: _Run, call: ToolCall, output: ToolOutput, recovery: str = "") -> None:
+async def _record(run: RunContext, call: ToolCall, output: ToolOutput, recovery: str = "") -> None:
     """Append the call's result; a background job it asked for is recorded with it and
     started only once that has landed (a crash before: no job; after: the log knows)."""
     if output.wakeup is not None and not output.is_error:
@@ -86,41 +80,37 @@ async def _record(run: _Run, call: ToolCall, output: ToolOutput, recovery: str =
     if job is None:
         await run.append([ToolFinished(call.id, output.content, output.is_error, recovery)])
         return
-    if run.runner.jobs is None:
+    if run.jobs is None:
         refusal = "run_in_background needs a noeta worker; run the command in the foreground"
         await run.append([ToolFinished(call.id, refusal, True, recovery)])
         return
     finished = ToolFinished(call.id, output.content, output.is_error, recovery)
     await run.append([finished, JobStarted(call.id, job.command)])
-    run.runner.jobs.start(run.task_id, call.id, job)
+    run.jobs.start(run.task_id, call.id, job)
 
 
-async def _record_wakeup(run: _Run, call: ToolCall, wakeup: Wakeup, recovery: str) -> None:
+async def _record_wakeup(run: RunContext, call: ToolCall, wakeup: Wakeup, recovery: str) -> None:
     """The wake-up lands with the call's result, its due time on the store's clock (the
     clock claims are measured on), so any worker wakes the task at the same moment."""
-    if len(run.state.wakeups) >= MAX_WAKEUPS:
-        refusal = f"this task has {MAX_WAKEUPS} wake-ups pending already; that is the limit"
+    if len(run.state.wakeups) >= wakeups.MAX_WAKEUPS:
+        limit = wakeups.MAX_WAKEUPS
+        refusal = f"this task has {limit} wake-ups pending already; that is the limit"
         await run.append([ToolFinished(call.id, refusal, True, recovery)])
         return
-    now = await run.store.clock()
-    due = wakeup.at if wakeup.at is not None else now + timedelta(seconds=wakeup.delay_seconds or 0)
-    due = max(due, now).astimezone(UTC)
-    stamp = due.isoformat(timespec="milliseconds")
-    told = (
-        f"Wake-up scheduled for {stamp} (in {(due - now).total_seconds():.0f} s). "
-        "End your turn now; you will be woken then with your prompt."
-    )
-    scheduled = WakeupScheduled(call.id, stamp, wakeup.prompt)
+    now = await run.clock()
+    due = wakeups.due_time(wakeup, now)
+    told = wakeups.scheduled_reply(due, now)
+    scheduled = WakeupScheduled(call.id, wakeups.stamp(due), wakeup.prompt)
     await run.append([ToolFinished(call.id, told, False, recovery), scheduled])
 
 
 def _gated(
-    run: _Run, call: ToolCall, approved: dict[str, dict[str, JSONValue]]
+    run: RunContext, call: ToolCall, approved: dict[str, dict[str, JSONValue]]
 ) -> ToolCall | Ask | Deny:
     """The call as the gates let it run, or why it may not (yet)."""
     if call.id in approved:  # a person allowed it: it runs as it was asked about
         return ToolCall(call.id, call.name, approved[call.id])
-    decision, input = decide(run.runner.gates, call.name, call.input, _context(run, call))
+    decision, input = decide(run.gates, call.name, call.input, _context(run, call))
     if isinstance(decision, Ask):
         return Ask(decision.question, input)
     if isinstance(decision, Deny):
@@ -128,9 +118,9 @@ def _gated(
     return ToolCall(call.id, call.name, input)
 
 
-async def recover_calls(run: _Run, calls: tuple[tuple[ToolCall, int], ...]) -> None:
+async def recover_calls(run: RunContext, calls: tuple[tuple[ToolCall, int], ...]) -> None:
     for call, starts in calls:
-        tool = run.runner.tools.get(call.name)
+        tool = run.tools.get(call.name)
         ctx = _context(run, call)
         if isinstance(tool, RecoverableTool):
             with run.trace.tool(call, run.state, "recover") as step:
@@ -169,7 +159,7 @@ async def _execute(tool: Tool, call: ToolCall, ctx: ToolContext) -> ToolOutput:
         return ToolOutput(f"{call.name} failed: {type(error).__name__}: {error}", is_error=True)
 
 
-def _refusal(run: _Run, tool: Tool | None, call: ToolCall) -> str:
+def _refusal(run: RunContext, tool: Tool | None, call: ToolCall) -> str:
     """Why a call cannot run at all ("" if it can): the model reads this, nothing crashes."""
     if tool is None or call.name not in _enabled(run):
         return f"there is no tool named {call.name!r}"
@@ -188,11 +178,10 @@ def _refusal(run: _Run, tool: Tool | None, call: ToolCall) -> str:
 _validators: dict[str, tuple[object, Draft202012Validator]] = {}
 
 
-def _context(run: _Run, call: ToolCall) -> ToolContext:
-    workspace = run.runner.workspace_for(run.task_id)
-    return ToolContext(task_id=run.task_id, call_id=call.id, workspace=workspace)
+def _context(run: RunContext, call: ToolCall) -> ToolContext:
+    return ToolContext(task_id=run.task_id, call_id=call.id, workspace=run.workspace)
 
 
-def _enabled(run: _Run) -> tuple[str, ...]:
+def _enabled(run: RunContext) -> tuple[str, ...]:
     config = run.state.config
     return config.tools if config is not None else ()

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from noeta.core import events as ev
-from noeta.core import failpoints
+from noeta.core import failpoints, wakeups
 from noeta.core.errors import NoetaError, StoreError
 from noeta.core.fold import LoggedEvent, TaskState, fold
 from noeta.core.gates import Gate
@@ -42,6 +42,7 @@ from noeta.core.next_action import (
     next_action,
     on_internal_error,
 )
+from noeta.core.pin import Pin
 from noeta.core.request import build_request
 from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
 from noeta.core.runner import calls
@@ -105,7 +106,7 @@ class TaskRunner:
     # The worker's background jobs; None: Bash's run_in_background is refused.
     jobs: Jobs | None = None
     # The plugins this worker has, as pins; None: do not check (tests, noeta run alone).
-    pins: tuple[tuple[str, str, str, str], ...] | None = None
+    pins: tuple[Pin, ...] | None = None
 
     def workspace_for(self, task_id: str) -> str:
         if not self.workspaces:
@@ -130,7 +131,8 @@ class TaskRunner:
 
 
 class _Run:
-    """One claim's run of a task; `state` always equals the fold of what landed."""
+    """One claim's run of a task (the RunContext of calls.py); `state` always equals the
+    fold of what landed."""
 
     def __init__(
         self,
@@ -151,9 +153,30 @@ class _Run:
         self.pending: list[ev.Event] = []
         self.cancel_checked_at = -math.inf
 
+    # --- the RunContext the steps in calls.py see ---------------------------------------
+
     @property
     def task_id(self) -> str:
         return self.claim.task_id
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        return self.runner.tools
+
+    @property
+    def gates(self) -> Sequence[Gate]:
+        return self.runner.gates
+
+    @property
+    def jobs(self) -> Jobs | None:
+        return self.runner.jobs
+
+    @property
+    def workspace(self) -> str:
+        return self.runner.workspace_for(self.task_id)
+
+    async def clock(self) -> datetime:
+        return await self.store.clock()
 
     async def loop(self) -> RunResult:
         if self.runner.pins is not None:
@@ -202,7 +225,7 @@ class _Run:
                             await self.append([], next_state=WaitHolding())
                             return RunResult("holding", self.state)
                         # Claimable again at the next wake-up's due time, or by a delivery.
-                        await self.append([], next_state=Wait(until=self._next_wakeup()))
+                        await self.append([], next_state=Wait(until=wakeups.next_due(self.state)))
                         return RunResult("waiting", self.state)
                     case EndTurn() | FinishTask():
                         await self.settle([], action)
@@ -345,13 +368,9 @@ class _Run:
             return True
         return False
 
-    def _next_wakeup(self) -> datetime | None:
-        wakeups = self.state.wakeups
-        return datetime.fromisoformat(wakeups[0][1]) if wakeups else None
-
     async def _wake_if_due(self) -> bool:
         """Open a turn for the first pending wake-up if its time has come (store clock)."""
-        due = self._next_wakeup()
+        due = wakeups.next_due(self.state)
         if due is None or due > await self.store.clock():
             return False
         await self.append([ev.WokenUp(self.state.wakeups[0][0])])
@@ -402,16 +421,12 @@ class _Run:
         else:
             await self.append([replied])
 
-    async def _check_pins(
-        self, available: tuple[tuple[str, str, str, str], ...]
-    ) -> RunResult | None:
+    async def _check_pins(self, available: tuple[Pin, ...]) -> RunResult | None:
         match check_pins(self.state, available):
             case PinPlugins(pins=pins):
                 self.pending.append(ev.PluginsPinned(pins))  # lands with the first append
             case LeavePluginMissing(missing=missing):
-                names = ", ".join(
-                    f"{name} ({source} {version})" for name, source, version, _ in missing
-                )
+                names = ", ".join(f"{pin.name} ({pin.source} {pin.version})" for pin in missing)
                 if await self._give_up_loading(f"plugin_missing: this worker lacks {names}"):
                     return RunResult("finished", self.state)
                 return RunResult("plugin_missing", self.state)

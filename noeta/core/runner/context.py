@@ -1,0 +1,58 @@
+"""RunContext: what a step of the runner (the tool calls) needs of the task's run.
+
+The loop in `task.py` is the one implementation; `calls.py` sees only this, so the two
+modules do not import each other and a step cannot reach into the loop's private state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from noeta.core.events import Event
+from noeta.core.fold import TaskState
+from noeta.core.gates import Gate
+from noeta.core.tool import Jobs, Tool
+from noeta.observability import tracing
+
+
+class RunContext(Protocol):
+    """One claim's run of one task, as a step sees it."""
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def state(self) -> TaskState:
+        """The fold of everything that has landed, this run's appends included."""
+        ...
+
+    @property
+    def trace(self) -> tracing.Attempt: ...
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        """The tools this process has, by name (the task's config says which it may use)."""
+        ...
+
+    @property
+    def gates(self) -> Sequence[Gate]: ...
+
+    @property
+    def jobs(self) -> Jobs | None:
+        """The worker's background jobs; None: a job cannot be started here."""
+        ...
+
+    @property
+    def workspace(self) -> str:
+        """The task's own directory for file tools; "" gives them no file access."""
+        ...
+
+    async def clock(self) -> datetime:
+        """The store's clock: the one leases and due times are measured on."""
+        ...
+
+    async def append(self, new_events: Sequence[Event]) -> None:
+        """Append under the claim's fence and fold what landed into `state`."""
+        ...
