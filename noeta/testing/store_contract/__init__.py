@@ -18,12 +18,19 @@ from noeta.testing.store_contract.fixtures import (
     eventually_claim,
 )
 from noeta.testing.store_contract.inbox import InboxContract
+from noeta.testing.store_contract.late_results import LateResultContract
 from noeta.testing.store_contract.logs import LogContract
 
 __all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim"]
 
 
 class StoreContract(
-    StoreFixtures, ClaimContract, FenceContract, InboxContract, LogContract, CronContract
+    StoreFixtures,
+    ClaimContract,
+    FenceContract,
+    InboxContract,
+    LogContract,
+    CronContract,
+    LateResultContract,
 ):
     """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""
