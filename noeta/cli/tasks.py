@@ -11,12 +11,20 @@ from datetime import UTC
 import click
 
 from noeta.cli.options import DEFAULT_MODEL, config_option, json_option, store_option
-from noeta.cli.text import event_json, event_line, read_text, task_json
+from noeta.cli.text import (
+    event_json,
+    event_line,
+    late_result_json,
+    late_result_line,
+    read_text,
+    task_json,
+)
 from noeta.config import Config, load_config
 from noeta.core.errors import ConfigError, NoetaError
 from noeta.core.store import (
     CANCEL_KEY,
     DEFAULT_QUEUE,
+    LateResult,
     Store,
     StoredEvent,
     TaskRecord,
@@ -285,9 +293,13 @@ async def _existing(store: Store, task_id: str) -> TaskRecord:
 @store_option
 def show(task_id: str, as_json: bool, store: str | None) -> None:
     """Show a task: its state and its log."""
-    record, log = asyncio.run(_show(task_id, store))
+    record, log, late = asyncio.run(_show(task_id, store))
     if as_json:
-        document = {"task": task_json(record), "log": [json.loads(event_json(e)) for e in log]}
+        document = {
+            "task": task_json(record),
+            "log": [json.loads(event_json(e)) for e in log],
+            "late_results": [late_result_json(result, log) for result in late],
+        }
         click.echo(json.dumps(document, ensure_ascii=False, indent=2))
         return
     click.echo(
@@ -296,14 +308,22 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
     )
     for event in log:
         click.echo(event_line(event))
+    if late:
+        click.echo("late results (a tool's result that came after its claim was gone):")
+        for result in late:
+            click.echo(late_result_line(result, log))
 
 
-async def _show(task_id: str, url: str | None) -> tuple[TaskRecord, list[StoredEvent]]:
+async def _show(
+    task_id: str, url: str | None
+) -> tuple[TaskRecord, list[StoredEvent], list[LateResult]]:
     from noeta.backends.stores import open_store
 
     store = await open_store(url, application_name="noeta-show")
     try:
         record = await _existing(store, task_id)
-        return record, await store.read_log(task_id)
+        # Late results first: one kept after the log was read would look unrecorded.
+        late = await store.late_results(task_id)
+        return record, await store.read_log(task_id), late
     finally:
         await store.close()

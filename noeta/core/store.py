@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Literal, Protocol
 
+from noeta.core import payload
 from noeta.core.errors import (
     CommitUnknown,
     ConfigError,
@@ -27,7 +28,6 @@ from noeta.core.errors import (
     StoreUnavailable,
     UnknownTask,
 )
-from noeta.core import payload
 from noeta.core.payload import JSONValue
 
 __all__ = [

@@ -13,6 +13,7 @@ from typing import Protocol
 from noeta.core.events import Event
 from noeta.core.fold import TaskState
 from noeta.core.gates import Gate
+from noeta.core.store import Claim, Store
 from noeta.core.tool import Jobs, Tool
 from noeta.observability import tracing
 
@@ -22,6 +23,16 @@ class RunContext(Protocol):
 
     @property
     def task_id(self) -> str: ...
+
+    @property
+    def claim(self) -> Claim:
+        """The claim this run writes under (a late result names its epoch)."""
+        ...
+
+    @property
+    def store(self) -> Store:
+        """For what lives beside the log (late results); the log only through `append`."""
+        ...
 
     @property
     def state(self) -> TaskState:
