@@ -59,7 +59,7 @@ def event_line(event: StoredEvent) -> str:
 
 def late_result_fate(result: LateResult, log: list[StoredEvent]) -> str:
     """What became of a late result, read from the log: the log is the truth, the kept
-    result only a hint (ADR-0040)."""
+    result only a hint (ADR-040)."""
     for event in log:
         data = event.data if isinstance(event.data, dict) else {}
         if event.type != "ToolFinished" or data.get("call_id") != result.call_id:

@@ -83,7 +83,7 @@ class ToolFinished:
     content: str
     is_error: bool = False
     # How a half-done call was settled: "late" (the result its own run kept when its
-    # claim was gone, ADR-0040), "recover", "rerun", "unknown"; "" it was not half done.
+    # claim was gone, ADR-040), "recover", "rerun", "unknown"; "" it was not half done.
     recovery: str = ""
     # With "late": the epoch whose claim ran the call. 0 otherwise, and in logs written
     # before the field existed (a field with a default: old logs decode unchanged).

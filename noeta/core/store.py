@@ -212,7 +212,7 @@ class LateResult:
     """A tool's result that came back after its claim was gone, kept outside the log.
 
     Keyed by the call's idempotency key, (task id, call id): one tool invocation. Only a
-    hint (ADR-0040): the next claimer records it through its own fenced append if the
+    hint (ADR-040): the next claimer records it through its own fenced append if the
     call is still half done in the log; otherwise it stays here for the operator.
     """
 
@@ -415,7 +415,7 @@ class Store(Protocol):
         """Keep a result a tool returned after its claim was gone; needs no claim.
 
         Writes neither the log nor the task row. False if a result is kept for this call
-        already: the first stays (ADR-0040). Raises `UnknownTask` for an unknown task.
+        already: the first stays (ADR-040). Raises `UnknownTask` for an unknown task.
         """
         ...
 

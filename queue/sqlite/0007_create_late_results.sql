@@ -1,4 +1,4 @@
--- Tool results that came back after their claim was gone (ADR-0040): a worker paused past
+-- Tool results that came back after their claim was gone (ADR-040): a worker paused past
 -- its lease finished a call, and its ToolFinished was refused. Kept outside the fenced log,
 -- as a hint: the next claimer records one through its own fenced append if the call is
 -- still half done in the log; otherwise it stays here for the operator (`noeta show`).

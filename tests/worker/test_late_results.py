@@ -1,5 +1,5 @@
 """A tool's result that comes back after its claim was gone is handed over, not thrown
-away (ADR-0040): real `noeta worker` processes, held at named points by `pause`
+away (ADR-040): real `noeta worker` processes, held at named points by `pause`
 failpoints (SIGSTOP of themselves) and let go with SIGCONT, so which worker runs when is
 decided by the test, never by timing."""
 

@@ -1,7 +1,7 @@
 """The tool step, and `recover_calls`: settling calls a crash left half done (SPEC §4).
 
 A half-done call (ToolStarted, no ToolFinished) is settled in this order: the result its
-own run kept when its claim was gone (a late result, ADR-0040); the tool's own `recover`,
+own run kept when its claim was gone (a late result, ADR-040); the tool's own `recover`,
 given the same idempotency key; a re-run, if the tool is `retry_safe` and has started
 fewer than `tool.MAX_ATTEMPTS` times; else an error result saying its outcome is unknown.
 Recovered calls do not pass the gates again: they were allowed when they ran.

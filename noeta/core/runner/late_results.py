@@ -1,4 +1,4 @@
-"""Late results (ADR-0040): a result a tool returned after its claim was gone is kept
+"""Late results (ADR-040): a result a tool returned after its claim was gone is kept
 beside the log, and the next claimer records it through its own fenced append.
 
 The log stays the only truth: a kept result is a hint, read only for a call the log still

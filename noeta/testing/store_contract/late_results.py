@@ -1,5 +1,5 @@
 """The contract for late results: a tool's result kept, without a claim, for the call's
-next claimer (ADR-0040). First kept wins; the log and the task row are never touched."""
+next claimer (ADR-040). First kept wins; the log and the task row are never touched."""
 
 from __future__ import annotations
 

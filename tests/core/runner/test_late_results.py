@@ -1,4 +1,4 @@
-"""Late results in the runner, on both stores (ADR-0040): a tool's result whose claim
+"""Late results in the runner, on both stores (ADR-040): a tool's result whose claim
 was taken over while it ran is kept, and handed to the next claimer, or kept for the
 operator when that claimer has settled the call already. The takeover happens inside the
 tool, so the order of events is fixed by the test."""

@@ -1,5 +1,5 @@
 """Late results on PostgreSQL: a tool's result kept, without a claim, for the call's next
-claimer (ADR-0040). One statement each; the log and the task row are never touched."""
+claimer (ADR-040). One statement each; the log and the task row are never touched."""
 
 from __future__ import annotations
 

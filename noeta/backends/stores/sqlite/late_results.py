@@ -1,5 +1,5 @@
 """Late results on sqlite: a tool's result kept, without a claim, for the call's next
-claimer (ADR-0040). The log and the task row are never touched."""
+claimer (ADR-040). The log and the task row are never touched."""
 
 from __future__ import annotations
 
