@@ -92,7 +92,7 @@ async def _record(run: _Run, call: ToolCall, output: ToolOutput, recovery: str =
         return
     finished = ToolFinished(call.id, output.content, output.is_error, recovery)
     await run.append([finished, JobStarted(call.id, job.command)])
-    run.runner.jobs.start(run.task_id, call.id, job)
+    run.runner.jobs.start(run.claim, call.id, job)
 
 
 async def _record_wakeup(run: _Run, call: ToolCall, wakeup: Wakeup, recovery: str) -> None:

@@ -307,7 +307,7 @@ class _Run:
 
     def _jobs_running_here(self) -> set[str]:
         jobs = self.runner.jobs
-        return jobs.running(self.task_id) & set(self.state.jobs) if jobs else set()
+        return jobs.running(self.claim) & set(self.state.jobs) if jobs else set()
 
     async def _take_job_result(self, inbox: list[InboxEntry]) -> bool:
         results = _job_results(inbox)
