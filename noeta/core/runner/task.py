@@ -233,6 +233,10 @@ class _Run:
         take: Sequence[int] = (),
         next_state: NextState = Continue(),
     ) -> None:
+        if isinstance(next_state, Finish):
+            # A task never ends with a job unaccounted for: the worker stops it with the
+            # claim once this lands (SPEC §3), so the log says so here.
+            self.pending += [ev.JobStopped(job_id) for job_id in self.state.jobs]
         new_events = [*self.pending, *new_events]
         self.pending = []
         encoded = [NewEvent(*ev.encode(event)) for event in new_events]
