@@ -289,7 +289,10 @@ def _open_turn(f: _Folding, text: str) -> None:
 def _take_reply(f: _Folding, reply: ModelReplied) -> None:
     f.model_attempts = 0
     f.replies += 1
-    texts = tuple(block for block in reply.content if isinstance(block, Text) and block.text)
+    # A blank block (older logs hold some) is left out: Anthropic refuses it re-sent.
+    texts = tuple(
+        block for block in reply.content if isinstance(block, Text) and block.text.strip()
+    )
     calls = tuple(block for block in reply.content if isinstance(block, ToolCall))
     if reply.stop_reason == "max_tokens":
         # A cut-off reply's tool calls may be incomplete: keep its text, ask to go on.
