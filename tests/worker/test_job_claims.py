@@ -19,9 +19,13 @@ from .conftest import WorkerProcess, add_task, log_types, status_of, until
 
 
 def job_writing_its_pid(pidfile: Path) -> dict[str, Any]:
+    """A background job, then a foreground call that returns once the job has written its
+    pid: the next model call (where the failpoints strike) never comes before the pid."""
     command = f"echo $$ > {pidfile}; exec sleep 120"
-    call = {"id": "job1", "name": "Bash", "input": {"command": command, "run_in_background": True}}
-    return {"tool_calls": [call]}
+    job = {"id": "job1", "name": "Bash", "input": {"command": command, "run_in_background": True}}
+    started = f"until [ -s {pidfile} ]; do sleep 0.01; done"
+    wait = {"id": "wait1", "name": "Bash", "input": {"command": started}}
+    return {"tool_calls": [job, wait]}
 
 
 def alive(pid: int) -> bool:
