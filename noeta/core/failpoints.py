@@ -9,7 +9,8 @@ only the task that hit the point), `raise(Name)` (raise ConnectionError, Runtime
 a noeta store error by name). `action@N` fires on the N-th hit only. Unset, every point
 is one dictionary lookup on an empty dict. Points: claim.after_commit,
 append.before_commit, append.after_commit, cron.after_fire (the scheduler, after each
-slot it handles), model.after_called, tool.after_started, tool.before_finished.
+slot it handles), run.after_create (`noeta run`, between creating its task and claiming
+it), model.after_called, tool.after_started, tool.before_finished.
 """
 
 from __future__ import annotations

@@ -116,6 +116,9 @@ class TaskStatus(StrEnum):
         return self in (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.CANCELLED)
 
 
+ClaimKey = tuple[str, int]  # (task id, epoch)
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """The right to write one task, for one epoch, until the lease ends (database clock)."""
@@ -126,6 +129,12 @@ class Claim:
     lease_until: datetime
     # The claim took the task from a worker whose lease had lapsed (for logs and metrics).
     taken_over: bool = field(default=False, compare=False)
+
+    @property
+    def key(self) -> ClaimKey:
+        """What identifies the claim whatever its lease: a worker's bookkeeping for one
+        epoch must never touch the next (the same worker may claim the task again)."""
+        return (self.task_id, self.epoch)
 
 
 @dataclass(frozen=True, slots=True)

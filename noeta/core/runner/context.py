@@ -22,12 +22,13 @@ class RunContext(Protocol):
     """One claim's run of one task, as a step sees it."""
 
     @property
-    def task_id(self) -> str: ...
+    def claim(self) -> Claim:
+        """The claim this run holds: what its background jobs are keyed by, and whose
+        epoch a late result names."""
+        ...
 
     @property
-    def claim(self) -> Claim:
-        """The claim this run writes under (a late result names its epoch)."""
-        ...
+    def task_id(self) -> str: ...
 
     @property
     def store(self) -> Store:

@@ -256,6 +256,10 @@ class _Run:
         take: Sequence[int] = (),
         next_state: NextState = Continue(),
     ) -> None:
+        if isinstance(next_state, Finish):
+            # A task never ends with a job unaccounted for: the worker stops it with the
+            # claim once this lands (SPEC §3), so the log says so here.
+            self.pending += [ev.JobStopped(job_id) for job_id in self.state.jobs]
         new_events = [*self.pending, *new_events]
         self.pending = []
         encoded = [NewEvent(*ev.encode(event)) for event in new_events]
@@ -330,7 +334,7 @@ class _Run:
 
     def _jobs_running_here(self) -> set[str]:
         jobs = self.runner.jobs
-        return jobs.running(self.task_id) & set(self.state.jobs) if jobs else set()
+        return jobs.running(self.claim) & set(self.state.jobs) if jobs else set()
 
     async def _take_job_result(self, inbox: list[InboxEntry]) -> bool:
         results = _job_results(inbox)
