@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores.postgres import PostgresStore
+from noeta.core.errors import ConfigError
 
 LIMITS = (
     "statement_timeout",
@@ -58,3 +60,10 @@ async def test_the_urls_own_options_win(postgres_url: str) -> None:
     assert shown["statement_timeout"] == "90s"
     assert shown["lock_timeout"] == "0"
     assert shown["client_connection_check_interval"] == "1s"  # half the 2 s deadline
+
+
+async def test_an_unparseable_url_is_a_config_error_without_its_password() -> None:
+    url = "postgresql://noeta:s3cret-pw@127.0.0.1:1/noeta options='-c statement_timeout=1s'"
+    with pytest.raises(ConfigError, match="percent-encode") as raised:
+        await PostgresStore.open(url)
+    assert "s3cret-pw" not in str(raised.value)

@@ -7,7 +7,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import psycopg
 from psycopg.conninfo import conninfo_to_dict
+
+from noeta.core.errors import ConfigError
 
 # client_connection_check_interval exists from PostgreSQL 14; an older server refuses a
 # session that names it.
@@ -66,6 +69,12 @@ class SessionLimits:
 def startup_options(dsn: str, settings: Mapping[str, str]) -> str:
     """libpq `options`: noeta's settings first, then the URL's own `options` (else
     PGOPTIONS, as libpq would use), so that a deployment's `-c name=value` wins."""
-    own = conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS") or ""
+    try:
+        own = conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS") or ""
+    except psycopg.ProgrammingError:  # libpq's reason quotes the URL, password and all
+        raise ConfigError(
+            "invalid PostgreSQL URL: libpq cannot parse it (in a postgresql:// URL, "
+            "percent-encode spaces and '=' inside values, e.g. options=-c%20name%3Dvalue)"
+        ) from None
     ours = " ".join(f"-c {name}={value}" for name, value in settings.items())
     return f"{ours} {own}".strip()
