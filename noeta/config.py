@@ -1,6 +1,6 @@
 """The deployment's noeta config file: plugins, gates and where task workspaces live.
 
-workspaces: /var/lib/noeta/workspaces   # each task's files: <workspaces>/<task id>
+workspaces: /var/lib/noeta-workspaces   # each task's files: <workspaces>/<task id>
 plugins:                                # default: just the built-in tools (core)
   - core
   - module: noeta.plugins.mcp
@@ -30,9 +30,14 @@ _ACTIONS = ("allow", "deny", "ask", "rewrite")
 
 
 def default_workspaces() -> str:
+    """`<home>-workspaces` beside the noeta home, never inside it: the home holds the
+    embedded server's data and password, which no task's files may sit next to."""
     from noeta.backends.stores.embedded import default_home
 
-    return str(default_home() / "workspaces")
+    home = default_home().absolute()
+    if not home.name:
+        raise ConfigError(f"NOETA_HOME {str(home)!r} has no folder name; name a folder")
+    return str(home.with_name(f"{home.name}-workspaces"))
 
 
 @dataclass(frozen=True)

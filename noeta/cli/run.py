@@ -52,9 +52,10 @@ def run(
     """
     prompt = read_text(prompt, "prompt")
     from noeta.core.store import check_lease
+    from noeta.core.task_id import check_task_id
 
     check_lease(lease_seconds)
-    task_id = task_id or uuid.uuid4().hex[:12]
+    task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]
     settings = load_config(config)
     status, answer, error = asyncio.run(
         _run(prompt, model, task_id, lease_seconds, settings, store)
