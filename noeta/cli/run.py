@@ -9,6 +9,7 @@ import uuid
 
 import click
 
+from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import DEFAULT_MODEL, config_option, store_option
 from noeta.cli.text import read_text
 from noeta.config import Config, load_config
@@ -51,6 +52,7 @@ def run(
     PROMPT `-` reads the prompt from standard input.
     """
     prompt = read_text(prompt, "prompt")
+    make_non_dumpable()  # tools run in this process: they must not reach its secrets
     from noeta.core.store import check_lease
     from noeta.core.task_id import check_task_id
 

@@ -46,7 +46,9 @@ class JobManager:
             await self.stop(task_id)
 
     async def _run(self, task_id: str, job_id: str, job: BackgroundJob) -> None:
-        finished = await run_command(job.command, job.cwd, job.timeout_seconds, OUTPUT_CAP_CHARS)
+        finished = await run_command(
+            job.command, job.cwd, job.timeout_seconds, OUTPUT_CAP_CHARS, job.environment
+        )
         result = {
             "kind": "job",
             "job_id": job_id,

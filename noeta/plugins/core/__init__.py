@@ -22,6 +22,7 @@ from noeta.plugins.core.todo import TodoWrite
 from noeta.plugins.core.toolsearch import ToolSearch
 from noeta.plugins.core.wakeup import ScheduleWakeup
 from noeta.plugins.core.web import WebFetch
+from noeta.plugins.tool_environment import passed_names
 
 __all__ = [
     "Bash",
@@ -38,7 +39,7 @@ __all__ = [
     "plugin",
 ]
 
-PARAMETERS = ("bash_timeout_seconds", "output_cap_chars")
+PARAMETERS = ("bash_timeout_seconds", "output_cap_chars", "pass_env")
 MIN_OUTPUT_CAP_CHARS = 1_000  # below this even an error message would be cut
 
 
@@ -50,6 +51,7 @@ class CorePlugin:
         bash_timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         output_cap_chars: int = DEFAULT_OUTPUT_CAP_CHARS,
         deferred: Sequence[ToolSpec] = (),
+        pass_env: Sequence[str] = (),
     ) -> None:
         # output_cap_chars caps what comes from outside the workspace: Bash and WebFetch.
         self._tools: tuple[Tool, ...] = (
@@ -58,7 +60,7 @@ class CorePlugin:
             Edit(),
             Glob(),
             Grep(),
-            Bash(bash_timeout_seconds, output_cap_chars),
+            Bash(bash_timeout_seconds, output_cap_chars, pass_env),
             WebFetch(output_cap_chars=output_cap_chars),
             TodoWrite(),
             ScheduleWakeup(),
@@ -93,4 +95,5 @@ def plugin(params: dict[str, JSONValue]) -> CorePlugin:
             f"core plugin: output_cap_chars must be an integer of at least "
             f"{MIN_OUTPUT_CAP_CHARS:,}, not {cap!r}"
         )
-    return CorePlugin(bash_timeout_seconds=float(timeout), output_cap_chars=cap)
+    pass_env = passed_names("core plugin", params.get("pass_env"))
+    return CorePlugin(bash_timeout_seconds=float(timeout), output_cap_chars=cap, pass_env=pass_env)
