@@ -8,7 +8,7 @@ plugins:                                # default: just the built-in tools (core
   - entry_point: acme-tools             # group "noeta.plugins"
 gates:
   - {tool: Bash, field: command, pattern: 'rm\\s+-rf', action: deny, reason: no rm -rf}
-  - {tool: Write, field: path, outside_workspace: true, action: ask}
+  - {tool: Write, field: file_path, outside_workspace: true, action: ask}
 """
 
 from __future__ import annotations
@@ -104,6 +104,7 @@ def _gate(path: str, item: Any) -> GateRule:
             outside_workspace=bool(item.get("outside_workspace", False)),
             reason=str(item.get("reason", "")),
             set=yamlfile.plain(item.get("set") or {}),
+            source=f"{path}, line {line}",
         )
     except re.error as error:
         raise fail(f"pattern is not a regular expression: {error}") from None
