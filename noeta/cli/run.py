@@ -9,6 +9,7 @@ import uuid
 
 import click
 
+from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import DEFAULT_MODEL, config_option, store_option
 from noeta.cli.text import read_text
 from noeta.config import Config, load_config
@@ -56,10 +57,12 @@ def run(
     `noeta-run`, which workers do not serve unless asked, so no worker takes it.
     """
     prompt = read_text(prompt, "prompt")
+    make_non_dumpable()  # tools run in this process: they must not reach its secrets
     from noeta.core.store import check_lease
+    from noeta.core.task_id import check_task_id
 
     check_lease(lease_seconds)
-    task_id = task_id or uuid.uuid4().hex[:12]
+    task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]
     settings = load_config(config)
     status, answer, error = asyncio.run(
         _run(prompt, model, task_id, lease_seconds, settings, store)

@@ -31,6 +31,7 @@ from noeta.core.store import (
     TaskStatus,
     check_key,
 )
+from noeta.core.task_id import check_task_id
 
 POLL_SECONDS = 0.5  # how often `tail --follow` looks for new events
 
@@ -76,7 +77,7 @@ def submit(
             raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
         prompt = ""  # a conversation that starts with the first message
     check_key("queue name", queue)
-    task_id = check_key("task id", task_id) if task_id is not None else uuid.uuid4().hex[:12]
+    task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]
     split_spec(model)  # the worker holds the API keys: only the spec's form is checked here
     settings = load_config(config)
     asyncio.run(_submit(task_id, queue, model, prompt, interactive, settings, store))

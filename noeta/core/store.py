@@ -29,6 +29,7 @@ from noeta.core.errors import (
     UnknownTask,
 )
 from noeta.core.payload import JSONValue
+from noeta.core.task_id import check_task_id
 
 __all__ = [
     "Claim",
@@ -162,6 +163,10 @@ class NewTask:
     events: Sequence[NewEvent]
     queue: str = DEFAULT_QUEUE
     ready_at: datetime | None = None  # None: claimable at once
+
+    def __post_init__(self) -> None:
+        # Every way a task is made (submit, run, cron, the API, subtasks) builds a NewTask.
+        check_task_id(self.id)
 
 
 @dataclass(frozen=True, slots=True)

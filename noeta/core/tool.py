@@ -7,7 +7,8 @@ did (`recover`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -43,6 +44,8 @@ class BackgroundJob:
     command: str
     cwd: str
     timeout_seconds: float
+    # What the command's process starts with (never logged; may hold a passed token).
+    environment: Mapping[str, str] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

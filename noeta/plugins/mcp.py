@@ -30,6 +30,7 @@ from mcp.shared.exceptions import MCPError
 from noeta.core.errors import NoetaError
 from noeta.core.payload import JSONValue
 from noeta.core.tool import OUTCOME_UNKNOWN, Tool, ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.plugins.tool_environment import passed_names, tool_environment
 
 IDEMPOTENCY_META_KEY = "idempotency_key"  # `_meta` key holding `<task id>:<call id>`
 DEFAULT_TIMEOUT_SECONDS = 120.0
@@ -52,10 +53,11 @@ class McpServerError(NoetaError):
 class ServerConfig:
     command: str
     args: tuple[str, ...] = ()
-    env: Mapping[str, str] | None = None  # merged over the SDK's small safe environment
+    env: Mapping[str, str] | None = None  # set for the server, over its allowlisted environment
     cwd: str | None = None
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS  # per call
     start_timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS  # launch, handshake and listing
+    pass_env: tuple[str, ...] = ()  # worker variables this server sees (e.g. a token)
 
 
 def plugin(params: dict[str, JSONValue]) -> McpPlugin:
@@ -86,9 +88,12 @@ def _server_config(name: str, spec: JSONValue) -> ServerConfig:
         raise ValueError(f"{where}: 'env' must map names to strings")
     if cwd is not None and not isinstance(cwd, str):
         raise ValueError(f"{where}: 'cwd' must be a string")
-    timeouts = [_seconds(where, spec, key) for key in ("timeout_seconds", "start_timeout_seconds")]
+    timeout, start_timeout = (
+        _seconds(where, spec, key) for key in ("timeout_seconds", "start_timeout_seconds")
+    )
+    pass_env = passed_names(where, spec.get("pass_env"))
     return ServerConfig(command, tuple(cast(list[str], args)), cast(dict[str, str] | None, env),
-                        cwd, *timeouts)  # fmt: skip
+                        cwd, timeout, start_timeout, pass_env)  # fmt: skip
 
 
 def _seconds(where: str, spec: dict[str, JSONValue], key: str) -> float:
@@ -174,7 +179,8 @@ class _Server:
         """Hold the transport and session open until `close()`; report how starting went."""
         params = StdioServerParameters(
             command=self.config.command, args=list(self.config.args),
-            env=dict(self.config.env or {}), cwd=self.config.cwd,
+            env={**tool_environment(None, self.config.pass_env), **(self.config.env or {})},
+            cwd=self.config.cwd,
         )  # fmt: skip
         try:
             async with AsyncExitStack() as stack:

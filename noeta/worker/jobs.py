@@ -57,7 +57,9 @@ class JobManager:
 
     async def _run(self, claim: Claim, job_id: str, job: BackgroundJob) -> None:
         task_id = claim.task_id
-        finished = await run_command(job.command, job.cwd, job.timeout_seconds, OUTPUT_CAP_CHARS)
+        finished = await run_command(
+            job.command, job.cwd, job.timeout_seconds, OUTPUT_CAP_CHARS, job.environment
+        )
         result = {
             "kind": "job",
             "job_id": job_id,

@@ -1,19 +1,22 @@
 """Keeping claims alive: one renewal statement per round for every claim held.
 
 A claim the store does not renew is reported lost at once. When the store cannot be
-reached, renewal keeps trying until, by this process's own clock, the lease would have
-run out; then every claim is reported lost (SPEC §3). Claims are held by their key (task
-id and epoch): an answer about epoch N never touches epoch N+1 of the same task.
+reached (or refuses: any StoreError), renewal keeps trying, sooner than a round (capped
+backoff with jitter), until, by this process's own clock, the lease would have run out;
+then every claim is reported lost (SPEC §3). Claims are held by their key (task id and
+epoch): an answer about epoch N never touches epoch N+1 of the same task.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Callable
 
 from noeta.core.errors import StoreError
+from noeta.core.retry import backoff_seconds
 from noeta.core.store import Claim, ClaimKey, Store
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,7 @@ class Renewer:
         self.on_lost = on_lost
         self.monotonic = monotonic
         self._held: dict[ClaimKey, tuple[Claim, float]] = {}  # key -> (claim, renewed at)
+        self._failures = 0  # failed rounds in a row
 
     def add(self, claim: Claim) -> None:
         self._held[claim.key] = (claim, self.monotonic())
@@ -44,9 +48,14 @@ class Renewer:
         return claim.key in self._held
 
     async def run(self) -> None:
-        """Renew every third of the lease, forever (cancel to stop)."""
+        """Renew every third of the lease, forever (cancel to stop); after a failed round,
+        the next comes sooner (0.5 s, 1 s, 2 s, ... jittered, never later than a round),
+        so that a store back within the lease is seen in time."""
         while True:
-            await asyncio.sleep(self.lease_seconds / 3)
+            wait = self.lease_seconds / 3
+            if self._failures:
+                wait = min(wait, backoff_seconds(self._failures, None, random.random()))
+            await asyncio.sleep(wait)
             await self.renew_once()
 
     async def renew_once(self) -> None:
@@ -60,6 +69,7 @@ class Renewer:
                 [claim for claim, _ in held.values()], self.lease_seconds
             )
         except StoreError as error:
+            self._failures += 1
             now = self.monotonic()
             for claim, renewed_at in held.values():
                 if claim.key in self._held and now - renewed_at >= self.lease_seconds:
@@ -70,6 +80,7 @@ class Renewer:
                     )
                     self._lose(claim)
             return
+        self._failures = 0
         renewed = {claim.key: claim for claim in answer.values()}
         lost = []
         for key, (claim, _) in held.items():

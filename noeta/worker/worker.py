@@ -6,6 +6,7 @@
 | Conflict on append                    | stop writing to that task                             |
 | StoreUnavailable while working        | stop; once the store is back and the lease lapsed,    |
 |                                       | the task is claimed again                             |
+| any other StoreError while claiming   | back off (capped at a lease, jittered); never exit    |
 | CommitUnknown                         | a lost claim; during a claim: adopt what the store    |
 |                                       | records as ours that we are not running (renewed      |
 |                                       | while they wait for a slot)                           |
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +29,7 @@ from typing import Any
 
 from noeta.core import failpoints, wakeups
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
+from noeta.core.retry import backoff_seconds
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.core.store import CANCEL_KEY, Claim, ClaimKey, Store
 from noeta.observability import metrics, tracing
@@ -62,6 +65,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = False
         self._background: set[asyncio.Future[None]] = set()
+        self._claim_failures = 0  # store errors in a row while claiming: the backoff
 
     def wake(self) -> None:
         """Something may have become claimable: look now rather than at the next poll."""
@@ -130,9 +134,11 @@ class Worker:
         except CommitUnknown:
             log.warning("claim: the commit's outcome is unknown; adopting what is ours")
             return await self._adopt()
-        except StoreUnavailable as error:
-            log.warning("claim: %s", error)
+        except StoreError as error:  # unreachable, read-only, out of disk, a timeout, ...
+            self._claim_failures += 1
+            log.warning("claim: %s; trying again in at most %.1f s", error, self._backoff())
             return False
+        self._claim_failures = 0
         if claim is None:
             return False
         verb = "took over" if claim.taken_over else "claimed"
@@ -268,10 +274,13 @@ class Worker:
     async def _idle(self, stopping: asyncio.Task[bool]) -> None:
         # No NOTIFY says a lease lapsed or a timer fell due: ask the store when that is.
         timeout = self.settings.poll_seconds
-        with contextlib.suppress(StoreError):
-            due = await self.store.seconds_until_due(self.settings.queues)
-            if due is not None:
-                timeout = min(timeout, due + 0.005)
+        if self._claim_failures:
+            timeout = self._backoff()  # a wake-up (the listener reconnecting) cuts it short
+        else:
+            with contextlib.suppress(StoreError):
+                due = await self.store.seconds_until_due(self.settings.queues)
+                if due is not None:
+                    timeout = min(timeout, due + 0.005)
         woken = asyncio.create_task(self._wake.wait())
         try:
             await asyncio.wait(
@@ -281,6 +290,13 @@ class Worker:
             )
         finally:
             woken.cancel()
+
+    def _backoff(self) -> float:
+        """The wait after `_claim_failures` store errors in a row, jittered so workers do
+        not return as a herd; at most a lease: a store back from an outage waits no longer
+        than a takeover would."""
+        wait = backoff_seconds(self._claim_failures, None, random.random())
+        return min(wait, self.settings.lease_seconds)
 
     async def _shut_down(self) -> None:
         """Hand every running or adopted task back to ready at once (a holding wait keeps

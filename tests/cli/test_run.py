@@ -212,3 +212,44 @@ def test_run_keeps_its_task_while_a_worker_is_idle_on_the_same_store(
     finally:
         worker.kill()
         worker.wait(10)
+
+
+@pytest.mark.parametrize("task_id", ["..", ".", "a/../b", "/etc", "x" * 10_000, ""])
+def test_an_id_that_could_name_a_folder_outside_the_workspaces_is_refused(
+    sqlite_store: str, tmp_path: Path, task_id: str
+) -> None:
+    """The reported hole: `--id ..` made the task's workspace $NOETA_HOME, where the
+    embedded server's password file lives, and Read returned the password."""
+    home = tmp_path / "home"
+    (home / "workspaces").mkdir(parents=True)
+    (home / "password").write_text("the-superuser-password\n")
+    script = tmp_path / "read.yaml"
+    script.write_text(
+        "replies:\n"
+        "  - tool_calls: [{id: c1, name: Read, input: {file_path: password}}]\n"
+        "  - text: done\n"
+    )
+    result = noeta(
+        "run", "hi", "--model", f"scripted:{script}", "--id", task_id,
+        store=sqlite_store, env={"NOETA_HOME": str(home)},
+    )  # fmt: skip
+    assert "a task id is 1-128 characters of" in one_line_error(result)
+    assert "the-superuser-password" not in result.stdout + result.stderr
+    listed = noeta("tasks", "--json", store=sqlite_store)
+    assert listed.returncode == 0 and json.loads(listed.stdout or "[]") == []
+
+
+def test_the_default_workspaces_are_not_under_the_embedded_servers_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from noeta.backends.stores.embedded import default_home
+    from noeta.config import default_workspaces
+
+    for home in (tmp_path / "home", None):
+        if home is None:
+            monkeypatch.delenv("NOETA_HOME", raising=False)
+        else:
+            monkeypatch.setenv("NOETA_HOME", str(home))
+        workspaces = Path(default_workspaces())
+        assert not workspaces.is_relative_to(default_home())
+        assert workspaces.parent == default_home().parent

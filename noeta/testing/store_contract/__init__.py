@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from noeta.testing.store_contract.claims import ClaimContract
 from noeta.testing.store_contract.cron import CronContract
+from noeta.testing.store_contract.errors import ErrorContract
 from noeta.testing.store_contract.fence import FenceContract
 from noeta.testing.store_contract.fixtures import (
     LEASE,
@@ -31,6 +32,7 @@ class StoreContract(
     InboxContract,
     LogContract,
     CronContract,
+    ErrorContract,
     LateResultContract,
 ):
     """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""
