@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from noeta.core.errors import Conflict, PayloadError, UnknownTask
+from noeta.core.errors import Conflict, PayloadError, StoreUnavailable, UnknownTask
 from noeta.core.store import Finish, LateResult, NewEvent, Store
 from noeta.testing.store_contract.fixtures import LEASE, SHORT_LEASE, created, eventually_claim
 
@@ -100,3 +100,11 @@ class LateResultContract:
         await store.append(claim, 1, [NewEvent("finished", {})], next_state=Finish())
         assert await store.keep_late_result(late())
         assert len(await store.late_results("a")) == 1
+
+    async def test_a_closed_store_cannot_keep_or_read_late_results(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        await store.close()
+        with pytest.raises(StoreUnavailable):
+            await store.keep_late_result(late())
+        with pytest.raises(StoreUnavailable):
+            await store.late_results("a")
