@@ -22,6 +22,9 @@ from noeta.core.events import (
     ModelFailed,
     ModelReplied,
     PluginsPinned,
+    SubtaskLaunched,
+    SubtaskOf,
+    SubtaskReturned,
     TaskCreated,
     TaskFinished,
     ToolAnswered,
@@ -92,6 +95,13 @@ class TaskState:
     newer_event: str = ""  # the type of an event from a newer noeta: stop here
     unreadable: str = ""  # why the log cannot be folded (a gap in seq, …)
     trace: str = ""  # the latest span record in the log: how a claimer continues the trace
+    parent: str = ""  # the task whose Agent call made this one ("" for a top-level task)
+    parent_call: str = ""
+    depth: int = 0  # 0 for a top-level task
+    children: int = 0  # subtasks launched over the task's life
+    turn_children: int = 0  # subtasks launched in the open (or last) turn
+    # Launched and not yet handed back: (call id, child id, the reply that made the call).
+    subtasks: tuple[tuple[str, str, int], ...] = ()
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)
@@ -124,6 +134,12 @@ class _Folding:
     newer_event: str
     unreadable: str
     trace: str
+    parent: str
+    parent_call: str
+    depth: int
+    children: int
+    turn_children: int
+    subtasks: tuple[tuple[str, str, int], ...]
 
     def __init__(self, start: TaskState) -> None:
         for name in _SCALARS:
@@ -197,18 +213,12 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             _apply_tool(f, event)
         case PluginsPinned(pins=pins):
             f.pins = pins
-        case JobStarted(job_id=job_id):
-            f.jobs = (*f.jobs, job_id)
-        case JobFinished(job_id=job_id, exit_code=code, output=output, inbox_id=inbox_id):
-            f.taken.add(inbox_id)
-            f.jobs = tuple(job for job in f.jobs if job != job_id)
-            ended = "was killed" if code is None else f"exited with code {code}"
-            _open_turn(f, f"[noeta] Background job {job_id} {ended}. Its output:\n{output}")
-        case JobLost(job_id=job_id):
-            f.jobs = tuple(job for job in f.jobs if job != job_id)
-            _open_turn(f, JOB_LOST.format(job_id=job_id))
+        case JobStarted() | JobFinished() | JobLost():
+            _apply_job(f, event)
         case WakeupScheduled() | WokenUp():
             _apply_wakeup(f, event)
+        case SubtaskOf() | SubtaskLaunched() | SubtaskReturned():
+            _apply_subtask(f, event)
         case TurnEnded(outcome=outcome, answer=answer, error=error):
             internal = error.startswith("internal_error")
             f.turn_open = False
@@ -253,6 +263,20 @@ def _apply_tool(
                 _hand_results_to_model(f)
 
 
+def _apply_job(f: _Folding, event: JobStarted | JobFinished | JobLost) -> None:
+    match event:
+        case JobStarted(job_id=job_id):
+            f.jobs = (*f.jobs, job_id)
+        case JobFinished(job_id=job_id, exit_code=code, output=output, inbox_id=inbox_id):
+            f.taken.add(inbox_id)
+            f.jobs = tuple(job for job in f.jobs if job != job_id)
+            ended = "was killed" if code is None else f"exited with code {code}"
+            _open_turn(f, f"[noeta] Background job {job_id} {ended}. Its output:\n{output}")
+        case JobLost(job_id=job_id):
+            f.jobs = tuple(job for job in f.jobs if job != job_id)
+            _open_turn(f, JOB_LOST.format(job_id=job_id))
+
+
 def _apply_wakeup(f: _Folding, event: WakeupScheduled | WokenUp) -> None:
     match event:
         case WakeupScheduled(wakeup_id=wakeup_id, due=due, prompt=prompt):
@@ -267,6 +291,21 @@ def _apply_wakeup(f: _Folding, event: WakeupScheduled | WokenUp) -> None:
             _open_turn(f, WOKEN_UP.format(due=woken[1], prompt=woken[2]))
 
 
+def _apply_subtask(f: _Folding, event: SubtaskOf | SubtaskLaunched | SubtaskReturned) -> None:
+    match event:
+        case SubtaskOf(parent=parent, call_id=call_id, depth=depth):
+            f.parent, f.parent_call, f.depth = parent, call_id, depth
+        case SubtaskLaunched(call_id=call_id, child_id=child_id):
+            # The call is not half done: it waits for the child's handback.
+            f.started.pop(call_id, None)
+            f.subtasks = (*f.subtasks, (call_id, child_id, f.replies))
+            f.children += 1
+            f.turn_children += 1
+        case SubtaskReturned(child_id=child_id, inbox_id=inbox_id):
+            f.taken.add(inbox_id)
+            f.subtasks = tuple(s for s in f.subtasks if s[1] != child_id)
+
+
 def _due(wakeup: tuple[str, str, str]) -> str:
     return wakeup[1]
 
@@ -275,6 +314,7 @@ def _open_turn(f: _Folding, text: str) -> None:
     f.messages.append(Message("user", (Text(text),)))
     f.turn += 1
     f.turn_open = True
+    f.turn_children = 0
 
 
 def _take_reply(f: _Folding, reply: ModelReplied) -> None:

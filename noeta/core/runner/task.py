@@ -28,6 +28,7 @@ from noeta.core.model import Provider, ProviderError
 from noeta.core.next_action import (
     AwaitAnswer,
     AwaitMessage,
+    AwaitSubtasks,
     CallModel,
     EndTurn,
     FinishTask,
@@ -45,14 +46,17 @@ from noeta.core.next_action import (
 from noeta.core.pin import Pin
 from noeta.core.request import build_request
 from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
-from noeta.core.runner import calls
+from noeta.core.runner import calls, children
 from noeta.core.runner.log import load_for_run, save_snapshot, snapshot_version
 from noeta.core.store import (
+    DEFAULT_QUEUE,
     Claim,
     Continue,
+    Delivery,
     Finish,
     InboxEntry,
     NewEvent,
+    NewTask,
     NextState,
     Store,
     TaskStatus,
@@ -152,6 +156,7 @@ class _Run:
         # Events that ride with the next append (pins: no round trip of their own).
         self.pending: list[ev.Event] = []
         self.cancel_checked_at = -math.inf
+        self._queue = ""
 
     # --- the RunContext the steps in calls.py see ---------------------------------------
 
@@ -177,6 +182,19 @@ class _Run:
 
     async def clock(self) -> datetime:
         return await self.store.clock()
+
+    def model_problem(self, spec: str) -> str:
+        try:
+            self.runner.providers.provider_for(spec)
+        except NoetaError as error:
+            return str(error)
+        return ""
+
+    async def queue(self) -> str:
+        if not self._queue:
+            record = await self.store.get_task(self.task_id)
+            self._queue = record.queue if record else DEFAULT_QUEUE
+        return self._queue
 
     async def loop(self) -> RunResult:
         if self.runner.pins is not None:
@@ -214,7 +232,8 @@ class _Run:
                         if await self._cancel_if_asked(inbox):
                             return RunResult("finished", self.state)
                         if (
-                            await self._take_job_result(inbox)
+                            await children.take_late_handback(self, inbox)
+                            or await self._take_job_result(inbox)
                             or await self._record_a_lost_job(inbox)
                             or await self._take_message(inbox)
                             or await self._wake_if_due()
@@ -227,6 +246,12 @@ class _Run:
                         # Claimable again at the next wake-up's due time, or by a delivery.
                         await self.append([], next_state=Wait(until=wakeups.next_due(self.state)))
                         return RunResult("waiting", self.state)
+                    case AwaitSubtasks():
+                        inbox = await self._inbox()
+                        if await self._cancel_if_asked(inbox):
+                            return RunResult("finished", self.state)
+                        if not await children.take_handbacks(self, action, inbox):
+                            return RunResult("waiting", self.state)
                     case EndTurn() | FinishTask():
                         await self.settle([], action)
                     case CallModel():
@@ -254,14 +279,29 @@ class _Run:
         new_events: Sequence[ev.Event],
         *,
         take: Sequence[int] = (),
+        deliveries: Sequence[Delivery] = (),
+        new_tasks: Sequence[NewTask] = (),
         next_state: NextState = Continue(),
     ) -> None:
         new_events = [*self.pending, *new_events]
         self.pending = []
         encoded = [NewEvent(*ev.encode(event)) for event in new_events]
+        finished = next((e for e in new_events if isinstance(e, ev.TaskFinished)), None)
+        if finished is not None:
+            report = finished.answer if finished.status == "done" else finished.error
+            deliveries = [
+                *deliveries,
+                *children.finish_deliveries(self, finished.status, report),
+            ]
         await failpoints.hit("append.before_commit")
         last_seq = await self.store.append(
-            self.claim, self.state.last_seq, encoded, take=take, next_state=next_state
+            self.claim,
+            self.state.last_seq,
+            encoded,
+            take=take,
+            deliveries=deliveries,
+            new_tasks=new_tasks,
+            next_state=next_state,
         )
         await failpoints.hit("append.after_commit")
         first = self.state.last_seq + 1
@@ -455,15 +495,19 @@ class _Run:
             return False
         finish = ev.TaskFinished("failed", error=error)
         encoded = [NewEvent(*ev.encode(finish))]
-        await self.store.append(self.claim, last_seq, encoded, next_state=Finish(TaskStatus.FAILED))
+        # What the fold got to (the parent link is the log's second event) is told too.
+        tell = children.finish_deliveries(self, "failed", error)
+        await self.store.append(
+            self.claim, last_seq, encoded, deliveries=tell, next_state=Finish(TaskStatus.FAILED)
+        )
         self.runner.load_attempts.forget(self.task_id)
         return True
 
 
 def _kind(payload: object) -> str:
-    """What an inbox entry is: "answer", "cancel", "job", or else a "message"."""
+    """What an inbox entry is: "answer", "cancel", "job", "handback", or else a "message"."""
     kind = payload.get("kind") if isinstance(payload, dict) else None
-    return kind if kind in ("answer", "cancel", "job") else "message"
+    return kind if kind in ("answer", "cancel", "job", "handback") else "message"
 
 
 def _job_results(inbox: list[InboxEntry]) -> dict[str, InboxEntry]:

@@ -1,4 +1,5 @@
-"""The core plugin: the built-in tools every task can be given (files, search, shell, web).
+"""The core plugin: the built-in tools every task can be given (files, search, shell, web,
+subagents).
 
 `plugin(params)` is what the plugin registry calls; the parameters are pinned with the task.
 """
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 from noeta.core.model import ToolSpec
 from noeta.core.payload import JSONValue
 from noeta.core.tool import Tool
+from noeta.plugins.core.agent import Agent
 from noeta.plugins.core.bash import (
     DEFAULT_OUTPUT_CAP_CHARS,
     DEFAULT_TIMEOUT_SECONDS,
@@ -24,6 +26,7 @@ from noeta.plugins.core.wakeup import ScheduleWakeup
 from noeta.plugins.core.web import WebFetch
 
 __all__ = [
+    "Agent",
     "Bash",
     "CorePlugin",
     "Edit",
@@ -63,6 +66,7 @@ class CorePlugin:
             TodoWrite(),
             ScheduleWakeup(),
             ToolSearch(deferred),
+            Agent(),
         )
 
     def tools(self) -> Sequence[Tool]:
