@@ -8,7 +8,8 @@ pause or SIGSTOP would), `sleep(ms)` (delay only the task that hit the point),
 `action@N` fires on the N-th hit only. Unset, every point is one dictionary lookup on an
 empty dict. Points: claim.after_commit, append.before_commit, append.after_commit,
 cron.after_fire (the scheduler, after each slot it handles),
-model.after_called, tool.after_started, tool.before_finished.
+model.after_called, tool.after_started, tool.before_finished,
+subtask.before_launch, subtask.after_launch, subtask.before_handback_taken.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from noeta.core import events as ev
-from noeta.core import subtasks
+from noeta.core import failpoints, subtasks
 from noeta.core.model import ToolCall
 from noeta.core.next_action import AwaitSubtasks
 from noeta.core.runner.context import RunContext
@@ -47,7 +47,9 @@ async def launch(
         child, [NewEvent(*ev.encode(created)), NewEvent(*ev.encode(link))], queue=await run.queue()
     )
     launched = ev.SubtaskLaunched(call.id, child, request.description)
+    await failpoints.hit("subtask.before_launch")
     await run.append([launched], new_tasks=[new_task])
+    await failpoints.hit("subtask.after_launch")
     log.info("task %s: launched subtask %s", run.task_id, child)
 
 
@@ -93,6 +95,7 @@ async def take_late_handback(
         returned = ev.SubtaskReturned(handback.child_id, handback.status, entry.id)
         new_events: list[ev.Event] = [returned]
         await _remove_workspace(run, handback)
+        await failpoints.hit("subtask.before_handback_taken")
         if waiting is not None and waiting.get(handback.call_id) == handback.child_id:
             result = handback.result()
             new_events.append(ev.ToolFinished(handback.call_id, result, handback.is_error))
