@@ -161,6 +161,7 @@ class SubtaskOf:
     parent: str
     call_id: str
     depth: int  # 1 for a child of a top-level task
+    trace: str = ""  # the parent's Agent call span record: the child's trace links to it
 
 
 @dataclass(frozen=True, slots=True)

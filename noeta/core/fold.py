@@ -97,6 +97,7 @@ class TaskState:
     trace: str = ""  # the latest span record in the log: how a claimer continues the trace
     parent: str = ""  # the task whose Agent call made this one ("" for a top-level task)
     parent_call: str = ""
+    parent_trace: str = ""  # the span record of the parent's Agent call (for a link)
     depth: int = 0  # 0 for a top-level task
     children: int = 0  # subtasks launched over the task's life
     turn_children: int = 0  # subtasks launched in the open (or last) turn
@@ -136,6 +137,7 @@ class _Folding:
     trace: str
     parent: str
     parent_call: str
+    parent_trace: str
     depth: int
     children: int
     turn_children: int
@@ -293,8 +295,8 @@ def _apply_wakeup(f: _Folding, event: WakeupScheduled | WokenUp) -> None:
 
 def _apply_subtask(f: _Folding, event: SubtaskOf | SubtaskLaunched | SubtaskReturned) -> None:
     match event:
-        case SubtaskOf(parent=parent, call_id=call_id, depth=depth):
-            f.parent, f.parent_call, f.depth = parent, call_id, depth
+        case SubtaskOf(parent=parent, call_id=call_id, depth=depth, trace=trace):
+            f.parent, f.parent_call, f.depth, f.parent_trace = parent, call_id, depth, trace
         case SubtaskLaunched(call_id=call_id, child_id=child_id):
             # The call is not half done: it waits for the child's handback.
             f.started.pop(call_id, None)

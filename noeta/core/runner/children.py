@@ -42,7 +42,8 @@ async def launch(
         max_tokens=config.max_tokens,
         tools=config.tools if request.tools is None else request.tools,
     )
-    link = ev.SubtaskOf(run.task_id, call.id, run.state.depth + 1)
+    # The latest span record in the log is this call's ToolStarted's: its execute_tool span.
+    link = ev.SubtaskOf(run.task_id, call.id, run.state.depth + 1, run.state.trace)
     new_task = NewTask(
         child, [NewEvent(*ev.encode(created)), NewEvent(*ev.encode(link))], queue=await run.queue()
     )

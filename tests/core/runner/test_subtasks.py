@@ -114,11 +114,15 @@ async def test_three_subagents_one_nested_hand_back_and_the_parent_turn_continue
     finish = {"v": 1, "status": "done", "answer": "all done", "error": ""}
     assert log[-1] == ("TaskFinished", finish)
     # The child knows its parent and depth; the nested one is two levels down.
-    assert ("SubtaskOf", {"v": 1, "parent": "p", "call_id": "a", "depth": 1}) in await log_of(
-        store, "p.a.1"
-    )
+    assert (
+        "SubtaskOf",
+        {"v": 1, "parent": "p", "call_id": "a", "depth": 1, "trace": ""},
+    ) in await log_of(store, "p.a.1")
     nested = await log_of(store, "p.a.1.g1.1")
-    assert ("SubtaskOf", {"v": 1, "parent": "p.a.1", "call_id": "g1", "depth": 2}) in nested
+    assert (
+        "SubtaskOf",
+        {"v": 1, "parent": "p.a.1", "call_id": "g1", "depth": 2, "trace": ""},
+    ) in nested
     assert finished_calls(await log_of(store, "p.a.1")) == {"g1": ("C found it", False)}
     # Every handback was taken exactly once.
     for task_id in ("p", "p.a.1"):
