@@ -185,6 +185,15 @@ class SubtaskReturned:
 
 
 @dataclass(frozen=True, slots=True)
+class PluginRecord:
+    """A record a plugin wrote in a hook, appended with the events it belongs to; the
+    plugin's latest record is its state (e.g. its progress mark), `TaskView.mark`."""
+
+    plugin: str
+    data: JSONValue
+
+
+@dataclass(frozen=True, slots=True)
 class TurnEnded:
     outcome: TurnOutcome
     answer: str = ""
@@ -225,6 +234,7 @@ Event = (
     | SubtaskOf
     | SubtaskLaunched
     | SubtaskReturned
+    | PluginRecord
     | TurnEnded
     | TaskFinished
 )
@@ -250,6 +260,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SubtaskOf,
         SubtaskLaunched,
         SubtaskReturned,
+        PluginRecord,
         TurnEnded,
         TaskFinished,
     )

@@ -21,6 +21,7 @@ from noeta.core.events import (
     ModelCalled,
     ModelFailed,
     ModelReplied,
+    PluginRecord,
     PluginsPinned,
     SubtaskLaunched,
     SubtaskOf,
@@ -103,6 +104,7 @@ class TaskState:
     turn_children: int = 0  # subtasks launched in the open (or last) turn
     # Launched and not yet handed back: (call id, child id, the reply that made the call).
     subtasks: tuple[tuple[str, str, int], ...] = ()
+    plugin_records: tuple[tuple[str, JSONValue], ...] = ()  # each plugin's latest record
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)
@@ -142,6 +144,7 @@ class _Folding:
     children: int
     turn_children: int
     subtasks: tuple[tuple[str, str, int], ...]
+    plugin_records: tuple[tuple[str, JSONValue], ...]
 
     def __init__(self, start: TaskState) -> None:
         for name in _SCALARS:
@@ -221,6 +224,9 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             _apply_wakeup(f, event)
         case SubtaskOf() | SubtaskLaunched() | SubtaskReturned():
             _apply_subtask(f, event)
+        case PluginRecord(plugin=plugin, data=data):
+            others = tuple(record for record in f.plugin_records if record[0] != plugin)
+            f.plugin_records = (*others, (plugin, data))
         case TurnEnded(outcome=outcome, answer=answer, error=error):
             internal = error.startswith("internal_error")
             f.turn_open = False

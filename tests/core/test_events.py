@@ -14,6 +14,7 @@ from noeta.core.events import (
     ModelCalled,
     ModelFailed,
     ModelReplied,
+    PluginRecord,
     PluginsPinned,
     SubtaskLaunched,
     SubtaskOf,
@@ -60,6 +61,7 @@ EXAMPLES = [
     SubtaskOf("parent", "c4", 1),
     SubtaskLaunched("c4", "t.c4.1", "look it up"),
     SubtaskReturned("t.c4.1", "done", 8),
+    PluginRecord("notify", {"through": 12}),
     TurnEnded("failed", "", "llm_error: x"),
     TaskFinished("done", "4", ""),
 ]
