@@ -10,8 +10,10 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from noeta.core.errors import PayloadError
 from noeta.core.fold import TaskState
 from noeta.core.payload import JSONValue
+from noeta.core.task_id import MAX_TASK_ID_CHARS, check_task_id
 
 # How deep subtasks may nest: a task at this depth launches no more (its root is depth 0).
 MAX_SUBTASK_DEPTH = 3
@@ -19,9 +21,8 @@ MAX_SUBTASK_DEPTH = 3
 MAX_CHILDREN_PER_TASK = 16
 MAX_CHILDREN_PER_TURN = 8
 
-# Every task id follows one rule (ADR-0036): 1-128 of [A-Za-z0-9._:-], no leading '.'.
-MAX_ID_CHARS = 128
-_ID_PART = re.compile(r"[A-Za-z0-9_:-][A-Za-z0-9._:-]*")
+# A call id used as is in a child's id: the characters the task id rule allows (ADR-0036).
+_CALL_PART = re.compile(r"[A-Za-z0-9_:-][A-Za-z0-9._:-]*")
 
 # A handback's dedupe key: `subtasks:handback:<parent id>:<Agent call id>` (the call's
 # idempotency key), so a second delivery of one child's report is dropped.
@@ -104,17 +105,19 @@ def child_id(task_id: str, call_id: str, n: int) -> str:
     """`<task>.<call>.<n>`; a call id the id rule does not allow (or one that would make
     the id too long) is replaced by `c` and 12 hex digits of its hash. Raises ValueError
     if even that is too long: the task id leaves no room to nest (ADR-0045)."""
-    if not _ID_PART.fullmatch(call_id):
+    if not _CALL_PART.fullmatch(call_id):
         call_id = _short(call_id)
     candidate = f"{task_id}.{call_id}.{n}"
-    if len(candidate) > MAX_ID_CHARS:
+    if len(candidate) > MAX_TASK_ID_CHARS:
         candidate = f"{task_id}.{_short(call_id)}.{n}"
-    if len(candidate) > MAX_ID_CHARS or not _ID_PART.fullmatch(candidate):
+    try:
+        return check_task_id(candidate)
+    except PayloadError:
         raise ValueError(
-            f"a subtask of {task_id[:40]!r} would have an id over {MAX_ID_CHARS} characters "
-            "(or one the task id rule refuses); give the task a shorter id to nest subagents"
-        )
-    return candidate
+            f"a subtask of {task_id[:40]!r} would have an id over {MAX_TASK_ID_CHARS} "
+            "characters (or one the task id rule refuses); give the task a shorter id to "
+            "nest subagents"
+        ) from None
 
 
 def _short(call_id: str) -> str:

@@ -29,7 +29,7 @@ async def take_answer(run: RunContext, call_id: str, inbox: list[InboxEntry]) ->
 
 def jobs_running_here(run: RunContext) -> set[str]:
     jobs = run.jobs
-    return jobs.running(run.task_id) & set(run.state.jobs) if jobs else set()
+    return jobs.running(run.claim) & set(run.state.jobs) if jobs else set()
 
 
 async def take_job_result(run: RunContext, inbox: list[InboxEntry]) -> bool:

@@ -65,6 +65,7 @@ from noeta.core.store import (
     WaitHolding,
 )
 from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
+from noeta.core.task_id import workspace_folder
 from noeta.core.tool import Jobs, Tool, spec_of
 from noeta.observability import tracing
 
@@ -105,7 +106,8 @@ class TaskRunner:
     snapshot_every: int = 200
     load_attempts: LoadAttempts = field(default_factory=LoadAttempts)
     agent: str = ""
-    # Each task's files live in <workspaces>/<task id>; "" gives tools no file access.
+    # Each task's files live in <workspaces>/<task id> (`workspace_folder`); "" gives
+    # tools no file access.
     workspaces: str = ""
     gates: Sequence[Gate] = ()
     # The worker's background jobs; None: Bash's run_in_background is refused.
@@ -118,7 +120,7 @@ class TaskRunner:
     def workspace_for(self, task_id: str) -> str:
         if not self.workspaces:
             return ""
-        return os.path.join(self.workspaces, task_id.replace("/", "_"))
+        return os.path.join(self.workspaces, workspace_folder(task_id))
 
     async def run(self, claim: Claim) -> RunResult:
         version = snapshot_version(self.agent)
@@ -289,6 +291,10 @@ class _Run:
         new_tasks: Sequence[NewTask] = (),
         next_state: NextState = Continue(),
     ) -> None:
+        if isinstance(next_state, Finish):
+            # A task never ends with a job unaccounted for: the worker stops it with the
+            # claim once this lands (SPEC §3), so the log says so here.
+            self.pending += [ev.JobStopped(job_id) for job_id in self.state.jobs]
         new_events = [*self.pending, *new_events]
         self.pending = []
         if new_events and self.hooks.on_event and isinstance(next_state, Wait | WaitHolding):

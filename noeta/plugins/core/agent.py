@@ -14,6 +14,7 @@ from pathlib import Path
 
 from noeta.core import subtasks
 from noeta.core.payload import JSONValue
+from noeta.core.task_id import workspace_folder
 from noeta.core.tool import SubtaskRequest, ToolContext, ToolError, ToolFlags, ToolOutput
 
 WORKSPACE_MODES = ("auto", "worktree", "folder")
@@ -106,9 +107,8 @@ class Agent:
 
 
 def child_workspace(ctx: ToolContext, child_id: str) -> str:
-    """The child's workspace: beside its parent's, named by its id (a valid id names its
-    own folder, as the runner's `workspace_for` does)."""
-    return os.path.join(os.path.dirname(ctx.workspace), child_id)
+    """The child's workspace: beside its parent's, as the runner's `workspace_for` names it."""
+    return os.path.join(os.path.dirname(ctx.workspace), workspace_folder(child_id))
 
 
 def _is_git_repository(folder: str) -> bool:
