@@ -36,6 +36,7 @@ class Toolbox:
             workspaces=self.workspaces,
             gates=self.gates,
             pins=self.pins,
+            plugins=[loaded.plugin for loaded in self.plugins],
         )
 
     @classmethod
