@@ -9,7 +9,6 @@ must be left alone (a newer version's log, an unreadable one). Store errors (`Co
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import math
 import os
@@ -17,14 +16,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Literal
 
 from noeta.core import events as ev
 from noeta.core import failpoints, wakeups
 from noeta.core.errors import NoetaError, StoreError
 from noeta.core.fold import LoggedEvent, TaskState, fold
 from noeta.core.gates import Gate
-from noeta.core.model import Provider, ProviderError
 from noeta.core.next_action import (
     AwaitAnswer,
     AwaitMessage,
@@ -44,10 +42,10 @@ from noeta.core.next_action import (
     on_internal_error,
 )
 from noeta.core.pin import Pin
-from noeta.core.request import build_request
-from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
-from noeta.core.runner import calls, children, taking
+from noeta.core.retry import Sleep
+from noeta.core.runner import calls, children, model_call, taking
 from noeta.core.runner.log import load_for_run, save_snapshot, snapshot_version
+from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookFailed, Hooks
 from noeta.core.store import (
     DEFAULT_QUEUE,
@@ -66,7 +64,7 @@ from noeta.core.store import (
 )
 from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
 from noeta.core.task_id import workspace_folder
-from noeta.core.tool import Jobs, Tool, spec_of
+from noeta.core.tool import Jobs, Tool
 from noeta.observability import tracing
 
 log = logging.getLogger(__name__)
@@ -83,12 +81,6 @@ def answer_key(call_id: str) -> str:
 Outcome = Literal[
     "finished", "waiting", "holding", "left_for_newer", "unreadable", "plugin_missing"
 ]
-
-
-class Providers(Protocol):
-    def provider_for(self, spec: str) -> tuple[Provider, str]:
-        """The provider and model name for a model spec; raises ConfigError if unusable."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +175,14 @@ class _Run:
         return self.runner.jobs
 
     @property
+    def providers(self) -> Providers:
+        return self.runner.providers
+
+    @property
+    def sleep(self) -> Sleep:
+        return self.runner.sleep
+
+    @property
     def workspace(self) -> str:
         return self.runner.workspace_for(self.task_id)
 
@@ -267,7 +267,7 @@ class _Run:
                             await self._inbox()
                         ):
                             return RunResult("finished", self.state)
-                        await self._call_model()
+                        await model_call.call_model(self)
                     case RunTools(calls=to_run):
                         await calls.run_tools(self, to_run)
                     case RecoverCalls(calls=half_done):
@@ -409,51 +409,6 @@ class _Run:
         await self.append([ev.WokenUp(self.state.wakeups[0][0])])
         return True
 
-    async def _call_model(self) -> None:
-        config = self.state.config
-        assert config is not None
-        try:
-            provider, model_name = self.runner.providers.provider_for(config.model)
-        except NoetaError as error:
-            await self.settle([], EndTurn("failed", error=f"llm_error: {error}"))
-            return
-        tool_specs = tuple(
-            spec_of(self.runner.tools[name]) for name in config.tools if name in self.runner.tools
-        )
-        request = build_request(self.state, model_name, tool_specs)
-        body = provider.encode_request(request)
-        # The span ends once the call's outcome is in the log; cut short, the next claimer
-        # emits it from the record written with ModelCalled (ADR-0024).
-        with self.trace.chat(provider.name, model_name, self.state) as step:
-            step.input_messages(request.messages)
-            await self.append([ev.ModelCalled(hashlib.sha256(body).hexdigest(), step.record)])
-            await failpoints.hit("model.after_called")
-            await self._send(provider, body, step)
-
-    async def _send(self, provider: Provider, body: bytes, step: tracing.Step) -> None:
-        try:
-            reply = await send_with_retries(provider, body, self.runner.sleep)
-        except ModelCallFailed as failed:
-            step.failed(_error_type(failed.error), str(failed.error))
-            closed = ev.ModelFailed(str(failed.error), failed.attempts)
-            await self.settle([closed], EndTurn("failed", error=f"llm_error: {failed.error}"))
-            return
-        step.replied(reply)
-        replied = ev.ModelReplied(
-            reply.content,
-            reply.stop_reason,
-            reply.usage,
-            reply.provider_stop_reason,
-            reply.response_id,
-        )
-        # A reply that ends the turn ends it in the same append (and a one-shot task with
-        # it): nothing happens outside between them, so nothing is lost by joining them.
-        following = next_action(fold([LoggedEvent(self.state.last_seq + 1, replied)], self.state))
-        if isinstance(following, EndTurn):
-            await self.settle([replied], following)
-        else:
-            await self.append([replied])
-
     async def _check_pins(self, available: tuple[Pin, ...]) -> RunResult | None:
         match check_pins(self.state, available):
             case PinPlugins(pins=pins):
@@ -495,11 +450,6 @@ class _Run:
         )
         self.runner.load_attempts.forget(self.task_id)
         return True
-
-
-def _error_type(error: ProviderError) -> str:
-    """A low-cardinality error type for spans and metrics: the HTTP status, or the kind."""
-    return str(error.status) if error.status else type(error).__name__
 
 
 def _describe(error: Exception) -> str:
