@@ -59,17 +59,38 @@ def load_config(path: str | None) -> Config:
         raise ConfigError(f"{path}, line 1: the config is a mapping (plugins:, gates:, …)")
     unknown = sorted(set(document) - {"plugins", "gates", "workspaces"})
     if unknown:
-        raise ConfigError(f"{path}, line {yamlfile.line_of(document)}: unknown key {unknown[0]!r}")
-    plugins = tuple(_plugin(path, item) for item in document.get("plugins") or ["core"])
-    gates = tuple(_gate(path, item) for item in document.get("gates") or [])
+        line = yamlfile.line_of(document, unknown[0])
+        raise ConfigError(
+            f"{path}, line {line}: unknown key {unknown[0]!r} (known: gates, plugins, workspaces)"
+        )
+    plugin_items = _list(path, document, "plugins") or ["core"]
+    gate_items = _list(path, document, "gates")
+    plugins = tuple(
+        _plugin(path, item, yamlfile.line_of(plugin_items, index))
+        for index, item in enumerate(plugin_items)
+    )
+    gates = tuple(
+        _gate(path, item, yamlfile.line_of(gate_items, index))
+        for index, item in enumerate(gate_items)
+    )
     workspaces = document.get("workspaces") or default_workspaces()
+    if not isinstance(workspaces, str):
+        line = yamlfile.line_of(document, "workspaces")
+        raise ConfigError(f"{path}, line {line}: workspaces must be a folder's path")
     return Config(plugins, gates, str(Path(workspaces).expanduser()))
 
 
-def _plugin(path: str, item: Any) -> PluginSpec:
+def _list(path: str, document: dict[str, Any], key: str) -> list[Any]:
+    value = document.get(key) or []
+    if not isinstance(value, list):
+        line = yamlfile.line_of(document, key)
+        raise ConfigError(f"{path}, line {line}: {key} must be a list (one `- ` item each)")
+    return value
+
+
+def _plugin(path: str, item: Any, line: int) -> PluginSpec:
     if isinstance(item, str):  # a built-in plugin by name
         return PluginSpec("module", f"noeta.plugins.{item}")
-    line = yamlfile.line_of(item)
     if not isinstance(item, dict) or len({"module", "entry_point"} & set(item)) != 1:
         raise ConfigError(f"{path}, line {line}: a plugin is a name, or module: / entry_point:")
     params = item.get("params") or {}
@@ -80,9 +101,7 @@ def _plugin(path: str, item: Any) -> PluginSpec:
     return PluginSpec("entry_point", str(item["entry_point"]), yamlfile.plain(params))
 
 
-def _gate(path: str, item: Any) -> GateRule:
-    line = yamlfile.line_of(item)
-
+def _gate(path: str, item: Any, line: int) -> GateRule:
     def fail(message: str) -> ConfigError:
         return ConfigError(f"{path}, line {line}: gate: {message}")
 

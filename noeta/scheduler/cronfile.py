@@ -118,7 +118,7 @@ def check_cron_file(
 
 
 def _read(path: str | Path) -> list[Schedule]:
-    document = yamlfile.load(path, what="cron file", aliases=False)
+    document = yamlfile.load(path, what="cron file")
     if document is None:
         raise ConfigError(f"{path}, line 1: the cron file is empty; it needs `schedules:`")
     if not isinstance(document, dict):
@@ -128,14 +128,16 @@ def _read(path: str | Path) -> list[Schedule]:
     items = field.require("schedules")
     if not isinstance(items, list):
         raise field.error("schedules", f"must be a list of schedules, not {_kind(items)}")
-    at = field.line("schedules")
-    return [_schedule(str(path), item, index, at) for index, item in enumerate(items)]
+    return [
+        _schedule(str(path), item, index, yamlfile.line_of(items, index))
+        for index, item in enumerate(items)
+    ]
 
 
-def _schedule(path: str, item: Any, index: int, list_line: int) -> Schedule:
+def _schedule(path: str, item: Any, index: int, line: int) -> Schedule:
     where = f"schedules[{index}]"
     if not isinstance(item, dict):
-        raise ConfigError(f"{path}, line {list_line}: {where}: a schedule is a mapping")
+        raise ConfigError(f"{path}, line {line}: {where}: a schedule is a mapping")
     field = _Field(path, item, where)
     field.refuse_unknown(_SCHEDULE_KEYS)
     name = field.text("name", required=True)

@@ -158,7 +158,7 @@ def test_the_config_file(tmp_path: Path) -> None:
         ("gates:\n  - {action: deny, colour: red}\n", "line 2: gate: unknown key 'colour'"),
         ("plugins:\n  - {module: a, entry_point: b}\n", "line 2: a plugin is a name"),
         ("plugns: []\n", "line 1: unknown key 'plugns'"),
-        ("gates: [\n", "line 2: not valid YAML"),
+        ("gates: [\n", "line 2, column 1: not valid YAML"),
     ],
 )
 def test_config_errors_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:

@@ -132,14 +132,14 @@ def test_a_name_used_twice_in_one_file_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("schedules:\n  - name: [a\n", "line 3: not valid YAML: "),
+        ("schedules:\n  - name: [a\n", "line 3, column 1: not valid YAML: "),
         ("", "line 1: the cron file is empty; it needs `schedules:`"),
         ("# nothing yet\n", "line 1: the cron file is empty; it needs `schedules:`"),
         ("- name: a\n", "line 1: the top level must be a mapping with `schedules:`"),
         ("schedule:\n  - name: a\n", "line 1: schedule: unknown key (known: schedules)"),
         ("schedules:\n", "line 1: `schedules:` is missing"),
         ("schedules: {name: a}\n", "line 1: schedules: must be a list of schedules, not a mapping"),
-        ("schedules:\n  - just text\n", "line 1: schedules[0]: a schedule is a mapping"),
+        ("schedules:\n  - just text\n", "line 2: schedules[0]: a schedule is a mapping"),
     ],
 )
 def test_the_shape_of_the_file(tmp_path: Path, text: str, expected: str) -> None:
@@ -149,7 +149,7 @@ def test_the_shape_of_the_file(tmp_path: Path, text: str, expected: str) -> None
 def test_an_unquoted_star_schedule_says_to_quote_it(tmp_path: Path) -> None:
     text = one(f"name: a\nschedule: */5 * * * *   # every five minutes\n{TASK}")
     assert error(tmp_path, text) == (
-        "line 3: not valid YAML: YAML reads the * that starts '*/5 * * * *' as an alias "
+        "line 3, column 16: not valid YAML: YAML reads the * that starts '*/5 * * * *' as an alias "
         '(*name): put the value in quotes: schedule: "*/5 * * * *"'
     )
     text = one(f"name: a\nschedule: * * * * *\n{TASK}")
@@ -319,7 +319,7 @@ def test_anchors_and_aliases_are_refused_before_anything_expands(tmp_path: Path)
     text = "x:\n" + "".join(f"  {level}\n" for level in levels) + "schedules: []\n"
     assert len(text) < 1000
     assert error(tmp_path, text) == (
-        "line 2: not valid YAML: anchors and aliases (&name, *name) are not allowed in this file"
+        "line 2, column 7: anchors and aliases (&name, *name) are not allowed; write the value out"
     )
 
 
@@ -329,7 +329,7 @@ def test_an_anchor_used_once_for_reuse_is_refused_too(tmp_path: Path) -> None:
         "  - name: a\n    schedule: '@daily'\n    task: &t {prompt: p, model: 'openai:m'}\n"
         "  - name: b\n    schedule: '@hourly'\n    task: *t\n"
     )
-    assert error(tmp_path, text).startswith("line 4: not valid YAML: anchors and aliases")
+    assert error(tmp_path, text).startswith("line 4, column 11: anchors and aliases")
 
 
 def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
@@ -364,7 +364,7 @@ EXAMPLES = sorted((SCHEDULER / "examples").glob("*.yaml"))
 def schema_errors(path: Path) -> list[str]:
     schema = json.loads((SCHEDULER / "cron.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    document = yamlfile.plain(yamlfile.load(path, what="cron file", aliases=False))
+    document = yamlfile.plain(yamlfile.load(path, what="cron file"))
     validator = jsonschema.Draft202012Validator(schema)
     return [error.message for error in validator.iter_errors(document)]
 

@@ -113,11 +113,13 @@ def load_script(path: str) -> tuple[ScriptedReply, ...]:
     document = yamlfile.load(path, what="model script", max_bytes=MAX_SCRIPT_BYTES)
     if not isinstance(document, dict) or not isinstance(document.get("replies"), list):
         raise ConfigError(f"{path}, line 1: a script is a mapping with a list of `replies`")
-    return tuple(_reply(path, item) for item in document["replies"])
+    replies = document["replies"]
+    return tuple(
+        _reply(path, item, yamlfile.line_of(replies, index)) for index, item in enumerate(replies)
+    )
 
 
-def _reply(path: str, item: Any) -> ScriptedReply:
-    line = yamlfile.line_of(item)
+def _reply(path: str, item: Any, line: int) -> ScriptedReply:
 
     def fail(message: str) -> ConfigError:
         return ConfigError(f"{path}, line {line}: {message}")
