@@ -14,6 +14,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from noeta.backends.stores.migrations import Migration
+from noeta.backends.stores.urls import check_postgres_url
 from noeta.core.errors import ConfigError
 from noeta.core.store import Store
 
@@ -66,8 +67,9 @@ async def migrate_store(url: str | None) -> list[Migration]:
 
 def store_kind(url: str) -> Literal["postgres", "sqlite"]:
     """Which backend a URL names; raises ConfigError for anything else."""
-    scheme = urlsplit(url).scheme
+    scheme = url.partition("://")[0].lower() if "://" in url else urlsplit(url).scheme
     if scheme in _POSTGRES_SCHEMES or _is_libpq_conninfo(url):
+        check_postgres_url(url)
         return "postgres"
     if scheme == "sqlite":
         sqlite_path(url)
