@@ -9,6 +9,7 @@ import uuid
 
 import click
 
+from noeta.cli import bounds
 from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import DEFAULT_MODEL, config_option, store_option
 from noeta.cli.text import read_text
@@ -36,7 +37,7 @@ RUN_QUEUE = "noeta-run"
 @click.option(
     "--lease",
     "lease_seconds",
-    type=float,
+    type=bounds.LEASE,
     default=RUN_LEASE_SECONDS,
     show_default=True,
     help="Seconds this process holds the task without renewing it.",

@@ -11,6 +11,7 @@ import socket
 import click
 
 from noeta import observability
+from noeta.cli import bounds
 from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import config_option, store_option
 from noeta.config import load_config
@@ -23,7 +24,7 @@ from noeta.worker.worker import WorkerSettings
 @click.option("--queues", default="default", show_default=True, help="Comma-separated queues.")
 @click.option(
     "--concurrency",
-    type=click.IntRange(1, 1000),
+    type=bounds.CONCURRENCY,
     default=4,
     show_default=True,
     help="Tasks run at once in this process.",
@@ -31,7 +32,7 @@ from noeta.worker.worker import WorkerSettings
 @click.option(
     "--lease",
     "lease_seconds",
-    type=float,
+    type=bounds.LEASE,
     default=30.0,
     show_default=True,
     help="Seconds a claim lasts unless renewed (renewed every third).",
@@ -41,7 +42,7 @@ from noeta.worker.worker import WorkerSettings
 @click.option(
     "--poll",
     "poll_seconds",
-    type=click.FloatRange(min=0.05),
+    type=bounds.POLL,
     default=1.0,
     show_default=True,
     help="Seconds between claim attempts while idle (the safety net under PostgreSQL's wake-ups).",

@@ -56,7 +56,7 @@ def test_validate_prints_one_line_for_an_error_and_exits_one(tmp_path: Path) -> 
     result = noeta("cron", "validate", path)
     assert result.exit_code == 1 and result.stdout == ""
     assert result.stderr == (
-        f"noeta: error: {path}, line 3: not valid YAML: YAML reads the * that starts "
+        f"noeta: error: {path}, line 3, column 16: not valid YAML: YAML reads the * that starts "
         "'*/5 * * * *' as an alias (*name): put the value in quotes: "
         'schedule: "*/5 * * * *"\n'
     )

@@ -38,8 +38,8 @@ def sqlite_store(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'noeta.db'}"
 
 
-def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+def one_line_error(result: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    assert result.returncode == code and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("noeta: error: "), result.stderr
     return lines[0]
@@ -136,12 +136,12 @@ def test_a_ten_megabyte_prompt_is_refused_before_anything_is_written(sqlite_stor
     assert one_line_error(noeta("show", "big", store=sqlite_store))
 
 
-@pytest.mark.parametrize("lease", ["0", "-1", "inf"])
-def test_a_lease_that_is_not_positive_is_refused(sqlite_store: str, lease: str) -> None:
+@pytest.mark.parametrize("lease", ["0", "-1", "inf", "0.5", "3601"])
+def test_a_lease_out_of_bounds_is_refused(sqlite_store: str, lease: str) -> None:
     result = noeta(
         "run", "hi", "--model", f"scripted:{EXAMPLE}", "--lease", lease, store=sqlite_store
     )
-    assert "a lease must be a positive number of seconds" in one_line_error(result)
+    assert "a lease must be between 1 and 3600 seconds" in one_line_error(result, code=2)
 
 
 def test_a_plugin_that_fails_to_load_is_named_at_start_up(

@@ -173,7 +173,7 @@ async def test_a_worker_killed_mid_tool_call_is_taken_over_and_nothing_runs_twic
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--lease", "0"], "a lease must be a positive number of seconds"),
+        (["--lease", "0"], "a lease must be between 1 and 3600 seconds, not 0"),
         (["--concurrency", "0"], "Invalid value for '--concurrency'"),
         (["--queues", ","], "a queue name must not be empty"),
     ],

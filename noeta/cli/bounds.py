@@ -1,0 +1,53 @@
+"""The ranges the command line accepts for durations and counts, checked as the options
+are read, so that `--lease 1e9` or `--poll nan` is one clear line before anything starts.
+
+A lease is at least 1 s (renewed every third of it, one statement per worker: shorter
+would be most of the database's work) and at most 1 h (a killed worker's task waits out
+the lease before another takes it over). The store itself accepts any positive lease.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+LEASE_MIN_SECONDS, LEASE_MAX_SECONDS = 1.0, 3600.0
+POLL_MIN_SECONDS, POLL_MAX_SECONDS = 0.05, 300.0
+CONCURRENCY_MAX = 1000
+
+
+class Seconds(click.ParamType[float]):
+    """A finite number of seconds within [low, high]; NaN and infinity are refused."""
+
+    name = "seconds"
+
+    def __init__(self, low: float, high: float, what: str) -> None:
+        self.low, self.high, self.what = low, high, what
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return f"SECONDS [{self.low:g}-{self.high:g}]"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float | int):
+            seconds = float(value)
+        else:
+            try:
+                seconds = float(value)
+            except ValueError:
+                self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or not self.low <= seconds <= self.high:
+            self.fail(
+                f"{self.what} must be between {self.low:g} and {self.high:g} seconds, not {value}",
+                param,
+                ctx,
+            )
+        return seconds
+
+
+LEASE = Seconds(LEASE_MIN_SECONDS, LEASE_MAX_SECONDS, "a lease")
+POLL = Seconds(POLL_MIN_SECONDS, POLL_MAX_SECONDS, "the poll interval")
+CONCURRENCY = click.IntRange(1, CONCURRENCY_MAX)
