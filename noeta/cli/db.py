@@ -1,17 +1,19 @@
-"""`noeta db …`: the store's schema."""
+"""`noeta db …`: the store's schema, and the embedded PostgreSQL server (status, start,
+stop) that the default store runs in $NOETA_HOME."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 import click
 
-from noeta.cli.options import store_option
+from noeta.cli.options import json_option, store_option
 
 
 @click.group()
 def db() -> None:
-    """Manage the store's schema."""
+    """The store's schema, and the embedded PostgreSQL server in $NOETA_HOME."""
 
 
 @db.command()
@@ -30,3 +32,82 @@ async def _migrate(url: str | None) -> list[tuple[int, str]]:
     from noeta.backends.stores import migrate_store
 
     return [(migration.version, migration.name) for migration in await migrate_store(url)]
+
+
+@db.command()
+@json_option
+def status(as_json: bool) -> None:
+    """Where the embedded server is, whether it runs, its port, version and size on disk."""
+    import json
+
+    from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+
+    found = EmbeddedPostgres(default_home()).status()
+    if as_json:
+        document = {
+            "home": str(found.home),
+            "initialised": found.initialised,
+            "running": found.running,
+            "port": found.port,
+            "postgresql": found.version,
+            "size_bytes": found.size_bytes,
+        }
+        click.echo(json.dumps(document, indent=2))
+        return
+    state = f"running on 127.0.0.1:{found.port}" if found.running else "not running"
+    if not found.initialised:
+        state = "not created yet (the first command that needs it creates it)"
+    click.echo(f"home:       {found.home}")
+    click.echo(f"server:     {state}")
+    click.echo(f"postgresql: {found.version or '-'}")
+    click.echo(f"size:       {_size(found.size_bytes)}")
+    if os.environ.get("NOETA_STORE"):
+        click.echo("note:       NOETA_STORE is set: commands use that store, not this server")
+
+
+@db.command()
+def start() -> None:
+    """Start the embedded server (creating it the first time) and bring its schema up to
+    date; nothing to do if it runs already."""
+    asyncio.run(_migrate_embedded())
+    from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+
+    found = EmbeddedPostgres(default_home()).status()
+    click.echo(f"running on 127.0.0.1:{found.port} in {found.home}")
+
+
+async def _migrate_embedded() -> None:
+    from noeta.backends.stores import open_store
+
+    store = await open_store(None, application_name="noeta-db", max_connections=1)
+    await store.close()
+
+
+@db.command()
+@click.option(
+    "--mode",
+    type=click.Choice(["smart", "fast", "immediate"]),
+    default="fast",
+    show_default=True,
+    help="smart waits for clients to leave; fast ends their sessions; immediate does not "
+    "shut down cleanly (recovery at the next start).",
+)
+def stop(mode: str) -> None:
+    """Stop the embedded server; the next command that needs it starts it again."""
+    from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+
+    server = EmbeddedPostgres(default_home())
+    if not server.status().running:
+        click.echo(f"not running ({server.root})")
+        return
+    server.stop(mode=mode)
+    click.echo(f"stopped ({server.root})")
+
+
+def _size(count: int) -> str:
+    size = float(count)
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")

