@@ -158,7 +158,12 @@ async def _interactive(store: Store, task_id: str) -> bool:
 
 
 @click.command()
-@click.option("--status", type=click.Choice([status.value for status in TaskStatus]), default=None)
+@click.option(
+    "--status",
+    type=click.Choice([status.value for status in TaskStatus]),
+    default=None,
+    help="Only the tasks in this state.",
+)
 @click.option("--queue", default=None, help="Only the tasks of this queue.")
 @click.option("--parent", default=None, metavar="ID", help="Only the subtasks task ID launched.")
 @click.option(
@@ -244,14 +249,22 @@ async def _tasks(
 @json_option
 @store_option
 def tail(task_id: str, first_seq: int, follow: bool, as_json: bool, store: str | None) -> None:
-    """Print a task's log and, with --follow, its new events until it finishes."""
+    """Print a task's log and, with --follow, its new events until it finishes.
+
+    Exits 1 if the task failed or was cancelled (so a script can tell), 0 otherwise.
+    """
     try:
-        asyncio.run(_tail(task_id, first_seq - 1, follow, as_json, store))
+        status = asyncio.run(_tail(task_id, first_seq - 1, follow, as_json, store))
     except KeyboardInterrupt:
         raise SystemExit(130) from None  # stopping a follow is how it is meant to end
+    if status in (TaskStatus.FAILED, TaskStatus.CANCELLED):
+        click.echo(f"task {task_id}: {status}", err=True)
+        raise SystemExit(1)
 
 
-async def _tail(task_id: str, after: int, follow: bool, as_json: bool, url: str | None) -> None:
+async def _tail(
+    task_id: str, after: int, follow: bool, as_json: bool, url: str | None
+) -> TaskStatus:
     from noeta.backends.stores import open_store
 
     store = await open_store(url, application_name="noeta-tail")
@@ -264,7 +277,7 @@ async def _tail(task_id: str, after: int, follow: bool, as_json: bool, url: str 
                 click.echo(event_json(event) if as_json else event_line(event))
                 after = event.seq
             if not follow or record.status.finished:
-                return
+                return record.status
             await asyncio.sleep(POLL_SECONDS)
     finally:
         await store.close()

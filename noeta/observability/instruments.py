@@ -4,6 +4,7 @@ provider, its counters, histograms and queue-depth gauge, and their OTLP export.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -72,7 +73,8 @@ class Instruments:
 
 def make_provider(service_name: str, reader: MetricReader) -> MeterProvider:
     attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
-    return MeterProvider([reader], resource=Resource.create(attributes))
+    # No atexit shutdown of its own: export.shutdown bounds the one at exit.
+    return MeterProvider([reader], resource=Resource.create(attributes), shutdown_on_exit=False)
 
 
 def install(provider: MeterProvider) -> None:
@@ -89,7 +91,7 @@ def start(service_name: str) -> None:
 
     exporter: Any
     if os.environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() == "console":
-        exporter = ConsoleMetricExporter()
+        exporter = ConsoleMetricExporter(out=sys.stderr)  # stdout is the command's answer
     else:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 

@@ -355,8 +355,18 @@ def test_tail_follow_prints_new_events_and_ends_when_the_task_finishes(
         finish = events.TaskFinished("cancelled", error="stop")
         asyncio.run(append_as_worker(sqlite_store, "chat", finish, TaskStatus.CANCELLED))
         rest, errors = process.communicate(timeout=30)
-    assert process.returncode == 0, errors
+    assert process.returncode == 1 and errors == "task chat: cancelled\n", errors
     assert [line.split()[2] for line in rest.splitlines()] == ["TaskFinished"]
+
+
+def test_tail_exits_non_zero_for_a_failed_task(sqlite_store: str) -> None:
+    submit("--interactive", "--id", "chat", store=sqlite_store)
+    finish = events.TaskFinished("failed", error="internal")
+    asyncio.run(append_as_worker(sqlite_store, "chat", finish, TaskStatus.FAILED))
+    for follow in ("--follow", "--no-follow"):
+        result = noeta("tail", "chat", follow, store=sqlite_store)
+        assert result.returncode == 1 and result.stderr == "task chat: failed\n", result.stderr
+        assert result.stdout.splitlines()[-1].split()[2] == "TaskFinished"
 
 
 def test_ctrl_c_stops_following_quietly(sqlite_store: str) -> None:
