@@ -65,9 +65,17 @@ def run(
     check_lease(lease_seconds)
     task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]
     settings = load_config(config)
-    status, answer, error = asyncio.run(
-        _run(prompt, model, task_id, lease_seconds, settings, store)
-    )
+    try:
+        status, answer, error = asyncio.run(
+            _run(prompt, model, task_id, lease_seconds, settings, store)
+        )
+    except KeyboardInterrupt:
+        click.echo(
+            f"noeta: interrupted: task {task_id} is left in the queue {RUN_QUEUE}, where "
+            f"`noeta worker --queues {RUN_QUEUE}` finishes it (or `noeta cancel {task_id}`)",
+            err=True,
+        )
+        raise SystemExit(130) from None
     if answer:
         click.echo(answer)
     click.echo(f"task {task_id}: {status}" + (f" ({error})" if error else ""), err=True)
@@ -105,7 +113,10 @@ async def _run(
         runner = toolbox.runner(store, providers)
         runner_task = asyncio.ensure_future(runner.run(claim))
 
+        lost_claim = asyncio.Event()
+
         def stop_running(lost: object) -> None:
+            lost_claim.set()
             observability.claim_lost(task_id)  # its spans are the next claimer's to report
             runner_task.cancel()
 
@@ -115,6 +126,9 @@ async def _run(
         try:
             result = await runner_task
         except asyncio.CancelledError:
+            if not lost_claim.is_set():  # Ctrl-C: hand the task back for a worker, at once
+                await store.release(claim)
+                raise
             raise NoetaError(f"lost the claim on task {task_id}; a worker may finish it") from None
         finally:
             renewing.cancel()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -253,3 +254,41 @@ def test_the_default_workspaces_are_not_under_the_embedded_servers_folder(
         workspaces = Path(default_workspaces())
         assert not workspaces.is_relative_to(default_home())
         assert workspaces.parent == default_home().parent
+
+
+SLOW_SCRIPT = """
+replies:
+  - text: "Let me wait."
+    tool_calls:
+      - {id: call-1, name: Bash, input: {command: "sleep 60"}}
+  - text: "done waiting"
+"""
+
+
+def test_ctrl_c_in_run_says_where_the_task_is_and_exits_130(
+    sqlite_store: str, tmp_path: Path
+) -> None:
+    script = tmp_path / "slow.yaml"
+    script.write_text(SLOW_SCRIPT)
+    command = [sys.executable, "-m", "noeta", "run", "hi", "--model", f"scripted:{script}"]
+    process = subprocess.Popen(
+        [*command, "--id", "slow", "--store", sqlite_store],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "ToolStarted" not in noeta("show", "slow", store=sqlite_store).stdout:
+            assert process.poll() is None and time.monotonic() < deadline, "no tool started"
+        process.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        out, errors = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130 and out == "", errors
+    assert errors.splitlines() == [
+        "noeta: interrupted: task slow is left in the queue noeta-run, where "
+        "`noeta worker --queues noeta-run` finishes it (or `noeta cancel slow`)"
+    ]
+    listed = json.loads(noeta("tasks", "--json", store=sqlite_store).stdout)
+    assert [(t["id"], t["status"]) for t in listed] == [("slow", "ready")]  # handed back
