@@ -111,7 +111,13 @@ def _json(schedule: Schedule, fire: datetime | None) -> dict[str, Any]:
 
 @cron.command()
 @click.argument("name")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=20,
+    show_default=True,
+    help="At most this many slots.",
+)
 @json_option
 @store_option
 def history(name: str, limit: int, as_json: bool, store: str | None) -> None:
@@ -145,9 +151,14 @@ def history(name: str, limit: int, as_json: bool, store: str | None) -> None:
 
 async def _history(url: str | None, name: str, limit: int) -> list[CronFireRecord]:
     from noeta.backends.stores import open_store
+    from noeta.core.errors import NoetaError
 
     store = await open_store(url, application_name="noeta-cron")
     try:
+        known = await store.cron_schedules()
+        if name not in known:
+            listed = ", ".join(known) if known else "none yet (no scheduler has run one)"
+            raise NoetaError(f"no schedule named {name!r} in this store; known: {listed}")
         return await store.cron_history(name, limit)
     finally:
         await store.close()

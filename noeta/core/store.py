@@ -467,4 +467,9 @@ class Store(Protocol):
         """The schedule's latest handled slots, newest first."""
         ...
 
+    async def cron_schedules(self) -> list[str]:
+        """The names of every schedule a scheduler has registered (by `cron_marks`), sorted:
+        what `cron history` can name."""
+        ...
+
     async def close(self) -> None: ...

@@ -131,3 +131,32 @@ def test_the_installed_command_has_the_cron_group(tmp_path: Path) -> None:
         check=False,
     )
     assert (result.returncode, result.stdout) == (0, "ok: 2 schedules\n"), result.stderr
+
+
+def test_history_of_an_unknown_schedule_lists_the_known_ones(tmp_path: Path) -> None:
+    import asyncio
+    from datetime import UTC, datetime
+
+    from noeta.backends.stores import open_store
+    from tests.cli.test_run import noeta as run_noeta
+    from tests.cli.test_run import one_line_error
+
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+    nothing = one_line_error(run_noeta("cron", "history", "nightly", store=url))
+    assert nothing == (
+        "noeta: error: no schedule named 'nightly' in this store; "
+        "known: none yet (no scheduler has run one)"
+    )
+
+    async def register() -> None:
+        store = await open_store(url)
+        try:
+            await store.cron_marks(["nightly", "hourly"], datetime.now(UTC))
+        finally:
+            await store.close()
+
+    asyncio.run(register())
+    unknown = one_line_error(run_noeta("cron", "history", "nightlyy", store=url))
+    assert unknown.endswith("no schedule named 'nightlyy' in this store; known: hourly, nightly")
+    known = run_noeta("cron", "history", "nightly", store=url)
+    assert known.returncode == 0 and known.stdout == "no slot of 'nightly' has been handled yet\n"

@@ -101,6 +101,12 @@ class CronContract:
         details = [r.detail for r in await store.cron_history("poke")]
         assert details == ["task gone is done", "task nope does not exist"]
 
+    async def test_cron_schedules_are_the_registered_names_sorted(self, store: Store) -> None:
+        assert await store.cron_schedules() == []
+        await store.cron_marks(["weekly", "daily"], minutes(0))
+        await store.cron_marks(["hourly"], minutes(1))
+        assert await store.cron_schedules() == ["daily", "hourly", "weekly"]
+
     async def test_a_missed_slot_is_recorded_and_runs_nothing(self, store: Store) -> None:
         fire = CronFire("hourly", minutes(0), None, detail="12 slots missed")
         assert await store.fire_cron(fire) is FireOutcome.MISSED

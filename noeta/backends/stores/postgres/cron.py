@@ -50,6 +50,7 @@ FIRE_CRON = """
 SELECT noeta_cron_fire(%(schedule)s, %(slot)s, %(kind)s, %(overlap)s, %(detail)s, %(task)s,
                        %(queue)s, %(types)s, %(data)s, %(key)s, %(payload)s)
 """
+CRON_SCHEDULE_NAMES = "SELECT name FROM cron_schedules"
 CRON_HISTORY = """
 SELECT schedule, slot, outcome, task_id, detail, fired_at FROM cron_fires
  WHERE schedule = %(schedule)s ORDER BY slot DESC LIMIT %(limit)s
@@ -99,3 +100,6 @@ class PostgresCron(PostgresConnection):
             CronFireRecord(name, slot, FireOutcome(outcome), task, detail, fired_at)
             for name, slot, outcome, task, detail, fired_at in rows
         ]
+
+    async def cron_schedules(self) -> list[str]:
+        return sorted(name for (name,) in await self._read(CRON_SCHEDULE_NAMES, {}))  # as sqlite

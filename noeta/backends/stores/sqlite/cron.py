@@ -44,6 +44,7 @@ SET_LAST_TASK = "UPDATE cron_schedules SET last_task = ? WHERE name = ?"
 UNTAKEN_CRON_MESSAGE = """
 SELECT 1 FROM inbox WHERE task_id = ? AND taken_seq IS NULL AND substr(dedupe_key, 1, ?) = ?
 """
+CRON_SCHEDULE_NAMES = "SELECT name FROM cron_schedules"
 CRON_HISTORY = """
 SELECT schedule, slot, outcome, task_id, detail, fired_at FROM cron_fires
  WHERE schedule = ? ORDER BY slot DESC LIMIT ?
@@ -135,3 +136,7 @@ class SqliteCron(SqliteConnection):
             )
             for name, slot, outcome, task, detail, at in rows
         ]
+
+    async def cron_schedules(self) -> list[str]:
+        rows = await self._run(self._read_all, CRON_SCHEDULE_NAMES, ())
+        return sorted(name for (name,) in rows)  # by code point, whatever the collation
