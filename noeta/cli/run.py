@@ -59,10 +59,12 @@ def run(
     """
     prompt = read_text(prompt, "prompt")
     make_non_dumpable()  # tools run in this process: they must not reach its secrets
+    from noeta.backends.models.registry import stored_spec
     from noeta.core.store import check_lease
     from noeta.core.task_id import check_task_id
 
     check_lease(lease_seconds)
+    model = stored_spec(model)  # the task's log names the script wherever it is read
     task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]
     settings = load_config(config)
     try:

@@ -69,7 +69,7 @@ def submit(
     PROMPT `-` reads it from standard input. An --interactive task may start without one;
     given, it is the first message.
     """
-    from noeta.backends.models.registry import split_spec
+    from noeta.backends.models.registry import stored_spec
 
     prompt = read_text(prompt, "prompt", blank_ok=True)
     if not prompt.strip():
@@ -78,7 +78,7 @@ def submit(
         prompt = ""  # a conversation that starts with the first message
     check_key("queue name", queue)
     task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]
-    split_spec(model)  # the worker holds the API keys: only the spec's form is checked here
+    model = stored_spec(model)  # the worker holds the API keys: only the form is checked here
     settings = load_config(config)
     asyncio.run(_submit(task_id, queue, model, prompt, interactive, settings, store))
     click.echo(task_id)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from noeta import yamlfile
-from noeta.backends.models.registry import split_spec
+from noeta.backends.models.registry import stored_spec
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.store import DEFAULT_QUEUE, check_key
 from noeta.core.task_id import check_task_id
@@ -188,7 +188,7 @@ def _action(field: _Field) -> TaskAction | MessageAction:
     inner.refuse_unknown(_TASK_KEYS)
     model = inner.text("model", required=True)
     try:
-        split_spec(model)
+        model = stored_spec(model, Path(field.path).parent)  # a script beside the cron file
     except ConfigError as error:
         raise inner.error("model", str(error)) from None
     return TaskAction(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -73,10 +74,29 @@ def expand(cron: str) -> str:
     return expression
 
 
+# Zone files that name no zone but whatever the host is set to.
+_HOST_DEPENDENT = ("localtime", "local", "posixrules", "factory")
+
+
+def _host_zone_hint() -> str:
+    """`, e.g. Europe/Berlin (this host's)` when /etc/localtime says which zone it is."""
+    try:
+        target = os.readlink("/etc/localtime")
+    except OSError:
+        return ", e.g. Europe/Berlin"
+    _, found, name = target.partition("zoneinfo/")
+    return f", e.g. {name} (this host's)" if found and name else ", e.g. Europe/Berlin"
+
+
 def zone(name: str) -> ZoneInfo:
     """The IANA time zone `name`; ConfigError if there is none (or it looks like a path)."""
     if not _ZONE_NAME.fullmatch(name) or len(name) > 100:
         raise ConfigError(f"{name!r} is not a time zone name (like UTC or Europe/Berlin)")
+    if name.lower() in _HOST_DEPENDENT:
+        raise ConfigError(
+            f"{name!r} is each host's own zone, so schedulers on two hosts would fire at "
+            f"different times: name the zone{_host_zone_hint()}"
+        )
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -474,3 +475,23 @@ def test_tasks_parent_of_an_unknown_task_is_a_one_line_error(sqlite_store: str) 
     result = noeta("tasks", "--parent", "nope", store=sqlite_store)
     assert result.returncode == 1 and one_line_error(result)
     assert "nope" in result.stderr
+
+
+def test_a_relative_script_is_stored_as_an_absolute_path(tmp_path: Path) -> None:
+    """The worker reads the script from its own folder: the submitter's must be kept."""
+    (tmp_path / "hello.yaml").write_text(EXAMPLE.read_text())
+    store = f"sqlite:///{tmp_path / 'n.db'}"
+    for command in (["submit", "hi", "--id", "sub"], ["run", "hi", "--id", "ran"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "noeta", *command, "--model", "scripted:hello.yaml"],
+            cwd=tmp_path,
+            env={**os.environ, "NOETA_STORE": store},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+    for task_id in ("sub", "ran"):
+        created = shown(task_id, store)["log"][0]
+        assert created["data"]["model"] == f"scripted:{tmp_path / 'hello.yaml'}"

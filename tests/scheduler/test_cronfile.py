@@ -304,6 +304,8 @@ def test_bad_cron_expressions(tmp_path: Path, schedule: str, expected: str) -> N
         ("/etc/localtime", "'/etc/localtime' is not a time zone name"),
         ("Europe/../../../etc/passwd", "'Europe/../../../etc/passwd' is not a time zone name"),
         ("''", "'' is not a time zone name"),
+        ("localtime", "'localtime' is each host's own zone, so schedulers on two hosts"),
+        ("posixrules", "'posixrules' is each host's own zone"),
     ],
 )
 def test_bad_time_zones(tmp_path: Path, timezone: str, expected: str) -> None:
@@ -400,3 +402,10 @@ def test_the_schema_and_the_loader_refuse_the_same_mistakes(tmp_path: Path, body
     assert schema_errors(path)
     with pytest.raises(ConfigError):
         load_cron_files([path])
+
+
+def test_a_relative_script_is_found_beside_the_cron_file(tmp_path: Path) -> None:
+    text = one("name: a\nschedule: '@daily'\ntask: {prompt: hi, model: 'scripted:s.yaml'}")
+    (schedule,) = load_cron_files([write(tmp_path, text)])
+    assert isinstance(schedule.action, TaskAction)
+    assert schedule.action.model == f"scripted:{tmp_path / 's.yaml'}"

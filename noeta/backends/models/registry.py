@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from noeta.core.errors import ConfigError
 from noeta.core.model import Provider
 
@@ -15,6 +18,15 @@ def split_spec(spec: str) -> tuple[str, str]:
             f"unknown model spec {spec!r}: use anthropic:MODEL, openai:MODEL or scripted:FILE"
         )
     return prefix, name
+
+
+def stored_spec(spec: str, base: str | Path = ".") -> str:
+    """The spec as a task keeps it: a relative `scripted:` path made absolute (from `base`,
+    the submitter's folder by default), since the worker that reads it runs elsewhere."""
+    prefix, name = split_spec(spec)
+    if prefix != "scripted":
+        return spec
+    return f"scripted:{os.path.abspath(Path(base) / Path(name).expanduser())}"
 
 
 class ProviderRegistry:
