@@ -196,7 +196,7 @@ class EmbeddedPostgres:
         """The port of a live server on this data directory, from its postmaster.pid."""
         try:
             lines = (self.pgdata / "postmaster.pid").read_text().splitlines()
-        except FileNotFoundError:
+        except OSError:  # none, or no folder there at all
             return None
         try:
             os.kill(int(lines[0]), 0)

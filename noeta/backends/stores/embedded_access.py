@@ -53,10 +53,18 @@ def make_folders(folder: Path) -> None:
     enterable by others (the server user must pass through them); no other is touched."""
     missing = [folder, *folder.parents]
     missing = [path for path in missing if not path.exists()]
-    for path in reversed(missing):
-        path.mkdir(exist_ok=True)
-        if os.geteuid() == 0:
-            path.chmod(stat.S_IMODE(path.stat().st_mode) | 0o711)
+    try:
+        for path in reversed(missing):
+            path.mkdir(exist_ok=True)
+            if os.geteuid() == 0:
+                path.chmod(stat.S_IMODE(path.stat().st_mode) | 0o711)
+        if not folder.is_dir():
+            raise NotADirectoryError(20, "not a folder")
+    except OSError as error:
+        raise ConfigError(
+            f"cannot make the embedded PostgreSQL's folder {folder}: {error.strerror}; "
+            "set NOETA_HOME to a folder noeta may create"
+        ) from None
 
 
 def check_reachable(home: Path) -> None:
