@@ -72,6 +72,10 @@ class FaultProxy:
     def statement_cut_pending(self) -> bool:
         return self._statement_cut is not None
 
+    def disarm(self) -> None:
+        """Forget a statement cut that has not happened yet."""
+        self._statement_cut = None
+
     # --- internals -------------------------------------------------------------------
 
     def _call(self, coroutine: Coroutine[Any, Any, None]) -> None:

@@ -24,7 +24,7 @@ def journaled(store: Store) -> Store:
     path = os.environ.get(ENV)
     if not path:
         return store
-    return cast(Store, JournalingStore(store, open(path, "a", encoding="ascii")))  # noqa: SIM115
+    return cast(Store, JournalingStore(store, open(path, "a", encoding="ascii")))
 
 
 class JournalingStore:

@@ -16,11 +16,9 @@ import random
 import signal
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 
-from noeta.core.errors import StoreError
 from tests.cluster.processes import LEASE, Cluster
-from tests.cluster.workload import Workload
+from tests.cluster.workload import Workload, steadily
 
 WEIGHTS = {
     "sigkill": 3,
@@ -44,20 +42,6 @@ def available(cluster: Cluster) -> list[str]:
     return [kind for kind in WEIGHTS if cluster.server.can_restart or kind not in RESTARTS]
 
 
-async def steadily(step: Callable[[], Awaitable[None]], within: float = 60.0) -> None:
-    """Run one of the driver's own store calls through the faults (each is idempotent:
-    deliveries by dedupe key, creations by id)."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            await step()
-            return
-        except StoreError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.5)
-
-
 class Chaos:
     def __init__(self, cluster: Cluster, workload: Workload, rng: random.Random) -> None:
         self.cluster = cluster
@@ -74,13 +58,15 @@ class Chaos:
         while (elapsed := time.monotonic() - start) < seconds:
             await asyncio.sleep(self.rng.uniform(0.3, 1.2))
             fraction = elapsed / (seconds * 2 / 3)
-            await steadily(lambda: self.workload.create_due(fraction))
+            await self.workload.create_due(fraction)  # each creation retries store faults
             await steadily(self.workload.maybe_chat)
             if first_round:
                 kind = first_round.pop()
             else:
                 kind = self.rng.choices(self.kinds, [WEIGHTS[k] for k in self.kinds])[0]
             await self.inject(kind)
+            if not self.landed[kind] and kind != "claim-commit-unknown":
+                first_round.insert(0, kind)  # it found nothing to hit: again, later
 
     async def inject(self, kind: str) -> None:
         cluster, rng = self.cluster, self.rng
@@ -120,7 +106,7 @@ class Chaos:
             await asyncio.sleep(pause)
             cluster.proxies[proxied].heal()
         elif kind in ("cut-after-commit", "cut-before-commit"):
-            landed = await self._cut(proxied, before=kind == "cut-before-commit")
+            landed = await self._cut(before=kind == "cut-before-commit")
         elif kind == "claim-commit-unknown":
             failpoints = CLAIM_REPLY_LOST.format(n=rng.randint(1, 3))
             cluster.note(f"restart {name} with {failpoints}")
@@ -129,17 +115,19 @@ class Chaos:
         if landed:
             self.landed[kind] += 1
 
-    async def _cut(self, name: str, *, before: bool) -> bool:
-        """Arm the proxy to cut the next append of `name`; True if one was cut in time."""
-        proxy = self.cluster.proxies[name]
+    async def _cut(self, *, before: bool) -> bool:
+        """Arm every proxy to cut its next append; True once one was cut (the others are
+        disarmed), False if none was within the wait."""
+        proxies = self.cluster.proxies
         where = "before it reached the server" if before else "after it was sent"
-        proxy.cut_statement(before=before)
-        deadline = time.monotonic() + 4 * LEASE
-        while proxy.statement_cut_pending() and time.monotonic() < deadline:
+        for proxy in proxies.values():
+            proxy.cut_statement(before=before)
+        deadline = time.monotonic() + 10 * LEASE
+        cut: list[str] = []
+        while not cut and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        if proxy.statement_cut_pending():
+            cut = [name for name, proxy in proxies.items() if not proxy.statement_cut_pending()]
+        for proxy in proxies.values():
             proxy.disarm()
-            self.cluster.note(f"{name}: no append to cut {where}")
-            return False
-        self.cluster.note(f"{name}: an append cut {where}")
-        return True
+        self.cluster.note(f"{', '.join(cut) or 'no worker'}: an append cut {where}")
+        return bool(cut)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
 
 from noeta.core.payload import JSONValue
 from noeta.core.tool import Tool, ToolContext, ToolFlags, ToolOutput
@@ -17,26 +19,30 @@ from noeta.core.tool import Tool, ToolContext, ToolFlags, ToolOutput
 class Record:
     name = "Record"
     description = "Record this call's marker in the cluster ledger, once."
-    input_schema: dict[str, JSONValue] = {"type": "object", "properties": {}}
+    input_schema: ClassVar[dict[str, JSONValue]] = {"type": "object", "properties": {}}
     flags = ToolFlags()
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
         await asyncio.sleep(0.2)
-        with open(os.environ["NOETA_CLUSTER_LEDGER"], "a", encoding="ascii") as ledger:
-            ledger.write(ctx.idempotency_key + "\n")
+        await asyncio.to_thread(_append, ctx.idempotency_key + "\n")
         await asyncio.sleep(0.2)
         return ToolOutput("recorded")
 
     async def recover(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput | None:
-        with open(os.environ["NOETA_CLUSTER_LEDGER"], encoding="ascii") as ledger:
-            found = ctx.idempotency_key in ledger.read().split()
+        ledger = await asyncio.to_thread(Path(os.environ["NOETA_CLUSTER_LEDGER"]).read_text)
+        found = ctx.idempotency_key in ledger.split()
         return ToolOutput("recorded (found after a crash)") if found else None
+
+
+def _append(line: str) -> None:
+    with open(os.environ["NOETA_CLUSTER_LEDGER"], "a", encoding="ascii") as ledger:
+        ledger.write(line)
 
 
 class Pause:
     name = "Pause"
     description = "Wait a moment; changes nothing."
-    input_schema: dict[str, JSONValue] = {"type": "object", "properties": {}}
+    input_schema: ClassVar[dict[str, JSONValue]] = {"type": "object", "properties": {}}
     flags = ToolFlags(retry_safe=True)
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:

@@ -6,6 +6,10 @@ old one wakes and appends. The expected seq is still right and no (task, seq) is
 so only the epoch check refuses it. The stale view: a client whose view of the log is
 ahead of it (it took an append whose outcome was unknown for landed) appends at the
 wrong seq; only the expected-seq check refuses it, as no key collides.
+And one run of each recovery path, so a short run shows them all: a worker killed inside
+a tool call (failpoint) whose next claimer settles it by recover (Record), by re-run
+(Pause) or as outcome unknown (Bash), the recovering claim's reply lost (adopted), and a
+worker killed while its background job runs (the job is recorded lost).
 """
 
 from __future__ import annotations
@@ -32,9 +36,48 @@ async def until(check: Callable[[], Awaitable[bool]], within: float, what: str) 
         await asyncio.sleep(0.1)
 
 
+KILLED_IN_TOOL = "tool.before_finished=kill@1"
+CLAIM_REPLY_LOST = "claim.after_commit=raise(CommitUnknown)@1"
+
+
 async def run_targeted(cluster: Cluster, workload: Workload) -> None:
     await fence_window(cluster, workload)
     await stale_view(cluster, workload)
+    for path in ("recover", "rerun", "unknown"):
+        await killed_in_a_tool(cluster, workload, path)
+    await job_lost(cluster, workload)
+
+
+async def killed_in_a_tool(cluster: Cluster, workload: Workload, path: str) -> None:
+    task = f"{path}-000"
+    workload.kinds[task] = path
+    await workload.create(task, queue=QUEUE)
+    cluster.start_worker("tool-crash", queues=QUEUE, failpoints=KILLED_IN_TOOL)
+    crashing = cluster.workers.pop("tool-crash")
+    await asyncio.to_thread(crashing.wait, 60)
+    cluster.note(f"{task}: worker killed inside its tool call (failpoint)")
+    # The recovering worker's claim reply is lost: it must adopt the task to run it.
+    lost = CLAIM_REPLY_LOST if path == "recover" else ""
+    cluster.start_worker("tool-recover", queues=QUEUE, failpoints=lost)
+    await until(lambda: _finished(cluster, task), 60, f"{task} finishes")
+    cluster.kill(cluster.workers.pop("tool-recover"))
+
+
+async def job_lost(cluster: Cluster, workload: Workload) -> None:
+    store, task = cluster.store, "lostjob-000"
+    workload.kinds[task] = "job"
+
+    async def job_started() -> bool:
+        return any(e.type == "JobStarted" for e in await store.read_log(task))
+
+    await workload.create(task, queue=QUEUE)
+    cluster.start_worker("job-owner", queues=QUEUE)
+    await until(job_started, 30, "the background job starts")
+    cluster.kill(cluster.workers.pop("job-owner"))
+    cluster.note(f"{task}: worker SIGKILLed while its job runs")
+    cluster.start_worker("job-heir", queues=QUEUE)
+    await until(lambda: _finished(cluster, task), 60, f"{task} finishes")
+    cluster.kill(cluster.workers.pop("job-heir"))
 
 
 async def fence_window(cluster: Cluster, workload: Workload) -> None:

@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from noeta.core import events
+from noeta.core.errors import StoreError
 from noeta.core.store import CANCEL_KEY, Delivery, NewEvent, NewTask, Store
 
 SCRIPTS = Path(__file__).parent / "scripted"
@@ -35,6 +37,7 @@ class Workload:
         return sum(1 for sent_to, _ in self.sent if sent_to == task_id)
 
     async def create(self, task_id: str, queue: str = "default") -> None:
+        """Create a task of its planned kind (idempotent by id: safe to retry)."""
         kind = self.kinds[task_id]
         created = events.TaskCreated(
             model=f"scripted:{SCRIPTS / f'{kind}.yaml'}",
@@ -43,7 +46,7 @@ class Workload:
             tools=TOOLS,
         )
         encoded = [NewEvent(*events.encode(created))]
-        await self.store.create_task(NewTask(task_id, encoded, queue=queue))
+        await steadily(lambda: self.store.create_task(NewTask(task_id, encoded, queue=queue)))
         self.created.append(task_id)
 
     async def create_due(self, fraction: float) -> None:
@@ -53,13 +56,15 @@ class Workload:
             await self.create(waiting.pop(0))
 
     async def send_message(self, task_id: str) -> None:
+        """Deliver the next message, through store faults (a delivery is idempotent by
+        its key); counted as sent once delivered."""
         number = self.sent_to(task_id) + 1
         key = f"message:{task_id}:{number}"
-        self.sent.append((task_id, key))
         delivery = Delivery(task_id, {"text": f"message {number}"}, key)
-        await self.store.deliver(delivery)
+        await steadily(lambda: self.store.deliver(delivery))
+        self.sent.append((task_id, key))
         if self.rng.random() < 0.3:  # a sender that retries: delivered once all the same
-            await self.store.deliver(delivery)
+            await steadily(lambda: self.store.deliver(delivery))
 
     async def maybe_chat(self) -> None:
         if self.chats and self.rng.random() < 0.6:
@@ -80,7 +85,8 @@ class Workload:
         while time.monotonic() < deadline:
             for task in self.chats:
                 if task not in cancelled and await self._answered(task):
-                    await self.store.deliver(Delivery(task, {"kind": "cancel"}, CANCEL_KEY))
+                    cancel = Delivery(task, {"kind": "cancel"}, CANCEL_KEY)
+                    await steadily(lambda: self.store.deliver(cancel))  # noqa: B023 - awaited here
                     cancelled.add(task)
             left = await self.unfinished()
             if not left and len(cancelled) == len(self.chats):
@@ -97,6 +103,20 @@ class Workload:
         taken = sum(1 for event in log if event.type == "MessageTaken")
         answered = sum(1 for event in log if event.type == "TurnEnded")
         return taken >= MESSAGES_PER_CHAT and answered >= MESSAGES_PER_CHAT
+
+
+async def steadily(step: Callable[[], Awaitable[object]], within: float = 60.0) -> None:
+    """Run one of the driver's own store calls through the faults (each is idempotent:
+    deliveries by dedupe key, creations by id)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await step()
+            return
+        except StoreError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 def plan_tasks(rng: random.Random, count: int) -> dict[str, str]:
