@@ -1,6 +1,6 @@
 """The deployment's noeta config file: plugins, gates and where task workspaces live.
 
-workspaces: /var/lib/noeta/workspaces   # each task's files: <workspaces>/<task id>
+workspaces: /var/lib/noeta-workspaces   # each task's files: <workspaces>/<task id>
 plugins:                                # default: just the built-in tools (core)
   - core
   - module: noeta.plugins.mcp
@@ -8,7 +8,7 @@ plugins:                                # default: just the built-in tools (core
   - entry_point: acme-tools             # group "noeta.plugins"
 gates:
   - {tool: Bash, field: command, pattern: 'rm\\s+-rf', action: deny, reason: no rm -rf}
-  - {tool: Write, field: path, outside_workspace: true, action: ask}
+  - {tool: Write, field: file_path, outside_workspace: true, action: ask}
 """
 
 from __future__ import annotations
@@ -30,9 +30,14 @@ _ACTIONS = ("allow", "deny", "ask", "rewrite")
 
 
 def default_workspaces() -> str:
+    """`<home>-workspaces` beside the noeta home, never inside it: the home holds the
+    embedded server's data and password, which no task's files may sit next to."""
     from noeta.backends.stores.embedded import default_home
 
-    return str(default_home() / "workspaces")
+    home = default_home().absolute()
+    if not home.name:
+        raise ConfigError(f"NOETA_HOME {str(home)!r} has no folder name; name a folder")
+    return str(home.with_name(f"{home.name}-workspaces"))
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ def _gate(path: str, item: Any) -> GateRule:
             outside_workspace=bool(item.get("outside_workspace", False)),
             reason=str(item.get("reason", "")),
             set=yamlfile.plain(item.get("set") or {}),
+            source=f"{path}, line {line}",
         )
     except re.error as error:
         raise fail(f"pattern is not a regular expression: {error}") from None

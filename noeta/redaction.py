@@ -13,8 +13,16 @@ import re
 from urllib.parse import unquote, urlsplit
 
 REDACTED = "[redacted]"
-# Names of environment variables that hold secrets (the same rule Bash's scrubbing uses).
-SECRET_NAMES = re.compile(r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|DSN|^NOETA_STORE$", re.I)
+# The one list of environment variables that hold secrets, for the log and span scrubbers.
+# (Tools never see the worker's environment at all: theirs is built from an allowlist,
+# noeta.plugins.tool_environment.) Values of these names are secrets whole, except that
+# a URL or connection string contributes its password and a header list its values.
+SECRET_NAMES = re.compile(
+    r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|DSN|AUTH(?!OR)|COOKIE|_HEADERS$|^NOETA_STORE$|^DATABASE_URL$",
+    re.I,
+)
+# Proxy settings carry a password only inside a URL (http://user:password@proxy).
+PROXY_NAMES = re.compile(r"_PROXY$", re.I)
 # Shorter values are too likely to occur by chance (and too weak to be real secrets).
 MIN_SECRET_CHARS = 6
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]+)(@)")
@@ -42,9 +50,17 @@ class Scrubber:
 
     def add_environment(self) -> None:
         for name, value in os.environ.items():
-            if value and SECRET_NAMES.search(name):
-                self.add_url(value) if ("://" in value or "=" in value) else self.add(value)
-            elif name == "PGPASSWORD" and value:
+            if not value or not is_secret_name(name):
+                continue
+            if name.upper().endswith("_HEADERS"):  # OTLP: "key=value,key2=value2"
+                for header in value.split(","):
+                    self.add(unquote(header.partition("=")[2]).strip())
+                    self.add(header.partition("=")[2].strip())
+            elif PROXY_NAMES.search(name):
+                self.add(_password_of(value))
+            elif "://" in value or "=" in value:
+                self.add_url(value)
+            else:
                 self.add(value)
 
     def __call__(self, text: str) -> str:
@@ -56,6 +72,11 @@ class Scrubber:
             longest_first = sorted(self.secrets, key=len, reverse=True)
             self._pattern = re.compile("|".join(re.escape(s) for s in longest_first))
         return self._pattern.sub(REDACTED, text)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether the environment variable `name` holds a secret (or a URL with a password)."""
+    return bool(SECRET_NAMES.search(name) or PROXY_NAMES.search(name))
 
 
 def _password_of(url: str) -> str:

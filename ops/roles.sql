@@ -74,7 +74,10 @@ REVOKE TEMPORARY ON DATABASE :"database" FROM PUBLIC;
 ALTER ROLE :"owner" SET search_path = :"schema";
 ALTER ROLE :"worker" SET search_path = :"schema";
 
--- The worker's server-side backstops. noeta itself never holds a transaction open across
+-- The worker's server-side backstops. noeta's own sessions set the same values per
+-- connection (noeta/backends/stores/postgres/session.py), which take precedence over
+-- these role settings (change noeta's with the URL's `options`); these cover psql and
+-- any other client under this role. noeta itself never holds a transaction open across
 -- a model or tool call and gives every statement a 10 s client deadline
 -- (DEFAULT_DEADLINE_SECONDS in noeta/backends/stores/postgres/connection.py); these settings bound
 -- what a client that is frozen, partitioned or misbehaving can hold, without ever cutting

@@ -22,6 +22,14 @@ def postgres_url(postgres_server: TestPostgres) -> str:
     return postgres_server.new_schema()
 
 
+@pytest.fixture
+def database_url(postgres_server: TestPostgres) -> Iterator[str]:
+    """A DSN of a fresh, empty database of its own (for database-wide settings)."""
+    url = postgres_server.new_database()
+    yield url
+    postgres_server.drop_database(url)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A fresh store of each kind: the same behaviour is owed on both."""

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from noeta.redaction import REDACTED, Scrubber, ScrubbingFilter
+from noeta.redaction import REDACTED, Scrubber, ScrubbingFilter, is_secret_name
 
 
 def test_passwords_in_urls_and_connection_strings_are_removed_whoever_wrote_them() -> None:
@@ -51,3 +51,28 @@ def test_the_log_filter_scrubs_messages_and_tracebacks() -> None:
     assert ScrubbingFilter(scrub).filter(record)
     text = logging.Formatter().format(record)
     assert "sk-test-abcdef123" not in text and "refused [redacted]" in text
+
+
+def test_every_kind_of_worker_secret_in_the_environment_is_scrubbed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://app:dburl-secret@db/app")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20otlp-hdr-secret,x=1")
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:proxy-secret@proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    monkeypatch.setenv("PGHOST", "localhost")
+    scrub = Scrubber()
+    scrub.add_environment()
+    text = "dburl-secret | Bearer otlp-hdr-secret | proxy-secret | localhost,127.0.0.1"
+    assert scrub(text) == f"{REDACTED} | {REDACTED} | {REDACTED} | localhost,127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [("NOETA_STORE", True), ("DATABASE_URL", True), ("OTEL_EXPORTER_OTLP_HEADERS", True),
+     ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", True), ("HTTPS_PROXY", True), ("http_proxy", True),
+     ("ANTHROPIC_API_KEY", True), ("PGPASSWORD", True), ("SSH_AUTH_SOCK", True),
+     ("PATH", False), ("LANG", False), ("PGHOST", False), ("NOETA_CONFIG", False)],
+)  # fmt: skip
+def test_one_list_says_which_variables_are_secrets(name: str, secret: bool) -> None:
+    assert is_secret_name(name) is secret

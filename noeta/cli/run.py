@@ -9,12 +9,17 @@ import uuid
 
 import click
 
+from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import DEFAULT_MODEL, config_option, store_option
 from noeta.cli.text import read_text
 from noeta.config import Config, load_config
 from noeta.core.errors import ConfigError, NoetaError
 
 RUN_LEASE_SECONDS = 30.0
+# The queue `noeta run` creates its task in. No worker serves it unless told to, so none
+# can claim the task between its creation and this process's claim (ADR-0037). A run
+# that dies leaves its task here: `noeta worker --queues noeta-run` finishes such tasks.
+RUN_QUEUE = "noeta-run"
 
 
 @click.command()
@@ -48,13 +53,16 @@ def run(
 ) -> None:
     """Run a one-shot task in this process until it ends; print its answer.
 
-    PROMPT `-` reads the prompt from standard input.
+    PROMPT `-` reads the prompt from standard input. The task is created in the queue
+    `noeta-run`, which workers do not serve unless asked, so no worker takes it.
     """
     prompt = read_text(prompt, "prompt")
+    make_non_dumpable()  # tools run in this process: they must not reach its secrets
     from noeta.core.store import check_lease
+    from noeta.core.task_id import check_task_id
 
     check_lease(lease_seconds)
-    task_id = task_id or uuid.uuid4().hex[:12]
+    task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]
     settings = load_config(config)
     status, answer, error = asyncio.run(
         _run(prompt, model, task_id, lease_seconds, settings, store)
@@ -72,7 +80,7 @@ async def _run(
     from noeta import observability
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import open_store, resolve_url
-    from noeta.core import events
+    from noeta.core import events, failpoints
     from noeta.core.store import NewEvent, NewTask
     from noeta.observability import observed
     from noeta.plugins.toolbox import Toolbox
@@ -85,8 +93,10 @@ async def _run(
     store = observed(await open_store(url, application_name="noeta-run"))
     try:
         created = events.TaskCreated(model=model, prompt=prompt, tools=tuple(toolbox.tools))
-        if not await store.create_task(NewTask(task_id, [NewEvent(*events.encode(created))])):
+        first = [NewEvent(*events.encode(created))]
+        if not await store.create_task(NewTask(task_id, first, queue=RUN_QUEUE)):
             raise ConfigError(f"a task with id {task_id!r} exists already")
+        await failpoints.hit("run.after_create")
         worker = f"run-{socket.gethostname()}-{os.getpid()}"
         claim = await store.claim_task(worker, task_id, lease)
         if claim is None:

@@ -23,6 +23,7 @@ from noeta.core.store import (
     TaskStatus,
     check_key,
 )
+from noeta.core.task_id import check_task_id
 
 POLL_SECONDS = 0.5  # how often `tail --follow` looks for new events
 
@@ -62,11 +63,13 @@ def submit(
     """
     from noeta.backends.models.registry import split_spec
 
-    prompt = read_text(prompt, "prompt")
-    if not prompt and not interactive:
-        raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
+    prompt = read_text(prompt, "prompt", blank_ok=True)
+    if not prompt.strip():
+        if not interactive:
+            raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
+        prompt = ""  # a conversation that starts with the first message
     check_key("queue name", queue)
-    task_id = check_key("task id", task_id) if task_id is not None else uuid.uuid4().hex[:12]
+    task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]
     split_spec(model)  # the worker holds the API keys: only the spec's form is checked here
     settings = load_config(config)
     asyncio.run(_submit(task_id, queue, model, prompt, interactive, settings, store))
@@ -111,8 +114,6 @@ async def _submit(
 def send(task_id: str, message: str, key: str | None, store: str | None) -> None:
     """Send MESSAGE to task TASK_ID (`-` reads it from standard input)."""
     message = read_text(message, "message")
-    if not message:
-        raise ConfigError("a message must not be empty")
     key = check_key("message id", key) if key is not None else uuid.uuid4().hex
     delivered = asyncio.run(_send(task_id, message, key, store))
     click.echo("sent" if delivered else "already sent")

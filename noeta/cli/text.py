@@ -13,10 +13,14 @@ from noeta.core.store import StoredEvent, TaskRecord
 MAX_TEXT_CHARS = 1_000_000  # a prompt or a message; the log could hold more, a model not
 
 
-def read_text(value: str, what: str) -> str:
-    """The argument itself, or standard input for `-`; refused past the prompt limit."""
+def read_text(value: str, what: str, *, blank_ok: bool = False) -> str:
+    """The argument itself, or standard input for `-`; refused past the prompt limit, and
+    refused blank unless `blank_ok` (a blank prompt would wait for ever, and a blank
+    message is refused by the providers)."""
     if value == "-":
         value = sys.stdin.read()
+    if not blank_ok and not value.strip():
+        raise ConfigError(f"a {what} must not be empty (or only blanks)")
     if len(value) > MAX_TEXT_CHARS:
         raise ConfigError(f"the {what} is {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
     return value

@@ -11,6 +11,7 @@ import socket
 import click
 
 from noeta import observability
+from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import config_option, store_option
 from noeta.config import load_config
 from noeta.core.store import check_key, check_lease
@@ -55,6 +56,7 @@ def worker(
     poll_seconds: float,
 ) -> None:
     """Claim tasks from the queues and run them until SIGTERM or SIGINT."""
+    make_non_dumpable()  # first: the tools it runs must not read its environment or memory
     check_lease(lease_seconds)
     names = tuple(q.strip() for q in queues.split(",") if q.strip())
     for queue in names or ("",):

@@ -138,6 +138,14 @@ class JobLost:
 
 
 @dataclass(frozen=True, slots=True)
+class JobStopped:
+    """The task ended (cancelled, or failed) while a job of its ran: the job is stopped
+    with the claim, and recorded so with the end, before it; no turn is opened."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class WakeupScheduled:
     """The model asked to be woken at `due` (UTC, ISO 8601, store clock) with `prompt`;
     recorded with the ScheduleWakeup call's result. Its id is that call's id."""
@@ -190,6 +198,7 @@ Event = (
     | JobStarted
     | JobFinished
     | JobLost
+    | JobStopped
     | WakeupScheduled
     | WokenUp
     | TurnEnded
@@ -212,6 +221,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         JobStarted,
         JobFinished,
         JobLost,
+        JobStopped,
         WakeupScheduled,
         WokenUp,
         TurnEnded,

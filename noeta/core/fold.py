@@ -17,6 +17,7 @@ from noeta.core.events import (
     JobFinished,
     JobLost,
     JobStarted,
+    JobStopped,
     MessageTaken,
     ModelCalled,
     ModelFailed,
@@ -199,14 +200,8 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             f.pins = pins
         case JobStarted(job_id=job_id):
             f.jobs = (*f.jobs, job_id)
-        case JobFinished(job_id=job_id, exit_code=code, output=output, inbox_id=inbox_id):
-            f.taken.add(inbox_id)
-            f.jobs = tuple(job for job in f.jobs if job != job_id)
-            ended = "was killed" if code is None else f"exited with code {code}"
-            _open_turn(f, f"[noeta] Background job {job_id} {ended}. Its output:\n{output}")
-        case JobLost(job_id=job_id):
-            f.jobs = tuple(job for job in f.jobs if job != job_id)
-            _open_turn(f, JOB_LOST.format(job_id=job_id))
+        case JobFinished() | JobLost() | JobStopped():
+            _end_job(f, event)
         case WakeupScheduled() | WokenUp():
             _apply_wakeup(f, event)
         case TurnEnded(outcome=outcome, answer=answer, error=error):
@@ -271,6 +266,21 @@ def _due(wakeup: tuple[str, str, str]) -> str:
     return wakeup[1]
 
 
+def _end_job(f: _Folding, event: JobFinished | JobLost | JobStopped) -> None:
+    """A job's end, once: a result or a loss opens a turn to tell the model; a job
+    stopped because its task ended tells no one."""
+    f.jobs = tuple(job for job in f.jobs if job != event.job_id)
+    match event:
+        case JobFinished(job_id=job_id, exit_code=code, output=output, inbox_id=inbox_id):
+            f.taken.add(inbox_id)
+            ended = "was killed" if code is None else f"exited with code {code}"
+            _open_turn(f, f"[noeta] Background job {job_id} {ended}. Its output:\n{output}")
+        case JobLost(job_id=job_id):
+            _open_turn(f, JOB_LOST.format(job_id=job_id))
+        case JobStopped():
+            pass
+
+
 def _open_turn(f: _Folding, text: str) -> None:
     f.messages.append(Message("user", (Text(text),)))
     f.turn += 1
@@ -280,7 +290,10 @@ def _open_turn(f: _Folding, text: str) -> None:
 def _take_reply(f: _Folding, reply: ModelReplied) -> None:
     f.model_attempts = 0
     f.replies += 1
-    texts = tuple(block for block in reply.content if isinstance(block, Text) and block.text)
+    # A blank block (older logs hold some) is left out: Anthropic refuses it re-sent.
+    texts = tuple(
+        block for block in reply.content if isinstance(block, Text) and block.text.strip()
+    )
     calls = tuple(block for block in reply.content if isinstance(block, ToolCall))
     if reply.stop_reason == "max_tokens":
         # A cut-off reply's tool calls may be incomplete: keep its text, ask to go on.

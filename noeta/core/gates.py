@@ -60,9 +60,33 @@ class GateRule:
     outside_workspace: bool = False  # the field is a path leading outside the workspace
     reason: str = ""
     set: Mapping[str, JSONValue] = field(default_factory=dict)  # rewrite: fields to set
+    source: str = field(default="", compare=False)  # "noeta.yaml, line 12": for errors
 
     def __post_init__(self) -> None:
         re.compile(self.pattern)  # a bad pattern fails when the config loads, not mid-task
+
+    def unmatched(self, tools: Mapping[str, Mapping[str, JSONValue]]) -> str | None:
+        """Why this rule could never fire with these tools (name -> input schema), or None.
+
+        A gate that silently never matches is a hole, not a harmless no-op: a deployment
+        learns at start-up. A glob must match a tool, and one of the tools it matches
+        must have the field; an exact name must be loaded and have the field.
+        """
+        matched = [name for name in tools if fnmatch.fnmatchcase(name, self.tool)]
+        is_glob = any(mark in self.tool for mark in "*?[")
+        if not matched:
+            if is_glob:
+                return f"no loaded tool matches {self.tool!r}"
+            return f"no loaded tool is named {self.tool!r} (loaded: {', '.join(sorted(tools))})"
+        if not self.field_name:
+            return None
+        having = [name for name in matched if self.field_name in _fields(tools[name])]
+        if having:
+            return None
+        if is_glob:
+            return f"no tool matched by {self.tool!r} has an input field {self.field_name!r}"
+        fields = ", ".join(sorted(_fields(tools[self.tool]))) or "none"
+        return f"tool {self.tool!r} has no input field {self.field_name!r} (its fields: {fields})"
 
     def check(self, tool: str, input: dict[str, JSONValue], ctx: ToolContext) -> Decision | None:
         if not fnmatch.fnmatchcase(tool, self.tool) or not self._matches(input, ctx):
@@ -97,6 +121,11 @@ def decide(
         elif decision is not None:
             return decision, input
     return Allow(), input
+
+
+def _fields(schema: Mapping[str, JSONValue]) -> set[str]:
+    properties = schema.get("properties")
+    return set(properties) if isinstance(properties, dict) else set()
 
 
 def _outside(path: str, workspace: str) -> bool:

@@ -28,6 +28,7 @@ from noeta.core.errors import (
     UnknownTask,
 )
 from noeta.core.payload import JSONValue
+from noeta.core.task_id import check_task_id
 
 __all__ = [
     "Claim",
@@ -114,6 +115,9 @@ class TaskStatus(StrEnum):
         return self in (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.CANCELLED)
 
 
+ClaimKey = tuple[str, int]  # (task id, epoch)
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """The right to write one task, for one epoch, until the lease ends (database clock)."""
@@ -124,6 +128,12 @@ class Claim:
     lease_until: datetime
     # The claim took the task from a worker whose lease had lapsed (for logs and metrics).
     taken_over: bool = field(default=False, compare=False)
+
+    @property
+    def key(self) -> ClaimKey:
+        """What identifies the claim whatever its lease: a worker's bookkeeping for one
+        epoch must never touch the next (the same worker may claim the task again)."""
+        return (self.task_id, self.epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +166,10 @@ class NewTask:
     events: Sequence[NewEvent]
     queue: str = DEFAULT_QUEUE
     ready_at: datetime | None = None  # None: claimable at once
+
+    def __post_init__(self) -> None:
+        # Every way a task is made (submit, run, cron, the API, subtasks) builds a NewTask.
+        check_task_id(self.id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,14 @@ did (`recover`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from noeta.core.model import ToolSpec
 from noeta.core.payload import JSONValue
+from noeta.core.store import Claim
 
 # A retry_safe call interrupted by crashes is started at most this many times in total.
 MAX_ATTEMPTS = 3
@@ -42,6 +44,8 @@ class BackgroundJob:
     command: str
     cwd: str
     timeout_seconds: float
+    # What the command's process starts with (never logged; may hold a passed token).
+    environment: Mapping[str, str] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +69,11 @@ class ToolOutput:
 class Jobs(Protocol):
     """The worker's background jobs: their results are delivered to the task's inbox."""
 
-    def start(self, task_id: str, job_id: str, job: BackgroundJob) -> None: ...
+    def start(self, claim: Claim, job_id: str, job: BackgroundJob) -> None: ...
 
-    def running(self, task_id: str) -> set[str]: ...
+    def running(self, claim: Claim) -> set[str]:
+        """The jobs running under this claim (not under another epoch of its task)."""
+        ...
 
 
 class Tool(Protocol):

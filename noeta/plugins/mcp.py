@@ -1,6 +1,8 @@
 """The MCP plugin: the tools (and resource reads) of MCP servers run over stdio, as noeta tools.
 
 Every `tools/call` carries the call's idempotency key in `_meta`, under `IDEMPOTENCY_META_KEY`.
+A server that dies is started again at the next call, at most `MAX_RESTARTS` times, with
+backoff; the call it died in is reported with the words of an unknown outcome.
 """
 
 from __future__ import annotations
@@ -8,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -18,20 +22,27 @@ from typing import TextIO, TypeVar, cast
 
 import anyio
 from anyio.abc import Process
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.shared.exceptions import MCPError
 
 from noeta.core.errors import NoetaError
 from noeta.core.payload import JSONValue
-from noeta.core.tool import Tool, ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.core.tool import OUTCOME_UNKNOWN, Tool, ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.plugins.tool_environment import passed_names, tool_environment
 
 IDEMPOTENCY_META_KEY = "idempotency_key"  # `_meta` key holding `<task id>:<call id>`
 DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TOOL_NAME = 64
 STDERR_TAIL_BYTES = 4096
+MAX_RESTARTS = 5  # per server, for the life of the process: a server that keeps dying stays down
+RESTART_BACKOFF_SECONDS = (0.0, 1.0, 2.0, 5.0, 10.0)  # after the 1st, 2nd, ... crash
 _UNSAFE_NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9_-]")
 _CONNECTION_CLOSED = types.CONNECTION_CLOSED
 _Result = TypeVar("_Result")
+
+log = logging.getLogger("noeta.plugins.mcp")
 
 
 class McpServerError(NoetaError):
@@ -42,10 +53,11 @@ class McpServerError(NoetaError):
 class ServerConfig:
     command: str
     args: tuple[str, ...] = ()
-    env: Mapping[str, str] | None = None  # merged over the SDK's small safe environment
+    env: Mapping[str, str] | None = None  # set for the server, over its allowlisted environment
     cwd: str | None = None
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS  # per call
     start_timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS  # launch, handshake and listing
+    pass_env: tuple[str, ...] = ()  # worker variables this server sees (e.g. a token)
 
 
 def plugin(params: dict[str, JSONValue]) -> McpPlugin:
@@ -76,9 +88,12 @@ def _server_config(name: str, spec: JSONValue) -> ServerConfig:
         raise ValueError(f"{where}: 'env' must map names to strings")
     if cwd is not None and not isinstance(cwd, str):
         raise ValueError(f"{where}: 'cwd' must be a string")
-    timeouts = [_seconds(where, spec, key) for key in ("timeout_seconds", "start_timeout_seconds")]
+    timeout, start_timeout = (
+        _seconds(where, spec, key) for key in ("timeout_seconds", "start_timeout_seconds")
+    )
+    pass_env = passed_names(where, spec.get("pass_env"))
     return ServerConfig(command, tuple(cast(list[str], args)), cast(dict[str, str] | None, env),
-                        cwd, *timeouts)  # fmt: skip
+                        cwd, timeout, start_timeout, pass_env)  # fmt: skip
 
 
 def _seconds(where: str, spec: dict[str, JSONValue], key: str) -> float:
@@ -147,6 +162,10 @@ class _Server:
     _stderr: TextIO | None = None  # the server's stderr, kept for error messages
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
+    _crashes: int = 0
+    _crashed_at: float = 0.0  # time.monotonic() of the last crash
+    _dead: bool = False  # it died (or its session ended) since it was last started
+    _restarting: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def start(self) -> None:
         self._stderr = stderr = cast(TextIO, tempfile.TemporaryFile("w+"))  # noqa: SIM115
@@ -160,7 +179,8 @@ class _Server:
         """Hold the transport and session open until `close()`; report how starting went."""
         params = StdioServerParameters(
             command=self.config.command, args=list(self.config.args),
-            env=dict(self.config.env or {}), cwd=self.config.cwd,
+            env={**tool_environment(None, self.config.pass_env), **(self.config.env or {})},
+            cwd=self.config.cwd,
         )  # fmt: skip
         try:
             async with AsyncExitStack() as stack:
@@ -206,7 +226,20 @@ class _Server:
             self._stderr.close()
 
     def noeta_tools(self) -> list[Tool]:
-        tools: list[Tool] = [_CallTool(self, tool) for tool in self.listed_tools]
+        """Its tools; one whose input schema is not a valid JSON Schema object is left out
+        (logged): every call to it would fail, and no input could be checked against it."""
+        tools: list[Tool] = []
+        for tool in self.listed_tools:
+            problem = _schema_problem(tool.input_schema)
+            if problem:
+                log.warning(
+                    "mcp server %r: tool %r left out: its input schema is invalid (%s)",
+                    self.name,
+                    tool.name,
+                    problem,
+                )
+            else:
+                tools.append(_CallTool(self, tool))
         return [*tools, _ReadResourceTool(self)] if self.resources else tools
 
     def _start_failure(self, error: Exception) -> str:
@@ -237,11 +270,10 @@ class _Server:
         self, what: str, send: Callable[[ClientSession], Awaitable[_Result]]
     ) -> _Result:
         """Run one request against the session, turning each failure into a `ToolError`."""
-        if self.session is None:
-            raise ToolError(f"mcp server {self.name!r} is not running")
+        session = await self._running_session()
         try:
             with anyio.fail_after(self.config.timeout_seconds):
-                return await send(self.session)
+                return await send(session)
         except TimeoutError:
             raise ToolError(
                 f"{what} on mcp server {self.name!r} timed out after "
@@ -252,8 +284,70 @@ class _Server:
                 if self._process is not None:  # its exit code lands shortly after the EOF
                     with anyio.move_on_after(1):
                         await self._process.wait()
-                raise ToolError(f"mcp server {self.name!r} is gone: {self._ended()}") from None
+                ended = self._ended()
+                self._crashed(f"during {what}: {ended}")
+                # The server may have acted before it died: say so as recovery would.
+                raise ToolError(
+                    f"mcp server {self.name!r} died during this call ({ended}). {OUTCOME_UNKNOWN}"
+                ) from None
             raise ToolError(f"{what} on mcp server {self.name!r} failed: {error}") from None
+
+    def _crashed(self, how: str) -> None:
+        if self._dead:
+            return  # one crash, seen by several calls
+        self._dead = True
+        self._crashes += 1
+        self._crashed_at = time.monotonic()
+        log.warning(
+            "mcp server %r crashed %s (crash %d; restarted at the next call, at most %d times)",
+            self.name,
+            how,
+            self._crashes,
+            MAX_RESTARTS,
+        )
+
+    async def _running_session(self) -> ClientSession:
+        """The live session, starting the server again first if it died (bounded)."""
+        exited = self._process is not None and self._process.returncode is not None
+        if self.session is None or exited:
+            self._crashed(f"between calls: {self._ended()}")
+        async with self._restarting:
+            if self._dead:
+                await self._restart()
+        if self.session is None:
+            raise ToolError(f"mcp server {self.name!r} is not running")
+        return self.session
+
+    async def _restart(self) -> None:
+        if self._crashes > MAX_RESTARTS:
+            raise ToolError(
+                f"mcp server {self.name!r} is gone: it crashed {self._crashes} times, "
+                "and is not started again until the worker restarts"
+            )
+        backoff = RESTART_BACKOFF_SECONDS[min(self._crashes, len(RESTART_BACKOFF_SECONDS)) - 1]
+        await asyncio.sleep(max(0.0, self._crashed_at + backoff - time.monotonic()))
+        await self.close()
+        try:
+            await self.start()
+        except McpServerError as error:
+            self._crashed_at = time.monotonic()
+            self._crashes += 1
+            log.warning("mcp server %r: restart failed: %s", self.name, error)
+            raise ToolError(str(error)) from None
+        self._dead = False
+        log.warning("mcp server %r restarted after crash %d", self.name, self._crashes)
+
+
+def _schema_problem(schema: object) -> str:
+    """Why `schema` cannot be a tool's input schema, or "" if it can."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return "a tool's input schema must be an object schema"
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as error:
+        where = "/".join(str(part) for part in error.path) or "the schema"
+        return f"{where}: {error.message}"
+    return ""
 
 
 def _process_of(transport: object) -> Process | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from noeta.config import Config
 from noeta.core.errors import ConfigError
-from noeta.core.gates import Gate
+from noeta.core.gates import Gate, GateRule
 from noeta.core.pin import Pin
 from noeta.core.runner.task import Providers, TaskRunner
 from noeta.core.store import Store
@@ -61,6 +61,7 @@ class Toolbox:
                         )
                     tools[tool.name] = tool
             box.tools = tools
+            _check_gates(config.gates, tools)
         except BaseException:
             await box.close()
             raise
@@ -74,3 +75,14 @@ class Toolbox:
                 if inspect.isawaitable(result):
                     await result
         self.plugins.clear()
+
+
+def _check_gates(gates: tuple[GateRule, ...], tools: Mapping[str, Tool]) -> None:
+    """Fail closed: a configured gate that could never fire stops the process at start-up."""
+    if not gates:
+        return
+    # getattr: a plugin's tool without a schema simply has no fields a gate could name.
+    schemas = {name: getattr(tool, "input_schema", None) or {} for name, tool in tools.items()}
+    for gate in gates:
+        if (why := gate.unmatched(schemas)) is not None:
+            raise ConfigError(f"{gate.source or 'config'}: gate: {why}")

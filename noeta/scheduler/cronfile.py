@@ -17,6 +17,7 @@ from noeta import yamlfile
 from noeta.backends.models.registry import split_spec
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.store import DEFAULT_QUEUE, check_key
+from noeta.core.task_id import check_task_id
 from noeta.scheduler import slots
 
 Overlap = Literal["skip", "allow"]
@@ -177,6 +178,10 @@ def _action(field: _Field) -> TaskAction | MessageAction:
     if given[0] == "message":
         inner.refuse_unknown(_MESSAGE_KEYS)
         task = inner.key("task", "task id")
+        try:
+            check_task_id(task)
+        except PayloadError as error:
+            raise inner.error("task", str(error)) from None
         return MessageAction(task=task, text=inner.text("text", required=True))
     inner.refuse_unknown(_TASK_KEYS)
     model = inner.text("model", required=True)

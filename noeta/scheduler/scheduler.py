@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from noeta.core import events, failpoints
 from noeta.core.errors import NoetaError, StoreError
+from noeta.core.retry import backoff_seconds
 from noeta.core.store import (
     CronFire,
     Delivery,
@@ -42,8 +44,10 @@ MISSED_AFTER = timedelta(seconds=60)
 TICK_SECONDS = 1.0
 # On start, tasks that fell due this long ago are announced too (workers poll anyway).
 FIRST_LOOK_BACK = timedelta(minutes=5)
-# After a store error, wait this long before looking again.
-RETRY_SECONDS = 2.0
+# After store errors in a row, wait longer each time (jittered), but never longer than
+# this: a store back from an outage is seen within it, and a slot that fell due
+# meanwhile is still fired on time (MISSED_AFTER).
+RETRY_CAP_SECONDS = 10.0
 
 ToolsFor = Callable[[tuple[str, ...] | None], tuple[str, ...]]
 
@@ -64,12 +68,15 @@ class Scheduler:
     async def run(self, stop: asyncio.Event, reload: asyncio.Event | None = None) -> None:
         """Look, fire, sleep until the next thing is due (at most TICK_SECONDS); until
         `stop`. `reload` set: the caller swapped `schedules`; look again at once."""
+        failures = 0  # store errors in a row
         while not stop.is_set():
             try:
                 wait = await self.tick()
-            except StoreError as error:
-                log.warning("scheduler: %s; looking again in %g s", error, RETRY_SECONDS)
-                wait = RETRY_SECONDS
+                failures = 0
+            except StoreError as error:  # unreachable, read-only, a timeout: never fatal
+                failures += 1
+                wait = min(RETRY_CAP_SECONDS, backoff_seconds(failures, None, random.random()))
+                log.warning("scheduler: %s; looking again in %.1f s", error, wait)
             waiters = [asyncio.ensure_future(stop.wait())]
             if reload is not None:
                 waiters.append(asyncio.ensure_future(reload.wait()))

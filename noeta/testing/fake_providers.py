@@ -23,6 +23,7 @@ Each request takes the next scripted response, or `Reply()` when none is queued:
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import deque
 from collections.abc import Mapping
@@ -144,6 +145,10 @@ class _FakeServer:
     def render_error(self, status: int, request: RecordedRequest) -> dict[str, object]:
         raise NotImplementedError
 
+    def refusal(self, request: RecordedRequest) -> dict[str, object] | None:
+        """The 400 body the real API answers this request with, if it refuses it."""
+        return None
+
 
 class FakeAnthropic(_FakeServer):
     path = "/v1/messages"
@@ -178,6 +183,23 @@ class FakeAnthropic(_FakeServer):
         kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
         message = f"fake {kind.replace('_', ' ')}"
         return {"type": "error", "error": {"type": kind, "message": message}}
+
+    def refusal(self, request: RecordedRequest) -> dict[str, object] | None:
+        try:
+            messages = request.json().get("messages") or []
+        except (ValueError, AttributeError):
+            return None
+        for message in messages:
+            content = message.get("content") if isinstance(message, dict) else None
+            for block in content if isinstance(content, list) else []:
+                text = block.get("text") if isinstance(block, dict) else None
+                if block.get("type") == "text" and isinstance(text, str) and not text.strip():
+                    reason = "messages: text content blocks must contain non-whitespace text"
+                    return {
+                        "type": "error",
+                        "error": {"type": "invalid_request_error", "message": reason},
+                    }
+        return None
 
 
 _ANTHROPIC_ERROR_TYPES = {
@@ -240,6 +262,24 @@ class FakeOpenAI(_FakeServer):
             message = f"Incorrect API key provided: {key}."
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
+    def refusal(self, request: RecordedRequest) -> dict[str, object] | None:
+        try:
+            document = request.json()
+        except ValueError:
+            return None
+        model = document.get("model") if isinstance(document, dict) else None
+        if isinstance(model, str) and "max_tokens" in document and _REASONING.match(model):
+            reason = (
+                "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                "Use 'max_completion_tokens' instead."
+            )
+            error = {"message": reason, "type": "invalid_request_error", "param": "max_tokens"}
+            return {"error": {**error, "code": "unsupported_parameter"}}
+        return None
+
+
+# The models OpenAI documents as reasoning models (o-series, gpt-5 family).
+_REASONING = re.compile(r"(o\d|gpt-5)(\b|[-.])")
 
 _OPENAI_ERROR_TYPES: dict[int, tuple[str, str | None]] = {
     401: ("invalid_request_error", "invalid_api_key"),
@@ -263,6 +303,10 @@ class _Handler(BaseHTTPRequestHandler):
         fake.requests.append(request)
         if self.path != fake.path:
             self._send(fake, 404, _encode(fake.render_error(404, request)))
+            return
+        refused = fake.refusal(request)
+        if refused is not None:
+            self._send(fake, 400, _encode(refused))
             return
         response, number = fake.next_response()
         match response:

@@ -48,6 +48,41 @@ class TestPostgres:
             connection.execute(f'CREATE SCHEMA "{schema}"')
         return with_search_path(self.admin_dsn, schema)
 
+    def new_database(self) -> str:
+        """Create an empty database (for a test that changes database-wide settings) and
+        return its DSN; `drop_database` removes it."""
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        with psycopg.connect(self.admin_dsn, autocommit=True) as connection:
+            connection.execute(f'CREATE DATABASE "{name}"')
+        return make_conninfo(self.admin_dsn, dbname=name)
+
+    def drop_database(self, dsn: str) -> None:
+        name = conninfo_to_dict(dsn)["dbname"]
+        with psycopg.connect(self.admin_dsn, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def set_read_only(self, dsn: str, read_only: bool) -> None:
+        """Make a database read-only for every session (or writable again) and end the
+        sessions it has, as a failover onto a server that cannot take writes does."""
+        name = conninfo_to_dict(dsn)["dbname"]
+        change = "SET default_transaction_read_only = on" if read_only else "RESET ALL"
+        with psycopg.connect(self.admin_dsn, autocommit=True) as connection:
+            connection.execute(f'ALTER DATABASE "{name}" {change}')
+        self.end_sessions(dsn)
+
+    def end_sessions(self, dsn: str, application_name: str | None = None) -> int:
+        """pg_terminate_backend every session on the DSN's database (of one application,
+        if named) but our own; returns how many were ended."""
+        name = conninfo_to_dict(dsn)["dbname"]
+        query = (
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()"
+            " AND (%s::text IS NULL OR application_name = %s)"
+        )
+        with psycopg.connect(self.admin_dsn, autocommit=True) as connection:
+            row = connection.execute(query, (name, application_name, application_name)).fetchone()
+        return int(row[0]) if row else 0
+
     def stop(self) -> None:
         if self.embedded is not None:
             self.embedded.stop(mode="immediate")

@@ -1,5 +1,6 @@
 """Background jobs under a worker: started after the log records them, their results
-delivered to the task's inbox exactly once (dedupe key `job:<id>`), stopped with the claim.
+delivered to the task's inbox exactly once (dedupe key `job:<id>`), stopped with the claim
+they ran under (kept by its key: a later epoch of the same task has jobs of its own).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable
 
 from noeta.core.errors import StoreError
 from noeta.core.retry import NO_JITTER, GaveUp, backoff_seconds, with_retries
-from noeta.core.store import Delivery, Store
+from noeta.core.store import Claim, ClaimKey, Delivery, Store
 from noeta.core.tool import BackgroundJob
 from noeta.plugins.core.bash import run_command
 
@@ -27,32 +28,38 @@ def _delivery_backoff(attempt: int, error: StoreError) -> float:
 
 
 class JobManager:
-    def __init__(self, store: Store, on_result: Callable[[str], None]) -> None:
+    def __init__(self, store: Store, on_result: Callable[[Claim], None]) -> None:
         self.store = store
-        self.on_result = on_result  # called with the task id once a result is delivered
-        self._jobs: dict[str, dict[str, asyncio.Task[None]]] = {}
+        self.on_result = on_result  # called with the claim once a result is delivered
+        self._jobs: dict[ClaimKey, dict[str, asyncio.Task[None]]] = {}
 
-    def start(self, task_id: str, job_id: str, job: BackgroundJob) -> None:
-        task = asyncio.create_task(self._run(task_id, job_id, job), name=f"noeta-job-{job_id}")
-        self._jobs.setdefault(task_id, {})[job_id] = task
+    def start(self, claim: Claim, job_id: str, job: BackgroundJob) -> None:
+        task = asyncio.create_task(self._run(claim, job_id, job), name=f"noeta-job-{job_id}")
+        self._jobs.setdefault(claim.key, {})[job_id] = task
 
-    def running(self, task_id: str) -> set[str]:
-        return set(self._jobs.get(task_id, {}))
+    def running(self, claim: Claim) -> set[str]:
+        return set(self._jobs.get(claim.key, {}))
 
-    async def stop(self, task_id: str) -> None:
-        """The claim is lost: stop the task's jobs (their process groups are killed)."""
-        for job_id, task in self._jobs.pop(task_id, {}).items():
-            log.warning("task %s: stopping background job %s (claim lost)", task_id, job_id)
+    async def stop(self, claim: Claim, why: str) -> None:
+        """The claim ended: stop its jobs (their process groups are killed)."""
+        for job_id, task in self._jobs.pop(claim.key, {}).items():
+            log.warning("task %s: stopping background job %s (%s)", claim.task_id, job_id, why)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
     async def stop_all(self) -> None:
-        for task_id in list(self._jobs):
-            await self.stop(task_id)
+        for key in list(self._jobs):
+            for task in self._jobs.pop(key, {}).values():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
-    async def _run(self, task_id: str, job_id: str, job: BackgroundJob) -> None:
-        finished = await run_command(job.command, job.cwd, job.timeout_seconds, OUTPUT_CAP_CHARS)
+    async def _run(self, claim: Claim, job_id: str, job: BackgroundJob) -> None:
+        task_id = claim.task_id
+        finished = await run_command(
+            job.command, job.cwd, job.timeout_seconds, OUTPUT_CAP_CHARS, job.environment
+        )
         result = {
             "kind": "job",
             "job_id": job_id,
@@ -74,5 +81,5 @@ class JobManager:
                 sleep=asyncio.sleep,
                 on_failure=not_yet,
             )
-        self._jobs.get(task_id, {}).pop(job_id, None)
-        self.on_result(task_id)
+        self._jobs.get(claim.key, {}).pop(job_id, None)
+        self.on_result(claim)

@@ -1,19 +1,23 @@
 """Keeping claims alive: one renewal statement per round for every claim held.
 
-A claim the store does not renew was taken over: it is reported lost at once. When the
-store cannot be reached, renewal keeps trying until, by this process's own clock, the
-lease would have run out; then every claim is reported lost (SPEC §3).
+A claim the store does not renew is reported lost at once. When the store cannot be
+reached (or refuses: any StoreError), renewal keeps trying, sooner than a round (capped
+backoff with jitter), until, by this process's own clock, the lease would have run out;
+then every claim is reported lost (SPEC §3). Claims are held by their key (task id and
+epoch): an answer about epoch N never touches epoch N+1 of the same task.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Callable
 
 from noeta.core.errors import StoreError
-from noeta.core.store import Claim, Store
+from noeta.core.retry import backoff_seconds
+from noeta.core.store import Claim, ClaimKey, Store
 
 log = logging.getLogger(__name__)
 
@@ -31,18 +35,27 @@ class Renewer:
         self.lease_seconds = lease_seconds
         self.on_lost = on_lost
         self.monotonic = monotonic
-        self._held: dict[str, tuple[Claim, float]] = {}  # task id -> (claim, renewed at)
+        self._held: dict[ClaimKey, tuple[Claim, float]] = {}  # key -> (claim, renewed at)
+        self._failures = 0  # failed rounds in a row
 
     def add(self, claim: Claim) -> None:
-        self._held[claim.task_id] = (claim, self.monotonic())
+        self._held[claim.key] = (claim, self.monotonic())
 
-    def remove(self, task_id: str) -> None:
-        self._held.pop(task_id, None)
+    def remove(self, claim: Claim) -> None:
+        self._held.pop(claim.key, None)
+
+    def holds(self, claim: Claim) -> bool:
+        return claim.key in self._held
 
     async def run(self) -> None:
-        """Renew every third of the lease, forever (cancel to stop)."""
+        """Renew every third of the lease, forever (cancel to stop); after a failed round,
+        the next comes sooner (0.5 s, 1 s, 2 s, ... jittered, never later than a round),
+        so that a store back within the lease is seen in time."""
         while True:
-            await asyncio.sleep(self.lease_seconds / 3)
+            wait = self.lease_seconds / 3
+            if self._failures:
+                wait = min(wait, backoff_seconds(self._failures, None, random.random()))
+            await asyncio.sleep(wait)
             await self.renew_once()
 
     async def renew_once(self) -> None:
@@ -52,27 +65,57 @@ class Renewer:
         # The lease runs from when the store executes the renewal: no earlier than now.
         sent_at = self.monotonic()
         try:
-            renewed = await self.store.renew(
+            answer = await self.store.renew(
                 [claim for claim, _ in held.values()], self.lease_seconds
             )
         except StoreError as error:
+            self._failures += 1
             now = self.monotonic()
-            for task_id, (claim, renewed_at) in held.items():
-                if now - renewed_at >= self.lease_seconds:
+            for claim, renewed_at in held.values():
+                if claim.key in self._held and now - renewed_at >= self.lease_seconds:
                     log.warning(
                         "task %s: could not renew for a whole lease (%s); giving it up",
-                        task_id,
+                        claim.task_id,
                         error,
                     )
                     self._lose(claim)
             return
-        for task_id, (claim, _) in held.items():
-            if task_id in renewed and task_id in self._held:
-                self._held[task_id] = (renewed[task_id], sent_at)
-            elif task_id not in renewed:
-                log.warning("task %s: claim lost (taken over by another worker)", task_id)
-                self._lose(claim)
+        self._failures = 0
+        renewed = {claim.key: claim for claim in answer.values()}
+        lost = []
+        for key, (claim, _) in held.items():
+            if key not in self._held:
+                continue  # let go while the round was out: the answer is not ours to apply
+            if key in renewed:
+                self._held[key] = (renewed[key], sent_at)
+            else:
+                lost.append(claim)
+        for claim in lost:
+            self._lose(claim)
+        for claim in lost:
+            log.warning(
+                "task %s: claim lost (epoch %d: %s)",
+                claim.task_id,
+                claim.epoch,
+                await self._why_lost(claim),
+            )
 
     def _lose(self, claim: Claim) -> None:
-        self._held.pop(claim.task_id, None)
+        self._held.pop(claim.key, None)
         self.on_lost(claim)
+
+    async def _why_lost(self, claim: Claim) -> str:
+        """Say who has the task now; "taken over by another worker" only if one has."""
+        try:
+            record = await self.store.get_task(claim.task_id)
+        except StoreError:
+            return "not renewed"
+        if record is None:
+            return "the task is gone"
+        if record.status.finished:
+            return f"the task is {record.status.value}"
+        if record.owner_epoch > claim.epoch and record.owner not in (None, claim.worker):
+            return f"taken over by another worker, {record.owner}, at epoch {record.owner_epoch}"
+        if record.owner_epoch > claim.epoch:
+            return f"claimed again by this worker at epoch {record.owner_epoch}"
+        return f"not renewed; the task is {record.status.value}"

@@ -6,9 +6,14 @@
 | Conflict on append                    | stop writing to that task                             |
 | StoreUnavailable while working        | stop; once the store is back and the lease lapsed,    |
 |                                       | the task is claimed again                             |
+| any other StoreError while claiming   | back off (capped at a lease, jittered); never exit    |
 | CommitUnknown                         | a lost claim; during a claim: adopt what the store    |
-|                                       | records as ours that we are not running               |
+|                                       | records as ours that we are not running (renewed      |
+|                                       | while they wait for a slot)                           |
 | SIGTERM / SIGINT                      | release every running task to ready at once, exit 0   |
+
+Every map here is keyed by the claim (task id, epoch): this worker may claim a task again
+while what it held for the previous epoch is still being let go.
 """
 
 from __future__ import annotations
@@ -16,14 +21,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+import random
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from noeta.core import failpoints, wakeups
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
+from noeta.core.retry import backoff_seconds
 from noeta.core.runner.task import RunResult, TaskRunner
-from noeta.core.store import Claim, Store
+from noeta.core.store import CANCEL_KEY, Claim, ClaimKey, Store
 from noeta.observability import metrics, tracing
 from noeta.worker.jobs import JobManager
 from noeta.worker.renewal import Renewer
@@ -48,13 +56,16 @@ class Worker:
         self.renewer = Renewer(store, settings.lease_seconds, self._lost)
         self.jobs = JobManager(store, self._resume_holding)
         runner.jobs = self.jobs
-        self.running: dict[str, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
-        # Tasks waiting while holding their claim (a background job of theirs runs here).
-        self.holding: dict[str, Claim] = {}
+        self.running: dict[ClaimKey, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
+        # Claims waiting while their task holds them (a background job of theirs runs here).
+        self.holding: dict[ClaimKey, Claim] = {}
+        # Adopted claims waiting for a slot: renewed all the while, so none lapses unrun.
+        self.adopted: dict[ClaimKey, Claim] = {}
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._wake = asyncio.Event()
         self._stopping = False
         self._background: set[asyncio.Future[None]] = set()
+        self._claim_failures = 0  # store errors in a row while claiming: the backoff
 
     def wake(self) -> None:
         """Something may have become claimable: look now rather than at the next poll."""
@@ -65,6 +76,7 @@ class Worker:
         renewing = asyncio.create_task(self.renewer.run(), name="noeta-renewal")
         listening = asyncio.create_task(self._listen(), name="noeta-wakeups")
         measuring = asyncio.create_task(self._measure_queues(), name="noeta-queue-depth")
+        watching = asyncio.create_task(self._watch_holding(), name="noeta-holding")
         stopping = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
@@ -82,7 +94,7 @@ class Worker:
         finally:
             stopping.cancel()
             await self._shut_down()
-            for background in (renewing, listening, measuring):
+            for background in (renewing, listening, measuring, watching):
                 background.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await background
@@ -122,9 +134,11 @@ class Worker:
         except CommitUnknown:
             log.warning("claim: the commit's outcome is unknown; adopting what is ours")
             return await self._adopt()
-        except StoreUnavailable as error:
-            log.warning("claim: %s", error)
+        except StoreError as error:  # unreachable, read-only, out of disk, a timeout, ...
+            self._claim_failures += 1
+            log.warning("claim: %s; trying again in at most %.1f s", error, self._backoff())
             return False
+        self._claim_failures = 0
         if claim is None:
             return False
         verb = "took over" if claim.taken_over else "claimed"
@@ -133,30 +147,41 @@ class Worker:
         return True
 
     async def _adopt(self) -> bool:
-        """After a lost claim reply: run the tasks the store records as ours, not running."""
+        """After a lost claim reply: run the tasks the store records as ours, not running.
+
+        The first uses the slot the claim loop holds; the rest are renewed from now on and
+        start as slots free up (a claim left unrenewed while it waits would lapse unrun).
+        """
+        here = self.running.keys() | self.holding.keys() | self.adopted.keys()
         try:
-            owned = [
-                c
-                for c in await self.store.owned_by(self.settings.name)
-                if c.task_id not in self.running
-            ]
+            owned = [c for c in await self.store.owned_by(self.settings.name) if c.key not in here]
             renewed = await self.store.renew(owned, self.settings.lease_seconds)
         except StoreError as error:
             log.warning("adopting: %s", error)
             return False
-        started = False
-        for claim in renewed.values():
-            if started:  # the first uses the slot we hold; the rest wait for their own
-                await self._slots.acquire()
+        claims = sorted(renewed.values(), key=lambda claim: claim.task_id)
+        for claim in claims:
             log.info("adopted task %s (epoch %d)", claim.task_id, claim.epoch)
-            self._start(claim)
-            started = True
-        return started
+            self.renewer.add(claim)
+        if not claims:
+            return False
+        self._start(claims[0])
+        for claim in claims[1:]:
+            self.adopted[claim.key] = claim
+            self._spawn(self._start_adopted(claim))
+        return True
+
+    async def _start_adopted(self, claim: Claim) -> None:
+        await self._slots.acquire()
+        if self.adopted.pop(claim.key, None) is None or self._stopping:
+            self._slots.release()  # lost while it waited, or the worker is stopping
+            return
+        self._start(claim)
 
     def _start(self, claim: Claim) -> None:
         self.renewer.add(claim)
         task = asyncio.create_task(self._run_claim(claim), name=f"noeta-task-{claim.task_id}")
-        self.running[claim.task_id] = (claim, task)
+        self.running[claim.key] = (claim, task)
 
     async def _run_claim(self, claim: Claim) -> RunResult | None:
         """Run one claim; every way of losing it ends here, logged, never raised."""
@@ -166,10 +191,10 @@ class Worker:
             log.info("task %s: %s", claim.task_id, result.state.finished or result.outcome)
             holding = result.outcome == "holding"
             if holding:
-                self.holding[claim.task_id] = claim
+                self.holding[claim.key] = claim
                 due = wakeups.next_due(result.state)
                 if due is not None:
-                    await self._resume_when_due(claim.task_id, due)
+                    await self._resume_when_due(claim, due)
             return result
         except Conflict as error:
             log.warning(
@@ -185,25 +210,30 @@ class Worker:
             log.exception("task %s: the runner failed; leaving it", claim.task_id)
         finally:
             if not holding:  # a holding claim stays renewed; everything else is let go
-                self.renewer.remove(claim.task_id)
-            self.running.pop(claim.task_id, None)
+                self.renewer.remove(claim)
+                self._spawn(self.jobs.stop(claim, "its claim ended"))
+            self.running.pop(claim.key, None)
             self._slots.release()
             self.wake()
         return None
 
     def _lost(self, claim: Claim) -> None:
-        entry = self.running.get(claim.task_id)
+        entry = self.running.get(claim.key)
         if entry is not None and not self._stopping:
             log.warning("task %s: claim lost; cancelling its step", claim.task_id)
             tracing.claim_lost(claim.task_id)  # its spans are the next claimer's to report
             entry[1].cancel()
-        self.holding.pop(claim.task_id, None)
+        self.holding.pop(claim.key, None)
+        self.adopted.pop(claim.key, None)
         # Whatever ran under the claim goes with it; the next claimer records it as lost.
-        stopping = asyncio.ensure_future(self.jobs.stop(claim.task_id))
-        self._background.add(stopping)
-        stopping.add_done_callback(self._background.discard)
+        self._spawn(self.jobs.stop(claim, "claim lost"))
 
-    async def _resume_when_due(self, task_id: str, due: datetime) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        future = asyncio.ensure_future(work)
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+
+    async def _resume_when_due(self, claim: Claim, due: datetime) -> None:
         """A task holding its claim for a job has a wake-up pending: nothing will be
         delivered when it falls due, so run the task again then (store clock)."""
         try:
@@ -211,32 +241,46 @@ class Worker:
         except StoreError:
             return  # the wake-up is taken when the job's result resumes the task
         loop = asyncio.get_running_loop()
-        loop.call_later(max(0.0, wait) + 0.005, self._resume_holding, task_id)
+        loop.call_later(max(0.0, wait) + 0.005, self._resume_holding, claim)
 
-    def _resume_holding(self, task_id: str) -> None:
-        """A job's result is in the inbox, or a wake-up fell due: run the task again under
-        the claim it holds (if it still holds one; a resumed task that finds nothing to do
-        holds again)."""
-        claim = self.holding.pop(task_id, None)
-        if claim is None or self._stopping:
+    async def _watch_holding(self) -> None:
+        """A cancel reaches a task holding its claim within a renewal round: nothing else
+        would run it before its job ends (which may take an hour)."""
+        while True:
+            await asyncio.sleep(self.settings.lease_seconds / 3)
+            for claim in list(self.holding.values()):
+                try:
+                    inbox = await self.store.read_inbox(claim.task_id)
+                except StoreError:
+                    break  # the renewer decides what an outage costs; look next round
+                if any(entry.dedupe_key == CANCEL_KEY for entry in inbox):
+                    self._resume_holding(claim)
+
+    def _resume_holding(self, claim: Claim) -> None:
+        """A job's result is in the inbox, a wake-up fell due or a cancel came: run the
+        task again under the claim it holds (if it still holds it; a resumed task that
+        finds nothing to do holds again)."""
+        held = self.holding.pop(claim.key, None)
+        if held is None or self._stopping:
             return
-        resuming = asyncio.ensure_future(self._resume(claim))
-        self._background.add(resuming)
-        resuming.add_done_callback(self._background.discard)
+        self._spawn(self._resume(held))
 
     async def _resume(self, claim: Claim) -> None:
         await self._slots.acquire()
         log.info("task %s: resuming under its held claim", claim.task_id)
         task = asyncio.create_task(self._run_claim(claim), name=f"noeta-task-{claim.task_id}")
-        self.running[claim.task_id] = (claim, task)
+        self.running[claim.key] = (claim, task)
 
     async def _idle(self, stopping: asyncio.Task[bool]) -> None:
         # No NOTIFY says a lease lapsed or a timer fell due: ask the store when that is.
         timeout = self.settings.poll_seconds
-        with contextlib.suppress(StoreError):
-            due = await self.store.seconds_until_due(self.settings.queues)
-            if due is not None:
-                timeout = min(timeout, due + 0.005)
+        if self._claim_failures:
+            timeout = self._backoff()  # a wake-up (the listener reconnecting) cuts it short
+        else:
+            with contextlib.suppress(StoreError):
+                due = await self.store.seconds_until_due(self.settings.queues)
+                if due is not None:
+                    timeout = min(timeout, due + 0.005)
         woken = asyncio.create_task(self._wake.wait())
         try:
             await asyncio.wait(
@@ -247,15 +291,26 @@ class Worker:
         finally:
             woken.cancel()
 
+    def _backoff(self) -> float:
+        """The wait after `_claim_failures` store errors in a row, jittered so workers do
+        not return as a herd; at most a lease: a store back from an outage waits no longer
+        than a takeover would."""
+        wait = backoff_seconds(self._claim_failures, None, random.random())
+        return min(wait, self.settings.lease_seconds)
+
     async def _shut_down(self) -> None:
-        """Hand every running task back to ready at once (a holding wait keeps its claim)."""
+        """Hand every running or adopted task back to ready at once (a holding wait keeps
+        its claim)."""
         self._stopping = True
         entries = list(self.running.values())
         for _, task in entries:
             task.cancel()
-        for claim, task in entries:
+        for _, task in entries:
             with contextlib.suppress(BaseException):
                 await task
+        waiting = list(self.adopted.values())
+        self.adopted.clear()
+        for claim in [claim for claim, _ in entries] + waiting:
             try:
                 if await self.store.release(claim):
                     log.info("released task %s", claim.task_id)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,93 @@ def test_a_plugin_that_fails_to_load_is_named_at_start_up(
     line = one_line_error(result)
     assert "plugin module:no_such_plugin_module cannot be loaded: ModuleNotFoundError" in line
     assert one_line_error(noeta("show", "p", store=sqlite_store))  # nothing was written
+
+
+@pytest.mark.parametrize("prompt", ["", "  \n\t"])
+def test_a_blank_prompt_is_refused_before_anything_is_written(
+    sqlite_store: str, prompt: str
+) -> None:
+    result = noeta(
+        "run", prompt, "--model", f"scripted:{EXAMPLE}", "--id", "blank", store=sqlite_store
+    )
+    assert "a prompt must not be empty (or only blanks)" in one_line_error(result)
+    assert one_line_error(noeta("show", "blank", store=sqlite_store))
+
+
+def test_run_keeps_its_task_while_a_worker_is_idle_on_the_same_store(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # The failpoint holds `noeta run` between creating its task and claiming it, well
+    # past the worker's wake-up and poll: the task must still be there for it to claim.
+    assert noeta("db", "migrate", store=postgres_url).returncode == 0
+    output = tmp_path / "worker.log"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "noeta", "worker", "--store", postgres_url, "--poll", "0.1"],
+        stdout=output.open("w"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "NOETA_HOME": str(tmp_path / "home")},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "listening for wake-ups" not in output.read_text():
+            assert time.monotonic() < deadline and worker.poll() is None, output.read_text()
+            time.sleep(0.05)
+        result = noeta(
+            "run",
+            "What does noeta guarantee?",
+            "--model",
+            f"scripted:{EXAMPLE}",
+            "--id",
+            "mine",
+            store=postgres_url,
+            env={"NOETA_FAILPOINTS": "run.after_create=sleep(1500)"},
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.strip() == "task mine: done"
+        assert "task mine" not in output.read_text()  # the worker never touched it
+        shown = json.loads(noeta("show", "mine", "--json", store=postgres_url).stdout)
+        assert shown["task"]["owner"].startswith("run-") and shown["task"]["owner_epoch"] == 1
+    finally:
+        worker.kill()
+        worker.wait(10)
+
+
+@pytest.mark.parametrize("task_id", ["..", ".", "a/../b", "/etc", "x" * 10_000, ""])
+def test_an_id_that_could_name_a_folder_outside_the_workspaces_is_refused(
+    sqlite_store: str, tmp_path: Path, task_id: str
+) -> None:
+    """The reported hole: `--id ..` made the task's workspace $NOETA_HOME, where the
+    embedded server's password file lives, and Read returned the password."""
+    home = tmp_path / "home"
+    (home / "workspaces").mkdir(parents=True)
+    (home / "password").write_text("the-superuser-password\n")
+    script = tmp_path / "read.yaml"
+    script.write_text(
+        "replies:\n"
+        "  - tool_calls: [{id: c1, name: Read, input: {file_path: password}}]\n"
+        "  - text: done\n"
+    )
+    result = noeta(
+        "run", "hi", "--model", f"scripted:{script}", "--id", task_id,
+        store=sqlite_store, env={"NOETA_HOME": str(home)},
+    )  # fmt: skip
+    assert "a task id is 1-128 characters of" in one_line_error(result)
+    assert "the-superuser-password" not in result.stdout + result.stderr
+    listed = noeta("tasks", "--json", store=sqlite_store)
+    assert listed.returncode == 0 and json.loads(listed.stdout or "[]") == []
+
+
+def test_the_default_workspaces_are_not_under_the_embedded_servers_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from noeta.backends.stores.embedded import default_home
+    from noeta.config import default_workspaces
+
+    for home in (tmp_path / "home", None):
+        if home is None:
+            monkeypatch.delenv("NOETA_HOME", raising=False)
+        else:
+            monkeypatch.setenv("NOETA_HOME", str(home))
+        workspaces = Path(default_workspaces())
+        assert not workspaces.is_relative_to(default_home())
+        assert workspaces.parent == default_home().parent

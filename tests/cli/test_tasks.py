@@ -200,7 +200,10 @@ def test_submit_records_the_tools_of_every_configured_plugin(
         ([], None, "a one-shot task needs a prompt"),
         (["hi", "--queue", ""], None, "a queue name must not be empty"),
         (["hi", "--queue", "q" * 513], None, "a queue name is 513 characters; the limit is 512"),
-        (["hi", "--id", ""], None, "a task id must not be empty"),
+        *(
+            (["hi", "--id", bad], None, "is not allowed: a task id is 1-128 characters of")
+            for bad in ("", "..", ".", "a/../b", "/etc", "x" * 10_000)
+        ),
         (["hi", "--config", "/no/such/noeta.yaml"], None, "/no/such/noeta.yaml"),
     ],
 )

@@ -93,10 +93,13 @@ def _no_inbox_entry_taken_twice(
 
 
 def _each_job_ends_once(events: Sequence[StoredEvent]) -> list[str]:
-    """A background job ends in the log as finished or lost, once: the model is told once."""
+    """A background job ends in the log as finished, lost or stopped, once: the model is
+    told once."""
     started = [str(_data(e).get("job_id")) for e in events if e.type == "JobStarted"]
     ended = Counter(
-        str(_data(e).get("job_id")) for e in events if e.type in ("JobFinished", "JobLost")
+        str(_data(e).get("job_id"))
+        for e in events
+        if e.type in ("JobFinished", "JobLost", "JobStopped")
     )
     problems = [f"job {job} ended {ended[job]} times" for job in started if ended[job] != 1]
     problems += [f"job {job} ended but never started" for job in ended if job not in started]

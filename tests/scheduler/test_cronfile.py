@@ -269,6 +269,10 @@ def test_bad_schedule_fields(tmp_path: Path, extra: str, line: int, expected: st
             "name: a\nschedule: '@daily'\nmessage: {task: t, text: hi, to: me}",
             "line 4: schedules[0].message.to: unknown key (known: task, text)",
         ),
+        (
+            "name: a\nschedule: '@daily'\nmessage: {task: '../x', text: hi}",
+            "line 4: schedules[0].message.task: the task id '../x' (4 characters) is not allowed",
+        ),
     ],
 )
 def test_missing_and_bad_action_fields(tmp_path: Path, body: str, expected: str) -> None:

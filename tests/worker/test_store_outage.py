@@ -8,13 +8,14 @@ import asyncio
 import logging
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from noeta.backends.stores import open_store
 from noeta.backends.stores.embedded import EmbeddedPostgres
-from noeta.core.store import Store
+from noeta.core.store import Claim, Store
 from noeta.core.tool import BackgroundJob
 from noeta.testing.postgres import TEST_SETTINGS
 from noeta.worker.jobs import JobManager
@@ -96,8 +97,9 @@ async def test_a_job_result_is_delivered_once_the_stopped_database_is_back(
     handler = FirstFailure()
     logging.getLogger("noeta.worker.jobs").addHandler(handler)
     try:
-        jobs = JobManager(store, on_result=lambda task_id: delivered.set())
-        jobs.start("t", "j1", BackgroundJob("echo done", str(tmp_path), 10))
+        jobs = JobManager(store, on_result=lambda claim: delivered.set())
+        claim = Claim("t", "w", 1, datetime.now(UTC))  # the job is keyed by it, nothing more
+        jobs.start(claim, "j1", BackgroundJob("echo done", str(tmp_path), 10))
         await asyncio.wait_for(failed.wait(), 60)
         private_server.start()  # the same port: the store's DSN still points at it
         await asyncio.wait_for(delivered.wait(), 60)

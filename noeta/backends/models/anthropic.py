@@ -161,7 +161,9 @@ def _parse_message(document: dict[str, object]) -> ModelReply:
             raise MalformedReply("a content block is not an object")
         kind = block.get("type")
         if kind == "text":
-            content.append(Text(member(block, "text", str)))
+            text = member(block, "text", str)
+            if text.strip():  # "\n\n" before a tool call: never stored, as a re-send is refused
+                content.append(Text(text))
         elif kind == "tool_use":
             content.append(
                 ToolCall(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 
 import httpx
@@ -31,6 +32,8 @@ from noeta.core.model import (
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+_REASONING_MODEL = re.compile(r"(o\d|gpt-5)(\b|[-.])")
 
 _STOP_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -80,7 +83,8 @@ class OpenAIProvider:
         return f"OpenAIProvider(base_url={self.base_url!r})"
 
     def encode_request(self, request: ModelRequest) -> bytes:
-        body: dict[str, object] = {"model": request.model, "max_tokens": request.max_tokens}
+        limit = "max_completion_tokens" if is_reasoning_model(request.model) else "max_tokens"
+        body: dict[str, object] = {"model": request.model, limit: request.max_tokens}
         if request.tools:
             body["tools"] = [
                 {
@@ -109,6 +113,12 @@ class OpenAIProvider:
 
     async def close(self) -> None:
         await self._endpoint.close()
+
+
+def is_reasoning_model(model: str) -> bool:
+    """OpenAI's reasoning models (o1, o3, o4-mini, gpt-5…) refuse `max_tokens` and take
+    `max_completion_tokens`; other servers speaking this API may know only `max_tokens`."""
+    return _REASONING_MODEL.match(model) is not None
 
 
 def _needs_key(base_url: str) -> bool:
@@ -174,7 +184,7 @@ def _parse_completion(document: dict[str, object]) -> ModelReply:
     text = message.get("content")
     if text is not None and not isinstance(text, str):
         raise MalformedReply("'content' is not a string")
-    if text:
+    if text and text.strip():  # a blank block is never stored: Anthropic refuses one re-sent
         content.append(Text(text))
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:

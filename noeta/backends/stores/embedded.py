@@ -87,11 +87,10 @@ class EmbeddedPostgres:
     def _initdb(self) -> None:
         self.pgdata.mkdir(exist_ok=True)
         password = secrets.token_urlsafe(24)
-        self._password_file.touch(mode=0o600)
-        self._password_file.write_text(password + "\n")
+        write_secret(self._password_file, password + "\n")
         self._give_to_server_user(self.pgdata)
         password_input = self.root / "initdb-password"
-        password_input.write_text(password + "\n")
+        write_secret(password_input, password + "\n")
         self._give_to_server_user(password_input)
         try:
             self._run(
@@ -195,6 +194,16 @@ class EmbeddedPostgres:
         for folder in ("bin", "lib", "share"):
             _open_tree_to_others(_install_dir() / folder)
         os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def write_secret(path: Path, text: str) -> None:
+    """Write a password file that is 0600 from the moment it exists, whatever the umask
+    (and made 0600 if it existed); a link in its place is refused, not followed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    descriptor = os.open(path, flags, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        os.fchmod(descriptor, 0o600)
+        file.write(text)
 
 
 def _install_dir() -> Path:

@@ -86,7 +86,7 @@ async def _record(run: RunContext, call: ToolCall, output: ToolOutput, recovery:
         return
     finished = ToolFinished(call.id, output.content, output.is_error, recovery)
     await run.append([finished, JobStarted(call.id, job.command)])
-    run.jobs.start(run.task_id, call.id, job)
+    run.jobs.start(run.claim, call.id, job)
 
 
 async def _record_wakeup(run: RunContext, call: ToolCall, wakeup: Wakeup, recovery: str) -> None:

@@ -13,12 +13,18 @@ from typing import Protocol
 from noeta.core.events import Event
 from noeta.core.fold import TaskState
 from noeta.core.gates import Gate
+from noeta.core.store import Claim
 from noeta.core.tool import Jobs, Tool
 from noeta.observability import tracing
 
 
 class RunContext(Protocol):
     """One claim's run of one task, as a step sees it."""
+
+    @property
+    def claim(self) -> Claim:
+        """The claim this run holds: what its background jobs are keyed by."""
+        ...
 
     @property
     def task_id(self) -> str: ...

@@ -60,6 +60,7 @@ from noeta.core.store import (
     WaitHolding,
 )
 from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
+from noeta.core.task_id import workspace_folder
 from noeta.core.tool import Jobs, Tool, spec_of
 from noeta.observability import tracing
 
@@ -100,7 +101,8 @@ class TaskRunner:
     snapshot_every: int = 200
     load_attempts: LoadAttempts = field(default_factory=LoadAttempts)
     agent: str = ""
-    # Each task's files live in <workspaces>/<task id>; "" gives tools no file access.
+    # Each task's files live in <workspaces>/<task id> (`workspace_folder`); "" gives
+    # tools no file access.
     workspaces: str = ""
     gates: Sequence[Gate] = ()
     # The worker's background jobs; None: Bash's run_in_background is refused.
@@ -111,7 +113,7 @@ class TaskRunner:
     def workspace_for(self, task_id: str) -> str:
         if not self.workspaces:
             return ""
-        return os.path.join(self.workspaces, task_id.replace("/", "_"))
+        return os.path.join(self.workspaces, workspace_folder(task_id))
 
     async def run(self, claim: Claim) -> RunResult:
         version = snapshot_version(self.agent)
@@ -256,6 +258,10 @@ class _Run:
         take: Sequence[int] = (),
         next_state: NextState = Continue(),
     ) -> None:
+        if isinstance(next_state, Finish):
+            # A task never ends with a job unaccounted for: the worker stops it with the
+            # claim once this lands (SPEC §3), so the log says so here.
+            self.pending += [ev.JobStopped(job_id) for job_id in self.state.jobs]
         new_events = [*self.pending, *new_events]
         self.pending = []
         encoded = [NewEvent(*ev.encode(event)) for event in new_events]
@@ -330,7 +336,7 @@ class _Run:
 
     def _jobs_running_here(self) -> set[str]:
         jobs = self.runner.jobs
-        return jobs.running(self.task_id) & set(self.state.jobs) if jobs else set()
+        return jobs.running(self.claim) & set(self.state.jobs) if jobs else set()
 
     async def _take_job_result(self, inbox: list[InboxEntry]) -> bool:
         results = _job_results(inbox)

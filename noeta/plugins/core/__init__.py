@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from noeta.core.model import ToolSpec
 from noeta.core.payload import JSONValue
@@ -22,6 +23,8 @@ from noeta.plugins.core.todo import TodoWrite
 from noeta.plugins.core.toolsearch import ToolSearch
 from noeta.plugins.core.wakeup import ScheduleWakeup
 from noeta.plugins.core.web import WebFetch
+from noeta.plugins.core.web_access import FetchPolicy
+from noeta.plugins.tool_environment import passed_names
 
 __all__ = [
     "Bash",
@@ -38,7 +41,7 @@ __all__ = [
     "plugin",
 ]
 
-PARAMETERS = ("bash_timeout_seconds", "output_cap_chars")
+PARAMETERS = ("bash_timeout_seconds", "output_cap_chars", "pass_env", "fetch_allow")
 MIN_OUTPUT_CAP_CHARS = 1_000  # below this even an error message would be cut
 
 
@@ -50,6 +53,8 @@ class CorePlugin:
         bash_timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         output_cap_chars: int = DEFAULT_OUTPUT_CAP_CHARS,
         deferred: Sequence[ToolSpec] = (),
+        pass_env: Sequence[str] = (),
+        fetch_allow: Sequence[str] = (),
     ) -> None:
         # output_cap_chars caps what comes from outside the workspace: Bash and WebFetch.
         self._tools: tuple[Tool, ...] = (
@@ -58,8 +63,8 @@ class CorePlugin:
             Edit(),
             Glob(),
             Grep(),
-            Bash(bash_timeout_seconds, output_cap_chars),
-            WebFetch(output_cap_chars=output_cap_chars),
+            Bash(bash_timeout_seconds, output_cap_chars, pass_env),
+            WebFetch(output_cap_chars=output_cap_chars, fetch_allow=fetch_allow),
             TodoWrite(),
             ScheduleWakeup(),
             ToolSearch(deferred),
@@ -93,4 +98,14 @@ def plugin(params: dict[str, JSONValue]) -> CorePlugin:
             f"core plugin: output_cap_chars must be an integer of at least "
             f"{MIN_OUTPUT_CAP_CHARS:,}, not {cap!r}"
         )
-    return CorePlugin(bash_timeout_seconds=float(timeout), output_cap_chars=cap)
+    pass_env = passed_names("core plugin", params.get("pass_env"))
+    fetch_allow = params.get("fetch_allow") or []
+    if not isinstance(fetch_allow, list) or not all(isinstance(e, str) for e in fetch_allow):
+        raise ValueError("core plugin: fetch_allow must be a list of hosts or networks")
+    FetchPolicy.parse(cast(list[str], fetch_allow))  # a bad entry fails at start-up, named
+    return CorePlugin(
+        bash_timeout_seconds=float(timeout),
+        output_cap_chars=cap,
+        pass_env=pass_env,
+        fetch_allow=cast(list[str], fetch_allow),
+    )

@@ -10,17 +10,18 @@ import asyncio
 import codecs
 import contextlib
 import os
-import re
 import shutil
 import signal
 import subprocess
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from noeta.core.payload import JSONValue
 from noeta.core.tool import BackgroundJob, ToolContext, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
 from noeta.plugins.core.workspace import workspace_root
+from noeta.plugins.tool_environment import tool_environment
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TIMEOUT_SECONDS = 600.0
@@ -62,9 +63,11 @@ class Bash:
         self,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         output_cap_chars: int = DEFAULT_OUTPUT_CAP_CHARS,
+        pass_env: Sequence[str] = (),
     ) -> None:
         self.timeout_seconds = timeout_seconds
         self.output_cap_chars = output_cap_chars
+        self.pass_env = tuple(pass_env)  # worker variables the operator lets commands see
         self.description = (
             "Run a shell command (bash -c) in the workspace directory; stdout and stderr "
             "come back together, with the exit code. Commands get no input. The command is "
@@ -81,13 +84,17 @@ class Bash:
         if args.boolean("run_in_background", False):
             # Nothing runs here: the runner records the job with this call's result and
             # only then has the worker start it (see noeta.worker.jobs).
-            job = BackgroundJob(command, str(root), BACKGROUND_TIMEOUT_SECONDS)
+            environment = tool_environment(str(root), self.pass_env)
+            job = BackgroundJob(command, str(root), BACKGROUND_TIMEOUT_SECONDS, environment)
             started = (
                 f"Started in the background as job {ctx.call_id}. Its exit code and "
                 "output will arrive as a message when it ends."
             )
             return ToolOutput(started, background=job)
-        finished = await run_command(command, str(root), timeout, self.output_cap_chars)
+        environment = tool_environment(str(root), self.pass_env)
+        finished = await run_command(
+            command, str(root), timeout, self.output_cap_chars, environment
+        )
         return finished.output()
 
 
@@ -121,10 +128,19 @@ class Finished:
         return ToolOutput(f"{body}\n" + "\n".join(notes), is_error=self.returncode != 0)
 
 
-async def run_command(command: str, cwd: str, time_limit: float, cap: int) -> Finished:
+async def run_command(
+    command: str,
+    cwd: str,
+    time_limit: float,
+    cap: int,
+    environment: Mapping[str, str] | None = None,
+) -> Finished:
+    """Run `command` in `cwd` with `environment` (default: the allowlist, HOME=cwd)."""
     loop = asyncio.get_running_loop()
     capture = OutputCapture(cap)
-    process = _start(command, cwd)
+    if environment is None:
+        environment = tool_environment(cwd)
+    process = _start(command, cwd, environment)
     group = process.pid  # known before any await, so a cancellation can never miss it
     assert process.stdout is not None
     reader: asyncio.ReadTransport | None = None
@@ -163,7 +179,7 @@ async def run_command(command: str, cwd: str, time_limit: float, cap: int) -> Fi
     )
 
 
-def _start(command: str, cwd: str) -> subprocess.Popen[bytes]:
+def _start(command: str, cwd: str, environment: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """Fork and exec, as asyncio's own subprocess support does, on the loop's thread."""
     return subprocess.Popen(
         [shutil.which("bash") or "/bin/sh", "-c", command],
@@ -172,17 +188,10 @@ def _start(command: str, cwd: str) -> subprocess.Popen[bytes]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, so it can be killed as one
-        env=command_environment(),
+        # Whatever a command prints lands in the task's log: it starts from an allowlist,
+        # so the worker's secrets (store DSN, provider keys) are not there to print.
+        env=dict(environment),
     )
-
-
-# Whatever a command prints lands in the task's log: the worker's own secrets (the
-# store's DSN, provider keys, PG passwords) must not be in its environment to print.
-_SECRET_NAMES = re.compile(r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|DSN|^NOETA_STORE$|^PG", re.I)
-
-
-def command_environment() -> dict[str, str]:
-    return {name: value for name, value in os.environ.items() if not _SECRET_NAMES.search(name)}
 
 
 def _exit_of(

@@ -7,13 +7,15 @@ lease renewal).
 from __future__ import annotations
 
 import asyncio
+import io
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from noeta.core.payload import JSONValue
 from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
-from noeta.plugins.core.workspace import resolve_path
+from noeta.plugins.core.workspace import confine, open_confined, workspace_root
 
 MAX_READ_CHARS = 256 * 1024
 BINARY_PROBE_BYTES = 8192  # as git and grep do: a NUL in the first block means binary
@@ -90,13 +92,14 @@ class Read:
 
 
 def _read(ctx: ToolContext, path: str, offset: int, limit: int | None) -> ToolOutput:
-    real = _existing_file(ctx, path)
+    root, real = _existing_file(ctx, path)
     try:
-        with real.open("rb") as probe:
-            if b"\x00" in probe.read(BINARY_PROBE_BYTES):
+        with open_confined(root, real) as binary:
+            if b"\x00" in binary.read(BINARY_PROBE_BYTES):
                 raise ToolError(f"{path} looks binary (it holds NUL bytes); Read shows text only")
-        # newline="" keeps '\r\n' visible as one line end instead of translating it.
-        with real.open(encoding="utf-8", errors="replace", newline="") as file:
+            binary.seek(0)
+            # newline="" keeps '\r\n' visible as one line end instead of translating it.
+            file = io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline="")
             return ToolOutput(_numbered(path, file, offset, limit))
     except OSError as error:
         raise ToolError(f"cannot read {path}: {error.strerror or error}") from error
@@ -153,13 +156,13 @@ class Write:
 
 
 def _write(ctx: ToolContext, path: str, content: str) -> ToolOutput:
-    real = resolve_path(ctx, path)
+    root = workspace_root(ctx)
+    real = confine(root, path)
     if real.is_dir():
         raise ToolError(f"{path} is a directory")
     existed = real.exists()
     try:
-        real.parent.mkdir(parents=True, exist_ok=True)
-        _store_text(real, content)
+        _store_text(root, real, content)
     except OSError as error:
         raise ToolError(f"cannot write {path}: {error.strerror or error}") from error
     verb = "Overwrote" if existed else "Created"
@@ -191,10 +194,11 @@ class Edit:
 
 
 def _edit(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool) -> ToolOutput:
-    real = _existing_file(ctx, path)
+    root, real = _existing_file(ctx, path)
     try:
-        # surrogateescape: bytes that are not UTF-8 survive the edit unchanged.
-        text = real.read_bytes().decode("utf-8", errors="surrogateescape")
+        with open_confined(root, real) as file:
+            # surrogateescape: bytes that are not UTF-8 survive the edit unchanged.
+            text = file.read().decode("utf-8", errors="surrogateescape")
     except OSError as error:
         raise ToolError(f"cannot read {path}: {error.strerror or error}") from error
     count = text.count(old)
@@ -209,27 +213,31 @@ def _edit(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool) ->
             "make it unique, or set replace_all to true"
         )
     try:
-        _store_text(real, text.replace(old, new))
+        _store_text(root, real, text.replace(old, new))
     except OSError as error:
         raise ToolError(f"cannot write {path}: {error.strerror or error}") from error
     return ToolOutput(f"Replaced {_count(count, 'occurrence')} in {path}")
 
 
-def _existing_file(ctx: ToolContext, path: str) -> Path:
-    real = resolve_path(ctx, path)
+def _existing_file(ctx: ToolContext, path: str) -> tuple[Path, Path]:
+    """The workspace and the confined real path of a file that exists."""
+    root = workspace_root(ctx)
+    real = confine(root, path)
     if not real.exists():
         raise ToolError(f"{path} does not exist")
     if real.is_dir():
         raise ToolError(f"{path} is a directory; use Glob to list its files")
-    return real
+    return root, real
 
 
-def _store_text(real: Path, text: str) -> None:
+def _store_text(root: Path, real: Path, text: str) -> None:
     try:
         encoded = text.encode("utf-8", errors="surrogateescape")
     except UnicodeEncodeError as error:
         raise ToolError(f"the content cannot be written as UTF-8: {error.reason}") from error
-    real.write_bytes(encoded)
+    writing = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    with open_confined(root, real, writing, make_parents=True) as file:
+        file.write(encoded)
 
 
 def _count(number: int, noun: str) -> str:

@@ -1,34 +1,35 @@
-"""Glob and Grep: finding files and lines under the workspace, in pure Python.
+"""Glob and Grep: finding files and lines under the workspace, in pure Python, bounded.
 
 Both show paths relative to the workspace, so a result can be passed straight to Read,
-and both stop at a cap with a note, so one broad search cannot flood the context.
+and both stop at a cap with a note, so one broad search cannot flood the context. Both
+stop at a time limit; Grep searches in a child process (`grep_search`), since a
+backtracking regex cannot be interrupted any other way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import re
-from collections.abc import Iterator
-from fnmatch import fnmatchcase
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from noeta.core.payload import JSONValue
 from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
-from noeta.plugins.core.files import BINARY_PROBE_BYTES
-from noeta.plugins.core.workspace import (
-    check_relative,
-    confine,
-    relative_name,
-    walk_files,
-    workspace_root,
-)
+from noeta.plugins.core.workspace import check_relative, confine, workspace_root
+from noeta.plugins.tool_environment import tool_environment
 
 MAX_GLOB_RESULTS = 500
+MAX_GLOB_MATCHES = 20_000  # past this many, a pattern is too broad to be worth sorting
+GLOB_TIME_LIMIT_SECONDS = 10.0
 MAX_GREP_LINES = 500
-MAX_GREP_LINE_CHARS = 400
-# A repository's object store is compressed binary and never what a search is after.
-SKIPPED_DIRECTORIES = frozenset({".git"})
+MAX_GREP_FILE_BYTES = 16 * 2**20
+GREP_TIME_LIMIT_SECONDS = 10.0
+_NESTED = "(a+)+$"  # the classic catastrophic pattern, named in the time-limit error
 
 _DIRECTORY: dict[str, JSONValue] = {
     "type": "string",
@@ -77,8 +78,15 @@ class Glob:
     input_schema = _GLOB_SCHEMA
     flags = ToolFlags(retry_safe=True)
 
-    def __init__(self, max_results: int = MAX_GLOB_RESULTS) -> None:
+    def __init__(
+        self,
+        max_results: int = MAX_GLOB_RESULTS,
+        max_matches: int = MAX_GLOB_MATCHES,
+        time_limit_seconds: float = GLOB_TIME_LIMIT_SECONDS,
+    ) -> None:
         self.max_results = max_results
+        self.max_matches = max_matches
+        self.time_limit_seconds = time_limit_seconds
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
         args = Arguments(self.name, input, self.input_schema)
@@ -91,8 +99,19 @@ class Glob:
         root = workspace_root(ctx)
         base = _directory(root, directory)
         found: list[str] = []
+        deadline = time.monotonic() + self.time_limit_seconds
         try:
             for candidate in base.glob(pattern):
+                if time.monotonic() > deadline:
+                    raise ToolError(
+                        f"Glob: {pattern!r} was still walking the workspace after "
+                        f"{self.time_limit_seconds:g} s; narrow the pattern or the path"
+                    )
+                if len(found) == self.max_matches:
+                    raise ToolError(
+                        f"Glob: {pattern!r} matches more than {self.max_matches:,} files; "
+                        "narrow the pattern or the path"
+                    )
                 name = candidate.relative_to(root).as_posix()
                 try:
                     real = confine(root, name)
@@ -119,53 +138,79 @@ class Grep:
     description = (
         "Search the workspace's text files for a regular expression. Each matching line "
         "comes as 'path:line:text'. Binary files and .git are skipped; at most "
-        f"{MAX_GREP_LINES} lines are shown."
+        f"{MAX_GREP_LINES} lines are shown; files over {MAX_GREP_FILE_BYTES // 2**20} MiB "
+        f"are not searched; a search is stopped after {GREP_TIME_LIMIT_SECONDS:g} s."
     )
     input_schema = _GREP_SCHEMA
     flags = ToolFlags(retry_safe=True)
 
-    def __init__(self, max_lines: int = MAX_GREP_LINES) -> None:
+    def __init__(
+        self,
+        max_lines: int = MAX_GREP_LINES,
+        time_limit_seconds: float = GREP_TIME_LIMIT_SECONDS,
+        max_file_bytes: int = MAX_GREP_FILE_BYTES,
+    ) -> None:
         self.max_lines = max_lines
+        self.time_limit_seconds = time_limit_seconds
+        self.max_file_bytes = max_file_bytes
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
         args = Arguments(self.name, input, self.input_schema)
         pattern = args.string("pattern")
-        where = args.optional_string("path") or "."
-        name_glob = args.optional_string("glob")
         flags = re.IGNORECASE if args.boolean("case_insensitive") else 0
         try:
-            regex = re.compile(pattern, flags)
+            re.compile(pattern, flags)
         except re.error as error:
             raise ToolError(
                 f"Grep: {pattern!r} is not a valid regular expression: {error}"
             ) from None
-        return await asyncio.to_thread(self._grep, ctx, regex, where, name_glob)
+        root = await asyncio.to_thread(workspace_root, ctx)
+        request = {
+            "root": str(root),
+            "where": args.optional_string("path") or ".",
+            "pattern": pattern,
+            "flags": flags,
+            "glob": args.optional_string("glob"),
+            "max_lines": self.max_lines,
+            "max_file_bytes": self.max_file_bytes,
+        }
+        reply = await self._search_in_child(request)
+        if "error" in reply:
+            raise ToolError(reply["error"])
+        lines: list[str] = reply["lines"]
+        return ToolOutput("\n".join(lines) if lines else f"No matches for {pattern!r}")
 
-    def _grep(
-        self, ctx: ToolContext, regex: re.Pattern[str], where: str, name_glob: str | None
-    ) -> ToolOutput:
-        root = workspace_root(ctx)
-        start = confine(root, where)
-        if not start.exists():
-            raise ToolError(f"Grep: {where} does not exist")
-        found: list[str] = []
-        for real in walk_files(root, start, SKIPPED_DIRECTORIES):
-            name = relative_name(root, real)
-            if name_glob is not None and not _glob_matches(name, name_glob):
-                continue
-            for number, line in _text_lines(real):
-                if not regex.search(line):
-                    continue
-                if len(found) == self.max_lines:
-                    found.append(
-                        f"[stopped after {self.max_lines} matching lines; "
-                        "narrow the pattern, path or glob]"
-                    )
-                    return ToolOutput("\n".join(found))
-                found.append(f"{name}:{number}:{_clip(line)}")
-        if not found:
-            return ToolOutput(f"No matches for {regex.pattern!r}")
-        return ToolOutput("\n".join(found))
+    async def _search_in_child(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run `grep_search` in a child process; kill it at the deadline or if cancelled."""
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "noeta.plugins.core.grep_search",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=_child_environment(),
+        )  # fmt: skip
+        try:
+            out, err = await asyncio.wait_for(
+                child.communicate(json.dumps(request).encode()), self.time_limit_seconds
+            )
+        except TimeoutError:
+            raise ToolError(
+                f"Grep: the search ran past its time limit of {self.time_limit_seconds:g} s "
+                f"and was stopped; a pattern like {_NESTED!r} can take exponential time on a "
+                "long line; simplify the pattern, or narrow the path or glob"
+            ) from None
+        finally:
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
+        if child.returncode != 0:
+            last = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+            raise ToolError(f"Grep: the search failed: {last}")
+        reply: dict[str, Any] = json.loads(out)
+        return reply
+
+
+def _child_environment() -> dict[str, str]:
+    """The allowlist, plus where this process finds noeta (a source checkout, a venv)."""
+    return {**tool_environment(None), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
 
 def _directory(root: Path, directory: str) -> Path:
@@ -173,32 +218,3 @@ def _directory(root: Path, directory: str) -> Path:
     if not base.is_dir():
         raise ToolError(f"{directory} is not a directory")
     return base
-
-
-def _glob_matches(name: str, pattern: str) -> bool:
-    """Like ripgrep's -g: a pattern without '/' is matched against the file name only."""
-    if "/" not in pattern:
-        return fnmatchcase(name.rsplit("/", 1)[-1], pattern)
-    # '**/' may stand for no directory at all, as it does in Glob.
-    if pattern.startswith("**/") and fnmatchcase(name, pattern[3:]):
-        return True
-    return fnmatchcase(name, pattern)
-
-
-def _text_lines(real: Path) -> Iterator[tuple[int, str]]:
-    """A text file's numbered lines; none at all for a binary or unreadable file."""
-    try:
-        with real.open("rb") as probe:
-            if b"\x00" in probe.read(BINARY_PROBE_BYTES):
-                return
-        with real.open(encoding="utf-8", errors="replace") as file:
-            for number, line in enumerate(file, start=1):
-                yield number, line.rstrip("\r\n")
-    except OSError:
-        return  # unreadable (permissions, vanished): a search skips it, as grep -s does
-
-
-def _clip(line: str) -> str:
-    if len(line) <= MAX_GREP_LINE_CHARS:
-        return line
-    return f"{line[:MAX_GREP_LINE_CHARS]}… [{len(line) - MAX_GREP_LINE_CHARS} more chars]"

@@ -1,7 +1,8 @@
 """WebFetch: one HTTP GET of a text resource, decoded and, for HTML, stripped to its text.
 
-The download stops at a byte cap (after decompression, so a small gzip bomb stays small)
-and the text shown stops at a character cap; both say so when they cut.
+Only public addresses are fetched, on every redirect hop, unless the operator opens others
+(`web_access`). The download stops at a byte cap (after decompression, so a small gzip
+bomb stays small) and the text shown stops at a character cap; both say when they cut.
 """
 
 from __future__ import annotations
@@ -9,12 +10,20 @@ from __future__ import annotations
 import codecs
 import html
 import re
+from collections.abc import Sequence
 
+import httpcore
 import httpx
 
 from noeta.core.payload import JSONValue
 from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
+from noeta.plugins.core.web_access import (
+    AddressRefused,
+    FetchPolicy,
+    GuardedBackend,
+    GuardedTransport,
+)
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 MAX_FETCH_BYTES = 5 * 1024 * 1024
@@ -52,20 +61,27 @@ class WebFetch:
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         max_bytes: int = MAX_FETCH_BYTES,
         output_cap_chars: int = DEFAULT_OUTPUT_CAP_CHARS,
+        fetch_allow: Sequence[str] = (),
+        network_backend: httpcore.AsyncNetworkBackend | None = None,
     ) -> None:
         self.timeout_seconds = timeout_seconds
         self.max_bytes = max_bytes
         self.output_cap_chars = output_cap_chars
+        self.policy = FetchPolicy.parse(fetch_allow)  # ValueError names a bad entry
+        self.network_backend = network_backend  # where checked connections are made
         self.description = (
             "Fetch a web page or other text resource by HTTP GET (http and https only) and "
             "return its status and text; HTML is reduced to its text. Binary content is not "
-            f"shown. Text over {output_cap_chars:,} characters is cut."
+            f"shown. Text over {output_cap_chars:,} characters is cut. Only public internet "
+            "addresses can be fetched."
         )
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
         url = Arguments(self.name, input, self.input_schema).string("url")
         _check_url(url)
+        backend = GuardedBackend(self.policy, self.network_backend)
         async with httpx.AsyncClient(
+            transport=GuardedTransport(backend),
             timeout=self.timeout_seconds,
             follow_redirects=True,
             max_redirects=MAX_REDIRECTS,
@@ -80,6 +96,11 @@ class WebFetch:
                 ) from error
             except httpx.HTTPError as error:
                 raise ToolError(f"WebFetch: cannot fetch {url}: {error}") from error
+            except AddressRefused as refused:
+                raise ToolError(
+                    f"WebFetch: refused to fetch {url}: {refused} (directly or by a redirect); "
+                    "only public internet addresses can be fetched"
+                ) from None
         return self._render(response, body, complete)
 
     async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:

@@ -1,14 +1,21 @@
-"""Workspace confinement: every path a core tool touches is checked by `confine`.
+"""Workspace confinement: every path a core tool touches is checked by `confine`, and
+every file it reads or writes is opened by `open_confined`.
 
 A path is relative to the task's workspace and must stay inside it after symbolic links
-are followed; an empty workspace means the task has no file access at all.
+are followed; an empty workspace means the task has no file access at all. The open
+walks the checked path again from the workspace's directory descriptor without following
+any link, so a link swapped in between the check and the use fails instead of leading out.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from noeta.core.tool import ToolContext, ToolError
 
@@ -69,11 +76,6 @@ def confine(root: Path, path: str) -> Path:
     return real
 
 
-def resolve_path(ctx: ToolContext, path: str) -> Path:
-    """`confine` against the task's workspace: what a file tool calls first."""
-    return confine(workspace_root(ctx), path)
-
-
 def relative_name(root: Path, real: Path) -> str:
     """How a tool shows a confined path to the model: relative, with '/' separators."""
     relative = real.relative_to(root)
@@ -99,3 +101,55 @@ def walk_files(root: Path, start: Path, skip_dirs: frozenset[str] = frozenset())
                 continue
             if real.is_file():
                 yield real
+
+
+def open_confined(
+    root: Path, real: Path, flags: int = os.O_RDONLY, *, make_parents: bool = False
+) -> BinaryIO:
+    """Open `real` (a path `confine` returned) as a binary file, one component at a time
+    from `root`'s descriptor with O_NOFOLLOW; only a regular file is opened.
+
+    `flags` adds to the access mode (O_WRONLY | O_CREAT | O_TRUNC to write); new files
+    get 0666 less the umask. `make_parents` creates missing folders on the way.
+    """
+    parts = real.relative_to(root).parts
+    if not parts:
+        raise ToolError("the workspace itself is a directory, not a file")
+    shown = "/".join(parts)
+    directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            inner = _step_into(directory, part, make_parents)
+            os.close(directory)
+            directory = inner
+        # O_NONBLOCK: opening a FIFO someone made must not hang the worker's thread.
+        extra = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        descriptor = os.open(parts[-1], flags | extra, 0o666, dir_fd=directory)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            raise ToolError(
+                f"the path {shown!r} changed while it was being opened (a symbolic link or "
+                "file appeared where a folder was); only files inside the workspace are allowed"
+            ) from None
+        raise
+    finally:
+        os.close(directory)
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise ToolError(f"{shown} is not a regular file")
+    os.set_blocking(descriptor, True)
+    writing = flags & (os.O_WRONLY | os.O_RDWR)
+    return os.fdopen(descriptor, "r+b" if flags & os.O_RDWR else "wb" if writing else "rb")
+
+
+def _step_into(directory: int, part: str, make_parents: bool) -> int:
+    """The descriptor of folder `part` inside `directory`, never through a link."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(part, flags, dir_fd=directory)
+    except FileNotFoundError:
+        if not make_parents:
+            raise
+    with contextlib.suppress(FileExistsError):  # made meanwhile: the open refuses a link
+        os.mkdir(part, dir_fd=directory)
+    return os.open(part, flags, dir_fd=directory)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from noeta.testing.store_contract.claims import ClaimContract
 from noeta.testing.store_contract.cron import CronContract
+from noeta.testing.store_contract.errors import ErrorContract
 from noeta.testing.store_contract.fence import FenceContract
 from noeta.testing.store_contract.fixtures import (
     LEASE,
@@ -24,6 +25,12 @@ __all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim
 
 
 class StoreContract(
-    StoreFixtures, ClaimContract, FenceContract, InboxContract, LogContract, CronContract
+    StoreFixtures,
+    ClaimContract,
+    FenceContract,
+    InboxContract,
+    LogContract,
+    CronContract,
+    ErrorContract,
 ):
     """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""

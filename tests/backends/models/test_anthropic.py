@@ -10,9 +10,11 @@ from dataclasses import replace
 import pytest
 
 from noeta.backends.models.anthropic import AnthropicProvider
-from noeta.core import payload
+from noeta.core import events, payload
 from noeta.core.errors import ConfigError
+from noeta.core.fold import LoggedEvent, fold
 from noeta.core.model import Message, ModelReply, ProviderError, Text, ToolCall, ToolSpec, Usage
+from noeta.core.request import build_request
 from noeta.testing.fake_providers import Drop, FakeAnthropic, HttpError, RawBody, Reply, Stall
 from tests.backends.models.sample_requests import (
     API_KEY,
@@ -348,3 +350,31 @@ def _through_the_log(value: dict[str, payload.JSONValue]) -> dict[str, payload.J
     decoded = payload.decode(payload.encode(value))
     assert isinstance(decoded, dict)
     return decoded
+
+
+async def test_a_blank_text_block_is_never_stored_nor_sent_again(
+    server: FakeAnthropic, provider: AnthropicProvider
+) -> None:
+    # Claude often opens a tool call with "\n\n"; the API refuses that block sent back.
+    call = ToolCall("toolu_1", "Bash", {"command": "ls"})
+    server.script(Reply(text="\n\n", tool_calls=(call,)))
+    reply = await provider.send(provider.encode_request(conversation()))
+    assert reply.content == (call,)  # what the log records
+    # A log written before this fix holds the blank block: the fold leaves it out.
+    created = events.TaskCreated(model="anthropic:test-model", prompt="List the files.")
+    replied = events.ModelReplied((Text("\n\n"), call), "tool_use", Usage())
+    finished = events.ToolFinished("toolu_1", "README.md", False)
+    log = [
+        created,
+        events.ModelCalled("h"),
+        replied,
+        events.ToolStarted("toolu_1", "Bash", {}),
+        finished,
+    ]
+    state = fold([LoggedEvent(seq, event) for seq, event in enumerate(log, 1)])
+    request = build_request(state, "test-model", ())
+    await provider.send(provider.encode_request(request))  # the fake refuses blank blocks
+    sent = server.requests[-1].json()["messages"]
+    assert sent[1]["content"] == [
+        {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}
+    ]

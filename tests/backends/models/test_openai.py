@@ -301,3 +301,34 @@ async def test_a_self_hosted_server_needs_no_key(server: FakeOpenAI) -> None:
     await provider.send(provider.encode_request(conversation()))
     await provider.close()
     assert "authorization" not in server.requests[0].headers
+
+
+@pytest.mark.parametrize("model", ["o1", "o3-mini", "o4-mini", "gpt-5", "gpt-5-mini", "gpt-5.1"])
+async def test_reasoning_models_get_max_completion_tokens(
+    server: FakeOpenAI, provider: OpenAIProvider, model: str
+) -> None:
+    # The fake answers `max_tokens` for these models with OpenAI's own 400.
+    reply = await provider.send(provider.encode_request(replace(conversation(), model=model)))
+    assert reply.content == (Text("Hello from the fake model."),)
+    sent = server.requests[-1].json()
+    assert sent["max_completion_tokens"] == conversation().max_tokens and "max_tokens" not in sent
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "gpt-4.1-mini", "llama3.1:8b", "omni-moderation"])
+async def test_other_models_keep_max_tokens(
+    server: FakeOpenAI, provider: OpenAIProvider, model: str
+) -> None:
+    # Servers that speak this API (vLLM, Ollama) may know only `max_tokens`.
+    await provider.send(provider.encode_request(replace(conversation(), model=model)))
+    sent = server.requests[-1].json()
+    assert sent["max_tokens"] == conversation().max_tokens
+    assert "max_completion_tokens" not in sent
+
+
+async def test_blank_text_beside_tool_calls_is_not_kept(
+    server: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    call = ToolCall("call_abc", "Bash", {"command": "ls"})
+    server.script(Reply(text=" \n", tool_calls=(call,)))
+    reply = await provider.send(provider.encode_request(conversation()))
+    assert reply.content == (call,)

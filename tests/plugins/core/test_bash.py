@@ -130,18 +130,40 @@ async def test_input_is_checked(extra: dict[str, JSONValue], reason: str, ctx: T
         await Bash().run({"command": "true", **extra}, ctx)
 
 
-async def test_the_workers_secrets_are_not_in_a_commands_environment(
+WORKER_SECRETS = {
+    "NOETA_STORE": "postgresql://noeta:hunter2-store@db/noeta",
+    "DATABASE_URL": "postgresql://app:dburl-secret@db/app",
+    "ANTHROPIC_API_KEY": "sk-ant-secret",
+    "PGPASSWORD": "pg-secret",
+    "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer otlp-header-secret",
+    "HTTPS_PROXY": "http://user:proxy-secret@proxy.internal:3128",
+    "SSH_AUTH_SOCK": "/tmp/ssh-agent-socket-secret",
+}
+
+
+async def test_a_command_gets_an_allowlisted_environment_not_the_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from noeta.core.tool import ToolContext
-    from noeta.plugins.core.bash import Bash
-
-    monkeypatch.setenv("NOETA_STORE", "postgresql://noeta:hunter2@db/noeta")
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
-    monkeypatch.setenv("PGPASSWORD", "pg-secret")
-    monkeypatch.setenv("PLAIN_SETTING", "visible")
+    for name, value in WORKER_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PLAIN_SETTING", "not-listed")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.setenv("LC_TIME", "C")
     ctx = ToolContext("t", "c", workspace=str(tmp_path))
     output = await Bash().run({"command": "env"}, ctx)
-    assert "visible" in output.content
-    for secret in ("hunter2", "sk-ant-secret", "pg-secret"):
-        assert secret not in output.content
+    shown = dict(line.split("=", 1) for line in output.content.splitlines()[:-1] if "=" in line)
+    for value in (*WORKER_SECRETS.values(), "not-listed"):
+        assert value not in output.content
+    assert shown["HOME"] == str(tmp_path)
+    assert shown["PATH"] and shown["LANG"] == "C.UTF-8" and shown["LC_TIME"] == "C"
+
+
+async def test_names_the_operator_lists_are_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-operator-chose-this")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+    ctx = ToolContext("t", "c", workspace=str(tmp_path))
+    output = await Bash(pass_env=("GITHUB_TOKEN", "NOT_SET_ANYWHERE")).run({"command": "env"}, ctx)
+    assert "GITHUB_TOKEN=ghp-operator-chose-this" in output.content
+    assert "sk-ant-secret" not in output.content and "NOT_SET_ANYWHERE" not in output.content

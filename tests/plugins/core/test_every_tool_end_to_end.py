@@ -62,7 +62,8 @@ async def test_a_task_uses_every_built_in_tool(store_url: str, tmp_path: Path, w
     script = tmp_path / "every-tool.yaml"
     script.write_text(json.dumps({"replies": replies}))
     config = Config(
-        plugins=(PluginSpec("module", "noeta.plugins.core"),),
+        # The page is on loopback, which WebFetch refuses unless the operator opens it.
+        plugins=(PluginSpec("module", "noeta.plugins.core", {"fetch_allow": ["127.0.0.1"]}),),
         workspaces=str(tmp_path / "workspaces"),
     )
     toolbox = await Toolbox.open(config)

@@ -1,4 +1,8 @@
-"""WebFetch against a local HTTP server on 127.0.0.1: no network is used."""
+"""WebFetch against a local HTTP server on 127.0.0.1: no network is used.
+
+Loopback is refused unless opened, so these fetchers open 127.0.0.1 (test_web_access.py
+tests the refusals).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ from noeta.plugins.core import WebFetch
 PAGE = b"""<!doctype html><html><head><title>Hi</title>
 <style>body { color: red }</style><script>alert("no")</script></head>
 <body><h1>Welcome</h1><p>Fish &amp; chips<br>today</p><!-- hidden --></body></html>"""
+
+LOCAL = ("127.0.0.1",)  # the fetch_allow entry that opens the test server
 
 ROUTES: dict[str, tuple[int, str, bytes]] = {
     "/page.html": (200, "text/html; charset=utf-8", PAGE),
@@ -65,7 +71,7 @@ def base_url() -> Iterator[str]:
 
 
 async def test_html_is_reduced_to_text(base_url: str, ctx: ToolContext) -> None:
-    output = await WebFetch().run({"url": f"{base_url}/page.html"}, ctx)
+    output = await WebFetch(fetch_allow=LOCAL).run({"url": f"{base_url}/page.html"}, ctx)
     assert not output.is_error
     assert output.content == (
         f"HTTP 200 OK · text/html · {base_url}/page.html\n\nHi\n\nWelcome\nFish & chips\ntoday"
@@ -73,53 +79,57 @@ async def test_html_is_reduced_to_text(base_url: str, ctx: ToolContext) -> None:
 
 
 async def test_not_found_is_an_error_with_its_status(base_url: str, ctx: ToolContext) -> None:
-    output = await WebFetch().run({"url": f"{base_url}/missing"}, ctx)
+    output = await WebFetch(fetch_allow=LOCAL).run({"url": f"{base_url}/missing"}, ctx)
     assert output.is_error
     assert output.content == f"HTTP 404 Not Found · text/plain · {base_url}/missing\n\nno such page"
 
 
 async def test_redirects_are_followed(base_url: str, ctx: ToolContext) -> None:
-    output = await WebFetch().run({"url": f"{base_url}/redirect"}, ctx)
+    output = await WebFetch(fetch_allow=LOCAL).run({"url": f"{base_url}/redirect"}, ctx)
     assert output.content.startswith(f"HTTP 200 OK · text/html · {base_url}/page.html")
 
 
 async def test_a_large_body_is_cut_at_the_byte_cap(base_url: str, ctx: ToolContext) -> None:
-    output = await WebFetch(max_bytes=10_000).run({"url": f"{base_url}/big.txt"}, ctx)
+    output = await WebFetch(max_bytes=10_000, fetch_allow=LOCAL).run(
+        {"url": f"{base_url}/big.txt"}, ctx
+    )
     body = output.content.split("\n\n", 1)[1]
     assert body == "a" * 10_000 + "\n[download stopped at 10,000 bytes; the rest is unread]"
 
 
 async def test_long_text_is_cut_at_the_character_cap(base_url: str, ctx: ToolContext) -> None:
-    output = await WebFetch(output_cap_chars=1_000).run({"url": f"{base_url}/big.txt"}, ctx)
+    output = await WebFetch(output_cap_chars=1_000, fetch_allow=LOCAL).run(
+        {"url": f"{base_url}/big.txt"}, ctx
+    )
     assert output.content.endswith("a\n[text cut at 1,000 of 200,000 characters]")
 
 
 @pytest.mark.parametrize(("path", "text"), [("/latin1.txt", "café"), ("/meta.html", "naïve")])
 async def test_charset_is_honoured(path: str, text: str, base_url: str, ctx: ToolContext) -> None:
-    output = await WebFetch().run({"url": base_url + path}, ctx)
+    output = await WebFetch(fetch_allow=LOCAL).run({"url": base_url + path}, ctx)
     assert output.content.endswith(f"\n\n{text}")
 
 
 async def test_json_is_text(base_url: str, ctx: ToolContext) -> None:
-    output = await WebFetch().run({"url": f"{base_url}/data.json"}, ctx)
+    output = await WebFetch(fetch_allow=LOCAL).run({"url": f"{base_url}/data.json"}, ctx)
     assert output.content.endswith('\n\n{"ok": true}')
 
 
 async def test_binary_content_is_not_shown(base_url: str, ctx: ToolContext) -> None:
-    output = await WebFetch().run({"url": f"{base_url}/image.png"}, ctx)
+    output = await WebFetch(fetch_allow=LOCAL).run({"url": f"{base_url}/image.png"}, ctx)
     assert output.is_error
     assert output.content.endswith("(not text: 10 bytes of image/png data, not shown)")
 
 
 async def test_a_server_that_does_not_answer_times_out(base_url: str, ctx: ToolContext) -> None:
     with pytest.raises(ToolError, match=r"did not answer within 0\.2 s"):
-        await WebFetch(timeout_seconds=0.2).run({"url": f"{base_url}/slow"}, ctx)
+        await WebFetch(timeout_seconds=0.2, fetch_allow=LOCAL).run({"url": f"{base_url}/slow"}, ctx)
 
 
 async def test_a_refused_connection_is_a_tool_error(ctx: ToolContext) -> None:
     # Port 1 on loopback: nothing listens there, and nothing leaves the machine.
     with pytest.raises(ToolError, match="cannot fetch"):
-        await WebFetch().run({"url": "http://127.0.0.1:1/"}, ctx)
+        await WebFetch(fetch_allow=LOCAL).run({"url": "http://127.0.0.1:1/"}, ctx)
 
 
 @pytest.mark.parametrize(
@@ -134,4 +144,4 @@ async def test_a_refused_connection_is_a_tool_error(ctx: ToolContext) -> None:
 )
 async def test_only_http_urls_are_fetched(url: str, reason: str, ctx: ToolContext) -> None:
     with pytest.raises(ToolError, match=reason):
-        await WebFetch().run({"url": url}, ctx)
+        await WebFetch(fetch_allow=LOCAL).run({"url": url}, ctx)

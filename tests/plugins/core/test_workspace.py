@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,3 +109,43 @@ async def test_a_workspace_reached_through_a_link_still_works(tmp_path: Path) ->
 async def test_empty_and_nul_paths_are_refused(path: str, ctx: ToolContext) -> None:
     with pytest.raises(ToolError, match=r"empty|NUL"):
         await Read().run({"file_path": path}, ctx)
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_is_not_followed(
+    workspace: Path, outside: Path
+) -> None:
+    """The check-then-use race: `confine` passed `dir/secret.txt`, then a background
+    command replaced `dir` with a link to outside; the open must not follow it."""
+    from noeta.plugins.core.workspace import confine, open_confined
+
+    (workspace / "dir").mkdir()
+    (workspace / "dir" / "secret.txt").write_text("inside\n")
+    root = workspace.resolve()
+    real = confine(root, "dir/secret.txt")
+    (workspace / "dir" / "secret.txt").unlink()
+    (workspace / "dir").rmdir()
+    (workspace / "dir").symlink_to(outside)
+    with pytest.raises(ToolError, match="changed while it was being opened"):
+        open_confined(root, real).read()
+
+
+def test_a_file_swapped_for_a_link_after_the_check_is_not_followed(
+    workspace: Path, outside: Path
+) -> None:
+    from noeta.plugins.core.workspace import confine, open_confined
+
+    (workspace / "notes.txt").write_text("inside\n")
+    root = workspace.resolve()
+    real = confine(root, "notes.txt")
+    (workspace / "notes.txt").unlink()
+    (workspace / "notes.txt").symlink_to(outside / "secret.txt")
+    with pytest.raises(ToolError, match="changed while it was being opened"):
+        open_confined(root, real).read()
+
+
+async def test_reading_a_fifo_is_refused_instead_of_hanging(
+    workspace: Path, ctx: ToolContext
+) -> None:
+    os.mkfifo(workspace / "pipe")
+    with pytest.raises(ToolError, match="pipe is not a regular file"):
+        await Read().run({"file_path": "pipe"}, ctx)

@@ -49,6 +49,31 @@ async def sleep(seconds: float) -> str:
     return "slept"
 
 
+def _mark(path: str) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(str(os.getpid()))
+
+
+@server.tool()
+async def hang(started_file: str) -> str:
+    """Write `started_file`, then never answer (to kill the server mid-call)."""
+    _mark(started_file)
+    await asyncio.Event().wait()
+    return "never"
+
+
+if os.environ.get("NOETA_TEST_BROKEN_SCHEMA"):
+
+    @server.tool()
+    def broken(n: int) -> int:
+        """A tool that publishes an input schema no validator accepts."""
+        return n
+
+    tool = server._tool_manager.get_tool("broken")
+    assert tool is not None
+    tool.parameters = {"type": "object", "properties": {"n": {"type": "int"}}}
+
+
 @server.resource("note://greeting", mime_type="text/plain")
 def greeting() -> str:
     """A short text note."""

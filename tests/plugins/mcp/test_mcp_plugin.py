@@ -9,12 +9,15 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from noeta.core.payload import JSONValue
-from noeta.core.tool import Tool, ToolContext, ToolError
+from noeta.core.tool import OUTCOME_UNKNOWN, Tool, ToolContext, ToolError
+from noeta.plugins import mcp as mcp_plugin
 from noeta.plugins.mcp import McpPlugin, McpServerError, plugin, tool_name
+from tests.worker.conftest import until
 
 SERVER = str(Path(__file__).with_name("server.py"))
 CTX = ToolContext(task_id="task-1", call_id="call-7")
@@ -60,6 +63,7 @@ async def test_tools_are_listed_with_names_descriptions_and_schemas(started: Mcp
         "mcp__test__fail",
         "mcp__test__picture",
         "mcp__test__sleep",
+        "mcp__test__hang",
         "mcp__test__read_resource",
     }
     add = tools["mcp__test__add"]
@@ -172,11 +176,69 @@ async def test_close_ends_the_server_process(tmp_path: Path) -> None:
         mcp.tools()
 
 
-async def test_a_call_to_a_dead_server_is_a_tool_error(started: McpPlugin, tmp_path: Path) -> None:
-    os.kill(server_pid(tmp_path), signal.SIGKILL)
-    expected = r"mcp server 'test' is gone: it exited with code -9 \(signal 9\)"
-    with pytest.raises(ToolError, match=expected):
+def pid_in(path: Path, *, forget: bool = False) -> int | None:
+    text = path.read_text() if path.exists() else ""
+    if forget:
+        path.unlink(missing_ok=True)
+    return int(text) if text.isdigit() else None
+
+
+async def kill_mid_call(mcp: McpPlugin, began: Path) -> ToolError:
+    """Call `hang`, SIGKILL the server once it is inside the call; the call's error."""
+    pid_in(began, forget=True)
+    hang = by_name(mcp)["mcp__test__hang"]
+    hanging = asyncio.create_task(hang.run({"started_file": str(began)}, CTX))
+
+    async def call_began() -> bool:
+        return pid_in(began) is not None
+
+    await until(call_began, "the server is inside the call")
+    os.kill(cast(int, pid_in(began)), signal.SIGKILL)
+    with pytest.raises(ToolError) as died:
+        await hanging
+    return died.value
+
+
+async def test_a_server_killed_mid_call_is_an_unknown_outcome_and_restarted(
+    started: McpPlugin, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first_pid = server_pid(tmp_path)
+    died = str(await kill_mid_call(started, tmp_path / "began"))
+    assert "mcp server 'test' died during this call (it exited with code -9 (signal 9))" in died
+    assert OUTCOME_UNKNOWN in died  # it may have acted before it died
+    # The next call starts it again, and works.
+    assert (await by_name(started)["mcp__test__add"].run({"a": 1, "b": 2}, CTX)).content == "3"
+    assert server_pid(tmp_path) != first_pid and is_running(server_pid(tmp_path))
+    assert "mcp server 'test' crashed during tool 'hang'" in caplog.text
+    assert "mcp server 'test' restarted after crash 1" in caplog.text
+
+
+async def test_a_server_that_keeps_crashing_is_not_restarted_for_ever(
+    started: McpPlugin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mcp_plugin, "RESTART_BACKOFF_SECONDS", (0.0,))  # the bound, not the wait
+    for _ in range(mcp_plugin.MAX_RESTARTS + 1):
+        assert "died during this call" in str(await kill_mid_call(started, tmp_path / "began"))
+    with pytest.raises(ToolError, match=r"is gone: it crashed 6 times, and is not started again"):
         await by_name(started)["mcp__test__add"].run({"a": 1, "b": 2}, CTX)
+
+
+async def test_a_tool_with_an_invalid_input_schema_is_left_out_with_a_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = server_spec(tmp_path)
+    spec["env"] = {**cast(dict[str, JSONValue], spec["env"]), "NOETA_TEST_BROKEN_SCHEMA": "1"}
+    mcp = plugin({"servers": {"test": spec}})
+    await mcp.start()
+    try:
+        names = set(by_name(mcp))
+        assert "mcp__test__add" in names and "mcp__test__broken" not in names
+        assert (
+            "mcp server 'test': tool 'broken' left out: its input schema is invalid "
+            "(properties/n/type: 'int' is not valid under any of the given schemas)"
+        ) in caplog.text
+    finally:
+        await mcp.close()
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from noeta.backends.stores.postgres.appends import PostgresAppends
@@ -19,6 +18,7 @@ from noeta.backends.stores.postgres.cron import PostgresCron
 from noeta.backends.stores.postgres.inbox import PostgresInbox
 from noeta.backends.stores.postgres.logs import PostgresLogs
 from noeta.backends.stores.postgres.schema import check_schema, migrate_database
+from noeta.backends.stores.postgres.session import SessionLimits, startup_options
 from noeta.backends.stores.postgres.wakeups import PostgresWakeups
 from noeta.core.errors import StoreUnavailable
 
@@ -50,16 +50,23 @@ class PostgresStore(
     ) -> PostgresStore:
         """Connect, check (or with `migrate`, bring up to date) the schema, open the pool."""
         where = describe(dsn)
-        settings = {
+        limits = SessionLimits.for_deadline(deadline_seconds, idle_in_transaction_seconds)
+        connecting = {
             "application_name": application_name,
             "connect_timeout": max(1, round(deadline_seconds)),
-            # A frozen client's open transaction must not hold a task row for long.
-            "options": _options(dsn, idle_in_transaction_seconds),
         }
         if migrate:
-            await migrate_database(dsn, **settings)
-        else:
-            await check_schema(dsn, **settings)
+            # A migration waits on an advisory lock and may run long DDL: of the limits,
+            # only the one for a frozen client's open transaction.
+            idle = "idle_in_transaction_session_timeout"
+            only_idle = {idle: limits.settings(0)[idle]}
+            await migrate_database(dsn, **connecting, options=startup_options(dsn, only_idle))
+        checking = startup_options(dsn, limits.settings(0))
+        server_version = await check_schema(dsn, **connecting, options=checking)
+        settings = {
+            **connecting,
+            "options": startup_options(dsn, limits.settings(server_version)),
+        }
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn,
             kwargs={**settings, "autocommit": True},
@@ -75,9 +82,3 @@ class PostgresStore(
             await pool.close()
             raise StoreUnavailable(f"cannot reach PostgreSQL at {where}") from error
         return cls(pool, where, deadline_seconds, dsn)
-
-
-def _options(dsn: str, idle_in_transaction_seconds: float) -> str:
-    existing = conninfo_to_dict(dsn).get("options") or ""
-    timeout_ms = int(idle_in_transaction_seconds * 1000)
-    return f"{existing} -c idle_in_transaction_session_timeout={timeout_ms}".strip()

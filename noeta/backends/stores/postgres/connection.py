@@ -29,8 +29,13 @@ DEFAULT_DEADLINE_SECONDS = 10.0
 DEADLOCK_RETRIES = 5
 # Deadlock and serialization failure: the statement was rolled back whole; re-run it.
 _RETRYABLE = {"40P01", "40001"}
-# Insufficient privilege, statement or lock timeout: refused, nothing written.
-_REFUSED = {"42501", "57014", "55P03"}
+# The server cannot take this work now, whatever the statement: it is shutting down or
+# starting (57P01-57P03), this session was ended (57P05), the database is read-only (a
+# standby promoted away from, or default_transaction_read_only: 25006), or it is out of
+# disk, memory or connections (class 53). Nothing was written; the same statement will
+# succeed once the server is back, so callers wait and retry.
+_UNAVAILABLE_STATES = {"57P01", "57P02", "57P03", "57P05", "25006"}
+_UNAVAILABLE_CLASSES = {"08", "53"}
 
 
 def describe(dsn: str) -> str:
@@ -71,62 +76,92 @@ class PostgresConnection:
         """Run a write; a broken connection means its outcome is unknown (CommitUnknown)."""
         for attempt in range(DEADLOCK_RETRIES + 1):
             try:
-                return await self._run(query, params, write=True)
-            except psycopg.Error as error:
-                state = error.sqlstate
-                if state == "NT409":
-                    raise Conflict(task_id or "?", message(error)) from None
-                if state == "NT404":
-                    raise UnknownTask(message(error)) from None
-                if state == "23503":  # a foreign key: the row names a task that does not exist
-                    raise UnknownTask(task_id or "?") from None
-                if state in _RETRYABLE and attempt < DEADLOCK_RETRIES:
-                    log.info("store: %s; re-running the statement with its checks", state)
-                    continue
-                raise
+                rows = await self._run_all([(query, params)], write=True, task_id=task_id)
+                return rows[0]
+            except _Rerun as error:
+                if attempt == DEADLOCK_RETRIES:
+                    raise
+                log.info("store: %s; re-running the statement with its checks", error)
         raise AssertionError("unreachable")
 
     async def _read(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return await self._run(query, params, write=False)
-
-    async def _run(
-        self, query: str, params: Mapping[str, Any], *, write: bool
-    ) -> list[tuple[Any, ...]]:
-        return (await self._run_all([(query, params)], write=write))[0]
+        return (await self._run_all([(query, params)], write=False))[0]
 
     async def _run_all(
-        self, statements: Sequence[tuple[str, Mapping[str, Any]]], *, write: bool
+        self,
+        statements: Sequence[tuple[str, Mapping[str, Any]]],
+        *,
+        write: bool,
+        task_id: str | None = None,
     ) -> list[list[tuple[Any, ...]]]:
-        """Run statements in one round trip (pipelined), under one deadline."""
+        """Run statements in one round trip (pipelined), under one deadline. Every driver
+        error leaves as a `StoreError` (see `store_error`)."""
         try:
             connection = await self._pool.getconn()
         except PoolTimeout as error:
             raise StoreUnavailable(f"cannot reach PostgreSQL at {self.where}") from error
+        except psycopg.Error as error:  # PoolClosed: this store was closed
+            raise StoreUnavailable(f"PostgreSQL at {self.where}: {reason(error)}") from None
         try:
             return await _within_deadline(
                 connection, lambda: _fetch_all(connection, statements), self.deadline_seconds
             )
         except (psycopg.Error, TimeoutError) as error:
-            if isinstance(error, psycopg.Error) and error.sqlstate in _REFUSED:
-                # The server refused the statement (a missing grant, a server-side
-                # timeout): nothing was written, and it is the deployment's to fix. A
-                # StoreError leaves the task for a later claim instead of failing it.
-                raise StoreError(
-                    f"PostgreSQL at {self.where} refused a statement: {reason(error)} "
-                    f"(SQLSTATE {error.sqlstate})"
-                ) from None
-            if isinstance(error, psycopg.Error) and (
-                not isinstance(error, psycopg.OperationalError) or not connection.broken
-            ):
-                raise  # the server answered with an error: the outcome is known
-            if write:
-                raise CommitUnknown(
-                    f"lost the connection to PostgreSQL at {self.where} while a write was "
-                    "committing; it may or may not have landed"
-                ) from None
-            raise StoreUnavailable(f"lost the connection to PostgreSQL at {self.where}") from None
+            raise store_error(
+                error, self.where, write=write, broken=connection.broken, task_id=task_id
+            ) from None
         finally:
             await self._pool.putconn(connection)
+
+
+class _Rerun(StoreError):
+    """A deadlock or serialization failure: rolled back whole, safe to run again."""
+
+
+def store_error(
+    error: psycopg.Error | TimeoutError,
+    where: str,
+    *,
+    write: bool,
+    broken: bool,
+    task_id: str | None = None,
+) -> StoreError:
+    """The store error a driver error means: the one place the error contract is kept.
+
+    | cause                                            | error            |
+    | the fence refused the append (NT409)             | Conflict         |
+    | no such task (NT404, a foreign key)              | UnknownTask      |
+    | the connection broke, or no answer in time,      | CommitUnknown    |
+    |   during a write                                 |                  |
+    | the same during a read                           | StoreUnavailable |
+    | server shutting down or starting, session ended, | StoreUnavailable |
+    |   read-only, out of disk / memory / connections  |                  |
+    | anything else the server refused: statement or   | StoreError       |
+    |   lock timeout, a missing grant, a missing table |                  |
+    """
+    if broken or not isinstance(error, psycopg.Error):
+        if write:
+            return CommitUnknown(
+                f"lost the connection to PostgreSQL at {where} while a write was "
+                "committing; it may or may not have landed"
+            )
+        return StoreUnavailable(f"lost the connection to PostgreSQL at {where}")
+    state = error.sqlstate or ""
+    if state == "NT409":
+        return Conflict(task_id or "?", message(error))
+    if state == "NT404":
+        return UnknownTask(message(error))
+    if state == "23503":  # a foreign key: the row names a task that does not exist
+        return UnknownTask(task_id or "?")
+    if state in _RETRYABLE:
+        return _Rerun(f"PostgreSQL at {where}: {reason(error)} (SQLSTATE {state})")
+    code = f" (SQLSTATE {state})" if state else ""
+    if state in _UNAVAILABLE_STATES or state[:2] in _UNAVAILABLE_CLASSES:
+        return StoreUnavailable(f"PostgreSQL at {where} cannot take it now: {reason(error)}{code}")
+    # The server refused the statement, or the driver could not send it: nothing was
+    # written, and it is the deployment's (or noeta's) to fix, or the statement ran too
+    # long. A StoreError leaves the task for a later claim instead of failing it.
+    return StoreError(f"PostgreSQL at {where} refused a statement: {reason(error)}{code}")
 
 
 async def _fetch_all(

@@ -8,7 +8,7 @@ import psycopg
 from psycopg import sql
 
 from noeta.backends.stores import migrations
-from noeta.backends.stores.postgres.connection import describe, reason
+from noeta.backends.stores.postgres.connection import describe, reason, store_error
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 
 MIGRATION_LOCK = (
@@ -42,11 +42,17 @@ async def connect(dsn: str, **settings: Any) -> psycopg.AsyncConnection[Any]:
         raise ConfigError(f"invalid PostgreSQL URL ({where}): {reason(error)}") from None
 
 
-async def check_schema(dsn: str, **settings: Any) -> None:
-    """Raise `SchemaMismatch` unless the database has exactly this code's migrations."""
+async def check_schema(dsn: str, **settings: Any) -> int:
+    """Raise `SchemaMismatch` unless the database has exactly this code's migrations;
+    return the server's version number (e.g. 160004)."""
     async with await connect(dsn, **settings, autocommit=True) as connection:
-        applied = await _applied(connection)
+        try:
+            applied = await _applied(connection)
+        except psycopg.Error as error:
+            raise store_error(error, describe(dsn), write=False, broken=connection.broken) from None
+        version = connection.info.server_version
     migrations.require_current(migrations.load_migrations("postgres"), applied)
+    return version
 
 
 async def migrate_database(dsn: str, **settings: Any) -> list[migrations.Migration]:
@@ -72,6 +78,8 @@ async def migrate_database(dsn: str, **settings: Any) -> list[migrations.Migrati
                 f"cannot migrate PostgreSQL at {describe(dsn)}: {reason(error)}; "
                 "run `noeta db migrate` as the schema's owner"
             ) from None
+        except psycopg.Error as error:
+            raise store_error(error, describe(dsn), write=True, broken=connection.broken) from None
     return todo
 
 

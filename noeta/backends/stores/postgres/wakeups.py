@@ -54,7 +54,7 @@ class PostgresWakeups(PostgresConnection):
                 yield ANY_QUEUE
                 async for notification in connection.notifies():
                     yield notification.payload
-            except psycopg.OperationalError:
+            except psycopg.Error:  # lost, ended, or refused (a read-only standby): again
                 await asyncio.sleep(1)
             finally:
                 await connection.close()

@@ -53,12 +53,8 @@ class SqliteConnection:
         except UnicodeEncodeError as error:
             # Binding a lone surrogate: no UTF-8 column can hold it (writes check first).
             raise PayloadError(f"a value cannot be stored as UTF-8: {error.reason}") from error
-        except sqlite3.OperationalError as error:
-            # Chiefly "database is locked": another process held the write lock for longer
-            # than the busy timeout. Nothing was written.
-            raise StoreUnavailable(f"sqlite store {self._path}: {error}") from error
         except sqlite3.Error as error:
-            raise StoreError(f"sqlite store {self._path}: {error}") from error
+            raise store_error(error, self._path) from error
 
     def _write(self, body: Callable[[sqlite3.Connection, int], _T]) -> _T:
         """Run `body(connection, now)` in one BEGIN IMMEDIATE transaction."""
@@ -93,6 +89,30 @@ class SqliteConnection:
 
     def _read_all(self, query: str, values: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
         return self._connection.execute(query, values).fetchall()
+
+
+# The file cannot take this work now, whatever the statement: another process held the
+# write lock past the busy timeout (BUSY, LOCKED), the file or its directory is read-only
+# (READONLY, CANTOPEN), the disk is full (FULL) or failing (IOERR), or memory ran out
+# (NOMEM). Nothing was written; the same call will succeed once that passes.
+_UNAVAILABLE_CODES = {
+    sqlite3.SQLITE_BUSY,
+    sqlite3.SQLITE_LOCKED,
+    sqlite3.SQLITE_NOMEM,
+    sqlite3.SQLITE_READONLY,
+    sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_FULL,
+    sqlite3.SQLITE_CANTOPEN,
+}
+
+
+def store_error(error: sqlite3.Error, path: str) -> StoreError:
+    """The store error a sqlite error means: StoreUnavailable for the conditions above
+    (by primary result code), StoreError for the rest (a missing table, a bug)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in _UNAVAILABLE_CODES:
+        return StoreUnavailable(f"sqlite store {path}: {error}")
+    return StoreError(f"sqlite store {path}: {error}")
 
 
 def connect(path: str, busy_timeout_seconds: float) -> sqlite3.Connection:

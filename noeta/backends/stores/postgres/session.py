@@ -1,0 +1,80 @@
+"""The server-side limits every pooled noeta session sets, and how a deployment changes
+them: the URL's libpq `options` (or PGOPTIONS), which come after noeta's and so win."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from noeta.core.errors import ConfigError
+
+# client_connection_check_interval exists from PostgreSQL 14; an older server refuses a
+# session that names it.
+CHECK_CLIENT_SINCE = 140000
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """What the server may let one session hold, in seconds (0: no limit).
+
+    The client is always first to act: every store call has a client deadline (10 s by
+    default), and a server-side cancel is reported as an error rather than a lost claim,
+    so no limit here may cut a statement a healthy client still waits for. They bound
+    what a frozen, partitioned or misbehaving client holds, within one default lease
+    (30 s): past it the task must be free for another worker to take over.
+    """
+
+    # A store statement is one indexed row operation taking milliseconds. One still
+    # running at 3 deadlines is one its client gave up on: it must not keep row locks
+    # for the rest of a lease.
+    statement_seconds: float
+    # Statements lock a few task rows, each for one statement: a wait longer than the
+    # deadline serves nobody, and 1.5 deadlines stops a worker queueing long behind a
+    # migration's ACCESS EXCLUSIVE lock.
+    lock_seconds: float
+    # A client frozen inside a transaction keeps its task row locked past its lease, and
+    # SKIP LOCKED claimers then silently skip that task: end it after one lease.
+    idle_in_transaction_seconds: float
+    # While a statement runs, check every half deadline that its client is still there
+    # (the server-side half of the client's deadline; PostgreSQL 14+).
+    check_client_seconds: float
+
+    @classmethod
+    def for_deadline(
+        cls, deadline_seconds: float, idle_in_transaction_seconds: float
+    ) -> SessionLimits:
+        return cls(
+            statement_seconds=3 * deadline_seconds,
+            lock_seconds=1.5 * deadline_seconds,
+            idle_in_transaction_seconds=idle_in_transaction_seconds,
+            check_client_seconds=deadline_seconds / 2,
+        )
+
+    def settings(self, server_version: int) -> dict[str, str]:
+        """The settings as `-c` would give them (milliseconds, each setting's unit)."""
+        chosen = {
+            "statement_timeout": self.statement_seconds,
+            "lock_timeout": self.lock_seconds,
+            "idle_in_transaction_session_timeout": self.idle_in_transaction_seconds,
+        }
+        if server_version >= CHECK_CLIENT_SINCE:
+            chosen["client_connection_check_interval"] = self.check_client_seconds
+        return {name: str(round(seconds * 1000)) for name, seconds in chosen.items()}
+
+
+def startup_options(dsn: str, settings: Mapping[str, str]) -> str:
+    """libpq `options`: noeta's settings first, then the URL's own `options` (else
+    PGOPTIONS, as libpq would use), so that a deployment's `-c name=value` wins."""
+    try:
+        own = conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS") or ""
+    except psycopg.ProgrammingError:  # libpq's reason quotes the URL, password and all
+        raise ConfigError(
+            "invalid PostgreSQL URL: libpq cannot parse it (in a postgresql:// URL, "
+            "percent-encode spaces and '=' inside values, e.g. options=-c%20name%3Dvalue)"
+        ) from None
+    ours = " ".join(f"-c {name}={value}" for name, value in settings.items())
+    return f"{ours} {own}".strip()

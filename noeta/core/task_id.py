@@ -1,0 +1,50 @@
+"""Task ids: the one rule a new task's id follows, and the workspace folder an id names.
+
+An id is also a folder name under the workspaces root, so the rule keeps out everything
+a path could use to leave that root ('/', '..', a leading '.', NUL) and anything a shell
+or a URL would need quoted (ADR-0036).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from urllib.parse import quote
+
+from noeta.core.errors import PayloadError
+
+MAX_TASK_ID_CHARS = 128
+TASK_ID_RULE = (
+    f"1-{MAX_TASK_ID_CHARS} characters of letters, digits, '.', '_', ':' and '-', "
+    "not starting with '.'"
+)
+_TASK_ID = re.compile(rf"[A-Za-z0-9_:-][A-Za-z0-9._:-]{{0,{MAX_TASK_ID_CHARS - 1}}}")
+# Folder names stay well under every filesystem's 255-byte limit.
+MAX_FOLDER_CHARS = 200
+
+
+def check_task_id(task_id: str) -> str:
+    """`task_id`, if a new task may have it; otherwise a PayloadError stating the rule."""
+    if _TASK_ID.fullmatch(task_id):
+        return task_id
+    shown = task_id if len(task_id) <= 40 else f"{task_id[:40]}…"
+    raise PayloadError(
+        f"the task id {shown!r} ({len(task_id)} characters) is not allowed: "
+        f"a task id is {TASK_ID_RULE}"
+    )
+
+
+def workspace_folder(task_id: str) -> str:
+    """The folder under the workspaces root that holds a task's files: one path component.
+
+    A valid id is its own folder. An id from before the rule (or any other string) is
+    percent-encoded; '%' is not allowed in ids, so the two kinds never collide, and the
+    result never contains '/', never is '.' or '..', and never starts with '.'.
+    """
+    if _TASK_ID.fullmatch(task_id):
+        return task_id
+    encoded = quote(task_id.encode("utf-8", "surrogatepass"), safe="").replace(".", "%2E")
+    if len(encoded) > MAX_FOLDER_CHARS:
+        digest = hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()
+        encoded = f"%{digest}"
+    return encoded or "%"
