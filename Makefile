@@ -35,7 +35,7 @@ cluster:  ## Workers under process, database and network faults, then every chec
 	$(BIN)/python -m tests.cluster.run
 
 cluster-short:  ## The short cluster run CI does (about 3 minutes, the same checks)
-	NOETA_CLUSTER_SECONDS=$${NOETA_CLUSTER_SECONDS:-50} NOETA_CLUSTER_TASKS=$${NOETA_CLUSTER_TASKS:-12} \
+	NOETA_CLUSTER_SECONDS=$${NOETA_CLUSTER_SECONDS:-90} NOETA_CLUSTER_TASKS=$${NOETA_CLUSTER_TASKS:-16} \
 	$(BIN)/python -m tests.cluster.run
 
 cluster-mutants:  ## Each deliberate fault in a copy of the store's SQL is caught by a cluster run

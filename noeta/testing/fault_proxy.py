@@ -99,7 +99,10 @@ class FaultProxy:
             self._pump(upstream_reader, writer, client=writer, from_server=True),
         )
         # A reset connection ends its pumps with ConnectionResetError: expected here.
-        await asyncio.gather(*pumps, return_exceptions=True)
+        # Cancelled at shutdown, end quietly: Python 3.11's stream server reports a
+        # cancelled connection task as an error in a callback.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*pumps, return_exceptions=True)
         for each in (writer, upstream_writer):
             self._writers.discard(each)
             _reset(each)

@@ -55,6 +55,8 @@ def side_effects(log: list[StoredEvent], ledger: Counter[str], task_id: str) -> 
         if event.type == "ToolFinished":
             call = data["call_id"]
             done = not data["is_error"] and data.get("recovery") != "unknown"
+            if data["is_error"] and not data.get("recovery") and names.get(call) in SIDE_EFFECTS:
+                problems.append(f"{task_id}:{call} failed: {str(data.get('content'))[:120]!r}")
             if done and names.get(call) in SIDE_EFFECTS and call not in jobs:
                 marker = f"{task_id}:{call}"
                 if ledger[marker] != 1:

@@ -46,6 +46,7 @@ def count(logs: dict[str, list[StoredEvent]], output: str) -> Counter[str]:
             if event.type == "ToolFinished" and data.get("recovery") in RECOVERY:
                 seen[RECOVERY[str(data["recovery"])]] += 1
             seen["lost background jobs"] += event.type == "JobLost"
+            seen["background jobs stopped with their claim"] += event.type == "JobStopped"
             seen["wake-ups"] += event.type == "WokenUp"
     return seen
 

@@ -18,7 +18,7 @@ from noeta.testing.fault_proxy import FaultProxy
 from tests.cluster.server import ClusterServer, host_and_port
 
 WORKERS = ("w0", "w1", "w2", "w3")
-PROXIED = ("w0", "w1")  # these reach PostgreSQL through their own fault proxy
+PROXIED = WORKERS  # each reaches PostgreSQL through its own fault proxy
 LEASE = 1.0
 
 

@@ -69,14 +69,16 @@ def settings(env: dict[str, str]) -> tuple[int, int, float, str]:
 
 def write_configs(scratch: Path) -> None:
     (scratch / "ledger").touch()
-    plugins = {"plugins": ["core", {"module": "tests.cluster.ledger_plugin"}]}
+    # Bash sees only an allowlisted environment: the ledger's path is passed explicitly.
+    core = {"module": "noeta.plugins.core", "params": {"pass_env": ["NOETA_CLUSTER_LEDGER"]}}
+    plugins = {"plugins": [core, {"module": "tests.cluster.ledger_plugin"}]}
     (scratch / "noeta.yaml").write_text(json.dumps(plugins))
     cron = {
         "schedules": [
             {
                 "name": "tick",
                 "schedule": "* * * * *",
-                "task": {"prompt": "go", "model": f"scripted:{SCRIPTS / 'tools.yaml'}"},
+                "task": {"prompt": "go", "model": f"scripted:{SCRIPTS / 'cron_tick.yaml'}"},
                 "overlap": "allow",
             }
         ]
