@@ -85,7 +85,8 @@ def main() -> None:
         command = [sys.executable, "-m", "tests.cluster.run"]
         result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         # Caught: the checks found problems (the minimum chaos alone does not count).
-        problems = result.stdout.partition(" problem(s)\n")[2].splitlines()
+        listed = result.stdout.partition(" problem(s)\n")[2].splitlines()
+        problems = [line for line in listed if line.startswith("  ")]
         if result.returncode != 0 and problems:
             print(f"   caught: {len(problems)} problem(s), e.g.")
             for line in problems[:4]:
