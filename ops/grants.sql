@@ -75,6 +75,9 @@ BEGIN
             ('inbox',            'SELECT, INSERT, UPDATE (taken_seq)'),
             -- put_snapshot upserts (INSERT … ON CONFLICT DO UPDATE).
             ('snapshots',        'SELECT, INSERT, UPDATE'),
+            -- keep_late_result inserts (ON CONFLICT DO NOTHING): a kept result is never
+            -- rewritten, so the first one stays (ADR-040).
+            ('late_results',     'SELECT, INSERT'),
             -- Every store open checks the applied migrations; only the owner writes them.
             ('noeta_migrations', 'SELECT'),
             -- The scheduler's tables (a coming migration): it reads, inserts and updates.

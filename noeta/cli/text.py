@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from noeta.core.errors import ConfigError
-from noeta.core.store import StoredEvent, TaskRecord
+from noeta.core.store import LateResult, StoredEvent, TaskRecord
 
 MAX_TEXT_CHARS = 1_000_000  # a prompt or a message; the log could hold more, a model not
 
@@ -59,3 +59,39 @@ def event_line(event: StoredEvent) -> str:
         text = text[:157] + "..."
     at = event.created_at.isoformat()[11:23]
     return f"{event.seq:>5}  {at}  {event.type:<13} {text}"
+
+
+def late_result_fate(result: LateResult, log: list[StoredEvent]) -> str:
+    """What became of a late result, read from the log: the log is the truth, the kept
+    result only a hint (ADR-040)."""
+    for event in log:
+        data = event.data if isinstance(event.data, dict) else {}
+        if event.type != "ToolFinished" or data.get("call_id") != result.call_id:
+            continue
+        if data.get("recovery") == "late" and data.get("from_epoch") == result.epoch:
+            return f"recorded at seq {event.seq}"
+        how = data.get("recovery") or "recorded by its own run"
+        return f"not used: the call was settled at seq {event.seq} ({how})"
+    return "not recorded yet: the call's next claimer will record it"
+
+
+def late_result_json(result: LateResult, log: list[StoredEvent]) -> dict[str, Any]:
+    return {
+        "call_id": result.call_id,
+        "epoch": result.epoch,
+        "worker": result.worker,
+        "is_error": result.is_error,
+        "content": result.content,
+        "kept_at": result.created_at.isoformat() if result.created_at else None,
+        "fate": late_result_fate(result, log),
+    }
+
+
+def late_result_line(result: LateResult, log: list[StoredEvent]) -> str:
+    """One late result as `noeta show` prints it, under the log."""
+    text = json.dumps(result.content, ensure_ascii=False)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    kind = "error" if result.is_error else "result"
+    where = f"epoch {result.epoch} ({result.worker})"
+    return f"  {result.call_id}  {kind} from {where}: {text}; {late_result_fate(result, log)}"

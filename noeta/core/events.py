@@ -82,7 +82,12 @@ class ToolFinished:
     call_id: str
     content: str
     is_error: bool = False
-    recovery: str = ""  # how a half-done call was settled: "recover", "rerun", "unknown"
+    # How a half-done call was settled: "late" (the result its own run kept when its
+    # claim was gone, ADR-040), "recover", "rerun", "unknown"; "" it was not half done.
+    recovery: str = ""
+    # With "late": the epoch whose claim ran the call. 0 otherwise, and in logs written
+    # before the field existed (a field with a default: old logs decode unchanged).
+    from_epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +168,45 @@ class WokenUp:
 
 
 @dataclass(frozen=True, slots=True)
+class SubtaskOf:
+    """A subtask's second event, written with its creation: whose `Agent` call made it."""
+
+    parent: str
+    call_id: str
+    depth: int  # 1 for a child of a top-level task
+    trace: str = ""  # the parent's Agent call span record: the child's trace links to it
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskLaunched:
+    """The `Agent` call's wait: appended with the child's creation, in one append. The
+    call's result comes later, with the child's handback."""
+
+    call_id: str
+    child_id: str
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskReturned:
+    """A child's handback, taken from the inbox in the same append; while the call still
+    waits for it, its ToolFinished (the report) rides in that append too."""
+
+    child_id: str
+    status: str  # the child's final status: "done", "failed", "cancelled"
+    inbox_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PluginRecord:
+    """A record a plugin wrote in a hook, appended with the events it belongs to; the
+    plugin's latest record is its state (e.g. its progress mark), `TaskView.mark`."""
+
+    plugin: str
+    data: JSONValue
+
+
+@dataclass(frozen=True, slots=True)
 class TurnEnded:
     outcome: TurnOutcome
     answer: str = ""
@@ -201,6 +245,10 @@ Event = (
     | JobStopped
     | WakeupScheduled
     | WokenUp
+    | SubtaskOf
+    | SubtaskLaunched
+    | SubtaskReturned
+    | PluginRecord
     | TurnEnded
     | TaskFinished
 )
@@ -224,6 +272,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         JobStopped,
         WakeupScheduled,
         WokenUp,
+        SubtaskOf,
+        SubtaskLaunched,
+        SubtaskReturned,
+        PluginRecord,
         TurnEnded,
         TaskFinished,
     )

@@ -3,13 +3,16 @@
     NOETA_FAILPOINTS="tool.after_started=kill;model.after_called=sleep(500)"
 
 Actions: `kill` (SIGKILL this process), `stop(ms)` (freeze the whole process, as a GC
-pause or SIGSTOP would), `sleep(ms)` (delay only the task that hit the point),
-`raise(Name)` (raise ConnectionError, RuntimeError or a noeta store error by name).
-`action@N` fires on the N-th hit only. Unset, every point is one dictionary lookup on an
-empty dict. Points: claim.after_commit, append.before_commit, append.after_commit,
-cron.after_fire (the scheduler, after each slot it handles), run.after_create (`noeta
-run`, between creating its task and claiming it),
-model.after_called, tool.after_started, tool.before_finished.
+pause or SIGSTOP would), `pause` (SIGSTOP this process: it stays at the point until sent
+SIGCONT, so a test decides what happens meanwhile, with no timing), `sleep(ms)` (delay
+only the task that hit the point), `raise(Name)` (raise ConnectionError, RuntimeError or
+a noeta store error by name). `action@N` fires on the N-th hit only. Unset, every point
+is one dictionary lookup on an empty dict. Points: claim.after_commit,
+append.before_commit, append.after_commit, cron.after_fire (the scheduler, after each
+slot it handles), run.after_create (`noeta run`, between creating its task and claiming
+it), model.after_called, tool.after_started, tool.before_finished,
+subtask.before_launch, subtask.after_launch, subtask.before_handback_taken,
+hooks.before_on_event.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from noeta.core import errors
 
 ENV = "NOETA_FAILPOINTS"
-_ACTION = re.compile(r"^(kill|stop|sleep|raise)(?:\((\w+)\))?(?:@(\d+))?$")
+_ACTION = re.compile(r"^(kill|pause|stop|sleep|raise)(?:\((\w+)\))?(?:@(\d+))?$")
 _RAISABLE: dict[str, type[BaseException]] = {
     "ConnectionError": ConnectionError,
     "RuntimeError": RuntimeError,
@@ -72,6 +75,8 @@ async def hit(name: str) -> None:
         return
     if point.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    elif point.action == "pause":
+        os.kill(os.getpid(), signal.SIGSTOP)  # returns once the process is continued
     elif point.action == "stop":
         time.sleep(int(point.argument) / 1000)  # noqa: ASYNC251 - a frozen process, on purpose
     elif point.action == "sleep":

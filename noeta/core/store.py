@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Literal, Protocol
 
+from noeta.core import payload
 from noeta.core.errors import (
     CommitUnknown,
     ConfigError,
@@ -41,6 +42,7 @@ __all__ = [
     "FireOutcome",
     "Finish",
     "InboxEntry",
+    "LateResult",
     "NewEvent",
     "NewTask",
     "NextState",
@@ -224,6 +226,36 @@ class Snapshot:
     data: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class LateResult:
+    """A tool's result that came back after its claim was gone, kept outside the log.
+
+    Keyed by the call's idempotency key, (task id, call id): one tool invocation. Only a
+    hint (ADR-040): the next claimer records it through its own fenced append if the
+    call is still half done in the log; otherwise it stays here for the operator.
+    """
+
+    task_id: str
+    call_id: str
+    content: str
+    is_error: bool
+    epoch: int  # the epoch of the claim the call ran under
+    worker: str
+    created_at: datetime | None = None  # set by the store
+
+
+def check_late_result(result: LateResult) -> str:
+    """Check a late result before any write; return its content, encoded."""
+    check_key("task id", result.task_id)
+    check_key("call id", result.call_id)
+    check_key("worker name", result.worker)
+    if isinstance(result.epoch, bool) or not isinstance(result.epoch, int) or result.epoch < 1:
+        raise PayloadError(
+            f"a late result's epoch is a claim's epoch (1 or more), not {result.epoch!r}"
+        )
+    return payload.encode(result.content)
+
+
 # What the task does after an append.
 
 
@@ -396,6 +428,18 @@ class Store(Protocol):
 
     async def owned_by(self, worker: str) -> list[Claim]:
         """Claims the store records for `worker` (to adopt after a lost claim reply)."""
+        ...
+
+    async def keep_late_result(self, result: LateResult) -> bool:
+        """Keep a result a tool returned after its claim was gone; needs no claim.
+
+        Writes neither the log nor the task row. False if a result is kept for this call
+        already: the first stays (ADR-040). Raises `UnknownTask` for an unknown task.
+        """
+        ...
+
+    async def late_results(self, task_id: str) -> list[LateResult]:
+        """The late results kept for a task, in the order they were kept."""
         ...
 
     async def put_snapshot(self, snapshot: Snapshot) -> None: ...

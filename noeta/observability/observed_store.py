@@ -20,6 +20,7 @@ from noeta.core.store import (
     Continue,
     Delivery,
     InboxEntry,
+    LateResult,
     LoadedTask,
     NewEvent,
     NewTask,
@@ -125,6 +126,10 @@ class ObservedStore:
     async def deliver(self, delivery: Delivery) -> bool:
         with _observing("deliver", None):
             return await self.inner.deliver(delivery)
+
+    async def keep_late_result(self, result: LateResult) -> bool:
+        with _observing("keep_late_result", result.task_id):
+            return await self.inner.keep_late_result(result)
 
     async def read_log(self, task_id: str, after_seq: int = 0) -> list[StoredEvent]:
         with _observing("read_log", task_id):

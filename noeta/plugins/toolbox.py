@@ -10,7 +10,8 @@ from noeta.config import Config
 from noeta.core.errors import ConfigError
 from noeta.core.gates import Gate, GateRule
 from noeta.core.pin import Pin
-from noeta.core.runner.task import Providers, TaskRunner
+from noeta.core.runner.model_call import Providers
+from noeta.core.runner.task import TaskRunner
 from noeta.core.store import Store
 from noeta.core.tool import Tool
 from noeta.plugins.loading import LoadedPlugin, load, pins_of
@@ -36,6 +37,7 @@ class Toolbox:
             workspaces=self.workspaces,
             gates=self.gates,
             pins=self.pins,
+            plugins=[loaded.plugin for loaded in self.plugins],
         )
 
     @classmethod

@@ -42,6 +42,7 @@ DECLARED = {
     "events": {"SELECT", "INSERT"},
     "inbox": {"SELECT", "INSERT"},  # plus UPDATE of taken_seq alone (checked below)
     "snapshots": {"SELECT", "INSERT", "UPDATE"},
+    "late_results": {"SELECT", "INSERT"},  # first kept wins: never updated (ADR-040)
     "noeta_migrations": {"SELECT"},
     "cron_schedules": {"SELECT", "INSERT", "UPDATE"},
     "cron_fires": {"SELECT", "INSERT", "UPDATE"},

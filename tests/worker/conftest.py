@@ -55,6 +55,12 @@ class NoetaProcess:
     def log(self) -> str:
         return self.output.read_text()
 
+    async def paused(self) -> bool:
+        """Stopped by a signal (a `pause` failpoint it hit, or SIGSTOP): Linux's process
+        state, read from /proc, so a test waits for the point, never for a time."""
+        stat = await asyncio.to_thread(Path(f"/proc/{self.process.pid}/stat").read_text)
+        return stat.rpartition(")")[2].split()[0] == "T"
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGCONT)

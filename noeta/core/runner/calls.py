@@ -1,9 +1,10 @@
 """The tool step, and `recover_calls`: settling calls a crash left half done (SPEC §4).
 
-A half-done call (ToolStarted, no ToolFinished) is settled in this order: the tool's own
-`recover`, given the same idempotency key; a re-run, if the tool is `retry_safe` and has
-started fewer than `tool.MAX_ATTEMPTS` times; else an error result saying its outcome is
-unknown. Recovered calls do not pass the gates again: they were allowed when they ran.
+A half-done call (ToolStarted, no ToolFinished) is settled in this order: the result its
+own run kept when its claim was gone (a late result, ADR-040); the tool's own `recover`,
+given the same idempotency key; a re-run, if the tool is `retry_safe` and has started
+fewer than `tool.MAX_ATTEMPTS` times; else an error result saying its outcome is unknown.
+Recovered calls do not pass the gates again: they were allowed when they ran.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import logging
 
 from jsonschema import Draft202012Validator
 
-from noeta.core import failpoints, wakeups
+from noeta.core import failpoints, subtasks, wakeups
+from noeta.core.errors import StoreError
 from noeta.core.events import JobStarted, ToolFinished, ToolStarted, ToolWaiting, WakeupScheduled
 from noeta.core.gates import Ask, Deny, decide
 from noeta.core.model import ToolCall
 from noeta.core.payload import JSONValue
+from noeta.core.runner import children, late_results
 from noeta.core.runner.context import RunContext
 from noeta.core.tool import (
     MAX_ATTEMPTS,
@@ -66,13 +69,28 @@ async def run_tools(run: RunContext, calls: tuple[ToolCall, ...]) -> None:
             await failpoints.hit("tool.after_started")
             output = await _execute(tool, call, _context(run, call))
             await failpoints.hit("tool.before_finished")
-            await _record(run, call, output)
+            await _record_or_keep(run, call, output)
             step.finished(output.content, output.is_error)
+
+
+async def _record_or_keep(
+    run: RunContext, call: ToolCall, output: ToolOutput, recovery: str = ""
+) -> None:
+    """Record the result; if the claim is gone before it lands (refused, lost, cut off),
+    keep it beside the log for the next claimer instead of throwing it away."""
+    try:
+        await _record(run, call, output, recovery)
+    except (StoreError, asyncio.CancelledError):
+        await late_results.keep(run, call, output)
+        raise
 
 
 async def _record(run: RunContext, call: ToolCall, output: ToolOutput, recovery: str = "") -> None:
     """Append the call's result; a background job it asked for is recorded with it and
     started only once that has landed (a crash before: no job; after: the log knows)."""
+    if output.subtask is not None and not output.is_error:
+        await children.launch(run, call, output.subtask, _context(run, call), recovery)
+        return
     if output.wakeup is not None and not output.is_error:
         await _record_wakeup(run, call, output.wakeup, recovery)
         return
@@ -119,7 +137,17 @@ def _gated(
 
 
 async def recover_calls(run: RunContext, calls: tuple[tuple[ToolCall, int], ...]) -> None:
+    kept = await late_results.found(run, calls)
     for call, starts in calls:
+        late = kept.get(call.id)
+        if late is not None:
+            # The call did run to its end: its result is recorded, marked with the epoch
+            # that ran it, through this claim's fence (a hint is never the log's truth).
+            with run.trace.tool(call, run.state, "late") as step:
+                handed_over = ToolFinished(call.id, late.content, late.is_error, "late", late.epoch)
+                await run.append([handed_over])
+                step.finished(late.content, late.is_error, "late")
+            continue
         tool = run.tools.get(call.name)
         ctx = _context(run, call)
         if isinstance(tool, RecoverableTool):
@@ -138,7 +166,7 @@ async def recover_calls(run: RunContext, calls: tuple[tuple[ToolCall, int], ...]
                 await failpoints.hit("tool.after_started")
                 output = await _execute(tool, call, ctx)
                 await failpoints.hit("tool.before_finished")
-                await _record(run, call, output, "rerun")
+                await _record_or_keep(run, call, output, "rerun")
                 step.finished(output.content, output.is_error, "rerun")
             continue
         with run.trace.tool(call, run.state, "unknown") as step:
@@ -169,7 +197,7 @@ def _refusal(run: RunContext, tool: Tool | None, call: ToolCall) -> str:
         _validators[tool.name] = validator
     problems = sorted(validator[1].iter_errors(call.input), key=lambda e: list(e.path))
     if not problems:
-        return ""
+        return _launch_refusal(run, tool, call)
     first = problems[0]
     where = "/".join(str(part) for part in first.path) or "the input"
     return f"invalid input for {call.name}: {where}: {first.message}"
@@ -178,8 +206,30 @@ def _refusal(run: RunContext, tool: Tool | None, call: ToolCall) -> str:
 _validators: dict[str, tuple[object, Draft202012Validator]] = {}
 
 
+def _launch_refusal(run: RunContext, tool: Tool, call: ToolCall) -> str:
+    """For a tool that launches subtasks: a limit it would pass, or an id it cannot give."""
+    if not tool.flags.launches_subtasks:
+        return ""
+    reached = subtasks.limit_reached(run.state)
+    if reached:
+        return f"{call.name} refused: {reached}"
+    try:
+        subtasks.child_id(run.task_id, call.id, run.state.children + 1)
+    except ValueError as error:
+        return f"{call.name} refused: {error}"
+    return ""
+
+
 def _context(run: RunContext, call: ToolCall) -> ToolContext:
-    return ToolContext(task_id=run.task_id, call_id=call.id, workspace=run.workspace)
+    tool = run.tools.get(call.name)
+    child = ""
+    if tool is not None and tool.flags.launches_subtasks:
+        # The same on every attempt: the next subtask's number comes from the log.
+        try:
+            child = subtasks.child_id(run.task_id, call.id, run.state.children + 1)
+        except ValueError:
+            child = ""  # refused before it runs (_launch_refusal)
+    return ToolContext(run.task_id, call.id, run.workspace, child)
 
 
 def _enabled(run: RunContext) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from noeta.testing.store_contract.fixtures import (
     eventually_claim,
 )
 from noeta.testing.store_contract.inbox import InboxContract
+from noeta.testing.store_contract.late_results import LateResultContract
 from noeta.testing.store_contract.logs import LogContract
 
 __all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim"]
@@ -32,5 +33,6 @@ class StoreContract(
     LogContract,
     CronContract,
     ErrorContract,
+    LateResultContract,
 ):
     """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""

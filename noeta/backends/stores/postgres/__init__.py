@@ -16,6 +16,7 @@ from noeta.backends.stores.postgres.claims import CLAIM_NEXT_TASK, PostgresClaim
 from noeta.backends.stores.postgres.connection import DEFAULT_DEADLINE_SECONDS, describe
 from noeta.backends.stores.postgres.cron import PostgresCron
 from noeta.backends.stores.postgres.inbox import PostgresInbox
+from noeta.backends.stores.postgres.late_results import PostgresLateResults
 from noeta.backends.stores.postgres.logs import PostgresLogs
 from noeta.backends.stores.postgres.schema import check_schema, migrate_database
 from noeta.backends.stores.postgres.session import SessionLimits, startup_options
@@ -33,7 +34,13 @@ __all__ = [
 
 
 class PostgresStore(
-    PostgresClaims, PostgresAppends, PostgresInbox, PostgresLogs, PostgresCron, PostgresWakeups
+    PostgresClaims,
+    PostgresAppends,
+    PostgresInbox,
+    PostgresLogs,
+    PostgresCron,
+    PostgresWakeups,
+    PostgresLateResults,
 ):
     """A `Store` on one PostgreSQL database (or schema, via the URL's search_path)."""
 

@@ -16,6 +16,7 @@ from noeta.backends.stores.sqlite.appends import SqliteAppends
 from noeta.backends.stores.sqlite.claims import SqliteClaims
 from noeta.backends.stores.sqlite.connection import connect
 from noeta.backends.stores.sqlite.cron import SqliteCron
+from noeta.backends.stores.sqlite.late_results import SqliteLateResults
 from noeta.backends.stores.sqlite.logs import SqliteLogs
 from noeta.backends.stores.sqlite.schema import SqliteSchema
 from noeta.core.errors import ConfigError, StoreUnavailable
@@ -25,7 +26,9 @@ __all__ = ["SqliteStore"]
 _MINIMUM_SQLITE = (3, 24, 0)  # ON CONFLICT ... DO NOTHING / DO UPDATE
 
 
-class SqliteStore(SqliteClaims, SqliteAppends, SqliteLogs, SqliteCron, SqliteSchema):
+class SqliteStore(
+    SqliteClaims, SqliteAppends, SqliteLogs, SqliteCron, SqliteLateResults, SqliteSchema
+):
     """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""
 
     @classmethod

@@ -1,0 +1,78 @@
+"""Late results (ADR-040): a result a tool returned after its claim was gone is kept
+beside the log, and the next claimer records it through its own fenced append.
+
+The log stays the only truth: a kept result is a hint, read only for a call the log still
+shows half done, and it reaches the log only through a claimer's fenced append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from noeta.core.errors import NoetaError
+from noeta.core.model import ToolCall
+from noeta.core.runner.context import RunContext
+from noeta.core.store import LateResult
+from noeta.core.tool import ToolOutput
+
+log = logging.getLogger(__name__)
+
+# Keeps still in flight when their run was cancelled: the loop holds tasks only weakly.
+_in_flight: set[asyncio.Task[None]] = set()
+
+
+async def keep(run: RunContext, call: ToolCall, output: ToolOutput) -> None:
+    """Keep the call's result for the next claimer: its own run could not record it.
+
+    Shielded: the claim's loss that made the result late also cancels this run (the
+    renewer reports it), and that must not cut the keep short. Never raises a store
+    error: the caller re-raises why the run ends.
+    """
+    if output.background is not None or output.wakeup is not None:
+        # A job starts, a wake-up is scheduled, only once the result is in the log: a
+        # result recorded by another claim would tell the model of one that never was.
+        return
+    if call.id not in dict(run.state.started):
+        return  # the result did land (a later step of the append failed): nothing is late
+    claim = run.claim
+    result = LateResult(
+        claim.task_id, call.id, output.content, output.is_error, claim.epoch, claim.worker
+    )
+    keeping = asyncio.ensure_future(_keep(run, result))
+    _in_flight.add(keeping)
+    keeping.add_done_callback(_in_flight.discard)
+    await asyncio.shield(keeping)  # cancelled, the run ends now and the keep goes on
+
+
+async def _keep(run: RunContext, result: LateResult) -> None:
+    try:
+        kept = await run.store.keep_late_result(result)
+    except NoetaError as error:
+        log.warning(
+            "task %s: the result of %s came after its claim was gone and could not be kept (%s)",
+            result.task_id,
+            result.call_id,
+            error,
+        )
+        return
+    if kept:
+        log.warning(
+            "task %s: the result of %s came after epoch %d's claim was gone; kept for the"
+            " next claimer",
+            result.task_id,
+            result.call_id,
+            result.epoch,
+        )
+    else:
+        log.info("task %s: a late result of %s was kept before", result.task_id, result.call_id)
+
+
+async def found(run: RunContext, calls: tuple[tuple[ToolCall, int], ...]) -> dict[str, LateResult]:
+    """The late results kept for these half-done calls, by call id."""
+    wanted = {call.id for call, _ in calls}
+    return {
+        result.call_id: result
+        for result in await run.store.late_results(run.task_id)
+        if result.call_id in wanted
+    }

@@ -1,0 +1,118 @@
+"""A tool's result that comes back after its claim was gone is handed over, not thrown
+away (ADR-040): real `noeta worker` processes, held at named points by `pause`
+failpoints (SIGSTOP of themselves) and let go with SIGCONT, so which worker runs when is
+decided by the test, never by timing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+from noeta.core.store import Store
+from noeta.core.tool import OUTCOME_UNKNOWN
+
+from .conftest import WorkerProcess, add_task, log_types, status_of, until
+
+
+async def frozen_after_its_tool(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> tuple[WorkerProcess, Path]:
+    """A worker that ran a Bash call (one side effect) and froze before recording it."""
+    effect = tmp_path / "effect"
+    command = f"echo once >> {effect}; echo the-real-result"
+    call = {"id": "c1", "name": "Bash", "input": {"command": command}}
+    await add_task(store, tmp_path, "t", {"tool_calls": [call]}, {"text": "done"})
+    late = workers(postgres_url, "late", lease=1, failpoints="tool.before_finished=pause")
+    await until(late.paused, "the tool returns and its worker freezes before recording it")
+    assert effect.read_text() == "once\n"  # the call took effect
+    return late, effect
+
+
+async def kept(store: Store) -> bool:
+    return bool(await store.late_results("t"))
+
+
+async def test_a_result_that_comes_too_late_is_handed_to_the_next_claimer(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    late, effect = await frozen_after_its_tool(store, postgres_url, tmp_path, workers)
+    # The heir claims once the frozen worker's lease lapses, and freezes before loading.
+    heir = workers(postgres_url, "heir", lease=30, failpoints="claim.after_commit=pause@1")
+    await until(heir.paused, "the heir takes the task over and freezes")
+    assert (await store.get_task("t")).owner_epoch == 2  # type: ignore[union-attr]
+    late.signal(signal.SIGCONT)  # its append is refused: the claim is the heir's now
+
+    async def kept_by_the_frozen_worker() -> bool:
+        return await kept(store) and "kept for the next claimer" in late.log()
+
+    await until(kept_by_the_frozen_worker, "the woken worker keeps its result beside the log")
+    assert (await log_types(store, "t"))[-1] == "ToolStarted"  # its append was refused
+    heir.signal(signal.SIGCONT)
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    await until(done, "the heir records the result and finishes the task")
+    finished = await finished_calls(store)
+    assert len(finished) == 1
+    assert finished[0]["recovery"] == "late" and finished[0]["from_epoch"] == 1
+    assert finished[0]["is_error"] is False
+    assert finished[0]["content"].startswith("the-real-result")
+    assert (await log_types(store, "t")).count("ToolStarted") == 1
+    assert effect.read_text() == "once\n"  # handed over, never run again
+    shown = noeta_show(postgres_url)
+    assert "c1  result from epoch 1 (late)" in shown and "recorded at seq" in shown
+
+
+async def test_a_result_that_comes_after_the_call_was_settled_is_kept_for_the_operator(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    late, effect = await frozen_after_its_tool(store, postgres_url, tmp_path, workers)
+    workers(postgres_url, "heir", lease=30)
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    await until(done, "the heir settles the call as outcome unknown and finishes")
+    settled, length = await finished_calls(store), len(await store.read_log("t"))
+    late.signal(signal.SIGCONT)
+    await until(lambda: kept(store), "the woken worker keeps its result beside the log")
+    finished = await finished_calls(store)
+    assert (finished, len(await store.read_log("t"))) == (settled, length)  # ignored by the task
+    assert len(finished) == 1 and finished[0]["recovery"] == "unknown"
+    assert finished[0]["content"] == OUTCOME_UNKNOWN
+    (result,) = await store.late_results("t")
+    assert (result.call_id, result.is_error) == ("c1", False)
+    assert result.content.startswith("the-real-result")
+    assert (result.epoch, result.worker) == (1, "late")
+    assert effect.read_text() == "once\n"
+    # The operator sees what the call really did, and that the task did not use it.
+    shown = json.loads(noeta_show(postgres_url, "--json"))
+    (entry,) = shown["late_results"]
+    assert entry["content"] == result.content and entry["epoch"] == 1
+    assert entry["fate"].startswith("not used: the call was settled at seq")
+    assert "(unknown)" in entry["fate"]
+    assert "not used: the call was settled" in noeta_show(postgres_url)
+
+
+def noeta_show(url: str, *options: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "noeta", "show", "t", "--store", url, *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout
+
+
+async def finished_calls(store: Store) -> list[dict[str, Any]]:
+    """The data of the task's ToolFinished events."""
+    return [
+        cast(dict[str, Any], e.data) for e in await store.read_log("t") if e.type == "ToolFinished"
+    ]
