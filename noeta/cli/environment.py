@@ -17,6 +17,7 @@ KEYS = ("ANTHROPIC_API_KEY", "the providers' keys and addresses: also OPENAI_API
 ADDRESSES = ("", "ANTHROPIC_BASE_URL, OPENAI_BASE_URL")
 FAILPOINTS = ("NOETA_FAILPOINTS", "points where the process dies or freezes (tests)")
 OTEL = ("OTEL_*", "OpenTelemetry export: OTEL_EXPORTER_OTLP_ENDPOINT, …")
+JOURNAL = ("NOETA_APPEND_JOURNAL", "a file to journal acknowledged appends to (make cluster)")
 TRACEBACK = ("NOETA_TRACEBACK", "set: an unexpected error shows its traceback")
 
 # Beyond what a command's options say it reads (--store, --config, --model): the
@@ -24,7 +25,7 @@ TRACEBACK = ("NOETA_TRACEBACK", "set: an unexpected error shows its traceback")
 _RUNS_TASKS = (KEYS, ADDRESSES, FAILPOINTS, OTEL)
 _EXTRA: dict[str, tuple[tuple[str, str], ...]] = {
     "noeta run": _RUNS_TASKS,
-    "noeta worker": _RUNS_TASKS,
+    "noeta worker": (*_RUNS_TASKS, JOURNAL),
     "noeta db status": (HOME,),
     "noeta db start": (HOME,),
     "noeta db stop": (HOME,),
