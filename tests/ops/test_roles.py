@@ -371,7 +371,7 @@ async def test_a_worker_runs_tasks_with_the_worker_role(
             tail = await asyncio.to_thread(
                 noeta, "tail", "chat", "--follow", "--store", store
             )  # returns once the task has finished
-            assert tail.returncode == 0, tail.stderr
+            assert tail.returncode == 1 and tail.stderr == "task chat: cancelled\n", tail.stderr
             record = await opened.get_task("chat")
             assert record is not None and record.status.value == "cancelled"
         finally:

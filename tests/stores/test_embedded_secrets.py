@@ -4,13 +4,13 @@ the umask: the password is the superuser's."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 import pytest
 
-from noeta.backends.stores.embedded import EmbeddedPostgres
+from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 
 
 class StopAtInitdb(Exception):
@@ -42,11 +42,13 @@ def open_umask() -> Iterator[None]:
         os.umask(old)
 
 
-def test_password_files_are_owner_only_under_an_open_umask(
-    tmp_path: Path, open_umask: None
-) -> None:
-    probe = Probe(tmp_path / "home")
-    with pytest.raises(StopAtInitdb):
-        probe.start()
-    assert probe.modes == {"password": 0o600, "initdb-password": 0o600}
-    assert not (tmp_path / "home" / "initdb-password").exists()
+def test_password_files_are_owner_only_under_an_open_umask(open_umask: None) -> None:
+    parent = make_home("noeta-secrets-")  # a folder the server user may enter, as root too
+    try:
+        probe = Probe(parent / "home")
+        with pytest.raises(StopAtInitdb):
+            probe.start()
+        assert probe.modes == {"password": 0o600, "initdb-password": 0o600}
+        assert not (parent / "home" / "initdb-password").exists()
+    finally:
+        shutil.rmtree(parent)
