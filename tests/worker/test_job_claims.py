@@ -14,16 +14,23 @@ from typing import Any
 import pytest
 
 from noeta.core.store import Store
+from noeta.core.task_id import workspace_folder
 
 from .conftest import WorkerProcess, add_task, log_types, status_of, until
 
 
-def job_writing_its_pid(pidfile: Path) -> dict[str, Any]:
+def pidfile_of(tmp_path: Path, task_id: str) -> Path:
+    """Where the job of task `task_id` writes its pid: its workspace (the worker's default
+    workspaces root, beside its NOETA_HOME), the one place a confined job may write."""
+    return tmp_path / "home-workspaces" / workspace_folder(task_id) / "job.pid"
+
+
+def job_writing_its_pid() -> dict[str, Any]:
     """A background job, then a foreground call that returns once the job has written its
     pid: the next model call (where the failpoints strike) never comes before the pid."""
-    command = f"echo $$ > {pidfile}; exec sleep 120"
+    command = "echo $$ > job.pid; exec sleep 120"
     job = {"id": "job1", "name": "Bash", "input": {"command": command, "run_in_background": True}}
-    started = f"until [ -s {pidfile} ]; do sleep 0.01; done"
+    started = "until [ -s job.pid ]; do sleep 0.01; done"
     wait = {"id": "wait1", "name": "Bash", "input": {"command": started}}
     return {"tool_calls": [job, wait]}
 
@@ -69,8 +76,8 @@ async def test_a_job_is_stopped_when_its_claim_ends_and_recorded_lost_once(
     workers: Callable[..., WorkerProcess],
     failpoint: str,
 ) -> None:
-    pidfile = tmp_path / "job.pid"
-    replies = (job_writing_its_pid(pidfile), {"text": "Waiting."}, {"text": "Lost; I'll check."})
+    pidfile = pidfile_of(tmp_path, "t")
+    replies = (job_writing_its_pid(), {"text": "Waiting."}, {"text": "Lost; I'll check."})
     await add_task(store, tmp_path, "t", *replies)
     worker = workers(postgres_url, "w", lease=1, failpoints=failpoint)
     pid = await job_pid(pidfile)
@@ -96,8 +103,8 @@ async def test_a_cancel_reaches_a_task_holding_its_claim_for_a_job(
     tmp_path: Path,
     workers: Callable[..., WorkerProcess],
 ) -> None:
-    pidfile = tmp_path / "job.pid"
-    await add_task(store, tmp_path, "t", job_writing_its_pid(pidfile), {"text": "Waiting."})
+    pidfile = pidfile_of(tmp_path, "t")
+    await add_task(store, tmp_path, "t", job_writing_its_pid(), {"text": "Waiting."})
     worker = workers(postgres_url, "w", lease=1)
     pid = await job_pid(pidfile)
 
