@@ -40,7 +40,8 @@ async def test_a_workers_background_job_is_confined_and_the_worker_says_so(
 
     await until(done, "the job's result reaches the task and it finishes")
     [result] = [e.data for e in await store.read_log("t") if e.type == "JobFinished"]
-    output = str(result["output"])  # type: ignore[index]
+    assert isinstance(result, dict)
+    output = str(result["output"])
     assert "superuser-password-stand-in" not in output and "private notes" not in output
     assert output.count("Permission denied") == 2 and "mine\n" in output, output
     assert f"Bash commands are confined by Landlock ABI {KERNEL.abi}" in worker.log()
