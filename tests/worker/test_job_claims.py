@@ -14,15 +14,8 @@ from typing import Any
 import pytest
 
 from noeta.core.store import Store
-from noeta.core.task_id import workspace_folder
 
-from .conftest import WorkerProcess, add_task, log_types, status_of, until
-
-
-def pidfile_of(tmp_path: Path, task_id: str) -> Path:
-    """Where the job of task `task_id` writes its pid: its workspace (the worker's default
-    workspaces root, beside its NOETA_HOME), the one place a confined job may write."""
-    return tmp_path / "home-workspaces" / workspace_folder(task_id) / "job.pid"
+from .conftest import WorkerProcess, add_task, log_types, status_of, until, workspace_of
 
 
 def job_writing_its_pid() -> dict[str, Any]:
@@ -76,7 +69,7 @@ async def test_a_job_is_stopped_when_its_claim_ends_and_recorded_lost_once(
     workers: Callable[..., WorkerProcess],
     failpoint: str,
 ) -> None:
-    pidfile = pidfile_of(tmp_path, "t")
+    pidfile = workspace_of(tmp_path, "t") / "job.pid"
     replies = (job_writing_its_pid(), {"text": "Waiting."}, {"text": "Lost; I'll check."})
     await add_task(store, tmp_path, "t", *replies)
     worker = workers(postgres_url, "w", lease=1, failpoints=failpoint)
@@ -103,7 +96,7 @@ async def test_a_cancel_reaches_a_task_holding_its_claim_for_a_job(
     tmp_path: Path,
     workers: Callable[..., WorkerProcess],
 ) -> None:
-    pidfile = pidfile_of(tmp_path, "t")
+    pidfile = workspace_of(tmp_path, "t") / "job.pid"
     await add_task(store, tmp_path, "t", job_writing_its_pid(), {"text": "Waiting."})
     worker = workers(postgres_url, "w", lease=1)
     pid = await job_pid(pidfile)
