@@ -160,19 +160,33 @@ async def _interactive(store: Store, task_id: str) -> bool:
 @click.command()
 @click.option("--status", type=click.Choice([status.value for status in TaskStatus]), default=None)
 @click.option("--queue", default=None, help="Only the tasks of this queue.")
+@click.option("--parent", default=None, metavar="ID", help="Only the subtasks task ID launched.")
 @click.option(
     "--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most N tasks."
 )
 @json_option
 @store_option
 def tasks(
-    status: str | None, queue: str | None, limit: int, as_json: bool, store: str | None
+    status: str | None,
+    queue: str | None,
+    parent: str | None,
+    limit: int,
+    as_json: bool,
+    store: str | None,
 ) -> None:
-    """List tasks, newest first."""
+    """List tasks, newest first (with --parent: that task's subtasks, in launch order)."""
     if queue is not None:
         check_key("queue name", queue)
     wanted = None if status is None else TaskStatus(status)
-    records = asyncio.run(_tasks(wanted, queue, limit, store))
+    if parent is not None:
+        children = asyncio.run(_children_of(check_key("task id", parent), store))
+        records = [
+            r
+            for _, r in children
+            if (wanted is None or r.status == wanted) and (queue is None or r.queue == queue)
+        ][:limit]
+    else:
+        records = asyncio.run(_tasks(wanted, queue, limit, store))
     if as_json:
         click.echo(json.dumps([task_json(r) for r in records], ensure_ascii=False, indent=2))
         return
@@ -279,6 +293,34 @@ async def _cancel(task_id: str, url: str | None) -> bool:
         await store.close()
 
 
+async def _children_of(task_id: str, url: str | None) -> list[tuple[str, TaskRecord]]:
+    from noeta.backends.stores import open_store
+
+    store = await open_store(url, application_name="noeta-tasks")
+    try:
+        await _existing(store, task_id)
+        return await _children(store, await store.read_log(task_id))
+    finally:
+        await store.close()
+
+
+async def _children(store: Store, log: list[StoredEvent]) -> list[tuple[str, TaskRecord]]:
+    """The subtasks a task launched, from its log (each SubtaskLaunched was written with the
+    child's creation), with their rows: (description, record), in launch order."""
+    from noeta.core import events
+
+    found = []
+    for stored in log:
+        if stored.type != "SubtaskLaunched":
+            continue
+        launched = events.decode(stored.type, stored.data)
+        if isinstance(launched, events.SubtaskLaunched):
+            record = await store.get_task(launched.child_id)
+            if record is not None:
+                found.append((launched.description, record))
+    return found
+
+
 async def _existing(store: Store, task_id: str) -> TaskRecord:
     from noeta.core.errors import UnknownTask
 
@@ -293,11 +335,12 @@ async def _existing(store: Store, task_id: str) -> TaskRecord:
 @json_option
 @store_option
 def show(task_id: str, as_json: bool, store: str | None) -> None:
-    """Show a task: its state and its log."""
-    record, log, late = asyncio.run(_show(task_id, store))
+    """Show a task: its state, its subtasks and their states, and its log."""
+    record, log, late, children = asyncio.run(_show(task_id, store))
     if as_json:
         document = {
             "task": task_json(record),
+            "children": [task_json(child) | {"description": d} for d, child in children],
             "log": [json.loads(event_json(e)) for e in log],
             "late_results": [late_result_json(result, log) for result in late],
         }
@@ -307,6 +350,9 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
         f"task {record.id}  {record.status.value}  queue={record.queue}  "
         f"epoch={record.owner_epoch}  owner={record.owner or '-'}"
     )
+    for description, child in children:
+        said = f"  {description}" if description else ""
+        click.echo(f"  subtask {child.id}  {child.status.value}{said}")
     for event in log:
         click.echo(event_line(event))
     if late:
@@ -317,7 +363,7 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
 
 async def _show(
     task_id: str, url: str | None
-) -> tuple[TaskRecord, list[StoredEvent], list[LateResult]]:
+) -> tuple[TaskRecord, list[StoredEvent], list[LateResult], list[tuple[str, TaskRecord]]]:
     from noeta.backends.stores import open_store
 
     store = await open_store(url, application_name="noeta-show")
@@ -325,6 +371,7 @@ async def _show(
         record = await _existing(store, task_id)
         # Late results first: one kept after the log was read would look unrecorded.
         late = await store.late_results(task_id)
-        return record, await store.read_log(task_id), late
+        log = await store.read_log(task_id)
+        return record, log, late, await _children(store, log)
     finally:
         await store.close()

@@ -168,6 +168,45 @@ class WokenUp:
 
 
 @dataclass(frozen=True, slots=True)
+class SubtaskOf:
+    """A subtask's second event, written with its creation: whose `Agent` call made it."""
+
+    parent: str
+    call_id: str
+    depth: int  # 1 for a child of a top-level task
+    trace: str = ""  # the parent's Agent call span record: the child's trace links to it
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskLaunched:
+    """The `Agent` call's wait: appended with the child's creation, in one append. The
+    call's result comes later, with the child's handback."""
+
+    call_id: str
+    child_id: str
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskReturned:
+    """A child's handback, taken from the inbox in the same append; while the call still
+    waits for it, its ToolFinished (the report) rides in that append too."""
+
+    child_id: str
+    status: str  # the child's final status: "done", "failed", "cancelled"
+    inbox_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PluginRecord:
+    """A record a plugin wrote in a hook, appended with the events it belongs to; the
+    plugin's latest record is its state (e.g. its progress mark), `TaskView.mark`."""
+
+    plugin: str
+    data: JSONValue
+
+
+@dataclass(frozen=True, slots=True)
 class TurnEnded:
     outcome: TurnOutcome
     answer: str = ""
@@ -206,6 +245,10 @@ Event = (
     | JobStopped
     | WakeupScheduled
     | WokenUp
+    | SubtaskOf
+    | SubtaskLaunched
+    | SubtaskReturned
+    | PluginRecord
     | TurnEnded
     | TaskFinished
 )
@@ -229,6 +272,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         JobStopped,
         WakeupScheduled,
         WokenUp,
+        SubtaskOf,
+        SubtaskLaunched,
+        SubtaskReturned,
+        PluginRecord,
         TurnEnded,
         TaskFinished,
     )

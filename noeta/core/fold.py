@@ -22,7 +22,11 @@ from noeta.core.events import (
     ModelCalled,
     ModelFailed,
     ModelReplied,
+    PluginRecord,
     PluginsPinned,
+    SubtaskLaunched,
+    SubtaskOf,
+    SubtaskReturned,
     TaskCreated,
     TaskFinished,
     ToolAnswered,
@@ -93,6 +97,15 @@ class TaskState:
     newer_event: str = ""  # the type of an event from a newer noeta: stop here
     unreadable: str = ""  # why the log cannot be folded (a gap in seq, …)
     trace: str = ""  # the latest span record in the log: how a claimer continues the trace
+    parent: str = ""  # the task whose Agent call made this one ("" for a top-level task)
+    parent_call: str = ""
+    parent_trace: str = ""  # the span record of the parent's Agent call (for a link)
+    depth: int = 0  # 0 for a top-level task
+    children: int = 0  # subtasks launched over the task's life
+    turn_children: int = 0  # subtasks launched in the open (or last) turn
+    # Launched and not yet handed back: (call id, child id, the reply that made the call).
+    subtasks: tuple[tuple[str, str, int], ...] = ()
+    plugin_records: tuple[tuple[str, JSONValue], ...] = ()  # each plugin's latest record
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)
@@ -125,6 +138,14 @@ class _Folding:
     newer_event: str
     unreadable: str
     trace: str
+    parent: str
+    parent_call: str
+    parent_trace: str
+    depth: int
+    children: int
+    turn_children: int
+    subtasks: tuple[tuple[str, str, int], ...]
+    plugin_records: tuple[tuple[str, JSONValue], ...]
 
     def __init__(self, start: TaskState) -> None:
         for name in _SCALARS:
@@ -204,6 +225,11 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             _end_job(f, event)
         case WakeupScheduled() | WokenUp():
             _apply_wakeup(f, event)
+        case SubtaskOf() | SubtaskLaunched() | SubtaskReturned():
+            _apply_subtask(f, event)
+        case PluginRecord(plugin=plugin, data=data):
+            others = tuple(record for record in f.plugin_records if record[0] != plugin)
+            f.plugin_records = (*others, (plugin, data))
         case TurnEnded(outcome=outcome, answer=answer, error=error):
             internal = error.startswith("internal_error")
             f.turn_open = False
@@ -262,6 +288,21 @@ def _apply_wakeup(f: _Folding, event: WakeupScheduled | WokenUp) -> None:
             _open_turn(f, WOKEN_UP.format(due=woken[1], prompt=woken[2]))
 
 
+def _apply_subtask(f: _Folding, event: SubtaskOf | SubtaskLaunched | SubtaskReturned) -> None:
+    match event:
+        case SubtaskOf(parent=parent, call_id=call_id, depth=depth, trace=trace):
+            f.parent, f.parent_call, f.depth, f.parent_trace = parent, call_id, depth, trace
+        case SubtaskLaunched(call_id=call_id, child_id=child_id):
+            # The call is not half done: it waits for the child's handback.
+            f.started.pop(call_id, None)
+            f.subtasks = (*f.subtasks, (call_id, child_id, f.replies))
+            f.children += 1
+            f.turn_children += 1
+        case SubtaskReturned(child_id=child_id, inbox_id=inbox_id):
+            f.taken.add(inbox_id)
+            f.subtasks = tuple(s for s in f.subtasks if s[1] != child_id)
+
+
 def _due(wakeup: tuple[str, str, str]) -> str:
     return wakeup[1]
 
@@ -285,6 +326,7 @@ def _open_turn(f: _Folding, text: str) -> None:
     f.messages.append(Message("user", (Text(text),)))
     f.turn += 1
     f.turn_open = True
+    f.turn_children = 0
 
 
 def _take_reply(f: _Folding, reply: ModelReplied) -> None:

@@ -46,6 +46,14 @@ class AwaitAnswer:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitSubtasks:
+    """Every call of the reply is settled but for Agent calls whose children run: take
+    their handbacks, or hand the task back (releasing the claim) until one arrives."""
+
+    children: tuple[tuple[str, str], ...]  # (call id, child id), in launch order
+
+
+@dataclass(frozen=True, slots=True)
 class EndTurn:
     outcome: str  # "answered", "no_answer", "failed"
     answer: str = ""
@@ -105,6 +113,7 @@ Action = (
     | EndTurn
     | FinishTask
     | AwaitMessage
+    | AwaitSubtasks
     | LeaveForNewerVersion
     | LeaveUnreadable
     | Stop
@@ -164,7 +173,12 @@ def _within_turn(state: TaskState) -> Action:
         if half_done:
             return RecoverCalls(half_done)
         finished = {result.call_id for result in state.results}
-        return RunTools(tuple(call for call in state.calls if call.id not in finished))
+        waiting = tuple((c, child) for c, child, reply in state.subtasks if reply == state.replies)
+        waiting_calls = {call_id for call_id, _ in waiting}
+        to_run = tuple(c for c in state.calls if c.id not in finished and c.id not in waiting_calls)
+        if to_run or not waiting:
+            return RunTools(to_run)
+        return AwaitSubtasks(waiting)
     if state.model_attempts >= MAX_MODEL_ATTEMPTS:
         return EndTurn("failed", error=MODEL_KEPT_BEING_INTERRUPTED)
     if state.truncated_in_row >= TRUNCATED_REPLIES_LIMIT:

@@ -68,6 +68,8 @@ def load(data: bytes) -> TaskState:
             zlib.decompress(compressed)
         )
         block = _from_block
+        # Fields added to the state since (subtasks) hold their defaults in an older one.
+        scalars = (*scalars, *_DEFAULTS[len(scalars) :])
         # Built when a request needs it, not here: it was most of a long task's resume.
         conversation: Sequence[Message] = Conversation(messages, _message) if messages else ()
         state = TaskState(
@@ -90,6 +92,7 @@ def load(data: bytes) -> TaskState:
 
 _COLLECTIONS = ("config", "messages", "calls", "started", "results", "taken_inbox")
 _SCALARS = tuple(name for name in TaskState.__dataclass_fields__ if name not in _COLLECTIONS)
+_DEFAULTS = tuple(TaskState.__dataclass_fields__[name].default for name in _SCALARS)
 
 # marshal takes plain values only: a pin is stored as its four strings, as in the event
 # (and as snapshots held it before the state used the Pin type).

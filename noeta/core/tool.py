@@ -23,6 +23,9 @@ MAX_ATTEMPTS = 3
 @dataclass(frozen=True, slots=True)
 class ToolFlags:
     retry_safe: bool = False  # re-running changes nothing outside the call
+    # The tool launches subtasks (Agent): the runner checks the limits before it runs,
+    # gives it the child's id, and creates the child with the call's wait.
+    launches_subtasks: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,8 @@ class ToolContext:
     call_id: str
     # The task's own folder: file tools stay inside it (empty: no file access).
     workspace: str = ""
+    # For a tool that launches subtasks: the id its child gets (the same on every attempt).
+    subtask_id: str = ""
 
     @property
     def idempotency_key(self) -> str:
@@ -62,11 +67,22 @@ class Wakeup:
 
 
 @dataclass(frozen=True, slots=True)
+class SubtaskRequest:
+    """A child task to create, in one append with the call's wait (ctx.subtask_id)."""
+
+    prompt: str
+    description: str = ""
+    model: str = ""  # "": the parent's model
+    tools: tuple[str, ...] | None = None  # None: the parent's tools
+
+
+@dataclass(frozen=True, slots=True)
 class ToolOutput:
     content: str
     is_error: bool = False
     background: BackgroundJob | None = None
     wakeup: Wakeup | None = None
+    subtask: SubtaskRequest | None = None
 
 
 class Jobs(Protocol):
@@ -103,6 +119,16 @@ class RecoverableTool(Protocol):
     """A tool that can find out what a half-done call did."""
 
     async def recover(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput | None: ...
+
+
+@runtime_checkable
+class LaunchingTool(Protocol):
+    """A tool that launches subtasks and prepares their workspaces (a git worktree)."""
+
+    async def remove_workspace(self, child_id: str, ctx: ToolContext, *, keep_work: bool) -> None:
+        """Remove what the launch made for `child_id`; idempotent. `keep_work`: the child
+        ran and handed back (commit what it left on its branch); else it never started."""
+        ...
 
 
 def spec_of(tool: Tool) -> ToolSpec:

@@ -83,6 +83,10 @@ class LiveAttempt(tracing.Attempt):
             n.RECOVERY: _recovery_of(state),
         }
         context, links = None, []  # the task's first traced attempt: the root of its trace
+        launched_by = SpanRecord.parse(state.parent_trace) if state.parent_trace else None
+        if previous is None and launched_by is not None:
+            # A subtask's trace is its own, linked to its parent's `execute_tool Agent` span.
+            links.append(Link(span_context(launched_by.trace_id, launched_by.step)))
         if previous is not None:
             context = under(previous.trace_id, previous.root)
             links.append(Link(span_context(previous.trace_id, previous.attempt)))

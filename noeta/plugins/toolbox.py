@@ -10,7 +10,8 @@ from noeta.config import Config
 from noeta.core.errors import ConfigError
 from noeta.core.gates import Gate, GateRule
 from noeta.core.pin import Pin
-from noeta.core.runner.task import Providers, TaskRunner
+from noeta.core.runner.model_call import Providers
+from noeta.core.runner.task import TaskRunner
 from noeta.core.store import Store
 from noeta.core.tool import Tool
 from noeta.plugins.core.confinement import check_tools_at_start
@@ -37,6 +38,7 @@ class Toolbox:
             workspaces=self.workspaces,
             gates=self.gates,
             pins=self.pins,
+            plugins=[loaded.plugin for loaded in self.plugins],
         )
 
     @classmethod

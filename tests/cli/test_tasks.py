@@ -31,6 +31,7 @@ CORE_TOOLS = [
     "TodoWrite",
     "ScheduleWakeup",
     "ToolSearch",
+    "Agent",
 ]
 
 # A plugin whose tools exist only once it is started, as an MCP plugin's do.
@@ -409,3 +410,57 @@ def test_cancel_of_an_unknown_or_finished_task_is_refused(sqlite_store: str) -> 
     line = one_line_error(noeta("cancel", "over", store=sqlite_store))
     assert line == "noeta: error: task over is already done"
     assert asyncio.run(inbox(sqlite_store, "over")) == []
+
+
+# --- subtasks -------------------------------------------------------------------------
+
+
+async def _parent_with_children(url: str, tmp_path: Path) -> None:
+    """Task p launches p.a.1 (done) and p.b.2 (left ready: it has not run yet)."""
+    from tests.core.runner import test_subtasks as subtask_tests
+
+    store = await open_store(url, migrate=True)
+    try:
+        child_a = subtask_tests.script(tmp_path, {"text": "A done"})
+        child_b = subtask_tests.script(tmp_path, {"text": "B done"})
+        calls = [
+            subtask_tests.agent("a", "part A", model=child_a, description="look up A"),
+            subtask_tests.agent("b", "part B", model=child_b),
+        ]
+        parent = subtask_tests.script(tmp_path, {"tool_calls": calls}, {"text": "ok"})
+        await subtask_tests.create(store, "p", parent)
+        runner = subtask_tests.runner(store)
+        for task_id in ("p", "p.a.1"):
+            claim = await store.claim_task("w", task_id, 60)
+            assert claim is not None
+            await runner.run(claim)
+    finally:
+        await store.close()
+
+
+def test_tasks_parent_lists_the_subtasks_and_show_lists_them_with_their_states(
+    sqlite_store: str, tmp_path: Path
+) -> None:
+    asyncio.run(_parent_with_children(sqlite_store, tmp_path))
+    listed = noeta("tasks", "--parent", "p", "--json", store=sqlite_store)
+    assert listed.returncode == 0, listed.stderr
+    assert [(t["id"], t["status"]) for t in json.loads(listed.stdout)] == [
+        ("p.a.1", "done"),
+        ("p.b.2", "ready"),
+    ]
+    table = noeta("tasks", "--parent", "p", "--status", "ready", store=sqlite_store).stdout
+    assert "p.b.2" in table and "p.a.1" not in table
+    shown_text = noeta("show", "p", store=sqlite_store).stdout.splitlines()
+    assert shown_text[1:3] == ["  subtask p.a.1  done  look up A", "  subtask p.b.2  ready"]
+    children = shown("p", sqlite_store)["children"]
+    assert [(c["id"], c["status"], c["description"]) for c in children] == [
+        ("p.a.1", "done", "look up A"),
+        ("p.b.2", "ready", ""),
+    ]
+
+
+def test_tasks_parent_of_an_unknown_task_is_a_one_line_error(sqlite_store: str) -> None:
+    noeta("db", "migrate", store=sqlite_store)
+    result = noeta("tasks", "--parent", "nope", store=sqlite_store)
+    assert result.returncode == 1 and one_line_error(result)
+    assert "nope" in result.stderr

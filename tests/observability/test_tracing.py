@@ -287,3 +287,31 @@ async def test_a_handed_back_step_is_reported_once_by_the_next_claimer(
     same_id = [s for s in spans if span_id(s) == record.step]
     assert len(same_id) == 1  # ended by no one else
     assert same_id[0].attributes["noeta.recovered"] == "handback"  # type: ignore[index]
+
+
+async def test_a_subtasks_trace_links_to_its_parents_execute_tool_agent_span(
+    store: Store, tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    from noeta.plugins.core import Agent
+
+    child = tmp_path / "child.yaml"
+    child.write_text(json.dumps({"replies": [{"text": "child done"}]}))
+    call = {"id": "a", "name": "Agent", "input": {"prompt": "x", "model": f"scripted:{child}"}}
+    script = tmp_path / "p.yaml"
+    script.write_text(json.dumps({"replies": [{"tool_calls": [call]}, {"text": "done"}]}))
+    created = events.TaskCreated(model=f"scripted:{script}", prompt="go", tools=("Agent",))
+    await store.create_task(NewTask("p", [NewEvent(*events.encode(created))]))
+    runner = TaskRunner(store, ProviderRegistry(), tools={"Agent": Agent()})
+    for task_id in ("p", "p.a.1", "p"):
+        claimed = await store.claim_task("w1", task_id, 60)
+        assert claimed is not None
+        await runner.run(claimed)
+
+    spans = list(exporter.get_finished_spans())
+    (agent_span,) = [s for s in named(spans, "execute_tool Agent")]
+    attempts = [s for s in named(spans, "noeta.attempt") if s.attributes]
+    (child_attempt,) = [s for s in attempts if s.attributes["noeta.task.id"] == "p.a.1"]
+    assert child_attempt.context and agent_span.context
+    assert child_attempt.context.trace_id != agent_span.context.trace_id  # its own trace
+    assert [link.context.span_id for link in child_attempt.links] == [span_id(agent_span)]
+    assert child_attempt.links[0].context.trace_id == agent_span.context.trace_id

@@ -25,7 +25,7 @@ BAD_GATES = [
         "{tool: Write, field: path, outside_workspace: true, action: ask}",
         "gate: tool 'Write' has no input field 'path' (its fields: content, file_path)",
     ),
-    ("{tool: Wirte, action: deny}", "gate: no loaded tool is named 'Wirte' (loaded: Bash, "),
+    ("{tool: Wirte, action: deny}", "gate: no loaded tool is named 'Wirte' (loaded: Agent, Bash, "),
     ("{tool: 'mcp__*', action: deny}", "gate: no loaded tool matches 'mcp__*'"),
     (
         "{tool: '*', field: nope, pattern: x, action: deny}",

@@ -15,13 +15,13 @@ import logging
 
 from jsonschema import Draft202012Validator
 
-from noeta.core import failpoints, wakeups
+from noeta.core import failpoints, subtasks, wakeups
 from noeta.core.errors import StoreError
 from noeta.core.events import JobStarted, ToolFinished, ToolStarted, ToolWaiting, WakeupScheduled
 from noeta.core.gates import Ask, Deny, decide
 from noeta.core.model import ToolCall
 from noeta.core.payload import JSONValue
-from noeta.core.runner import late_results
+from noeta.core.runner import children, late_results
 from noeta.core.runner.context import RunContext
 from noeta.core.tool import (
     MAX_ATTEMPTS,
@@ -88,6 +88,9 @@ async def _record_or_keep(
 async def _record(run: RunContext, call: ToolCall, output: ToolOutput, recovery: str = "") -> None:
     """Append the call's result; a background job it asked for is recorded with it and
     started only once that has landed (a crash before: no job; after: the log knows)."""
+    if output.subtask is not None and not output.is_error:
+        await children.launch(run, call, output.subtask, _context(run, call), recovery)
+        return
     if output.wakeup is not None and not output.is_error:
         await _record_wakeup(run, call, output.wakeup, recovery)
         return
@@ -194,7 +197,7 @@ def _refusal(run: RunContext, tool: Tool | None, call: ToolCall) -> str:
         _validators[tool.name] = validator
     problems = sorted(validator[1].iter_errors(call.input), key=lambda e: list(e.path))
     if not problems:
-        return ""
+        return _launch_refusal(run, tool, call)
     first = problems[0]
     where = "/".join(str(part) for part in first.path) or "the input"
     return f"invalid input for {call.name}: {where}: {first.message}"
@@ -203,8 +206,30 @@ def _refusal(run: RunContext, tool: Tool | None, call: ToolCall) -> str:
 _validators: dict[str, tuple[object, Draft202012Validator]] = {}
 
 
+def _launch_refusal(run: RunContext, tool: Tool, call: ToolCall) -> str:
+    """For a tool that launches subtasks: a limit it would pass, or an id it cannot give."""
+    if not tool.flags.launches_subtasks:
+        return ""
+    reached = subtasks.limit_reached(run.state)
+    if reached:
+        return f"{call.name} refused: {reached}"
+    try:
+        subtasks.child_id(run.task_id, call.id, run.state.children + 1)
+    except ValueError as error:
+        return f"{call.name} refused: {error}"
+    return ""
+
+
 def _context(run: RunContext, call: ToolCall) -> ToolContext:
-    return ToolContext(task_id=run.task_id, call_id=call.id, workspace=run.workspace)
+    tool = run.tools.get(call.name)
+    child = ""
+    if tool is not None and tool.flags.launches_subtasks:
+        # The same on every attempt: the next subtask's number comes from the log.
+        try:
+            child = subtasks.child_id(run.task_id, call.id, run.state.children + 1)
+        except ValueError:
+            child = ""  # refused before it runs (_launch_refusal)
+    return ToolContext(run.task_id, call.id, run.workspace, child)
 
 
 def _enabled(run: RunContext) -> tuple[str, ...]:

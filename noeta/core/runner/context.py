@@ -13,7 +13,7 @@ from typing import Protocol
 from noeta.core.events import Event
 from noeta.core.fold import TaskState
 from noeta.core.gates import Gate
-from noeta.core.store import Claim, Store
+from noeta.core.store import Claim, Continue, Delivery, NewTask, NextState, Store
 from noeta.core.tool import Jobs, Tool
 from noeta.observability import tracing
 
@@ -65,6 +65,23 @@ class RunContext(Protocol):
         """The store's clock: the one leases and due times are measured on."""
         ...
 
-    async def append(self, new_events: Sequence[Event]) -> None:
-        """Append under the claim's fence and fold what landed into `state`."""
+    async def append(
+        self,
+        new_events: Sequence[Event],
+        *,
+        take: Sequence[int] = (),
+        deliveries: Sequence[Delivery] = (),
+        new_tasks: Sequence[NewTask] = (),
+        next_state: NextState = Continue(),
+    ) -> None:
+        """Append under the claim's fence and fold what landed into `state`; a finishing
+        append also carries the task's handback and its children's cancels."""
+        ...
+
+    def model_problem(self, spec: str) -> str:
+        """Why this worker cannot use the model `spec` ("" if it can)."""
+        ...
+
+    async def queue(self) -> str:
+        """The task's queue (its subtasks run on it)."""
         ...

@@ -9,7 +9,6 @@ must be left alone (a newer version's log, an unreadable one). Store errors (`Co
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import math
 import os
@@ -17,17 +16,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Literal
 
 from noeta.core import events as ev
 from noeta.core import failpoints, wakeups
 from noeta.core.errors import NoetaError, StoreError
 from noeta.core.fold import LoggedEvent, TaskState, fold
 from noeta.core.gates import Gate
-from noeta.core.model import Provider, ProviderError
 from noeta.core.next_action import (
     AwaitAnswer,
     AwaitMessage,
+    AwaitSubtasks,
     CallModel,
     EndTurn,
     FinishTask,
@@ -43,16 +42,20 @@ from noeta.core.next_action import (
     on_internal_error,
 )
 from noeta.core.pin import Pin
-from noeta.core.request import build_request
-from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
-from noeta.core.runner import calls
+from noeta.core.retry import Sleep
+from noeta.core.runner import calls, children, model_call, taking
 from noeta.core.runner.log import load_for_run, save_snapshot, snapshot_version
+from noeta.core.runner.model_call import Providers
+from noeta.core.runner.plugin_hooks import HookFailed, Hooks
 from noeta.core.store import (
+    DEFAULT_QUEUE,
     Claim,
     Continue,
+    Delivery,
     Finish,
     InboxEntry,
     NewEvent,
+    NewTask,
     NextState,
     Store,
     TaskStatus,
@@ -61,7 +64,7 @@ from noeta.core.store import (
 )
 from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
 from noeta.core.task_id import workspace_folder
-from noeta.core.tool import Jobs, Tool, spec_of
+from noeta.core.tool import Jobs, Tool
 from noeta.observability import tracing
 
 log = logging.getLogger(__name__)
@@ -78,12 +81,6 @@ def answer_key(call_id: str) -> str:
 Outcome = Literal[
     "finished", "waiting", "holding", "left_for_newer", "unreadable", "plugin_missing"
 ]
-
-
-class Providers(Protocol):
-    def provider_for(self, spec: str) -> tuple[Provider, str]:
-        """The provider and model name for a model spec; raises ConfigError if unusable."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +106,8 @@ class TaskRunner:
     jobs: Jobs | None = None
     # The plugins this worker has, as pins; None: do not check (tests, noeta run alone).
     pins: tuple[Pin, ...] | None = None
+    # The plugins whose hooks run (before_append, on_event, delivered_through).
+    plugins: Sequence[object] = ()
 
     def workspace_for(self, task_id: str) -> str:
         if not self.workspaces:
@@ -119,7 +118,7 @@ class TaskRunner:
         version = snapshot_version(self.agent)
         state, inbox = await load_for_run(self.store, claim.task_id, version)
         run = _Run(self, claim, state, version, tracing.begin_attempt(claim, state))
-        if any(_kind(entry.payload) == "cancel" for entry in inbox):
+        if any(taking.kind_of(entry.payload) == "cancel" for entry in inbox):
             run.cancel_checked_at = -math.inf  # asked already: look before anything else
         else:
             run.cancel_checked_at = time.monotonic()  # just looked, with the load
@@ -154,6 +153,8 @@ class _Run:
         # Events that ride with the next append (pins: no round trip of their own).
         self.pending: list[ev.Event] = []
         self.cancel_checked_at = -math.inf
+        self._queue = ""
+        self.hooks = Hooks(runner.plugins)
 
     # --- the RunContext the steps in calls.py see ---------------------------------------
 
@@ -174,17 +175,40 @@ class _Run:
         return self.runner.jobs
 
     @property
+    def providers(self) -> Providers:
+        return self.runner.providers
+
+    @property
+    def sleep(self) -> Sleep:
+        return self.runner.sleep
+
+    @property
     def workspace(self) -> str:
         return self.runner.workspace_for(self.task_id)
 
     async def clock(self) -> datetime:
         return await self.store.clock()
 
+    def model_problem(self, spec: str) -> str:
+        try:
+            self.runner.providers.provider_for(spec)
+        except NoetaError as error:
+            return str(error)
+        return ""
+
+    async def queue(self) -> str:
+        if not self._queue:
+            record = await self.store.get_task(self.task_id)
+            self._queue = record.queue if record else DEFAULT_QUEUE
+        return self._queue
+
     async def loop(self) -> RunResult:
         if self.runner.pins is not None:
             stop = await self._check_pins(self.runner.pins)
             if stop is not None:
                 return stop
+        if self.hooks.on_event and not self.state.finished:
+            await self._redeliver()
         while True:
             action = next_action(self.state)
             try:
@@ -206,7 +230,7 @@ class _Run:
                         inbox = await self._inbox()
                         if await self._cancel_if_asked(inbox):
                             return RunResult("finished", self.state)
-                        if not await self._take_answer(call_id, inbox):
+                        if not await taking.take_answer(self, call_id, inbox):
                             prefix = answer_key(call_id)
                             await self.append([], next_state=Wait(wake_on_prefix=prefix))
                             return RunResult("waiting", self.state)
@@ -216,19 +240,26 @@ class _Run:
                         if await self._cancel_if_asked(inbox):
                             return RunResult("finished", self.state)
                         if (
-                            await self._take_job_result(inbox)
-                            or await self._record_a_lost_job(inbox)
-                            or await self._take_message(inbox)
+                            await children.take_late_handback(self, inbox)
+                            or await taking.take_job_result(self, inbox)
+                            or await taking.record_a_lost_job(self, inbox)
+                            or await taking.take_message(self, inbox)
                             or await self._wake_if_due()
                         ):
                             continue
-                        if self._jobs_running_here():
+                        if taking.jobs_running_here(self):
                             # Keep the claim (and its renewals): the job's result comes here.
                             await self.append([], next_state=WaitHolding())
                             return RunResult("holding", self.state)
                         # Claimable again at the next wake-up's due time, or by a delivery.
                         await self.append([], next_state=Wait(until=wakeups.next_due(self.state)))
                         return RunResult("waiting", self.state)
+                    case AwaitSubtasks():
+                        inbox = await self._inbox()
+                        if await self._cancel_if_asked(inbox):
+                            return RunResult("finished", self.state)
+                        if not await children.take_handbacks(self, action, inbox):
+                            return RunResult("waiting", self.state)
                     case EndTurn() | FinishTask():
                         await self.settle([], action)
                     case CallModel():
@@ -236,7 +267,7 @@ class _Run:
                             await self._inbox()
                         ):
                             return RunResult("finished", self.state)
-                        await self._call_model()
+                        await model_call.call_model(self)
                     case RunTools(calls=to_run):
                         await calls.run_tools(self, to_run)
                     case RecoverCalls(calls=half_done):
@@ -256,6 +287,8 @@ class _Run:
         new_events: Sequence[ev.Event],
         *,
         take: Sequence[int] = (),
+        deliveries: Sequence[Delivery] = (),
+        new_tasks: Sequence[NewTask] = (),
         next_state: NextState = Continue(),
     ) -> None:
         if isinstance(next_state, Finish):
@@ -264,10 +297,32 @@ class _Run:
             self.pending += [ev.JobStopped(job_id) for job_id in self.state.jobs]
         new_events = [*self.pending, *new_events]
         self.pending = []
+        if new_events and self.hooks.on_event and isinstance(next_state, Wait | WaitHolding):
+            # A wait hands the task back only once every on_event ran and its records
+            # landed: the events first, under the claim, then the wait.
+            await self.append(new_events, take=take, deliveries=deliveries, new_tasks=new_tasks)
+            await self.append([], next_state=next_state)
+            return
+        records, enqueued = await self.hooks.before_append(self.task_id, self.state, new_events)
+        new_events += records
+        deliveries = [*deliveries, *enqueued]
         encoded = [NewEvent(*ev.encode(event)) for event in new_events]
+        finished = next((e for e in new_events if isinstance(e, ev.TaskFinished)), None)
+        if finished is not None:
+            report = finished.answer if finished.status == "done" else finished.error
+            deliveries = [
+                *deliveries,
+                *children.finish_deliveries(self, finished.status, report),
+            ]
         await failpoints.hit("append.before_commit")
         last_seq = await self.store.append(
-            self.claim, self.state.last_seq, encoded, take=take, next_state=next_state
+            self.claim,
+            self.state.last_seq,
+            encoded,
+            take=take,
+            deliveries=deliveries,
+            new_tasks=new_tasks,
+            next_state=next_state,
         )
         await failpoints.hit("append.after_commit")
         first = self.state.last_seq + 1
@@ -278,6 +333,31 @@ class _Run:
         if self.state.last_seq - self.snapshot_seq >= self.runner.snapshot_every:
             await save_snapshot(self.store, self.task_id, self.version, self.state)
             self.snapshot_seq = self.state.last_seq
+        if self.hooks.on_event:
+            await failpoints.hit("hooks.before_on_event")
+            written = await self.hooks.on_events(self.task_id, self.state, logged)
+            await self._append_hook_writes(*written)
+
+    async def _redeliver(self) -> None:
+        """Events after a plugin's progress mark, delivered again (at least once)."""
+        try:
+            written = await self.hooks.redeliver(
+                self.task_id, self.state, lambda mark: self.store.read_log(self.task_id, mark)
+            )
+        except HookFailed as error:
+            log.error("task %s: %s", self.task_id, error)
+            await self.settle([], on_internal_error(self.state, _describe(error)))
+            return
+        await self._append_hook_writes(*written)
+
+    async def _append_hook_writes(self, records: list[ev.Event], sent: list[Delivery]) -> None:
+        if not (records or sent):
+            return
+        if self.state.finished:
+            # Nothing lands after a finish: a final event's writes belong in before_append.
+            log.warning("task %s: on_event wrote after the task finished; dropped", self.task_id)
+            return
+        await self.append(records, deliveries=sent)
 
     async def settle(self, prefix: list[ev.Event], action: EndTurn | FinishTask) -> None:
         """Append the end of a turn and, when that ends a one-shot task, its finish too."""
@@ -304,19 +384,6 @@ class _Run:
             if entry.id not in self.state.taken_inbox
         ]
 
-    async def _take_answer(self, call_id: str, inbox: list[InboxEntry]) -> bool:
-        for entry in inbox:
-            answer = entry.payload
-            if _kind(answer) == "answer" and isinstance(answer, dict):
-                if answer.get("call_id") != call_id:
-                    continue
-                note = str(answer.get("note") or "")
-                allowed = answer.get("decision") == "allow"
-                answered = ev.ToolAnswered(call_id, "allow" if allowed else "deny", note, entry.id)
-                await self.append([answered], take=[entry.id])
-                return True
-        return False
-
     def _cancel_check_due(self) -> bool:
         """Before model calls the inbox is read for a cancel at most every
         CANCEL_CHECK_SECONDS: one read fewer per step, and a cancel still lands in seconds."""
@@ -326,52 +393,12 @@ class _Run:
         """`noeta cancel` delivered a request: finish the task as cancelled, taking it."""
         self.cancel_checked_at = time.monotonic()
         for entry in inbox:
-            if _kind(entry.payload) == "cancel":
+            if taking.kind_of(entry.payload) == "cancel":
                 finished = ev.TaskFinished("cancelled", error="cancelled on request")
                 await self.append(
                     [finished], take=[entry.id], next_state=Finish(TaskStatus.CANCELLED)
                 )
                 return True
-        return False
-
-    def _jobs_running_here(self) -> set[str]:
-        jobs = self.runner.jobs
-        return jobs.running(self.claim) & set(self.state.jobs) if jobs else set()
-
-    async def _take_job_result(self, inbox: list[InboxEntry]) -> bool:
-        results = _job_results(inbox)
-        for job_id in self.state.jobs:
-            entry = results.get(job_id)
-            if entry is not None and isinstance(entry.payload, dict):
-                code = entry.payload.get("exit_code")
-                finished = ev.JobFinished(
-                    job_id,
-                    code if isinstance(code, int) else None,
-                    str(entry.payload.get("output", "")),
-                    entry.id,
-                )
-                await self.append([finished], take=[entry.id])
-                return True
-        return False
-
-    async def _record_a_lost_job(self, inbox: list[InboxEntry]) -> bool:
-        """A job in the log that no result came for and this worker is not running."""
-        running, results = self._jobs_running_here(), _job_results(inbox)
-        for job_id in self.state.jobs:
-            if job_id not in running and job_id not in results:
-                log.warning("task %s: background job %s was lost", self.task_id, job_id)
-                self.trace.job_lost(job_id)
-                await self.append([ev.JobLost(job_id)])
-                return True
-        return False
-
-    async def _take_message(self, inbox: list[InboxEntry]) -> bool:
-        for entry in inbox:
-            if _kind(entry.payload) != "message":
-                continue  # answers, cancels and job results are taken above (or are late)
-            text = entry.payload["text"] if isinstance(entry.payload, dict) else entry.payload
-            await self.append([ev.MessageTaken(entry.id, str(text))], take=[entry.id])
-            return True
         return False
 
     async def _wake_if_due(self) -> bool:
@@ -381,51 +408,6 @@ class _Run:
             return False
         await self.append([ev.WokenUp(self.state.wakeups[0][0])])
         return True
-
-    async def _call_model(self) -> None:
-        config = self.state.config
-        assert config is not None
-        try:
-            provider, model_name = self.runner.providers.provider_for(config.model)
-        except NoetaError as error:
-            await self.settle([], EndTurn("failed", error=f"llm_error: {error}"))
-            return
-        tool_specs = tuple(
-            spec_of(self.runner.tools[name]) for name in config.tools if name in self.runner.tools
-        )
-        request = build_request(self.state, model_name, tool_specs)
-        body = provider.encode_request(request)
-        # The span ends once the call's outcome is in the log; cut short, the next claimer
-        # emits it from the record written with ModelCalled (ADR-0024).
-        with self.trace.chat(provider.name, model_name, self.state) as step:
-            step.input_messages(request.messages)
-            await self.append([ev.ModelCalled(hashlib.sha256(body).hexdigest(), step.record)])
-            await failpoints.hit("model.after_called")
-            await self._send(provider, body, step)
-
-    async def _send(self, provider: Provider, body: bytes, step: tracing.Step) -> None:
-        try:
-            reply = await send_with_retries(provider, body, self.runner.sleep)
-        except ModelCallFailed as failed:
-            step.failed(_error_type(failed.error), str(failed.error))
-            closed = ev.ModelFailed(str(failed.error), failed.attempts)
-            await self.settle([closed], EndTurn("failed", error=f"llm_error: {failed.error}"))
-            return
-        step.replied(reply)
-        replied = ev.ModelReplied(
-            reply.content,
-            reply.stop_reason,
-            reply.usage,
-            reply.provider_stop_reason,
-            reply.response_id,
-        )
-        # A reply that ends the turn ends it in the same append (and a one-shot task with
-        # it): nothing happens outside between them, so nothing is lost by joining them.
-        following = next_action(fold([LoggedEvent(self.state.last_seq + 1, replied)], self.state))
-        if isinstance(following, EndTurn):
-            await self.settle([replied], following)
-        else:
-            await self.append([replied])
 
     async def _check_pins(self, available: tuple[Pin, ...]) -> RunResult | None:
         match check_pins(self.state, available):
@@ -461,28 +443,13 @@ class _Run:
             return False
         finish = ev.TaskFinished("failed", error=error)
         encoded = [NewEvent(*ev.encode(finish))]
-        await self.store.append(self.claim, last_seq, encoded, next_state=Finish(TaskStatus.FAILED))
+        # What the fold got to (the parent link is the log's second event) is told too.
+        tell = children.finish_deliveries(self, "failed", error)
+        await self.store.append(
+            self.claim, last_seq, encoded, deliveries=tell, next_state=Finish(TaskStatus.FAILED)
+        )
         self.runner.load_attempts.forget(self.task_id)
         return True
-
-
-def _kind(payload: object) -> str:
-    """What an inbox entry is: "answer", "cancel", "job", or else a "message"."""
-    kind = payload.get("kind") if isinstance(payload, dict) else None
-    return kind if kind in ("answer", "cancel", "job") else "message"
-
-
-def _job_results(inbox: list[InboxEntry]) -> dict[str, InboxEntry]:
-    return {
-        str(entry.payload.get("job_id")): entry
-        for entry in inbox
-        if _kind(entry.payload) == "job" and isinstance(entry.payload, dict)
-    }
-
-
-def _error_type(error: ProviderError) -> str:
-    """A low-cardinality error type for spans and metrics: the HTTP status, or the kind."""
-    return str(error.status) if error.status else type(error).__name__
 
 
 def _describe(error: Exception) -> str:

@@ -1,4 +1,5 @@
-"""The core plugin: the built-in tools every task can be given (files, search, shell, web).
+"""The core plugin: the built-in tools every task can be given (files, search, shell, web,
+subagents).
 
 `plugin(params)` is what the plugin registry calls; the parameters are pinned with the task.
 """
@@ -11,6 +12,7 @@ from typing import cast
 from noeta.core.model import ToolSpec
 from noeta.core.payload import JSONValue
 from noeta.core.tool import Tool
+from noeta.plugins.core.agent import Agent
 from noeta.plugins.core.bash import (
     DEFAULT_OUTPUT_CAP_CHARS,
     DEFAULT_TIMEOUT_SECONDS,
@@ -28,6 +30,7 @@ from noeta.plugins.core.web_access import FetchPolicy
 from noeta.plugins.tool_environment import passed_names
 
 __all__ = [
+    "Agent",
     "Bash",
     "CorePlugin",
     "Edit",
@@ -78,6 +81,7 @@ class CorePlugin:
             TodoWrite(),
             ScheduleWakeup(),
             ToolSearch(deferred),
+            Agent(),
         )
 
     def tools(self) -> Sequence[Tool]:

@@ -10,7 +10,7 @@ from noeta.core.plugin import Plugin
 from noeta.plugins.core import Bash, CorePlugin, WebFetch, plugin
 
 RETRY_SAFE = {"Read", "Glob", "Grep", "WebFetch", "TodoWrite", "ScheduleWakeup", "ToolSearch"}
-NOT_RETRY_SAFE = {"Write", "Edit", "Bash"}
+NOT_RETRY_SAFE = {"Write", "Edit", "Bash", "Agent"}
 
 
 def test_all_tools_with_their_flags() -> None:

@@ -1,0 +1,126 @@
+"""The runner's subtask steps: launch a child with the call's wait, take handbacks, and the
+deliveries every finish carries (the handback to a parent, a cancel to running children).
+
+A child is created in the same append as the `SubtaskLaunched` that makes its Agent call
+wait: a crash before leaves no child (the call is half done, `recover` cleans up), after
+it the log knows the child. Its report reaches the parent in the append that finishes it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from noeta.core import events as ev
+from noeta.core import failpoints, subtasks
+from noeta.core.model import ToolCall
+from noeta.core.next_action import AwaitSubtasks
+from noeta.core.runner.context import RunContext
+from noeta.core.store import CANCEL_KEY, Delivery, InboxEntry, NewEvent, NewTask, Wait
+from noeta.core.tool import LaunchingTool, SubtaskRequest, ToolContext
+
+log = logging.getLogger(__name__)
+
+
+async def launch(
+    run: RunContext, call: ToolCall, request: SubtaskRequest, ctx: ToolContext, recovery: str
+) -> None:
+    """Create the child and record the call's wait, in one append; or an error result."""
+    config = run.state.config
+    assert config is not None
+    problem = _problem(run, request)
+    if problem:
+        tool = run.tools.get(call.name)
+        if isinstance(tool, LaunchingTool):
+            await tool.remove_workspace(ctx.subtask_id, ctx, keep_work=False)
+        await run.append([ev.ToolFinished(call.id, problem, True, recovery)])
+        return
+    child = ctx.subtask_id
+    created = ev.TaskCreated(
+        model=request.model or config.model,
+        prompt=request.prompt,
+        system=config.system,
+        max_tokens=config.max_tokens,
+        tools=config.tools if request.tools is None else request.tools,
+    )
+    # The latest span record in the log is this call's ToolStarted's: its execute_tool span.
+    link = ev.SubtaskOf(run.task_id, call.id, run.state.depth + 1, run.state.trace)
+    new_task = NewTask(
+        child, [NewEvent(*ev.encode(created)), NewEvent(*ev.encode(link))], queue=await run.queue()
+    )
+    launched = ev.SubtaskLaunched(call.id, child, request.description)
+    await failpoints.hit("subtask.before_launch")
+    await run.append([launched], new_tasks=[new_task])
+    await failpoints.hit("subtask.after_launch")
+    log.info("task %s: launched subtask %s", run.task_id, child)
+
+
+def _problem(run: RunContext, request: SubtaskRequest) -> str:
+    """What is wrong with the child asked for ("" if nothing): a model this worker cannot
+    use, or a tool the parent does not have."""
+    config = run.state.config
+    assert config is not None
+    if not request.prompt.strip():
+        return "Agent needs a prompt: say what the subagent should do"
+    if request.model:
+        trouble = run.model_problem(request.model)
+        if trouble:
+            return f"Agent cannot use the model {request.model!r}: {trouble}"
+    if request.tools is not None:
+        foreign = [name for name in request.tools if name not in config.tools]
+        if foreign:
+            return (
+                f"a subagent gets a subset of this task's tools; it has no "
+                f"{', '.join(map(repr, foreign))}"
+            )
+    return ""
+
+
+async def take_handbacks(run: RunContext, action: AwaitSubtasks, inbox: list[InboxEntry]) -> bool:
+    """Take one handback from the inbox (True), or hand the task back to wait (False)."""
+    if await take_late_handback(run, inbox, waiting=dict(action.children)):
+        return True
+    # Only a handback (or a cancel) wakes the task: chat waits in the inbox.
+    await run.append([], next_state=Wait(wake_on_prefix=subtasks.HANDBACK_PREFIX))
+    return False
+
+
+async def take_late_handback(
+    run: RunContext, inbox: list[InboxEntry], waiting: dict[str, str] | None = None
+) -> bool:
+    """Take the first handback in `inbox`: the result of its Agent call if that call still
+    waits for it (`waiting`: call id -> child id), else only recorded as taken."""
+    for entry in inbox:
+        handback = subtasks.read_handback(entry.payload)
+        if handback is None:
+            continue
+        returned = ev.SubtaskReturned(handback.child_id, handback.status, entry.id)
+        new_events: list[ev.Event] = [returned]
+        await _remove_workspace(run, handback)
+        await failpoints.hit("subtask.before_handback_taken")
+        if waiting is not None and waiting.get(handback.call_id) == handback.child_id:
+            result = handback.result()
+            new_events.append(ev.ToolFinished(handback.call_id, result, handback.is_error))
+        await run.append(new_events, take=[entry.id])
+        return True
+    return False
+
+
+async def _remove_workspace(run: RunContext, handback: subtasks.Handback) -> None:
+    """The child finished: its worktree goes (its work stays on its branch). Before the
+    append that takes the handback, and idempotent: a crash between does it again."""
+    ctx = ToolContext(run.task_id, handback.call_id, run.workspace, handback.child_id)
+    for tool in run.tools.values():
+        if isinstance(tool, LaunchingTool):  # each removes only what it made
+            await tool.remove_workspace(handback.child_id, ctx, keep_work=True)
+
+
+def finish_deliveries(run: RunContext, status: str, report: str) -> list[Delivery]:
+    """What a task's finishing append delivers: its report to its parent, if it has one,
+    and a cancel to each child still running (cancelling a parent cancels its children)."""
+    state = run.state
+    deliveries = [Delivery(child, {"kind": "cancel"}, CANCEL_KEY) for _, child, _ in state.subtasks]
+    if state.parent:
+        handback = subtasks.Handback(run.task_id, state.parent_call, status, report)
+        key = subtasks.handback_key(state.parent, state.parent_call)
+        deliveries.append(Delivery(state.parent, handback.payload(), key))
+    return deliveries

@@ -1,0 +1,99 @@
+"""One model call: `ModelCalled` is durable before the request leaves; then the reply, or
+the failure after the provider retries, is recorded (ending the turn in the same append
+when the reply ends it)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from noeta.core import events as ev
+from noeta.core import failpoints
+from noeta.core.errors import NoetaError
+from noeta.core.fold import LoggedEvent, TaskState, fold
+from noeta.core.model import Provider, ProviderError
+from noeta.core.next_action import EndTurn, FinishTask, next_action
+from noeta.core.request import build_request
+from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
+from noeta.core.tool import Tool, spec_of
+from noeta.observability import tracing
+
+
+class Providers(Protocol):
+    def provider_for(self, spec: str) -> tuple[Provider, str]:
+        """The provider and model name for a model spec; raises ConfigError if unusable."""
+        ...
+
+
+class ModelCallContext(Protocol):
+    """What a model call needs of the task's run (the loop in task.py is the one)."""
+
+    @property
+    def state(self) -> TaskState: ...
+
+    @property
+    def trace(self) -> tracing.Attempt: ...
+
+    @property
+    def providers(self) -> Providers: ...
+
+    @property
+    def tools(self) -> Mapping[str, Tool]: ...
+
+    @property
+    def sleep(self) -> Sleep: ...
+
+    async def append(self, new_events: Sequence[ev.Event]) -> None: ...
+
+    async def settle(self, prefix: list[ev.Event], action: EndTurn | FinishTask) -> None: ...
+
+
+async def call_model(run: ModelCallContext) -> None:
+    config = run.state.config
+    assert config is not None
+    try:
+        provider, model_name = run.providers.provider_for(config.model)
+    except NoetaError as error:
+        await run.settle([], EndTurn("failed", error=f"llm_error: {error}"))
+        return
+    tool_specs = tuple(spec_of(run.tools[name]) for name in config.tools if name in run.tools)
+    request = build_request(run.state, model_name, tool_specs)
+    body = provider.encode_request(request)
+    # The span ends once the call's outcome is in the log; cut short, the next claimer
+    # emits it from the record written with ModelCalled (ADR-0024).
+    with run.trace.chat(provider.name, model_name, run.state) as step:
+        step.input_messages(request.messages)
+        await run.append([ev.ModelCalled(hashlib.sha256(body).hexdigest(), step.record)])
+        await failpoints.hit("model.after_called")
+        await _send(run, provider, body, step)
+
+
+async def _send(run: ModelCallContext, provider: Provider, body: bytes, step: tracing.Step) -> None:
+    try:
+        reply = await send_with_retries(provider, body, run.sleep)
+    except ModelCallFailed as failed:
+        step.failed(_error_type(failed.error), str(failed.error))
+        closed = ev.ModelFailed(str(failed.error), failed.attempts)
+        await run.settle([closed], EndTurn("failed", error=f"llm_error: {failed.error}"))
+        return
+    step.replied(reply)
+    replied = ev.ModelReplied(
+        reply.content,
+        reply.stop_reason,
+        reply.usage,
+        reply.provider_stop_reason,
+        reply.response_id,
+    )
+    # A reply that ends the turn ends it in the same append (and a one-shot task with
+    # it): nothing happens outside between them, so nothing is lost by joining them.
+    following = next_action(fold([LoggedEvent(run.state.last_seq + 1, replied)], run.state))
+    if isinstance(following, EndTurn):
+        await run.settle([replied], following)
+    else:
+        await run.append([replied])
+
+
+def _error_type(error: ProviderError) -> str:
+    """A low-cardinality error type for spans and metrics: the HTTP status, or the kind."""
+    return str(error.status) if error.status else type(error).__name__

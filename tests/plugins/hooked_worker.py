@@ -1,0 +1,45 @@
+"""A process that runs one task with the example notify plugin until it finishes; the
+hook crash test kills it at a failure point and starts it again.
+
+    python -m tests.plugins.hooked_worker STORE_URL TASK_ID OUTBOX LEDGER
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from noeta.backends.models.registry import ProviderRegistry
+from noeta.backends.stores import open_store
+from noeta.core.runner.task import TaskRunner
+from noeta.plugins.loading import PluginSpec, load
+
+LEASE = 1.0
+POLL_SECONDS = 0.05  # a killed run's lease lapses after LEASE: poll for it to be claimable
+
+
+async def main(url: str, task_id: str, outbox: str, ledger: str) -> None:
+    notify = load(PluginSpec("module", "notify_plugin", {"outbox": outbox, "ledger": ledger}))
+    store = await open_store(url)
+    runner = TaskRunner(store, ProviderRegistry(), plugins=[notify.plugin])
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while True:
+            record = await store.get_task(task_id)
+            if record is not None and record.status.finished:
+                print("finished", record.status.value)
+                return
+            if loop.time() > deadline:
+                raise SystemExit(f"task {task_id} did not finish")
+            claim = await store.claim_task("hooked-worker", task_id, LEASE)
+            if claim is None:
+                await asyncio.sleep(POLL_SECONDS)
+                continue
+            await runner.run(claim)
+    finally:
+        await store.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:5]))
