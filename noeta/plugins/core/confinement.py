@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -130,10 +131,50 @@ class Confinement:
         yield from ((path, _DEVICE) for path in DEVICES_WRITABLE)
         yield from ((path, _EXECUTE) for path in self.read_paths)
         yield from ((path, _EVERYTHING) for path in (*self.write_paths, workspace))
+        if (shared := shared_git_dir(workspace)) is not None:
+            yield shared, _EVERYTHING
 
 
 def _beneath(path: str, folders: Sequence[str]) -> bool:
     return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+def shared_git_dir(workspace: str) -> str | None:
+    """The `.git` of a sibling workspace whose repository this workspace is a linked
+    worktree of (a subagent's, made by the Agent tool), or None.
+
+    The workspace's own `.git` file is the command's to rewrite, so it is believed only
+    when the repository it names lists this very worktree back (git's `gitdir` file in
+    `.git/worktrees/<name>/`), which a command cannot write outside its own workspace.
+    """
+    own = os.path.join(workspace, ".git")
+    pointer = _small_file(own)
+    if pointer is None or not pointer.startswith("gitdir: "):
+        return None
+    gitdir = os.path.realpath(os.path.join(workspace, pointer.removeprefix("gitdir: ").strip()))
+    common = os.path.dirname(os.path.dirname(gitdir))  # <sibling>/.git/worktrees/<name>
+    if os.path.basename(os.path.dirname(gitdir)) != "worktrees" or not common.endswith("/.git"):
+        return None
+    if os.path.dirname(os.path.dirname(common)) != os.path.dirname(workspace):
+        return None  # not a sibling workspace under the same root
+    backlink = _small_file(os.path.join(gitdir, "gitdir"))
+    if backlink is None or os.path.realpath(backlink.strip()) != os.path.realpath(own):
+        return None
+    return common
+
+
+def _small_file(path: str) -> str | None:
+    """A regular file's first 4 KiB, never following a link or waiting on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, 4096).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
 
 
 def parse_confinement(params: dict[str, object]) -> Confinement:

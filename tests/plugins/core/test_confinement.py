@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -197,3 +198,52 @@ def test_a_listed_path_that_does_not_exist_stops_start_up(tmp_path: Path) -> Non
     tools = plugin({"confine_read": [str(tmp_path / "missing")]}).tools()
     with pytest.raises(ConfigError, match=r"confined path .*missing' does not exist"):
         check_tools_at_start(tools)
+
+
+def git(cwd: Path, *arguments: str) -> None:
+    """Git as the worker runs it for the Agent tool (unconfined), identity given."""
+    identity = ["-c", "user.name=noeta", "-c", "user.email=noeta@example.invalid"]
+    subprocess.run(["git", *identity, *arguments], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def parent_repository(home: Path) -> Path:
+    parent = Path(task(home, "parent").workspace)
+    (parent / "plan.txt").write_text("the parent's files\n")
+    git(parent, "init", "-q")
+    git(parent, "add", "plan.txt")
+    git(parent, "commit", "-qm", "plan")
+    return parent
+
+
+@landlock_only
+async def test_a_subagents_worktree_uses_its_repository_but_not_its_parents_files(
+    home: Path, parent_repository: Path
+) -> None:
+    child = parent_repository.with_name("parent.c1.1")
+    git(parent_repository, "worktree", "add", "-q", "-b", "noeta/child", str(child), "HEAD")
+    ctx = ToolContext("parent.c1.1", "call-1", workspace=str(child))
+    command = (
+        "echo work > work.txt && git add work.txt && "
+        "git -c user.name=n -c user.email=n@x commit -qm work && git log --format=%s; "
+        "cat ../parent/plan.txt"
+    )
+    output = await bash(ctx, command)
+    assert output.content.startswith("work\nplan\n"), output.content
+    assert "Permission denied" in output.content and "the parent's files" not in output.content
+
+
+@landlock_only
+async def test_a_forged_git_pointer_reaches_no_other_repository(
+    home: Path, parent_repository: Path
+) -> None:
+    ctx = task(home, "intruder")
+    pointer = f"gitdir: {parent_repository}/.git/worktrees/intruder"
+    (parent_repository / ".git" / "worktrees" / "intruder").mkdir(parents=True)
+    (parent_repository / ".git" / "worktrees" / "intruder" / "gitdir").write_text(
+        f"{parent_repository.with_name('someone-else')}/.git\n"  # git lists another worktree
+    )
+    output = await bash(ctx, f"echo '{pointer}' > .git")
+    assert output.content == "(no output)\n[exit code 0]"
+    output = await bash(ctx, f"cat {parent_repository}/.git/config")
+    assert "Permission denied" in output.content and "[core]" not in output.content
