@@ -84,8 +84,8 @@ async def test_a_job_is_stopped_when_its_claim_ends_in_an_unknown_commit_and_rec
     tmp_path: Path,
     workers: Callable[..., WorkerProcess],
 ) -> None:
-    pidfile = tmp_path / "job.pid"
-    replies = (job_writing_its_pid(pidfile), {"text": "Waiting."}, {"text": "Lost; I'll check."})
+    pidfile = workspace_of(tmp_path, "t") / "job.pid"
+    replies = (job_writing_its_pid(), {"text": "Waiting."}, {"text": "Lost; I'll check."})
     await add_task(store, tmp_path, "t", *replies)
     # The second model call's record landed, but the worker cannot know it did.
     failpoint = "model.after_called=raise(CommitUnknown)@2"
