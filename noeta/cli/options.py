@@ -15,6 +15,17 @@ store_option = click.option(
     help="postgresql://… or sqlite:///PATH; default: the embedded PostgreSQL in $NOETA_HOME.",
 )
 
+
+def check_store_url(url: str | None) -> None:
+    """ConfigError for a malformed store URL (given, or from NOETA_STORE), before a
+    long-running command starts anything; the embedded default needs no check."""
+    from noeta.backends.stores import resolve_url, store_kind
+
+    resolved = resolve_url(url)
+    if resolved is not None:
+        store_kind(resolved)
+
+
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text for people."
 )

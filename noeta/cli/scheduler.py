@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import click
 
-from noeta.cli.options import config_option, store_option
+from noeta.cli.options import check_store_url, config_option, store_option
 from noeta.config import load_config
 from noeta.core.errors import ConfigError
 from noeta.scheduler.cronfile import Schedule, TaskAction, load_cron_files
@@ -31,6 +31,7 @@ def scheduler(store: str | None, cron_files: tuple[str, ...], config: str | None
     """Fire the cron files' schedules, once per slot however many schedulers run, and wake
     idle workers when a timer falls due. Runs until SIGTERM or SIGINT."""
     schedules = load_cron_files(cron_files)  # a broken file stops the scheduler here
+    check_store_url(store)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

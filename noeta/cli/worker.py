@@ -13,7 +13,7 @@ import click
 from noeta import observability
 from noeta.cli import bounds
 from noeta.cli.nondumpable import make_non_dumpable
-from noeta.cli.options import config_option, store_option
+from noeta.cli.options import check_store_url, config_option, store_option
 from noeta.config import load_config
 from noeta.core.store import check_key, check_lease
 from noeta.worker.worker import WorkerSettings
@@ -59,6 +59,7 @@ def worker(
     """Claim tasks from the queues and run them until SIGTERM or SIGINT."""
     make_non_dumpable()  # first: the tools it runs must not read its environment or memory
     check_lease(lease_seconds)
+    check_store_url(store)  # a malformed URL is one line before anything starts or logs
     names = tuple(q.strip() for q in queues.split(",") if q.strip())
     for queue in names or ("",):
         check_key("queue name", queue)
