@@ -11,8 +11,9 @@ import click
 from noeta.cli import answer, cron, db, run, scheduler, tasks, worker
 from noeta.cli.environment import describe_environment, show_version
 
-# Exit codes: 1 an error noeta reports, 2 a command line click cannot read, 130 Ctrl-C.
-USAGE_EXIT, INTERRUPTED_EXIT = 2, 130
+# Exit codes: 1 an error noeta reports, 2 a command line click cannot read, 130 Ctrl-C,
+# 141 its output's reader went away (as a shell reports a process SIGPIPE ended).
+USAGE_EXIT, INTERRUPTED_EXIT, BROKEN_PIPE_EXIT = 2, 130, 141
 
 
 class NoetaGroup(click.Group):
@@ -41,6 +42,9 @@ class NoetaGroup(click.Group):
             fail(str(error), 1)
         except (click.ClickException, click.Abort, click.exceptions.Exit, KeyboardInterrupt):
             raise
+        except BrokenPipeError:  # `noeta … | head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
+            sys.exit(BROKEN_PIPE_EXIT)
         except Exception as error:  # a bug: still one line, and no secret in it
             if os.environ.get("NOETA_TRACEBACK"):
                 raise

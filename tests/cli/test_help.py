@@ -85,3 +85,15 @@ def test_version_shows_the_store_masked_and_the_schema(tmp_path: Path) -> None:
     assert lines[1] == "store: postgresql://u:***@127.0.0.1:1/x"
     assert "cannot connect to PostgreSQL at 127.0.0.1:1/x" in lines[2]
     assert "s3cr" not in "\n".join(lines)
+
+
+def test_a_reader_that_goes_away_is_no_error(tmp_path: Path) -> None:
+    """`noeta … | head -1`: the rest of the output has nowhere to go; that is not a bug."""
+    environment = {**os.environ, "NOETA_HOME": str(tmp_path / "home")}
+    process = subprocess.Popen(
+        [NOETA, "db", "status"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # before it writes: every line it writes meets a closed pipe
+    errors = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141 and errors == "", errors
