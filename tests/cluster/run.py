@@ -69,8 +69,10 @@ def settings(env: dict[str, str]) -> tuple[int, int, float, str]:
 
 def write_configs(scratch: Path) -> None:
     (scratch / "ledger").touch()
-    # Bash sees only an allowlisted environment: the ledger's path is passed explicitly.
-    core = {"module": "noeta.plugins.core", "params": {"pass_env": ["NOETA_CLUSTER_LEDGER"]}}
+    # Bash sees only an allowlisted environment and, under Landlock, writes only in its
+    # workspace: the ledger's path is passed and opened for writing explicitly.
+    params = {"pass_env": ["NOETA_CLUSTER_LEDGER"], "confine_write": [str(scratch / "ledger")]}
+    core = {"module": "noeta.plugins.core", "params": params}
     plugins = {"plugins": [core, {"module": "tests.cluster.ledger_plugin"}]}
     (scratch / "noeta.yaml").write_text(json.dumps(plugins))
     cron = {
