@@ -32,6 +32,10 @@ QUEUE = "targeted"
 NEW_HELD = "append.before_commit=pause@1"  # its first write, after the takeover
 
 
+class ScenarioFailed(Exception):
+    """A targeted scenario saw what must never happen (reported as a problem of the run)."""
+
+
 async def until(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
     deadline = time.monotonic() + within
     while not await check():
@@ -117,7 +121,7 @@ async def fence_window(cluster: Cluster, workload: Workload) -> None:
             output.write(f"conflict on task {task}: {refused.reason} (fence window)\n")
     else:
         cluster.note("fence window: fence-old's append under the old epoch LANDED")
-        raise RuntimeError("targeted scenario: a stale owner's append landed after a takeover")
+        raise ScenarioFailed("targeted scenario: a stale owner's append landed after a takeover")
     finally:
         new.send_signal(signal.SIGCONT)
     await until(lambda: _finished(cluster, task), 60, "the fence task finishes")
