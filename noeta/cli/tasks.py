@@ -7,6 +7,7 @@ import asyncio
 import json
 import uuid
 from datetime import UTC
+from typing import Any
 
 import click
 
@@ -19,7 +20,8 @@ from noeta.cli.text import (
     read_text,
     task_json,
 )
-from noeta.config import Config, load_config
+from noeta.client import AsyncClient, TaskHandle
+from noeta.config import load_config
 from noeta.core.errors import ConfigError, NoetaError
 from noeta.core.store import (
     CANCEL_KEY,
@@ -31,7 +33,6 @@ from noeta.core.store import (
     TaskStatus,
     check_key,
 )
-from noeta.core.task_id import check_task_id
 
 POLL_SECONDS = 0.5  # how often `tail --follow` looks for new events
 
@@ -53,6 +54,19 @@ POLL_SECONDS = 0.5  # how often `tail --follow` looks for new events
     help="anthropic:MODEL, openai:MODEL or scripted:FILE.",
 )
 @click.option("--id", "task_id", default=None, help="The task's id (default: a new one).")
+@click.option(
+    "--job",
+    default=None,
+    metavar="NAME",
+    help="A plain job instead: one call of the @noeta.tool function NAME (from --config).",
+)
+@click.option(
+    "--input",
+    "job_input",
+    default=None,
+    metavar="JSON",
+    help="The job's input, a JSON object (`-` reads it from standard input).",
+)
 @config_option
 @store_option
 def submit(
@@ -61,57 +75,68 @@ def submit(
     interactive: bool,
     model: str,
     task_id: str | None,
+    job: str | None,
+    job_input: str | None,
     config: str | None,
     store: str | None,
 ) -> None:
     """Create a task for the workers to run; print its id.
 
     PROMPT `-` reads it from standard input. An --interactive task may start without one;
-    given, it is the first message.
+    given, it is the first message. With --job, the task is a plain job: no model, one
+    call of that function with --input, its result the task's.
     """
-    from noeta.backends.models.registry import split_spec
-
+    if job is not None:
+        if prompt or interactive:
+            raise ConfigError("a job takes --input, not a prompt nor --interactive")
+        arguments = _job_arguments(job_input)
+        handle = asyncio.run(_enqueue(store, config, job, arguments, queue, task_id))
+        click.echo(handle.id)
+        return
+    if job_input is not None:
+        raise ConfigError("--input is for a job: name it with --job")
     prompt = read_text(prompt, "prompt", blank_ok=True)
-    if not prompt.strip():
-        if not interactive:
-            raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
-        prompt = ""  # a conversation that starts with the first message
-    check_key("queue name", queue)
-    task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]
-    split_spec(model)  # the worker holds the API keys: only the spec's form is checked here
-    settings = load_config(config)
-    asyncio.run(_submit(task_id, queue, model, prompt, interactive, settings, store))
-    click.echo(task_id)
+    if not prompt.strip() and not interactive:
+        raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
+    handle = asyncio.run(
+        _submit(
+            store, config, prompt, model=model, queue=queue, id=task_id, interactive=interactive
+        )
+    )
+    click.echo(handle.id)
 
 
-async def _submit(
-    task_id: str,
-    queue: str,
-    model: str,
-    prompt: str,
-    interactive: bool,
-    config: Config,
+def _job_arguments(text: str | None) -> dict[str, object]:
+    if text is None:
+        return {}
+    text = read_text(text, "input")
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise ConfigError(f"--input is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ConfigError("--input must be a JSON object of the job's arguments")
+    return value
+
+
+async def _submit(url: str | None, config: str | None, prompt: str, **options: Any) -> TaskHandle:
+    async with AsyncClient(url, config=config, application_name="noeta-submit") as client:
+        return await client.submit(prompt, **options)
+
+
+async def _enqueue(
     url: str | None,
-) -> None:
-    from noeta.backends.stores import open_store
-    from noeta.core import events
-    from noeta.core.store import NewEvent, NewTask
-    from noeta.plugins.toolbox import Toolbox
-
-    # Started and closed again: some plugins (MCP) only know their tools once started.
-    toolbox = await Toolbox.open(config)
-    try:
-        tools = tuple(toolbox.tools)
-    finally:
-        await toolbox.close()
-    created = events.TaskCreated(model=model, prompt=prompt, interactive=interactive, tools=tools)
-    store = await open_store(url, application_name="noeta-submit")
-    try:
-        task = NewTask(task_id, [NewEvent(*events.encode(created))], queue=queue)
-        if not await store.create_task(task):
-            raise ConfigError(f"a task with id {task_id!r} exists already")
-    finally:
-        await store.close()
+    config: str | None,
+    job: str,
+    arguments: dict[str, object],
+    queue: str,
+    task_id: str | None,
+) -> TaskHandle:
+    # The config is loaded even when absent (the built-in default): --job finds its
+    # function through the plugins it lists.
+    settings = load_config(config)
+    async with AsyncClient(url, config=settings, application_name="noeta-submit") as client:
+        return await client.enqueue(job, arguments, queue=queue, id=task_id)
 
 
 @click.command()

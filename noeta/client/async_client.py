@@ -42,6 +42,7 @@ from noeta.core.store import (
     check_key,
 )
 from noeta.core.task_id import check_task_id
+from noeta.plugins.function_tools import REGISTERED, FunctionTool
 
 # Without a model given (or NOETA_MODEL for the CLI): the model a task is given.
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
@@ -152,7 +153,7 @@ class AsyncClient:
         delay: float | None = None,
     ) -> TaskHandle:
         """Create a plain job: one call of the function decorated `@noeta.tool` as `job`."""
-        tool = job_tasks.job_tool(job)
+        tool = await self._job_tool(job)
         checked = job_tasks.job_input(tool, input)
         check_key("queue name", queue)
         task_id = _new_id(id)
@@ -161,6 +162,13 @@ class AsyncClient:
         start = job_tasks.ready_at(now, run_at, delay)
         await self._create(job_tasks.job_task(task_id, tool, checked, queue, start))
         return TaskHandle(task_id, queue)
+
+    async def _job_tool(self, name: str) -> FunctionTool:
+        """The decorated function named `name`: imported already, or by the config's
+        plugins (the CLI knows a job only through them)."""
+        if name not in REGISTERED and self._config is not None:
+            await self._tool_names(None)  # loading the plugins imports their modules
+        return job_tasks.job_tool(name)
 
     async def _create(self, task: NewTask) -> None:
         if not await (await self.store()).create_task(task):
