@@ -73,7 +73,7 @@ async def test_jobs_retry_by_their_policy_and_fail_with_their_error(
     assert await any_client.job_result(flaky, timeout=60) == 3  # two refused, the third ran
     with pytest.raises(TaskFailed, match=r"after 1 attempt\(s\): ValueError: no such file"):
         await any_client.result(broken, timeout=60)  # ValueError is not in its retry_on
-    with pytest.raises(TaskFailed, match="past its time limit of 0.3s"):
+    with pytest.raises(TaskFailed, match=r"past its time limit of 0\.3s"):
         await any_client.result(slow, timeout=60)
 
 
