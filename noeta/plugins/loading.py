@@ -8,6 +8,7 @@ outside any package), and a hash of its parameters.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -63,9 +64,12 @@ def load(spec: PluginSpec) -> LoadedPlugin:
     return LoadedPlugin(plugin, pin)
 
 
+@functools.cache
 def module_pin(module_name: str) -> Pin:
     """The pin a worker gives a module of decorated functions listed without parameters:
-    what a job is created with, so a worker lacking the module never runs it (ADR-023)."""
+    what a job is created with, so a worker lacking the module never runs it (ADR-023).
+    Read once per process: package metadata is slow to read, and the imported code cannot
+    change under it."""
     module = importlib.import_module(module_name)
     return Pin(module_name, f"module:{module_name}", _version(module), params_hash({}))
 

@@ -65,5 +65,5 @@ def test_a_job_input_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
     cron.write_text(
         "schedules:\n  - name: x\n    schedule: '@daily'\n    job: {name: resize, input: [1]}\n"
     )
-    with pytest.raises(ConfigError, match="line 4: .*a job's input is a mapping"):
+    with pytest.raises(ConfigError, match=r"line 4: .*a job's input is a mapping"):
         load_cron_files([cron])
