@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from datetime import UTC
 from typing import Any
 
@@ -22,19 +21,15 @@ from noeta.cli.text import (
 )
 from noeta.client import AsyncClient, TaskHandle
 from noeta.config import load_config
-from noeta.core.errors import ConfigError, NoetaError
+from noeta.core.errors import ConfigError
 from noeta.core.store import (
-    CANCEL_KEY,
     DEFAULT_QUEUE,
     LateResult,
-    Store,
     StoredEvent,
     TaskRecord,
     TaskStatus,
     check_key,
 )
-
-POLL_SECONDS = 0.5  # how often `tail --follow` looks for new events
 
 
 @click.command()
@@ -147,39 +142,15 @@ async def _enqueue(
 def send(task_id: str, message: str, key: str | None, store: str | None) -> None:
     """Send MESSAGE to task TASK_ID (`-` reads it from standard input)."""
     message = read_text(message, "message")
-    key = check_key("message id", key) if key is not None else uuid.uuid4().hex
-    delivered = asyncio.run(_send(task_id, message, key, store))
+    key = check_key("message id", key) if key is not None else None
+    delivered = asyncio.run(_client_call(store, "noeta-send", "send", task_id, message, key=key))
     click.echo("sent" if delivered else "already sent")
 
 
-async def _send(task_id: str, message: str, key: str, url: str | None) -> bool:
-    from noeta.backends.stores import open_store
-    from noeta.core.store import Delivery
-
-    store = await open_store(url, application_name="noeta-send")
-    try:
-        record = await _existing(store, task_id)
-        if record.status.finished:
-            raise NoetaError(f"task {task_id} is {record.status}; it takes no more messages")
-        if not await _interactive(store, task_id):
-            raise NoetaError(
-                f"task {task_id} is one-shot: it takes no messages "
-                "(submit it --interactive to converse)"
-            )
-        return await store.deliver(Delivery(task_id, {"text": message}, f"message:{key}"))
-    finally:
-        await store.close()
-
-
-async def _interactive(store: Store, task_id: str) -> bool:
-    """Whether the task takes messages, from its TaskCreated (the log's first event)."""
-    from noeta.core import events
-
-    first = (await store.read_log(task_id))[:1]
-    if not first:
-        return False
-    created = events.decode(first[0].type, first[0].data)
-    return isinstance(created, events.TaskCreated) and created.interactive
+async def _client_call(url: str | None, name: str, method: str, *args: Any, **options: Any) -> Any:
+    """One call of the client, as the command's whole body: the CLI is a layer on it."""
+    async with AsyncClient(url, application_name=name) as client:
+        return await getattr(client, method)(*args, **options)
 
 
 @click.command()
@@ -200,18 +171,13 @@ def tasks(
     store: str | None,
 ) -> None:
     """List tasks, newest first (with --parent: that task's subtasks, in launch order)."""
-    if queue is not None:
-        check_key("queue name", queue)
-    wanted = None if status is None else TaskStatus(status)
     if parent is not None:
-        children = asyncio.run(_children_of(check_key("task id", parent), store))
-        records = [
-            r
-            for _, r in children
-            if (wanted is None or r.status == wanted) and (queue is None or r.queue == queue)
-        ][:limit]
-    else:
-        records = asyncio.run(_tasks(wanted, queue, limit, store))
+        check_key("task id", parent)
+    records: list[TaskRecord] = asyncio.run(
+        _client_call(
+            store, "noeta-tasks", "tasks", status=status, queue=queue, parent=parent, limit=limit
+        )
+    )
     if as_json:
         click.echo(json.dumps([task_json(r) for r in records], ensure_ascii=False, indent=2))
         return
@@ -236,18 +202,6 @@ def tasks(
         click.echo(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
-
-
-async def _tasks(
-    status: TaskStatus | None, queue: str | None, limit: int, url: str | None
-) -> list[TaskRecord]:
-    from noeta.backends.stores import open_store
-
-    store = await open_store(url, application_name="noeta-tasks")
-    try:
-        return await store.list_tasks(status=status, queue=queue, limit=limit)
-    finally:
-        await store.close()
 
 
 @click.command()
@@ -277,22 +231,9 @@ def tail(task_id: str, first_seq: int, follow: bool, as_json: bool, store: str |
 
 
 async def _tail(task_id: str, after: int, follow: bool, as_json: bool, url: str | None) -> None:
-    from noeta.backends.stores import open_store
-
-    store = await open_store(url, application_name="noeta-tail")
-    try:
-        while True:
-            # The status is read before the log: once it says finished, the read that
-            # follows holds the last event.
-            record = await _existing(store, task_id)
-            for event in await store.read_log(task_id, after):
-                click.echo(event_json(event) if as_json else event_line(event))
-                after = event.seq
-            if not follow or record.status.finished:
-                return
-            await asyncio.sleep(POLL_SECONDS)
-    finally:
-        await store.close()
+    async with AsyncClient(url, application_name="noeta-tail") as client:
+        async for tailed in client.tail(task_id, after=after, follow=follow):
+            click.echo(event_json(tailed.stored) if as_json else event_line(tailed.stored))
 
 
 @click.command()
@@ -300,59 +241,8 @@ async def _tail(task_id: str, after: int, follow: bool, as_json: bool, url: str 
 @store_option
 def cancel(task_id: str, store: str | None) -> None:
     """Ask for task TASK_ID to stop: the worker that runs it next finishes it as cancelled."""
-    requested = asyncio.run(_cancel(task_id, store))
+    requested = asyncio.run(_client_call(store, "noeta-cancel", "cancel", task_id))
     click.echo("cancel requested" if requested else "cancel already requested")
-
-
-async def _cancel(task_id: str, url: str | None) -> bool:
-    from noeta.backends.stores import open_store
-    from noeta.core.store import Delivery
-
-    store = await open_store(url, application_name="noeta-cancel")
-    try:
-        record = await _existing(store, task_id)
-        if record.status.finished:
-            raise NoetaError(f"task {task_id} is already {record.status}")
-        return await store.deliver(Delivery(task_id, {"kind": "cancel"}, CANCEL_KEY))
-    finally:
-        await store.close()
-
-
-async def _children_of(task_id: str, url: str | None) -> list[tuple[str, TaskRecord]]:
-    from noeta.backends.stores import open_store
-
-    store = await open_store(url, application_name="noeta-tasks")
-    try:
-        await _existing(store, task_id)
-        return await _children(store, await store.read_log(task_id))
-    finally:
-        await store.close()
-
-
-async def _children(store: Store, log: list[StoredEvent]) -> list[tuple[str, TaskRecord]]:
-    """The subtasks a task launched, from its log (each SubtaskLaunched was written with the
-    child's creation), with their rows: (description, record), in launch order."""
-    from noeta.core import events
-
-    found = []
-    for stored in log:
-        if stored.type != "SubtaskLaunched":
-            continue
-        launched = events.decode(stored.type, stored.data)
-        if isinstance(launched, events.SubtaskLaunched):
-            record = await store.get_task(launched.child_id)
-            if record is not None:
-                found.append((launched.description, record))
-    return found
-
-
-async def _existing(store: Store, task_id: str) -> TaskRecord:
-    from noeta.core.errors import UnknownTask
-
-    record = await store.get_task(task_id)
-    if record is None:
-        raise UnknownTask(task_id)
-    return record
 
 
 @click.command()
@@ -389,14 +279,10 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
 async def _show(
     task_id: str, url: str | None
 ) -> tuple[TaskRecord, list[StoredEvent], list[LateResult], list[tuple[str, TaskRecord]]]:
-    from noeta.backends.stores import open_store
-
-    store = await open_store(url, application_name="noeta-show")
-    try:
-        record = await _existing(store, task_id)
+    async with AsyncClient(url, application_name="noeta-show") as client:
+        record = await client.get(task_id)
+        store = await client.store()
         # Late results first: one kept after the log was read would look unrecorded.
         late = await store.late_results(task_id)
         log = await store.read_log(task_id)
-        return record, log, late, await _children(store, log)
-    finally:
-        await store.close()
+        return record, log, late, await client.children(task_id)

@@ -8,7 +8,6 @@ PostgreSQL. It is opened at first use and closed by `close()` (or `async with`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -17,13 +16,12 @@ from datetime import datetime
 from types import TracebackType
 
 from noeta.client import job_tasks
-from noeta.client.waiting import POLL_SECONDS, wait_finished
+from noeta.client.waiting import wait_finished
 from noeta.config import Config, load_config
 from noeta.core import events
 from noeta.core.errors import (
     ConfigError,
     NoetaError,
-    ResultTimeout,
     TaskCancelled,
     TaskFailed,
     UnknownTask,
@@ -43,6 +41,8 @@ from noeta.core.store import (
 )
 from noeta.core.task_id import check_task_id
 from noeta.plugins.function_tools import REGISTERED, FunctionTool
+
+TAIL_POLL_SECONDS = 0.5  # how often a followed log is read for new events
 
 # Without a model given (or NOETA_MODEL for the CLI): the model a task is given.
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
@@ -128,7 +128,7 @@ class AsyncClient:
         from noeta.backends.models.registry import split_spec
 
         if not prompt.strip() and not interactive:
-            raise ConfigError("a one-shot task needs a prompt (or submit it interactive)")
+            raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
         check_key("queue name", queue)
         task_id = _new_id(id)
         split_spec(model)  # the worker holds the API keys: only the spec's form is checked
@@ -288,8 +288,7 @@ class AsyncClient:
                 after = stored.seq
             if not follow or record.status.finished:
                 return
-            with contextlib.suppress(ResultTimeout):  # no finish yet: read what came
-                await wait_finished(store, task_id, POLL_SECONDS * 2.5)
+            await asyncio.sleep(TAIL_POLL_SECONDS)
 
     # --- talking to a task -----------------------------------------------------------
 
@@ -308,7 +307,7 @@ class AsyncClient:
         if not (isinstance(created, events.TaskCreated) and created.interactive):
             raise NoetaError(
                 f"task {task_id} is one-shot: it takes no messages "
-                "(submit it interactive to converse)"
+                "(submit it --interactive to converse)"
             )
         return await store.deliver(Delivery(task_id, {"text": text}, f"message:{key}"))
 
