@@ -80,6 +80,7 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
     from noeta.backends.stores import open_store, resolve_url
     from noeta.observability import observed
     from noeta.plugins.toolbox import Toolbox
+    from noeta.worker.append_journal import journaled
     from noeta.worker.worker import Worker
 
     stop = asyncio.Event()
@@ -102,7 +103,7 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
         application_name=f"noeta-worker:{settings.name}"[:63],
         max_connections=settings.concurrency + 2,
     )
-    store = observed(store)
+    store = observed(journaled(store))
     runner = toolbox.runner(store, providers)
     logging.getLogger("noeta.worker").info(
         "worker %s: queues %s, concurrency %d, lease %g s, plugins %s",

@@ -153,6 +153,11 @@ class StoredEvent:
     type: str
     data: JSONValue
     created_at: datetime
+    # The claim that appended it, recorded by the store's fenced append (never by the
+    # client): its epoch and the owner the task row named. 0 and None for the events a
+    # task was created with.
+    epoch: int = 0
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@ It runs its own event loop in a thread, so it keeps working while the code under
 blocks. Faults: `blackhole()` (bytes stop flowing both ways, sockets stay open, as in a
 partition), `cut_next_reply()` (the next bytes the server sends are dropped and the
 client's connection is reset: a write the server committed whose reply never arrives),
-and `drop_all()` (every connection is reset at once).
+`drop_all()` (every connection is reset at once), and, given a `statement_marker`,
+`cut_statement(before=...)`: the next statement whose SQL holds the marker is cut off
+before it reaches the server, or after (its reply is lost: the outcome is unknown).
 """
 
 from __future__ import annotations
@@ -17,12 +19,19 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
+from noeta.testing.pg_frames import FrontendReader
+
 
 class FaultProxy:
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, statement_marker: bytes = b"") -> None:
         self.target = (target_host, target_port)
         self.port = 0
         self.replies_cut = 0
+        self.statements_cut = {"before": 0, "after": 0}
+        self._marker = statement_marker
+        self._statement_cut: str | None = None  # "before" or "after": armed, once
+        self._readers: dict[asyncio.StreamWriter, FrontendReader] = {}
+        self._cut_reply_of: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
@@ -54,6 +63,19 @@ class FaultProxy:
     def drop_all(self) -> None:
         self._call(self._reset_all())
 
+    def cut_statement(self, *, before: bool) -> None:
+        """Cut the next statement holding the marker: before the server sees it, or
+        after it was sent (its reply is dropped, the connection reset)."""
+        assert self._marker, "a FaultProxy built without a statement_marker"
+        self._statement_cut = "before" if before else "after"
+
+    def statement_cut_pending(self) -> bool:
+        return self._statement_cut is not None
+
+    def disarm(self) -> None:
+        """Forget a statement cut that has not happened yet."""
+        self._statement_cut = None
+
     # --- internals -------------------------------------------------------------------
 
     def _call(self, coroutine: Coroutine[Any, Any, None]) -> None:
@@ -70,15 +92,22 @@ class FaultProxy:
             _reset(writer)
             return
         self._writers |= {writer, upstream_writer}
+        if self._marker:
+            self._readers[writer] = FrontendReader(self._marker)
         pumps = (
             self._pump(reader, upstream_writer, client=writer, from_server=False),
             self._pump(upstream_reader, writer, client=writer, from_server=True),
         )
         # A reset connection ends its pumps with ConnectionResetError: expected here.
-        await asyncio.gather(*pumps, return_exceptions=True)
+        # Cancelled at shutdown, end quietly: Python 3.11's stream server reports a
+        # cancelled connection task as an error in a callback.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*pumps, return_exceptions=True)
         for each in (writer, upstream_writer):
             self._writers.discard(each)
             _reset(each)
+        self._readers.pop(writer, None)
+        self._cut_reply_of.discard(writer)
 
     async def _pump(
         self,
@@ -91,11 +120,23 @@ class FaultProxy:
         while data := await source.read(65536):
             while not self._flowing.is_set():  # noqa: ASYNC110 - a partition: hold the bytes
                 await asyncio.sleep(0.01)
-            if from_server and self._cut_next_reply:
-                self._cut_next_reply = False
+            if from_server and (self._cut_next_reply or client in self._cut_reply_of):
+                if client in self._cut_reply_of:
+                    self._cut_reply_of.discard(client)
+                else:
+                    self._cut_next_reply = False
                 self.replies_cut += 1
                 _reset(client)
                 return
+            reader = None if from_server else self._readers.get(client)
+            if reader is not None and reader.feed(data) and self._statement_cut:
+                cut, self._statement_cut = self._statement_cut, None
+                self.statements_cut[cut] += 1
+                if cut == "before":  # the server never sees it: both sides reset
+                    _reset(client)
+                    _reset(sink)
+                    return
+                self._cut_reply_of.add(client)
             sink.write(data)
             await sink.drain()
         sink.close()

@@ -23,6 +23,8 @@ def check_log(events: Sequence[StoredEvent], inbox: Sequence[InboxEntry]) -> lis
         *_tool_starts_and_finishes_pair_up(events),
         *_no_inbox_entry_taken_twice(events, inbox),
         *_each_job_ends_once(events),
+        *_epochs_never_go_back(events),
+        *_one_owner_per_epoch(events),
     ]
 
 
@@ -102,3 +104,29 @@ def _each_job_ends_once(events: Sequence[StoredEvent]) -> list[str]:
     problems = [f"job {job} ended {ended[job]} times" for job in started if ended[job] != 1]
     problems += [f"job {job} ended but never started" for job in ended if job not in started]
     return problems
+
+
+def _epochs_never_go_back(events: Sequence[StoredEvent]) -> list[str]:
+    """Each event records the epoch of the claim that appended it (the store writes it):
+    along the log it never decreases, or a stale claim wrote after a newer one."""
+    problems, highest = [], 0
+    for event in events:
+        if event.epoch < highest:
+            problems.append(f"seq {event.seq}: epoch {event.epoch} after epoch {highest}")
+        highest = max(highest, event.epoch)
+    return problems
+
+
+def _one_owner_per_epoch(events: Sequence[StoredEvent]) -> list[str]:
+    """An epoch is one claim: every event appended under it names the same owner (the one
+    the task row held when the store wrote it). Two owners in one epoch: a write that got
+    past the fence while another worker held the task."""
+    owners: dict[int, set[str | None]] = {}
+    for event in events:
+        if event.epoch:
+            owners.setdefault(event.epoch, set()).add(event.owner)
+    return [
+        f"epoch {epoch} written under owners {sorted(map(str, names))}"
+        for epoch, names in sorted(owners.items())
+        if len(names) > 1
+    ]

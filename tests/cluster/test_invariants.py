@@ -21,6 +21,14 @@ def log(*entries: tuple[str, dict[str, Any]]) -> list[StoredEvent]:
     return [StoredEvent("t", seq, kind, data, NOW) for seq, (kind, data) in enumerate(entries, 1)]
 
 
+def claimed(*entries: tuple[int, str]) -> list[StoredEvent]:
+    """A log of steps, each recorded (by the store) with its claim's epoch and owner."""
+    return [
+        StoredEvent("t", seq, "Step", {}, NOW, epoch, owner)
+        for seq, (epoch, owner) in enumerate(entries, 1)
+    ]
+
+
 def entry(id: int, taken_seq: int | None, key: str | None = None) -> InboxEntry:
     return InboxEntry(id, "t", {"text": "x"}, key, taken_seq, NOW)
 
@@ -45,6 +53,8 @@ HEALTHY = log(
 def test_a_healthy_log_with_the_traces_of_crashes_passes() -> None:
     inbox = [entry(7, 12), entry(8, 13, CANCEL_KEY), entry(9, None)]
     assert check_log(HEALTHY, inbox) == []
+    takeovers = claimed((0, ""), (1, "w1"), (1, "w1"), (3, "w1"), (4, "w2"), (4, "w2"))
+    assert check_log(takeovers, []) == []
 
 
 @pytest.mark.parametrize(
@@ -78,6 +88,10 @@ def test_a_healthy_log_with_the_traces_of_crashes_passes() -> None:
         ),
         (log(("JobStarted", {"job_id": "j1"})), [], "ended 0 times"),
         ([StoredEvent("t", 2, "TaskCreated", {}, NOW)], [], "not 1..n"),
+        (claimed((1, "w1"), (2, "w2"), (1, "w1")), [], "epoch 1 after epoch 2"),
+        # The fence's window: the old owner's write lands after the takeover, before the
+        # new owner's first write; the store recorded the row's owner, the new one.
+        (claimed((1, "w1"), (1, "w1"), (1, "w2"), (3, "w3")), [], "epoch 1 written under"),
     ],
 )
 def test_each_broken_log_is_caught(

@@ -43,6 +43,31 @@ class FenceContract:
             await store.append(claim, 1, [NewEvent("z", 3)])
         assert [e.seq for e in await store.read_log("a")] == [1, 2, 3]
 
+    async def test_each_event_records_the_claim_that_appended_it(self, store: Store) -> None:
+        """The store writes each event's epoch and owner (the cluster run's invariants read
+        them); the client passes neither. Created events were appended under no claim."""
+        await store.create_task(created("a"))
+        old = await store.claim("w1", ["default"], SHORT_LEASE)
+        assert old is not None
+        assert await store.append(old, 1, [NewEvent("light", {})]) == 2
+        new = await eventually_claim(store, "w2", ["default"])
+        child = created("child")
+        finish = Finish(TaskStatus.DONE)
+        await store.append(new, 2, [NewEvent("x", 1), NewEvent("y", 2)], new_tasks=[child])
+        await store.append(new, 4, [NewEvent("end", {})], next_state=finish)
+        recorded = [(e.seq, e.epoch, e.owner) for e in await store.read_log("a")]
+        assert recorded == [
+            (1, 0, None),
+            (2, old.epoch, "w1"),
+            (3, new.epoch, "w2"),
+            (4, new.epoch, "w2"),
+            (5, new.epoch, "w2"),
+        ]
+        assert [(e.epoch, e.owner) for e in await store.read_log("child")] == [(0, None)]
+        loaded = await store.load("a", "v")
+        loaded_claims = [(e.epoch, e.owner) for e in loaded.events][1:3]
+        assert loaded_claims == [(old.epoch, "w1"), (new.epoch, "w2")]
+
     async def test_an_expired_lease_is_reclaimed_and_the_old_holder_cannot_write(
         self, store: Store
     ) -> None:

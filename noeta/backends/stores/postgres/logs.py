@@ -19,13 +19,13 @@ from noeta.core.store import (
 )
 
 READ_LOG = """
-SELECT task_id, seq, type, data, created_at FROM events
+SELECT task_id, seq, type, data, created_at, epoch, owner FROM events
  WHERE task_id = %(task)s AND seq > %(after)s ORDER BY seq
 """
 
 # The log after the snapshot of this version, if any: one round trip with the snapshot.
 READ_LOG_AFTER_SNAPSHOT = """
-SELECT task_id, seq, type, data, created_at FROM events
+SELECT task_id, seq, type, data, created_at, epoch, owner FROM events
  WHERE task_id = %(task)s
    AND seq > coalesce((SELECT seq FROM snapshots
                         WHERE task_id = %(task)s AND version = %(version)s), 0)
@@ -114,7 +114,7 @@ class PostgresLogs(PostgresConnection):
 
 
 def _stored_event(row: tuple[Any, ...]) -> StoredEvent:
-    return StoredEvent(row[0], row[1], row[2], payload.decode(row[3]), row[4])
+    return StoredEvent(row[0], row[1], row[2], payload.decode(row[3]), row[4], row[5], row[6])
 
 
 def _task_record(row: tuple[Any, ...]) -> TaskRecord:

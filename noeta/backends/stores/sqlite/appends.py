@@ -35,7 +35,13 @@ INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq, created_
 VALUES (?, ?, 'ready', ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO NOTHING"""
 INSERT_EVENT = "INSERT INTO events (task_id, seq, type, data, created_at) VALUES (?, ?, ?, ?, ?)"
-LOCK_TASK_FOR_APPEND = "SELECT owner_epoch, status, lease_until, last_seq FROM tasks WHERE id = ?"
+# An appended event records the claim it was fenced at: its epoch, the row's owner.
+INSERT_CLAIMED_EVENT = """
+INSERT INTO events (task_id, seq, type, data, created_at, epoch, owner)
+VALUES (?, ?, ?, ?, ?, ?, ?)"""
+LOCK_TASK_FOR_APPEND = (
+    "SELECT owner_epoch, status, lease_until, last_seq, owner FROM tasks WHERE id = ?"
+)
 TAKE_INBOX_ENTRIES = """
 UPDATE inbox SET taken_seq = ?
  WHERE id IN (SELECT value FROM json_each(?)) AND task_id = ? AND taken_seq IS NULL"""
@@ -95,7 +101,7 @@ class SqliteAppends(SqliteConnection):
             row = connection.execute(LOCK_TASK_FOR_APPEND, (task_id,)).fetchone()
             if row is None:
                 raise UnknownTask(task_id)
-            epoch, status, lease_until, last_seq = row
+            epoch, status, lease_until, last_seq, owner = row
             if epoch != claim.epoch:
                 raise Conflict(
                     task_id, f"claimed again since (epoch {epoch}, this claim has {claim.epoch})"
@@ -109,9 +115,9 @@ class SqliteAppends(SqliteConnection):
 
             seq = expected_seq + len(encoded_events)
             connection.executemany(
-                INSERT_EVENT,
+                INSERT_CLAIMED_EVENT,
                 [
-                    (task_id, expected_seq + number, event_type, data, now)
+                    (task_id, expected_seq + number, event_type, data, now, claim.epoch, owner)
                     for number, (event_type, data) in enumerate(encoded_events, start=1)
                 ],
             )

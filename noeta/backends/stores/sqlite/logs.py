@@ -12,7 +12,7 @@ from noeta.core.payload import decode
 from noeta.core.store import LoadedTask, Snapshot, StoredEvent, TaskRecord, TaskStatus, check_key
 
 READ_LOG = """
-SELECT task_id, seq, type, data, created_at FROM events
+SELECT task_id, seq, type, data, created_at, epoch, owner FROM events
  WHERE task_id = ? AND seq > ? ORDER BY seq"""
 _TASK_COLUMNS = (
     "id, queue, status, owner, owner_epoch, lease_until, ready_at, last_seq, created_at, updated_at"
@@ -37,8 +37,8 @@ class SqliteLogs(SqliteInbox):
     async def read_log(self, task_id: str, after_seq: int = 0) -> list[StoredEvent]:
         rows = await self._run(self._read_all, READ_LOG, (task_id, after_seq))
         return [
-            StoredEvent(task, seq, event_type, decode(data), from_micros(created))
-            for task, seq, event_type, data, created in rows
+            StoredEvent(task, seq, event_type, decode(data), from_micros(created), epoch, owner)
+            for task, seq, event_type, data, created, epoch, owner in rows
         ]
 
     async def get_task(self, task_id: str) -> TaskRecord | None:

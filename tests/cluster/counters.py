@@ -1,0 +1,75 @@
+"""How often the chaos really bit, read back from the task logs and the workers' output,
+and the minimum the run must show: each fault kind landed, each recovery path taken."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter
+from datetime import datetime
+
+from noeta.core.store import StoredEvent
+
+# Worker log lines (noeta/worker/worker.py); asctime is the local clock.
+_TAKEOVER = re.compile(r"^(\S+ \S+) INFO noeta\.worker: took over task (\S+) \(epoch (\d+)\)", re.M)
+_PATTERNS = {
+    "conflicts refused": re.compile(r"conflict on task "),
+    "adopted claims (lost claim reply)": re.compile(r"adopted task "),
+    "commit-unknowns": re.compile(r"may or may not have landed|outcome is unknown"),
+}
+RECOVERY = {
+    "recover": "calls settled by recover",
+    "rerun": "calls settled by re-run",
+    "unknown": "calls settled as outcome unknown",
+}
+REQUIRED = (
+    "takeovers",
+    "conflicts refused",
+    "re-sent model requests",
+    *RECOVERY.values(),
+    "lost background jobs",
+    "adopted claims (lost claim reply)",
+)
+
+
+def count(logs: dict[str, list[StoredEvent]], output: str) -> Counter[str]:
+    seen: Counter[str] = Counter()
+    seen["takeovers"] = len(_TAKEOVER.findall(output))
+    for what, pattern in _PATTERNS.items():
+        seen[what] = len(pattern.findall(output))
+    for log in logs.values():
+        calls = sum(1 for e in log if e.type == "ModelCalled")
+        replies = sum(1 for e in log if e.type in ("ModelReplied", "ModelFailed"))
+        seen["re-sent model requests"] += calls - replies
+        for event in log:
+            data = event.data if isinstance(event.data, dict) else {}
+            if event.type == "ToolFinished" and data.get("recovery") in RECOVERY:
+                seen[RECOVERY[str(data["recovery"])]] += 1
+            seen["lost background jobs"] += event.type == "JobLost"
+            seen["background jobs stopped with their claim"] += event.type == "JobStopped"
+            seen["wake-ups"] += event.type == "WokenUp"
+    return seen
+
+
+def takeover_seconds(logs: dict[str, list[StoredEvent]], output: str) -> list[float]:
+    """For each takeover: from the last write under an earlier epoch to the new claim."""
+    found = []
+    for stamp, task, epoch in _TAKEOVER.findall(output):
+        at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").astimezone()
+        before = [e.created_at for e in logs.get(task, []) if 0 < e.epoch < int(epoch)]
+        if before:
+            found.append((at - max(before)).total_seconds())
+    return found
+
+
+def percentiles(values: list[float]) -> str:
+    if not values:
+        return "none"
+    p50 = statistics.median(values)
+    return f"p50 {p50:.1f} s, max {max(values):.1f} s ({len(values)} measured)"
+
+
+def short_of_minimum(seen: Counter[str], landed: Counter[str], kinds: list[str]) -> list[str]:
+    missing = [f"fault {kind} never landed" for kind in kinds if not landed[kind]]
+    missing += [f"no {what} in the run" for what in REQUIRED if not seen[what]]
+    return missing

@@ -1,0 +1,104 @@
+"""The cluster checks can fail: deliberate faults in a copy of the store's SQL, applied one
+at a time, each of which a cluster run must catch (`make cluster-mutants`).
+
+A mutant takes the latest definition of one function from queue/postgres/*.sql, changes
+one exact fragment (which must occur exactly once, so a mutant can never silently be the
+original), and re-creates the function on the run's schema after migrating.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+QUEUE = Path(__file__).parents[2] / "queue" / "postgres"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    function: str
+    original: str
+    mutated: str
+    why: str
+
+
+MUTANTS = {
+    "no-expected-seq": Mutant(
+        "noeta_fence",
+        "    IF t.last_seq <> p_expected_seq THEN",
+        "    IF false THEN",
+        "the append without its expected_seq check",
+    ),
+    "no-epoch-check": Mutant(
+        "noeta_fence",
+        "    IF t.owner_epoch <> p_epoch THEN",
+        "    IF false THEN",
+        "the fence without its epoch check",
+    ),
+    "delivery-not-taken": Mutant(
+        "noeta_append",
+        "    IF cardinality(p_take) > 0 THEN",
+        "    IF false THEN",
+        "a message delivered to the log without its take in the inbox",
+    ),
+}
+
+
+def mutated_sql(name: str) -> str:
+    """The mutant's function, as CREATE OR REPLACE, from a copy of the shipped SQL."""
+    mutant = MUTANTS[name]
+    pattern = re.compile(
+        rf"CREATE (?:OR REPLACE )?FUNCTION {mutant.function}\(.*?END \$\$;", re.DOTALL
+    )
+    found = [m for path in sorted(QUEUE.glob("*.sql")) for m in pattern.findall(path.read_text())]
+    if not found:
+        raise LookupError(f"mutant {name}: no function {mutant.function} in {QUEUE}")
+    latest = found[-1]
+    if latest.count(mutant.original) != 1:
+        raise LookupError(f"mutant {name}: {mutant.original.strip()!r} is not in it once")
+    body = latest.replace(mutant.original, mutant.mutated)
+    return re.sub(r"^CREATE (?:OR REPLACE )?FUNCTION", "CREATE OR REPLACE FUNCTION", body)
+
+
+def apply_mutant(url: str, name: str) -> None:
+    if name not in MUTANTS:
+        raise SystemExit(f"make cluster: no mutant {name!r}; there are {', '.join(MUTANTS)}")
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(mutated_sql(name).encode())
+
+
+def main() -> None:
+    """Run a short cluster under each mutant; exit 0 only if every one was caught."""
+    escaped = []
+    for name, mutant in MUTANTS.items():
+        env = {**os.environ, "NOETA_CLUSTER_MUTANT": name}
+        env.setdefault("NOETA_CLUSTER_SECONDS", "25")
+        env.setdefault("NOETA_CLUSTER_TASKS", "10")
+        env.setdefault("NOETA_CLUSTER_FINISH_WITHIN", "40")  # a mutant that stalls a task
+        print(f"== mutant {name}: {mutant.why}", flush=True)
+        command = [sys.executable, "-m", "tests.cluster.run"]
+        result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        # Caught: the checks found problems (the minimum chaos alone does not count).
+        listed = result.stdout.partition(" problem(s)\n")[2].splitlines()
+        problems = [line for line in listed if line.startswith("  ")]
+        if result.returncode != 0 and problems:
+            print(f"   caught: {len(problems)} problem(s), e.g.")
+            for line in problems[:4]:
+                print(f"   {line.strip()}")
+        else:
+            escaped.append(name)
+            print(f"   NOT CAUGHT (exit {result.returncode})")
+            print(result.stdout[-2000:] + result.stderr[-2000:])
+    if escaped:
+        sys.exit(f"cluster-mutants: not caught: {', '.join(escaped)}")
+    print(f"cluster-mutants: all {len(MUTANTS)} mutants caught")
+
+
+if __name__ == "__main__":
+    main()

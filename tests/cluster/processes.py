@@ -1,0 +1,109 @@
+"""The cluster's processes: workers (some behind a fault proxy each), the scheduler, and
+the timeline of what was done to them, for the report and a failing run's replay."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from psycopg.conninfo import make_conninfo
+
+from noeta.core.store import Store
+from noeta.testing.fault_proxy import FaultProxy
+from tests.cluster.server import ClusterServer, host_and_port
+
+WORKERS = ("w0", "w1", "w2", "w3")
+PROXIED = WORKERS  # each reaches PostgreSQL through its own fault proxy
+LEASE = 1.0
+
+
+@dataclass
+class Cluster:
+    url: str
+    scratch: Path
+    server: ClusterServer
+    store: Store
+    started: float = field(default_factory=time.monotonic)
+    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    scheduler: subprocess.Popen[bytes] | None = None
+    proxies: dict[str, FaultProxy] = field(default_factory=dict)
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "NOETA_HOME": str(self.scratch / "home"),
+            "NOETA_CLUSTER_LEDGER": str(self.scratch / "ledger"),
+            "NOETA_FAILPOINTS": "",
+        }
+
+    def note(self, what: str) -> None:
+        self.timeline.append((time.monotonic() - self.started, what))
+
+    def open_proxies(self, names: tuple[str, ...] = PROXIED) -> None:
+        host, port = host_and_port(self.url)
+        for name in names:
+            proxy = FaultProxy(host, port, statement_marker=b"noeta_append")
+            proxy.start()
+            self.proxies[name] = proxy
+
+    def worker_url(self, name: str) -> str:
+        proxy = self.proxies.get(name)
+        if proxy is None:
+            return self.url
+        return make_conninfo(self.url, host="127.0.0.1", port=str(proxy.port))
+
+    def start_worker(
+        self, name: str, *, failpoints: str = "", queues: str = "default", lease: float = LEASE
+    ) -> None:
+        command = [sys.executable, "-m", "noeta", "worker", "--store", self.worker_url(name)]
+        command += ["--name", name, "--lease", str(lease), "--poll", "0.5", "--concurrency", "4"]
+        command += ["--queues", queues, "--config", str(self.scratch / "noeta.yaml")]
+        env = {
+            **self.env,
+            "NOETA_FAILPOINTS": failpoints,
+            "NOETA_APPEND_JOURNAL": str(self.scratch / f"journal-{name}"),
+        }
+        output = (self.scratch / f"{name}.log").open("a")
+        self.workers[name] = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, env=env
+        )
+
+    def start_scheduler(self) -> None:
+        command = [sys.executable, "-m", "noeta", "scheduler", "--store", self.url]
+        command += ["--cron", str(self.scratch / "cron.yaml")]
+        output = (self.scratch / "scheduler.log").open("a")
+        self.scheduler = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, env=self.env
+        )
+
+    def restart_worker(self, name: str, *, failpoints: str = "") -> None:
+        self.kill(self.workers[name])
+        self.start_worker(name, failpoints=failpoints)
+
+    def kill(self, process: subprocess.Popen[bytes]) -> None:
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            process.wait(10)
+
+    def stop_everything(self) -> None:
+        for process in [*self.workers.values(), self.scheduler]:
+            if process is not None:
+                self.kill(process)
+        for proxy in self.proxies.values():
+            proxy.heal()
+
+    def close_proxies(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.stop()
+        self.proxies.clear()
+
+    def worker_output(self) -> str:
+        return "".join(path.read_text(errors="replace") for path in self.scratch.glob("*.log"))

@@ -1,0 +1,122 @@
+"""Scenarios that force the windows random chaos rarely hits, run before the chaos.
+
+The fence's window: the old owner is frozen right before an append (failpoint), its
+lease lapses, a new owner takes over and is held before its first write (failpoint), the
+old one wakes and appends. The expected seq is still right and no (task, seq) is taken,
+so only the epoch check refuses it. The stale view: a client whose view of the log is
+ahead of it (it took an append whose outcome was unknown for landed) appends at the
+wrong seq; only the expected-seq check refuses it, as no key collides.
+And one run of each recovery path, so a short run shows them all: a worker killed inside
+a tool call (failpoint) whose next claimer settles it by recover (Record), by re-run
+(Pause) or as outcome unknown (Bash), the recovering claim's reply lost (adopted), and a
+worker killed while its background job runs (the job is recorded lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from noeta.core.errors import Conflict
+from noeta.core.store import NewEvent
+from tests.cluster.processes import Cluster
+from tests.cluster.workload import Workload
+
+QUEUE = "targeted"
+OLD_FROZEN = "append.before_commit=stop(3000)@2"  # the second append: after the first step
+NEW_HELD = "append.before_commit=sleep(4000)@1"  # its first write, after the takeover
+
+
+async def until(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"targeted scenario: {what} within {within:g} s")
+        await asyncio.sleep(0.1)
+
+
+KILLED_IN_TOOL = "tool.before_finished=kill@1"
+CLAIM_REPLY_LOST = "claim.after_commit=raise(CommitUnknown)@1"
+
+
+async def run_targeted(cluster: Cluster, workload: Workload) -> None:
+    await fence_window(cluster, workload)
+    await stale_view(cluster, workload)
+    for path in ("recover", "rerun", "unknown"):
+        await killed_in_a_tool(cluster, workload, path)
+    await job_lost(cluster, workload)
+
+
+async def killed_in_a_tool(cluster: Cluster, workload: Workload, path: str) -> None:
+    task = f"{path}-000"
+    workload.kinds[task] = path
+    await workload.create(task, queue=QUEUE)
+    cluster.start_worker("tool-crash", queues=QUEUE, failpoints=KILLED_IN_TOOL)
+    crashing = cluster.workers.pop("tool-crash")
+    await asyncio.to_thread(crashing.wait, 60)
+    cluster.note(f"{task}: worker killed inside its tool call (failpoint)")
+    # The recovering worker's claim reply is lost: it must adopt the task to run it.
+    lost = CLAIM_REPLY_LOST if path == "recover" else ""
+    cluster.start_worker("tool-recover", queues=QUEUE, failpoints=lost)
+    await until(lambda: _finished(cluster, task), 60, f"{task} finishes")
+    cluster.kill(cluster.workers.pop("tool-recover"))
+
+
+async def job_lost(cluster: Cluster, workload: Workload) -> None:
+    store, task = cluster.store, "lostjob-000"
+    workload.kinds[task] = "job"
+
+    async def job_started() -> bool:
+        return any(e.type == "JobStarted" for e in await store.read_log(task))
+
+    await workload.create(task, queue=QUEUE)
+    cluster.start_worker("job-owner", queues=QUEUE)
+    await until(job_started, 30, "the background job starts")
+    cluster.kill(cluster.workers.pop("job-owner"))
+    cluster.note(f"{task}: worker SIGKILLed while its job runs")
+    cluster.start_worker("job-heir", queues=QUEUE)
+    await until(lambda: _finished(cluster, task), 60, f"{task} finishes")
+    cluster.kill(cluster.workers.pop("job-heir"))
+
+
+async def fence_window(cluster: Cluster, workload: Workload) -> None:
+    store, task = cluster.store, "fence-000"
+    workload.kinds[task] = "tools"
+
+    async def owner_is(name: str) -> bool:
+        record = await store.get_task(task)
+        return record is not None and record.owner == name
+
+    cluster.start_worker("fence-old", queues=QUEUE, failpoints=OLD_FROZEN)
+    await workload.create(task, queue=QUEUE)
+    await until(lambda: owner_is("fence-old"), 30, "fence-old claims the task")
+    cluster.note(f"fence window: fence-old will freeze before its 2nd append ({OLD_FROZEN})")
+    cluster.start_worker("fence-new", queues=QUEUE, failpoints=NEW_HELD)
+    await until(lambda: owner_is("fence-new"), 30, "fence-new takes the task over")
+    cluster.note("fence window: fence-new took over, held before its first write")
+    await until(lambda: _finished(cluster, task), 60, "the fence task finishes")
+    for name in ("fence-old", "fence-new"):
+        cluster.kill(cluster.workers.pop(name))
+
+
+async def stale_view(cluster: Cluster, workload: Workload) -> None:
+    store, task = cluster.store, "stale-000"
+    workload.kinds[task] = "tools"
+    await workload.create(task, queue=QUEUE)
+    claim = await store.claim("stale-client", [QUEUE], 30.0)
+    assert claim is not None and claim.task_id == task
+    try:
+        await store.append(claim, 2, [NewEvent("ModelCalled", {})])  # the log ends at 1
+        cluster.note("stale view: an append at the wrong seq landed")
+    except Conflict:
+        cluster.note("stale view: an append at the wrong seq was refused")
+    await store.release(claim)
+    cluster.start_worker("stale-finisher", queues=QUEUE)
+    await until(lambda: _finished(cluster, task), 60, "the stale-view task finishes")
+    cluster.kill(cluster.workers.pop("stale-finisher"))
+
+
+async def _finished(cluster: Cluster, task: str) -> bool:
+    record = await cluster.store.get_task(task)
+    return record is not None and record.status.finished

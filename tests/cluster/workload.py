@@ -1,0 +1,125 @@
+"""What the cluster runs: scripted tasks (tool calls with side effects, background jobs,
+timers, chats taking messages) created through the chaos, and the heal phase's driving
+of every chat to its end."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from noeta.core import events
+from noeta.core.errors import StoreError
+from noeta.core.store import CANCEL_KEY, Delivery, NewEvent, NewTask, Store
+
+SCRIPTS = Path(__file__).parent / "scripted"
+KINDS = ("tools", "job", "timer", "chat")
+MESSAGES_PER_CHAT = 6
+TOOLS = ("Bash", "TodoWrite", "ScheduleWakeup", "Record", "Pause")
+
+
+@dataclass
+class Workload:
+    store: Store
+    rng: random.Random
+    kinds: dict[str, str]  # task id -> kind, in the order they are created
+    created: list[str] = field(default_factory=list)
+    sent: list[tuple[str, str]] = field(default_factory=list)  # (task, dedupe key)
+
+    @property
+    def chats(self) -> list[str]:
+        return [task for task in self.created if self.kinds[task] == "chat"]
+
+    def sent_to(self, task_id: str) -> int:
+        return sum(1 for sent_to, _ in self.sent if sent_to == task_id)
+
+    async def create(self, task_id: str, queue: str = "default") -> None:
+        """Create a task of its planned kind (idempotent by id: safe to retry)."""
+        kind = self.kinds[task_id]
+        created = events.TaskCreated(
+            model=f"scripted:{SCRIPTS / f'{kind}.yaml'}",
+            prompt="" if kind == "chat" else "go",
+            interactive=kind == "chat",
+            tools=TOOLS,
+        )
+        encoded = [NewEvent(*events.encode(created))]
+        await steadily(lambda: self.store.create_task(NewTask(task_id, encoded, queue=queue)))
+        self.created.append(task_id)
+
+    async def create_due(self, fraction: float) -> None:
+        """Create tasks until `fraction` of them exist."""
+        waiting = [task for task in self.kinds if task not in self.created]
+        while waiting and len(self.created) < len(self.kinds) * min(1.0, fraction):
+            await self.create(waiting.pop(0))
+
+    async def send_message(self, task_id: str) -> None:
+        """Deliver the next message, through store faults (a delivery is idempotent by
+        its key); counted as sent once delivered."""
+        number = self.sent_to(task_id) + 1
+        key = f"message:{task_id}:{number}"
+        delivery = Delivery(task_id, {"text": f"message {number}"}, key)
+        await steadily(lambda: self.store.deliver(delivery))
+        self.sent.append((task_id, key))
+        if self.rng.random() < 0.3:  # a sender that retries: delivered once all the same
+            await steadily(lambda: self.store.deliver(delivery))
+
+    async def maybe_chat(self) -> None:
+        if self.chats and self.rng.random() < 0.6:
+            target = self.rng.choice(self.chats)
+            if self.sent_to(target) < MESSAGES_PER_CHAT:
+                await self.send_message(target)
+
+    async def finish(self, within: float) -> list[str]:
+        """Create what is left, send each chat its remaining messages, cancel it once all
+        are answered, and wait until every task has finished. The ids still unfinished at
+        the deadline."""
+        await self.create_due(1.0)
+        for task in self.chats:
+            while self.sent_to(task) < MESSAGES_PER_CHAT:
+                await self.send_message(task)
+        cancelled: set[str] = set()
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            for task in self.chats:
+                if task not in cancelled and await self._answered(task):
+                    cancel = Delivery(task, {"kind": "cancel"}, CANCEL_KEY)
+                    await steadily(lambda: self.store.deliver(cancel))  # noqa: B023 - awaited here
+                    cancelled.add(task)
+            left = await self.unfinished()
+            if not left and len(cancelled) == len(self.chats):
+                return []
+            await asyncio.sleep(0.5)
+        return await self.unfinished()
+
+    async def unfinished(self) -> list[str]:
+        records = await self.store.list_tasks(limit=10_000)
+        return [record.id for record in records if not record.status.finished]
+
+    async def _answered(self, task: str) -> bool:
+        log = await self.store.read_log(task)
+        taken = sum(1 for event in log if event.type == "MessageTaken")
+        answered = sum(1 for event in log if event.type == "TurnEnded")
+        return taken >= MESSAGES_PER_CHAT and answered >= MESSAGES_PER_CHAT
+
+
+async def steadily(step: Callable[[], Awaitable[object]], within: float = 60.0) -> None:
+    """Run one of the driver's own store calls through the faults (each is idempotent:
+    deliveries by dedupe key, creations by id)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await step()
+            return
+        except StoreError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+def plan_tasks(rng: random.Random, count: int) -> dict[str, str]:
+    """Task id -> kind, in the order they will be created."""
+    kinds = [rng.choice(KINDS) for _ in range(count)]
+    return {f"{kind}-{n:03}": kind for n, kind in enumerate(kinds)}
