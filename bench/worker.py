@@ -175,11 +175,17 @@ class Bench:
         concurrency: int = 4,
         lease: float = 30.0,
         poll: float = 1.0,
+        env: dict[str, str] | None = None,
     ) -> AsyncIterator[list[Worker]]:
-        """Worker processes, up and LISTENing; stopped (SIGTERM) on the way out."""
+        """Worker processes, up and LISTENing; stopped (SIGTERM) on the way out. `env`:
+        more of their environment (bench/jobs.py: NOETA_CONFIG naming its job module)."""
         since = await self.value("SELECT clock_timestamp()")
-        env = {**os.environ, "NOETA_HOME": str(self.scratch / "home"), "NOETA_FAILPOINTS": ""}
-        env.pop("NOETA_CONFIG", None)
+        env = {
+            **{k: v for k, v in os.environ.items() if k != "NOETA_CONFIG"},
+            "NOETA_HOME": str(self.scratch / "home"),
+            "NOETA_FAILPOINTS": "",
+            **(env or {}),
+        }
         command = [sys.executable, "-m", "noeta", "worker", "--store", self.dsn, "--queues"]
         command += [queue, "--concurrency", str(concurrency), "--lease", str(lease)]
         command += ["--poll", str(poll), "--name"]

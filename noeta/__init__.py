@@ -1,0 +1,74 @@
+"""noeta: durable AI-agent tasks and plain Python jobs on PostgreSQL.
+
+The public API is what `__all__` names (pinned by tests/client/test_public_api.py). It is
+imported on first use, so `import noeta.core…` stays free of drivers and plugins.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from noeta.client import AsyncClient, Client, TailedEvent, TaskHandle, UnknownJob
+    from noeta.core.errors import (
+        ConfigError,
+        NoetaError,
+        PayloadError,
+        ResultTimeout,
+        StoreError,
+        TaskCancelled,
+        TaskFailed,
+        UnknownTask,
+    )
+    from noeta.core.tool import ToolContext, ToolError
+    from noeta.plugins.function_tools import tool
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ConfigError",
+    "NoetaError",
+    "PayloadError",
+    "ResultTimeout",
+    "StoreError",
+    "TailedEvent",
+    "TaskCancelled",
+    "TaskFailed",
+    "TaskHandle",
+    "ToolContext",
+    "ToolError",
+    "UnknownJob",
+    "UnknownTask",
+    "tool",
+]
+
+_HOME = {
+    "AsyncClient": "noeta.client",
+    "Client": "noeta.client",
+    "TailedEvent": "noeta.client",
+    "TaskHandle": "noeta.client",
+    "UnknownJob": "noeta.client",
+    "ConfigError": "noeta.core.errors",
+    "NoetaError": "noeta.core.errors",
+    "PayloadError": "noeta.core.errors",
+    "ResultTimeout": "noeta.core.errors",
+    "StoreError": "noeta.core.errors",
+    "TaskCancelled": "noeta.core.errors",
+    "TaskFailed": "noeta.core.errors",
+    "UnknownTask": "noeta.core.errors",
+    "ToolContext": "noeta.core.tool",
+    "ToolError": "noeta.core.tool",
+    "tool": "noeta.plugins.function_tools",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'noeta' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

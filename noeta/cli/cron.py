@@ -13,6 +13,7 @@ import click
 from noeta.cli.options import json_option, store_option
 from noeta.core.store import CronFireRecord
 from noeta.scheduler.cronfile import (
+    JobAction,
     MessageAction,
     Schedule,
     TaskAction,
@@ -90,6 +91,9 @@ def _json(schedule: Schedule, fire: datetime | None) -> dict[str, Any]:
         case MessageAction(task, text):
             action = {"task": task, "text": text}
             kind = "message"
+        case JobAction(name, given, queue):
+            action = {"name": name, "input": given, "queue": queue}
+            kind = "job"
         case unknown:
             assert_never(unknown)
     return {

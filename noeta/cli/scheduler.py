@@ -101,6 +101,9 @@ async def _serve(
 
 
 def _check_plugins(schedules: Sequence[Schedule], tools_by_plugin: Mapping[str, object]) -> None:
+    from noeta.scheduler.scheduler import check_job_schedules
+
+    check_job_schedules(schedules)  # the plugins are loaded: their functions are known
     for schedule in schedules:
         action = schedule.action
         if isinstance(action, TaskAction) and action.plugins is not None:

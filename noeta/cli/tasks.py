@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from datetime import UTC
+from typing import Any
 
 import click
 
@@ -19,21 +19,17 @@ from noeta.cli.text import (
     read_text,
     task_json,
 )
-from noeta.config import Config, load_config
-from noeta.core.errors import ConfigError, NoetaError
+from noeta.client import AsyncClient, TaskHandle
+from noeta.config import load_config
+from noeta.core.errors import ConfigError
 from noeta.core.store import (
-    CANCEL_KEY,
     DEFAULT_QUEUE,
     LateResult,
-    Store,
     StoredEvent,
     TaskRecord,
     TaskStatus,
     check_key,
 )
-from noeta.core.task_id import check_task_id
-
-POLL_SECONDS = 0.5  # how often `tail --follow` looks for new events
 
 
 @click.command()
@@ -53,6 +49,19 @@ POLL_SECONDS = 0.5  # how often `tail --follow` looks for new events
     help="anthropic:MODEL, openai:MODEL or scripted:FILE.",
 )
 @click.option("--id", "task_id", default=None, help="The task's id (default: a new one).")
+@click.option(
+    "--job",
+    default=None,
+    metavar="NAME",
+    help="A plain job instead: one call of the @noeta.tool function NAME (from --config).",
+)
+@click.option(
+    "--input",
+    "job_input",
+    default=None,
+    metavar="JSON",
+    help="The job's input, a JSON object (`-` reads it from standard input).",
+)
 @config_option
 @store_option
 def submit(
@@ -61,57 +70,73 @@ def submit(
     interactive: bool,
     model: str,
     task_id: str | None,
+    job: str | None,
+    job_input: str | None,
     config: str | None,
     store: str | None,
 ) -> None:
     """Create a task for the workers to run; print its id.
 
     PROMPT `-` reads it from standard input. An --interactive task may start without one;
-    given, it is the first message.
+    given, it is the first message. With --job, the task is a plain job: no model, one
+    call of that function with --input, its result the task's.
     """
     from noeta.backends.models.registry import stored_spec
 
+    if job is not None:
+        if prompt or interactive:
+            raise ConfigError("a job takes --input, not a prompt nor --interactive")
+        arguments = _job_arguments(job_input)
+        handle = asyncio.run(_enqueue(store, config, job, arguments, queue, task_id))
+        click.echo(handle.id)
+        return
+    if job_input is not None:
+        raise ConfigError("--input is for a job: name it with --job")
     prompt = read_text(prompt, "prompt", blank_ok=True)
-    if not prompt.strip():
-        if not interactive:
-            raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
-        prompt = ""  # a conversation that starts with the first message
-    check_key("queue name", queue)
-    task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]
-    model = stored_spec(model)  # the worker holds the API keys: only the form is checked here
-    settings = load_config(config)
-    asyncio.run(_submit(task_id, queue, model, prompt, interactive, settings, store))
-    click.echo(task_id)
+    if not prompt.strip() and not interactive:
+        raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
+    # The worker holds the API keys: only the spec's form is checked here, and a
+    # relative script path is made absolute (the worker's folder is not the submitter's).
+    model = stored_spec(model)
+    handle = asyncio.run(
+        _submit(
+            store, config, prompt, model=model, queue=queue, id=task_id, interactive=interactive
+        )
+    )
+    click.echo(handle.id)
 
 
-async def _submit(
-    task_id: str,
-    queue: str,
-    model: str,
-    prompt: str,
-    interactive: bool,
-    config: Config,
+def _job_arguments(text: str | None) -> dict[str, object]:
+    if text is None:
+        return {}
+    text = read_text(text, "input")
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise ConfigError(f"--input is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ConfigError("--input must be a JSON object of the job's arguments")
+    return value
+
+
+async def _submit(url: str | None, config: str | None, prompt: str, **options: Any) -> TaskHandle:
+    async with AsyncClient(url, config=config, application_name="noeta-submit") as client:
+        return await client.submit(prompt, **options)
+
+
+async def _enqueue(
     url: str | None,
-) -> None:
-    from noeta.backends.stores import open_store
-    from noeta.core import events
-    from noeta.core.store import NewEvent, NewTask
-    from noeta.plugins.toolbox import Toolbox
-
-    # Started and closed again: some plugins (MCP) only know their tools once started.
-    toolbox = await Toolbox.open(config)
-    try:
-        tools = tuple(toolbox.tools)
-    finally:
-        await toolbox.close()
-    created = events.TaskCreated(model=model, prompt=prompt, interactive=interactive, tools=tools)
-    store = await open_store(url, application_name="noeta-submit")
-    try:
-        task = NewTask(task_id, [NewEvent(*events.encode(created))], queue=queue)
-        if not await store.create_task(task):
-            raise ConfigError(f"a task with id {task_id!r} exists already")
-    finally:
-        await store.close()
+    config: str | None,
+    job: str,
+    arguments: dict[str, object],
+    queue: str,
+    task_id: str | None,
+) -> TaskHandle:
+    # The config is loaded even when absent (the built-in default): --job finds its
+    # function through the plugins it lists.
+    settings = load_config(config)
+    async with AsyncClient(url, config=settings, application_name="noeta-submit") as client:
+        return await client.enqueue(job, arguments, queue=queue, id=task_id)
 
 
 @click.command()
@@ -122,39 +147,15 @@ async def _submit(
 def send(task_id: str, message: str, key: str | None, store: str | None) -> None:
     """Send MESSAGE to task TASK_ID (`-` reads it from standard input)."""
     message = read_text(message, "message")
-    key = check_key("message id", key) if key is not None else uuid.uuid4().hex
-    delivered = asyncio.run(_send(task_id, message, key, store))
+    key = check_key("message id", key) if key is not None else None
+    delivered = asyncio.run(_client_call(store, "noeta-send", "send", task_id, message, key=key))
     click.echo("sent" if delivered else "already sent")
 
 
-async def _send(task_id: str, message: str, key: str, url: str | None) -> bool:
-    from noeta.backends.stores import open_store
-    from noeta.core.store import Delivery
-
-    store = await open_store(url, application_name="noeta-send")
-    try:
-        record = await _existing(store, task_id)
-        if record.status.finished:
-            raise NoetaError(f"task {task_id} is {record.status}; it takes no more messages")
-        if not await _interactive(store, task_id):
-            raise NoetaError(
-                f"task {task_id} is one-shot: it takes no messages "
-                "(submit it --interactive to converse)"
-            )
-        return await store.deliver(Delivery(task_id, {"text": message}, f"message:{key}"))
-    finally:
-        await store.close()
-
-
-async def _interactive(store: Store, task_id: str) -> bool:
-    """Whether the task takes messages, from its TaskCreated (the log's first event)."""
-    from noeta.core import events
-
-    first = (await store.read_log(task_id))[:1]
-    if not first:
-        return False
-    created = events.decode(first[0].type, first[0].data)
-    return isinstance(created, events.TaskCreated) and created.interactive
+async def _client_call(url: str | None, name: str, method: str, *args: Any, **options: Any) -> Any:
+    """One call of the client, as the command's whole body: the CLI is a layer on it."""
+    async with AsyncClient(url, application_name=name) as client:
+        return await getattr(client, method)(*args, **options)
 
 
 @click.command()
@@ -180,18 +181,13 @@ def tasks(
     store: str | None,
 ) -> None:
     """List tasks, newest first (with --parent: that task's subtasks, in launch order)."""
-    if queue is not None:
-        check_key("queue name", queue)
-    wanted = None if status is None else TaskStatus(status)
     if parent is not None:
-        children = asyncio.run(_children_of(check_key("task id", parent), store))
-        records = [
-            r
-            for _, r in children
-            if (wanted is None or r.status == wanted) and (queue is None or r.queue == queue)
-        ][:limit]
-    else:
-        records = asyncio.run(_tasks(wanted, queue, limit, store))
+        check_key("task id", parent)
+    records: list[TaskRecord] = asyncio.run(
+        _client_call(
+            store, "noeta-tasks", "tasks", status=status, queue=queue, parent=parent, limit=limit
+        )
+    )
     if as_json:
         click.echo(json.dumps([task_json(r) for r in records], ensure_ascii=False, indent=2))
         return
@@ -216,18 +212,6 @@ def tasks(
         click.echo(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
-
-
-async def _tasks(
-    status: TaskStatus | None, queue: str | None, limit: int, url: str | None
-) -> list[TaskRecord]:
-    from noeta.backends.stores import open_store
-
-    store = await open_store(url, application_name="noeta-tasks")
-    try:
-        return await store.list_tasks(status=status, queue=queue, limit=limit)
-    finally:
-        await store.close()
 
 
 @click.command()
@@ -265,22 +249,10 @@ def tail(task_id: str, first_seq: int, follow: bool, as_json: bool, store: str |
 async def _tail(
     task_id: str, after: int, follow: bool, as_json: bool, url: str | None
 ) -> TaskStatus:
-    from noeta.backends.stores import open_store
-
-    store = await open_store(url, application_name="noeta-tail")
-    try:
-        while True:
-            # The status is read before the log: once it says finished, the read that
-            # follows holds the last event.
-            record = await _existing(store, task_id)
-            for event in await store.read_log(task_id, after):
-                click.echo(event_json(event) if as_json else event_line(event))
-                after = event.seq
-            if not follow or record.status.finished:
-                return record.status
-            await asyncio.sleep(POLL_SECONDS)
-    finally:
-        await store.close()
+    async with AsyncClient(url, application_name="noeta-tail") as client:
+        async for tailed in client.tail(task_id, after=after, follow=follow):
+            click.echo(event_json(tailed.stored) if as_json else event_line(tailed.stored))
+        return (await client.get(task_id)).status
 
 
 @click.command()
@@ -288,59 +260,8 @@ async def _tail(
 @store_option
 def cancel(task_id: str, store: str | None) -> None:
     """Ask for task TASK_ID to stop: the worker that runs it next finishes it as cancelled."""
-    requested = asyncio.run(_cancel(task_id, store))
+    requested = asyncio.run(_client_call(store, "noeta-cancel", "cancel", task_id))
     click.echo("cancel requested" if requested else "cancel already requested")
-
-
-async def _cancel(task_id: str, url: str | None) -> bool:
-    from noeta.backends.stores import open_store
-    from noeta.core.store import Delivery
-
-    store = await open_store(url, application_name="noeta-cancel")
-    try:
-        record = await _existing(store, task_id)
-        if record.status.finished:
-            raise NoetaError(f"task {task_id} is already {record.status}")
-        return await store.deliver(Delivery(task_id, {"kind": "cancel"}, CANCEL_KEY))
-    finally:
-        await store.close()
-
-
-async def _children_of(task_id: str, url: str | None) -> list[tuple[str, TaskRecord]]:
-    from noeta.backends.stores import open_store
-
-    store = await open_store(url, application_name="noeta-tasks")
-    try:
-        await _existing(store, task_id)
-        return await _children(store, await store.read_log(task_id))
-    finally:
-        await store.close()
-
-
-async def _children(store: Store, log: list[StoredEvent]) -> list[tuple[str, TaskRecord]]:
-    """The subtasks a task launched, from its log (each SubtaskLaunched was written with the
-    child's creation), with their rows: (description, record), in launch order."""
-    from noeta.core import events
-
-    found = []
-    for stored in log:
-        if stored.type != "SubtaskLaunched":
-            continue
-        launched = events.decode(stored.type, stored.data)
-        if isinstance(launched, events.SubtaskLaunched):
-            record = await store.get_task(launched.child_id)
-            if record is not None:
-                found.append((launched.description, record))
-    return found
-
-
-async def _existing(store: Store, task_id: str) -> TaskRecord:
-    from noeta.core.errors import UnknownTask
-
-    record = await store.get_task(task_id)
-    if record is None:
-        raise UnknownTask(task_id)
-    return record
 
 
 @click.command()
@@ -377,14 +298,10 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
 async def _show(
     task_id: str, url: str | None
 ) -> tuple[TaskRecord, list[StoredEvent], list[LateResult], list[tuple[str, TaskRecord]]]:
-    from noeta.backends.stores import open_store
-
-    store = await open_store(url, application_name="noeta-show")
-    try:
-        record = await _existing(store, task_id)
+    async with AsyncClient(url, application_name="noeta-show") as client:
+        record = await client.get(task_id)
+        store = await client.store()
         # Late results first: one kept after the log was read would look unrecorded.
         late = await store.late_results(task_id)
         log = await store.read_log(task_id)
-        return record, log, late, await _children(store, log)
-    finally:
-        await store.close()
+        return record, log, late, await client.children(task_id)

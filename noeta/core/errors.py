@@ -3,6 +3,9 @@
     NoetaError
     ├── ConfigError            bad input from a user: a URL, a flag, a file
     ├── PayloadError           a value the log cannot hold exactly (raised before any write)
+    ├── TaskFailed             the task a client waited on finished failed (its error)
+    ├── TaskCancelled          the task a client waited on was cancelled
+    ├── ResultTimeout          the task did not finish within the client's timeout
     └── StoreError
         ├── Conflict           the claim was lost or the log moved on; nothing was written
         ├── StoreUnavailable   the store could not be reached; nothing was written
@@ -26,6 +29,32 @@ class ConfigError(NoetaError):
 
 class PayloadError(NoetaError):
     """A value cannot be stored so that it reads back exactly; nothing was written."""
+
+
+class TaskFailed(NoetaError):
+    """The task finished as failed; `error` is its recorded reason (a job's, its tool's)."""
+
+    def __init__(self, task_id: str, error: str) -> None:
+        super().__init__(f"task {task_id} failed: {error}")
+        self.task_id = task_id
+        self.error = error
+
+
+class TaskCancelled(NoetaError):
+    """The task finished as cancelled."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id} was cancelled")
+        self.task_id = task_id
+
+
+class ResultTimeout(NoetaError):
+    """The task had not finished when the client stopped waiting; it may still finish."""
+
+    def __init__(self, task_id: str, timeout: float) -> None:
+        super().__init__(f"task {task_id} did not finish within {timeout:g}s")
+        self.task_id = task_id
+        self.timeout = timeout
 
 
 class StoreError(NoetaError):

@@ -35,6 +35,17 @@ class TaskCreated:
 
 
 @dataclass(frozen=True, slots=True)
+class CallRequested:
+    """The task is a plain job: this one tool call, run under the tool recovery contract,
+    and its result is the task's (the log's second event, written with its creation).
+    A new event type, so a noeta that predates jobs leaves the task to a newer one."""
+
+    call_id: str
+    name: str
+    input: dict[str, JSONValue]
+
+
+@dataclass(frozen=True, slots=True)
 class MessageTaken:
     """A message taken from the inbox; the append that records it marks the entry taken."""
 
@@ -230,6 +241,7 @@ class UnknownEvent:
 
 Event = (
     TaskCreated
+    | CallRequested
     | MessageTaken
     | ModelCalled
     | ModelReplied
@@ -257,6 +269,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
         TaskCreated,
+        CallRequested,
         MessageTaken,
         ModelCalled,
         ModelReplied,

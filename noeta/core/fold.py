@@ -13,6 +13,7 @@ from typing import assert_never
 
 from noeta.core.conversation import extend
 from noeta.core.events import (
+    CallRequested,
     Event,
     JobFinished,
     JobLost,
@@ -106,6 +107,7 @@ class TaskState:
     # Launched and not yet handed back: (call id, child id, the reply that made the call).
     subtasks: tuple[tuple[str, str, int], ...] = ()
     plugin_records: tuple[tuple[str, JSONValue], ...] = ()  # each plugin's latest record
+    job: str = ""  # a plain job's tool name ("" for an agent task): its call's result ends it
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)
@@ -146,6 +148,7 @@ class _Folding:
     turn_children: int
     subtasks: tuple[tuple[str, str, int], ...]
     plugin_records: tuple[tuple[str, JSONValue], ...]
+    job: str
 
     def __init__(self, start: TaskState) -> None:
         for name in _SCALARS:
@@ -205,6 +208,8 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             f.config = event
             if prompt:
                 _open_turn(f, prompt)
+        case CallRequested():
+            _request_call(f, event)
         case MessageTaken(inbox_id=inbox_id, text=text):
             f.taken.add(inbox_id)
             _open_turn(f, text)
@@ -257,7 +262,9 @@ def _apply_tool(
         case ToolFinished(call_id=call_id, content=content, is_error=is_error):
             f.started.pop(call_id, None)
             f.results.append(ToolResult(call_id, content, is_error))
-            if len(f.results) == len(f.calls):
+            if f.job:
+                _end_job_call(f, content, is_error)
+            elif len(f.results) == len(f.calls):
                 _hand_results_to_model(f)
         case ToolWaiting(call_id=call_id, input=input, question=question):
             f.waiting_call, f.waiting_question = call_id, question
@@ -355,6 +362,24 @@ def _take_reply(f: _Folding, reply: ModelReplied) -> None:
     f.truncated_in_row = f.empty_in_row = 0
     f.calls = calls
     f.last_answer = "\n".join(block.text for block in texts)
+
+
+def _request_call(f: _Folding, event: CallRequested) -> None:
+    """A plain job: one turn whose only step is the call (no model, no message)."""
+    f.job = event.name
+    f.turn += 1
+    f.turn_open = True
+    f.calls = (ToolCall(event.call_id, event.name, event.input),)
+
+
+def _end_job_call(f: _Folding, content: str, is_error: bool) -> None:
+    """A plain job's call settled: its result (or error, "outcome unknown" included) is
+    the turn's, so the task finishes with it."""
+    f.turn_open = False
+    f.calls = ()
+    f.results.clear()
+    f.last_turn_outcome = "failed" if is_error else "answered"
+    f.last_answer, f.last_turn_error = ("", content) if is_error else (content, "")
 
 
 def _hand_results_to_model(f: _Folding) -> None:

@@ -1,12 +1,14 @@
 """Loading the plugins a deployment lists, by module path or entry point, and pinning them.
 
-A plugin module exposes `plugin(params) -> Plugin`. Its pin is its name, where it came
+A plugin module exposes `plugin(params) -> Plugin`, or functions decorated `@noeta.tool`
+(then the module, named after itself, is the plugin). Its pin is its name, where it came
 from, the version of the package that ships it (or the hash of its file, for a module
 outside any package), and a hash of its parameters.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -19,6 +21,7 @@ from typing import Any, Literal
 from noeta.core.errors import ConfigError
 from noeta.core.payload import JSONValue
 from noeta.core.plugin import Pin, Plugin, params_hash
+from noeta.plugins.function_tools import FunctionsPlugin, tools_in
 
 ENTRY_POINT_GROUP = "noeta.plugins"
 
@@ -46,14 +49,29 @@ def load(spec: PluginSpec) -> LoadedPlugin:
             f"plugin {source} cannot be loaded: {type(error).__name__}: {error}"
         ) from None
     factory = getattr(module, "plugin", None)
-    if not callable(factory):
-        raise ConfigError(f"plugin {source} has no plugin(params) function")
+    functions = tools_in(module)
+    if not callable(factory) and not functions:
+        raise ConfigError(f"plugin {source} has no plugin(params) function nor @noeta.tool")
     try:
-        plugin: Plugin = factory(dict(spec.params))
+        plugin: Plugin = (
+            factory(dict(spec.params))
+            if callable(factory)
+            else FunctionsPlugin(module.__name__, functions)
+        )
     except (ValueError, TypeError) as error:
         raise ConfigError(f"plugin {source}: bad parameters: {error}") from None
     pin = Pin(plugin.name, source, _version(module), params_hash(dict(spec.params)))
     return LoadedPlugin(plugin, pin)
+
+
+@functools.cache
+def module_pin(module_name: str) -> Pin:
+    """The pin a worker gives a module of decorated functions listed without parameters:
+    what a job is created with, so a worker lacking the module never runs it (ADR-023).
+    Read once per process: package metadata is slow to read, and the imported code cannot
+    change under it."""
+    module = importlib.import_module(module_name)
+    return Pin(module_name, f"module:{module_name}", _version(module), params_hash({}))
 
 
 def pins_of(plugins: list[LoadedPlugin]) -> tuple[Pin, ...]:

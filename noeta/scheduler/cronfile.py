@@ -16,6 +16,7 @@ from typing import Any, Literal
 from noeta import yamlfile
 from noeta.backends.models.registry import stored_spec
 from noeta.core.errors import ConfigError, PayloadError
+from noeta.core.payload import JSONValue
 from noeta.core.store import DEFAULT_QUEUE, check_key
 from noeta.core.task_id import check_task_id
 from noeta.scheduler import slots
@@ -35,6 +36,7 @@ _SCHEDULE_KEYS = (
     "timezone",
     "task",
     "message",
+    "job",
     "overlap",
     "missed",
     "max_catch_up",
@@ -42,6 +44,7 @@ _SCHEDULE_KEYS = (
 )
 _TASK_KEYS = ("prompt", "model", "queue", "plugins")
 _MESSAGE_KEYS = ("task", "text")
+_JOB_KEYS = ("name", "input", "queue")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +66,23 @@ class MessageAction:
 
 
 @dataclass(frozen=True, slots=True)
+class JobAction:
+    """A fire enqueues a plain job: one call of a `@noeta.tool` function (docs/api.md);
+    the scheduler checks the name and input against the config's plugins at start."""
+
+    name: str
+    input: dict[str, JSONValue]
+    queue: str = DEFAULT_QUEUE
+
+
+@dataclass(frozen=True, slots=True)
 class Schedule:
     """One schedule of a cron file: when (cron, timezone), what (action), and its policies."""
 
     name: str
     cron: str  # as written: 5 fields, or an alias such as @daily (slots.expand reads both)
     timezone: str  # an IANA name
-    action: TaskAction | MessageAction
+    action: TaskAction | MessageAction | JobAction
     overlap: Overlap = "skip"  # skip: no fire while the previous fire's task is unfinished
     missed: Missed = "run_once"  # what to do with the slots missed while down
     max_catch_up: int = 10  # run_all fires at most this many missed slots (the latest)
@@ -170,13 +183,26 @@ def _schedule(path: str, item: Any, index: int, line: int) -> Schedule:
     )
 
 
-def _action(field: _Field) -> TaskAction | MessageAction:
-    given = [key for key in ("task", "message") if key in field.mapping]
+def _action(field: _Field) -> TaskAction | MessageAction | JobAction:
+    given = [key for key in ("task", "message", "job") if key in field.mapping]
     if not given:
-        raise field.error(None, "a schedule needs `task:` (a new task) or `message:` (to a task)")
-    if len(given) == 2:
-        raise field.error(None, "a schedule has both `task:` and `message:`; keep one")
+        raise field.error(
+            None, "a schedule needs `task:` (a new task), `message:` (to a task) or `job:`"
+        )
+    if len(given) > 1:
+        both = " and ".join(f"`{key}:`" for key in given)
+        raise field.error(None, f"a schedule has both {both}; keep one")
     inner = field.inner(given[0])
+    if given[0] == "job":
+        inner.refuse_unknown(_JOB_KEYS)
+        arguments = inner.mapping.get("input", {})
+        if not isinstance(arguments, dict):
+            raise inner.error("input", "a job's input is a mapping of its arguments")
+        return JobAction(
+            name=inner.text("name", required=True),
+            input=arguments,
+            queue=inner.key("queue", "queue name", default=DEFAULT_QUEUE),
+        )
     if given[0] == "message":
         inner.refuse_unknown(_MESSAGE_KEYS)
         task = inner.key("task", "task id")

@@ -20,8 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from noeta.client import job_tasks
 from noeta.core import events, failpoints
-from noeta.core.errors import NoetaError, StoreError
+from noeta.core.errors import ConfigError, NoetaError, StoreError
 from noeta.core.retry import backoff_seconds
 from noeta.core.store import (
     CronFire,
@@ -32,7 +33,7 @@ from noeta.core.store import (
     Store,
     cron_message_key,
 )
-from noeta.scheduler.cronfile import MessageAction, Schedule, TaskAction
+from noeta.scheduler.cronfile import JobAction, MessageAction, Schedule, TaskAction
 from noeta.scheduler.slots import next_slot, slots_between
 
 log = logging.getLogger("noeta.scheduler")
@@ -50,6 +51,20 @@ FIRST_LOOK_BACK = timedelta(minutes=5)
 RETRY_CAP_SECONDS = 10.0
 
 ToolsFor = Callable[[tuple[str, ...] | None], tuple[str, ...]]
+
+
+def check_job_schedules(schedules: Sequence[Schedule]) -> None:
+    """Every `job:` names a function the loaded plugins declare, with input that fits it:
+    refused at start (and on reload), not at the first fire."""
+    for schedule in schedules:
+        action = schedule.action
+        if isinstance(action, JobAction):
+            try:
+                job_tasks.job_input(job_tasks.job_tool(action.name), action.input)
+            except NoetaError as error:
+                raise ConfigError(
+                    f"{schedule.source}: schedule {schedule.name!r}: {error}"
+                ) from None
 
 
 def task_id_for(schedule: str, slot: datetime) -> str:
@@ -161,4 +176,10 @@ class Scheduler:
             case MessageAction(task=task, text=text):
                 key = cron_message_key(schedule.name, slot)
                 return Delivery(task, {"text": text}, key)
+            case JobAction(name=name, input=given, queue=queue):
+                tool = job_tasks.job_tool(name)
+                checked = job_tasks.job_input(tool, given)
+                return job_tasks.job_task(
+                    task_id_for(schedule.name, slot), tool, checked, queue, None
+                )
         raise NoetaError(f"schedule {schedule.name}: unknown action {schedule.action!r}")

@@ -7,6 +7,7 @@ import pytest
 from noeta.core import payload, snapshot
 from noeta.core.events import (
     EVENT_TYPES,
+    CallRequested,
     JobFinished,
     JobLost,
     JobStarted,
@@ -61,6 +62,7 @@ EXAMPLES = [
     WakeupScheduled("c3", "2026-11-30T01:00:00.000+00:00", "check the deploy"),
     WokenUp("c3"),
     SubtaskOf("parent", "c4", 1),
+    CallRequested("job", "charge", {"customer": "ada", "cents": 500}),
     SubtaskLaunched("c4", "t.c4.1", "look it up"),
     SubtaskReturned("t.c4.1", "done", 8),
     PluginRecord("notify", {"through": 12}),

@@ -230,7 +230,8 @@ def test_bad_schedule_fields(tmp_path: Path, extra: str, line: int, expected: st
         (f"name: {'n' * 101}\nschedule: '@daily'\n{TASK}", "line 2: schedules[0].name: 'nnnn"),
         (
             "name: a\nschedule: '@daily'",
-            "line 2: schedules[0]: a schedule needs `task:` (a new task) or `message:` (to a task)",
+            "line 2: schedules[0]: a schedule needs `task:` (a new task), `message:` (to a task) "
+            "or `job:`",
         ),
         ("name: a\nschedule: '@daily'\ntask: go", "line 4: schedules[0].task: must be a mapping"),
         (

@@ -191,16 +191,22 @@ def _refusal(run: RunContext, tool: Tool | None, call: ToolCall) -> str:
     """Why a call cannot run at all ("" if it can): the model reads this, nothing crashes."""
     if tool is None or call.name not in _enabled(run):
         return f"there is no tool named {call.name!r}"
+    return input_problem(tool, call.input) or _launch_refusal(run, tool, call)
+
+
+def input_problem(tool: Tool, input: dict[str, JSONValue]) -> str:
+    """Why `input` does not match the tool's schema ("" if it does): what the model reads,
+    and what `enqueue` refuses a job's input with, before anything is written."""
     validator = _validators.get(tool.name)
     if validator is None or validator[0] is not tool.input_schema:
         validator = (tool.input_schema, Draft202012Validator(tool.input_schema))
         _validators[tool.name] = validator
-    problems = sorted(validator[1].iter_errors(call.input), key=lambda e: list(e.path))
+    problems = sorted(validator[1].iter_errors(input), key=lambda e: list(e.path))
     if not problems:
-        return _launch_refusal(run, tool, call)
+        return ""
     first = problems[0]
     where = "/".join(str(part) for part in first.path) or "the input"
-    return f"invalid input for {call.name}: {where}: {first.message}"
+    return f"invalid input for {tool.name}: {where}: {first.message}"
 
 
 _validators: dict[str, tuple[object, Draft202012Validator]] = {}

@@ -37,6 +37,14 @@ SELECT noeta_append(
     %(deliver_tasks)s::text[], %(deliver_keys)s::text[], %(deliver_payloads)s::text[])
 """
 
+# An append that finishes its task also tells clients waiting on it (`result`), on
+# channel noeta_finished with the task id as payload. The NOTIFY is in the append's own
+# statement: sent at its commit, never for a refused append, no extra round trip.
+APPEND_EVENTS_ANNOUNCING_FINISH = f"""
+SELECT appended.seq, pg_notify('noeta_finished', %(task)s)
+  FROM ({APPEND_EVENTS}) AS appended(seq)
+"""
+
 # The common case (events only, keep running) has a lighter statement: fewer parameters.
 APPEND_EVENTS_ONLY = """
 SELECT noeta_append_events(%(task)s, %(epoch)s, %(expected_seq)s, %(types)s::text[],
@@ -114,7 +122,10 @@ class PostgresAppends(PostgresConnection):
             "deliver_keys": [dedupe_key(d) for d in ordered],
             "deliver_payloads": [payload.encode(d.payload) for d in ordered],
         }
-        row = await self._write(APPEND_EVENTS, params, task_id=claim.task_id)
+        statement = (
+            APPEND_EVENTS_ANNOUNCING_FINISH if isinstance(next_state, Finish) else APPEND_EVENTS
+        )
+        row = await self._write(statement, params, task_id=claim.task_id)
         assert row is not None
         last_seq: int = row[0]
         return last_seq

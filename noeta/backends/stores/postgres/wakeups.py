@@ -1,5 +1,6 @@
 """Wake-ups on PostgreSQL: the scheduler announces tasks that fell due (NOTIFY noeta_wake),
-and workers listen for them instead of polling."""
+and workers listen for them instead of polling; clients listen for finished tasks
+(noeta_finished, sent by the append that finishes one)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.store import check_moment
 
 LISTEN_FOR_WAKEUPS = "LISTEN noeta_wake"
+LISTEN_FOR_FINISHES = "LISTEN noeta_finished"
 ANY_QUEUE = "*"
 
 WAKE_DUE = """
@@ -33,9 +35,17 @@ SELECT clock.now,
 class PostgresWakeups(PostgresConnection):
     """Announcing due tasks, and listening for the announcements."""
 
-    async def wakeups(self) -> AsyncIterator[str]:
+    def wakeups(self) -> AsyncIterator[str]:
         """Queue names in which a task just became claimable (LISTEN noeta_wake), and "*"
         each time listening (re)starts. Reconnects after a lost connection."""
+        return self._listen(LISTEN_FOR_WAKEUPS)
+
+    def finishes(self) -> AsyncIterator[str]:
+        """Ids of tasks that just finished (LISTEN noeta_finished), and "*" each time
+        listening (re)starts: a task finished before then was not announced."""
+        return self._listen(LISTEN_FOR_FINISHES)
+
+    async def _listen(self, statement: str) -> AsyncIterator[str]:
         while True:
             try:
                 connection = await psycopg.AsyncConnection.connect(
@@ -48,8 +58,8 @@ class PostgresWakeups(PostgresConnection):
                 await asyncio.sleep(self.deadline_seconds)
                 continue
             try:
-                await connection.execute(LISTEN_FOR_WAKEUPS)
-                # Anything that became claimable before the LISTEN took effect was not
+                await connection.execute(statement)
+                # Anything that happened before the LISTEN took effect was not
                 # announced: "*" tells the listener to look now.
                 yield ANY_QUEUE
                 async for notification in connection.notifies():

@@ -1,0 +1,352 @@
+"""`AsyncClient`: noeta from Python: submit agent tasks, enqueue plain jobs, await their
+results, follow their logs, message, answer and cancel them. The CLI is a layer on it.
+
+The store is the one the CLI would use: a URL, else `NOETA_STORE`, else the embedded
+PostgreSQL. It is opened at first use and closed by `close()` (or `async with`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+
+from noeta.client import job_tasks
+from noeta.client.waiting import wait_finished
+from noeta.config import Config, load_config
+from noeta.core import events
+from noeta.core.errors import (
+    ConfigError,
+    NoetaError,
+    TaskCancelled,
+    TaskFailed,
+    UnknownTask,
+)
+from noeta.core.payload import JSONValue
+from noeta.core.store import (
+    CANCEL_KEY,
+    DEFAULT_QUEUE,
+    Delivery,
+    NewEvent,
+    NewTask,
+    Store,
+    StoredEvent,
+    TaskRecord,
+    TaskStatus,
+    check_key,
+)
+from noeta.core.task_id import check_task_id
+from noeta.plugins.function_tools import REGISTERED, FunctionTool
+
+TAIL_POLL_SECONDS = 0.5  # how often a followed log is read for new events
+
+# Without a model given (or NOETA_MODEL for the CLI): the model a task is given.
+DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskHandle:
+    """A task this client made; anywhere a task is asked for, its id does as well."""
+
+    id: str
+    queue: str = DEFAULT_QUEUE
+
+    def __str__(self) -> str:
+        return self.id
+
+
+@dataclass(frozen=True, slots=True)
+class TailedEvent:
+    """One event of a task's log, decoded (`UnknownEvent`: written by a newer noeta)."""
+
+    seq: int
+    event: events.Event | events.UnknownEvent
+    stored: StoredEvent
+
+
+TaskRef = str | TaskHandle
+
+
+class AsyncClient:
+    def __init__(
+        self,
+        store: str | None = None,
+        *,
+        config: str | Config | None = None,
+        application_name: str = "noeta-client",
+    ) -> None:
+        self._url = store
+        self._config = config
+        self._application_name = application_name
+        self._store: Store | None = None
+        self._opening = asyncio.Lock()
+
+    async def __aenter__(self) -> AsyncClient:
+        await self.store()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def store(self) -> Store:
+        """The open store (opened on first use)."""
+        async with self._opening:
+            if self._store is None:
+                from noeta.backends.stores import open_store
+
+                self._store = await open_store(self._url, application_name=self._application_name)
+            return self._store
+
+    async def close(self) -> None:
+        if self._store is not None:
+            store, self._store = self._store, None
+            await store.close()
+
+    # --- creating tasks --------------------------------------------------------------
+
+    async def submit(
+        self,
+        prompt: str,
+        *,
+        model: str = DEFAULT_MODEL,
+        queue: str = DEFAULT_QUEUE,
+        id: str | None = None,
+        interactive: bool = False,
+        tools: Sequence[str] | None = None,
+        config: str | Config | None = None,
+    ) -> TaskHandle:
+        """Create an agent task; `tools` default to every tool the config's plugins offer."""
+        from noeta.backends.models.registry import split_spec
+
+        if not prompt.strip() and not interactive:
+            raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
+        check_key("queue name", queue)
+        task_id = _new_id(id)
+        split_spec(model)  # the worker holds the API keys: only the spec's form is checked
+        names = tuple(tools) if tools is not None else await self._tool_names(config)
+        created = events.TaskCreated(
+            model=model,
+            prompt=prompt if prompt.strip() else "",
+            interactive=interactive,
+            tools=names,
+        )
+        await self._create(NewTask(task_id, [NewEvent(*events.encode(created))], queue=queue))
+        return TaskHandle(task_id, queue)
+
+    async def enqueue(
+        self,
+        job: str,
+        input: Mapping[str, object] | None = None,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        id: str | None = None,
+        run_at: datetime | None = None,
+        delay: float | None = None,
+    ) -> TaskHandle:
+        """Create a plain job: one call of the function decorated `@noeta.tool` as `job`."""
+        tool = await self._job_tool(job)
+        checked = job_tasks.job_input(tool, input)
+        check_key("queue name", queue)
+        task_id = _new_id(id)
+        store = await self.store()
+        now = await store.clock() if delay is not None else datetime.now().astimezone()
+        start = job_tasks.ready_at(now, run_at, delay)
+        await self._create(job_tasks.job_task(task_id, tool, checked, queue, start))
+        return TaskHandle(task_id, queue)
+
+    async def _job_tool(self, name: str) -> FunctionTool:
+        """The decorated function named `name`: imported already, or by the config's
+        plugins (the CLI knows a job only through them)."""
+        if name not in REGISTERED and self._config is not None:
+            await self._tool_names(None)  # loading the plugins imports their modules
+        return job_tasks.job_tool(name)
+
+    async def _create(self, task: NewTask) -> None:
+        if not await (await self.store()).create_task(task):
+            raise ConfigError(f"a task with id {task.id!r} exists already")
+
+    async def _tool_names(self, config: str | Config | None) -> tuple[str, ...]:
+        from noeta.plugins.toolbox import Toolbox
+
+        # Started and closed again: some plugins (MCP) only know their tools once started.
+        toolbox = await Toolbox.open(self._settings(config))
+        try:
+            return tuple(toolbox.tools)
+        finally:
+            await toolbox.close()
+
+    def _settings(self, config: str | Config | None) -> Config:
+        chosen = config if config is not None else self._config
+        return chosen if isinstance(chosen, Config) else load_config(chosen)
+
+    # --- results ---------------------------------------------------------------------
+
+    async def result(self, task: TaskRef, *, timeout: float | None = None) -> str:  # noqa: ASYNC109 (Celery's get(timeout=), the issue's API)
+        """The task's answer once it is done (a job's: its result as JSON text).
+
+        Raises TaskFailed or TaskCancelled as it ended, ResultTimeout after `timeout`
+        seconds (None: wait as long as it takes), UnknownTask for an id no task has.
+        """
+        if timeout is not None and not timeout > 0:
+            raise ConfigError(f"timeout must be more than 0 seconds (or None), not {timeout}")
+        task_id = _id(task)
+        record = await wait_finished(await self.store(), task_id, timeout)
+        finished = await self._finish_event(task_id)
+        if record.status is TaskStatus.CANCELLED:
+            raise TaskCancelled(task_id)
+        if record.status is TaskStatus.FAILED:
+            raise TaskFailed(task_id, finished.error if finished else "")
+        return finished.answer if finished else ""
+
+    async def job_result(self, task: TaskRef, *, timeout: float | None = None) -> JSONValue:  # noqa: ASYNC109
+        """A job's result, the function's return value as it came back through JSON."""
+        text = await self.result(task, timeout=timeout)
+        try:
+            value: JSONValue = json.loads(text)
+        except ValueError:
+            raise NoetaError(f"task {_id(task)} is not a job: its answer is not JSON") from None
+        return value
+
+    async def _finish_event(self, task_id: str) -> events.TaskFinished | None:
+        store = await self.store()
+        record = await store.get_task(task_id)
+        after = max(0, record.last_seq - 1) if record else 0
+        for stored in reversed(await store.read_log(task_id, after)):
+            event = events.decode(stored.type, stored.data)
+            if isinstance(event, events.TaskFinished):
+                return event
+        return None
+
+    async def get(self, task: TaskRef) -> TaskRecord:
+        """The task's row now (its status, queue, owner); UnknownTask if there is none."""
+        record = await (await self.store()).get_task(_id(task))
+        if record is None:
+            raise UnknownTask(_id(task))
+        return record
+
+    async def tasks(
+        self,
+        *,
+        status: TaskStatus | str | None = None,
+        queue: str | None = None,
+        parent: TaskRef | None = None,
+        limit: int = 100,
+    ) -> list[TaskRecord]:
+        """Tasks newest first; with `parent`, that task's subtasks in launch order."""
+        if queue is not None:
+            check_key("queue name", queue)
+        if limit < 1:
+            raise ConfigError(f"limit must be at least 1, not {limit}")
+        wanted = None if status is None else TaskStatus(status)
+        store = await self.store()
+        if parent is None:
+            return await store.list_tasks(status=wanted, queue=queue, limit=limit)
+        return [
+            record
+            for _, record in await self.children(parent)
+            if (wanted is None or record.status == wanted)
+            and (queue is None or record.queue == queue)
+        ][:limit]
+
+    async def children(self, task: TaskRef) -> list[tuple[str, TaskRecord]]:
+        """The subtasks a task launched, from its log: (description, row), in launch order."""
+        store = await self.store()
+        task_id = check_key("task id", _id(task))
+        await self.get(task_id)
+        found = []
+        for stored in await store.read_log(task_id):
+            if stored.type != "SubtaskLaunched":
+                continue
+            launched = events.decode(stored.type, stored.data)
+            if isinstance(launched, events.SubtaskLaunched):
+                record = await store.get_task(launched.child_id)
+                if record is not None:
+                    found.append((launched.description, record))
+        return found
+
+    async def tail(
+        self, task: TaskRef, *, after: int = 0, follow: bool = True
+    ) -> AsyncGenerator[TailedEvent, None]:
+        """The task's events after seq `after`; following, new ones until it finishes."""
+        store = await self.store()
+        task_id = _id(task)
+        while True:
+            # The status is read before the log: once it says finished, the read that
+            # follows holds the last event.
+            record = await self.get(task_id)
+            for stored in await store.read_log(task_id, after):
+                yield TailedEvent(stored.seq, events.decode(stored.type, stored.data), stored)
+                after = stored.seq
+            if not follow or record.status.finished:
+                return
+            await asyncio.sleep(TAIL_POLL_SECONDS)
+
+    # --- talking to a task -----------------------------------------------------------
+
+    async def send(self, task: TaskRef, text: str, *, key: str | None = None) -> bool:
+        """Send an interactive task a message; False if one with `key` was sent already."""
+        task_id = _id(task)
+        key = check_key("message id", key) if key is not None else uuid.uuid4().hex
+        if not text.strip():
+            raise ConfigError("a message needs some text")
+        store = await self.store()
+        record = await self.get(task_id)
+        if record.status.finished:
+            raise NoetaError(f"task {task_id} is {record.status}; it takes no more messages")
+        first = (await store.read_log(task_id))[:1]
+        created = events.decode(first[0].type, first[0].data) if first else None
+        if not (isinstance(created, events.TaskCreated) and created.interactive):
+            raise NoetaError(
+                f"task {task_id} is one-shot: it takes no messages "
+                "(submit it --interactive to converse)"
+            )
+        return await store.deliver(Delivery(task_id, {"text": text}, f"message:{key}"))
+
+    async def cancel(self, task: TaskRef) -> bool:
+        """Ask for the task to stop; False if that was asked already."""
+        task_id = _id(task)
+        record = await self.get(task_id)
+        if record.status.finished:
+            raise NoetaError(f"task {task_id} is already {record.status}")
+        store = await self.store()
+        return await store.deliver(Delivery(task_id, {"kind": "cancel"}, CANCEL_KEY))
+
+    async def answer(self, task: TaskRef, call: str, decision: str, *, note: str = "") -> None:
+        """Allow or deny the call a gate stopped the task to ask a person about."""
+        from noeta.core.runner.log import load_state, snapshot_version
+        from noeta.core.runner.task import answer_key
+
+        if decision not in ("allow", "deny"):
+            raise ConfigError(f"decision must be allow or deny, not {decision!r}")
+        task_id = _id(task)
+        await self.get(task_id)
+        store = await self.store()
+        state = await load_state(store, task_id, snapshot_version())
+        if state.waiting_call != call:
+            waits = f" (it waits on call {state.waiting_call})" if state.waiting_call else ""
+            raise NoetaError(f"task {task_id} is not waiting for an answer on call {call}{waits}")
+        payload: dict[str, JSONValue] = {
+            "kind": "answer",
+            "call_id": call,
+            "decision": decision,
+            "note": note,
+        }
+        if not await store.deliver(Delivery(task_id, payload, dedupe_key=answer_key(call))):
+            raise NoetaError(f"call {call} of task {task_id} was answered already")
+
+
+def _id(task: TaskRef) -> str:
+    return task.id if isinstance(task, TaskHandle) else task
+
+
+def _new_id(given: str | None) -> str:
+    return check_task_id(given) if given is not None else uuid.uuid4().hex[:12]

@@ -1,0 +1,79 @@
+"""A plain job as a new task: the checks `enqueue` makes before writing anything, and the
+log it starts with (TaskCreated, CallRequested, the pin of the function's module)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from noeta.core import events
+from noeta.core.errors import ConfigError, PayloadError
+from noeta.core.payload import JSONValue
+from noeta.core.runner.calls import input_problem
+from noeta.core.store import NewEvent, NewTask
+from noeta.plugins.function_tools import REGISTERED, FunctionTool
+from noeta.plugins.loading import module_pin
+
+JOB_CALL_ID = "job"  # the one call of a job task: its idempotency key is "<task id>:job"
+
+
+class UnknownJob(ConfigError):
+    """No function decorated `@noeta.tool` has that name in this process."""
+
+    def __init__(self, name: str) -> None:
+        known = ", ".join(sorted(REGISTERED)) or "none; import the module that defines it"
+        super().__init__(f"no job named {name!r} (known: {known})")
+        self.name = name
+
+
+def job_tool(name: str) -> FunctionTool:
+    tool = REGISTERED.get(name)
+    if tool is None:
+        raise UnknownJob(name)
+    return tool
+
+
+def job_input(tool: FunctionTool, input: Mapping[str, object] | None) -> dict[str, JSONValue]:
+    """The input as the log will hold it, checked against the function's schema."""
+    given = dict(input or {})
+    try:
+        # A round trip through JSON: exactly what the worker will call the function with.
+        checked: dict[str, JSONValue] = json.loads(json.dumps(given, allow_nan=False))
+    except (TypeError, ValueError) as error:
+        raise PayloadError(f"the input of job {tool.name!r} is not JSON: {error}") from None
+    problem = input_problem(tool, checked)
+    if problem:
+        raise PayloadError(problem)
+    return checked
+
+
+def ready_at(now: datetime, run_at: datetime | None, delay: float | None) -> datetime | None:
+    """When the job may start: `run_at` (aware), `delay` seconds after `now` (the store's
+    clock), or at once."""
+    if run_at is not None and delay is not None:
+        raise ConfigError("give run_at or delay, not both")
+    if run_at is not None:
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise ConfigError("run_at needs a time zone (e.g. datetime.now(UTC))")
+        return run_at
+    if delay is not None:
+        if not math.isfinite(delay) or delay < 0:
+            raise ConfigError(f"delay must be zero or more seconds, not {delay}")
+        return now + timedelta(seconds=delay)
+    return None
+
+
+def job_task(
+    task_id: str,
+    tool: FunctionTool,
+    input: dict[str, JSONValue],
+    queue: str,
+    start: datetime | None,
+) -> NewTask:
+    created = events.TaskCreated(model="", tools=(tool.name,))
+    call = events.CallRequested(JOB_CALL_ID, tool.name, input)
+    pinned = events.PluginsPinned((module_pin(tool.module),))
+    log = [NewEvent(*events.encode(event)) for event in (created, call, pinned)]
+    return NewTask(task_id, log, queue=queue, ready_at=start)

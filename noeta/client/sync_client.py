@@ -1,0 +1,141 @@
+"""`Client`: the same calls as `AsyncClient`, for code without an event loop.
+
+Its AsyncClient lives on an event loop in a thread of its own, so a `Client` also works
+inside code that runs a loop already (a sync view called from async code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+from noeta.client.async_client import DEFAULT_MODEL, AsyncClient, TailedEvent, TaskHandle, TaskRef
+from noeta.config import Config
+from noeta.core.payload import JSONValue
+from noeta.core.store import DEFAULT_QUEUE, TaskRecord, TaskStatus
+
+T = TypeVar("T")
+
+
+class Client:
+    def __init__(
+        self,
+        store: str | None = None,
+        *,
+        config: str | Config | None = None,
+        application_name: str = "noeta-client",
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._client = self._run(_make(store, config, application_name))
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._run(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def submit(
+        self,
+        prompt: str,
+        *,
+        model: str = DEFAULT_MODEL,
+        queue: str = DEFAULT_QUEUE,
+        id: str | None = None,
+        interactive: bool = False,
+        tools: Sequence[str] | None = None,
+        config: str | Config | None = None,
+    ) -> TaskHandle:
+        return self._run(
+            self._client.submit(
+                prompt,
+                model=model,
+                queue=queue,
+                id=id,
+                interactive=interactive,
+                tools=tools,
+                config=config,
+            )
+        )
+
+    def enqueue(
+        self,
+        job: str,
+        input: Mapping[str, object] | None = None,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        id: str | None = None,
+        run_at: datetime | None = None,
+        delay: float | None = None,
+    ) -> TaskHandle:
+        return self._run(
+            self._client.enqueue(job, input, queue=queue, id=id, run_at=run_at, delay=delay)
+        )
+
+    def result(self, task: TaskRef, *, timeout: float | None = None) -> str:
+        return self._run(self._client.result(task, timeout=timeout))
+
+    def job_result(self, task: TaskRef, *, timeout: float | None = None) -> JSONValue:
+        return self._run(self._client.job_result(task, timeout=timeout))
+
+    def get(self, task: TaskRef) -> TaskRecord:
+        return self._run(self._client.get(task))
+
+    def tasks(
+        self,
+        *,
+        status: TaskStatus | str | None = None,
+        queue: str | None = None,
+        parent: TaskRef | None = None,
+        limit: int = 100,
+    ) -> list[TaskRecord]:
+        return self._run(self._client.tasks(status=status, queue=queue, parent=parent, limit=limit))
+
+    def tail(self, task: TaskRef, *, after: int = 0, follow: bool = True) -> Iterator[TailedEvent]:
+        events = self._client.tail(task, after=after, follow=follow)
+        try:
+            while True:
+                try:
+                    yield self._run(_next(events))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._run(events.aclose())
+
+    def send(self, task: TaskRef, text: str, *, key: str | None = None) -> bool:
+        return self._run(self._client.send(task, text, key=key))
+
+    def cancel(self, task: TaskRef) -> bool:
+        return self._run(self._client.cancel(task))
+
+    def answer(self, task: TaskRef, call: str, decision: str, *, note: str = "") -> None:
+        self._run(self._client.answer(task, call, decision, note=note))
+
+
+async def _next(events: AsyncGenerator[TailedEvent, None]) -> TailedEvent:
+    return await anext(events)
+
+
+async def _make(store: str | None, config: str | Config | None, name: str) -> AsyncClient:
+    return AsyncClient(store, config=config, application_name=name)  # its lock, on its loop

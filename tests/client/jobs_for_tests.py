@@ -1,0 +1,87 @@
+"""Decorated functions the job tests enqueue and a real worker runs. Each writes what it
+did to the ledger file named by $NOETA_TEST_LEDGER; `die_once` SIGKILLs the worker once
+per key, mid-run, after the side effect (a marker file says it happened)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import noeta
+from noeta.core.tool import ToolContext
+
+
+def ledger() -> Path:
+    return Path(os.environ["NOETA_TEST_LEDGER"])
+
+
+def record(line: str) -> None:
+    with ledger().open("a") as file:
+        file.write(line + "\n")
+
+
+def die_once(key: str) -> None:
+    marker = ledger().with_name(f"died-{key.replace(':', '-')}")
+    if os.environ.get("NOETA_TEST_DIE") and not marker.exists():
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@noeta.tool(retry_safe=True)
+def resize(image: str, width: int, ctx: ToolContext) -> dict[str, object]:
+    """Resize an image (the same result every time: safe to run again)."""
+    record(f"resize {ctx.idempotency_key}")
+    die_once(ctx.idempotency_key)
+    return {"image": image, "width": width}
+
+
+def find_charge(customer: str, cents: int, ctx: ToolContext) -> dict[str, object] | None:
+    """What a half-done charge did: the processor's record under the idempotency key."""
+    charged = f"charge {ctx.idempotency_key} {customer} {cents}"
+    if ledger().exists() and charged in ledger().read_text().splitlines():
+        return {"charged": cents, "found": True}
+    return None
+
+
+@noeta.tool(recover=find_charge)
+def charge(customer: str, cents: int, ctx: ToolContext) -> dict[str, object]:
+    """Charge a customer's card, once."""
+    record(f"charge {ctx.idempotency_key} {customer} {cents}")
+    die_once(ctx.idempotency_key)
+    return {"charged": cents, "found": False}
+
+
+@noeta.tool
+def send_email(to: str, ctx: ToolContext) -> str:
+    """Send an email: neither safe to repeat nor findable afterwards."""
+    record(f"email {ctx.idempotency_key} {to}")
+    die_once(ctx.idempotency_key)
+    return f"sent to {to}"
+
+
+@noeta.tool(max_attempts=3, retry_on=(ConnectionError,), first_backoff=0.01)
+def flaky(fails: int, ctx: ToolContext) -> int:
+    """Fails `fails` times with ConnectionError, then returns how many attempts it took."""
+    attempts = (
+        1 + sum(1 for line in ledger().read_text().splitlines() if line == f"flaky {ctx.task_id}")
+        if ledger().exists()
+        else 1
+    )
+    record(f"flaky {ctx.task_id}")
+    if attempts <= fails:
+        raise ConnectionError(f"attempt {attempts} refused")
+    return attempts
+
+
+@noeta.tool(max_attempts=5, retry_on=(ConnectionError,), first_backoff=0.01)
+def broken(reason: str) -> None:
+    """Raises an error no retry is for: it fails at once."""
+    raise ValueError(reason)
+
+
+@noeta.tool(time_limit=0.3)
+async def too_slow() -> None:
+    """Never done within its time limit."""
+    await asyncio.Event().wait()

@@ -1,0 +1,80 @@
+"""The examples run: examples/app/ (Starlette, through TestClient) and examples/jobs.py,
+against a real store and a real `noeta worker` configured as the app's README says."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from examples import jobs
+from examples.app.main import create_app
+from noeta.backends.stores import open_store
+from noeta.client import AsyncClient, Client
+from tests.worker.conftest import WorkerProcess
+
+REPOSITORY = Path(__file__).parents[2]
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'noeta.db'}"
+    opened = await open_store(url, migrate=True)
+    await opened.close()
+    return url
+
+
+@pytest.fixture
+def worker(store: str, tmp_path: Path) -> Iterator[WorkerProcess]:
+    env = {
+        "NOETA_CONFIG": str(REPOSITORY / "examples/app/noeta.yaml"),
+        "EXAMPLES_OUTBOX": str(tmp_path / "outbox.jsonl"),
+    }
+    started = WorkerProcess(store, "w", tmp_path, poll=0.1, env=env)
+    yield started
+    started.stop()
+
+
+def test_the_app_answers_a_question_and_enqueues_a_job(
+    store: str, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    model = tmp_path / "model.yaml"
+    model.write_text(json.dumps({"replies": [{"text": "a durable runtime"}]}))
+    picture = tmp_path / "cat.png"
+    picture.write_bytes(bytes(range(256)) * 64)
+    with TestClient(create_app(store, model=f"scripted:{model}")) as http:
+        asked = http.post("/ask", json={"question": "What is noeta?"})
+        assert asked.status_code == 200, asked.text
+        assert asked.json()["answer"] == "a durable runtime"
+        assert http.post("/ask", json={}).status_code == 400
+        made = http.post("/thumbnails", json={"path": str(picture), "width": 4})
+        assert made.status_code == 202, made.text
+        refused = http.post("/thumbnails", json={"path": str(picture), "width": "wide"})
+        assert refused.status_code == 400 and "width" in refused.json()["error"]
+        task = made.json()["task"]
+        with Client(store) as waiting:  # waits on the store, not on a timer
+            waiting.result(task, timeout=60)
+        status = http.get(f"/tasks/{task}").json()
+        assert json.loads(status["result"]) == {
+            "thumbnail": str(tmp_path / "cat.w4.png"),
+            "width": 4,
+        }
+        assert (tmp_path / "cat.w4.png").read_bytes() == picture.read_bytes()[:64]
+        assert http.get("/tasks/nobody").status_code == 404
+
+
+async def test_the_receipt_job_is_sent_once(
+    store: str, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    assert jobs.send_receipt.__name__ == "send_receipt"
+    async with AsyncClient(store) as client:
+        task = await client.enqueue("send_receipt", {"order": "o-7", "cents": 1250}, id="r7")
+        assert await client.job_result(task, timeout=60) == {
+            "sent": "o-7",
+            "found_by_recover": False,
+        }
+    sent = [json.loads(line) for line in (tmp_path / "outbox.jsonl").read_text().splitlines()]
+    assert sent == [{"key": "r7:job", "order": "o-7", "cents": 1250}]
