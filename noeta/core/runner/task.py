@@ -314,6 +314,7 @@ class _Run:
                 *deliveries,
                 *children.finish_deliveries(self, finished.status, report),
             ]
+            await children.before_finish(self)
         await failpoints.hit("append.before_commit")
         last_seq = await self.store.append(
             self.claim,
@@ -325,6 +326,8 @@ class _Run:
             next_state=next_state,
         )
         await failpoints.hit("append.after_commit")
+        if finished is not None and self.state.parent:
+            await failpoints.hit("subtask.after_finish")
         first = self.state.last_seq + 1
         logged = [LoggedEvent(first + i, event) for i, event in enumerate(new_events)]
         self.state = fold(logged, self.state)
@@ -445,6 +448,7 @@ class _Run:
         encoded = [NewEvent(*ev.encode(finish))]
         # What the fold got to (the parent link is the log's second event) is told too.
         tell = children.finish_deliveries(self, "failed", error)
+        await children.before_finish(self)
         await self.store.append(
             self.claim, last_seq, encoded, deliveries=tell, next_state=Finish(TaskStatus.FAILED)
         )

@@ -269,6 +269,33 @@ async def test_in_a_git_workspace_a_child_works_in_its_own_worktree_and_it_is_re
     assert not (workspace / "found.txt").exists()
 
 
+async def test_a_child_whose_parent_was_cancelled_first_removes_its_own_worktree(
+    store: Store, tmp_path: Path
+) -> None:
+    root = tmp_path / "ws"
+    workspace = git_workspace(root, "p")
+    child = script(tmp_path, {"text": "never"})
+    parent = script(tmp_path, {"tool_calls": [agent("a", "x", model=child)]}, {"text": "ok"})
+    await create(store, "p", parent)
+    task_runner = runner(store, str(root))
+    claim = await store.claim_task("worker-1", "p", LEASE)
+    assert claim is not None
+    assert (await task_runner.run(claim)).outcome == "waiting"
+    (root / "p.a.1" / "half.txt").write_text("half done\n")  # what the child wrote so far
+    assert await store.deliver(Delivery("p", {"kind": "cancel"}, CANCEL_KEY))
+    claim = await store.claim_task("worker-1", "p", LEASE)  # the parent finishes first
+    assert claim is not None
+    await task_runner.run(claim)
+    assert await status(store, "p") == TaskStatus.CANCELLED
+    assert (root / "p.a.1").is_dir()
+    await run_all(store, task_runner)
+    assert await status(store, "p.a.1") == TaskStatus.CANCELLED
+    # No one takes the handback (the parent is finished): the child removed its worktree.
+    assert not (root / "p.a.1").exists()
+    assert "p.a.1" not in git(workspace, "worktree", "list")
+    assert git(workspace, "show", "noeta/p.a.1:half.txt") == "half done\n"
+
+
 async def test_a_worktree_path_that_exists_already_is_refused(store: Store, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     git_workspace(root, "p")
