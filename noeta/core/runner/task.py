@@ -297,12 +297,14 @@ class _Run:
             self.pending += [ev.JobStopped(job_id) for job_id in self.state.jobs]
         new_events = [*self.pending, *new_events]
         self.pending = []
-        if new_events and self.hooks.on_event and isinstance(next_state, Wait | WaitHolding):
-            # A wait hands the task back only once every on_event ran and its records
-            # landed: the events first, under the claim, then the wait.
-            await self.append(new_events, take=take, deliveries=deliveries, new_tasks=new_tasks)
-            await self.append([], next_state=next_state)
-            return
+        if self.hooks.on_event and isinstance(next_state, Wait | WaitHolding):
+            if new_events:
+                # A wait hands the task back only once every on_event ran and its records
+                # landed: the events first, under the claim, then the wait.
+                await self.append(new_events, take=take, deliveries=deliveries, new_tasks=new_tasks)
+                await self.append([], next_state=next_state)
+                return
+            await failpoints.hit("hooks.before_wait")
         records, enqueued = await self.hooks.before_append(self.task_id, self.state, new_events)
         new_events += records
         deliveries = [*deliveries, *enqueued]
