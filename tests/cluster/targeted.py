@@ -1,6 +1,6 @@
 """Scenarios that force the windows random chaos rarely hits, run before the chaos.
 
-The fence's window: the old owner is frozen right before an append (failpoint), its
+The fence's window: the old owner pauses itself right before an append (failpoint), its
 lease lapses, a new owner takes over and is held before its first write (failpoint), the
 old one wakes and appends. The expected seq is still right and no (task, seq) is taken,
 so only the epoch check refuses it. The stale view: a client whose view of the log is
@@ -9,14 +9,19 @@ wrong seq; only the expected-seq check refuses it, as no key collides.
 And one run of each recovery path, so a short run shows them all: a worker killed inside
 a tool call (failpoint) whose next claimer settles it by recover (Record), by re-run
 (Pause) or as outcome unknown (Bash), the recovering claim's reply lost (adopted), and a
-worker killed while its background job runs (the job is recorded lost).
+worker killed while its background job runs (the job is recorded lost). And the subagent
+paths: a parent's worker killed right after a launch (its next claimer takes the parent
+over while the subagents work), and a parent cancelled while its subagents work (their
+handbacks land in a finished inbox; each removes its own worktree).
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from noeta.core.errors import Conflict
 from noeta.core.store import NewEvent
@@ -24,7 +29,9 @@ from tests.cluster.processes import Cluster
 from tests.cluster.workload import Workload
 
 QUEUE = "targeted"
-OLD_FROZEN = "append.before_commit=stop(3000)@2"  # the second append: after the first step
+# The second append: after the first step. Paused (SIGSTOP of itself) until the new
+# owner took over, however slowly a loaded machine starts it; then sent SIGCONT.
+OLD_FROZEN = "append.before_commit=pause@2"
 NEW_HELD = "append.before_commit=sleep(4000)@1"  # its first write, after the takeover
 
 
@@ -46,6 +53,48 @@ async def run_targeted(cluster: Cluster, workload: Workload) -> None:
     for path in ("recover", "rerun", "unknown"):
         await killed_in_a_tool(cluster, workload, path)
     await job_lost(cluster, workload)
+    await subtask_takeover(cluster, workload)
+    await cancelled_mid_fanout(cluster, workload)
+
+
+KILLED_AFTER_LAUNCH = "subtask.after_launch=kill@1"
+
+
+async def subtask_takeover(cluster: Cluster, workload: Workload) -> None:
+    task = "fanout-000"
+    workload.kinds[task] = "agents"
+    workload.in_git.add(task)
+    await workload.create(task, queue=QUEUE)
+    cluster.start_worker("launch-crash", queues=QUEUE, failpoints=KILLED_AFTER_LAUNCH)
+    crashing = cluster.workers.pop("launch-crash")
+    await asyncio.to_thread(crashing.wait, 60)
+    cluster.note(f"{task}: worker killed right after launching a subagent (failpoint)")
+    cluster.start_worker("launch-heir", queues=QUEUE)
+    await until(lambda: _tree_finished(cluster, task), 90, f"{task} and its subagents finish")
+    cluster.kill(cluster.workers.pop("launch-heir"))
+
+
+async def cancelled_mid_fanout(cluster: Cluster, workload: Workload) -> None:
+    task = "cancelfanout-000"
+    workload.kinds[task] = "cancelled-agents"
+    workload.in_git.add(task)
+    await workload.create(task, queue=QUEUE)
+    cluster.start_worker("fanout-owner", queues=QUEUE)
+    await until(lambda: _cancel_sent(workload, task), 30, f"{task} launches a subagent")
+    cluster.note(f"{task}: cancelled while its subagents work")
+    await until(lambda: _tree_finished(cluster, task), 90, f"{task} and its subagents finish")
+    cluster.kill(cluster.workers.pop("fanout-owner"))
+
+
+async def _cancel_sent(workload: Workload, task: str) -> bool:
+    await workload.cancel_launched()
+    return task in workload.cancelled
+
+
+async def _tree_finished(cluster: Cluster, root: str) -> bool:
+    records = await cluster.store.list_tasks(limit=10_000)
+    tree = [r for r in records if r.id == root or r.id.startswith(f"{root}.")]
+    return bool(tree) and all(r.status.finished for r in tree)
 
 
 async def killed_in_a_tool(cluster: Cluster, workload: Workload, path: str) -> None:
@@ -91,10 +140,13 @@ async def fence_window(cluster: Cluster, workload: Workload) -> None:
     cluster.start_worker("fence-old", queues=QUEUE, failpoints=OLD_FROZEN)
     await workload.create(task, queue=QUEUE)
     await until(lambda: owner_is("fence-old"), 30, "fence-old claims the task")
-    cluster.note(f"fence window: fence-old will freeze before its 2nd append ({OLD_FROZEN})")
+    old = cluster.workers["fence-old"].pid
+    await until(lambda: _stopped(old), 30, "fence-old pauses before its 2nd append")
+    cluster.note(f"fence window: fence-old paused before its 2nd append ({OLD_FROZEN})")
     cluster.start_worker("fence-new", queues=QUEUE, failpoints=NEW_HELD)
     await until(lambda: owner_is("fence-new"), 30, "fence-new takes the task over")
     cluster.note("fence window: fence-new took over, held before its first write")
+    cluster.workers["fence-old"].send_signal(signal.SIGCONT)
     await until(lambda: _finished(cluster, task), 60, "the fence task finishes")
     for name in ("fence-old", "fence-new"):
         cluster.kill(cluster.workers.pop(name))
@@ -115,6 +167,11 @@ async def stale_view(cluster: Cluster, workload: Workload) -> None:
     cluster.start_worker("stale-finisher", queues=QUEUE)
     await until(lambda: _finished(cluster, task), 60, "the stale-view task finishes")
     cluster.kill(cluster.workers.pop("stale-finisher"))
+
+
+async def _stopped(pid: int) -> bool:
+    stat = await asyncio.to_thread(Path(f"/proc/{pid}/stat").read_text)
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
 
 
 async def _finished(cluster: Cluster, task: str) -> bool:
