@@ -7,6 +7,7 @@ each other's rows and need no cleanup order.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -86,6 +87,8 @@ class TestPostgres:
     def stop(self) -> None:
         if self.embedded is not None:
             self.embedded.stop(mode="immediate")
+            # Every test session made one; left behind, they filled /tmp by tens of MB a run.
+            shutil.rmtree(self.embedded.root, ignore_errors=True)
 
 
 def with_search_path(dsn: str, schema: str) -> str:

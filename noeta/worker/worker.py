@@ -59,6 +59,9 @@ class Worker:
         self.running: dict[ClaimKey, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
         # Claims waiting while their task holds them (a background job of theirs runs here).
         self.holding: dict[ClaimKey, Claim] = {}
+        # Claims whose job result came while their run was still deciding to hold: the
+        # run resumes at once instead of holding for a result already delivered.
+        self._resume_on_hold: set[ClaimKey] = set()
         # Adopted claims waiting for a slot: renewed all the while, so none lapses unrun.
         self.adopted: dict[ClaimKey, Claim] = {}
         self._slots = asyncio.Semaphore(settings.concurrency)
@@ -209,11 +212,15 @@ class Worker:
         except Exception:
             log.exception("task %s: the runner failed; leaving it", claim.task_id)
         finally:
+            result_came = claim.key in self._resume_on_hold
+            self._resume_on_hold.discard(claim.key)
             if not holding:  # a holding claim stays renewed; everything else is let go
                 self.renewer.remove(claim)
                 self._spawn(self.jobs.stop(claim, "its claim ended"))
             self.running.pop(claim.key, None)
             self._slots.release()
+            if holding and result_came:
+                self._resume_holding(claim)  # not held for a result already delivered
             self.wake()
         return None
 
@@ -261,6 +268,8 @@ class Worker:
         task again under the claim it holds (if it still holds it; a resumed task that
         finds nothing to do holds again)."""
         held = self.holding.pop(claim.key, None)
+        if held is None and claim.key in self.running:
+            self._resume_on_hold.add(claim.key)  # it may be about to hold: see _run_claim
         if held is None or self._stopping:
             return
         self._spawn(self._resume(held))
