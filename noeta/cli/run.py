@@ -89,7 +89,7 @@ async def _run(
     providers = ProviderRegistry()
     providers.provider_for(model)  # a bad spec or a missing key: fail before writing
     observability.start("noeta-run", secrets=[resolve_url(url)])
-    toolbox = await Toolbox.open(config)
+    toolbox = await Toolbox.open(config, runs_tools=True)
     store = observed(await open_store(url, application_name="noeta-run"))
     try:
         created = events.TaskCreated(model=model, prompt=prompt, tools=tuple(toolbox.tools))

@@ -96,7 +96,7 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
         loop.add_signal_handler(number, on_signal)
     config = load_config(config_path)
     observability.start("noeta-worker", secrets=[resolve_url(url)])
-    toolbox = await Toolbox.open(config)
+    toolbox = await Toolbox.open(config, runs_tools=True)
     providers = ProviderRegistry()
     store = await open_store(
         url,

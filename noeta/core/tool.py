@@ -51,6 +51,9 @@ class BackgroundJob:
     timeout_seconds: float
     # What the command's process starts with (never logged; may hold a passed token).
     environment: Mapping[str, str] | None = field(default=None, repr=False)
+    # What its process may reach, as the tool that made the job decided; the worker hands
+    # it back to that tool's runner untouched (the core plugin's Bash: its Confinement).
+    confinement: object | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

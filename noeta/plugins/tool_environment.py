@@ -17,9 +17,12 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def tool_environment(home: str | None, passed: Sequence[str] = ()) -> dict[str, str]:
-    """The allowlisted variables, HOME set to `home` (when given), and the `passed` names
-    the operator chose for this tool in noeta.yaml (those not set are left out)."""
+def tool_environment(
+    home: str | None, passed: Sequence[str] = (), tmpdir: str | None = None
+) -> dict[str, str]:
+    """The allowlisted variables, HOME set to `home` and TMPDIR to `tmpdir` (when given),
+    and the `passed` names the operator chose for this tool in noeta.yaml (those not set
+    are left out)."""
     environment = {
         name: value
         for name, value in os.environ.items()
@@ -28,6 +31,8 @@ def tool_environment(home: str | None, passed: Sequence[str] = ()) -> dict[str, 
     environment.setdefault("PATH", DEFAULT_PATH)
     if home is not None:
         environment["HOME"] = home
+    if tmpdir is not None:
+        environment["TMPDIR"] = tmpdir  # a confined command cannot write to /tmp
     for name in passed:
         if (value := os.environ.get(name)) is not None:
             environment[name] = value

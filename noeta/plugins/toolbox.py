@@ -14,6 +14,7 @@ from noeta.core.runner.model_call import Providers
 from noeta.core.runner.task import TaskRunner
 from noeta.core.store import Store
 from noeta.core.tool import Tool
+from noeta.plugins.core.confinement import check_tools_at_start
 from noeta.plugins.loading import LoadedPlugin, load, pins_of
 
 
@@ -41,8 +42,12 @@ class Toolbox:
         )
 
     @classmethod
-    async def open(cls, config: Config) -> Toolbox:
-        """Load and start every plugin; ConfigError naming the one that fails, and why."""
+    async def open(cls, config: Config, runs_tools: bool = False) -> Toolbox:
+        """Load and start every plugin; ConfigError naming the one that fails, and why.
+
+        `runs_tools`: this process will run the tools (a worker, `noeta run`), so what
+        they need of the machine is checked and announced now (Bash's confinement).
+        """
         box = cls(gates=config.gates, workspaces=config.workspaces)
         try:
             for spec in config.plugins:
@@ -64,6 +69,8 @@ class Toolbox:
                     tools[tool.name] = tool
             box.tools = tools
             _check_gates(config.gates, tools)
+            if runs_tools:
+                check_tools_at_start(tools.values())
         except BaseException:
             await box.close()
             raise

@@ -14,7 +14,7 @@ from noeta.core.errors import StoreError
 from noeta.core.retry import NO_JITTER, GaveUp, backoff_seconds, with_retries
 from noeta.core.store import Claim, ClaimKey, Delivery, Store
 from noeta.core.tool import BackgroundJob
-from noeta.plugins.core.bash import run_command
+from noeta.plugins.core.bash import run_job
 
 log = logging.getLogger("noeta.worker.jobs")
 
@@ -57,9 +57,7 @@ class JobManager:
 
     async def _run(self, claim: Claim, job_id: str, job: BackgroundJob) -> None:
         task_id = claim.task_id
-        finished = await run_command(
-            job.command, job.cwd, job.timeout_seconds, OUTPUT_CAP_CHARS, job.environment
-        )
+        finished = await run_job(job, OUTPUT_CAP_CHARS)
         result = {
             "kind": "job",
             "job_id": job_id,

@@ -1,6 +1,6 @@
 """Scenarios that force the windows random chaos rarely hits, run before the chaos.
 
-The fence's window: the old owner pauses itself right before an append (failpoint), its
+The fence's window: the old owner is frozen right before an append (failpoint), its
 lease lapses, a new owner takes over and is held before its first write (failpoint), the
 old one wakes and appends. The expected seq is still right and no (task, seq) is taken,
 so only the epoch check refuses it. The stale view: a client whose view of the log is
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -29,10 +30,10 @@ from tests.cluster.processes import Cluster
 from tests.cluster.workload import Workload
 
 QUEUE = "targeted"
-# The second append: after the first step. Paused (SIGSTOP of itself) until the new
-# owner took over, however slowly a loaded machine starts it; then sent SIGCONT.
-OLD_FROZEN = "append.before_commit=pause@2"
-NEW_HELD = "append.before_commit=sleep(4000)@1"  # its first write, after the takeover
+# Each stops itself (SIGSTOP) at its point until this scenario sends SIGCONT: the order
+# is decided by process states, not by how fast processes start on a loaded machine.
+OLD_FROZEN = "append.before_commit=pause@2"  # the second append: after the first step
+NEW_HELD = "append.before_commit=pause@1"  # its first write, after the takeover
 
 
 async def until(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
@@ -139,17 +140,35 @@ async def fence_window(cluster: Cluster, workload: Workload) -> None:
 
     cluster.start_worker("fence-old", queues=QUEUE, failpoints=OLD_FROZEN)
     await workload.create(task, queue=QUEUE)
+    old, old_log = cluster.workers["fence-old"], cluster.scratch / "fence-old.log"
     await until(lambda: owner_is("fence-old"), 30, "fence-old claims the task")
-    old = cluster.workers["fence-old"].pid
-    await until(lambda: _stopped(old), 30, "fence-old pauses before its 2nd append")
-    cluster.note(f"fence window: fence-old paused before its 2nd append ({OLD_FROZEN})")
+    await until(lambda: _paused(old), 30, "fence-old freezes before its 2nd append")
+    cluster.note(f"fence window: fence-old frozen before its 2nd append ({OLD_FROZEN})")
     cluster.start_worker("fence-new", queues=QUEUE, failpoints=NEW_HELD)
+    new = cluster.workers["fence-new"]
     await until(lambda: owner_is("fence-new"), 30, "fence-new takes the task over")
+    await until(lambda: _paused(new), 30, "fence-new is held before its first write")
     cluster.note("fence window: fence-new took over, held before its first write")
-    cluster.workers["fence-old"].send_signal(signal.SIGCONT)
+    seen = old_log.stat().st_size
+    old.send_signal(signal.SIGCONT)  # its append: the right seq, the old epoch
+
+    async def old_done() -> bool:
+        with old_log.open("rb") as output:
+            output.seek(seen)
+            return b"fence-000" in output.read()  # refused, or its claim found lost
+
+    await until(old_done, 30, "fence-old wakes and its append is settled")
+    cluster.note("fence window: fence-old woke and appended under the old epoch")
+    new.send_signal(signal.SIGCONT)
     await until(lambda: _finished(cluster, task), 60, "the fence task finishes")
     for name in ("fence-old", "fence-new"):
         cluster.kill(cluster.workers.pop(name))
+
+
+async def _paused(process: subprocess.Popen[bytes]) -> bool:
+    """Stopped by its `pause` failpoint (Linux's process state, read from /proc)."""
+    stat = await asyncio.to_thread(Path(f"/proc/{process.pid}/stat").read_text)
+    return stat.rpartition(")")[2].split()[0] == "T"
 
 
 async def stale_view(cluster: Cluster, workload: Workload) -> None:
@@ -167,11 +186,6 @@ async def stale_view(cluster: Cluster, workload: Workload) -> None:
     cluster.start_worker("stale-finisher", queues=QUEUE)
     await until(lambda: _finished(cluster, task), 60, "the stale-view task finishes")
     cluster.kill(cluster.workers.pop("stale-finisher"))
-
-
-async def _stopped(pid: int) -> bool:
-    stat = await asyncio.to_thread(Path(f"/proc/{pid}/stat").read_text)
-    return stat.rsplit(")", 1)[1].split()[0] == "T"
 
 
 async def _finished(cluster: Cluster, task: str) -> bool:

@@ -17,6 +17,7 @@ import pytest
 from noeta.backends.stores import open_store
 from noeta.core import events
 from noeta.core.store import NewEvent, NewTask, Store
+from noeta.core.task_id import workspace_folder
 
 
 class NoetaProcess:
@@ -118,6 +119,12 @@ async def until(check: Callable[[], Awaitable[bool]], what: str, within: float =
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting until {what}")
         await asyncio.sleep(0.05)
+
+
+def workspace_of(folder: Path, task_id: str) -> Path:
+    """The workspace a `WorkerProcess` in `folder` gives task `task_id` (the default root,
+    beside its NOETA_HOME): the one place that task's Bash commands may write."""
+    return folder / "home-workspaces" / workspace_folder(task_id)
 
 
 async def add_task(store: Store, folder: Path, task_id: str, *replies: dict[str, Any]) -> None:

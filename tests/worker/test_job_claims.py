@@ -14,15 +14,15 @@ from typing import Any
 
 from noeta.core.store import Store
 
-from .conftest import WorkerProcess, add_task, log_types, status_of, until
+from .conftest import WorkerProcess, add_task, log_types, status_of, until, workspace_of
 
 
-def job_writing_its_pid(pidfile: Path) -> dict[str, Any]:
+def job_writing_its_pid() -> dict[str, Any]:
     """A background job, then a foreground call that returns once the job has written its
     pid: the next model call (where the failpoints strike) never comes before the pid."""
-    command = f"echo $$ > {pidfile}; exec sleep 120"
+    command = "echo $$ > job.pid; exec sleep 120"
     job = {"id": "job1", "name": "Bash", "input": {"command": command, "run_in_background": True}}
-    started = f"until [ -s {pidfile} ]; do sleep 0.01; done"
+    started = "until [ -s job.pid ]; do sleep 0.01; done"
     wait = {"id": "wait1", "name": "Bash", "input": {"command": started}}
     return {"tool_calls": [job, wait]}
 
@@ -57,8 +57,8 @@ async def test_a_job_is_stopped_when_its_append_is_refused_and_recorded_lost_onc
     tmp_path: Path,
     workers: Callable[..., WorkerProcess],
 ) -> None:
-    pidfile = tmp_path / "job.pid"
-    replies = (job_writing_its_pid(pidfile), {"text": "Waiting."}, {"text": "Lost; I'll check."})
+    pidfile = workspace_of(tmp_path, "t") / "job.pid"
+    replies = (job_writing_its_pid(), {"text": "Waiting."}, {"text": "Lost; I'll check."})
     await add_task(store, tmp_path, "t", *replies)
     # Frozen right after the next model call is recorded, until this test lets it go.
     worker = workers(postgres_url, "w", lease=1, failpoints="model.after_called=pause@2")
@@ -84,8 +84,8 @@ async def test_a_job_is_stopped_when_its_claim_ends_in_an_unknown_commit_and_rec
     tmp_path: Path,
     workers: Callable[..., WorkerProcess],
 ) -> None:
-    pidfile = tmp_path / "job.pid"
-    replies = (job_writing_its_pid(pidfile), {"text": "Waiting."}, {"text": "Lost; I'll check."})
+    pidfile = workspace_of(tmp_path, "t") / "job.pid"
+    replies = (job_writing_its_pid(), {"text": "Waiting."}, {"text": "Lost; I'll check."})
     await add_task(store, tmp_path, "t", *replies)
     # The second model call's record landed, but the worker cannot know it did.
     failpoint = "model.after_called=raise(CommitUnknown)@2"
@@ -120,8 +120,8 @@ async def test_a_cancel_reaches_a_task_holding_its_claim_for_a_job(
     tmp_path: Path,
     workers: Callable[..., WorkerProcess],
 ) -> None:
-    pidfile = tmp_path / "job.pid"
-    await add_task(store, tmp_path, "t", job_writing_its_pid(pidfile), {"text": "Waiting."})
+    pidfile = workspace_of(tmp_path, "t") / "job.pid"
+    await add_task(store, tmp_path, "t", job_writing_its_pid(), {"text": "Waiting."})
     worker = workers(postgres_url, "w", lease=1)
     pid = await job_pid(pidfile)
 

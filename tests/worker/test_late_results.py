@@ -16,15 +16,15 @@ from typing import Any, cast
 from noeta.core.store import Store
 from noeta.core.tool import OUTCOME_UNKNOWN
 
-from .conftest import WorkerProcess, add_task, log_types, status_of, until
+from .conftest import WorkerProcess, add_task, log_types, status_of, until, workspace_of
 
 
 async def frozen_after_its_tool(
     store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> tuple[WorkerProcess, Path]:
     """A worker that ran a Bash call (one side effect) and froze before recording it."""
-    effect = tmp_path / "effect"
-    command = f"echo once >> {effect}; echo the-real-result"
+    effect = workspace_of(tmp_path, "t") / "effect"
+    command = "echo once >> effect; echo the-real-result"
     call = {"id": "c1", "name": "Bash", "input": {"command": command}}
     await add_task(store, tmp_path, "t", {"tool_calls": [call]}, {"text": "done"})
     late = workers(postgres_url, "late", lease=1, failpoints="tool.before_finished=pause")

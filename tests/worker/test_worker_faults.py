@@ -13,7 +13,7 @@ import pytest
 
 from noeta.core.store import Store
 
-from .conftest import WorkerProcess, add_task, log_types, status_of, until
+from .conftest import WorkerProcess, add_task, log_types, status_of, until, workspace_of
 
 SLEEPY = {"tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": "sleep 3; echo slept"}}]}
 
@@ -152,10 +152,8 @@ async def test_an_idle_worker_is_woken_by_a_new_task_not_by_its_poll(
 async def test_a_worker_killed_mid_tool_call_is_taken_over_and_nothing_runs_twice(
     store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> None:
-    marker = tmp_path / "ran"
-    touch = {
-        "tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": f"echo once >> {marker}"}}]
-    }
+    marker = workspace_of(tmp_path, "t") / "ran"
+    touch = {"tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": "echo once >> ran"}}]}
     await add_task(store, tmp_path, "t", touch, {"text": "done"})
     doomed = workers(postgres_url, "doomed", failpoints="tool.before_finished=kill")
     assert await doomed.exit_code() == -signal.SIGKILL

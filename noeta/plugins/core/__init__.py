@@ -19,6 +19,7 @@ from noeta.plugins.core.bash import (
     MAX_TIMEOUT_SECONDS,
     Bash,
 )
+from noeta.plugins.core.confinement import Confinement, parse_confinement
 from noeta.plugins.core.files import Edit, Read, Write
 from noeta.plugins.core.search import Glob, Grep
 from noeta.plugins.core.todo import TodoWrite
@@ -44,7 +45,15 @@ __all__ = [
     "plugin",
 ]
 
-PARAMETERS = ("bash_timeout_seconds", "output_cap_chars", "pass_env", "fetch_allow")
+PARAMETERS = (
+    "bash_timeout_seconds",
+    "output_cap_chars",
+    "pass_env",
+    "fetch_allow",
+    "confine",
+    "confine_read",
+    "confine_write",
+)
 MIN_OUTPUT_CAP_CHARS = 1_000  # below this even an error message would be cut
 
 
@@ -58,6 +67,7 @@ class CorePlugin:
         deferred: Sequence[ToolSpec] = (),
         pass_env: Sequence[str] = (),
         fetch_allow: Sequence[str] = (),
+        confinement: Confinement | None = None,
     ) -> None:
         # output_cap_chars caps what comes from outside the workspace: Bash and WebFetch.
         self._tools: tuple[Tool, ...] = (
@@ -66,7 +76,7 @@ class CorePlugin:
             Edit(),
             Glob(),
             Grep(),
-            Bash(bash_timeout_seconds, output_cap_chars, pass_env),
+            Bash(bash_timeout_seconds, output_cap_chars, pass_env, confinement),
             WebFetch(output_cap_chars=output_cap_chars, fetch_allow=fetch_allow),
             TodoWrite(),
             ScheduleWakeup(),
@@ -112,4 +122,5 @@ def plugin(params: dict[str, JSONValue]) -> CorePlugin:
         output_cap_chars=cap,
         pass_env=pass_env,
         fetch_allow=cast(list[str], fetch_allow),
+        confinement=parse_confinement(dict(params)),
     )

@@ -1,4 +1,5 @@
-"""Bash: one shell command in the workspace, in its own process group, with a deadline.
+"""Bash: one shell command in the workspace, in its own process group, with a deadline,
+confined to the files its confinement allows (confinement.py).
 
 The whole group is killed on timeout, on cancellation (the worker lost its claim) and when
 the shell exits, so a call leaves nothing running in its group. Output keeps head and tail.
@@ -14,12 +15,14 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from noeta.core.payload import JSONValue
-from noeta.core.tool import BackgroundJob, ToolContext, ToolFlags, ToolOutput
+from noeta.core.tool import BackgroundJob, ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
+from noeta.plugins.core.confinement import Confinement
 from noeta.plugins.core.workspace import workspace_root
 from noeta.plugins.tool_environment import tool_environment
 
@@ -30,6 +33,8 @@ DEFAULT_OUTPUT_CAP_CHARS = 30_000
 # After the group is killed, how long to wait for a process that left it (setsid) and still
 # holds the output pipe open; its output after that is dropped rather than awaited.
 DRAIN_SECONDS = 5.0
+TMPDIR_NAME = ".tmp"  # the task's TMPDIR, inside its workspace: the one place it may write
+NOT_STARTED = 126  # the shell's code for a command that could not be run
 
 _SCHEMA: dict[str, JSONValue] = {
     "type": "object",
@@ -64,10 +69,12 @@ class Bash:
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         output_cap_chars: int = DEFAULT_OUTPUT_CAP_CHARS,
         pass_env: Sequence[str] = (),
+        confinement: Confinement | None = None,
     ) -> None:
         self.timeout_seconds = timeout_seconds
         self.output_cap_chars = output_cap_chars
         self.pass_env = tuple(pass_env)  # worker variables the operator lets commands see
+        self.confinement = confinement or Confinement()
         self.description = (
             "Run a shell command (bash -c) in the workspace directory; stdout and stderr "
             "come back together, with the exit code. Commands get no input. The command is "
@@ -81,21 +88,32 @@ class Bash:
         command = args.string("command")
         timeout = args.number("timeout_seconds", self.timeout_seconds, MAX_TIMEOUT_SECONDS)
         root = await asyncio.to_thread(workspace_root, ctx)
+        environment = await asyncio.to_thread(self._environment, root)
         if args.boolean("run_in_background", False):
             # Nothing runs here: the runner records the job with this call's result and
             # only then has the worker start it (see noeta.worker.jobs).
-            environment = tool_environment(str(root), self.pass_env)
-            job = BackgroundJob(command, str(root), BACKGROUND_TIMEOUT_SECONDS, environment)
+            job = BackgroundJob(
+                command, str(root), BACKGROUND_TIMEOUT_SECONDS, environment, self.confinement
+            )
             started = (
                 f"Started in the background as job {ctx.call_id}. Its exit code and "
                 "output will arrive as a message when it ends."
             )
             return ToolOutput(started, background=job)
-        environment = tool_environment(str(root), self.pass_env)
         finished = await run_command(
-            command, str(root), timeout, self.output_cap_chars, environment
+            command, str(root), timeout, self.output_cap_chars, environment, self.confinement
         )
         return finished.output()
+
+    def _environment(self, root: Path) -> dict[str, str]:
+        """The allowlisted environment, HOME the workspace, TMPDIR a folder inside it, and
+        PATH without the folders a confined command could not run programs from."""
+        tmpdir = root / TMPDIR_NAME
+        with contextlib.suppress(FileExistsError):
+            tmpdir.mkdir()  # never follows a link: one planted there is the command's problem
+        environment = tool_environment(str(root), self.pass_env, str(tmpdir))
+        environment["PATH"] = self.confinement.search_path(environment["PATH"], str(root))
+        return environment
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,19 +146,37 @@ class Finished:
         return ToolOutput(f"{body}\n" + "\n".join(notes), is_error=self.returncode != 0)
 
 
+async def run_job(job: BackgroundJob, cap: int) -> Finished:
+    """Run a background job that Bash made, confined as the call that asked for it was."""
+    if job.confinement is not None and not isinstance(job.confinement, Confinement):
+        raise TypeError(f"a Bash job's confinement is a Confinement, not {job.confinement!r}")
+    try:
+        return await run_command(
+            job.command, job.cwd, job.timeout_seconds, cap, job.environment, job.confinement
+        )
+    except ToolError as error:  # nobody is waiting for a raise: the task reads a result
+        return Finished(str(error), NOT_STARTED, job.timeout_seconds, False, False)
+
+
 async def run_command(
     command: str,
     cwd: str,
     time_limit: float,
     cap: int,
     environment: Mapping[str, str] | None = None,
+    confinement: Confinement | None = None,
 ) -> Finished:
-    """Run `command` in `cwd` with `environment` (default: the allowlist, HOME=cwd)."""
+    """Run `command` in `cwd` with `environment` (default: the allowlist, HOME=cwd),
+    confined to what `confinement` allows with `cwd` as the workspace (None: unconfined)."""
     loop = asyncio.get_running_loop()
     capture = OutputCapture(cap)
     if environment is None:
         environment = tool_environment(cwd)
-    process = _start(command, cwd, environment)
+    if confinement is None:
+        process = _start(command, cwd, environment, None)
+    else:
+        with confinement.entry(cwd) as enter:
+            process = _start(command, cwd, environment, enter)
     group = process.pid  # known before any await, so a cancellation can never miss it
     assert process.stdout is not None
     reader: asyncio.ReadTransport | None = None
@@ -179,19 +215,30 @@ async def run_command(
     )
 
 
-def _start(command: str, cwd: str, environment: Mapping[str, str]) -> subprocess.Popen[bytes]:
-    """Fork and exec, as asyncio's own subprocess support does, on the loop's thread."""
-    return subprocess.Popen(
-        [shutil.which("bash") or "/bin/sh", "-c", command],
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group, so it can be killed as one
-        # Whatever a command prints lands in the task's log: it starts from an allowlist,
-        # so the worker's secrets (store DSN, provider keys) are not there to print.
-        env=dict(environment),
-    )
+def _start(
+    command: str,
+    cwd: str,
+    environment: Mapping[str, str],
+    enter: Callable[[], None] | None,
+) -> subprocess.Popen[bytes]:
+    """Fork and exec, as asyncio's own subprocess support does, on the loop's thread;
+    `enter`, when given, confines the child between the two."""
+    try:
+        return subprocess.Popen(
+            [shutil.which("bash") or "/bin/sh", "-c", command],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so it can be killed as one
+            # Whatever a command prints lands in the task's log: it starts from an
+            # allowlist, so the worker's secrets (store DSN, provider keys) are not there.
+            env=dict(environment),
+            # Safe here: `enter` only calls functions bound before the fork (landlock.py).
+            preexec_fn=enter,  # noqa: PLW1509
+        )
+    except subprocess.SubprocessError as error:  # `enter` failed: nothing was run
+        raise ToolError(f"the command could not be confined, so it was not run: {error}") from None
 
 
 def _exit_of(
