@@ -73,8 +73,11 @@ def settings(env: dict[str, str]) -> tuple[int, int, float, str]:
 
 def write_configs(scratch: Path) -> None:
     (scratch / "ledger").touch()
-    # Bash sees only an allowlisted environment: the ledger's path is passed explicitly.
-    core = {"module": "noeta.plugins.core", "params": {"pass_env": ["NOETA_CLUSTER_LEDGER"]}}
+    # Bash sees only an allowlisted environment, and writes only its workspace (Landlock):
+    # the ledger's path is passed and opened to it explicitly.
+    ledger = [str(scratch / "ledger")]
+    params = {"pass_env": ["NOETA_CLUSTER_LEDGER"], "confine_write": ledger}
+    core = {"module": "noeta.plugins.core", "params": params}
     # The example plugin of docs/plugins.md, as a user would load it (examples/ importable).
     notify = {
         "module": "notify_plugin",
