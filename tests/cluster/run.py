@@ -39,7 +39,7 @@ from tests.cluster.hook_checks import EVENTS, counted
 from tests.cluster.mutants import apply_mutant
 from tests.cluster.processes import WORKERS, Cluster
 from tests.cluster.server import ClusterServer, ServerUnanswered
-from tests.cluster.targeted import run_targeted
+from tests.cluster.targeted import ScenarioFailed, run_targeted
 from tests.cluster.workload import SCRIPTS, Workload, plan_tasks, steadily
 
 # After the last fault every task is done within this (mutant runs use less: they fail).
@@ -122,7 +122,7 @@ async def run(
         cluster.start_scheduler()
         try:
             await run_targeted(cluster, workload)  # on its own queue: the pool idles
-        except TimeoutError as error:
+        except (TimeoutError, ScenarioFailed) as error:
             problems.append(str(error))
         started = time.monotonic()
         await chaos.run(seconds)
