@@ -12,7 +12,8 @@ append.before_commit, append.after_commit, cron.after_fire (the scheduler, after
 slot it handles), run.after_create (`noeta run`, between creating its task and claiming
 it), model.after_called, tool.after_started, tool.before_finished,
 subtask.before_launch, subtask.after_launch, subtask.before_handback_taken,
-hooks.before_on_event.
+subtask.before_finish, subtask.after_finish (a child's finishing append),
+hooks.before_on_event, hooks.before_wait.
 """
 
 from __future__ import annotations

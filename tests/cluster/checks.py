@@ -1,5 +1,6 @@
 """The checks after the heal phase: statuses, side effects against the ledger, messages
-taken once, the log invariants of every task, and every acknowledged append durable."""
+taken once, the log invariants of every task, subagent trees (tree_checks.py), the notify
+plugin's deliveries (hook_checks.py), and every acknowledged append durable."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from noeta.core.store import Store, StoredEvent, TaskStatus
+from noeta.core.store import InboxEntry, Store, StoredEvent, TaskStatus
+from tests.cluster.fanout import CANCELLED_PARENT, OUTBOX
+from tests.cluster.hook_checks import check_notifications
 from tests.cluster.invariants import check_log
+from tests.cluster.tree_checks import allowed_statuses, check_trees, parent_of, worktrees_left
 from tests.cluster.workload import Workload
 
 SIDE_EFFECTS = ("Bash", "Record")
@@ -19,13 +23,19 @@ async def check(store: Store, workload: Workload, scratch: Path) -> list[str]:
     ledger = Counter((scratch / "ledger").read_text().split())
     problems += [f"marker {marker} recorded {n} times" for marker, n in ledger.items() if n > 1]
     logs: dict[str, list[StoredEvent]] = {}
-    for record in await store.list_tasks(limit=10_000):
+    inboxes: dict[str, list[InboxEntry]] = {}
+    records = await store.list_tasks(limit=10_000)
+    statuses = {record.id: record.status for record in records}
+    for record in records:
         task_id, kind = record.id, workload.kinds.get(record.id)
-        expected = TaskStatus.CANCELLED if kind == "chat" else TaskStatus.DONE
-        if record.status is not expected:
-            problems.append(f"{task_id}: ended {record.status.value}, not {expected.value}")
         log = logs[task_id] = await store.read_log(task_id)
-        inbox = await store.read_inbox(task_id, untaken_only=False)
+        inbox = inboxes[task_id] = await store.read_inbox(task_id, untaken_only=False)
+        if task_id == OUTBOX:
+            continue  # never claimed: it only collects notifications
+        allowed = expected_statuses(kind, parent_of(log) is not None, task_id, statuses)
+        if record.status not in allowed:
+            wanted = " or ".join(sorted(status.value for status in allowed))
+            problems.append(f"{task_id}: ended {record.status.value}, not {wanted}")
         problems += [f"{task_id}: {problem}" for problem in check_log(log, inbox)]
         problems += [f"{task_id}: {problem}" for problem in side_effects(log, ledger, task_id)]
         if kind == "chat":
@@ -36,7 +46,22 @@ async def check(store: Store, workload: Workload, scratch: Path) -> list[str]:
             for sent_to, key in workload.sent:
                 if sent_to == task_id and taken[key] != 1:
                     problems.append(f"{task_id}: message {key} taken {taken[key]} times")
+    problems += check_trees(logs, inboxes, statuses)
+    problems += worktrees_left(workload.workspaces, workload.in_git & set(logs), logs)
+    problems += check_notifications(logs, inboxes.get(OUTBOX, []), scratch)
     return problems + journaled_appends_missing(scratch, logs)
+
+
+def expected_statuses(
+    kind: str | None, is_subtask: bool, task_id: str, statuses: dict[str, TaskStatus]
+) -> set[TaskStatus]:
+    if kind == "chat":
+        return {TaskStatus.CANCELLED}
+    if kind == CANCELLED_PARENT:  # done only if its subagents beat the cancel
+        return {TaskStatus.CANCELLED, TaskStatus.DONE}
+    if is_subtask:
+        return allowed_statuses(task_id, statuses)
+    return {TaskStatus.DONE}
 
 
 def _data(event: StoredEvent) -> dict[str, object]:

@@ -1,5 +1,7 @@
 """How often the chaos really bit, read back from the task logs and the workers' output,
-and the minimum the run must show: each fault kind landed, each recovery path taken."""
+and the minimum the run must show: each fault kind landed, each recovery path taken,
+subagents launched and handed back (one across a takeover, one to a parent that ended
+first)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,10 @@ REQUIRED = (
     *RECOVERY.values(),
     "lost background jobs",
     "adopted claims (lost claim reply)",
+    "subtasks launched",
+    "handbacks taken",
+    "handbacks to a finished parent",
+    "subtasks across a takeover",
 )
 
 
@@ -48,6 +54,33 @@ def count(logs: dict[str, list[StoredEvent]], output: str) -> Counter[str]:
             seen["lost background jobs"] += event.type == "JobLost"
             seen["background jobs stopped with their claim"] += event.type == "JobStopped"
             seen["wake-ups"] += event.type == "WokenUp"
+            seen["subtasks launched"] += event.type == "SubtaskLaunched"
+            seen["handbacks taken"] += event.type == "SubtaskReturned"
+    return seen + subtasks_seen(logs, output)
+
+
+def subtasks_seen(logs: dict[str, list[StoredEvent]], output: str) -> Counter[str]:
+    """Handbacks a parent never took (it ended first), and subtasks whose life crossed a
+    takeover: of the child itself, or of its parent between the launch and the handback."""
+    taken_over = [(task, int(epoch)) for _, task, epoch in _TAKEOVER.findall(output)]
+    seen: Counter[str] = Counter()
+    for parent, log in logs.items():
+        returned = {
+            str(e.data["child_id"]): e.epoch
+            for e in log
+            if e.type == "SubtaskReturned" and isinstance(e.data, dict)
+        }
+        for event in log:
+            if event.type != "SubtaskLaunched" or not isinstance(event.data, dict):
+                continue
+            child = str(event.data["child_id"])
+            if child not in returned and log[-1].type == "TaskFinished":
+                seen["handbacks to a finished parent"] += 1
+            until = returned.get(child, 1 << 62)
+            seen["subtasks across a takeover"] += any(
+                task == child or (task == parent and event.epoch < epoch <= until)
+                for task, epoch in taken_over
+            )
     return seen
 
 

@@ -60,6 +60,7 @@ class Chaos:
             fraction = elapsed / (seconds * 2 / 3)
             await self.workload.create_due(fraction)  # each creation retries store faults
             await steadily(self.workload.maybe_chat)
+            await steadily(self.workload.cancel_launched)
             if first_round:
                 kind = first_round.pop()
             else:

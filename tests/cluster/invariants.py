@@ -13,7 +13,12 @@ from typing import Any
 from noeta.core.store import CANCEL_KEY, InboxEntry, StoredEvent
 
 # Events that take an inbox entry, and the field naming it.
-_TAKES = {"MessageTaken": "inbox_id", "JobFinished": "inbox_id", "ToolAnswered": "inbox_id"}
+_TAKES = {
+    "MessageTaken": "inbox_id",
+    "JobFinished": "inbox_id",
+    "ToolAnswered": "inbox_id",
+    "SubtaskReturned": "inbox_id",
+}
 
 
 def check_log(events: Sequence[StoredEvent], inbox: Sequence[InboxEntry]) -> list[str]:

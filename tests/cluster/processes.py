@@ -1,5 +1,7 @@
 """The cluster's processes: workers (some behind a fault proxy each), the scheduler, and
-the timeline of what was done to them, for the report and a failing run's replay."""
+the timeline of what was done to them, for the report and a failing run's replay.
+Workers run in the repository (the subagents' model scripts are named from there), with
+`examples/` importable for the example notify plugin."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from noeta.core.store import Store
 from noeta.testing.fault_proxy import FaultProxy
 from tests.cluster.server import ClusterServer, host_and_port
 
+REPOSITORY = Path(__file__).parents[2]
 WORKERS = ("w0", "w1", "w2", "w3")
 PROXIED = WORKERS  # each reaches PostgreSQL through its own fault proxy
 LEASE = 1.0
@@ -41,6 +44,7 @@ class Cluster:
             "NOETA_HOME": str(self.scratch / "home"),
             "NOETA_CLUSTER_LEDGER": str(self.scratch / "ledger"),
             "NOETA_FAILPOINTS": "",
+            "PYTHONPATH": str(REPOSITORY / "examples"),
         }
 
     def note(self, what: str) -> None:
@@ -72,7 +76,7 @@ class Cluster:
         }
         output = (self.scratch / f"{name}.log").open("a")
         self.workers[name] = subprocess.Popen(
-            command, stdout=output, stderr=subprocess.STDOUT, env=env
+            command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=REPOSITORY
         )
 
     def start_scheduler(self) -> None:

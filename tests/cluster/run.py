@@ -4,9 +4,11 @@ PostgreSQL store, under process, database and network faults, then the checks (S
     NOETA_CLUSTER_SEED=7 NOETA_CLUSTER_TASKS=40 NOETA_CLUSTER_SECONDS=60 make cluster
 
 Phases: targeted scenarios (targeted.py: the fence's window, a stale view), chaos
-(faults.py, while workload.py creates tasks and sends messages), heal (no faults; every
-task must finish within FINISH_WITHIN seconds of the last fault), then the checks
-(checks.py, invariants.py) and the minimum chaos (counters.py): each fault kind landed and
+(faults.py, while workload.py creates tasks, sends messages and cancels some parents
+mid-fan-out), heal (no faults; every task must finish within FINISH_WITHIN seconds of the
+last fault), then the checks (checks.py, invariants.py, tree_checks.py for subagents,
+hook_checks.py for the example notify plugin every worker loads) and the minimum chaos
+(counters.py): each fault kind landed and
 each recovery path was taken, or the run fails. A failing run prints its seed and its
 fault timeline first. The same seed replays the same tasks and fault choices (where they
 land in each task still depends on timing). Exit 0 if everything held.
@@ -31,7 +33,9 @@ from pathlib import Path
 from noeta.backends.stores import open_store
 from tests.cluster import counters
 from tests.cluster.checks import check
+from tests.cluster.fanout import OUTBOX
 from tests.cluster.faults import Chaos
+from tests.cluster.hook_checks import EVENTS, counted
 from tests.cluster.mutants import apply_mutant
 from tests.cluster.processes import WORKERS, Cluster
 from tests.cluster.server import ClusterServer, ServerUnanswered
@@ -69,12 +73,19 @@ def settings(env: dict[str, str]) -> tuple[int, int, float, str]:
 
 def write_configs(scratch: Path) -> None:
     (scratch / "ledger").touch()
-    # Bash sees only an allowlisted environment and, under Landlock, writes only in its
-    # workspace: the ledger's path is passed and opened for writing explicitly.
-    params = {"pass_env": ["NOETA_CLUSTER_LEDGER"], "confine_write": [str(scratch / "ledger")]}
+    # Bash sees only an allowlisted environment, and writes only its workspace (Landlock):
+    # the ledger's path is passed and opened to it explicitly.
+    ledger = [str(scratch / "ledger")]
+    params = {"pass_env": ["NOETA_CLUSTER_LEDGER"], "confine_write": ledger}
     core = {"module": "noeta.plugins.core", "params": params}
-    plugins = {"plugins": [core, {"module": "tests.cluster.ledger_plugin"}]}
-    (scratch / "noeta.yaml").write_text(json.dumps(plugins))
+    # The example plugin of docs/plugins.md, as a user would load it (examples/ importable).
+    notify = {
+        "module": "notify_plugin",
+        "params": {"outbox": OUTBOX, "ledger": str(scratch / EVENTS)},
+    }
+    plugins = [core, {"module": "tests.cluster.ledger_plugin"}, notify]
+    config = {"plugins": plugins, "workspaces": str(scratch / "workspaces")}
+    (scratch / "noeta.yaml").write_text(json.dumps(config))
     cron = {
         "schedules": [
             {
@@ -97,8 +108,9 @@ async def run(
         await asyncio.to_thread(apply_mutant, url, mutant)
     cluster = Cluster(url, scratch, server, store)
     rng = random.Random(seed)
-    workload = Workload(store, rng, plan_tasks(rng, count))
+    workload = Workload(store, rng, plan_tasks(rng, count), scratch / "workspaces")
     write_configs(scratch)
+    await workload.create_outbox()
     problems: list[str] = []
     chaos = Chaos(cluster, workload, rng)
     if not server.can_restart:
@@ -147,6 +159,7 @@ async def verdict(
     output = cluster.worker_output()
     chaos.landed["claim-commit-unknown"] = output.count(CLAIM_REPLY_LOST)
     seen = counters.count(logs, output)
+    seen.update(counted(await store.read_inbox(OUTBOX, untaken_only=False), cluster.scratch))
     if not any(r.status.finished for r in records) or not sum(chaos.landed.values()):
         problems.append("the run did nothing: no task finished or no fault landed")
     short = counters.short_of_minimum(seen, chaos.landed, chaos.kinds)

@@ -9,7 +9,10 @@ wrong seq; only the expected-seq check refuses it, as no key collides.
 And one run of each recovery path, so a short run shows them all: a worker killed inside
 a tool call (failpoint) whose next claimer settles it by recover (Record), by re-run
 (Pause) or as outcome unknown (Bash), the recovering claim's reply lost (adopted), and a
-worker killed while its background job runs (the job is recorded lost).
+worker killed while its background job runs (the job is recorded lost). And the subagent
+paths: a parent's worker killed right after a launch (its next claimer takes the parent
+over while the subagents work), and a parent cancelled while its subagents work (their
+handbacks land in a finished inbox; each removes its own worktree).
 """
 
 from __future__ import annotations
@@ -54,6 +57,48 @@ async def run_targeted(cluster: Cluster, workload: Workload) -> None:
     for path in ("recover", "rerun", "unknown"):
         await killed_in_a_tool(cluster, workload, path)
     await job_lost(cluster, workload)
+    await subtask_takeover(cluster, workload)
+    await cancelled_mid_fanout(cluster, workload)
+
+
+KILLED_AFTER_LAUNCH = "subtask.after_launch=kill@1"
+
+
+async def subtask_takeover(cluster: Cluster, workload: Workload) -> None:
+    task = "fanout-000"
+    workload.kinds[task] = "agents"
+    workload.in_git.add(task)
+    await workload.create(task, queue=QUEUE)
+    cluster.start_worker("launch-crash", queues=QUEUE, failpoints=KILLED_AFTER_LAUNCH)
+    crashing = cluster.workers.pop("launch-crash")
+    await asyncio.to_thread(crashing.wait, 60)
+    cluster.note(f"{task}: worker killed right after launching a subagent (failpoint)")
+    cluster.start_worker("launch-heir", queues=QUEUE)
+    await until(lambda: _tree_finished(cluster, task), 90, f"{task} and its subagents finish")
+    cluster.kill(cluster.workers.pop("launch-heir"))
+
+
+async def cancelled_mid_fanout(cluster: Cluster, workload: Workload) -> None:
+    task = "cancelfanout-000"
+    workload.kinds[task] = "cancelled-agents"
+    workload.in_git.add(task)
+    await workload.create(task, queue=QUEUE)
+    cluster.start_worker("fanout-owner", queues=QUEUE)
+    await until(lambda: _cancel_sent(workload, task), 30, f"{task} launches a subagent")
+    cluster.note(f"{task}: cancelled while its subagents work")
+    await until(lambda: _tree_finished(cluster, task), 90, f"{task} and its subagents finish")
+    cluster.kill(cluster.workers.pop("fanout-owner"))
+
+
+async def _cancel_sent(workload: Workload, task: str) -> bool:
+    await workload.cancel_launched()
+    return task in workload.cancelled
+
+
+async def _tree_finished(cluster: Cluster, root: str) -> bool:
+    records = await cluster.store.list_tasks(limit=10_000)
+    tree = [r for r in records if r.id == root or r.id.startswith(f"{root}.")]
+    return bool(tree) and all(r.status.finished for r in tree)
 
 
 async def killed_in_a_tool(cluster: Cluster, workload: Workload, path: str) -> None:

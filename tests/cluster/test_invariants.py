@@ -78,6 +78,11 @@ def test_a_healthy_log_with_the_traces_of_crashes_passes() -> None:
         ),
         (log(("TaskCreated", {})), [entry(7, 1)], "differ from the log"),
         (
+            log(("SubtaskReturned", {"inbox_id": 7}), ("SubtaskReturned", {"inbox_id": 7})),
+            [entry(7, 1)],
+            "taken 2 times",
+        ),
+        (
             log(
                 ("JobStarted", {"job_id": "j1"}),
                 ("JobLost", {"job_id": "j1"}),

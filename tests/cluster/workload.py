@@ -1,6 +1,7 @@
 """What the cluster runs: scripted tasks (tool calls with side effects, background jobs,
-timers, chats taking messages) created through the chaos, and the heal phase's driving
-of every chat to its end."""
+timers, chats taking messages, parents launching subagents) created through the chaos,
+the cancels of the parents planned to be cancelled mid-fan-out (fanout.py), and the heal
+phase's driving of every chat to its end."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from pathlib import Path
 from noeta.core import events
 from noeta.core.errors import StoreError
 from noeta.core.store import CANCEL_KEY, Delivery, NewEvent, NewTask, Store
+from tests.cluster import fanout
 
 SCRIPTS = Path(__file__).parent / "scripted"
-KINDS = ("tools", "job", "timer", "chat")
+KINDS = ("tools", "job", "timer", "chat", *fanout.PARENTS)
 MESSAGES_PER_CHAT = 6
-TOOLS = ("Bash", "TodoWrite", "ScheduleWakeup", "Record", "Pause")
+TOOLS = ("Bash", "TodoWrite", "ScheduleWakeup", "Record", "Pause", "Agent")
 
 
 @dataclass
@@ -26,8 +28,14 @@ class Workload:
     store: Store
     rng: random.Random
     kinds: dict[str, str]  # task id -> kind, in the order they are created
+    workspaces: Path  # the workers' workspaces root (a parent's git repository is made here)
     created: list[str] = field(default_factory=list)
     sent: list[tuple[str, str]] = field(default_factory=list)  # (task, dedupe key)
+    cancelled: set[str] = field(default_factory=set)  # parents sent a cancel mid-fan-out
+    in_git: set[str] = field(default_factory=set)  # parents whose workspace is a repository
+
+    def __post_init__(self) -> None:
+        self.in_git |= fanout.in_git(self.kinds)
 
     @property
     def chats(self) -> list[str]:
@@ -39,6 +47,8 @@ class Workload:
     async def create(self, task_id: str, queue: str = "default") -> None:
         """Create a task of its planned kind (idempotent by id: safe to retry)."""
         kind = self.kinds[task_id]
+        if task_id in self.in_git:
+            await asyncio.to_thread(fanout.make_git_workspace, self.workspaces / task_id)
         created = events.TaskCreated(
             model=f"scripted:{SCRIPTS / f'{kind}.yaml'}",
             prompt="" if kind == "chat" else "go",
@@ -66,6 +76,22 @@ class Workload:
         if self.rng.random() < 0.3:  # a sender that retries: delivered once all the same
             await steadily(lambda: self.store.deliver(delivery))
 
+    async def create_outbox(self) -> None:
+        """The notify plugin's outbox: never claimed, so its inbox keeps every notification."""
+        created = events.TaskCreated(model="scripted:none", prompt="", interactive=True)
+        outbox = NewTask(fanout.OUTBOX, [NewEvent(*events.encode(created))], fanout.OUTBOX_QUEUE)
+        await steadily(lambda: self.store.create_task(outbox))
+
+    async def cancel_launched(self) -> None:
+        """Cancel each parent planned for it once its launches landed: its subagents are
+        still at work (slow), so the cancel goes down the tree."""
+        for task in self.created:
+            if self.kinds[task] != fanout.CANCELLED_PARENT or task in self.cancelled:
+                continue
+            if any(event.type == "SubtaskLaunched" for event in await self.store.read_log(task)):
+                await self.store.deliver(Delivery(task, {"kind": "cancel"}, CANCEL_KEY))
+                self.cancelled.add(task)
+
     async def maybe_chat(self) -> None:
         if self.chats and self.rng.random() < 0.6:
             target = self.rng.choice(self.chats)
@@ -83,6 +109,7 @@ class Workload:
         cancelled: set[str] = set()
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
+            await steadily(self.cancel_launched)
             for task in self.chats:
                 if task not in cancelled and await self._answered(task):
                     cancel = Delivery(task, {"kind": "cancel"}, CANCEL_KEY)
@@ -96,7 +123,7 @@ class Workload:
 
     async def unfinished(self) -> list[str]:
         records = await self.store.list_tasks(limit=10_000)
-        return [record.id for record in records if not record.status.finished]
+        return [r.id for r in records if not r.status.finished and r.id != fanout.OUTBOX]
 
     async def _answered(self, task: str) -> bool:
         log = await self.store.read_log(task)
@@ -120,6 +147,8 @@ async def steadily(step: Callable[[], Awaitable[object]], within: float = 60.0) 
 
 
 def plan_tasks(rng: random.Random, count: int) -> dict[str, str]:
-    """Task id -> kind, in the order they will be created."""
-    kinds = [rng.choice(KINDS) for _ in range(count)]
+    """Task id -> kind, in the order they will be created: each kind once (in a seeded
+    order; a short run has them all), then at random."""
+    kinds = rng.sample(KINDS, len(KINDS))[:count]
+    kinds += [rng.choice(KINDS) for _ in range(count - len(kinds))]
     return {f"{kind}-{n:03}": kind for n, kind in enumerate(kinds)}

@@ -1,7 +1,8 @@
-"""A process that runs one task with the example notify plugin until it finishes; the
-hook crash test kills it at a failure point and starts it again.
+"""A process that runs one task with the example notify plugin until it finishes (or,
+given `waiting`, until it waits); the hook crash tests kill it at a failure point and
+start it again.
 
-    python -m tests.plugins.hooked_worker STORE_URL TASK_ID OUTBOX LEDGER
+    python -m tests.plugins.hooked_worker STORE_URL TASK_ID OUTBOX LEDGER [waiting]
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ LEASE = 1.0
 POLL_SECONDS = 0.05  # a killed run's lease lapses after LEASE: poll for it to be claimable
 
 
-async def main(url: str, task_id: str, outbox: str, ledger: str) -> None:
+async def main(url: str, task_id: str, outbox: str, ledger: str, until: str = "") -> None:
     notify = load(PluginSpec("module", "notify_plugin", {"outbox": outbox, "ledger": ledger}))
     store = await open_store(url)
     runner = TaskRunner(store, ProviderRegistry(), plugins=[notify.plugin])
@@ -29,6 +30,9 @@ async def main(url: str, task_id: str, outbox: str, ledger: str) -> None:
             record = await store.get_task(task_id)
             if record is not None and record.status.finished:
                 print("finished", record.status.value)
+                return
+            if record is not None and until == record.status.value:
+                print(until)
                 return
             if loop.time() > deadline:
                 raise SystemExit(f"task {task_id} did not finish")
@@ -42,4 +46,4 @@ async def main(url: str, task_id: str, outbox: str, ledger: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:5]))
+    asyncio.run(main(*sys.argv[1:6]))

@@ -85,10 +85,13 @@ async def test_the_example_notifies_once_with_the_finish_and_ledgers_every_event
     assert any(e.type == "PluginRecord" for e in log)  # its progress mark, in the log
 
 
-def hooked_worker(url: str, ledger: Path, failpoints: str = "") -> subprocess.CompletedProcess[str]:
+def hooked_worker(
+    url: str, ledger: Path, failpoints: str = "", until: str = ""
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NOETA_FAILPOINTS": failpoints, "PYTHONPATH": str(EXAMPLES)}
+    command = ["tests.plugins.hooked_worker", url, "t", "inbox", str(ledger), until]
     return subprocess.run(
-        [sys.executable, "-m", "tests.plugins.hooked_worker", url, "t", "inbox", str(ledger)],
+        [sys.executable, "-m", *command],
         cwd=REPOSITORY,
         env=env,
         capture_output=True,
@@ -116,6 +119,31 @@ async def test_killed_between_an_event_and_its_on_event_it_is_delivered_again_wi
         # At least once, and keyed by seq: every event once, in order, no gap.
         assert ledger_seqs(ledger, "t") == await event_seqs(store, "t")
         assert len(await store.read_inbox("inbox")) == 1
+    finally:
+        await store.close()
+
+
+async def test_killed_between_on_event_and_the_wait_nothing_is_delivered_twice_or_missed(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "events.log"
+    store = await open_store(postgres_url, migrate=True)
+    try:
+        await create(store, tmp_path, "inbox", interactive=True, replies=[])
+        await create(store, tmp_path, "t", interactive=True)
+        died = hooked_worker(postgres_url, ledger, "hooks.before_wait=kill@1")
+        assert died.returncode == -signal.SIGKILL, died.stderr
+        # Killed before its wait: not handed back, yet every on_event ran and its records
+        # (the plugin's mark) landed.
+        assert (await store.get_task("t")).status == "running"  # type: ignore[union-attr]
+        assert ledger_seqs(ledger, "t") == await event_seqs(store, "t")
+        at_the_kill = [(e.seq, e.type) for e in await store.read_log("t")]
+        assert at_the_kill[-1][1] == "PluginRecord"
+        waits = hooked_worker(postgres_url, ledger, until="waiting")
+        assert waits.stdout.split() == ["waiting"], waits.stderr
+        # The next claim found the mark at the log's end: nothing delivered again.
+        assert [(e.seq, e.type) for e in await store.read_log("t")] == at_the_kill
+        assert ledger_seqs(ledger, "t") == await event_seqs(store, "t")
     finally:
         await store.close()
 

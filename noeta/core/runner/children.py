@@ -3,12 +3,14 @@ deliveries every finish carries (the handback to a parent, a cancel to running c
 
 A child is created in the same append as the `SubtaskLaunched` that makes its Agent call
 wait: a crash before leaves no child (the call is half done, `recover` cleans up), after
-it the log knows the child. Its report reaches the parent in the append that finishes it.
+it the log knows the child. Its report reaches the parent in the append that finishes it,
+and its git worktree is removed just before that append, by the child itself (ADR-0054).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
 from noeta.core import events as ev
 from noeta.core import failpoints, subtasks
@@ -16,7 +18,8 @@ from noeta.core.model import ToolCall
 from noeta.core.next_action import AwaitSubtasks
 from noeta.core.runner.context import RunContext
 from noeta.core.store import CANCEL_KEY, Delivery, InboxEntry, NewEvent, NewTask, Wait
-from noeta.core.tool import LaunchingTool, SubtaskRequest, ToolContext
+from noeta.core.task_id import workspace_folder
+from noeta.core.tool import LaunchingTool, SubtaskRequest, ToolContext, ToolError
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +109,38 @@ async def take_late_handback(
 
 
 async def _remove_workspace(run: RunContext, handback: subtasks.Handback) -> None:
-    """The child finished: its worktree goes (its work stays on its branch). Before the
-    append that takes the handback, and idempotent: a crash between does it again."""
-    ctx = ToolContext(run.task_id, handback.call_id, run.workspace, handback.child_id)
+    """The child finished: its worktree goes, if it is still there (the child removes its
+    own before its finish; one that finished under an older noeta may not have)."""
+    await remove_child_workspace(run, run.workspace, handback.call_id, handback.child_id)
+
+
+async def before_finish(run: RunContext) -> None:
+    """A child about to append its finish removes its own git worktree, its work committed
+    to its branch: whether its parent waits for it or finished first (cancelled, failed),
+    no worktree outlives the child. Idempotent: a crash before the finish lands repeats it
+    at the next claim, which finishes again (the log's next step is the same finish)."""
+    state = run.state
+    if not state.parent:
+        return
+    if run.workspace:
+        parent = os.path.join(os.path.dirname(run.workspace), workspace_folder(state.parent))
+        await remove_child_workspace(run, parent, state.parent_call, run.task_id)
+    await failpoints.hit("subtask.before_finish")
+
+
+async def remove_child_workspace(
+    run: RunContext, parent_workspace: str, call_id: str, child: str
+) -> None:
+    """Remove what the launch of `child` made (its work kept on its branch); a failure is
+    logged, never the task's: a worktree left behind is for `git worktree prune`, a report
+    lost would be worse."""
+    ctx = ToolContext(run.task_id, call_id, parent_workspace, child)
     for tool in run.tools.values():
         if isinstance(tool, LaunchingTool):  # each removes only what it made
-            await tool.remove_workspace(handback.child_id, ctx, keep_work=True)
+            try:
+                await tool.remove_workspace(child, ctx, keep_work=True)
+            except ToolError as error:
+                log.warning("task %s: the worktree of %s stays: %s", run.task_id, child, error)
 
 
 def finish_deliveries(run: RunContext, status: str, report: str) -> list[Delivery]:

@@ -297,12 +297,14 @@ class _Run:
             self.pending += [ev.JobStopped(job_id) for job_id in self.state.jobs]
         new_events = [*self.pending, *new_events]
         self.pending = []
-        if new_events and self.hooks.on_event and isinstance(next_state, Wait | WaitHolding):
-            # A wait hands the task back only once every on_event ran and its records
-            # landed: the events first, under the claim, then the wait.
-            await self.append(new_events, take=take, deliveries=deliveries, new_tasks=new_tasks)
-            await self.append([], next_state=next_state)
-            return
+        if self.hooks.on_event and isinstance(next_state, Wait | WaitHolding):
+            if new_events:
+                # A wait hands the task back only once every on_event ran and its records
+                # landed: the events first, under the claim, then the wait.
+                await self.append(new_events, take=take, deliveries=deliveries, new_tasks=new_tasks)
+                await self.append([], next_state=next_state)
+                return
+            await failpoints.hit("hooks.before_wait")
         records, enqueued = await self.hooks.before_append(self.task_id, self.state, new_events)
         new_events += records
         deliveries = [*deliveries, *enqueued]
@@ -314,6 +316,7 @@ class _Run:
                 *deliveries,
                 *children.finish_deliveries(self, finished.status, report),
             ]
+            await children.before_finish(self)
         await failpoints.hit("append.before_commit")
         last_seq = await self.store.append(
             self.claim,
@@ -325,6 +328,8 @@ class _Run:
             next_state=next_state,
         )
         await failpoints.hit("append.after_commit")
+        if finished is not None and self.state.parent:
+            await failpoints.hit("subtask.after_finish")
         first = self.state.last_seq + 1
         logged = [LoggedEvent(first + i, event) for i, event in enumerate(new_events)]
         self.state = fold(logged, self.state)
@@ -445,6 +450,7 @@ class _Run:
         encoded = [NewEvent(*ev.encode(finish))]
         # What the fold got to (the parent link is the log's second event) is told too.
         tell = children.finish_deliveries(self, "failed", error)
+        await children.before_finish(self)
         await self.store.append(
             self.claim, last_seq, encoded, deliveries=tell, next_state=Finish(TaskStatus.FAILED)
         )

@@ -101,7 +101,9 @@ class Agent:
             message = f"noeta: what subagent {child_id} left uncommitted"
             await _git(target, "-c", "user.name=noeta", "-c", "user.email=noeta@localhost",
                        "commit", "-q", "--no-verify", "-m", message)  # fmt: skip
-        await _git(ctx.workspace, "worktree", "remove", "--force", target)
+        # Run from the worktree itself: the launching task's own worktree may be gone (a
+        # nested child that outlived its cancelled parent).
+        await _git(target, "worktree", "remove", "--force", target)
         if not keep_work:
             await _git(ctx.workspace, "branch", "-q", "-D", subtasks.branch_name(child_id))
 

@@ -1,6 +1,6 @@
 """Subagents across real SIGKILLs: before and after the launch append, during the child's
-run, and while the parent takes a handback. Every child is created once, every handback
-taken once, no worktree is left behind."""
+run, on either side of its finishing append, and while the parent takes a handback. Every
+child is created once, every handback taken once, no worktree is left behind."""
 
 from __future__ import annotations
 
@@ -135,4 +135,47 @@ async def test_killed_while_taking_the_handback_it_is_taken_once(
     log = await read(postgres_url, "p")
     assert count(log, "SubtaskReturned") == 1
     assert the_result(log)["content"] == "A done"
+    assert await inbox_taken_once(postgres_url)
+
+
+async def status_of(url: str, task_id: str) -> str:
+    store = await open_store(url)
+    try:
+        record = await store.get_task(task_id)
+    finally:
+        await store.close()
+    assert record is not None
+    return record.status.value
+
+
+async def test_killed_before_the_childs_finishing_append_it_finishes_once_its_worktree_gone(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    root = await start(postgres_url, tmp_path, [{"text": "A done"}])
+    assert killed(worker(postgres_url, root, "subtask.before_finish=kill"))
+    # The child removed its worktree (its branch stays), then died before its finish.
+    assert await status_of(postgres_url, "p.a.1") == "running"
+    assert not (root / "p.a.1").exists()
+    assert "noeta/p.a.1" in git(root / "p", "branch")
+    done = worker(postgres_url, root)
+    assert done.stdout.split() == ["finished", "done"], done.stderr
+    assert count(await read(postgres_url, "p.a.1"), "TaskFinished") == 1
+    log = await read(postgres_url, "p")
+    assert the_result(log)["content"] == "A done"
+    assert count(log, "SubtaskReturned") == 1
+    assert await inbox_taken_once(postgres_url)
+
+
+async def test_killed_after_the_childs_finishing_append_its_handback_is_taken_once(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    root = await start(postgres_url, tmp_path, [{"text": "A done"}])
+    assert killed(worker(postgres_url, root, "subtask.after_finish=kill"))
+    assert await status_of(postgres_url, "p.a.1") == "done"
+    assert not (root / "p.a.1").exists()
+    done = worker(postgres_url, root)
+    assert done.stdout.split() == ["finished", "done"], done.stderr
+    log = await read(postgres_url, "p")
+    assert the_result(log)["content"] == "A done"
+    assert count(log, "SubtaskReturned") == 1
     assert await inbox_taken_once(postgres_url)

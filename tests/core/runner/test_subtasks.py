@@ -269,6 +269,60 @@ async def test_in_a_git_workspace_a_child_works_in_its_own_worktree_and_it_is_re
     assert not (workspace / "found.txt").exists()
 
 
+async def test_a_child_whose_parent_was_cancelled_first_removes_its_own_worktree(
+    store: Store, tmp_path: Path
+) -> None:
+    root = tmp_path / "ws"
+    workspace = git_workspace(root, "p")
+    child = script(tmp_path, {"text": "never"})
+    parent = script(tmp_path, {"tool_calls": [agent("a", "x", model=child)]}, {"text": "ok"})
+    await create(store, "p", parent)
+    task_runner = runner(store, str(root))
+    claim = await store.claim_task("worker-1", "p", LEASE)
+    assert claim is not None
+    assert (await task_runner.run(claim)).outcome == "waiting"
+    (root / "p.a.1" / "half.txt").write_text("half done\n")  # what the child wrote so far
+    assert await store.deliver(Delivery("p", {"kind": "cancel"}, CANCEL_KEY))
+    claim = await store.claim_task("worker-1", "p", LEASE)  # the parent finishes first
+    assert claim is not None
+    await task_runner.run(claim)
+    assert await status(store, "p") == TaskStatus.CANCELLED
+    assert (root / "p.a.1").is_dir()
+    await run_all(store, task_runner)
+    assert await status(store, "p.a.1") == TaskStatus.CANCELLED
+    # No one takes the handback (the parent is finished): the child removed its worktree.
+    assert not (root / "p.a.1").exists()
+    assert "p.a.1" not in git(workspace, "worktree", "list")
+    assert git(workspace, "show", "noeta/p.a.1:half.txt") == "half done\n"
+
+
+async def test_a_grandchild_finishing_after_its_parent_removes_its_worktree_all_the_same(
+    store: Store, tmp_path: Path
+) -> None:
+    root = tmp_path / "ws"
+    workspace = git_workspace(root, "p")
+    grandchild = script(tmp_path, {"text": "never"})
+    child = script(tmp_path, {"tool_calls": [agent("n", "x", model=grandchild)]}, {"text": "b"})
+    parent = script(tmp_path, {"tool_calls": [agent("b", "x", model=child)]}, {"text": "ok"})
+    await create(store, "p", parent)
+    task_runner = runner(store, str(root))
+    for task_id in ("p", "p.b.1"):  # each launches its child and waits
+        claim = await store.claim_task("worker-1", task_id, LEASE)
+        assert claim is not None
+        assert (await task_runner.run(claim)).outcome == "waiting"
+    assert (root / "p.b.1.n.1" / ".git").is_file()
+    assert await store.deliver(Delivery("p", {"kind": "cancel"}, CANCEL_KEY))
+    for task_id in ("p", "p.b.1", "p.b.1.n.1"):  # the cancel goes down, in this order
+        claim = await store.claim_task("worker-1", task_id, LEASE)
+        assert claim is not None
+        await task_runner.run(claim)
+        assert await status(store, task_id) == TaskStatus.CANCELLED
+    # The grandchild's parent worktree was gone before it finished: its own went too.
+    assert not (root / "p.b.1").exists()
+    assert not (root / "p.b.1.n.1").exists()
+    assert git(workspace, "worktree", "list").count("\n") == 1
+
+
 async def test_a_worktree_path_that_exists_already_is_refused(store: Store, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     git_workspace(root, "p")
