@@ -361,19 +361,23 @@ class _Run:
 
     async def settle(self, prefix: list[ev.Event], action: EndTurn | FinishTask) -> None:
         """Append the end of a turn and, when that ends a one-shot task, its finish too."""
-        pending = list(prefix)
-        finish: FinishTask | None = action if isinstance(action, FinishTask) else None
         if isinstance(action, EndTurn):
-            pending.append(ev.TurnEnded(action.outcome, action.answer, action.error))  # type: ignore[arg-type]
-            first = self.state.last_seq + 1
-            after = fold([LoggedEvent(first + i, e) for i, e in enumerate(pending)], self.state)
-            following = next_action(after)
-            finish = following if isinstance(following, FinishTask) else None
-        next_state: NextState = Continue()
-        if finish is not None:
-            pending.append(ev.TaskFinished(finish.status, finish.answer, finish.error))  # type: ignore[arg-type]
-            next_state = Finish(TaskStatus(finish.status))
-        await self.append(pending, next_state=next_state)
+            turn_ended = ev.TurnEnded(action.outcome, action.answer, action.error)  # type: ignore[arg-type]
+            await self.append_settling([*prefix, turn_ended])
+            return
+        await self.append([*prefix, _finished(action)], next_state=_finish_state(action))
+
+    async def append_settling(self, new_events: Sequence[ev.Event]) -> None:
+        """Append `new_events` and, when they end the task (a one-shot task's last turn, a
+        job's result), its TaskFinished in the same append: one round trip, not two."""
+        first = self.state.last_seq + 1
+        after = fold([LoggedEvent(first + i, e) for i, e in enumerate(new_events)], self.state)
+        following = next_action(after)
+        if isinstance(following, FinishTask):
+            finished = [*new_events, _finished(following)]
+            await self.append(finished, next_state=_finish_state(following))
+        else:
+            await self.append(new_events)
 
     # --- steps ------------------------------------------------------------------------
 
@@ -450,6 +454,14 @@ class _Run:
         )
         self.runner.load_attempts.forget(self.task_id)
         return True
+
+
+def _finished(finish: FinishTask) -> ev.TaskFinished:
+    return ev.TaskFinished(finish.status, finish.answer, finish.error)  # type: ignore[arg-type]
+
+
+def _finish_state(finish: FinishTask) -> NextState:
+    return Finish(TaskStatus(finish.status))
 
 
 def _describe(error: Exception) -> str:
