@@ -46,7 +46,7 @@ from noeta.core.retry import Sleep
 from noeta.core.runner import calls, children, model_call, taking
 from noeta.core.runner.log import load_for_run, save_snapshot, snapshot_version
 from noeta.core.runner.model_call import Providers
-from noeta.core.runner.plugin_hooks import HookFailed, Hooks
+from noeta.core.runner.plugin_hooks import HookFailed, HookPlugins, Hooks
 from noeta.core.store import (
     DEFAULT_QUEUE,
     Claim,
@@ -109,6 +109,9 @@ class TaskRunner:
     # The plugins whose hooks run (before_append, on_event, delivered_through).
     plugins: Sequence[object] = ()
 
+    def __post_init__(self) -> None:
+        self.hook_plugins = HookPlugins.of(self.plugins)
+
     def workspace_for(self, task_id: str) -> str:
         if not self.workspaces:
             return ""
@@ -154,7 +157,7 @@ class _Run:
         self.pending: list[ev.Event] = []
         self.cancel_checked_at = -math.inf
         self._queue = ""
-        self.hooks = Hooks(runner.plugins)
+        self.hooks = Hooks(runner.hook_plugins)
 
     # --- the RunContext the steps in calls.py see ---------------------------------------
 
