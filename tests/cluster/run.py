@@ -35,7 +35,7 @@ from tests.cluster.faults import Chaos
 from tests.cluster.mutants import apply_mutant
 from tests.cluster.processes import WORKERS, Cluster
 from tests.cluster.server import ClusterServer, ServerUnanswered
-from tests.cluster.targeted import run_targeted
+from tests.cluster.targeted import ScenarioFailed, run_targeted
 from tests.cluster.workload import SCRIPTS, Workload, plan_tasks, steadily
 
 # After the last fault every task is done within this (mutant runs use less: they fail).
@@ -69,8 +69,10 @@ def settings(env: dict[str, str]) -> tuple[int, int, float, str]:
 
 def write_configs(scratch: Path) -> None:
     (scratch / "ledger").touch()
-    # Bash sees only an allowlisted environment: the ledger's path is passed explicitly.
-    core = {"module": "noeta.plugins.core", "params": {"pass_env": ["NOETA_CLUSTER_LEDGER"]}}
+    # Bash sees only an allowlisted environment and, under Landlock, writes only in its
+    # workspace: the ledger's path is passed and opened for writing explicitly.
+    params = {"pass_env": ["NOETA_CLUSTER_LEDGER"], "confine_write": [str(scratch / "ledger")]}
+    core = {"module": "noeta.plugins.core", "params": params}
     plugins = {"plugins": [core, {"module": "tests.cluster.ledger_plugin"}]}
     (scratch / "noeta.yaml").write_text(json.dumps(plugins))
     cron = {
@@ -108,7 +110,7 @@ async def run(
         cluster.start_scheduler()
         try:
             await run_targeted(cluster, workload)  # on its own queue: the pool idles
-        except TimeoutError as error:
+        except (TimeoutError, ScenarioFailed) as error:
             problems.append(str(error))
         started = time.monotonic()
         await chaos.run(seconds)

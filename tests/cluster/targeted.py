@@ -1,9 +1,9 @@
 """Scenarios that force the windows random chaos rarely hits, run before the chaos.
 
-The fence's window: the old owner is frozen right before an append (failpoint), its
-lease lapses, a new owner takes over and is held before its first write (failpoint), the
-old one wakes and appends. The expected seq is still right and no (task, seq) is taken,
-so only the epoch check refuses it. The stale view: a client whose view of the log is
+The fence's window: the old owner claims the task and goes quiet, its lease lapses, a
+real worker takes over and is held before its first write (a pause failpoint), and the
+old owner appends. The expected seq is still right and no (task, seq) is taken, so only
+the epoch check refuses it. The stale view: a client whose view of the log is
 ahead of it (it took an append whose outcome was unknown for landed) appends at the
 wrong seq; only the expected-seq check refuses it, as no key collides.
 And one run of each recovery path, so a short run shows them all: a worker killed inside
@@ -15,17 +15,25 @@ worker killed while its background job runs (the job is recorded lost).
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from noeta.core.errors import Conflict
 from noeta.core.store import NewEvent
-from tests.cluster.processes import Cluster
+from tests.cluster.processes import LEASE, Cluster
 from tests.cluster.workload import Workload
 
 QUEUE = "targeted"
-OLD_FROZEN = "append.before_commit=stop(3000)@2"  # the second append: after the first step
-NEW_HELD = "append.before_commit=sleep(4000)@1"  # its first write, after the takeover
+# It stops itself (SIGSTOP) at its point until the scenario sends SIGCONT: the order is
+# decided by process states, not by how fast processes start on a loaded machine.
+NEW_HELD = "append.before_commit=pause@1"  # its first write, after the takeover
+
+
+class ScenarioFailed(Exception):
+    """A targeted scenario saw what must never happen (reported as a problem of the run)."""
 
 
 async def until(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
@@ -81,6 +89,11 @@ async def job_lost(cluster: Cluster, workload: Workload) -> None:
 
 
 async def fence_window(cluster: Cluster, workload: Workload) -> None:
+    """The old owner is a client of the store that claims the task and then goes quiet,
+    as a frozen worker would; a real worker takes over and is held before its first
+    write; then the old owner appends at the right seq under its old epoch. (A frozen
+    real worker wakes to a renewal round that may find its claim lost and cancel the
+    append before it is sent: the window would be missed, not decided by the fence.)"""
     store, task = cluster.store, "fence-000"
     workload.kinds[task] = "tools"
 
@@ -88,16 +101,37 @@ async def fence_window(cluster: Cluster, workload: Workload) -> None:
         record = await store.get_task(task)
         return record is not None and record.owner == name
 
-    cluster.start_worker("fence-old", queues=QUEUE, failpoints=OLD_FROZEN)
     await workload.create(task, queue=QUEUE)
-    await until(lambda: owner_is("fence-old"), 30, "fence-old claims the task")
-    cluster.note(f"fence window: fence-old will freeze before its 2nd append ({OLD_FROZEN})")
+    old = await store.claim("fence-old", [QUEUE], LEASE)
+    assert old is not None and old.task_id == task
+    cluster.note("fence window: fence-old claimed the task and went quiet")
     cluster.start_worker("fence-new", queues=QUEUE, failpoints=NEW_HELD)
+    new = cluster.workers["fence-new"]
     await until(lambda: owner_is("fence-new"), 30, "fence-new takes the task over")
+    await until(lambda: _paused(new), 30, "fence-new is held before its first write")
     cluster.note("fence window: fence-new took over, held before its first write")
+    record = await store.get_task(task)
+    assert record is not None
+    try:  # the right seq, no (task, seq) taken: only the epoch check can refuse it
+        await store.append(old, record.last_seq, [NewEvent("ModelCalled", {})])
+    except Conflict as refused:
+        cluster.note("fence window: fence-old's append under the old epoch was refused")
+        # Counted with the workers' refusals (counters.py reads every *.log here).
+        with (cluster.scratch / "fence-old.log").open("a") as output:
+            output.write(f"conflict on task {task}: {refused.reason} (fence window)\n")
+    else:
+        cluster.note("fence window: fence-old's append under the old epoch LANDED")
+        raise ScenarioFailed("targeted scenario: a stale owner's append landed after a takeover")
+    finally:
+        new.send_signal(signal.SIGCONT)
     await until(lambda: _finished(cluster, task), 60, "the fence task finishes")
-    for name in ("fence-old", "fence-new"):
-        cluster.kill(cluster.workers.pop(name))
+    cluster.kill(cluster.workers.pop("fence-new"))
+
+
+async def _paused(process: subprocess.Popen[bytes]) -> bool:
+    """Stopped by its `pause` failpoint (Linux's process state, read from /proc)."""
+    stat = await asyncio.to_thread(Path(f"/proc/{process.pid}/stat").read_text)
+    return stat.rpartition(")")[2].split()[0] == "T"
 
 
 async def stale_view(cluster: Cluster, workload: Workload) -> None:
