@@ -11,7 +11,8 @@ database clock's (events.created_at).
 2. The same drain beside 200,000 jobs scheduled a day ahead (ready_at).
 3. Idle enqueue-to-start: one idle worker (--poll 1: only LISTEN/NOTIFY makes it fast),
    jobs enqueued one at a time 75 ms apart; latency = ToolStarted - TaskCreated.
-   Again beside the 200,000 future jobs.
+   Again beside the 200,000 future jobs. Then where that time goes, step by step
+   (bench/job_pickup.py: the create's commit, the NOTIFY, the claim, the load, ToolStarted).
 
 Beside each, in the same run on the same server (bench/job_baselines.py): pgbench running
 noeta's own statements for a job (claim, ToolStarted, the finish), and the bare claim +
@@ -34,6 +35,7 @@ from pathlib import Path
 import noop_job  # the sibling module: bench/ is on sys.path
 from common import server
 from job_baselines import bare_pickups, create_many, job_script, pgbench_jobs_per_second
+from job_pickup import STEPS, pickup_steps
 from worker import PAUSE, Bench, fresh_bench, ms, table, verdict
 
 from noeta.client.job_tasks import job_task
@@ -75,7 +77,7 @@ CONCURRENCY = 16  # per worker process; pgbench runs as many connections
 class JobBench:
     def __init__(self, bench: Bench) -> None:
         self.bench = bench
-        config = bench.scratch / "jobs.yaml"
+        self.config = config = bench.scratch / "jobs.yaml"
         config.write_text("plugins:\n  - module: noop_job\n")
         pythonpath = os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))
         self.env = {"NOETA_CONFIG": str(config), "PYTHONPATH": pythonpath}
@@ -152,11 +154,15 @@ async def run(dsn: str, sizes: Sizes) -> None:
         pickups: dict[str, tuple[list[float], list[float]]] = {}
         await measure_drains(jobs, "empty", sizes.drain, rates)
         pickups["empty"] = await measure_pickups(jobs, "empty", sizes.latency)
+        steps = await pickup_steps(bench.dsn, str(jobs.config), noop_job.noop, sizes.latency, PAUSE)  # type: ignore[arg-type]
         await jobs.future(sizes.future)
         pickups["future"] = await measure_pickups(jobs, "future", sizes.latency)
         await measure_drains(jobs, "future", sizes.drain, rates)
     drain_table(sizes, rates)
     pickup_table(sizes, pickups)
+    title = "Where an idle pickup goes (empty case; in one process: the store, the runner and"
+    title += " LISTEN, no worker loop), median ms after the step before"
+    table(title, list(STEPS), [[ms(step) for step in steps]])
 
 
 async def measure_drains(
