@@ -140,10 +140,12 @@ class JobBench:
         """The pickup baseline: the same jobs, picked up by a bare LISTEN + claim loop."""
         ids = [f"bare-{label}-{n}" for n in range(count)]
 
-        async def one(task_id: str) -> None:
-            await self.enqueue([task_id], "bare")
+        queue = f"bare-{label}"  # its own: an earlier run's claims lapse, claimable again
 
-        await bare_pickups(self.bench.dsn, "bare", one, ids, PAUSE)
+        async def one(task_id: str) -> None:
+            await self.enqueue([task_id], queue)
+
+        await bare_pickups(self.bench.dsn, queue, one, ids, PAUSE)
         return [float(row[0]) for row in await self.bench.rows(PICKUP, (ids,))]
 
 
