@@ -7,14 +7,17 @@ database clock's (events.created_at).
 1. Drain: N no-op jobs, made through the client's own job_task and the Store API, due an
    hour ahead; once the workers LISTEN, one UPDATE makes them claimable. Rate = N / (last
    TaskFinished - first ToolStarted), 1 and 2 processes. Every step is fenced: a job is a
-   claim, a ToolStarted append, and a ToolFinished + TaskFinished append.
+   claim, a ToolStarted append, and one append of ToolFinished + TaskFinished (ADR-0055).
 2. The same drain beside 200,000 jobs scheduled a day ahead (ready_at).
 3. Idle enqueue-to-start: one idle worker (--poll 1: only LISTEN/NOTIFY makes it fast),
    jobs enqueued one at a time 75 ms apart; latency = ToolStarted - TaskCreated.
-   Again beside the 200,000 future jobs.
+   Again beside the 200,000 future jobs. Then where that time goes, step by step
+   (bench/job_pickup.py: the create's commit, the NOTIFY, the claim, the load, ToolStarted).
 
-Not yet here (issue 16 asks for it): each figure beside a pgbench run of the same claim on
-the same server; ../shared/peers-bench/run_anchors.py has the claim's pgbench scripts.
+Beside each, in the same run on the same server (bench/job_baselines.py): pgbench running
+noeta's own statements for a job (claim, ToolStarted, the finish), and the bare claim +
+finish, over 16 connections per worker process; for pickup, a bare psycopg loop that
+LISTENs and runs the claim and the ToolStarted append (pgbench cannot LISTEN).
 
 Run:  .venv/bin/python bench/jobs.py [--dsn DSN] [--quick]    (always exits 0)
 """
@@ -31,6 +34,8 @@ from pathlib import Path
 
 import noop_job  # the sibling module: bench/ is on sys.path
 from common import server
+from job_baselines import bare_pickups, create_many, job_script, pgbench_jobs_per_second
+from job_pickup import STEPS, pickup_steps
 from worker import PAUSE, Bench, fresh_bench, ms, table, verdict
 
 from noeta.client.job_tasks import job_task
@@ -65,13 +70,14 @@ class Sizes:
 
 
 FULL = Sizes(5000, 100, 200_000)
-QUICK = Sizes(300, 15, 20_000)
+QUICK = Sizes(400, 15, 20_000)
+CONCURRENCY = 16  # per worker process; pgbench runs as many connections
 
 
 class JobBench:
     def __init__(self, bench: Bench) -> None:
         self.bench = bench
-        config = bench.scratch / "jobs.yaml"
+        self.config = config = bench.scratch / "jobs.yaml"
         config.write_text("plugins:\n  - module: noop_job\n")
         pythonpath = os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))
         self.env = {"NOETA_CONFIG": str(config), "PYTHONPATH": pythonpath}
@@ -87,19 +93,22 @@ class JobBench:
 
         await asyncio.gather(*(one(task_id) for task_id in ids))
 
-    async def future(self, count: int) -> None:
-        later = await self.bench.value("SELECT clock_timestamp() + interval '1 day'")
-        await self.enqueue([f"future-{n}" for n in range(count)], "later", ready_at=later)
+    async def held_back(self, queue: str, count: int, ahead: str) -> list[str]:
+        """`count` no-op jobs of `queue`, not due for `ahead` (made in SQL, in batches)."""
+        later = await self.bench.value(f"SELECT clock_timestamp() + interval '{ahead}'")
+        template = job_task("x", noop_job.noop, {}, queue, later)  # type: ignore[arg-type]
+        await create_many(self.bench.admin, template, f"{queue}-", count)
         await self.bench.admin.execute("VACUUM (ANALYZE) tasks")
+        return [f"{queue}-{n}" for n in range(count)]
+
+    async def future(self, count: int) -> None:
+        await self.held_back("later", count, "1 day")
 
     async def drain(self, label: str, count: int, processes: int) -> float:
         queue = f"drain-{label}-{processes}"
-        ids = [f"{queue}-{n}" for n in range(count)]
-        later = await self.bench.value("SELECT clock_timestamp() + interval '1 hour'")
-        await self.enqueue(ids, queue, ready_at=later)
-        await self.bench.admin.execute("VACUUM (ANALYZE) tasks")
+        ids = await self.held_back(queue, count, "1 hour")
         names = [f"{queue}-w{i}" for i in range(processes)]
-        async with self.bench.workers(names, queue, concurrency=16, env=self.env):
+        async with self.bench.workers(names, queue, concurrency=CONCURRENCY, env=self.env):
             await self.bench.admin.execute(RELEASE, (queue,))
             await self.bench.finished(queue, ids, within=900)
         seconds = float(await self.bench.value(DRAIN, (f"{queue}-%",)))
@@ -107,6 +116,17 @@ class JobBench:
             f"  drain {label}, {processes} process(es): {count / seconds:,.0f} jobs/s", flush=True
         )
         return count / seconds
+
+    async def pgbench(self, label: str, count: int, processes: int, durable_start: bool) -> float:
+        """The same drain by pgbench: noeta's statements (durable_start) or claim + finish."""
+        queue = f"pgbench-{label}-{processes}-{'full' if durable_start else 'bare'}"
+        await self.held_back(queue, count, "1 hour")
+        await self.bench.admin.execute(RELEASE, (queue,))
+        script = job_script(queue, durable_start)
+        rate = await pgbench_jobs_per_second(self.bench.dsn, script, CONCURRENCY * processes, count)
+        what = "noeta's statements" if durable_start else "claim + finish"
+        print(f"  pgbench {label}, {what}, {processes}: {rate:,.0f} jobs/s", flush=True)
+        return rate
 
     async def pickups(self, label: str, count: int) -> list[float]:
         ids = [f"lat-{label}-{n}" for n in range(count)]
@@ -116,28 +136,64 @@ class JobBench:
         await self.bench.finished("latency", ids)
         return [float(row[0]) for row in await self.bench.rows(PICKUP, (ids,))]
 
+    async def bare_pickups(self, label: str, count: int) -> list[float]:
+        """The pickup baseline: the same jobs, picked up by a bare LISTEN + claim loop."""
+        ids = [f"bare-{label}-{n}" for n in range(count)]
+
+        queue = f"bare-{label}"  # its own: an earlier run's claims lapse, claimable again
+
+        async def one(task_id: str) -> None:
+            await self.enqueue([task_id], queue)
+
+        await bare_pickups(self.bench.dsn, queue, one, ids, PAUSE)
+        return [float(row[0]) for row in await self.bench.rows(PICKUP, (ids,))]
+
 
 async def run(dsn: str, sizes: Sizes) -> None:
     async with fresh_bench(dsn) as bench:
         jobs = JobBench(bench)
-        rates: dict[tuple[str, int], float] = {}
-        pickups: dict[str, list[float]] = {}
-        for processes in (1, 2):
-            rates["empty", processes] = await jobs.drain("empty", sizes.drain, processes)
-        async with bench.workers(["latency-w"], "latency", env=jobs.env):
-            await jobs.pickups("warm", 5)
-            pickups["empty"] = await jobs.pickups("empty", sizes.latency)
-            await jobs.future(sizes.future)
-            await jobs.pickups("warm2", 5)
-            pickups["future"] = await jobs.pickups("future", sizes.latency)
-        for processes in (1, 2):
-            rates["future", processes] = await jobs.drain("future", sizes.drain, processes)
+        rates: dict[tuple[str, int], tuple[float, float, float]] = {}
+        pickups: dict[str, tuple[list[float], list[float]]] = {}
+        await measure_drains(jobs, "empty", sizes.drain, rates)
+        pickups["empty"] = await measure_pickups(jobs, "empty", sizes.latency)
+        steps = await pickup_steps(bench.dsn, str(jobs.config), noop_job.noop, sizes.latency, PAUSE)  # type: ignore[arg-type]
+        await jobs.future(sizes.future)
+        pickups["future"] = await measure_pickups(jobs, "future", sizes.latency)
+        await measure_drains(jobs, "future", sizes.drain, rates)
+    drain_table(sizes, rates)
+    pickup_table(sizes, pickups)
+    title = "Where an idle pickup goes (empty case; in one process: the store, the runner and"
+    title += " LISTEN, no worker loop), median ms after the step before"
+    table(title, list(STEPS), [[ms(step) for step in steps]])
+
+
+async def measure_drains(
+    jobs: JobBench, case: str, count: int, rates: dict[tuple[str, int], tuple[float, float, float]]
+) -> None:
+    for processes in (1, 2):
+        noeta = await jobs.drain(case, count, processes)
+        statements = await jobs.pgbench(case, count, processes, durable_start=True)
+        bare = await jobs.pgbench(case, count, processes, durable_start=False)
+        rates[case, processes] = (noeta, statements, bare)
+
+
+async def measure_pickups(jobs: JobBench, case: str, count: int) -> tuple[list[float], list[float]]:
+    async with jobs.bench.workers(["latency-w"], "latency", env=jobs.env):
+        await jobs.pickups(f"warm-{case}", 5)
+        noeta = await jobs.pickups(case, count)
+    await jobs.bare_pickups(f"warm-{case}", 5)
+    return noeta, await jobs.bare_pickups(case, count)
+
+
+def drain_table(sizes: Sizes, rates: dict[tuple[str, int], tuple[float, float, float]]) -> None:
     rows = []
-    for (case, processes), rate in rates.items():
+    for (case, processes), (rate, statements, bare) in rates.items():
         index = processes - 1
-        ratio = rate / rates["empty", processes]
+        ratio = rate / rates["empty", processes][0]
         row = [case if case == "empty" else f"+{sizes.future:,} future", str(processes)]
-        row += [f"{rate:,.0f}", f"{rate / DBOS[index]:.2f}x", f"{rate / PROCRASTINATE[index]:.2f}x"]
+        row += [f"{rate:,.0f}", f"{statements:,.0f}", f"{rate / statements:.2f}x"]
+        row += [f"{bare:,.0f}", f"{rate / bare:.2f}x"]
+        row += [f"{rate / DBOS[index]:.2f}x", f"{rate / PROCRASTINATE[index]:.2f}x"]
         row += [f"{rate / PGQUEUER[index]:.2f}x", f"{ratio:.2f}"]
         ok = (
             rate >= 2 * DBOS[index]
@@ -146,19 +202,27 @@ async def run(dsn: str, sizes: Sizes) -> None:
             and (case == "empty" or ratio >= BACKLOG_KEEPS)
         )
         rows.append([*row, verdict(ok)])
-    headers = ["case", "processes", "jobs/s", "vs DBOS", "vs procrastinate", "vs PgQueuer"]
-    headers += ["x empty", "≥2x/≥3x/≥0.4x, ≥0.95"]
-    table(f"Drain: {sizes.drain:,} no-op jobs, concurrency 16 per process", headers, rows)
+    headers = ["case", "procs", "jobs/s", "pgbench same", "x same", "pgbench c+f", "x c+f"]
+    headers += ["vs DBOS", "vs procr.", "vs PgQueuer", "x empty", "≥2x/≥3x/≥0.4x, ≥0.95"]
+    title = f"Drain: {sizes.drain:,} no-op jobs, concurrency {CONCURRENCY} per process"
+    title += " (pgbench: as many connections; same = noeta's statements, c+f = claim + finish)"
+    table(title, headers, rows)
+
+
+def pickup_table(sizes: Sizes, pickups: dict[str, tuple[list[float], list[float]]]) -> None:
     rows = []
-    for case, values in pickups.items():
-        median = statistics.median(values)
+    for case, (values, bare) in pickups.items():
+        median, bare_median = statistics.median(values), statistics.median(bare)
         p99 = statistics.quantiles(values, n=100, method="inclusive")[98]
-        row = [case, ms(median), ms(p99), ms(max(values))]
+        row = [case, ms(median), ms(p99), ms(max(values)), ms(bare_median)]
+        row += [f"{median / bare_median:.1f}x"]
         rows.append(
             [*row, f"≤{LATENCY_TARGET_MS:g} ms  {verdict(median * 1e3 <= LATENCY_TARGET_MS)}"]
         )
     title = f"Idle enqueue-to-start (ToolStarted - TaskCreated), {sizes.latency} jobs each"
-    table(title, ["case", "median ms", "p99 ms", "max ms", "target"], rows)
+    title += " (bare: LISTEN, then the claim and the ToolStarted append, one psycopg process)"
+    headers = ["case", "median ms", "p99 ms", "max ms", "bare median", "x bare", "target"]
+    table(title, headers, rows)
 
 
 def main() -> None:

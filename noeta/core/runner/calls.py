@@ -47,7 +47,7 @@ async def run_tools(run: RunContext, calls: tuple[ToolCall, ...]) -> None:
             # Nothing runs: the start and its error result land together.
             with run.trace.tool(requested, run.state) as step:
                 started = ToolStarted(requested.id, requested.name, requested.input, step.record)
-                await run.append([started, ToolFinished(requested.id, refusal, True)])
+                await run.append_settling([started, ToolFinished(requested.id, refusal, True)])
                 step.finished(refusal, True)
             continue
         call = _gated(run, requested, approved)
@@ -59,7 +59,7 @@ async def run_tools(run: RunContext, calls: tuple[ToolCall, ...]) -> None:
             with run.trace.tool(requested, run.state) as step:
                 started = ToolStarted(requested.id, requested.name, requested.input, step.record)
                 denied = ToolFinished(requested.id, f"Denied by a gate: {call.reason}", True)
-                await run.append([started, denied])
+                await run.append_settling([started, denied])
                 step.finished(denied.content, True)
             continue
         # The log records the call as actually executed: after any rewrite. Its span
@@ -96,11 +96,13 @@ async def _record(run: RunContext, call: ToolCall, output: ToolOutput, recovery:
         return
     job = output.background
     if job is None:
-        await run.append([ToolFinished(call.id, output.content, output.is_error, recovery)])
+        # A job's result finishes its task in this same append (ADR-0055).
+        finished = ToolFinished(call.id, output.content, output.is_error, recovery)
+        await run.append_settling([finished])
         return
     if run.jobs is None:
         refusal = "run_in_background needs a noeta worker; run the command in the foreground"
-        await run.append([ToolFinished(call.id, refusal, True, recovery)])
+        await run.append_settling([ToolFinished(call.id, refusal, True, recovery)])
         return
     finished = ToolFinished(call.id, output.content, output.is_error, recovery)
     await run.append([finished, JobStarted(call.id, job.command)])
@@ -145,7 +147,7 @@ async def recover_calls(run: RunContext, calls: tuple[tuple[ToolCall, int], ...]
             # that ran it, through this claim's fence (a hint is never the log's truth).
             with run.trace.tool(call, run.state, "late") as step:
                 handed_over = ToolFinished(call.id, late.content, late.is_error, "late", late.epoch)
-                await run.append([handed_over])
+                await run.append_settling([handed_over])
                 step.finished(late.content, late.is_error, "late")
             continue
         tool = run.tools.get(call.name)
@@ -155,7 +157,7 @@ async def recover_calls(run: RunContext, calls: tuple[tuple[ToolCall, int], ...]
                 found = await tool.recover(call.input, ctx)
                 if found is not None:
                     finished = ToolFinished(call.id, found.content, found.is_error, "recover")
-                    await run.append([finished])
+                    await run.append_settling([finished])
                     step.finished(found.content, found.is_error, "recover")
                     continue
                 step.finished("not found by recover", False, "recover_missed")
@@ -170,7 +172,7 @@ async def recover_calls(run: RunContext, calls: tuple[tuple[ToolCall, int], ...]
                 step.finished(output.content, output.is_error, "rerun")
             continue
         with run.trace.tool(call, run.state, "unknown") as step:
-            await run.append([ToolFinished(call.id, OUTCOME_UNKNOWN, True, "unknown")])
+            await run.append_settling([ToolFinished(call.id, OUTCOME_UNKNOWN, True, "unknown")])
             step.finished(OUTCOME_UNKNOWN, True, "unknown")
 
 

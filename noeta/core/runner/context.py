@@ -78,6 +78,11 @@ class RunContext(Protocol):
         append also carries the task's handback and its children's cancels."""
         ...
 
+    async def append_settling(self, new_events: Sequence[Event]) -> None:
+        """`append`, with the task's finish in the same append when these events end it
+        (a job's result): what `next_action` would do next, without the round trip."""
+        ...
+
     def model_problem(self, spec: str) -> str:
         """Why this worker cannot use the model `spec` ("" if it can)."""
         ...

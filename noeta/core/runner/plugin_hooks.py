@@ -8,6 +8,7 @@ counts toward the cap of two in a row (SPEC §6).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from noeta.core import events as ev
@@ -23,13 +24,27 @@ class HookFailed(NoetaError):
     """A plugin hook raised, or returned something impossible."""
 
 
+@dataclass(frozen=True, slots=True)
+class HookPlugins:
+    """Which plugins have which hooks: sorted once per runner, not per claim (an
+    isinstance against a runtime-checkable Protocol costs tens of microseconds)."""
+
+    before: tuple[BeforeAppend, ...]
+    after: tuple[OnEvent, ...]
+
+    @classmethod
+    def of(cls, plugins: Sequence[object]) -> HookPlugins:
+        before = tuple(p for p in plugins if isinstance(p, BeforeAppend))
+        return cls(before, tuple(p for p in plugins if isinstance(p, OnEvent)))
+
+
 class Hooks:
     """The hooks of the plugins a runner has; `broken` after one failed in this claim, so
     that recording the failure does not run them again."""
 
-    def __init__(self, plugins: Sequence[object]) -> None:
-        self.before = [p for p in plugins if isinstance(p, BeforeAppend)]
-        self.after = [p for p in plugins if isinstance(p, OnEvent)]
+    def __init__(self, plugins: HookPlugins) -> None:
+        self.before = plugins.before
+        self.after = plugins.after
         self.broken = False
 
     @property

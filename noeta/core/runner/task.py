@@ -46,7 +46,7 @@ from noeta.core.retry import Sleep
 from noeta.core.runner import calls, children, model_call, taking
 from noeta.core.runner.log import load_for_run, save_snapshot, snapshot_version
 from noeta.core.runner.model_call import Providers
-from noeta.core.runner.plugin_hooks import HookFailed, Hooks
+from noeta.core.runner.plugin_hooks import HookFailed, HookPlugins, Hooks
 from noeta.core.store import (
     DEFAULT_QUEUE,
     Claim,
@@ -109,6 +109,9 @@ class TaskRunner:
     # The plugins whose hooks run (before_append, on_event, delivered_through).
     plugins: Sequence[object] = ()
 
+    def __post_init__(self) -> None:
+        self.hook_plugins = HookPlugins.of(self.plugins)
+
     def workspace_for(self, task_id: str) -> str:
         if not self.workspaces:
             return ""
@@ -154,7 +157,7 @@ class _Run:
         self.pending: list[ev.Event] = []
         self.cancel_checked_at = -math.inf
         self._queue = ""
-        self.hooks = Hooks(runner.plugins)
+        self.hooks = Hooks(runner.hook_plugins)
 
     # --- the RunContext the steps in calls.py see ---------------------------------------
 
@@ -366,19 +369,23 @@ class _Run:
 
     async def settle(self, prefix: list[ev.Event], action: EndTurn | FinishTask) -> None:
         """Append the end of a turn and, when that ends a one-shot task, its finish too."""
-        pending = list(prefix)
-        finish: FinishTask | None = action if isinstance(action, FinishTask) else None
         if isinstance(action, EndTurn):
-            pending.append(ev.TurnEnded(action.outcome, action.answer, action.error))  # type: ignore[arg-type]
-            first = self.state.last_seq + 1
-            after = fold([LoggedEvent(first + i, e) for i, e in enumerate(pending)], self.state)
-            following = next_action(after)
-            finish = following if isinstance(following, FinishTask) else None
-        next_state: NextState = Continue()
-        if finish is not None:
-            pending.append(ev.TaskFinished(finish.status, finish.answer, finish.error))  # type: ignore[arg-type]
-            next_state = Finish(TaskStatus(finish.status))
-        await self.append(pending, next_state=next_state)
+            turn_ended = ev.TurnEnded(action.outcome, action.answer, action.error)  # type: ignore[arg-type]
+            await self.append_settling([*prefix, turn_ended])
+            return
+        await self.append([*prefix, _finished(action)], next_state=_finish_state(action))
+
+    async def append_settling(self, new_events: Sequence[ev.Event]) -> None:
+        """Append `new_events` and, when they end the task (a one-shot task's last turn, a
+        job's result), its TaskFinished in the same append: one round trip, not two."""
+        first = self.state.last_seq + 1
+        after = fold([LoggedEvent(first + i, e) for i, e in enumerate(new_events)], self.state)
+        following = next_action(after)
+        if isinstance(following, FinishTask):
+            finished = [*new_events, _finished(following)]
+            await self.append(finished, next_state=_finish_state(following))
+        else:
+            await self.append(new_events)
 
     # --- steps ------------------------------------------------------------------------
 
@@ -456,6 +463,14 @@ class _Run:
         )
         self.runner.load_attempts.forget(self.task_id)
         return True
+
+
+def _finished(finish: FinishTask) -> ev.TaskFinished:
+    return ev.TaskFinished(finish.status, finish.answer, finish.error)  # type: ignore[arg-type]
+
+
+def _finish_state(finish: FinishTask) -> NextState:
+    return Finish(TaskStatus(finish.status))
 
 
 def _describe(error: Exception) -> str:
