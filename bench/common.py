@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from noeta.backends.stores.embedded import EmbeddedPostgres
+from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.backends.stores.postgres import migrate_database
 from noeta.testing.postgres import TEST_DSN_ENV, with_search_path
 
-__all__ = ["TEST_DSN_ENV", "fresh_schema", "server"]
+__all__ = ["TEST_DSN_ENV", "fresh_schema", "parser", "server"]
+
+
+def parser(doc: str | None, *, quick: bool = True) -> argparse.ArgumentParser:
+    """The options every benchmark takes: --dsn and (unless told not to) --quick."""
+    made = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    made.add_argument("--dsn", help=f"PostgreSQL URL (default: ${TEST_DSN_ENV}, else embedded)")
+    if quick:
+        made.add_argument("--quick", action="store_true", help="a smoke run: fewer of everything")
+    return made
 
 
 @contextlib.contextmanager
@@ -28,7 +36,7 @@ def server(dsn: str | None) -> Iterator[str]:
     if dsn:
         yield dsn
         return
-    embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="noeta-bench-pg-")))
+    embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"))
     print("starting an embedded PostgreSQL (fsync on)...", flush=True)
     try:
         yield embedded.start()

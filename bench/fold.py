@@ -20,14 +20,12 @@ import asyncio
 import gc
 import os
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
-from pathlib import Path
 
-from noeta.backends.stores.embedded import EmbeddedPostgres
+from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.core import events as ev
 from noeta.core.fold import LoggedEvent, fold
@@ -141,7 +139,7 @@ def run() -> None:
     server = None
     if not dsn:
         print("starting an embedded PostgreSQL...", flush=True)
-        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="noeta-bench-fold-")))
+        server = EmbeddedPostgres(make_home("noeta-bench-fold-"))
         dsn = server.start()
     import psycopg
 

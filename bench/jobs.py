@@ -24,7 +24,6 @@ Run:  .venv/bin/python bench/jobs.py [--dsn DSN] [--quick]    (always exits 0)
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -33,13 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import noop_job  # the sibling module: bench/ is on sys.path
-from common import server
+from common import parser, server
 from job_baselines import bare_pickups, create_many, job_script, pgbench_jobs_per_second
 from job_pickup import STEPS, pickup_steps
 from worker import PAUSE, Bench, fresh_bench, ms, table, verdict
 
 from noeta.client.job_tasks import job_task
-from noeta.testing.postgres import TEST_DSN_ENV
 
 BENCH = Path(__file__).parent
 # The targets, from the peers measured on this machine (PostgreSQL 15, fsync on).
@@ -226,10 +224,7 @@ def pickup_table(sizes: Sizes, pickups: dict[str, tuple[list[float], list[float]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--dsn", help=f"PostgreSQL URL (default: ${TEST_DSN_ENV}, else embedded)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: fewer of everything")
-    options = parser.parse_args()
+    options = parser(__doc__).parse_args()
     with server(options.dsn) as dsn:
         asyncio.run(run(dsn, QUICK if options.quick else FULL))
     print(f"\nload average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")

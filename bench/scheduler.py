@@ -20,7 +20,6 @@ directory. It always exits 0; it prints tables, it is not a test.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -30,10 +29,8 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-from noeta.testing.postgres import TEST_DSN_ENV
-
 sys.path.insert(0, str(Path(__file__).parent))
-from common import server
+from common import parser, server
 from worker import Bench, Worker, fresh_bench, ms, spawn, table
 
 FIRST_STEPS = "SELECT task_id, created_at FROM events WHERE task_id = ANY(%s) AND seq = 2"
@@ -142,10 +139,7 @@ async def run(dsn: str, quick: bool) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", help=f"PostgreSQL URL (default: ${TEST_DSN_ENV}, else embedded)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run")
-    options = parser.parse_args()
+    options = parser(__doc__).parse_args()
     with server(options.dsn) as dsn:
         asyncio.run(run(dsn, options.quick))
 

@@ -28,7 +28,6 @@ fresh schema. It always exits 0: PASS/MISS compare with targets, they are not a 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import re
@@ -42,13 +41,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from common import fresh_schema, server  # the sibling module (bench/ is on sys.path)
+from common import fresh_schema, parser, server  # the sibling module (bench/ is on sys.path)
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from noeta.backends.stores.embedded import _install_dir
+from noeta.backends.stores.embedded_access import install_dir
 from noeta.backends.stores.postgres import CLAIM_NEXT_TASK, PostgresStore
 from noeta.core.store import Claim, NewEvent, NewTask
-from noeta.testing.postgres import TEST_DSN_ENV
 
 CLIENTS = (1, 2, 4, 8)
 LEASE = 3600.0  # no claim lapses during a run
@@ -144,7 +142,7 @@ class Bench:
         path.write_text(script)
         params = conninfo_to_dict(self.dsn)
         password = params.pop("password", None)
-        command = [str(_install_dir() / "bin" / "pgbench"), "-n", "-M", "prepared"]
+        command = [str(install_dir() / "bin" / "pgbench"), "-n", "-M", "prepared"]
         command += ["-c", str(clients), "-j", str(min(clients, 2)), "-T", str(self.seconds)]
         command += [f"-D{define}" for define in defines]
         command += ["-f", str(path), make_conninfo("", **params)]
@@ -353,10 +351,9 @@ async def latency_table(bench: Bench) -> None:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=int, default=5, help="per measurement (default 5)")
-    parser.add_argument("--dsn", help=f"PostgreSQL URL (default: ${TEST_DSN_ENV}, else embedded)")
-    options = parser.parse_args()
+    arguments = parser(__doc__, quick=False)
+    arguments.add_argument("--seconds", type=int, default=5, help="per measurement (default 5)")
+    options = arguments.parse_args()
     bench: Bench | None = None
     with server(options.dsn) as dsn:
         try:

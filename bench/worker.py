@@ -31,7 +31,6 @@ smoke run. It always exits 0: PASS/MISS compare with targets, they are not a tes
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -49,12 +48,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from common import fresh_schema, server  # the sibling module (bench/ is on sys.path)
+from common import fresh_schema, parser, server  # the sibling module (bench/ is on sys.path)
 
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.core import events
 from noeta.core.store import NewEvent, NewTask
-from noeta.testing.postgres import TEST_DSN_ENV
 
 Worker = subprocess.Popen[bytes]
 TOOL_CALLS = 100
@@ -436,10 +434,7 @@ async def run(dsn: str, sizes: Sizes) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", help=f"PostgreSQL URL (default: ${TEST_DSN_ENV}, else embedded)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: fewer of everything")
-    options = parser.parse_args()
+    options = parser(__doc__).parse_args()
     with server(options.dsn) as dsn:
         asyncio.run(run(dsn, QUICK if options.quick else FULL))
     print(f"\nload average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
