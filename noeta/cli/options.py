@@ -37,3 +37,12 @@ config_option = click.option(
     metavar="FILE",
     help="The noeta config file (plugins, gates, workspaces); default: built-in tools only.",
 )
+
+progress_option = click.option(
+    "--no-progress",
+    "show_progress",
+    is_flag=True,
+    flag_value=False,
+    default=True,
+    help="No live status line on stderr (shown only when stderr is a terminal).",
+)

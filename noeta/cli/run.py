@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import uuid
+from typing import TYPE_CHECKING
 
 import click
 
 from noeta.cli import bounds
 from noeta.cli.nondumpable import make_non_dumpable
-from noeta.cli.options import DEFAULT_MODEL, config_option, store_option
+from noeta.cli.options import (
+    DEFAULT_MODEL,
+    config_option,
+    json_option,
+    progress_option,
+    store_option,
+)
 from noeta.cli.text import read_text
 from noeta.config import Config, load_config
 from noeta.core.errors import ConfigError, NoetaError
+
+if TYPE_CHECKING:
+    from noeta.backends.models.registry import ProviderRegistry
+    from noeta.cli.status_line import NoStatus
+    from noeta.core.store import Store
+    from noeta.plugins.toolbox import Toolbox
 
 RUN_LEASE_SECONDS = 30.0
 # The queue `noeta run` creates its task in. No worker serves it unless told to, so none
@@ -42,6 +56,11 @@ RUN_QUEUE = "noeta-run"
     show_default=True,
     help="Seconds this process holds the task without renewing it.",
 )
+@click.option(
+    "--quiet", "-q", is_flag=True, help="Print the answer only: no status line, no last line."
+)
+@progress_option
+@json_option
 @config_option
 @store_option
 def run(
@@ -49,13 +68,18 @@ def run(
     model: str,
     task_id: str | None,
     lease_seconds: float,
+    quiet: bool,
+    show_progress: bool,
+    as_json: bool,
     config: str | None,
     store: str | None,
 ) -> None:
     """Run a one-shot task in this process until it ends; print its answer.
 
     PROMPT `-` reads the prompt from standard input. The task is created in the queue
-    `noeta-run`, which workers do not serve unless asked, so no worker takes it.
+    `noeta-run`, which workers do not serve unless asked, so no worker takes it. While it
+    runs, a status line on stderr (when stderr is a terminal) says its turn, the model
+    call or tool in flight, and any retry; standard output holds only the answer.
     """
     prompt = read_text(prompt, "prompt")
     make_non_dumpable()  # tools run in this process: they must not reach its secrets
@@ -67,9 +91,12 @@ def run(
     model = stored_spec(model)  # the task's log names the script wherever it is read
     task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]
     settings = load_config(config)
+    from noeta.cli.status_line import open_status
+
+    line = open_status(task_id, show_progress and not quiet)
     try:
         status, answer, error = asyncio.run(
-            _run(prompt, model, task_id, lease_seconds, settings, store)
+            _run(prompt, model, task_id, lease_seconds, settings, store, line)
         )
     except KeyboardInterrupt:
         click.echo(
@@ -78,66 +105,96 @@ def run(
             err=True,
         )
         raise SystemExit(130) from None
-    if answer:
+    finally:
+        line.close()  # before anything else is printed
+    if as_json:
+        document = {"id": task_id, "status": status, "answer": answer, "error": error}
+        click.echo(json.dumps(document, ensure_ascii=False))
+    elif answer:
         click.echo(answer)
-    click.echo(f"task {task_id}: {status}" + (f" ({error})" if error else ""), err=True)
+    if not quiet:
+        click.echo(f"task {task_id}: {status}" + (f" ({error})" if error else ""), err=True)
     if status != "done":
         raise SystemExit(1)
 
 
 async def _run(
-    prompt: str, model: str, task_id: str, lease: float, config: Config, url: str | None
+    prompt: str,
+    model: str,
+    task_id: str,
+    lease: float,
+    config: Config,
+    url: str | None,
+    line: NoStatus,
 ) -> tuple[str, str, str]:
     from noeta import observability
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import open_store, resolve_url
-    from noeta.core import events, failpoints
-    from noeta.core.store import NewEvent, NewTask
+    from noeta.cli.status_line import FollowedStore, shown
     from noeta.observability import observed
     from noeta.plugins.toolbox import Toolbox
-    from noeta.worker.renewal import Renewer
 
     providers = ProviderRegistry()
     providers.provider_for(model)  # a bad spec or a missing key: fail before writing
     observability.start("noeta-run", secrets=[resolve_url(url)])
     toolbox = await Toolbox.open(config, runs_tools=True)
     store = observed(await open_store(url, application_name="noeta-run"))
+    if line.live:
+        store = FollowedStore(store, line)  # the line follows each event the run writes
     try:
-        created = events.TaskCreated(model=model, prompt=prompt, tools=tuple(toolbox.tools))
-        first = [NewEvent(*events.encode(created))]
-        if not await store.create_task(NewTask(task_id, first, queue=RUN_QUEUE)):
-            raise ConfigError(f"a task with id {task_id!r} exists already")
-        await failpoints.hit("run.after_create")
-        worker = f"run-{socket.gethostname()}-{os.getpid()}"
-        claim = await store.claim_task(worker, task_id, lease)
-        if claim is None:
-            raise NoetaError(f"task {task_id} was claimed by a worker before this process")
-        runner = toolbox.runner(store, providers)
-        runner_task = asyncio.ensure_future(runner.run(claim))
-
-        lost_claim = asyncio.Event()
-
-        def stop_running(lost: object) -> None:
-            lost_claim.set()
-            observability.claim_lost(task_id)  # its spans are the next claimer's to report
-            runner_task.cancel()
-
-        renewer = Renewer(store, lease, stop_running)
-        renewer.add(claim)
-        renewing = asyncio.ensure_future(renewer.run())
-        try:
-            result = await runner_task
-        except asyncio.CancelledError:
-            if not lost_claim.is_set():  # Ctrl-C: hand the task back for a worker, at once
-                await store.release(claim)
-                raise
-            raise NoetaError(f"lost the claim on task {task_id}; a worker may finish it") from None
-        finally:
-            renewing.cancel()
-        state = result.state
-        return state.finished or result.outcome, state.last_answer, state.last_turn_error
+        async with shown(line):  # ticking, and warnings above it, until the end
+            return await _run_task(store, toolbox, providers, prompt, model, task_id, lease)
     finally:
         await providers.close()
         await store.close()
         await toolbox.close()
         observability.shutdown()
+
+
+async def _run_task(
+    store: Store,
+    toolbox: Toolbox,
+    providers: ProviderRegistry,
+    prompt: str,
+    model: str,
+    task_id: str,
+    lease: float,
+) -> tuple[str, str, str]:
+    from noeta import observability
+    from noeta.core import events, failpoints
+    from noeta.core.store import NewEvent, NewTask
+    from noeta.worker.renewal import Renewer
+
+    created = events.TaskCreated(model=model, prompt=prompt, tools=tuple(toolbox.tools))
+    first = [NewEvent(*events.encode(created))]
+    if not await store.create_task(NewTask(task_id, first, queue=RUN_QUEUE)):
+        raise ConfigError(f"a task with id {task_id!r} exists already")
+    await failpoints.hit("run.after_create")
+    worker = f"run-{socket.gethostname()}-{os.getpid()}"
+    claim = await store.claim_task(worker, task_id, lease)
+    if claim is None:
+        raise NoetaError(f"task {task_id} was claimed by a worker before this process")
+    runner = toolbox.runner(store, providers)
+    runner_task = asyncio.ensure_future(runner.run(claim))
+
+    lost_claim = asyncio.Event()
+
+    def stop_running(lost: object) -> None:
+        lost_claim.set()
+        observability.claim_lost(task_id)  # its spans are the next claimer's to report
+        runner_task.cancel()
+
+    renewer = Renewer(store, lease, stop_running)
+    renewer.add(claim)
+    renewing = asyncio.ensure_future(renewer.run())
+    try:
+        result = await runner_task
+    except asyncio.CancelledError:
+        if not lost_claim.is_set():  # Ctrl-C: hand the task back for a worker, at once
+            await store.release(claim)
+            raise
+        raise NoetaError(f"lost the claim on task {task_id}; a worker may finish it") from None
+    finally:
+        renewing.cancel()
+    state = result.state
+    return state.finished or result.outcome, state.last_answer, state.last_turn_error

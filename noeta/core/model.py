@@ -98,11 +98,15 @@ class ProviderError(NoetaError):
         retryable: bool,
         status: int | None = None,
         retry_after: float | None = None,
+        reason: str = "",
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
+        # What the retry log line says: the status or the kind of failure, never the
+        # provider's own words (a compatible server may quote the request back).
+        self.reason = reason or (f"HTTP {status}" if status else "failed")
 
 
 class Provider(Protocol):

@@ -3,8 +3,10 @@ helper (`with_retries`, `backoff_seconds`) that model calls and job deliveries s
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from noeta.core.model import ModelReply, Provider, ProviderError
@@ -19,6 +21,21 @@ NO_JITTER = 1.0  # as `jitter`: the whole exponential wait, not spread
 Sleep = Callable[[float], Awaitable[None]]
 T = TypeVar("T")
 E = TypeVar("E", bound=Exception)
+
+log = logging.getLogger(__name__)
+# The attribute of a retry's log record that holds its `ModelRetry`, for a handler (the
+# status line of `noeta run`) that shows it rather than printing the line.
+MODEL_RETRY_ATTRIBUTE = "noeta_model_retry"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRetry:
+    """A model call's attempt failed and the call is sent again after `wait_seconds`."""
+
+    attempt: int  # the failed one, 1-based
+    max_attempts: int
+    reason: str  # "HTTP 429", "timeout (ReadTimeout)": no provider words, no request
+    wait_seconds: float
 
 
 class GaveUp(Exception):
@@ -92,13 +109,29 @@ async def send_with_retries(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     jitter: Callable[[], float] = random.random,
 ) -> ModelReply:
-    """Send `body` until a reply comes, or raise `ModelCallFailed`."""
+    """Send `body` until a reply comes, or raise `ModelCallFailed`. Each retry is logged
+    as one line (a warning) with the attempt, the reason and the wait."""
+
+    def wait(attempt: int, error: ProviderError) -> float:
+        seconds = backoff_seconds(attempt, error.retry_after, jitter())
+        retry = ModelRetry(attempt, max_attempts, error.reason, seconds)
+        log.warning(
+            "%s: model call attempt %d of %d failed (%s); retrying in %.1f s",
+            provider.name,
+            attempt,
+            max_attempts,
+            error.reason,
+            seconds,
+            extra={MODEL_RETRY_ATTRIBUTE: retry},
+        )
+        return seconds
+
     try:
         return await with_retries(
             lambda: provider.send(body),
             ProviderError,
             max_attempts=max_attempts,
-            wait=lambda attempt, error: backoff_seconds(attempt, error.retry_after, jitter()),
+            wait=wait,
             sleep=sleep,
             retryable=lambda error: error.retryable,
         )

@@ -108,13 +108,17 @@ class JsonEndpoint:
         except httpx.UnsupportedProtocol as exc:
             raise self._error(f"cannot send to {self.url}: {exc}", retryable=False) from None
         except httpx.TimeoutException as exc:
-            message = f"no reply within {self._timeout_seconds:g} s ({type(exc).__name__})"
-            raise self._error(message, retryable=True) from None
+            kind = type(exc).__name__
+            message = f"no reply within {self._timeout_seconds:g} s ({kind})"
+            raise self._error(message, retryable=True, reason=f"timeout ({kind})") from None
         except httpx.RequestError as exc:
             # Refused, reset or dropped before a full reply: the request may or may not have
             # reached the model, and sending it again is safe.
-            message = f"connection failed ({type(exc).__name__}: {exc})"
-            raise self._error(message, retryable=True) from None
+            kind = type(exc).__name__
+            message = f"connection failed ({kind}: {exc})"
+            raise self._error(
+                message, retryable=True, reason=f"connection failed ({kind})"
+            ) from None
         if not response.is_success:
             raise self._status_error(response)
         try:
@@ -145,7 +149,8 @@ class JsonEndpoint:
     def _malformed(self, what: str, response: httpx.Response) -> ProviderError:
         # A reply cut short or garbled in transit usually comes out whole the next time.
         message = f"malformed reply: {what}{_request_id(response)}"
-        return self._error(message, retryable=True, status=response.status_code)
+        reason = f"malformed reply (HTTP {response.status_code})"
+        return self._error(message, retryable=True, status=response.status_code, reason=reason)
 
     def _error(
         self,
@@ -154,6 +159,7 @@ class JsonEndpoint:
         retryable: bool,
         status: int | None = None,
         retry_after: float | None = None,
+        reason: str = "",
     ) -> ProviderError:
         if self._secret:
             message = message.replace(self._secret, "[redacted]")
@@ -162,6 +168,7 @@ class JsonEndpoint:
             retryable=retryable,
             status=status,
             retry_after=retry_after,
+            reason=reason,
         )
 
 

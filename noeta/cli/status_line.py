@@ -1,0 +1,179 @@
+"""The live status line on a terminal's stderr: drawn in place (\\r, clear to the end of
+the line), cut to the terminal's width, redrawn a few times a second while a time ticks,
+and cleared before anything else is printed. Off stderr's terminal it is `NoStatus`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from typing import Any, TextIO
+
+import click
+
+from noeta.cli.progress import TaskProgress, fit
+from noeta.core import events as ev
+from noeta.core.retry import MODEL_RETRY_ATTRIBUTE, ModelRetry
+from noeta.core.store import Claim, NewEvent, NewTask, Store
+
+TICK_SECONDS = 0.125  # redraws of a ticking time: 8 a second, from memory, no store read
+CLEAR = "\r\x1b[K"  # to the line's start, then erase to its end
+DEFAULT_COLUMNS = 80
+
+
+class NoStatus:
+    """No status line (stderr is not a terminal, or it was turned off): output as is."""
+
+    live = False
+
+    def add(
+        self,
+        seq: int,
+        event: ev.Event | ev.UnknownEvent,
+        at: datetime | None = None,
+        epoch: int = 0,
+        owner: str | None = None,
+    ) -> None:
+        return None
+
+    def echo(self, text: str) -> None:
+        click.echo(text)
+
+    def close(self) -> None:
+        return None
+
+
+class StatusLine(NoStatus, logging.Handler):
+    """The line for one task on `stream`; also the handler of noeta's log records while it
+    is shown, so a warning prints above the line instead of through it."""
+
+    live = True
+
+    def __init__(self, progress: TaskProgress, stream: TextIO) -> None:
+        NoStatus.__init__(self)
+        logging.Handler.__init__(self, logging.WARNING)
+        self.progress = progress
+        self.stream = stream
+        self.drawn = ""  # the line on the terminal now ("" when cleared)
+        self.drawing = threading.RLock()  # a log record from another thread draws too
+
+    def add(
+        self,
+        seq: int,
+        event: ev.Event | ev.UnknownEvent,
+        at: datetime | None = None,
+        epoch: int = 0,
+        owner: str | None = None,
+    ) -> None:
+        self.progress.add(seq, event, at, epoch, owner)
+        self.draw()
+
+    def draw(self) -> None:
+        line = fit(self.progress.line(), _columns(self.stream) - 1)  # the last cell wraps
+        with self.drawing:
+            if line != self.drawn:  # the same words again: nothing to write
+                self.stream.write(CLEAR + line)
+                self.stream.flush()
+                self.drawn = line
+
+    def clear(self) -> None:
+        with self.drawing:
+            if self.drawn:
+                self.stream.write(CLEAR)
+                self.stream.flush()
+                self.drawn = ""
+
+    def echo(self, text: str) -> None:
+        """Print a line of output (on stdout) above the status line."""
+        self.clear()
+        click.echo(text)
+        sys.stdout.flush()  # before the line is drawn again on the same terminal
+        self.draw()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        retry = getattr(record, MODEL_RETRY_ATTRIBUTE, None)
+        if isinstance(retry, ModelRetry):
+            self.progress.retried(retry)  # the line says it, with its countdown
+        else:
+            self.clear()
+            self.stream.write(self.format(record) + "\n")
+        self.draw()
+
+    async def tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            if self.progress.ticking:
+                self.draw()
+
+    def close(self) -> None:
+        self.clear()
+        logging.Handler.close(self)
+
+
+def open_status(task_id: str, enabled: bool, stream: TextIO | None = None) -> NoStatus:
+    """A status line for `task_id` on stderr if `enabled` and stderr is a terminal."""
+    stream = stream or sys.stderr
+    if not enabled or not stream.isatty():
+        return NoStatus()
+    return StatusLine(TaskProgress(task_id), stream)
+
+
+@contextlib.asynccontextmanager
+async def shown(status: NoStatus) -> AsyncIterator[None]:
+    """While inside: the line ticks, and noeta's warnings print above it. Cleared after."""
+    if not isinstance(status, StatusLine):
+        yield
+        return
+    logger = logging.getLogger("noeta")
+    logger.addHandler(status)
+    ticking = asyncio.create_task(status.tick())
+    try:
+        yield
+    finally:
+        ticking.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticking
+        logger.removeHandler(status)
+        status.close()
+
+
+def _columns(stream: TextIO) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or DEFAULT_COLUMNS
+    except (OSError, ValueError):
+        return DEFAULT_COLUMNS
+
+
+class FollowedStore:
+    """The store `noeta run` runs its task through: each event written (the task's first
+    ones, then every append) goes to the status line as it is acknowledged, so the line
+    follows the log without reading it back. Everything else passes through."""
+
+    def __init__(self, inner: Store, status: NoStatus) -> None:
+        self.inner = inner
+        self.status = status
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def create_task(self, task: NewTask) -> bool:
+        created = await self.inner.create_task(task)
+        if created:
+            self._show(0, task.events, 0)
+        return created
+
+    async def append(
+        self, claim: Claim, expected_seq: int, events: Sequence[NewEvent], **options: Any
+    ) -> int:
+        last = await self.inner.append(claim, expected_seq, events, **options)
+        self._show(expected_seq, events, claim.epoch)
+        return last
+
+    def _show(self, after: int, written: Sequence[NewEvent], epoch: int) -> None:
+        for offset, event in enumerate(written, start=1):
+            self.status.add(after + offset, ev.decode(event.type, event.data), epoch=epoch)
