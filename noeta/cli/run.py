@@ -93,7 +93,7 @@ def run(
     settings = load_config(config)
     from noeta.cli.status_line import open_status
 
-    line = open_status(task_id, show_progress and not quiet)
+    line = open_status(task_id, show_progress and not quiet, at_once=True)
     try:
         status, answer, error = asyncio.run(
             _run(prompt, model, task_id, lease_seconds, settings, store, line)

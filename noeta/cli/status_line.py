@@ -38,11 +38,12 @@ class NoStatus:
         at: datetime | None = None,
         epoch: int = 0,
         owner: str | None = None,
+        *,
+        above: str | None = None,
     ) -> None:
-        return None
-
-    def echo(self, text: str) -> None:
-        click.echo(text)
+        """One more event of the task's log; `above`, a line of output to print for it."""
+        if above is not None:
+            click.echo(above)
 
     def close(self) -> None:
         return None
@@ -54,11 +55,15 @@ class StatusLine(NoStatus, logging.Handler):
 
     live = True
 
-    def __init__(self, progress: TaskProgress, stream: TextIO) -> None:
+    def __init__(self, progress: TaskProgress, stream: TextIO, *, at_once: bool) -> None:
         NoStatus.__init__(self)
         logging.Handler.__init__(self, logging.WARNING)
         self.progress = progress
         self.stream = stream
+        # Each event drawn as it comes (`noeta run`: they are live), or the latest at the
+        # next tick (`noeta tail`: a log read back in bulk would flash its past by).
+        self.at_once = at_once
+        self.changed = False
         self.drawn = ""  # the line on the terminal now ("" when cleared)
         self.drawing = threading.RLock()  # a log record from another thread draws too
 
@@ -69,9 +74,18 @@ class StatusLine(NoStatus, logging.Handler):
         at: datetime | None = None,
         epoch: int = 0,
         owner: str | None = None,
+        *,
+        above: str | None = None,
     ) -> None:
+        if above is not None:
+            self.clear()
+            click.echo(above)
+            sys.stdout.flush()  # on the terminal before the line is drawn under it
         self.progress.add(seq, event, at, epoch, owner)
-        self.draw()
+        if self.at_once:
+            self.draw()
+        else:
+            self.changed = True
 
     def draw(self) -> None:
         line = fit(self.progress.line(), _columns(self.stream) - 1)  # the last cell wraps
@@ -88,13 +102,6 @@ class StatusLine(NoStatus, logging.Handler):
                 self.stream.flush()
                 self.drawn = ""
 
-    def echo(self, text: str) -> None:
-        """Print a line of output (on stdout) above the status line."""
-        self.clear()
-        click.echo(text)
-        sys.stdout.flush()  # before the line is drawn again on the same terminal
-        self.draw()
-
     def emit(self, record: logging.LogRecord) -> None:
         retry = getattr(record, MODEL_RETRY_ATTRIBUTE, None)
         if isinstance(retry, ModelRetry):
@@ -107,7 +114,8 @@ class StatusLine(NoStatus, logging.Handler):
     async def tick(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
-            if self.progress.ticking:
+            if self.changed or self.progress.ticking:
+                self.changed = False
                 self.draw()
 
     def close(self) -> None:
@@ -115,12 +123,12 @@ class StatusLine(NoStatus, logging.Handler):
         logging.Handler.close(self)
 
 
-def open_status(task_id: str, enabled: bool, stream: TextIO | None = None) -> NoStatus:
-    """A status line for `task_id` on stderr if `enabled` and stderr is a terminal."""
-    stream = stream or sys.stderr
-    if not enabled or not stream.isatty():
+def open_status(task_id: str, enabled: bool, *, at_once: bool) -> NoStatus:
+    """A status line for `task_id` on stderr if `enabled` and stderr is a terminal;
+    `at_once`: drawn at each event, not only at the next tick."""
+    if not enabled or not sys.stderr.isatty():
         return NoStatus()
-    return StatusLine(TaskProgress(task_id), stream)
+    return StatusLine(TaskProgress(task_id), sys.stderr, at_once=at_once)
 
 
 @contextlib.asynccontextmanager

@@ -10,7 +10,13 @@ from typing import Any
 
 import click
 
-from noeta.cli.options import DEFAULT_MODEL, config_option, json_option, store_option
+from noeta.cli.options import (
+    DEFAULT_MODEL,
+    config_option,
+    json_option,
+    progress_option,
+    store_option,
+)
 from noeta.cli.text import (
     event_json,
     event_line,
@@ -230,15 +236,25 @@ def tasks(
     show_default=True,
     help="Keep printing new events until the task finishes.",
 )
+@progress_option
 @json_option
 @store_option
-def tail(task_id: str, first_seq: int, follow: bool, as_json: bool, store: str | None) -> None:
+def tail(
+    task_id: str,
+    first_seq: int,
+    follow: bool,
+    show_progress: bool,
+    as_json: bool,
+    store: str | None,
+) -> None:
     """Print a task's log and, with --follow, its new events until it finishes.
 
+    Under the events, a status line on stderr (when stderr is a terminal) says what the
+    task is doing: its turn, the model call or tool in flight, a wait, a takeover.
     Exits 1 if the task failed or was cancelled (so a script can tell), 0 otherwise.
     """
     try:
-        status = asyncio.run(_tail(task_id, first_seq - 1, follow, as_json, store))
+        status = asyncio.run(_tail(task_id, first_seq - 1, follow, as_json, store, show_progress))
     except KeyboardInterrupt:
         raise SystemExit(130) from None  # stopping a follow is how it is meant to end
     if status in (TaskStatus.FAILED, TaskStatus.CANCELLED):
@@ -247,11 +263,20 @@ def tail(task_id: str, first_seq: int, follow: bool, as_json: bool, store: str |
 
 
 async def _tail(
-    task_id: str, after: int, follow: bool, as_json: bool, url: str | None
+    task_id: str, after: int, follow: bool, as_json: bool, url: str | None, progress: bool
 ) -> TaskStatus:
-    async with AsyncClient(url, application_name="noeta-tail") as client:
-        async for tailed in client.tail(task_id, after=after, follow=follow):
-            click.echo(event_json(tailed.stored) if as_json else event_line(tailed.stored))
+    from noeta.cli.status_line import open_status, shown
+
+    line = open_status(task_id, progress, at_once=False)
+    async with AsyncClient(url, application_name="noeta-tail") as client, shown(line):
+        # The line folds the whole log (a worker's view), even when fewer events print.
+        async for tailed in client.tail(task_id, after=0 if line.live else after, follow=follow):
+            stored = tailed.stored
+            printed = None
+            if tailed.seq > after:
+                printed = event_json(stored) if as_json else event_line(stored)
+            at, epoch, owner = stored.created_at, stored.epoch, stored.owner
+            line.add(tailed.seq, tailed.event, at, epoch, owner, above=printed)
         return (await client.get(task_id)).status
 
 

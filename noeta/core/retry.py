@@ -108,6 +108,7 @@ async def send_with_retries(
     *,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     jitter: Callable[[], float] = random.random,
+    task_id: str = "",
 ) -> ModelReply:
     """Send `body` until a reply comes, or raise `ModelCallFailed`. Each retry is logged
     as one line (a warning) with the attempt, the reason and the wait."""
@@ -116,7 +117,8 @@ async def send_with_retries(
         seconds = backoff_seconds(attempt, error.retry_after, jitter())
         retry = ModelRetry(attempt, max_attempts, error.reason, seconds)
         log.warning(
-            "%s: model call attempt %d of %d failed (%s); retrying in %.1f s",
+            "task %s: %s model call attempt %d of %d failed (%s); retrying in %.1f s",
+            task_id or "-",
             provider.name,
             attempt,
             max_attempts,

@@ -30,6 +30,9 @@ class ModelCallContext(Protocol):
     """What a model call needs of the task's run (the loop in task.py is the one)."""
 
     @property
+    def task_id(self) -> str: ...
+
+    @property
     def state(self) -> TaskState: ...
 
     @property
@@ -71,7 +74,7 @@ async def call_model(run: ModelCallContext) -> None:
 
 async def _send(run: ModelCallContext, provider: Provider, body: bytes, step: tracing.Step) -> None:
     try:
-        reply = await send_with_retries(provider, body, run.sleep)
+        reply = await send_with_retries(provider, body, run.sleep, task_id=run.task_id)
     except ModelCallFailed as failed:
         step.failed(_error_type(failed.error), str(failed.error))
         closed = ev.ModelFailed(str(failed.error), failed.attempts)

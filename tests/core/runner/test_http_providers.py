@@ -4,6 +4,8 @@ and the byte-identical re-send after the process is really killed mid-call."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import signal
 import subprocess
@@ -84,6 +86,44 @@ async def test_a_task_with_a_tool_call_runs_end_to_end(
     assert replies[-1]["usage"]["cache_read_tokens"] == 7  # type: ignore[index]
     for event in await store.read_log("t"):
         assert API_KEY not in str(event.data)
+
+
+async def test_each_retry_is_one_log_line_with_the_attempt_the_reason_and_the_wait(
+    store: Store, fake: tuple[str, FakeAnthropic | FakeOpenAI], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 429 (its Retry-After honoured), then a 500, then the reply: two lines, one per
+    retry, none for the reply; no key, no provider words, no request in them."""
+    kind, server = fake
+    secret_words = "the provider said something long about the request"
+    server.script(
+        HttpError(
+            429, retry_after="7", body=json.dumps({"error": {"message": secret_words}}).encode()
+        ),
+        HttpError(500),
+        Reply(text="done after retries"),
+    )
+    created = events.TaskCreated(model=f"{kind}:test-model", prompt="a private prompt")
+    await store.create_task(NewTask("r", [NewEvent(*events.encode(created))]))
+    claim = await store.claim_task("w", "r", 60)
+    assert claim is not None
+    chosen = provider(kind, server.base_url)
+    sleeps = Sleeps()
+    caplog.set_level(logging.WARNING, logger="noeta.core.retry")
+    try:
+        result = await TaskRunner(store, Registry(chosen), {}, sleep=sleeps).run(claim)
+    finally:
+        await chosen.close()
+    assert result.state.last_answer == "done after retries"
+    lines = [r.getMessage() for r in caplog.records if r.name == "noeta.core.retry"]
+    assert len(lines) == 2 == len(sleeps.delays), lines
+    assert lines[0] == (
+        f"task r: {kind} model call attempt 1 of 9 failed (HTTP 429); retrying in 7.0 s"
+    )
+    assert lines[1].startswith(f"task r: {kind} model call attempt 2 of 9 failed (HTTP 500); ")
+    assert lines[1].endswith(f"retrying in {sleeps.delays[1]:.1f} s")
+    assert sleeps.delays[0] == 7.0
+    for line in lines:
+        assert API_KEY not in line and secret_words not in line and "private" not in line
 
 
 async def test_the_request_resent_after_a_kill_is_byte_identical(
