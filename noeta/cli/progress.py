@@ -36,8 +36,7 @@ RESTARTS = (ev.ModelCalled, ev.ToolStarted)
 class TaskProgress:
     """A task as far as its log has been read: what it is doing, and since when."""
 
-    def __init__(self, task_id: str) -> None:
-        self.task_id = task_id
+    def __init__(self) -> None:
         self.state = TaskState()
         self.activity = "starting"
         self.timed = False  # whether the activity shows an elapsed time that ticks
@@ -91,17 +90,17 @@ class TaskProgress:
 
     def line(self) -> str:
         """The status line as it reads now (one line, printable characters only)."""
-        parts = [f"task {self.task_id}"]
-        if self.takeover:
-            parts.append(self.takeover)
-        if self.turn:
-            parts.append(f"turn {self.turn} step {self.step}")
+        # Most telling first: a narrow terminal cuts the end. (The task's id is the one
+        # the user gave or is told at the end, so it is not repeated here.)
+        parts = [f"turn {self.turn} step {self.step}"] if self.turn else []
         activity = self.activity
         if self.timed:
             activity += " " + elapsed(time.time() - self.since)
         parts.append(activity)
         if self.retry is not None:
             parts.append(self._retry_words(self.retry))
+        if self.takeover:
+            parts.append(self.takeover)
         return printable(SEPARATOR.join(parts))
 
     def _retry_words(self, retry: ModelRetry) -> str:

@@ -84,6 +84,7 @@ def run(
     prompt = read_text(prompt, "prompt")
     make_non_dumpable()  # tools run in this process: they must not reach its secrets
     from noeta.backends.models.registry import stored_spec
+    from noeta.cli.status_line import open_status
     from noeta.core.store import check_lease
     from noeta.core.task_id import check_task_id
 
@@ -91,9 +92,7 @@ def run(
     model = stored_spec(model)  # the task's log names the script wherever it is read
     task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]
     settings = load_config(config)
-    from noeta.cli.status_line import open_status
-
-    line = open_status(task_id, show_progress and not quiet, at_once=True)
+    line = open_status(show_progress and not quiet, at_once=True)
     try:
         status, answer, error = asyncio.run(
             _run(prompt, model, task_id, lease_seconds, settings, store, line)
@@ -105,8 +104,6 @@ def run(
             err=True,
         )
         raise SystemExit(130) from None
-    finally:
-        line.close()  # before anything else is printed
     if as_json:
         document = {"id": task_id, "status": status, "answer": answer, "error": error}
         click.echo(json.dumps(document, ensure_ascii=False))

@@ -123,12 +123,12 @@ class StatusLine(NoStatus, logging.Handler):
         logging.Handler.close(self)
 
 
-def open_status(task_id: str, enabled: bool, *, at_once: bool) -> NoStatus:
-    """A status line for `task_id` on stderr if `enabled` and stderr is a terminal;
+def open_status(enabled: bool, *, at_once: bool) -> NoStatus:
+    """A status line for a task on stderr if `enabled` and stderr is a terminal;
     `at_once`: drawn at each event, not only at the next tick."""
     if not enabled or not sys.stderr.isatty():
         return NoStatus()
-    return StatusLine(TaskProgress(task_id), sys.stderr, at_once=at_once)
+    return StatusLine(TaskProgress(), sys.stderr, at_once=at_once)
 
 
 @contextlib.asynccontextmanager

@@ -267,7 +267,7 @@ async def _tail(
 ) -> TaskStatus:
     from noeta.cli.status_line import open_status, shown
 
-    line = open_status(task_id, progress, at_once=False)
+    line = open_status(progress, at_once=False)
     async with AsyncClient(url, application_name="noeta-tail") as client, shown(line):
         # The line folds the whole log (a worker's view), even when fewer events print.
         async for tailed in client.tail(task_id, after=0 if line.live else after, follow=follow):
