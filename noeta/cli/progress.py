@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import unicodedata
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from noeta.core import events as ev
@@ -33,6 +34,18 @@ SEPARATOR = " | "  # ASCII: a terminal set to LANG=C must be able to print it
 RESTARTS = (ev.ModelCalled, ev.ToolStarted)
 
 
+@dataclass(frozen=True, slots=True)
+class Written:
+    """One event of a task's log: when it was written (None: just now), and the claim
+    that wrote it (epoch 0 and no owner for the events a task was created with)."""
+
+    seq: int
+    event: ev.Event | ev.UnknownEvent
+    at: datetime | None = None
+    epoch: int = 0
+    owner: str | None = None
+
+
 class TaskProgress:
     """A task as far as its log has been read: what it is doing, and since when."""
 
@@ -49,16 +62,9 @@ class TaskProgress:
         self.retry: ModelRetry | None = None
         self.retry_at = 0.0  # monotonic: when the retry was announced, for its countdown
 
-    def add(
-        self,
-        seq: int,
-        event: ev.Event | ev.UnknownEvent,
-        at: datetime | None = None,
-        epoch: int = 0,
-        owner: str | None = None,
-    ) -> None:
-        """Fold one event of the log (seq after seq); `at` is when it was written, and
-        `epoch` and `owner` the claim that wrote it (0 and None for the first events)."""
+    def add(self, written: Written) -> None:
+        """Fold the next event of the log."""
+        seq, event, epoch, owner = written.seq, written.event, written.epoch, written.owner
         if seq <= self.state.last_seq:
             return  # read twice (a follow that re-reads): already folded
         self.state = fold([LoggedEvent(seq, event)], self.state)
@@ -75,7 +81,7 @@ class TaskProgress:
         activity, timed = self._activity(action)
         if activity != self.activity or isinstance(event, RESTARTS):
             self.activity, self.timed = activity, timed
-            self.since = (at or datetime.now(UTC)).timestamp()
+            self.since = (written.at or datetime.now(UTC)).timestamp()
             self.retry = None
 
     def retried(self, retry: ModelRetry) -> None:

@@ -11,12 +11,11 @@ import os
 import sys
 import threading
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
 from typing import Any, TextIO
 
 import click
 
-from noeta.cli.progress import TaskProgress, fit
+from noeta.cli.progress import TaskProgress, Written, fit
 from noeta.core import events as ev
 from noeta.core.retry import MODEL_RETRY_ATTRIBUTE, ModelRetry
 from noeta.core.store import Claim, NewEvent, NewTask, Store
@@ -31,16 +30,7 @@ class NoStatus:
 
     live = False
 
-    def add(
-        self,
-        seq: int,
-        event: ev.Event | ev.UnknownEvent,
-        at: datetime | None = None,
-        epoch: int = 0,
-        owner: str | None = None,
-        *,
-        above: str | None = None,
-    ) -> None:
+    def add(self, written: Written, *, above: str | None = None) -> None:
         """One more event of the task's log; `above`, a line of output to print for it."""
         if above is not None:
             click.echo(above)
@@ -67,21 +57,12 @@ class StatusLine(NoStatus, logging.Handler):
         self.drawn = ""  # the line on the terminal now ("" when cleared)
         self.drawing = threading.RLock()  # a log record from another thread draws too
 
-    def add(
-        self,
-        seq: int,
-        event: ev.Event | ev.UnknownEvent,
-        at: datetime | None = None,
-        epoch: int = 0,
-        owner: str | None = None,
-        *,
-        above: str | None = None,
-    ) -> None:
+    def add(self, written: Written, *, above: str | None = None) -> None:
         if above is not None:
             self.clear()
             click.echo(above)
             sys.stdout.flush()  # on the terminal before the line is drawn under it
-        self.progress.add(seq, event, at, epoch, owner)
+        self.progress.add(written)
         if self.at_once:
             self.draw()
         else:
@@ -184,4 +165,5 @@ class FollowedStore:
 
     def _show(self, after: int, written: Sequence[NewEvent], epoch: int) -> None:
         for offset, event in enumerate(written, start=1):
-            self.status.add(after + offset, ev.decode(event.type, event.data), epoch=epoch)
+            decoded = ev.decode(event.type, event.data)
+            self.status.add(Written(after + offset, decoded, epoch=epoch))

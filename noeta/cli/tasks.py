@@ -265,6 +265,7 @@ def tail(
 async def _tail(
     task_id: str, after: int, follow: bool, as_json: bool, url: str | None, progress: bool
 ) -> TaskStatus:
+    from noeta.cli.progress import Written
     from noeta.cli.status_line import open_status, shown
 
     line = open_status(progress, at_once=False)
@@ -275,8 +276,10 @@ async def _tail(
             printed = None
             if tailed.seq > after:
                 printed = event_json(stored) if as_json else event_line(stored)
-            at, epoch, owner = stored.created_at, stored.epoch, stored.owner
-            line.add(tailed.seq, tailed.event, at, epoch, owner, above=printed)
+            written = Written(
+                tailed.seq, tailed.event, stored.created_at, stored.epoch, stored.owner
+            )
+            line.add(written, above=printed)
         return (await client.get(task_id)).status
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from noeta.cli.progress import TaskProgress, elapsed, fit
+from noeta.cli.progress import TaskProgress, Written, elapsed, fit
 from noeta.core import events as ev
 from noeta.core.model import Text, ToolCall
 from noeta.core.retry import ModelRetry
@@ -15,7 +15,7 @@ def progress_of(*log: ev.Event, epochs: tuple[tuple[int, str], ...] = ()) -> Tas
     progress = TaskProgress()
     for seq, event in enumerate(log, start=1):
         epoch, owner = epochs[seq - 1] if epochs else (0, "")
-        progress.add(seq, event, epoch=epoch, owner=owner or None)
+        progress.add(Written(seq, event, epoch=epoch, owner=owner or None))
     return progress
 
 
@@ -89,14 +89,14 @@ def test_a_retry_counts_down_then_says_the_attempt_is_sent() -> None:
     ), progress.line()
     progress.retried(ModelRetry(3, 9, "timeout (ReadTimeout)", 0.0))
     assert progress.line().endswith("| timeout (ReadTimeout), attempt 4/9")
-    progress.add(3, reply())  # the reply: the retry is over
+    progress.add(Written(3, reply()))  # the reply: the retry is over
     assert "attempt" not in progress.line()
 
 
 def test_the_elapsed_time_is_from_when_the_event_was_written() -> None:
     progress = TaskProgress()
-    progress.add(1, CREATED)
-    progress.add(2, ev.ModelCalled("sha"), at=datetime.now(UTC) - timedelta(seconds=75))
+    progress.add(Written(1, CREATED))
+    progress.add(Written(2, ev.ModelCalled("sha"), at=datetime.now(UTC) - timedelta(seconds=75)))
     assert re.fullmatch(r"turn 1 step 1 \| model call 1m1[56]s", progress.line()), progress.line()
 
 
@@ -116,5 +116,5 @@ def test_times_and_widths() -> None:
 
 def test_an_event_read_twice_is_folded_once() -> None:
     progress = progress_of(*running_log())
-    progress.add(4, ev.ToolStarted("c1", "Bash", {}))
+    progress.add(Written(4, ev.ToolStarted("c1", "Bash", {})))
     assert words(progress) == "turn 1 step 1 | tool Bash" and not progress.state.unreadable
