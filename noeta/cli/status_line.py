@@ -107,7 +107,8 @@ class StatusLine(NoStatus, logging.Handler):
 def open_status(enabled: bool, *, at_once: bool) -> NoStatus:
     """A status line for a task on stderr if `enabled` and stderr is a terminal;
     `at_once`: drawn at each event, not only at the next tick."""
-    if not enabled or not sys.stderr.isatty():
+    # A dumb terminal cannot erase a line: each state would pile up below the last.
+    if not enabled or not sys.stderr.isatty() or os.environ.get("TERM") == "dumb":
         return NoStatus()
     return StatusLine(TaskProgress(), sys.stderr, at_once=at_once)
 

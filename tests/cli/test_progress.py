@@ -51,6 +51,7 @@ def environment(tmp_path: Path) -> dict[str, str]:
         **kept,
         "NOETA_STORE": f"sqlite:///{tmp_path / 'noeta.db'}",
         "NOETA_HOME": str(tmp_path),
+        "TERM": "xterm",  # whatever terminal (or none, or a dumb one) the tests run from
     }
 
 
@@ -140,9 +141,16 @@ def test_on_a_narrow_terminal_the_line_is_cut_to_its_width(tmp_path: Path, scrip
     assert any(s.startswith("turn 1 step 1 | tool Bash ") and len(s) == 29 for s in states)
 
 
-def test_no_progress_on_a_terminal_draws_nothing(tmp_path: Path, script: Path) -> None:
-    run = ["run", "Look around.", "--model", f"scripted:{script}", "--no-progress"]
-    code, output = Terminal(run, environment(tmp_path), tmp_path, columns=200).finish()
+@pytest.mark.parametrize(
+    ("option", "term"), [("--no-progress", "xterm"), ("--quiet", "xterm"), ("--json", "dumb")]
+)
+def test_on_a_terminal_no_progress_quiet_or_a_dumb_terminal_draw_nothing(
+    tmp_path: Path, script: Path, option: str, term: str
+) -> None:
+    run = ["run", "Look around.", "--model", f"scripted:{script}"]
+    env = environment(tmp_path) | {"TERM": term}
+    terminal = Terminal([*run, option], env, tmp_path, columns=200)
+    code, output = terminal.finish()
     assert code == 0 and CLEAR not in output and "turn 1" not in output, output
 
 
