@@ -32,6 +32,7 @@ SEPARATOR = " | "  # ASCII: a terminal set to LANG=C must be able to print it
 # Events that start a new activity even when the words stay the same (a second model
 # call, a second run of the same tool): its elapsed time starts again.
 RESTARTS = (ev.ModelCalled, ev.ToolStarted)
+WAITS = (AwaitMessage, AwaitAnswer, AwaitSubtasks)  # what a worker hands a task back for
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,7 @@ class TaskProgress:
         self.step = 0
         self.epoch = 0
         self.takeover = ""
+        self.action: Action = Stop()
         self.retry: ModelRetry | None = None
         self.retry_at = 0.0  # monotonic: when the retry was announced, for its countdown
 
@@ -72,9 +74,12 @@ class TaskProgress:
             self.turn, self.replies_before_turn = self.state.turn, self.state.replies
         if epoch:
             if self.epoch and epoch != self.epoch:
-                self.takeover = f"taken over by {owner or 'another worker'} (epoch {epoch})"
+                # A task handed back while it waited is resumed; one cut off mid-work is
+                # taken over (its lease lapsed, or its worker gave it up).
+                how = "resumed" if isinstance(self.action, WAITS) else "taken over"
+                self.takeover = f"{how} by {owner or 'another worker'} (epoch {epoch})"
             self.epoch = epoch
-        action = next_action(self.state)
+        action = self.action = next_action(self.state)
         # A step is one model call and the tools its reply called.
         replies = self.state.replies - self.replies_before_turn
         self.step = replies + 1 if isinstance(action, CallModel) else max(replies, 1)

@@ -70,7 +70,7 @@ def test_each_wait_is_named() -> None:
     )
 
 
-def test_a_takeover_names_the_new_epoch_and_its_worker() -> None:
+def test_a_takeover_or_a_resume_names_the_new_epoch_and_its_worker() -> None:
     log = running_log()
     claims = ((0, ""), (1, "w1"), (1, "w1"), (1, "w1"))
     assert "taken over" not in progress_of(*log, epochs=claims).line()
@@ -78,6 +78,14 @@ def test_a_takeover_names_the_new_epoch_and_its_worker() -> None:
         *log, ev.ToolFinished("c1", "x", recovery="lost"), epochs=(*claims, (2, "w2"))
     )
     assert words(moved).endswith(" | taken over by w2 (epoch 2)")
+    idle = ev.TaskCreated(model="scripted:x", interactive=True)
+    asked = ev.MessageTaken(1, "hello")
+    resumed = progress_of(idle, asked, ev.ModelCalled("s"), epochs=((0, ""), (1, "w1"), (1, "w1")))
+    assert "resumed" not in resumed.line() and "taken over" not in resumed.line()
+    later = (ev.TurnEnded("answered", "hi"), ev.MessageTaken(2, "again"))
+    handed_back = ((0, ""), (1, "w1"), (1, "w1"), (1, "w1"), (2, "w2"))
+    resumed = progress_of(idle, asked, ev.ModelCalled("s"), *later, epochs=handed_back)
+    assert words(resumed) == "turn 2 step 1 | calling the model | resumed by w2 (epoch 2)"
 
 
 def test_a_retry_counts_down_then_says_the_attempt_is_sent() -> None:
