@@ -212,3 +212,36 @@ def test_tail_on_a_terminal_shows_the_wait_under_the_events_and_clears_it(
     piped_tail = piped(["tail", "i", "--no-follow", "--json"], tmp_path)
     assert [json.loads(line)["type"] for line in piped_tail.stdout.splitlines()] == ["TaskCreated"]
     assert piped_tail.stderr == ""
+
+
+def test_tail_follows_a_task_a_worker_runs_and_names_its_tool_live(tmp_path: Path) -> None:
+    """The worker's Bash call blocks until the test has seen it on the tail's line."""
+    env = environment(tmp_path) | {"NOETA_HOME": str(tmp_path / "home")}
+    script = tmp_path / "blocked.yaml"
+    script.write_text(
+        "replies:\n"
+        "  - tool_calls:\n"
+        "      - {id: c1, name: Bash, input: {command: 'until [ -e go ]; do sleep 0.05; done'}}\n"
+        "  - text: went\n"
+    )
+    submit = ["submit", "Wait for it.", "--model", f"scripted:{script}", "--id", "live"]
+    assert piped(submit, tmp_path).returncode == 0
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "noeta", "worker"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        terminal = Terminal(["tail", "live"], env, tmp_path, columns=200)
+        terminal.read_until(b"turn 1 step 1 | tool Bash")
+        (tmp_path / "home-workspaces" / "live" / "go").touch()
+        code, output = terminal.finish()
+    finally:
+        worker.terminate()
+        worker.wait(timeout=OUTPUT_DEADLINE_SECONDS)
+    assert code == 0, output
+    assert output.index("ToolStarted") < output.index("tool Bash") < output.index("ToolFinished")
+    last_line = output.rsplit("\n", 1)[1]
+    assert last_line.rsplit(CLEAR, 1)[-1] == "", output  # nothing left drawn at the end
