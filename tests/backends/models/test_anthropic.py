@@ -302,6 +302,7 @@ async def test_a_malformed_reply_is_retryable(
     error = await failure(provider)
     assert (error.retryable, error.status) == (True, 200)
     assert "malformed" in str(error)
+    assert error.reason == "malformed reply (HTTP 200)"  # what the retry's log line says
 
 
 async def test_a_dropped_connection_is_retryable(
@@ -312,6 +313,7 @@ async def test_a_dropped_connection_is_retryable(
     error = await failure(provider)
     assert (error.retryable, error.status) == (True, None)
     assert len(server.requests) == 2
+    assert error.reason.startswith("connection failed (")
 
 
 async def test_a_timeout_is_retryable(server: FakeAnthropic) -> None:
@@ -321,6 +323,7 @@ async def test_a_timeout_is_retryable(server: FakeAnthropic) -> None:
     await provider.close()
     assert error.retryable
     assert "no reply within 0.2 s" in str(error)
+    assert error.reason == "timeout (ReadTimeout)"
 
 
 async def test_a_refused_connection_is_retryable() -> None:
@@ -328,6 +331,7 @@ async def test_a_refused_connection_is_retryable() -> None:
     error = await failure(provider)
     await provider.close()
     assert (error.retryable, error.status) == (True, None)
+    assert error.reason == "connection failed (ConnectError)"
 
 
 def test_the_key_comes_from_the_environment() -> None:
