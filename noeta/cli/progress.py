@@ -117,7 +117,7 @@ class TaskProgress:
     def _retry_words(self, retry: ModelRetry) -> str:
         following = f"attempt {retry.attempt + 1}/{retry.max_attempts}"
         left = retry.wait_seconds - (time.monotonic() - self.retry_at)
-        if left > 0:
+        if left >= 0.05:  # "in 0.0s" would be a wait that is over
             return f"{retry.reason}, {following} in {left:.1f}s"
         return f"{retry.reason}, {following}"
 
