@@ -25,10 +25,7 @@ from noeta.config import Config, load_config
 from noeta.core.errors import ConfigError, NoetaError
 
 if TYPE_CHECKING:
-    from noeta.backends.models.registry import ProviderRegistry
     from noeta.cli.status_line import NoStatus
-    from noeta.core.store import Store
-    from noeta.plugins.toolbox import Toolbox
 
 RUN_LEASE_SECONDS = 30.0
 # The queue `noeta run` creates its task in. No worker serves it unless told to, so none
@@ -95,7 +92,7 @@ def run(
     line = open_status(show_progress and not quiet, at_once=True)
     try:
         status, answer, error = asyncio.run(
-            _run(prompt, model, task_id, lease_seconds, settings, store, line)
+            line.showing(_run(prompt, model, task_id, lease_seconds, settings, store, line))
         )
     except KeyboardInterrupt:
         click.echo(
@@ -127,71 +124,54 @@ async def _run(
     from noeta import observability
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import open_store, resolve_url
-    from noeta.cli.status_line import FollowedStore, shown
+    from noeta.core import events, failpoints
+    from noeta.core.store import NewEvent, NewTask
     from noeta.observability import observed
     from noeta.plugins.toolbox import Toolbox
+    from noeta.worker.renewal import Renewer
 
     providers = ProviderRegistry()
     providers.provider_for(model)  # a bad spec or a missing key: fail before writing
     observability.start("noeta-run", secrets=[resolve_url(url)])
     toolbox = await Toolbox.open(config, runs_tools=True)
-    store = observed(await open_store(url, application_name="noeta-run"))
-    if line.live:
-        store = FollowedStore(store, line)  # the line follows each event the run writes
+    # Through the status line (when shown), which follows each event the run writes.
+    store = line.follow(observed(await open_store(url, application_name="noeta-run")))
     try:
-        async with shown(line):  # ticking, and warnings above it, until the end
-            return await _run_task(store, toolbox, providers, prompt, model, task_id, lease)
+        created = events.TaskCreated(model=model, prompt=prompt, tools=tuple(toolbox.tools))
+        first = [NewEvent(*events.encode(created))]
+        if not await store.create_task(NewTask(task_id, first, queue=RUN_QUEUE)):
+            raise ConfigError(f"a task with id {task_id!r} exists already")
+        await failpoints.hit("run.after_create")
+        worker = f"run-{socket.gethostname()}-{os.getpid()}"
+        claim = await store.claim_task(worker, task_id, lease)
+        if claim is None:
+            raise NoetaError(f"task {task_id} was claimed by a worker before this process")
+        runner = toolbox.runner(store, providers)
+        runner_task = asyncio.ensure_future(runner.run(claim))
+
+        lost_claim = asyncio.Event()
+
+        def stop_running(lost: object) -> None:
+            lost_claim.set()
+            observability.claim_lost(task_id)  # its spans are the next claimer's to report
+            runner_task.cancel()
+
+        renewer = Renewer(store, lease, stop_running)
+        renewer.add(claim)
+        renewing = asyncio.ensure_future(renewer.run())
+        try:
+            result = await runner_task
+        except asyncio.CancelledError:
+            if not lost_claim.is_set():  # Ctrl-C: hand the task back for a worker, at once
+                await store.release(claim)
+                raise
+            raise NoetaError(f"lost the claim on task {task_id}; a worker may finish it") from None
+        finally:
+            renewing.cancel()
+        state = result.state
+        return state.finished or result.outcome, state.last_answer, state.last_turn_error
     finally:
         await providers.close()
         await store.close()
         await toolbox.close()
         observability.shutdown()
-
-
-async def _run_task(
-    store: Store,
-    toolbox: Toolbox,
-    providers: ProviderRegistry,
-    prompt: str,
-    model: str,
-    task_id: str,
-    lease: float,
-) -> tuple[str, str, str]:
-    from noeta import observability
-    from noeta.core import events, failpoints
-    from noeta.core.store import NewEvent, NewTask
-    from noeta.worker.renewal import Renewer
-
-    created = events.TaskCreated(model=model, prompt=prompt, tools=tuple(toolbox.tools))
-    first = [NewEvent(*events.encode(created))]
-    if not await store.create_task(NewTask(task_id, first, queue=RUN_QUEUE)):
-        raise ConfigError(f"a task with id {task_id!r} exists already")
-    await failpoints.hit("run.after_create")
-    worker = f"run-{socket.gethostname()}-{os.getpid()}"
-    claim = await store.claim_task(worker, task_id, lease)
-    if claim is None:
-        raise NoetaError(f"task {task_id} was claimed by a worker before this process")
-    runner = toolbox.runner(store, providers)
-    runner_task = asyncio.ensure_future(runner.run(claim))
-
-    lost_claim = asyncio.Event()
-
-    def stop_running(lost: object) -> None:
-        lost_claim.set()
-        observability.claim_lost(task_id)  # its spans are the next claimer's to report
-        runner_task.cancel()
-
-    renewer = Renewer(store, lease, stop_running)
-    renewer.add(claim)
-    renewing = asyncio.ensure_future(renewer.run())
-    try:
-        result = await runner_task
-    except asyncio.CancelledError:
-        if not lost_claim.is_set():  # Ctrl-C: hand the task back for a worker, at once
-            await store.release(claim)
-            raise
-        raise NoetaError(f"lost the claim on task {task_id}; a worker may finish it") from None
-    finally:
-        renewing.cancel()
-    state = result.state
-    return state.finished or result.outcome, state.last_answer, state.last_turn_error

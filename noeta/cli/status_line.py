@@ -10,8 +10,8 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator, Sequence
-from typing import Any, TextIO
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import Any, TextIO, TypeVar
 
 import click
 
@@ -23,6 +23,7 @@ from noeta.core.store import Claim, NewEvent, NewTask, Store
 TICK_SECONDS = 0.125  # redraws of a ticking time: 8 a second, from memory, no store read
 CLEAR = "\r\x1b[K"  # to the line's start, then erase to its end
 DEFAULT_COLUMNS = 80
+T = TypeVar("T")
 
 
 class NoStatus:
@@ -37,6 +38,15 @@ class NoStatus:
 
     def close(self) -> None:
         return None
+
+    def follow(self, store: Store) -> Store:
+        """`store`, or one whose writes the line follows (`noeta run`)."""
+        return store
+
+    async def showing(self, running: Awaitable[T]) -> T:
+        """Await `running` with the line shown (see `shown`): `noeta run` around its run."""
+        async with shown(self):
+            return await running
 
 
 class StatusLine(NoStatus, logging.Handler):
@@ -102,6 +112,9 @@ class StatusLine(NoStatus, logging.Handler):
     def close(self) -> None:
         self.clear()
         logging.Handler.close(self)
+
+    def follow(self, store: Store) -> Store:
+        return FollowedStore(store, self)
 
 
 def open_status(enabled: bool, *, at_once: bool) -> NoStatus:
