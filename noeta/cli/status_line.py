@@ -24,6 +24,7 @@ TICK_SECONDS = 0.125  # redraws of a ticking time: 8 a second, from memory, no s
 CLEAR = "\r\x1b[K"  # to the line's start, then erase to its end
 DEFAULT_COLUMNS = 80
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class NoStatus:
@@ -37,6 +38,9 @@ class NoStatus:
             click.echo(above)
 
     def close(self) -> None:
+        return None
+
+    def off(self) -> None:
         return None
 
     def follow(self, store: Store) -> Store:
@@ -58,7 +62,7 @@ class StatusLine(NoStatus, logging.Handler):
     def __init__(self, progress: TaskProgress, stream: TextIO, *, at_once: bool) -> None:
         NoStatus.__init__(self)
         logging.Handler.__init__(self, logging.WARNING)
-        self.progress = progress
+        self.progress: TaskProgress | None = progress  # None: off
         self.stream = stream
         # Each event drawn as it comes (`noeta run`: they are live), or the latest at the
         # next tick (`noeta tail`: a log read back in bulk would flash its past by).
@@ -72,13 +76,27 @@ class StatusLine(NoStatus, logging.Handler):
             self.clear()
             click.echo(above)
             sys.stdout.flush()  # on the terminal before the line is drawn under it
-        self.progress.add(written)
+        if self.progress is None:
+            return
+        try:
+            self.progress.add(written)
+        except Exception:  # a courtesy must not fail the command (nor, in `run`, an append)
+            log.debug("the status line stops", exc_info=True)
+            self.off()
+            return
         if self.at_once:
             self.draw()
         else:
             self.changed = True
 
+    def off(self) -> None:
+        """Stop drawing (erasing the line): what it would say can no longer be trusted."""
+        self.clear()
+        self.progress = None
+
     def draw(self) -> None:
+        if self.progress is None:
+            return
         line = fit(self.progress.line(), _columns(self.stream) - 1)  # the last cell wraps
         with self.drawing:
             if line != self.drawn:  # the same words again: nothing to write
@@ -95,7 +113,7 @@ class StatusLine(NoStatus, logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         retry = getattr(record, MODEL_RETRY_ATTRIBUTE, None)
-        if isinstance(retry, ModelRetry):
+        if isinstance(retry, ModelRetry) and self.progress is not None:
             self.progress.retried(retry)  # the line says it, with its countdown
         else:
             self.clear()
@@ -105,7 +123,7 @@ class StatusLine(NoStatus, logging.Handler):
     async def tick(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
-            if self.changed or self.progress.ticking:
+            if self.changed or (self.progress is not None and self.progress.ticking):
                 self.changed = False
                 self.draw()
 
@@ -179,5 +197,9 @@ class FollowedStore:
 
     def _show(self, after: int, written: Sequence[NewEvent], epoch: int) -> None:
         for offset, event in enumerate(written, start=1):
-            decoded = ev.decode(event.type, event.data)
+            try:
+                decoded = ev.decode(event.type, event.data)
+            except ValueError:  # the append landed all the same: only the line stops
+                self.status.off()
+                return
             self.status.add(Written(after + offset, decoded, epoch=epoch))
