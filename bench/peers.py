@@ -83,6 +83,8 @@ class Result:
     values: list[float]  # a rate (one value) or pickup milliseconds
     other: float | None
     load: float
+    wal: float | None = None  # WAL bytes per job over the drain
+    commits: float | None = None  # transactions committed in the database per job
 
     @property
     def noisy(self) -> bool:
@@ -177,6 +179,7 @@ class Peers:
         records = [self.scratch / f"{peer}-{time.time_ns()}-{i}.rec" for i in range(processes)]
         load = os.getloadavg()[0]
         with psycopg.connect(self.url(peer), autocommit=True) as poll:
+            wal, commits = counters(poll)
             workers = [self.worker(peer, i, record) for i, record in enumerate(records)]
             window = CpuWindow([w.pid for w in workers], self.postmaster)
             try:
@@ -189,12 +192,15 @@ class Peers:
                     time.sleep(0.05)
             finally:
                 self.stop(workers)
+            time.sleep(1)  # the workers' backends report their commits as they exit
+            wal_after, commits_after = counters(poll)
         if window.done < sizes.jobs:
             raise RuntimeError(f"{peer}: {window.done} of {sizes.jobs} jobs done")
         starts = sorted(self.starts(peer, records))
         rate = (len(starts) - 1) / (starts[-1] - starts[0])
         kind = f"{'backlog' if backlog else 'drain'} {processes}"
-        return Result(peer, kind, [rate], window.other_cores(sizes.jobs), load)
+        per_job = (wal_after - wal) / window.done, (commits_after - commits) / window.done
+        return Result(peer, kind, [rate], window.other_cores(sizes.jobs), load, *per_job)
 
     def pickup(self, peer: str, sizes: Sizes) -> Result:
         self.step(peer, "reset")
@@ -209,6 +215,19 @@ class Peers:
         finally:
             self.stop([worker])
         return Result(peer, "pickup", found["pickup_ms"], None, load)
+
+
+WAL_AND_COMMITS = """
+SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, xact_commit
+  FROM pg_stat_database WHERE datname = current_database()
+"""
+
+
+def counters(connection: psycopg.Connection[Any]) -> tuple[float, float]:
+    """WAL bytes written so far (the whole server) and this database's commits."""
+    connection.execute("SELECT pg_stat_force_next_flush()")
+    row = connection.execute(WAL_AND_COMMITS).fetchone()
+    return (float(row[0]), float(row[1])) if row else (0.0, 0.0)
 
 
 def rounds(peers: Peers, sizes: Sizes, names: Sequence[str], count: int) -> Iterator[Result]:
@@ -247,10 +266,13 @@ def report(results: Sequence[Result], sizes: Sizes, names: Sequence[str]) -> Non
     for r in results:
         shown = f"{r.values[0]:,.0f}/s" if r.kind != "pickup" else ms(median_ms(r.values) / 1e3)
         other = "" if r.other is None else f"{r.other:.2f}"
-        rows.append([r.peer, r.kind, shown, other, f"{r.load:.2f}", "noisy" if r.noisy else ""])
+        wal = "" if r.wal is None else f"{r.wal / 1024:.1f}"
+        commits = "" if r.commits is None else f"{r.commits:.2f}"
+        row = [r.peer, r.kind, shown, wal, commits, other, f"{r.load:.2f}"]
+        rows.append([*row, "noisy" if r.noisy else ""])
     table(
         "Runs (other: cores used by anything else)",
-        ["system", "run", "value", "other", "load1", ""],
+        ["system", "run", "value", "WAL KiB/job", "commits/job", "other", "load1", ""],
         rows,
     )
     kinds = [f"drain {p}" for p in sizes.processes]
