@@ -69,6 +69,12 @@ SELECT c.relname, pg_relation_size(c.oid), pg_indexes_size(c.oid),
        pg_total_relation_size(c.oid), c.reltuples::bigint
   FROM pg_class c WHERE c.oid = to_regclass(%s)
 """
+# The bytes one finished task's rows hold (values and tuple headers, no page or index
+# overhead): what a finished task costs until it is pruned.
+FINISHED_BYTES = """
+SELECT (SELECT sum(pg_column_size(e.*)) FROM events e WHERE e.task_id = %(id)s)
+     + (SELECT pg_column_size(t.*) FROM tasks t WHERE t.id = %(id)s)
+"""
 INDEX_SIZES = """
 SELECT i.indexrelid::regclass::text, pg_relation_size(i.indexrelid)
   FROM pg_index i WHERE i.indrelid = to_regclass(%s) ORDER BY 1
