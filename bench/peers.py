@@ -299,7 +299,8 @@ def report(results: Sequence[Result], sizes: Sizes, names: Sequence[str]) -> Non
             row += ["", f"{my_pick[0] / pick[0]:.2f}" if my_pick and pick else "-", ""]
             rows.append(row)
     title = (
-        f"Medians of quiet runs: {sizes.jobs:,} no-op jobs, backlog {sizes.backlog:,} due in"
+        f"Medians of the quiet runs (of all runs of a kind if none was quiet):"
+        f" {sizes.jobs:,} no-op jobs, backlog {sizes.backlog:,} due in"
         f" a day, {sizes.pickups} pickups a round; load {load()}"
     )
     table(title, headers, rows)
