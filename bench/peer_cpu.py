@@ -51,7 +51,8 @@ def tree_cpu(pid: int) -> float:
 @dataclass
 class CpuWindow:
     """Samples (time, jobs done, workers' CPU, server's CPU, machine busy and total
-    jiffies, this process's CPU), one per poll of a drain."""
+    jiffies, this process's CPU), one per poll of a drain (or one before and one after
+    the pickups)."""
 
     workers: list[int]
     server: int | None
@@ -67,7 +68,9 @@ class CpuWindow:
         server = tree_cpu(self.server) if self.server else 0.0
         busy, total = machine_cpu()
         now = own.elapsed
-        self.samples.append((now, done, workers, server, busy, total, own.user + own.system))
+        # This process and the children it reaped (the pickup probe's process).
+        ours = own.user + own.system + own.children_user + own.children_system
+        self.samples.append((now, done, workers, server, busy, total, ours))
 
     def other_cores(self, jobs: int) -> float | None:
         """Cores used by neither the workers, the server nor this process, between the

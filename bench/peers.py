@@ -211,10 +211,14 @@ class Peers:
             # noeta's probe tails its worker's log; the others' record file
             tail = str(record.with_suffix(".log") if peer == "noeta" else record)
             self.step(peer, "probe", "--n", "3", "--record", tail)  # warm-up, and ready
+            window = CpuWindow([worker.pid], self.postmaster)
+            window.sample(0)
             found = self.step(peer, "probe", "--n", str(sizes.pickups), "--record", tail)
+            window.sample(sizes.pickups)
         finally:
             self.stop([worker])
-        return Result(peer, "pickup", found["pickup_ms"], None, load)
+        other = window.other_cores(sizes.pickups)
+        return Result(peer, "pickup", found["pickup_ms"], other, load)
 
 
 WAL_AND_COMMITS = """
