@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: help install check lint test reachable bench cluster cluster-short cluster-mutants clean
+.PHONY: help install check lint test reachable bench bench-scale bench-peers cluster cluster-short cluster-mutants clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -39,6 +39,18 @@ bench:  ## Store, fold, workers, scheduler and tracing figures (prints tables; n
 	$(BIN)/python bench/worker.py
 	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/tracing.py
+
+bench-scale: reachable  ## A million tasks and 32 claimers against an empty database (ARGS=--quick: a smoke run)
+	$(BIN)/python bench/scale.py $(ARGS)
+
+# The peers live in a venv of their own: they never become noeta's dependencies.
+# Pinned: a comparison means something only against the same versions.
+PEERS_VENV ?= .venv-peers
+PEERS_PACKAGES ?= procrastinate==3.10.0 pgqueuer==1.6.0 dbos==3.4.0 asyncpg==0.32.0 'psycopg[binary]==3.3.9'
+bench-peers: reachable  ## noeta beside Procrastinate, PgQueuer and DBOS, interleaved rounds (ARGS=--quick)
+	@test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --quiet $(PEERS_PACKAGES)
+	$(BIN)/python bench/peers.py --peers-python $(PEERS_VENV)/bin/python $(ARGS)
 
 cluster: reachable  ## Workers under process, database and network faults, then every check (SPEC §9)
 	$(BIN)/python -m tests.cluster.run
