@@ -27,6 +27,7 @@ from noeta.core.errors import (
 from noeta.core.store_values import (
     CANCEL_KEY,
     DEFAULT_QUEUE,
+    MAX_CLAIM_BATCH,
     MAX_KEY_CHARS,
     Claim,
     ClaimedTask,
@@ -50,6 +51,7 @@ from noeta.core.store_values import (
     Wait,
     WaitHolding,
     check_append,
+    check_claim_limit,
     check_cron_fire,
     check_key,
     check_late_result,
@@ -75,6 +77,7 @@ __all__ = [
     "InboxEntry",
     "LateResult",
     "LoadedTask",
+    "MAX_CLAIM_BATCH",
     "MAX_KEY_CHARS",
     "NewEvent",
     "NewTask",
@@ -93,6 +96,7 @@ __all__ = [
     "Wait",
     "WaitHolding",
     "check_append",
+    "check_claim_limit",
     "check_cron_fire",
     "check_key",
     "check_late_result",
@@ -115,6 +119,22 @@ class Store(Protocol):
 
     async def claim(self, worker: str, queues: Sequence[str], lease_seconds: float) -> Claim | None:
         """Claim the claimable task that has been due longest, bumping its epoch."""
+        ...
+
+    async def claim_and_load(
+        self,
+        worker: str,
+        queues: Sequence[str],
+        lease_seconds: float,
+        *,
+        limit: int = 1,
+        snapshot_version: str,
+    ) -> list[ClaimedTask]:
+        """Claim up to `limit` (1 to 1,000) of the claimable tasks due longest, each with
+        its own epoch and lease, and read each as `load` would: in one round trip where
+        the store can (ADR-0060). A task the store could not read with its claim comes
+        with `loaded` None: the claimer loads it. Each queue is walked in its own due
+        order: a backlog in one queue does not slow the claims of another."""
         ...
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

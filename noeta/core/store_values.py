@@ -31,6 +31,16 @@ def check_lease(lease_seconds: float) -> float:
     return lease_seconds
 
 
+MAX_CLAIM_BATCH = 1000  # far above any worker's concurrency; bounds one claim's work
+
+
+def check_claim_limit(limit: int) -> int:
+    """How many tasks one claim may take: 1 to MAX_CLAIM_BATCH."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CLAIM_BATCH:
+        raise ValueError(f"a claim takes 1 to {MAX_CLAIM_BATCH} tasks, not {limit!r}")
+    return limit
+
+
 def check_append(events: Sequence[NewEvent], take: Sequence[int]) -> None:
     """An append that takes inbox entries must record them in at least one event."""
     if take and not events:
