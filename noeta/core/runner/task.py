@@ -54,6 +54,7 @@ from noeta.core.store import (
     Delivery,
     Finish,
     InboxEntry,
+    LoadedTask,
     NewEvent,
     NewTask,
     NextState,
@@ -117,9 +118,17 @@ class TaskRunner:
             return ""
         return os.path.join(self.workspaces, workspace_folder(task_id))
 
-    async def run(self, claim: Claim) -> RunResult:
-        version = snapshot_version(self.agent)
-        state, inbox = await load_for_run(self.store, claim.task_id, version)
+    @property
+    def snapshot_version(self) -> str:
+        """The version of the snapshots this runner reads and writes (what a claim that
+        reads the task with it asks for)."""
+        return snapshot_version(self.agent)
+
+    async def run(self, claim: Claim, loaded: LoadedTask | None = None) -> RunResult:
+        """Run the claimed task; `loaded`: the task as the claim read it (of this runner's
+        snapshot version), else the run reads it first."""
+        version = self.snapshot_version
+        state, inbox = await load_for_run(self.store, claim.task_id, version, loaded)
         run = _Run(self, claim, state, version, tracing.begin_attempt(claim, state))
         if any(taking.kind_of(entry.payload) == "cancel" for entry in inbox):
             run.cancel_checked_at = -math.inf  # asked already: look before anything else
