@@ -311,6 +311,9 @@ def parent_postgres(backend: int) -> int | None:
 
 
 async def commits(bench: Bench) -> int:
+    """The database's committed transactions so far, this session's own flushed first
+    (others flush theirs as they go idle, at most a second late, and as they end)."""
+    await bench.value("SELECT pg_stat_force_next_flush()")
     return int(
         await bench.value(
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
@@ -325,6 +328,9 @@ async def drain_once(bench: Bench, count: int, processes: int, concurrency: int)
     ids = [f"{queue}-{n}" for n in range(count)]
     later = await bench.value("SELECT clock_timestamp() + interval '1 hour'")
     await bench.create(ids, queue, bench.ok_model, ready_at=later)
+    # The creating sessions end here: their statistics are flushed before the count starts.
+    await bench.store.close()
+    bench.store = await PostgresStore.open(bench.dsn, application_name="bench-submit")
     await bench.admin.execute("VACUUM (ANALYZE) tasks")
     names = [f"{queue}-w{i}" for i in range(processes)]
     postmaster = bench.postmaster
@@ -492,7 +498,7 @@ async def fresh_bench(dsn: str) -> AsyncIterator[Bench]:
             yield bench
         finally:
             bench.kill_all()
-            await store.close()
+            await bench.store.close()
             shutil.rmtree(bench.scratch, ignore_errors=True)
 
 

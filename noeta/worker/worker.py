@@ -83,14 +83,17 @@ class Worker:
         stopping = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
-                acquired = asyncio.create_task(self._slots.acquire())
-                await asyncio.wait({acquired, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if stop.is_set():
-                    if acquired.done():
-                        self._slots.release()
-                    else:
-                        acquired.cancel()
-                    break
+                if self._slots.locked():  # every slot busy: wait for one, or for the stop
+                    acquired = asyncio.create_task(self._slots.acquire())
+                    await asyncio.wait({acquired, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                    if stop.is_set():
+                        if acquired.done():
+                            self._slots.release()
+                        else:
+                            acquired.cancel()
+                        break
+                else:  # the idle worker woken by a NOTIFY: straight to the claim
+                    await self._slots.acquire()
                 # One claim statement fills every slot free now (ADR-0060).
                 slots = 1 + await self._free_slots()
                 started = await self._claim(slots)
