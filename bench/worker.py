@@ -8,9 +8,10 @@ fsync on; times are the database clock's (events.created_at, clock_timestamp()).
    hour ahead; once the workers are up and LISTENing, one UPDATE makes them claimable.
    Rate = N / (last TaskFinished - first PluginsPinned, the first write after a claim),
    for 1 and 2 processes at several --concurrency values. Appends per task are the
-   inserting transactions (xmin) in events; commits per task the database's committed
-   transactions (pg_stat_database, less the bench's own); CPU use of the workers and of a
-   local server (the postmaster's process tree) is read from /proc.
+   inserting transactions (xmin) in events; commits per task the write transactions the
+   server committed during the drain (transaction ids assigned, less the bench's own; the
+   tasks' creation is before it); CPU use of the workers and of a local server (the
+   postmaster's process tree) is read from /proc.
 2. A durable tool call: one worker runs, in turn, a task whose first reply makes 100
    TodoWrite calls (one item: a schema check and an echo; a ToolStarted and a ToolFinished
    append each) and a task with none; (median run time with 100 - with none) / 100, the
@@ -105,7 +106,8 @@ SELECT clock_timestamp(), extract(epoch FROM lease_until - clock_timestamp()) FR
  WHERE id = %s
 """
 # Beside the idle worker's queue: tasks waiting for a message (in no index the claim
-# reads), tasks due tomorrow in its own queue, and a backlog due now in another queue.
+# reads), tasks waiting for a timer due tomorrow in its own queue, and a backlog due now
+# in another queue.
 BACKLOGS = {
     "waiting": """
 INSERT INTO tasks (id, queue, status, claimable_at)
@@ -113,7 +115,7 @@ SELECT 'idle-' || g, 'latency', 'waiting', NULL FROM generate_series(1, %s) AS g
 """,
     "due tomorrow": """
 INSERT INTO tasks (id, queue, status, ready_at, claimable_at)
-SELECT 'future-' || g, 'latency', 'ready', now() + interval '1 day',
+SELECT 'future-' || g, 'latency', 'waiting', now() + interval '1 day',
        now() + interval '1 day' + g * interval '1 ms'
   FROM generate_series(1, %s) AS g
 """,
@@ -172,7 +174,6 @@ class Bench:
         self.processes: list[Worker] = []
         self.ended: set[int] = set()  # pids stopped or killed on purpose
         self.ok_model = self.script("ok", [{"text": "ok"}])
-        self.statements = 0  # the bench's own, to subtract from the server's commit count
         self.postmaster: int | None = None  # a local server's, for its CPU; else None
 
     def script(self, name: str, replies: list[dict[str, Any]]) -> str:
@@ -181,7 +182,6 @@ class Bench:
         return f"scripted:{path}"
 
     async def rows(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        self.statements += 1
         cursor = await self.admin.execute(statement, params)
         return await cursor.fetchall() if cursor.description else []
 
@@ -310,15 +310,11 @@ def parent_postgres(backend: int) -> int | None:
         return None  # a server elsewhere: its CPU is not measured
 
 
-async def commits(bench: Bench) -> int:
-    """The database's committed transactions so far, this session's own flushed first
-    (others flush theirs as they go idle, at most a second late, and as they end)."""
-    await bench.value("SELECT pg_stat_force_next_flush()")
-    return int(
-        await bench.value(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-        )
-    )
+async def next_xid(bench: Bench) -> int:
+    """The next transaction id the server will assign (assigning none): the count of
+    committing writes since, each a WAL flush. Read-only statements and autovacuum do not
+    consume one, so the delta is the workers' writes plus the bench's own."""
+    return int(await bench.value("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"))
 
 
 async def drain_once(bench: Bench, count: int, processes: int, concurrency: int) -> list[float]:
@@ -328,14 +324,11 @@ async def drain_once(bench: Bench, count: int, processes: int, concurrency: int)
     ids = [f"{queue}-{n}" for n in range(count)]
     later = await bench.value("SELECT clock_timestamp() + interval '1 hour'")
     await bench.create(ids, queue, bench.ok_model, ready_at=later)
-    # The creating sessions end here: their statistics are flushed before the count starts.
-    await bench.store.close()
-    bench.store = await PostgresStore.open(bench.dsn, application_name="bench-submit")
     await bench.admin.execute("VACUUM (ANALYZE) tasks")
     names = [f"{queue}-w{i}" for i in range(processes)]
     postmaster = bench.postmaster
     async with bench.workers(names, queue, concurrency) as workers:
-        committed, statements = await commits(bench), bench.statements
+        committed = await next_xid(bench)
         server = server_cpu_seconds(postmaster) if postmaster else 0.0
         cpu, machine = sum(cpu_seconds(w.pid) for w in workers), machine_cpu()
         release = (
@@ -346,9 +339,7 @@ async def drain_once(bench: Bench, count: int, processes: int, concurrency: int)
         cpu = sum(cpu_seconds(w.pid) for w in workers) - cpu
         server = (server_cpu_seconds(postmaster) - server) if postmaster else float("nan")
         busy, total = (b - a for a, b in zip(machine, machine_cpu(), strict=True))
-    # The workers' sessions flush their statistics as they end: count after they stopped,
-    # less the bench's own statements in the window (its polls, this count; the release).
-    committed = await commits(bench) - committed - (bench.statements - statements) - 1
+    committed = await next_xid(bench) - committed - 1  # less the bench's release
     seconds, event_count, appends = (await bench.rows(DRAIN_STATS, (f"{queue}-%",)))[0]
     rate = count / float(seconds)
     per_task = [event_count, appends, committed, cpu, server]
