@@ -61,6 +61,16 @@ async def test_two_tasks_bursting_at_once_never_share_a_connection(store: Postgr
     assert len(one) == 1 and len(other) == 1 and one != other
 
 
+async def test_a_task_spawned_inside_a_burst_takes_its_own_connection(
+    store: PostgresStore,
+) -> None:
+    async with store.holding():
+        mine = await backend(store)
+        spawned = await asyncio.create_task(backend(store))  # inherits the context
+        assert await backend(store) == mine
+    assert spawned != mine
+
+
 async def test_a_connection_killed_inside_a_burst_fails_as_before_and_the_next_runs(
     store: PostgresStore, postgres_url: str
 ) -> None:

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import psycopg
-
 import pytest
 
 from noeta.backends.stores.postgres import CLAIM_NEXT_TASK, migrate_database

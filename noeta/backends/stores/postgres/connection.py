@@ -61,11 +61,13 @@ class _Held:
 
     pool: AsyncConnectionPool[Any]
     loop: asyncio.AbstractEventLoop
+    task: asyncio.Task[Any] | None  # the burst's own; a task it spawns copies the context
     connection: psycopg.AsyncConnection[Any] | None = None
 
 
-# Per asyncio task (a context variable): a run's burst never lends its connection to
-# another run, which would interleave their statements on it.
+# Per asyncio task (a context variable, and checked against the task: one spawned inside a
+# burst inherits the variable): a burst never lends its connection to another task, whose
+# statements would interleave with its own or outlive the burst.
 _HELD: ContextVar[_Held | None] = ContextVar("noeta_held_connection", default=None)
 
 
@@ -94,7 +96,7 @@ class PostgresConnection:
         if _HELD.get() is not None:
             yield  # already holding: the outer burst gives it back
             return
-        held = _Held(self._pool, asyncio.get_running_loop())
+        held = _Held(self._pool, asyncio.get_running_loop(), asyncio.current_task())
         token = _HELD.set(held)
         try:
             yield
@@ -136,8 +138,10 @@ class PostgresConnection:
         """Run statements in one round trip (pipelined), under one deadline. Every driver
         error leaves as a `StoreError` (see `store_error`)."""
         held = _HELD.get()
-        if held is not None and held.pool is not self._pool:
-            held = None  # a burst on another store
+        if held is not None and (
+            held.pool is not self._pool or held.task is not asyncio.current_task(held.loop)
+        ):
+            held = None  # a burst on another store, or of the task that spawned this one
         connection = held.connection if held is not None else None
         if connection is None:
             connection = await self._checkout()
