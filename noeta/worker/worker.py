@@ -31,7 +31,7 @@ from noeta.core import failpoints, wakeups
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
 from noeta.core.retry import backoff_seconds
 from noeta.core.runner.task import RunResult, TaskRunner
-from noeta.core.store import CANCEL_KEY, Claim, ClaimKey, LoadedTask, Store
+from noeta.core.store import CANCEL_KEY, MAX_CLAIM_BATCH, Claim, ClaimKey, LoadedTask, Store
 from noeta.observability import metrics, tracing
 from noeta.worker.jobs import JobManager
 from noeta.worker.renewal import Renewer
@@ -132,11 +132,12 @@ class Worker:
             await asyncio.sleep(metrics.QUEUE_DEPTH_SECONDS)
 
     async def _free_slots(self) -> int:
-        """Take every slot that is free now, without waiting: acquire() returns at once
-        while the semaphore is not locked, and one that a resuming or adopted claim
-        waits for is locked (it has waiters), so none is taken from them."""
+        """Take every slot that is free now (up to a claim's limit, with the one held),
+        without waiting: acquire() returns at once while the semaphore is not locked, and
+        one that a resuming or adopted claim waits for is locked (it has waiters), so
+        none is taken from them."""
         taken = 0
-        while not self._slots.locked():
+        while taken < MAX_CLAIM_BATCH - 1 and not self._slots.locked():
             await self._slots.acquire()
             taken += 1
         return taken
