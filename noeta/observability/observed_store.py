@@ -17,6 +17,7 @@ from typing import Any
 from noeta.core.errors import CommitUnknown, Conflict
 from noeta.core.store import (
     Claim,
+    ClaimedTask,
     Continue,
     Delivery,
     InboxEntry,
@@ -78,6 +79,24 @@ class ObservedStore:
         started = time.time_ns()
         with _observing("claim", None):
             return _claimed(await self.inner.claim(worker, queues, lease_seconds), started)
+
+    async def claim_and_load(
+        self,
+        worker: str,
+        queues: Sequence[str],
+        lease_seconds: float,
+        *,
+        limit: int = 1,
+        snapshot_version: str,
+    ) -> list[ClaimedTask]:
+        started = time.time_ns()
+        with _observing("claim", None):
+            claimed = await self.inner.claim_and_load(
+                worker, queues, lease_seconds, limit=limit, snapshot_version=snapshot_version
+            )
+        for each in claimed:
+            _claimed(each.claim, started)
+        return claimed
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:
         return await self.inner.seconds_until_due(queues)

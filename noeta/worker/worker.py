@@ -31,7 +31,7 @@ from noeta.core import failpoints, wakeups
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
 from noeta.core.retry import backoff_seconds
 from noeta.core.runner.task import RunResult, TaskRunner
-from noeta.core.store import CANCEL_KEY, Claim, ClaimKey, Store
+from noeta.core.store import CANCEL_KEY, MAX_CLAIM_BATCH, Claim, ClaimKey, LoadedTask, Store
 from noeta.observability import metrics, tracing
 from noeta.worker.jobs import JobManager
 from noeta.worker.renewal import Renewer
@@ -83,16 +83,23 @@ class Worker:
         stopping = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
-                acquired = asyncio.create_task(self._slots.acquire())
-                await asyncio.wait({acquired, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if stop.is_set():
-                    if acquired.done():
-                        self._slots.release()
-                    else:
-                        acquired.cancel()
-                    break
-                if not await self._claim_one():
+                if self._slots.locked():  # every slot busy: wait for one, or for the stop
+                    acquired = asyncio.create_task(self._slots.acquire())
+                    await asyncio.wait({acquired, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                    if stop.is_set():
+                        if acquired.done():
+                            self._slots.release()
+                        else:
+                            acquired.cancel()
+                        break
+                else:  # the idle worker woken by a NOTIFY: straight to the claim
+                    await self._slots.acquire()
+                # One claim statement fills every slot free now (ADR-0060).
+                slots = 1 + await self._free_slots()
+                started = await self._claim(slots)
+                for _ in range(slots - started):
                     self._slots.release()
+                if not started:
                     await self._idle(stopping)
         finally:
             stopping.cancel()
@@ -124,30 +131,48 @@ class Worker:
                 await metrics.measure_queue_depth(self.store, self.settings.queues)
             await asyncio.sleep(metrics.QUEUE_DEPTH_SECONDS)
 
-    async def _claim_one(self) -> bool:
-        """Claim a task and start running it; False if there was nothing to claim."""
+    async def _free_slots(self) -> int:
+        """Take every slot that is free now (up to a claim's limit, with the one held),
+        without waiting: acquire() returns at once while the semaphore is not locked, and
+        one that a resuming or adopted claim waits for is locked (it has waiters), so
+        none is taken from them."""
+        taken = 0
+        while taken < MAX_CLAIM_BATCH - 1 and not self._slots.locked():
+            await self._slots.acquire()
+            taken += 1
+        return taken
+
+    async def _claim(self, slots: int) -> int:
+        """Claim up to `slots` tasks, read with their claim, and start running them;
+        return how many slots that used (0: there was nothing to claim)."""
         settings = self.settings
         # Cleared before the claim, not after: a wake-up that arrives while the claim is
         # in flight (for a task committed too late for it to see) must not be lost.
         self._wake.clear()
         try:
-            claim = await self.store.claim(settings.name, settings.queues, settings.lease_seconds)
-            if claim is not None:
+            claimed = await self.store.claim_and_load(
+                settings.name,
+                settings.queues,
+                settings.lease_seconds,
+                limit=slots,
+                snapshot_version=self.runner.snapshot_version,
+            )
+            if claimed:
                 await failpoints.hit("claim.after_commit")
         except CommitUnknown:
             log.warning("claim: the commit's outcome is unknown; adopting what is ours")
-            return await self._adopt()
+            return 1 if await self._adopt() else 0
         except StoreError as error:  # unreachable, read-only, out of disk, a timeout, ...
             self._claim_failures += 1
             log.warning("claim: %s; trying again in at most %.1f s", error, self._backoff())
-            return False
+            return 0
         self._claim_failures = 0
-        if claim is None:
-            return False
-        verb = "took over" if claim.taken_over else "claimed"
-        log.info("%s task %s (epoch %d)", verb, claim.task_id, claim.epoch)
-        self._start(claim)
-        return True
+        for each in claimed:
+            claim = each.claim
+            verb = "took over" if claim.taken_over else "claimed"
+            log.info("%s task %s (epoch %d)", verb, claim.task_id, claim.epoch)
+            self._start(claim, each.loaded)
+        return len(claimed)
 
     async def _adopt(self) -> bool:
         """After a lost claim reply: run the tasks the store records as ours, not running.
@@ -181,16 +206,17 @@ class Worker:
             return
         self._start(claim)
 
-    def _start(self, claim: Claim) -> None:
+    def _start(self, claim: Claim, loaded: LoadedTask | None = None) -> None:
         self.renewer.add(claim)
-        task = asyncio.create_task(self._run_claim(claim), name=f"noeta-task-{claim.task_id}")
+        running = self._run_claim(claim, loaded)
+        task = asyncio.create_task(running, name=f"noeta-task-{claim.task_id}")
         self.running[claim.key] = (claim, task)
 
-    async def _run_claim(self, claim: Claim) -> RunResult | None:
+    async def _run_claim(self, claim: Claim, loaded: LoadedTask | None = None) -> RunResult | None:
         """Run one claim; every way of losing it ends here, logged, never raised."""
         holding = False
         try:
-            result = await self.runner.run(claim)
+            result = await self.runner.run(claim, loaded)
             log.info("task %s: %s", claim.task_id, result.state.finished or result.outcome)
             holding = result.outcome == "holding"
             if holding:

@@ -1,4 +1,5 @@
-"""The claim query walks the partial claim index, with many rows of every kind present."""
+"""The claim walks its queue's part of the partial claim index, with many rows of every
+kind present: a backlog due in another queue, and tasks due tomorrow, are never read."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 
 from noeta.backends.stores.postgres import CLAIM_NEXT_TASK, migrate_database
+from noeta.backends.stores.postgres.claims import CLAIM_AND_LOAD, SECONDS_UNTIL_DUE
 
 # Rows of every kind, in the proportions of a busy deployment: few claimable, many idle.
 FILL = """
@@ -24,8 +27,14 @@ SELECT 'running-' || n, 'default', 'running', 'w', now() + interval '1 min',
 INSERT INTO tasks (id, queue, status, claimable_at)
 SELECT 'ready-' || n, CASE WHEN n % 2 = 0 THEN 'default' ELSE 'mail' END, 'ready',
        now() - n * interval '1 second' FROM generate_series(1, 200) n;
+-- A backlog in another queue, due before anything of 'default'.
+INSERT INTO tasks (id, queue, status, claimable_at)
+SELECT 'backlog-' || n, 'bulk', 'ready', now() - interval '1 day' + n * interval '1 ms'
+  FROM generate_series(1, 20000) n;
 ANALYZE tasks;
 """
+INDEX = "tasks_claimable_in_queue"
+PARAMS = {"queues": ["default"], "lease": 30.0, "worker": "w", "limit": 1, "version": "v"}
 
 
 def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -35,22 +44,46 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return nodes
 
 
-async def test_the_claim_uses_the_partial_claim_index(postgres_url: str) -> None:
-    await migrate_database(postgres_url)
+def explain(postgres_url: str, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The executed plan's nodes (EXPLAIN ANALYZE, rolled back: nothing is claimed)."""
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute(FILL)
-        params = {"queues": ["default"], "lease": 30.0, "worker": "w"}
         with connection.transaction(force_rollback=True):
-            row = connection.execute(f"EXPLAIN (FORMAT JSON) {CLAIM_NEXT_TASK}", params).fetchone()
-    assert row is not None
-    document = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    nodes = plan_nodes(document[0]["Plan"])
-    scans = [(n["Node Type"], n.get("Index Name")) for n in nodes if "Scan" in n["Node Type"]]
-    assert ("Index Scan", "tasks_claimable") in scans or (
-        "Index Only Scan",
-        "tasks_claimable",
-    ) in scans, scans
-    assert not any(node_type == "Seq Scan" for node_type, _ in scans), scans
-    claim_scan = next(n for n in nodes if n.get("Index Name") == "tasks_claimable")
-    # The due-time bound is an index condition, not a filter applied row by row.
-    assert "claimable_at <= now()" in claim_scan.get("Index Cond", ""), claim_scan
+            row = connection.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", params)
+            found = row.fetchone()
+    assert found is not None
+    document = found[0] if isinstance(found[0], list) else json.loads(found[0])
+    return plan_nodes(document[0]["Plan"])
+
+
+@pytest.mark.parametrize("statement", [CLAIM_NEXT_TASK, CLAIM_AND_LOAD, SECONDS_UNTIL_DUE])
+async def test_the_claim_reads_one_entry_of_its_queues_index(
+    postgres_url: str, statement: str
+) -> None:
+    await migrate_database(postgres_url)
+    nodes = explain(postgres_url, statement, PARAMS)
+    on_tasks = [n for n in nodes if n.get("Relation Name") == "tasks"]
+    assert not any(n["Node Type"] == "Seq Scan" for n in on_tasks), on_tasks
+    walks = [n for n in on_tasks if n.get("Index Name") == INDEX]
+    assert walks, [(n["Node Type"], n.get("Index Name")) for n in on_tasks]
+    walk = walks[0]
+    # The queue and the due-time bound are index conditions, not filters row by row...
+    assert "queue = q.queue" in walk.get("Index Cond", ""), walk
+    assert "claimable_at" in walk.get("Index Cond", ""), walk
+    assert "now()" in walk.get("Index Cond", ""), walk
+    # ...so the walk reads the one row it returns: neither the 20,000 due in 'bulk' nor
+    # the 5,000 due tomorrow.
+    assert walk.get("Rows Removed by Filter", 0) == 0, walk
+    assert walk["Actual Rows"] <= 1, walk
+
+
+async def test_a_batch_claim_reads_as_many_entries_as_it_claims(postgres_url: str) -> None:
+    await migrate_database(postgres_url)
+    params = {**PARAMS, "queues": ["default", "mail"], "limit": 8}
+    nodes = explain(postgres_url, CLAIM_NEXT_TASK, params)
+    walks = [n for n in nodes if n.get("Index Name") == INDEX]
+    assert walks, nodes
+    for walk in walks:  # one walk per queue, each stopping at the limit
+        assert walk["Actual Rows"] <= 8 and walk.get("Rows Removed by Filter", 0) == 0, walk
+    update = next(n for n in nodes if n["Node Type"] == "ModifyTable")
+    assert update["Actual Rows"] == 8, update  # one statement claimed eight

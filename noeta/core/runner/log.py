@@ -12,7 +12,7 @@ from dataclasses import replace
 from noeta.core import events, fold, model, snapshot
 from noeta.core.events import decode
 from noeta.core.fold import LoggedEvent, TaskState
-from noeta.core.store import InboxEntry, Snapshot, Store, StoredEvent
+from noeta.core.store import InboxEntry, LoadedTask, Snapshot, Store, StoredEvent
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +42,12 @@ async def load_state(store: Store, task_id: str, version: str) -> TaskState:
 
 
 async def load_for_run(
-    store: Store, task_id: str, version: str
+    store: Store, task_id: str, version: str, loaded: LoadedTask | None = None
 ) -> tuple[TaskState, list[InboxEntry]]:
-    """The task's state, and its untaken inbox: one round trip on PostgreSQL."""
-    loaded = await store.load(task_id, version)
+    """The task's state, and its untaken inbox: one round trip on PostgreSQL, none when
+    the claim read the task already (`loaded`, from `Store.claim_and_load`)."""
+    if loaded is None:
+        loaded = await store.load(task_id, version)
     start: TaskState | None = None
     stored = loaded.events
     if loaded.snapshot is not None:

@@ -9,6 +9,7 @@ must be left alone (a newer version's log, an unreadable one). Store errors (`Co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
@@ -54,6 +55,7 @@ from noeta.core.store import (
     Delivery,
     Finish,
     InboxEntry,
+    LoadedTask,
     NewEvent,
     NewTask,
     NextState,
@@ -117,9 +119,17 @@ class TaskRunner:
             return ""
         return os.path.join(self.workspaces, workspace_folder(task_id))
 
-    async def run(self, claim: Claim) -> RunResult:
-        version = snapshot_version(self.agent)
-        state, inbox = await load_for_run(self.store, claim.task_id, version)
+    @property
+    def snapshot_version(self) -> str:
+        """The version of the snapshots this runner reads and writes (what a claim that
+        reads the task with it asks for)."""
+        return snapshot_version(self.agent)
+
+    async def run(self, claim: Claim, loaded: LoadedTask | None = None) -> RunResult:
+        """Run the claimed task; `loaded`: the task as the claim read it (of this runner's
+        snapshot version), else the run reads it first."""
+        version = self.snapshot_version
+        state, inbox = await load_for_run(self.store, claim.task_id, version, loaded)
         run = _Run(self, claim, state, version, tracing.begin_attempt(claim, state))
         if any(taking.kind_of(entry.payload) == "cancel" for entry in inbox):
             run.cancel_checked_at = -math.inf  # asked already: look before anything else
@@ -205,6 +215,15 @@ class _Run:
             self._queue = record.queue if record else DEFAULT_QUEUE
         return self._queue
 
+    def _burst(self, action: object) -> contextlib.AbstractAsyncContextManager[None]:
+        """A step that only reads and writes the store runs on one store connection; one
+        that calls a model or runs tools takes one per statement (none held meanwhile)."""
+        holding = getattr(self.store, "holding", None)  # PostgreSQL's; sqlite has none
+        if holding is None or isinstance(action, CallModel | RunTools | RecoverCalls):
+            return contextlib.nullcontext()
+        burst: contextlib.AbstractAsyncContextManager[None] = holding()
+        return burst
+
     async def loop(self) -> RunResult:
         if self.runner.pins is not None:
             stop = await self._check_pins(self.runner.pins)
@@ -214,72 +233,75 @@ class _Run:
             await self._redeliver()
         while True:
             action = next_action(self.state)
-            try:
-                match action:
-                    case Stop():
-                        return RunResult("finished", self.state)
-                    case LeaveForNewerVersion(event_type=event_type):
-                        log.warning(
-                            "task %s: its log has a %s event from a newer noeta; leaving it",
-                            self.task_id,
-                            event_type,
-                        )
-                        return RunResult("left_for_newer", self.state)
-                    case LeaveUnreadable(reason=reason):
-                        if await self._give_up_on_unreadable(reason):
+            async with self._burst(action):
+                try:
+                    match action:
+                        case Stop():
                             return RunResult("finished", self.state)
-                        return RunResult("unreadable", self.state)
-                    case AwaitAnswer(call_id=call_id):
-                        inbox = await self._inbox()
-                        if await self._cancel_if_asked(inbox):
-                            return RunResult("finished", self.state)
-                        if not await taking.take_answer(self, call_id, inbox):
-                            prefix = answer_key(call_id)
-                            await self.append([], next_state=Wait(wake_on_prefix=prefix))
+                        case LeaveForNewerVersion(event_type=event_type):
+                            log.warning(
+                                "task %s: its log has a %s event from a newer noeta; leaving it",
+                                self.task_id,
+                                event_type,
+                            )
+                            return RunResult("left_for_newer", self.state)
+                        case LeaveUnreadable(reason=reason):
+                            if await self._give_up_on_unreadable(reason):
+                                return RunResult("finished", self.state)
+                            return RunResult("unreadable", self.state)
+                        case AwaitAnswer(call_id=call_id):
+                            inbox = await self._inbox()
+                            if await self._cancel_if_asked(inbox):
+                                return RunResult("finished", self.state)
+                            if not await taking.take_answer(self, call_id, inbox):
+                                prefix = answer_key(call_id)
+                                await self.append([], next_state=Wait(wake_on_prefix=prefix))
+                                return RunResult("waiting", self.state)
+                        case AwaitMessage():
+                            # One read of the inbox serves every check of this pass.
+                            inbox = await self._inbox()
+                            if await self._cancel_if_asked(inbox):
+                                return RunResult("finished", self.state)
+                            if (
+                                await children.take_late_handback(self, inbox)
+                                or await taking.take_job_result(self, inbox)
+                                or await taking.record_a_lost_job(self, inbox)
+                                or await taking.take_message(self, inbox)
+                                or await self._wake_if_due()
+                            ):
+                                continue
+                            if taking.jobs_running_here(self):
+                                # Keep the claim (and its renewals): the job's result comes here.
+                                await self.append([], next_state=WaitHolding())
+                                return RunResult("holding", self.state)
+                            # Claimable again at the next wake-up's due time, or by a delivery.
+                            await self.append(
+                                [], next_state=Wait(until=wakeups.next_due(self.state))
+                            )
                             return RunResult("waiting", self.state)
-                    case AwaitMessage():
-                        # One read of the inbox serves every check of this pass.
-                        inbox = await self._inbox()
-                        if await self._cancel_if_asked(inbox):
-                            return RunResult("finished", self.state)
-                        if (
-                            await children.take_late_handback(self, inbox)
-                            or await taking.take_job_result(self, inbox)
-                            or await taking.record_a_lost_job(self, inbox)
-                            or await taking.take_message(self, inbox)
-                            or await self._wake_if_due()
-                        ):
-                            continue
-                        if taking.jobs_running_here(self):
-                            # Keep the claim (and its renewals): the job's result comes here.
-                            await self.append([], next_state=WaitHolding())
-                            return RunResult("holding", self.state)
-                        # Claimable again at the next wake-up's due time, or by a delivery.
-                        await self.append([], next_state=Wait(until=wakeups.next_due(self.state)))
-                        return RunResult("waiting", self.state)
-                    case AwaitSubtasks():
-                        inbox = await self._inbox()
-                        if await self._cancel_if_asked(inbox):
-                            return RunResult("finished", self.state)
-                        if not await children.take_handbacks(self, action, inbox):
-                            return RunResult("waiting", self.state)
-                    case EndTurn() | FinishTask():
-                        await self.settle([], action)
-                    case CallModel():
-                        if self._cancel_check_due() and await self._cancel_if_asked(
-                            await self._inbox()
-                        ):
-                            return RunResult("finished", self.state)
-                        await model_call.call_model(self)
-                    case RunTools(calls=to_run):
-                        await calls.run_tools(self, to_run)
-                    case RecoverCalls(calls=half_done):
-                        await calls.recover_calls(self, half_done)
-            except (StoreError, asyncio.CancelledError):
-                raise
-            except Exception as error:  # a bug in the runner or a plugin: capped (SPEC §6)
-                log.exception("task %s: internal error", self.task_id)
-                await self.settle([], on_internal_error(self.state, _describe(error)))
+                        case AwaitSubtasks():
+                            inbox = await self._inbox()
+                            if await self._cancel_if_asked(inbox):
+                                return RunResult("finished", self.state)
+                            if not await children.take_handbacks(self, action, inbox):
+                                return RunResult("waiting", self.state)
+                        case EndTurn() | FinishTask():
+                            await self.settle([], action)
+                        case CallModel():
+                            if self._cancel_check_due() and await self._cancel_if_asked(
+                                await self._inbox()
+                            ):
+                                return RunResult("finished", self.state)
+                            await model_call.call_model(self)
+                        case RunTools(calls=to_run):
+                            await calls.run_tools(self, to_run)
+                        case RecoverCalls(calls=half_done):
+                            await calls.recover_calls(self, half_done)
+                except (StoreError, asyncio.CancelledError):
+                    raise
+                except Exception as error:  # a bug in the runner or a plugin: capped (SPEC §6)
+                    log.exception("task %s: internal error", self.task_id)
+                    await self.settle([], on_internal_error(self.state, _describe(error)))
             if self.state.finished:
                 return RunResult("finished", self.state)
 

@@ -7,6 +7,7 @@ per concern (River's driver suite); a change to the `Store` protocol extends it 
 
 from __future__ import annotations
 
+from noeta.testing.store_contract.claim_and_load import ClaimAndLoadContract
 from noeta.testing.store_contract.claims import ClaimContract
 from noeta.testing.store_contract.cron import CronContract
 from noeta.testing.store_contract.errors import ErrorContract
@@ -28,6 +29,7 @@ __all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim
 class StoreContract(
     StoreFixtures,
     ClaimContract,
+    ClaimAndLoadContract,
     FenceContract,
     InboxContract,
     LogContract,

@@ -5,29 +5,70 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.core.store import Claim, check_key, check_lease
+from noeta.core.store import Claim, ClaimedTask, check_key, check_lease
 
-# Claim the task that has been due longest. now() (the statement's start; this statement
-# is its own transaction) is stable, so PostgreSQL can use it as the index bound and stop
-# the scan at the present; clock_timestamp() is volatile and would make it a filter that
-# walks every future-dated row. SKIP LOCKED: claimants never wait on each other.
-CLAIM_NEXT_TASK = """
+# Claim up to %(limit)s tasks, those due longest, each with its own epoch and lease. Each
+# queue's walk starts at its own oldest due row of tasks_claimable_in_queue (LATERAL over
+# the worker's queues), so a backlog due in another queue is never read; the candidates
+# are then ordered by due time. now() (the statement's start; this statement is its own
+# transaction) is stable, so PostgreSQL can use it as the index bound and stop the walk at
+# the present; clock_timestamp() is volatile and would make it a filter that walks every
+# future-dated row. SKIP LOCKED: claimants never wait on each other.
+_CLAIM_DUE_TASKS = """
 WITH due AS MATERIALIZED (
-    SELECT id, status IN ('running', 'holding') AS taken_over FROM tasks
-     WHERE claimable_at <= now() AND queue = ANY(%(queues)s::text[])
-     ORDER BY claimable_at
-     LIMIT 1
-       FOR UPDATE SKIP LOCKED
+    SELECT found.id, found.taken_over FROM unnest(%(queues)s::text[]) AS q(queue)
+     CROSS JOIN LATERAL (
+        SELECT t.id, t.claimable_at, t.status IN ('running', 'holding') AS taken_over
+          FROM tasks AS t
+         WHERE t.queue = q.queue AND t.claimable_at <= now()
+         ORDER BY t.claimable_at
+         LIMIT %(limit)s
+           FOR UPDATE SKIP LOCKED
+     ) AS found
+     ORDER BY found.claimable_at
+     LIMIT %(limit)s
 ), lease AS (
     SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until
+), claimed AS (
+    UPDATE tasks AS t
+       SET status = 'running', owner = %(worker)s, owner_epoch = t.owner_epoch + 1,
+           lease_until = lease.until, claimable_at = lease.until,
+           updated_at = clock_timestamp()
+      FROM due, lease
+     WHERE t.id = due.id
+    RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over
+)"""
+
+CLAIM_NEXT_TASK = f"""{_CLAIM_DUE_TASKS}
+SELECT id, owner_epoch, lease_until, taken_over FROM claimed
+"""
+
+# The claim and, in the same statement, what each claimed task's run reads first: its
+# snapshot of this version, the log after it, its untaken inbox. Rows of four parts (0
+# claim, 1 snapshot, 2 event, 3 inbox entry) in one shape; the reads see the statement's
+# snapshot, so an append committed after it began (a lapsed owner's, just before the
+# claim locked the row) is missing: the client sees the log end short of last_seq and
+# loads that task again.
+CLAIM_AND_LOAD = f"""{_CLAIM_DUE_TASKS}, snapshot AS (
+    SELECT s.task_id, s.seq, s.data FROM claimed AS c
+      JOIN snapshots AS s ON s.task_id = c.id AND s.version = %(version)s
 )
-UPDATE tasks AS t
-   SET status = 'running', owner = %(worker)s, owner_epoch = t.owner_epoch + 1,
-       lease_until = lease.until, claimable_at = lease.until, updated_at = clock_timestamp()
-  FROM due, lease
- WHERE t.id = due.id
-RETURNING t.id, t.owner_epoch, t.lease_until, due.taken_over
+SELECT 0, c.id, c.last_seq, c.owner_epoch, NULL, NULL, c.lease_until, NULL, c.taken_over, NULL
+  FROM claimed AS c
+UNION ALL
+SELECT 1, s.task_id, s.seq, NULL, NULL, NULL, NULL, NULL, NULL, s.data FROM snapshot AS s
+UNION ALL
+SELECT 2, e.task_id, e.seq, e.epoch, e.type, e.data, e.created_at, e.owner, NULL, NULL
+  FROM claimed AS c
+  JOIN events AS e ON e.task_id = c.id
+   AND e.seq > coalesce((SELECT s.seq FROM snapshot AS s WHERE s.task_id = c.id), 0)
+UNION ALL
+SELECT 3, i.task_id, i.id, i.taken_seq, i.dedupe_key, i.payload, i.created_at, NULL, NULL,
+       NULL
+  FROM claimed AS c JOIN inbox AS i ON i.task_id = c.id AND i.taken_seq IS NULL
+ ORDER BY 1, 2, 3
 """
 
 # The same, for one named task (noeta run claims the task it just created).
@@ -41,14 +82,18 @@ UPDATE tasks AS t
 RETURNING t.id, t.owner_epoch, t.lease_until
 """
 
-# The same index walk as the claim, for the first row not yet due.
+# The same walk per queue as the claim, for each queue's first row not yet due.
 SECONDS_UNTIL_DUE = """
-SELECT extract(epoch FROM claimable_at - clock_timestamp())::float8 FROM tasks
- WHERE claimable_at > now() AND queue = ANY(%(queues)s::text[])
- ORDER BY claimable_at LIMIT 1
+SELECT extract(epoch FROM min(next.claimable_at) - clock_timestamp())::float8
+  FROM unnest(%(queues)s::text[]) AS q(queue)
+ CROSS JOIN LATERAL (
+    SELECT claimable_at FROM tasks
+     WHERE queue = q.queue AND claimable_at > now()
+     ORDER BY claimable_at LIMIT 1
+ ) AS next
 """
 
-# The claim index alone answers it (claimable_at INCLUDE queue): only claimable rows.
+# A claim index alone answers it: only claimable rows.
 COUNT_CLAIMABLE = """
 SELECT queue, count(*) FROM tasks
  WHERE claimable_at <= now() AND queue = ANY(%(queues)s::text[])
@@ -83,17 +128,28 @@ class PostgresClaims(PostgresConnection):
     """The claim half of the `Store` protocol."""
 
     async def claim(self, worker: str, queues: Sequence[str], lease_seconds: float) -> Claim | None:
-        check_lease(lease_seconds)
-        check_key("worker name", worker)
-        params = {"worker": worker, "queues": list(queues), "lease": lease_seconds}
-        row = await self._write(CLAIM_NEXT_TASK, params)
+        row = await self._write(CLAIM_NEXT_TASK, claim_params(worker, queues, lease_seconds, 1))
         if row is None:
             return None
         return Claim(row[0], worker, row[1], row[2], taken_over=row[3])
 
+    async def claim_and_load(
+        self,
+        worker: str,
+        queues: Sequence[str],
+        lease_seconds: float,
+        *,
+        limit: int = 1,
+        snapshot_version: str,
+    ) -> list[ClaimedTask]:
+        params = claim_params(worker, queues, lease_seconds, limit)
+        params["version"] = snapshot_version
+        rows = await self._write_many(CLAIM_AND_LOAD, params)
+        return claimed_tasks(rows, worker, snapshot_version)
+
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:
         rows = await self._read(SECONDS_UNTIL_DUE, {"queues": list(queues)})
-        return max(0.0, rows[0][0]) if rows else None
+        return max(0.0, rows[0][0]) if rows and rows[0][0] is not None else None
 
     async def queue_depth(self, queues: Sequence[str]) -> Mapping[str, int]:
         rows = await self._read(COUNT_CLAIMABLE, {"queues": list(queues)})

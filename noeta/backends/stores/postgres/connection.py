@@ -3,16 +3,20 @@ driver errors mapped into the store's error tree.
 
 No transaction is ever held open across a model or tool call. Every call has an
 application deadline: a blackholed connection fails in seconds, not when TCP gives up.
+A burst of statements (`holding`) runs on one connection, taken from the pool once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
@@ -50,6 +54,23 @@ def describe(dsn: str) -> str:
     return f"{host}:{port}/{dbname}"
 
 
+@dataclass
+class _Held:
+    """One asyncio task's burst of statements on one store: the connection it took from
+    the pool (at its first statement), and the loop its deadlines are timed on."""
+
+    pool: AsyncConnectionPool[Any]
+    loop: asyncio.AbstractEventLoop
+    task: asyncio.Task[Any] | None  # the burst's own; a task it spawns copies the context
+    connection: psycopg.AsyncConnection[Any] | None = None
+
+
+# Per asyncio task (a context variable, and checked against the task: one spawned inside a
+# burst inherits the variable): a burst never lends its connection to another task, whose
+# statements would interleave with its own or outlive the burst.
+_HELD: ContextVar[_Held | None] = ContextVar("noeta_held_connection", default=None)
+
+
 class PostgresConnection:
     """The pool a `PostgresStore` runs its statements on; each concern's methods use it."""
 
@@ -63,6 +84,26 @@ class PostgresConnection:
 
     async def close(self) -> None:
         await self._pool.close()
+
+    @contextlib.asynccontextmanager
+    async def holding(self) -> AsyncIterator[None]:
+        """Run this task's store statements inside on one connection, taken from the pool
+        at the first and given back at the end: one checkout and one event-loop lookup
+        for a burst instead of one per statement. For a burst of store statements only:
+        never across a model call or a tool run (the connection is the pool's capacity).
+        A statement that fails gives the connection back at once (a broken one is
+        discarded): the next takes a fresh one, and the error is what it always was."""
+        if _HELD.get() is not None:
+            yield  # already holding: the outer burst gives it back
+            return
+        held = _Held(self._pool, asyncio.get_running_loop(), asyncio.current_task())
+        token = _HELD.set(held)
+        try:
+            yield
+        finally:
+            _HELD.reset(token)
+            if held.connection is not None:
+                await self._pool.putconn(held.connection)
 
     async def _write(
         self, query: str, params: Mapping[str, Any], *, task_id: str | None = None
@@ -96,22 +137,45 @@ class PostgresConnection:
     ) -> list[list[tuple[Any, ...]]]:
         """Run statements in one round trip (pipelined), under one deadline. Every driver
         error leaves as a `StoreError` (see `store_error`)."""
+        held = _HELD.get()
+        if held is not None and (
+            held.pool is not self._pool or held.task is not asyncio.current_task(held.loop)
+        ):
+            held = None  # a burst on another store, or of the task that spawned this one
+        connection = held.connection if held is not None else None
+        if connection is None:
+            connection = await self._checkout()
+            if held is not None:
+                held.connection = connection
+        loop = held.loop if held is not None else asyncio.get_running_loop()
         try:
-            connection = await self._pool.getconn()
+            return await _within_deadline(
+                connection, lambda: _fetch_all(connection, statements), self.deadline_seconds, loop
+            )
+        except (psycopg.Error, TimeoutError) as error:
+            if held is not None:
+                held.connection = None  # given back below; the burst's next takes another
+                held = None
+            raise store_error(
+                error, self.where, write=write, broken=connection.broken, task_id=task_id
+            ) from None
+        except BaseException:
+            if held is not None:  # cancelled mid-statement: the connection's state is unknown
+                held.connection = None
+                held = None
+            raise
+        finally:
+            if held is None:
+                await self._pool.putconn(connection)
+
+    async def _checkout(self) -> psycopg.AsyncConnection[Any]:
+        try:
+            connection: psycopg.AsyncConnection[Any] = await self._pool.getconn()
         except PoolTimeout as error:
             raise StoreUnavailable(f"cannot reach PostgreSQL at {self.where}") from error
         except psycopg.Error as error:  # PoolClosed: this store was closed
             raise StoreUnavailable(f"PostgreSQL at {self.where}: {reason(error)}") from None
-        try:
-            return await _within_deadline(
-                connection, lambda: _fetch_all(connection, statements), self.deadline_seconds
-            )
-        except (psycopg.Error, TimeoutError) as error:
-            raise store_error(
-                error, self.where, write=write, broken=connection.broken, task_id=task_id
-            ) from None
-        finally:
-            await self._pool.putconn(connection)
+        return connection
 
 
 class _Rerun(StoreError):
@@ -198,6 +262,7 @@ async def _within_deadline(
     connection: psycopg.AsyncConnection[Any],
     call: Callable[[], Awaitable[T]],
     deadline_seconds: float,
+    loop: asyncio.AbstractEventLoop,
 ) -> T:
     """Run `call`; past the deadline, break the connection's socket and raise TimeoutError.
 
@@ -205,7 +270,6 @@ async def _within_deadline(
     cancel, which a blackholed connection never does. Shutting the socket down makes
     the pending read fail at once; the pool then discards the broken connection.
     """
-    loop = asyncio.get_running_loop()
     expired = False
 
     def expire() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sqlite3
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from noeta.backends.stores.sqlite.appends import SqliteAppends
@@ -19,7 +20,8 @@ from noeta.backends.stores.sqlite.cron import SqliteCron
 from noeta.backends.stores.sqlite.late_results import SqliteLateResults
 from noeta.backends.stores.sqlite.logs import SqliteLogs
 from noeta.backends.stores.sqlite.schema import SqliteSchema
-from noeta.core.errors import ConfigError, StoreUnavailable
+from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
+from noeta.core.store import ClaimedTask, LoadedTask, check_claim_limit
 
 __all__ = ["SqliteStore"]
 
@@ -30,6 +32,37 @@ class SqliteStore(
     SqliteClaims, SqliteAppends, SqliteLogs, SqliteCron, SqliteLateResults, SqliteSchema
 ):
     """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""
+
+    async def claim_and_load(
+        self,
+        worker: str,
+        queues: Sequence[str],
+        lease_seconds: float,
+        *,
+        limit: int = 1,
+        snapshot_version: str,
+    ) -> list[ClaimedTask]:
+        """One claim after another, each read after it: sqlite has one writer at a time
+        and no round trip to save. A claim already made is never dropped: past the first,
+        a store error ends the batch, and a failed read leaves the task to its claimer."""
+        check_claim_limit(limit)
+        claimed: list[ClaimedTask] = []
+        for _ in range(limit):
+            try:
+                claim = await self.claim(worker, queues, lease_seconds)
+            except StoreError:
+                if not claimed:
+                    raise
+                break
+            if claim is None:
+                break
+            loaded: LoadedTask | None
+            try:
+                loaded = await self.load(claim.task_id, snapshot_version)
+            except StoreError:
+                loaded = None
+            claimed.append(ClaimedTask(claim, loaded))
+        return claimed
 
     @classmethod
     async def open(

@@ -11,18 +11,23 @@ from noeta.backends.stores.sqlite.encoding import from_micros, lease_micros, now
 from noeta.core.payload import encode
 from noeta.core.store import Claim, check_key
 
-# The queue list is bound as one JSON array, so the query stays one constant. The
-# claimable_at range and order are served by the partial index tasks_claimable.
+# The queue list is bound as one JSON array, so the query stays one constant. Each queue's
+# first due row is found in its own part of tasks_claimable_in_queue (0009: a backlog due
+# in another queue is never read), then the earliest of them is taken.
 FIND_NEXT_CLAIMABLE = """
-SELECT id, owner_epoch, status IN ('running', 'holding') FROM tasks
- WHERE claimable_at IS NOT NULL AND claimable_at <= ?
-   AND queue IN (SELECT value FROM json_each(?))
- ORDER BY claimable_at
+SELECT t.id, t.owner_epoch, t.status IN ('running', 'holding')
+  FROM json_each(:queues) AS q
+  JOIN tasks AS t ON t.id = (
+        SELECT id FROM tasks
+         WHERE queue = q.value AND claimable_at IS NOT NULL AND claimable_at <= :now
+         ORDER BY claimable_at LIMIT 1)
+ ORDER BY t.claimable_at
  LIMIT 1"""
 FIND_NEXT_DUE = """
-SELECT claimable_at FROM tasks
- WHERE claimable_at > ? AND queue IN (SELECT value FROM json_each(?))
- ORDER BY claimable_at LIMIT 1"""
+SELECT min((SELECT claimable_at FROM tasks
+             WHERE queue = q.value AND claimable_at > :now
+             ORDER BY claimable_at LIMIT 1))
+  FROM json_each(:queues) AS q"""
 COUNT_CLAIMABLE = """
 SELECT queue, count(*) FROM tasks
  WHERE claimable_at <= ? AND queue IN (SELECT value FROM json_each(?))
@@ -56,12 +61,14 @@ class SqliteClaims(SqliteConnection):
             return None
         queue_list = encode(list(queues))
         # Peek outside the write lock first, so idle pollers do not queue up behind writers.
-        due = await self._run(self._read_one, FIND_NEXT_CLAIMABLE, (now_micros(), queue_list))
+        peek = {"now": now_micros(), "queues": queue_list}
+        due = await self._run(self._read_one, FIND_NEXT_CLAIMABLE, peek)
         if due is None:
             return None
 
         def claim_next(connection: sqlite3.Connection, now: int) -> Claim | None:
-            row = connection.execute(FIND_NEXT_CLAIMABLE, (now, queue_list)).fetchone()
+            values = {"now": now, "queues": queue_list}
+            row = connection.execute(FIND_NEXT_CLAIMABLE, values).fetchone()
             if row is None:
                 return None
             task_id, epoch, taken_over = row
@@ -73,8 +80,9 @@ class SqliteClaims(SqliteConnection):
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:
         now = now_micros()
-        row = await self._run(self._read_one, FIND_NEXT_DUE, (now, encode(list(queues))))
-        return None if row is None else max(0.0, (row[0] - now) / 1_000_000)
+        values = {"now": now, "queues": encode(list(queues))}
+        row = await self._run(self._read_one, FIND_NEXT_DUE, values)
+        return None if row is None or row[0] is None else max(0.0, (row[0] - now) / 1_000_000)
 
     async def queue_depth(self, queues: Sequence[str]) -> Mapping[str, int]:
         values = (now_micros(), encode(list(queues)))

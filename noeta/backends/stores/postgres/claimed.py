@@ -1,0 +1,63 @@
+"""What a PostgreSQL claim statement takes and returns: its checked parameters, and the
+claimed tasks read back from CLAIM_AND_LOAD's rows (claims, snapshots, events, inbox)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from noeta.backends.stores.postgres.inbox import inbox_entry
+from noeta.core import payload
+from noeta.core.store import (
+    Claim,
+    ClaimedTask,
+    InboxEntry,
+    LoadedTask,
+    Snapshot,
+    StoredEvent,
+    check_claim_limit,
+    check_key,
+    check_lease,
+)
+
+
+def claim_params(
+    worker: str, queues: Sequence[str], lease_seconds: float, limit: int
+) -> dict[str, Any]:
+    check_lease(lease_seconds)
+    check_key("worker name", worker)
+    check_claim_limit(limit)
+    # A queue named twice would be walked twice, its rows counted twice against the limit.
+    distinct = list(dict.fromkeys(queues))
+    return {"worker": worker, "queues": distinct, "lease": lease_seconds, "limit": limit}
+
+
+def claimed_tasks(rows: Sequence[tuple[Any, ...]], worker: str, version: str) -> list[ClaimedTask]:
+    """The claims in CLAIM_AND_LOAD's rows, each with its task as the statement read it;
+    `loaded` None where that read missed the log's end (see CLAIM_AND_LOAD)."""
+    claims: dict[str, tuple[Claim, int]] = {}
+    snapshots: dict[str, Snapshot] = {}
+    events: dict[str, list[StoredEvent]] = {}
+    inbox: dict[str, list[InboxEntry]] = {}
+    for row in rows:
+        part, task_id = row[0], row[1]
+        if part == 0:
+            claim = Claim(task_id, worker, row[3], row[6], taken_over=row[8])
+            claims[task_id] = (claim, row[2])
+        elif part == 1:
+            snapshots[task_id] = Snapshot(task_id, version, row[2], bytes(row[9]))
+        elif part == 2:
+            stored = StoredEvent(
+                task_id, row[2], row[4], payload.decode(row[5]), row[6], row[3], row[7]
+            )
+            events.setdefault(task_id, []).append(stored)
+        else:
+            entry = inbox_entry((row[2], task_id, row[5], row[4], row[3], row[6]))
+            inbox.setdefault(task_id, []).append(entry)
+    claimed = []
+    for task_id, (claim, last_seq) in claims.items():
+        snapshot, log = snapshots.get(task_id), events.get(task_id, [])
+        end = log[-1].seq if log else (snapshot.seq if snapshot else 0)
+        loaded = LoadedTask(snapshot, log, inbox.get(task_id, [])) if end == last_seq else None
+        claimed.append(ClaimedTask(claim, loaded))
+    return claimed

@@ -1,0 +1,86 @@
+"""The claim loop fills every free slot with one claim, and each run starts from the task
+as its claim read it: no load of its own (ADR-0060).
+
+The worker runs in this process against a real PostgreSQL; the store is wrapped only to
+record which calls the worker made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from noeta.backends.models.registry import ProviderRegistry
+from noeta.config import Config
+from noeta.core.store import ClaimedTask, LoadedTask, Store
+from noeta.plugins.toolbox import Toolbox
+from noeta.worker.worker import Worker, WorkerSettings
+
+from .conftest import add_task, status_of, until
+
+
+class RecordedCalls:
+    """The real store; its claims (limit asked, tasks claimed) and loads are recorded."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.claims: list[tuple[int, int]] = []
+        self.loads: list[str] = []
+
+    async def claim_and_load(
+        self,
+        worker: str,
+        queues: Sequence[str],
+        lease_seconds: float,
+        *,
+        limit: int = 1,
+        snapshot_version: str,
+    ) -> list[ClaimedTask]:
+        claimed = await self._store.claim_and_load(
+            worker, queues, lease_seconds, limit=limit, snapshot_version=snapshot_version
+        )
+        self.claims.append((limit, len(claimed)))
+        return claimed
+
+    async def load(self, task_id: str, snapshot_version: str) -> LoadedTask:
+        self.loads.append(task_id)
+        return await self._store.load(task_id, snapshot_version)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+@pytest.fixture
+async def toolbox() -> AsyncIterator[Toolbox]:
+    box = await Toolbox.open(Config())
+    yield box
+    await box.close()
+
+
+async def test_free_slots_are_filled_by_one_claim_that_reads_the_tasks(
+    store: Store, tmp_path: Path, toolbox: Toolbox
+) -> None:
+    ids = [f"t{n}" for n in range(4)]
+    for task_id in ids:
+        await add_task(store, tmp_path, task_id, {"text": "done"})
+    recorded = RecordedCalls(store)
+    runner = toolbox.runner(recorded, ProviderRegistry())  # type: ignore[arg-type]
+    settings = WorkerSettings("w", concurrency=4, lease_seconds=30, poll_seconds=0.2)
+    worker = Worker(recorded, runner, settings)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+
+        async def all_done() -> bool:
+            return all([await status_of(store, task_id) == "done" for task_id in ids])
+
+        await until(all_done, "the four tasks finish")
+    finally:
+        stop.set()
+        await running
+    assert recorded.claims[0] == (4, 4)  # four free slots, one claim statement
+    assert recorded.loads == []  # each run started from what its claim read
