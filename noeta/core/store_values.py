@@ -15,13 +15,16 @@ from typing import Literal
 from noeta.core import payload
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.payload import JSONValue
-from noeta.core.task_id import check_task_id
+from noeta.core.task_id import check_concurrency_key, check_task_id
 
 DEFAULT_QUEUE = "default"
 # The dedupe key of a cancel request (`noeta cancel`): it wakes a task whatever it waits on.
 CANCEL_KEY = "cancel"
 # Ids, queue names, event types and dedupe keys are indexed: btree keys fail past ~2.7 kB.
 MAX_KEY_CHARS = 512
+# A task's priority within its queue: higher is claimed first, then by due time. A small
+# range because the claim probes each priority of a queue once (ADR-0073).
+MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = 0, 9, 0
 
 
 def check_lease(lease_seconds: float) -> float:
@@ -134,10 +137,30 @@ class NewTask:
     events: Sequence[NewEvent]
     queue: str = DEFAULT_QUEUE
     ready_at: datetime | None = None  # None: claimable at once
+    # Counted against its queue's per-key limit (a tenant, a repository); None: no key.
+    concurrency_key: str | None = None
+    priority: int = DEFAULT_PRIORITY
 
     def __post_init__(self) -> None:
         # Every way a task is made (submit, run, cron, the API, subtasks) builds a NewTask.
         check_task_id(self.id)
+        if self.concurrency_key is not None:
+            check_concurrency_key(self.concurrency_key)
+        check_priority(self.priority)
+
+
+def check_priority(priority: int) -> int:
+    """A priority is an integer from MIN_PRIORITY to MAX_PRIORITY (higher first)."""
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not MIN_PRIORITY <= priority <= MAX_PRIORITY
+    ):
+        raise PayloadError(
+            f"a priority is an integer from {MIN_PRIORITY} to {MAX_PRIORITY} "
+            f"(higher first), not {priority!r}"
+        )
+    return priority
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,12 +25,22 @@ MAX_FOLDER_CHARS = 200
 
 def check_task_id(task_id: str) -> str:
     """`task_id`, if a new task may have it; otherwise a PayloadError stating the rule."""
-    if _TASK_ID.fullmatch(task_id):
-        return task_id
-    shown = task_id if len(task_id) <= 40 else f"{task_id[:40]}…"
+    return _follows_the_rule("task id", task_id)
+
+
+def check_concurrency_key(key: str) -> str:
+    """A task's concurrency key (a tenant, a repository) follows the same rule: it is shown
+    in `noeta queue list` and compared on every claim of its queue, so it stays plain."""
+    return _follows_the_rule("concurrency key", key)
+
+
+def _follows_the_rule(kind: str, value: str) -> str:
+    if _TASK_ID.fullmatch(value):
+        return value
+    shown = value if len(value) <= 40 else f"{value[:40]}…"
     raise PayloadError(
-        f"the task id {shown!r} ({len(task_id)} characters) is not allowed: "
-        f"a task id is {TASK_ID_RULE}"
+        f"the {kind} {shown!r} ({len(value)} characters) is not allowed: "
+        f"a {kind} is {TASK_ID_RULE}"
     )
 
 

@@ -33,7 +33,7 @@ SELECT 'backlog-' || n, 'bulk', 'ready', now() - interval '1 day' + n * interval
   FROM generate_series(1, 20000) n;
 ANALYZE tasks;
 """
-INDEX = "tasks_claimable_in_queue"
+INDEX = "tasks_claimable_by_priority"
 PARAMS = {"queues": ["default"], "lease": 30.0, "worker": "w", "limit": 1, "version": "v"}
 
 

@@ -19,6 +19,6 @@ async def test_the_claim_searches_each_queues_part_of_the_index(tmp_path: Path, 
     with sqlite3.connect(path) as connection:
         values = {"now": 1, "queues": '["default", "mail"]'}
         plan = [row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {query}", values)]
-    searches = [step for step in plan if "tasks_claimable_in_queue" in step]
+    searches = [step for step in plan if "tasks_claimable_by_priority" in step]
     assert searches and all("queue=?" in step for step in searches), plan
     assert not any(step.startswith("SCAN tasks") for step in plan), plan

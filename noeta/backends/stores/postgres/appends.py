@@ -26,7 +26,8 @@ from noeta.core.store import (
 )
 
 CREATE_TASK = """
-SELECT noeta_create_task(%(id)s, %(queue)s, %(ready_at)s, %(types)s::text[], %(data)s::text[])
+SELECT noeta_create_task(%(id)s, %(queue)s, %(ready_at)s, %(types)s::text[], %(data)s::text[],
+                         %(key)s, %(priority)s)
 """
 
 APPEND_EVENTS = """
@@ -72,6 +73,8 @@ class PostgresAppends(PostgresConnection):
             "ready_at": task.ready_at,
             "types": types,
             "data": data,
+            "key": task.concurrency_key,
+            "priority": task.priority,
         }
         row = await self._write(CREATE_TASK, params)
         return bool(row and row[0])

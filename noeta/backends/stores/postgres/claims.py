@@ -9,25 +9,39 @@ from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.store import Claim, ClaimedTask, check_key, check_lease
 
-# Claim up to %(limit)s tasks, those due longest, each with its own epoch and lease. Each
-# queue's walk starts at its own oldest due row of tasks_claimable_in_queue (LATERAL over
-# the worker's queues), so a backlog due in another queue is never read; the candidates
-# are then ordered by due time. now() (the statement's start; this statement is its own
-# transaction) is stable, so PostgreSQL can use it as the index bound and stop the walk at
-# the present; clock_timestamp() is volatile and would make it a filter that walks every
-# future-dated row. SKIP LOCKED: claimants never wait on each other.
+# Claim up to %(limit)s tasks, the highest priority first and then those due longest, each
+# with its own epoch and lease. A queue without settings is walked as before limits
+# existed: per queue (LATERAL over the worker's queues) and per priority (ten probes of
+# tasks_claimable_by_priority), so a backlog due in another queue is never read, and no
+# lock or count is taken. A queue with settings is asked through
+# noeta_claimable_under_limits (0010), which locks its settings row, counts its live
+# claims and returns at most the room left; those queues are taken in name order, so two
+# claimers never wait for each other's locks in a circle. now() (the statement's start;
+# this statement is its own transaction) is stable, so PostgreSQL can use it as the index
+# bound and stop each walk at the present; clock_timestamp() is volatile and would make it
+# a filter that walks every future-dated row. SKIP LOCKED: claimants never wait on each
+# other's tasks.
 _CLAIM_DUE_TASKS = """
 WITH due AS MATERIALIZED (
-    SELECT found.id, found.taken_over FROM unnest(%(queues)s::text[]) AS q(queue)
+    SELECT found.id, found.priority, found.claimable_at, found.taken_over
+      FROM (SELECT q.queue FROM unnest(%(queues)s::text[]) AS q(queue)
+             WHERE NOT EXISTS (SELECT FROM queue_settings AS s WHERE s.queue = q.queue)
+            OFFSET 0) AS q
+     CROSS JOIN generate_series(9, 0, -1) AS p(priority)
      CROSS JOIN LATERAL (
-        SELECT t.id, t.claimable_at, t.status IN ('running', 'holding') AS taken_over
+        SELECT t.id, t.priority, t.claimable_at, t.status IN ('running', 'holding') AS taken_over
           FROM tasks AS t
-         WHERE t.queue = q.queue AND t.claimable_at <= now()
+         WHERE t.queue = q.queue AND t.priority = p.priority AND t.claimable_at <= now()
          ORDER BY t.claimable_at
          LIMIT %(limit)s
            FOR UPDATE SKIP LOCKED
      ) AS found
-     ORDER BY found.claimable_at
+    UNION ALL
+    SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over
+      FROM (SELECT s.queue FROM queue_settings AS s
+             WHERE s.queue = ANY(%(queues)s::text[]) ORDER BY s.queue OFFSET 0) AS q
+     CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, %(limit)s) AS limited
+     ORDER BY 2 DESC, 3
      LIMIT %(limit)s
 ), lease AS (
     SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until
@@ -82,13 +96,14 @@ UPDATE tasks AS t
 RETURNING t.id, t.owner_epoch, t.lease_until
 """
 
-# The same walk per queue as the claim, for each queue's first row not yet due.
+# The same walk per queue and priority as the claim, for each first row not yet due.
 SECONDS_UNTIL_DUE = """
 SELECT extract(epoch FROM min(next.claimable_at) - clock_timestamp())::float8
   FROM unnest(%(queues)s::text[]) AS q(queue)
+ CROSS JOIN generate_series(9, 0, -1) AS p(priority)
  CROSS JOIN LATERAL (
     SELECT claimable_at FROM tasks
-     WHERE queue = q.queue AND claimable_at > now()
+     WHERE queue = q.queue AND priority = p.priority AND claimable_at > now()
      ORDER BY claimable_at LIMIT 1
  ) AS next
 """
@@ -100,13 +115,16 @@ SELECT queue, count(*) FROM tasks
  GROUP BY queue
 """
 
-# One statement renews every claim of a worker's renewal round.
+# One statement renews every claim of a worker's renewal round. In a queue with settings a
+# lapsed lease is not renewed: its slot was free, and may have been taken (ADR-0073).
 RENEW_CLAIMS = """
 WITH lease AS (SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until)
 UPDATE tasks AS t
    SET lease_until = lease.until, claimable_at = lease.until, updated_at = clock_timestamp()
   FROM lease, unnest(%(ids)s::text[], %(epochs)s::bigint[]) AS held(id, epoch)
  WHERE t.id = held.id AND t.owner_epoch = held.epoch AND t.status IN ('running', 'holding')
+   AND (t.lease_until > clock_timestamp()
+        OR NOT EXISTS (SELECT FROM queue_settings AS s WHERE s.queue = t.queue))
 RETURNING t.id, t.owner_epoch, t.lease_until
 """
 

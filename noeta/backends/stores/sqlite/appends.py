@@ -31,8 +31,9 @@ from noeta.core.store import (
 _CONTINUE = Continue()
 
 INSERT_TASK = """
-INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq, created_at, updated_at)
-VALUES (?, ?, 'ready', ?, ?, ?, ?, ?)
+INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq, created_at, updated_at,
+                   concurrency_key, priority)
+VALUES (?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO NOTHING"""
 INSERT_EVENT = "INSERT INTO events (task_id, seq, type, data, created_at) VALUES (?, ?, ?, ?, ?)"
 # An appended event records the claim it was fenced at: its epoch, the row's owner.
@@ -150,7 +151,10 @@ class SqliteAppends(SqliteConnection):
 def insert_task(connection: sqlite3.Connection, task: EncodedTask, now: int) -> bool:
     """Insert a task and its first events; False if a task with its id exists."""
     claimable_at = now if task.ready_at is None else task.ready_at
-    values = (task.id, task.queue, task.ready_at, claimable_at, len(task.events), now, now)
+    values = (
+        *(task.id, task.queue, task.ready_at, claimable_at, len(task.events), now, now),
+        *(task.concurrency_key, task.priority),
+    )
     if connection.execute(INSERT_TASK, values).rowcount == 0:
         return False  # creation is idempotent by id
     connection.executemany(

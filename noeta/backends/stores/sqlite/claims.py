@@ -12,21 +12,42 @@ from noeta.core.payload import encode
 from noeta.core.store import Claim, check_key
 
 # The queue list is bound as one JSON array, so the query stays one constant. Each queue's
-# first due row is found in its own part of tasks_claimable_in_queue (0009: a backlog due
-# in another queue is never read), then the earliest of them is taken.
-FIND_NEXT_CLAIMABLE = """
-SELECT t.id, t.owner_epoch, t.status IN ('running', 'holding')
+# first claimable row is found in its own part of tasks_claimable_by_priority (a backlog
+# due in another queue is never read), highest priority first, then the earliest of them
+# is taken. A queue with settings (0010, ADR-0073) is skipped while paused, at its
+# concurrency or out of its rate's tokens, and its keys at their per-key limit are
+# skipped: sqlite has one writer at a time, so the count and the claim that follows it
+# in the same BEGIN IMMEDIATE transaction cannot race another claimer.
+_LIVE = "r.status IN ('running', 'holding') AND r.lease_until > :now"
+FIND_NEXT_CLAIMABLE = f"""
+SELECT t.id, t.owner_epoch, t.status IN ('running', 'holding'), t.queue
   FROM json_each(:queues) AS q
+  LEFT JOIN queue_settings AS s ON s.queue = q.value
   JOIN tasks AS t ON t.id = (
-        SELECT id FROM tasks
-         WHERE queue = q.value AND claimable_at IS NOT NULL AND claimable_at <= :now
-         ORDER BY claimable_at LIMIT 1)
- ORDER BY t.claimable_at
+        SELECT x.id FROM tasks AS x
+         WHERE x.queue = q.value AND x.claimable_at IS NOT NULL AND x.claimable_at <= :now
+           AND (s.per_key_concurrency IS NULL OR x.concurrency_key IS NULL
+                OR (SELECT count(*) FROM tasks AS r
+                     WHERE r.queue = x.queue AND r.concurrency_key = x.concurrency_key
+                       AND {_LIVE}) < s.per_key_concurrency)
+         ORDER BY x.priority DESC, x.claimable_at LIMIT 1)
+ WHERE coalesce(s.paused, 0) = 0
+   AND (s.concurrency IS NULL
+        OR (SELECT count(*) FROM tasks AS r WHERE r.queue = q.value AND {_LIVE})
+           < s.concurrency)
+   AND (s.rate_count IS NULL OR {{tokens}} >= 1)
+ ORDER BY t.priority DESC, t.claimable_at
  LIMIT 1"""
+# A rate's token bucket as of :now: refilled evenly up to rate_count (times in microseconds).
+RATE_TOKENS = """min(s.rate_count, coalesce(s.rate_tokens, s.rate_count)
+    + (:now - coalesce(s.rate_at, :now)) * s.rate_count / (s.rate_seconds * 1000000.0))"""
+FIND_NEXT_CLAIMABLE = FIND_NEXT_CLAIMABLE.replace("{tokens}", RATE_TOKENS)
+TAKE_A_RATE_TOKEN = f"""
+UPDATE queue_settings AS s SET rate_tokens = {RATE_TOKENS} - 1, rate_at = :now
+ WHERE s.queue = :queue AND s.rate_count IS NOT NULL"""
 FIND_NEXT_DUE = """
-SELECT min((SELECT claimable_at FROM tasks
-             WHERE queue = q.value AND claimable_at > :now
-             ORDER BY claimable_at LIMIT 1))
+SELECT min((SELECT min(claimable_at) FROM tasks
+             WHERE queue = q.value AND claimable_at > :now))
   FROM json_each(:queues) AS q"""
 COUNT_CLAIMABLE = """
 SELECT queue, count(*) FROM tasks
@@ -39,9 +60,12 @@ CLAIM_TASK = """
 UPDATE tasks SET status = 'running', owner = ?, owner_epoch = owner_epoch + 1,
        lease_until = ?, claimable_at = ?, updated_at = ?
  WHERE id = ?"""
+# In a queue with settings a lapsed lease is not renewed: its slot was free (ADR-0073).
 RENEW_CLAIM = """
-UPDATE tasks SET lease_until = ?, claimable_at = ?, updated_at = ?
- WHERE id = ? AND owner_epoch = ? AND status IN ('running', 'holding')"""
+UPDATE tasks SET lease_until = :until, claimable_at = :until, updated_at = :now
+ WHERE id = :id AND owner_epoch = :epoch AND status IN ('running', 'holding')
+   AND (lease_until > :now
+        OR NOT EXISTS (SELECT 1 FROM queue_settings AS s WHERE s.queue = tasks.queue))"""
 RELEASE_CLAIM = """
 UPDATE tasks SET status = 'ready', lease_until = NULL, ready_at = NULL, claimable_at = ?,
        updated_at = ?
@@ -71,8 +95,9 @@ class SqliteClaims(SqliteConnection):
             row = connection.execute(FIND_NEXT_CLAIMABLE, values).fetchone()
             if row is None:
                 return None
-            task_id, epoch, taken_over = row
+            task_id, epoch, taken_over, queue = row
             connection.execute(CLAIM_TASK, (worker, now + lease, now + lease, now, task_id))
+            connection.execute(TAKE_A_RATE_TOKEN, {"now": now, "queue": queue})
             lease_until = from_micros(now + lease)
             return Claim(task_id, worker, epoch + 1, lease_until, taken_over=bool(taken_over))
 
@@ -110,7 +135,12 @@ class SqliteClaims(SqliteConnection):
         def renew_all(connection: sqlite3.Connection, now: int) -> dict[str, Claim]:
             renewed = {}
             for claim in claims:
-                values = (now + lease, now + lease, now, claim.task_id, claim.epoch)
+                values = {
+                    "until": now + lease,
+                    "now": now,
+                    "id": claim.task_id,
+                    "epoch": claim.epoch,
+                }
                 if connection.execute(RENEW_CLAIM, values).rowcount == 1:
                     renewed[claim.task_id] = Claim(
                         claim.task_id, claim.worker, claim.epoch, from_micros(now + lease)

@@ -40,6 +40,8 @@ class EncodedTask:
     queue: str
     ready_at: int | None
     events: list[tuple[str, str]]
+    concurrency_key: str | None = None
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,8 @@ def encode_task(task: NewTask) -> EncodedTask:
         check_key("queue name", task.queue),
         ready_at,
         encode_events(task.events),
+        task.concurrency_key,
+        task.priority,
     )
 
 

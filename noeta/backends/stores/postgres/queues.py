@@ -1,0 +1,93 @@
+"""Queue settings on PostgreSQL: setting, clearing and listing the limits the claim reads
+from `queue_settings` (0010, ADR-0073), with what each queue holds now."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from noeta.backends.stores.postgres.connection import PostgresConnection
+from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, overviews
+from noeta.core.queue_settings import QueueChange, QueueOverview, QueueSettings
+from noeta.core.store import check_key
+
+# What a queue holds now: claimable (due, not held) and live claims (running or holding,
+# lease not lapsed), from the rows of the claim index (every claimed row is in it). An
+# empty list: every queue that has settings or such rows.
+_COUNTS = """
+counts AS (
+    SELECT queue,
+           count(*) FILTER (WHERE claimable_at <= now()) AS claimable,
+           count(*) FILTER (WHERE status IN ('running', 'holding') AND lease_until > now())
+               AS running
+      FROM tasks
+     WHERE claimable_at IS NOT NULL
+       AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
+     GROUP BY queue
+)"""
+_SETTINGS_COLUMNS = "concurrency, per_key_concurrency, rate_count, rate_seconds, paused"
+
+QUEUE_OVERVIEW = f"""
+WITH {_COUNTS}
+SELECT coalesce(s.queue, c.queue), s.concurrency, s.per_key_concurrency, s.rate_count,
+       s.rate_seconds, coalesce(s.paused, false), s.queue IS NOT NULL,
+       coalesce(c.claimable, 0), coalesce(c.running, 0)
+  FROM queue_settings AS s FULL JOIN counts AS c ON c.queue = s.queue
+ WHERE cardinality(%(queues)s::text[]) = 0 OR coalesce(s.queue, c.queue) = ANY(%(queues)s::text[])
+ ORDER BY 1
+"""
+
+RUNNING_BY_KEY = """
+SELECT queue, concurrency_key, count(*) FROM tasks
+ WHERE status IN ('running', 'holding') AND lease_until > now()
+   AND concurrency_key IS NOT NULL AND queue = ANY(%(queues)s::text[])
+ GROUP BY 1, 2
+ ORDER BY 1, 3 DESC, 2
+"""
+
+# A field sent as NULL stays as it was. A new rate starts with a full bucket. Idle workers
+# are woken (channel noeta_wake, the queue's name) unless the queue is left paused: a
+# resumed or raised queue is claimed at once, not at the next poll.
+SET_QUEUE = f"""
+WITH kept AS (
+    INSERT INTO queue_settings AS s (queue, {_SETTINGS_COLUMNS})
+    VALUES (%(queue)s, %(concurrency)s, %(per_key)s, %(rate_count)s, %(rate_seconds)s,
+            coalesce(%(paused)s, false))
+    ON CONFLICT (queue) DO UPDATE SET
+        concurrency = coalesce(%(concurrency)s, s.concurrency),
+        per_key_concurrency = coalesce(%(per_key)s, s.per_key_concurrency),
+        rate_count = coalesce(%(rate_count)s, s.rate_count),
+        rate_seconds = coalesce(%(rate_seconds)s, s.rate_seconds),
+        rate_tokens = CASE WHEN %(rate_count)s IS NULL THEN s.rate_tokens END,
+        rate_at = CASE WHEN %(rate_count)s IS NULL THEN s.rate_at END,
+        paused = coalesce(%(paused)s, s.paused),
+        updated_at = clock_timestamp()
+    RETURNING s.queue, {_SETTINGS_COLUMNS}
+), woken AS (
+    SELECT pg_notify('noeta_wake', queue) FROM kept WHERE NOT paused
+)
+SELECT kept.queue, {_SETTINGS_COLUMNS}, (SELECT count(*) FROM woken) FROM kept
+"""
+
+CLEAR_QUEUE = """
+WITH cleared AS (DELETE FROM queue_settings WHERE queue = %(queue)s RETURNING queue)
+SELECT queue, pg_notify('noeta_wake', queue) IS NULL FROM cleared
+"""
+
+
+class PostgresQueues(PostgresConnection):
+    """The `QueueSettingsStore` port on PostgreSQL."""
+
+    async def set_queue(self, queue: str, change: QueueChange) -> QueueOverview:
+        change.applied_to(QueueSettings(queue))  # every value checked before the write
+        await self._write(SET_QUEUE, change_params(queue, change))
+        return (await self.queue_overview([queue]))[0]
+
+    async def clear_queue(self, queue: str) -> bool:
+        row = await self._write(CLEAR_QUEUE, {"queue": check_key("queue name", queue)})
+        return row is not None
+
+    async def queue_overview(self, queues: Sequence[str] = ()) -> list[QueueOverview]:
+        names = [check_key("queue name", queue) for queue in queues]
+        rows = await self._read(QUEUE_OVERVIEW, {"queues": names})
+        found = [row[0] for row in rows]
+        by_key = await self._read(RUNNING_BY_KEY, {"queues": found}) if found else []
+        return overviews(rows, by_key, TOP_KEYS)

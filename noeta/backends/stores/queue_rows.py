@@ -1,0 +1,46 @@
+"""Queue settings as both stores bind and read them: a change's parameters, and the rows
+of their overview queries as `QueueOverview`s."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from noeta.core.queue_settings import QueueChange, QueueOverview, QueueSettings, Rate
+from noeta.core.store import check_key
+
+TOP_KEYS = 5  # the busiest keys of a queue an overview names
+
+
+def settings_from_row(row: Sequence[Any]) -> QueueSettings:
+    """A QueueSettings from (queue, concurrency, per_key, rate_count, rate_seconds, paused)."""
+    queue, concurrency, per_key, rate_count, rate_seconds, paused = row[:6]
+    rate = None if rate_count is None else Rate(rate_count, rate_seconds)
+    return QueueSettings(queue, concurrency, per_key, rate, bool(paused))
+
+
+def overviews(
+    rows: Sequence[Sequence[Any]], by_key: Sequence[Sequence[Any]], top: int
+) -> list[QueueOverview]:
+    """QUEUE_OVERVIEW's rows with the `top` busiest keys of each queue (RUNNING_BY_KEY)."""
+    keys: dict[str, dict[str, int]] = {}
+    for queue, key, count in by_key:
+        busiest = keys.setdefault(queue, {})
+        if len(busiest) < top:
+            busiest[key] = count
+    return [
+        QueueOverview(settings_from_row(row), row[6], row[7], row[8], keys.get(row[0], {}))
+        for row in rows
+    ]
+
+
+def change_params(queue: str, change: QueueChange) -> dict[str, Any]:
+    rate = change.rate
+    return {
+        "queue": check_key("queue name", queue),
+        "concurrency": change.concurrency,
+        "per_key": change.per_key_concurrency,
+        "rate_count": None if rate is None else rate.count,
+        "rate_seconds": None if rate is None else rate.seconds,
+        "paused": change.paused,
+    }

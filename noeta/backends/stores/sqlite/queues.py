@@ -1,0 +1,85 @@
+"""Queue settings on sqlite: setting, clearing and listing the limits its claim reads from
+`queue_settings` (0010, ADR-0073), with what each queue holds now."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, overviews
+from noeta.backends.stores.sqlite.connection import SqliteConnection
+from noeta.backends.stores.sqlite.encoding import now_micros
+from noeta.core.payload import encode
+from noeta.core.queue_settings import QueueChange, QueueOverview, QueueSettings
+from noeta.core.store import check_key
+
+_NAMED = "(json_array_length(:queues) = 0 OR {column} IN (SELECT value FROM json_each(:queues)))"
+QUEUE_OVERVIEW = f"""
+WITH counts AS (
+    SELECT queue,
+           sum(claimable_at <= :now) AS claimable,
+           sum(status IN ('running', 'holding') AND lease_until > :now) AS running
+      FROM tasks WHERE claimable_at IS NOT NULL AND {_NAMED.format(column="queue")}
+     GROUP BY queue
+), named AS (
+    SELECT queue FROM queue_settings WHERE {_NAMED.format(column="queue")}
+    UNION SELECT queue FROM counts
+)
+SELECT n.queue, s.concurrency, s.per_key_concurrency, s.rate_count, s.rate_seconds,
+       coalesce(s.paused, 0), s.queue IS NOT NULL, coalesce(c.claimable, 0),
+       coalesce(c.running, 0)
+  FROM named AS n
+  LEFT JOIN queue_settings AS s ON s.queue = n.queue
+  LEFT JOIN counts AS c ON c.queue = n.queue
+ ORDER BY n.queue"""
+RUNNING_BY_KEY = """
+SELECT queue, concurrency_key, count(*) FROM tasks
+ WHERE status IN ('running', 'holding') AND lease_until > :now
+   AND concurrency_key IS NOT NULL AND queue IN (SELECT value FROM json_each(:queues))
+ GROUP BY 1, 2
+ ORDER BY 1, 3 DESC, 2"""
+# A field bound as NULL stays as it was; a new rate starts with a full bucket.
+SET_QUEUE = """
+INSERT INTO queue_settings AS s
+       (queue, concurrency, per_key_concurrency, rate_count, rate_seconds, paused, updated_at)
+VALUES (:queue, :concurrency, :per_key, :rate_count, :rate_seconds, coalesce(:paused, 0), :now)
+ON CONFLICT (queue) DO UPDATE SET
+    concurrency = coalesce(:concurrency, s.concurrency),
+    per_key_concurrency = coalesce(:per_key, s.per_key_concurrency),
+    rate_count = coalesce(:rate_count, s.rate_count),
+    rate_seconds = coalesce(:rate_seconds, s.rate_seconds),
+    rate_tokens = CASE WHEN :rate_count IS NULL THEN s.rate_tokens END,
+    rate_at = CASE WHEN :rate_count IS NULL THEN s.rate_at END,
+    paused = coalesce(:paused, s.paused),
+    updated_at = :now"""
+CLEAR_QUEUE = "DELETE FROM queue_settings WHERE queue = ?"
+
+
+class SqliteQueues(SqliteConnection):
+    """The `QueueSettingsStore` port on sqlite."""
+
+    async def set_queue(self, queue: str, change: QueueChange) -> QueueOverview:
+        change.applied_to(QueueSettings(queue))  # every value checked before the write
+        params = change_params(queue, change)
+
+        def set_it(connection: sqlite3.Connection, now: int) -> None:
+            connection.execute(SET_QUEUE, {**params, "now": now})
+
+        await self._run(self._write, set_it)
+        return (await self.queue_overview([queue]))[0]
+
+    async def clear_queue(self, queue: str) -> bool:
+        check_key("queue name", queue)
+
+        def clear_it(connection: sqlite3.Connection, now: int) -> bool:
+            return bool(connection.execute(CLEAR_QUEUE, (queue,)).rowcount == 1)
+
+        return await self._run(self._write, clear_it)
+
+    async def queue_overview(self, queues: Sequence[str] = ()) -> list[QueueOverview]:
+        names = [check_key("queue name", queue) for queue in queues]
+        values = {"now": now_micros(), "queues": encode(names)}
+        rows = await self._run(self._read_all, QUEUE_OVERVIEW, values)
+        found = {"now": values["now"], "queues": encode([row[0] for row in rows])}
+        by_key = await self._run(self._read_all, RUNNING_BY_KEY, found)
+        return overviews(rows, by_key, TOP_KEYS)
