@@ -11,7 +11,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from types import TracebackType
 
@@ -27,8 +27,16 @@ from noeta.core.errors import (
     UnknownTask,
 )
 from noeta.core.payload import JSONValue
+from noeta.core.queue_settings import (
+    QueueChange,
+    QueueOverview,
+    Rate,
+    parse_rate,
+    queue_settings_store,
+)
 from noeta.core.store import (
     CANCEL_KEY,
+    DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
     Delivery,
     NewEvent,
@@ -123,8 +131,12 @@ class AsyncClient:
         interactive: bool = False,
         tools: Sequence[str] | None = None,
         config: str | Config | None = None,
+        key: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> TaskHandle:
-        """Create an agent task; `tools` default to every tool the config's plugins offer."""
+        """Create an agent task; `tools` default to every tool the config's plugins offer.
+        `key` is its concurrency key (a tenant: counted against its queue's per-key limit),
+        `priority` 0-9 (higher claimed first)."""
         from noeta.backends.models.registry import split_spec
 
         if not prompt.strip() and not interactive:
@@ -139,7 +151,10 @@ class AsyncClient:
             interactive=interactive,
             tools=names,
         )
-        await self._create(NewTask(task_id, [NewEvent(*events.encode(created))], queue=queue))
+        first = [NewEvent(*events.encode(created))]
+        await self._create(
+            NewTask(task_id, first, queue=queue, concurrency_key=key, priority=priority)
+        )
         return TaskHandle(task_id, queue)
 
     async def enqueue(
@@ -151,8 +166,11 @@ class AsyncClient:
         id: str | None = None,
         run_at: datetime | None = None,
         delay: float | None = None,
+        key: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> TaskHandle:
-        """Create a plain job: one call of the function decorated `@noeta.tool` as `job`."""
+        """Create a plain job: one call of the function decorated `@noeta.tool` as `job`
+        (`key` and `priority` as for `submit`)."""
         tool = await self._job_tool(job)
         checked = job_tasks.job_input(tool, input)
         check_key("queue name", queue)
@@ -160,7 +178,8 @@ class AsyncClient:
         store = await self.store()
         now = await store.clock() if delay is not None else datetime.now().astimezone()
         start = job_tasks.ready_at(now, run_at, delay)
-        await self._create(job_tasks.job_task(task_id, tool, checked, queue, start))
+        task = job_tasks.job_task(task_id, tool, checked, queue, start)
+        await self._create(replace(task, concurrency_key=key, priority=priority))
         return TaskHandle(task_id, queue)
 
     async def _job_tool(self, name: str) -> FunctionTool:
@@ -187,6 +206,33 @@ class AsyncClient:
     def _settings(self, config: str | Config | None) -> Config:
         chosen = config if config is not None else self._config
         return chosen if isinstance(chosen, Config) else load_config(chosen)
+
+    # --- queue settings (ADR-0073) ----------------------------------------------------
+
+    async def set_queue(
+        self,
+        queue: str,
+        *,
+        concurrency: int | None = None,
+        per_key: int | None = None,
+        rate: str | Rate | None = None,
+        paused: bool | None = None,
+    ) -> QueueOverview:
+        """Change `queue`'s limits (None: unchanged); `rate` as 'N/PERIOD' (10/s, 600/m).
+        Every worker obeys them from its next claim."""
+        change = QueueChange(
+            concurrency, per_key, parse_rate(rate) if isinstance(rate, str) else rate, paused
+        )
+        return await queue_settings_store(await self.store()).set_queue(queue, change)
+
+    async def clear_queue(self, queue: str) -> bool:
+        """Remove `queue`'s limits; False if it had none."""
+        return await queue_settings_store(await self.store()).clear_queue(queue)
+
+    async def queues(self, *names: str) -> list[QueueOverview]:
+        """Every queue with settings or tasks (or those named): settings, claimable,
+        running, running per key, waiting for a slot."""
+        return await queue_settings_store(await self.store()).queue_overview(names)
 
     # --- results ---------------------------------------------------------------------
 

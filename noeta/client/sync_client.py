@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 from noeta.client.async_client import DEFAULT_MODEL, AsyncClient, TailedEvent, TaskHandle, TaskRef
 from noeta.config import Config
 from noeta.core.payload import JSONValue
-from noeta.core.store import DEFAULT_QUEUE, TaskRecord, TaskStatus
+from noeta.core.queue_settings import QueueOverview, Rate
+from noeta.core.store import DEFAULT_PRIORITY, DEFAULT_QUEUE, TaskRecord, TaskStatus
 
 T = TypeVar("T")
 
@@ -66,6 +67,8 @@ class Client:
         interactive: bool = False,
         tools: Sequence[str] | None = None,
         config: str | Config | None = None,
+        key: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> TaskHandle:
         return self._run(
             self._client.submit(
@@ -76,6 +79,8 @@ class Client:
                 interactive=interactive,
                 tools=tools,
                 config=config,
+                key=key,
+                priority=priority,
             )
         )
 
@@ -88,10 +93,41 @@ class Client:
         id: str | None = None,
         run_at: datetime | None = None,
         delay: float | None = None,
+        key: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> TaskHandle:
         return self._run(
-            self._client.enqueue(job, input, queue=queue, id=id, run_at=run_at, delay=delay)
+            self._client.enqueue(
+                job,
+                input,
+                queue=queue,
+                id=id,
+                run_at=run_at,
+                delay=delay,
+                key=key,
+                priority=priority,
+            )
         )
+
+    def set_queue(
+        self,
+        queue: str,
+        *,
+        concurrency: int | None = None,
+        per_key: int | None = None,
+        rate: str | Rate | None = None,
+        paused: bool | None = None,
+    ) -> QueueOverview:
+        change = self._client.set_queue(
+            queue, concurrency=concurrency, per_key=per_key, rate=rate, paused=paused
+        )
+        return self._run(change)
+
+    def clear_queue(self, queue: str) -> bool:
+        return self._run(self._client.clear_queue(queue))
+
+    def queues(self, *names: str) -> list[QueueOverview]:
+        return self._run(self._client.queues(*names))
 
     def result(self, task: TaskRef, *, timeout: float | None = None) -> str:
         return self._run(self._client.result(task, timeout=timeout))

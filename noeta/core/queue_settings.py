@@ -8,7 +8,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import ConfigError
 from noeta.core.store_values import check_key
@@ -130,6 +130,7 @@ class QueueOverview:
         return max(0, self.claimable - max(0, self.settings.concurrency - self.running))
 
 
+@runtime_checkable
 class QueueSettingsStore(Protocol):
     """The store port for queue settings; both stores implement it beside `Store`."""
 
@@ -146,3 +147,11 @@ class QueueSettingsStore(Protocol):
     async def queue_overview(self, queues: Sequence[str] = ()) -> list[QueueOverview]:
         """Every queue that has settings or tasks (or just `queues`), sorted by name."""
         ...
+
+
+def queue_settings_store(store: object) -> QueueSettingsStore:
+    """`store` as the port for queue settings (both stores are one; an observed store
+    passes the calls through)."""
+    if not isinstance(store, QueueSettingsStore):
+        raise ConfigError(f"the store {type(store).__name__} keeps no queue settings")
+    return store

@@ -26,6 +26,7 @@ from noeta.core.errors import (
 )
 from noeta.core.store_values import (
     CANCEL_KEY,
+    DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
     MAX_CLAIM_BATCH,
     MAX_KEY_CHARS,
@@ -62,6 +63,7 @@ from noeta.core.store_values import (
 
 __all__ = [
     "CANCEL_KEY",
+    "DEFAULT_PRIORITY",
     "Claim",
     "ClaimKey",
     "ClaimedTask",

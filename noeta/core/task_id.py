@@ -39,8 +39,7 @@ def _follows_the_rule(kind: str, value: str) -> str:
         return value
     shown = value if len(value) <= 40 else f"{value[:40]}…"
     raise PayloadError(
-        f"the {kind} {shown!r} ({len(value)} characters) is not allowed: "
-        f"a {kind} is {TASK_ID_RULE}"
+        f"the {kind} {shown!r} ({len(value)} characters) is not allowed: a {kind} is {TASK_ID_RULE}"
     )
 
 

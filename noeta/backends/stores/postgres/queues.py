@@ -4,6 +4,7 @@ from `queue_settings` (0010, ADR-0073), with what each queue holds now."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, overviews
 from noeta.core.queue_settings import QueueChange, QueueOverview, QueueSettings

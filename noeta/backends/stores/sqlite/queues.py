@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, overviews
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import now_micros
-from noeta.core.payload import encode
+from noeta.core.payload import JSONValue, encode
 from noeta.core.queue_settings import QueueChange, QueueOverview, QueueSettings
 from noeta.core.store import check_key
 
@@ -77,9 +77,12 @@ class SqliteQueues(SqliteConnection):
         return await self._run(self._write, clear_it)
 
     async def queue_overview(self, queues: Sequence[str] = ()) -> list[QueueOverview]:
-        names = [check_key("queue name", queue) for queue in queues]
-        values = {"now": now_micros(), "queues": encode(names)}
-        rows = await self._run(self._read_all, QUEUE_OVERVIEW, values)
-        found = {"now": values["now"], "queues": encode([row[0] for row in rows])}
-        by_key = await self._run(self._read_all, RUNNING_BY_KEY, found)
+        names: list[JSONValue] = [check_key("queue name", queue) for queue in queues]
+        now = now_micros()
+        rows = await self._run(
+            self._read_all, QUEUE_OVERVIEW, {"now": now, "queues": encode(names)}
+        )
+        found: list[JSONValue] = [row[0] for row in rows]
+        by_key_values = {"now": now, "queues": encode(found)}
+        by_key = await self._run(self._read_all, RUNNING_BY_KEY, by_key_values)
         return overviews(rows, by_key, TOP_KEYS)
