@@ -36,6 +36,8 @@ from noeta.core.store import (
     TaskStatus,
     check_key,
 )
+from noeta.core.store_values import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
+from noeta.core.task_id import check_concurrency_key
 
 
 @click.command()
@@ -68,6 +70,19 @@ from noeta.core.store import (
     metavar="JSON",
     help="The job's input, a JSON object (`-` reads it from standard input).",
 )
+@click.option(
+    "--key",
+    default=None,
+    metavar="KEY",
+    help="Its concurrency key (a tenant, a repository): counted by the queue's --per-key limit.",
+)
+@click.option(
+    "--priority",
+    type=click.IntRange(MIN_PRIORITY, MAX_PRIORITY),
+    default=DEFAULT_PRIORITY,
+    show_default=True,
+    help=f"{MIN_PRIORITY}-{MAX_PRIORITY}; higher is claimed first within its queue.",
+)
 @config_option
 @store_option
 def submit(
@@ -78,6 +93,8 @@ def submit(
     task_id: str | None,
     job: str | None,
     job_input: str | None,
+    key: str | None,
+    priority: int,
     config: str | None,
     store: str | None,
 ) -> None:
@@ -89,11 +106,14 @@ def submit(
     """
     from noeta.backends.models.registry import stored_spec
 
+    if key is not None:
+        check_concurrency_key(key)
+    placing = {"queue": queue, "id": task_id, "key": key, "priority": priority}
     if job is not None:
         if prompt or interactive:
             raise ConfigError("a job takes --input, not a prompt nor --interactive")
         arguments = _job_arguments(job_input)
-        handle = asyncio.run(_enqueue(store, config, job, arguments, queue, task_id))
+        handle = asyncio.run(_enqueue(store, config, job, arguments, placing))
         click.echo(handle.id)
         return
     if job_input is not None:
@@ -105,9 +125,7 @@ def submit(
     # relative script path is made absolute (the worker's folder is not the submitter's).
     model = stored_spec(model)
     handle = asyncio.run(
-        _submit(
-            store, config, prompt, model=model, queue=queue, id=task_id, interactive=interactive
-        )
+        _submit(store, config, prompt, model=model, interactive=interactive, **placing)
     )
     click.echo(handle.id)
 
@@ -135,14 +153,13 @@ async def _enqueue(
     config: str | None,
     job: str,
     arguments: dict[str, object],
-    queue: str,
-    task_id: str | None,
+    placing: dict[str, Any],
 ) -> TaskHandle:
     # The config is loaded even when absent (the built-in default): --job finds its
     # function through the plugins it lists.
     settings = load_config(config)
     async with AsyncClient(url, config=settings, application_name="noeta-submit") as client:
-        return await client.enqueue(job, arguments, queue=queue, id=task_id)
+        return await client.enqueue(job, arguments, **placing)
 
 
 @click.command()

@@ -118,7 +118,12 @@ class QueueLimitContract:
         assert [c.task_id if c else None for c in claims] == ["a0", "a1", None]
 
     async def test_higher_priority_is_claimed_first_then_due_time(self, store: Store) -> None:
-        specs = [("low-old", None, 0), ("high-new", None, 7), ("mid", None, 3), ("high", None, 7)]
+        specs: list[tuple[str, str | None, int]] = [
+            ("low-old", None, 0),
+            ("high-new", None, 7),
+            ("mid", None, 3),
+            ("high", None, 7),
+        ]
         await created_in_order(store, specs)
         order = []
         while (claim := await store.claim("w", ["q"], LEASE)) is not None:
