@@ -87,3 +87,43 @@ async def test_a_batch_claim_reads_as_many_entries_as_it_claims(postgres_url: st
         assert walk["Actual Rows"] <= 8 and walk.get("Rows Removed by Filter", 0) == 0, walk
     update = next(n for n in nodes if n["Node Type"] == "ModifyTable")
     assert update["Actual Rows"] == 8, update  # one statement claimed eight
+
+
+# 200,000 tasks waiting in one queue, most at the default priority and some above it,
+# beside the rows of FILL: the claim still reads one entry per priority it probes.
+WAITING = """
+INSERT INTO tasks (id, queue, status, claimable_at, priority)
+SELECT 'waiting-due-' || n, 'default', 'ready', now() - n * interval '1 ms',
+       CASE WHEN n % 100 = 0 THEN 5 ELSE 0 END
+  FROM generate_series(1, 200000) n;
+ANALYZE tasks;
+"""
+
+
+def buffers(node: dict[str, Any]) -> int:
+    return int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
+
+
+async def test_with_200000_waiting_the_claim_reads_one_entry_per_priority(
+    postgres_url: str,
+) -> None:
+    await migrate_database(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(WAITING)
+        with connection.transaction(force_rollback=True):
+            row = connection.execute(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {CLAIM_NEXT_TASK}", PARAMS
+            ).fetchone()
+    assert row is not None
+    document = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    nodes = plan_nodes(document[0]["Plan"])
+    [walk] = [n for n in nodes if n.get("Index Name") == INDEX]
+    assert walk["Actual Loops"] == 10, walk  # one probe per priority, 9 down to 0
+    # Two priorities hold due tasks: each of their probes reads the one entry it
+    # returns; the other eight find none. Nothing is removed by a filter.
+    assert round(walk["Actual Rows"] * walk["Actual Loops"]) <= 2, walk
+    assert walk.get("Rows Removed by Filter", 0) == 0, walk
+    # Ten descents of a three-level index, not a walk of 200,000 entries.
+    assert buffers(walk) <= 60, walk
+    update = next(n for n in nodes if n["Node Type"] == "ModifyTable")
+    assert update["Actual Rows"] == 1, update
