@@ -39,6 +39,7 @@ bench:  ## Store, fold, workers, scheduler and tracing figures (prints tables; n
 	$(BIN)/python bench/worker.py
 	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/tracing.py
+	$(BIN)/python bench/limits.py
 
 bench-scale: reachable  ## A million tasks and 32 claimers against an empty database (ARGS=--quick: a smoke run)
 	$(BIN)/python bench/scale.py $(ARGS)

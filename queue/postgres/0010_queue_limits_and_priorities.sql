@@ -37,6 +37,17 @@ DROP INDEX tasks_claimable_in_queue;
 CREATE INDEX tasks_claimable_by_priority ON tasks (queue, priority DESC, claimable_at)
     WHERE claimable_at IS NOT NULL;
 
+-- The scheduler's wake-up looks across every queue by due time, for ready and waiting
+-- tasks only; it had tasks_claimable (0001), every claimable row by due time. The claim
+-- could use that one too, filtering queue and priority row by row, and where every task
+-- has one queue and priority 0 the planner's statistics say the filter passes every row:
+-- it chose it, and each probe for a priority nobody uses walked the whole backlog. This
+-- index holds no running or holding row, so the claim (which also takes lapsed leases)
+-- cannot use it, and the wake-up reads fewer rows.
+DROP INDEX tasks_claimable;
+CREATE INDEX tasks_due_to_wake ON tasks (claimable_at) INCLUDE (queue)
+    WHERE claimable_at IS NOT NULL AND status IN ('ready', 'waiting');
+
 -- Creating a task with its key and priority. The five-argument form (cron fires, new
 -- tasks of an append) creates one with neither.
 CREATE FUNCTION noeta_create_task(

@@ -17,6 +17,9 @@ LISTEN_FOR_WAKEUPS = "LISTEN noeta_wake"
 LISTEN_FOR_FINISHES = "LISTEN noeta_finished"
 ANY_QUEUE = "*"
 
+# Both reads walk tasks_due_to_wake (0010): ready and waiting tasks by due time. A lease
+# lapsing is no wake-up of the scheduler's: the workers of its queue see it coming
+# (seconds_until_due) and nothing is announced for a running task.
 WAKE_DUE = """
 WITH clock AS (SELECT clock_timestamp() AS now),
 due AS (
@@ -26,7 +29,8 @@ due AS (
 ),
 told AS (SELECT pg_notify('noeta_wake', queue) FROM due)
 SELECT clock.now,
-       (SELECT min(claimable_at) FROM tasks WHERE claimable_at > clock.now),
+       (SELECT min(claimable_at) FROM tasks
+         WHERE claimable_at > clock.now AND status IN ('ready', 'waiting')),
        (SELECT count(*) FROM told)
   FROM clock
 """
