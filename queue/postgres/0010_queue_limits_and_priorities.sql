@@ -29,9 +29,11 @@ ALTER TABLE tasks ADD COLUMN concurrency_key text;
 ALTER TABLE tasks ADD COLUMN priority integer NOT NULL DEFAULT 0
     CONSTRAINT priority_in_range CHECK (priority BETWEEN 0 AND 9);
 
--- The claim index per queue and priority. The claim probes each priority of a queue with
--- the due-time bound as an index condition (so tasks due tomorrow are never read), then
--- orders what it found; ten probes of an index, one entry read by each that finds a task.
+-- The claim index per queue and priority. The claim reads the highest priority a queue's
+-- rows have (one entry), then probes each priority from there down to 0 with the due-time
+-- bound as an index condition (so tasks due tomorrow are never read), and orders what it
+-- found: one probe for a queue that never uses priorities, one entry read by each probe
+-- that finds a task.
 -- It replaces tasks_claimable_in_queue (0009), whose order it extends.
 DROP INDEX tasks_claimable_in_queue;
 CREATE INDEX tasks_claimable_by_priority ON tasks (queue, priority DESC, claimable_at)
@@ -119,7 +121,10 @@ BEGIN
     END IF;
     IF s.per_key_concurrency IS NULL THEN
         RETURN QUERY
-            SELECT found.* FROM generate_series(9, 0, -1) AS p(priority)
+            SELECT found.* FROM generate_series(
+                (SELECT t.priority FROM tasks AS t
+                  WHERE t.queue = p_queue AND t.claimable_at IS NOT NULL
+                  ORDER BY t.priority DESC LIMIT 1), 0, -1) AS p(priority)
              CROSS JOIN LATERAL (
                 SELECT t.id, t.priority, t.claimable_at,
                        t.status IN ('running', 'holding')

@@ -11,23 +11,27 @@ from noeta.core.store import Claim, ClaimedTask, check_key, check_lease
 
 # Claim up to %(limit)s tasks, the highest priority first and then those due longest, each
 # with its own epoch and lease. A queue without settings is walked as before limits
-# existed: per queue (LATERAL over the worker's queues) and per priority (ten probes of
-# tasks_claimable_by_priority), so a backlog due in another queue is never read, and no
-# lock or count is taken. A queue with settings is asked through
-# noeta_claimable_under_limits (0010), which locks its settings row, counts its live
-# claims and returns at most the room left; those queues are taken in name order, so two
-# claimers never wait for each other's locks in a circle. now() (the statement's start;
-# this statement is its own transaction) is stable, so PostgreSQL can use it as the index
-# bound and stop each walk at the present; clock_timestamp() is volatile and would make it
-# a filter that walks every future-dated row. SKIP LOCKED: claimants never wait on each
-# other's tasks.
+# existed, per queue (LATERAL over the worker's queues), so a backlog due in another queue
+# is never read, and no lock or count is taken; and per priority: one entry of
+# tasks_claimable_by_priority says the highest a row of the queue has, then one probe per
+# priority from there down to 0 (a queue that never uses priorities: one probe). A queue
+# with settings is asked through noeta_claimable_under_limits (0010), which locks its
+# settings row, counts its live claims and returns at most the room left; those queues
+# are taken in name order, so two claimers never wait for each other's locks in a
+# circle. now() (the statement's start; this statement is its own transaction) is stable,
+# so PostgreSQL can use it as the index bound and stop each walk at the present;
+# clock_timestamp() is volatile and would make it a filter that walks every future-dated
+# row. SKIP LOCKED: claimants never wait on each other's tasks.
 _CLAIM_DUE_TASKS = """
 WITH due AS MATERIALIZED (
     SELECT found.id, found.priority, found.claimable_at, found.taken_over
-      FROM (SELECT q.queue FROM unnest(%(queues)s::text[]) AS q(queue)
+      FROM (SELECT q.queue, (SELECT t.priority FROM tasks AS t
+                               WHERE t.queue = q.queue AND t.claimable_at IS NOT NULL
+                               ORDER BY t.priority DESC LIMIT 1) AS top
+              FROM unnest(%(queues)s::text[]) AS q(queue)
              WHERE NOT EXISTS (SELECT FROM queue_settings AS s WHERE s.queue = q.queue)
             OFFSET 0) AS q
-     CROSS JOIN generate_series(9, 0, -1) AS p(priority)
+     CROSS JOIN generate_series(q.top, 0, -1) AS p(priority)
      CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.claimable_at, t.status IN ('running', 'holding') AS taken_over
           FROM tasks AS t
@@ -99,8 +103,11 @@ RETURNING t.id, t.owner_epoch, t.lease_until
 # The same walk per queue and priority as the claim, for each first row not yet due.
 SECONDS_UNTIL_DUE = """
 SELECT extract(epoch FROM min(next.claimable_at) - clock_timestamp())::float8
-  FROM unnest(%(queues)s::text[]) AS q(queue)
- CROSS JOIN generate_series(9, 0, -1) AS p(priority)
+  FROM (SELECT q.queue, (SELECT t.priority FROM tasks AS t
+                          WHERE t.queue = q.queue AND t.claimable_at IS NOT NULL
+                          ORDER BY t.priority DESC LIMIT 1) AS top
+          FROM unnest(%(queues)s::text[]) AS q(queue) OFFSET 0) AS q
+ CROSS JOIN generate_series(q.top, 0, -1) AS p(priority)
  CROSS JOIN LATERAL (
     SELECT claimable_at FROM tasks
      WHERE queue = q.queue AND priority = p.priority AND claimable_at > now()
