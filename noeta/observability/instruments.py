@@ -57,6 +57,30 @@ class Instruments:
         meter.create_observable_gauge(
             metrics.QUEUE_DEPTH, [observe], "{task}", "Tasks claimable now, per queue"
         )
+        self.running: dict[tuple[str, str | None], int] = {}
+        self.waiting: dict[str, int] = {}
+
+        def observe_running(options: CallbackOptions) -> list[Observation]:
+            return [
+                Observation(n, {names.QUEUE: q} | ({names.CONCURRENCY_KEY: k} if k else {}))
+                for (q, k), n in self.running.items()
+            ]
+
+        def observe_waiting(options: CallbackOptions) -> list[Observation]:
+            return [Observation(n, {names.QUEUE: q}) for q, n in self.waiting.items()]
+
+        meter.create_observable_gauge(
+            metrics.QUEUE_RUNNING,
+            [observe_running],
+            "{task}",
+            "Live claims per queue, and per concurrency key for a queue's busiest keys",
+        )
+        meter.create_observable_gauge(
+            metrics.QUEUE_WAITING_FOR_SLOT,
+            [observe_waiting],
+            "{task}",
+            "Claimable tasks a queue's concurrency or pause holds back",
+        )
 
     def add(self, counter: str, amount: int, attributes: Attributes) -> None:
         self.counters[counter].add(amount, dict(attributes))
@@ -66,6 +90,11 @@ class Instruments:
 
     def set_queue_depth(self, depth: Mapping[str, int]) -> None:
         self.depth = dict(depth)
+
+    def set_queue_load(
+        self, running: Mapping[tuple[str, str | None], int], waiting: Mapping[str, int]
+    ) -> None:
+        self.running, self.waiting = dict(running), dict(waiting)
 
     def shutdown(self) -> None:
         self.provider.shutdown()

@@ -1,5 +1,6 @@
 """Metrics: what noeta counts and times (claims, conflicts, commit-unknowns, takeovers, lost
-background jobs, model and tool calls, queue depth), handed to the installed instruments.
+background jobs, model and tool calls, queue depth, running per queue and key, waiting
+for a slot), handed to the installed instruments.
 
 Every function is a no-op until `noeta.observability.instruments` installs a sink. This
 module imports no opentelemetry: the kernel reaches it (ADR-0024). Errors are counted on
@@ -29,6 +30,8 @@ MODEL_DURATION = "gen_ai.client.operation.duration"
 TOKEN_USAGE = "gen_ai.client.token.usage"
 TOOL_DURATION = "noeta.tool.duration"
 QUEUE_DEPTH = "noeta.queue.depth"
+QUEUE_RUNNING = "noeta.queue.running"  # live claims, per queue (and per busiest key)
+QUEUE_WAITING_FOR_SLOT = "noeta.queue.waiting_for_slot"  # claimable, held back by a limit
 
 Attributes = Mapping[str, str | bool]
 
@@ -41,6 +44,10 @@ class MetricSink(Protocol):
     def record(self, histogram: str, value: float, attributes: Attributes) -> None: ...
 
     def set_queue_depth(self, depth: Mapping[str, int]) -> None: ...
+
+    def set_queue_load(
+        self, running: Mapping[tuple[str, str | None], int], waiting: Mapping[str, int]
+    ) -> None: ...
 
     def shutdown(self) -> None: ...
 
@@ -127,3 +134,23 @@ async def measure_queue_depth(store: Store, queues: Sequence[str]) -> None:
     if (sink := _on.sink) is not None:
         counts = await store.queue_depth(queues)
         sink.set_queue_depth({queue: counts.get(queue, 0) for queue in queues})
+        await _measure_queue_load(sink, store, queues)
+
+
+async def _measure_queue_load(sink: MetricSink, store: Store, queues: Sequence[str]) -> None:
+    """Live claims per queue (and per busiest concurrency key, ADR-0073) and the tasks a
+    limit holds back, from the store's queue overview; 0 for a queue it does not list."""
+    from noeta.core.queue_settings import QueueSettingsStore
+
+    if not isinstance(store, QueueSettingsStore):
+        return
+    found = {o.queue: o for o in await store.queue_overview(queues)}
+    running: dict[tuple[str, str | None], int] = {}
+    waiting: dict[str, int] = {}
+    for queue in queues:
+        overview = found.get(queue)
+        running[(queue, None)] = overview.running if overview else 0
+        waiting[queue] = overview.waiting_for_slot if overview else 0
+        for key, count in overview.running_by_key.items() if overview else ():
+            running[(queue, key)] = count
+    sink.set_queue_load(running, waiting)

@@ -37,6 +37,7 @@ OUTCOME = "noeta.outcome"
 TURN = "noeta.turn"
 STORE_OPERATION = "noeta.store.operation"
 QUEUE = "noeta.queue"
+CONCURRENCY_KEY = "noeta.concurrency_key"
 
 ATTEMPT_SPAN = "noeta.attempt"
 TURN_SPAN = "noeta.turn"

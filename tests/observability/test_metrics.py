@@ -14,6 +14,7 @@ from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
 from noeta.core import events
 from noeta.core.errors import Conflict
+from noeta.core.queue_settings import QueueChange, queue_settings_store
 from noeta.core.runner.task import TaskRunner
 from noeta.core.store import NewEvent, NewTask, Store
 from noeta.observability import instruments, metrics, observed
@@ -88,3 +89,23 @@ def test_with_metrics_off_every_call_is_a_no_op() -> None:
     assert not metrics.enabled()
     metrics.claimed(True)
     metrics.model_call(1.0, "scripted", "m", "500")
+
+
+async def test_running_per_queue_and_key_and_waiting_for_a_slot(
+    store: Store, reader: InMemoryMetricReader
+) -> None:
+    """A queue limited to one: one running (and its key), the other waits for a slot."""
+    await queue_settings_store(store).set_queue("batch", QueueChange(concurrency=1))
+    created = NewEvent(*events.encode(events.TaskCreated(model="scripted:x", prompt="go")))
+    for task_id in ("a", "b"):
+        await store.create_task(NewTask(task_id, [created], queue="batch", concurrency_key="t1"))
+    assert await store.claim("w", ["batch"], 60) is not None
+    await metrics.measure_queue_depth(store, ["default", "batch"])
+    found = points(reader)
+    running = {
+        (p.attributes["noeta.queue"], p.attributes.get("noeta.concurrency_key")): p.value
+        for p in found["noeta.queue.running"]
+    }
+    assert running == {("default", None): 0, ("batch", None): 1, ("batch", "t1"): 1}
+    waiting = {p.attributes["noeta.queue"]: p.value for p in found["noeta.queue.waiting_for_slot"]}
+    assert waiting == {"default": 0, "batch": 1}
