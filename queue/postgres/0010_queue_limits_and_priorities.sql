@@ -146,14 +146,26 @@ BEGIN
                  WHERE t.status IN ('running', 'holding') AND t.queue = p_queue
                    AND t.lease_until > v_now AND t.concurrency_key IS NOT NULL
                  GROUP BY 1) AS live(key, n);
+        -- Read priority by priority (each walk bounded by now() in the index) until the
+        -- room is filled.
         FOR r IN
-            SELECT t.id, t.priority, t.claimable_at,
-                   t.status IN ('running', 'holding') AS taken_over, t.concurrency_key
-              FROM tasks AS t
-             WHERE t.queue = p_queue AND t.claimable_at <= now()
-               AND coalesce((v_counts ->> t.concurrency_key)::integer, 0)
-                   < s.per_key_concurrency
-             ORDER BY t.priority DESC, t.claimable_at
+            SELECT found.* FROM generate_series(
+                (SELECT t.priority FROM tasks AS t
+                  WHERE t.queue = p_queue AND t.claimable_at IS NOT NULL
+                  ORDER BY t.priority DESC LIMIT 1), 0, -1) AS p(priority)
+             CROSS JOIN LATERAL (
+                SELECT t.id, t.priority, t.claimable_at,
+                       t.status IN ('running', 'holding') AS taken_over, t.concurrency_key
+                  FROM tasks AS t
+                 WHERE t.queue = p_queue AND t.priority = p.priority
+                   AND t.claimable_at <= now()
+                   AND coalesce((v_counts ->> t.concurrency_key)::integer, 0)
+                       < s.per_key_concurrency
+                 ORDER BY t.claimable_at
+                 -- Rows of a key that reaches its limit within this claim are skipped
+                 -- below; past this many a claim takes fewer and the next goes on.
+                 LIMIT 10 * v_room
+             ) AS found
         LOOP
             CONTINUE WHEN coalesce((v_counts ->> r.concurrency_key)::integer, 0)
                           >= s.per_key_concurrency;
