@@ -78,6 +78,11 @@ BEGIN
             -- keep_late_result inserts (ON CONFLICT DO NOTHING): a kept result is never
             -- rewritten, so the first one stays (ADR-040).
             ('late_results',     'SELECT, INSERT'),
+            -- The claim locks a limited queue's row (FOR UPDATE needs UPDATE) and takes
+            -- its rate tokens; `noeta queue set` upserts and `--clear` deletes, run with
+            -- this role's URL as every other command (revoke INSERT and DELETE to leave
+            -- limits to the owner: the claim needs SELECT and UPDATE only). ADR-0073.
+            ('queue_settings',   'SELECT, INSERT, UPDATE, DELETE'),
             -- Every store open checks the applied migrations; only the owner writes them.
             ('noeta_migrations', 'SELECT'),
             -- The scheduler's tables (a coming migration): it reads, inserts and updates.

@@ -44,6 +44,7 @@ DECLARED = {
     "snapshots": {"SELECT", "INSERT", "UPDATE"},
     "late_results": {"SELECT", "INSERT"},  # first kept wins: never updated (ADR-040)
     "noeta_migrations": {"SELECT"},
+    "queue_settings": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # `noeta queue set/--clear`
     "cron_schedules": {"SELECT", "INSERT", "UPDATE"},
     "cron_fires": {"SELECT", "INSERT", "UPDATE"},
 }
