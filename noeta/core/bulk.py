@@ -7,12 +7,13 @@ instead of one per task (ADR-0065).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import PayloadError
 from noeta.core.store import NewTask
 
 
+@runtime_checkable
 class BulkCreate(Protocol):
     async def create_tasks(self, tasks: Sequence[NewTask]) -> None:
         """Create every task with its first events, in one transaction, or none of them.

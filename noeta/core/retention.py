@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import ConfigError, StoreError
 
@@ -38,6 +38,7 @@ class PruneCounts:
         return PruneCounts(self.tasks + other.tasks, self.events + other.events)
 
 
+@runtime_checkable
 class Pruning(Protocol):
     async def prune_finished(
         self,

@@ -7,6 +7,7 @@ per concern (River's driver suite); a change to the `Store` protocol extends it 
 
 from __future__ import annotations
 
+from noeta.testing.store_contract.bulk import BulkContract
 from noeta.testing.store_contract.claims import ClaimContract
 from noeta.testing.store_contract.cron import CronContract
 from noeta.testing.store_contract.errors import ErrorContract
@@ -21,6 +22,7 @@ from noeta.testing.store_contract.fixtures import (
 from noeta.testing.store_contract.inbox import InboxContract
 from noeta.testing.store_contract.late_results import LateResultContract
 from noeta.testing.store_contract.logs import LogContract
+from noeta.testing.store_contract.retention import RetentionContract
 
 __all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim"]
 
@@ -34,5 +36,7 @@ class StoreContract(
     CronContract,
     ErrorContract,
     LateResultContract,
+    BulkContract,
+    RetentionContract,
 ):
     """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""

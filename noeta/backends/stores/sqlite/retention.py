@@ -43,7 +43,7 @@ DELETE_TASK_ROWS = [
     f"DELETE FROM cron_fires WHERE task_id IN {_IDS}",
 ]
 KEEP_PRUNED_IDS = (
-    f"INSERT INTO pruned_task_ids (id, pruned_at) SELECT value, :now FROM json_each(:ids) "
+    "INSERT INTO pruned_task_ids (id, pruned_at) SELECT value, :now FROM json_each(:ids) "
     "WHERE true ON CONFLICT (id) DO NOTHING"
 )
 DELETE_TASKS = f"DELETE FROM tasks WHERE id IN {_IDS}"
