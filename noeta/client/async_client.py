@@ -197,7 +197,9 @@ class AsyncClient:
 
     async def _create(self, task: NewTask) -> None:
         if not await (await self.store()).create_task(task):
-            raise ConfigError(f"a task with id {task.id!r} exists already")
+            raise ConfigError(
+                f"a task with id {task.id!r} exists already (or existed and was pruned)"
+            )
 
     async def _tool_names(self, config: str | Config | None) -> tuple[str, ...]:
         from noeta.plugins.toolbox import Toolbox
