@@ -13,8 +13,8 @@ from noeta.core.store import NewTask
 
 CREATE_TASKS = """
 SELECT noeta_create_tasks(
-    %(ids)s::text[], %(queues)s::text[], %(ready)s::timestamptz[], %(counts)s::int[],
-    %(event_task)s::int[], %(event_seq)s::int[], %(types)s::text[], %(data)s::text[])
+    %(ids)b::text[], %(queues)b::text[], %(ready)s::timestamptz[], %(counts)b::int[],
+    %(event_task)b::int[], %(event_seq)b::int[], %(types)b::text[], %(data)b::text[])
 """
 
 
