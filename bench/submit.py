@@ -123,7 +123,7 @@ async def run(dsn: str, quick: bool) -> None:
             ("submit_many, batches of 100", lambda p: submit_batches(url, p, each, 100)),
         ):
             producers = [make(f"p{what[:8]}{n}-{len(rows)}-") for n in range(PRODUCERS)]
-            seconds = await timed(lambda: asyncio.gather(*producers))
+            seconds = await timed(lambda jobs=producers: asyncio.gather(*jobs))
             target = CONCURRENT_TARGET if what.startswith("submit_many") else None
             row(f"{PRODUCERS} producers: {what}", each * PRODUCERS, seconds, target)
     table("Tasks created per second", ["producer", "tasks", "seconds", "tasks/s", "target"], rows)

@@ -17,6 +17,9 @@ from noeta.core.errors import ConfigError, StoreError
 # Rows per transaction: each batch is a short transaction whose locks are a few
 # milliseconds, so claims and appends beside it barely wait.
 DEFAULT_BATCH_SIZE = 1000
+# After each batch a prune rests as long as the batch took: it takes at most about half
+# of one server connection's time, and claims and appends beside it keep their pace.
+REST_PER_BATCH = 1.0
 
 _DURATION = re.compile(r"(\d+)\s*(s|m|h|d|w)")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -4,6 +4,8 @@ schema's prune lock so that a second prune says so instead of racing the first."
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +21,7 @@ from noeta.backends.stores.postgres.connection import (
 from noeta.core.errors import StoreUnavailable
 from noeta.core.retention import (
     DEFAULT_BATCH_SIZE,
+    REST_PER_BATCH,
     PruneCounts,
     PruneRunning,
     check_batch_size,
@@ -82,10 +85,12 @@ class PostgresRetention(PostgresConnection):
             total = PruneCounts()
             batch = {**params, "limit": batch_size, "keep_ids": not forget_ids}
             while True:
+                started = time.monotonic()
                 tasks, events = (await self._on(connection, PRUNE_BATCH, batch, write=True))[0]
                 total += PruneCounts(int(tasks), int(events))
                 if tasks < batch_size:
                     break
+                await asyncio.sleep((time.monotonic() - started) * REST_PER_BATCH)
             if forget_ids:
                 await self._on(connection, FORGET_PRUNED_IDS, params, write=True)
             return total

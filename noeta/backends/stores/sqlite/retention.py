@@ -4,16 +4,19 @@ prune say so (the kernel frees it when the pruning process dies)."""
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
 import sqlite3
+import time
 from datetime import timedelta
 
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import now_micros
 from noeta.core.retention import (
     DEFAULT_BATCH_SIZE,
+    REST_PER_BATCH,
     PruneCounts,
     PruneRunning,
     check_batch_size,
@@ -88,12 +91,14 @@ class SqliteRetention(SqliteConnection):
                 return PruneCounts(tasks, events)
             total = PruneCounts()
             while True:
+                started = time.monotonic()
                 pruned = await self._run(
                     self._write, lambda c, now: _prune_batch(c, now, params, batch_size, forget_ids)
                 )
                 total += pruned
                 if pruned.tasks < batch_size:
                     break
+                await asyncio.sleep((time.monotonic() - started) * REST_PER_BATCH)
             if forget_ids:
                 await self._run(
                     self._write, lambda c, now: c.execute(FORGET_PRUNED_IDS, params).rowcount
