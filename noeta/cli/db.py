@@ -53,8 +53,8 @@ async def _migrate(url: str | None) -> list[tuple[int, str]]:
 @click.option(
     "--forget-ids",
     is_flag=True,
-    help="Let the pruned ids (and those pruned before DURATION ago) be used again; by "
-    "default a pruned task's id stays taken.",
+    help="Let these pruned ids, and every id pruned before, be used again; by default a "
+    "pruned task's id stays taken.",
 )
 @click.option(
     "--batch-size",

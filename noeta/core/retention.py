@@ -24,6 +24,8 @@ REST_PER_BATCH = 1.0
 _DURATION = re.compile(r"(\d+)\s*(s|m|h|d|w)")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 DURATION_FORM = "a number and a unit: 30s, 30m, 12h, 7d or 2w"
+# Further back than the store's clock can subtract, and than any retention means.
+LONGEST_DURATION = timedelta(days=36525)
 
 
 class PruneRunning(StoreError):
@@ -74,10 +76,9 @@ def parse_duration(text: str) -> timedelta:
     if not cleaned or position != len(cleaned):
         sign = "a negative duration" if cleaned.startswith("-") else "an unreadable duration"
         raise ConfigError(f"{text!r} is {sign}: a duration is {DURATION_FORM}")
-    try:
-        return timedelta(seconds=seconds)
-    except OverflowError:
-        raise ConfigError(f"{text!r} is too long a duration") from None
+    if seconds > LONGEST_DURATION.total_seconds():
+        raise ConfigError(f"{text!r} is too long a duration (at most 100 years)")
+    return timedelta(seconds=seconds)
 
 
 def check_batch_size(batch_size: int) -> int:

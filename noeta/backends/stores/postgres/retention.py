@@ -46,8 +46,15 @@ SELECT count(*), coalesce(sum(last_seq), 0) FROM tasks t
  WHERE t.status IN ('done', 'failed', 'cancelled') AND t.updated_at < %(before)s
    AND (%(queue)s::text IS NULL OR t.queue = %(queue)s) AND noeta_may_prune(t.id)
 """
-# With --forget-ids, the ids pruned before the cutoff may be used again too.
-FORGET_PRUNED_IDS = "DELETE FROM pruned_task_ids WHERE pruned_at < %(before)s"
+# With --forget-ids, every id pruned before may be used again too (a subtask's id among
+# them, which a re-used parent id would launch again), a batch at a time.
+FORGET_PRUNED_IDS = """
+WITH forgotten AS (
+    DELETE FROM pruned_task_ids
+     WHERE id IN (SELECT id FROM pruned_task_ids LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+    RETURNING 1)
+SELECT count(*) FROM forgotten
+"""
 
 
 class PostgresRetention(PostgresConnection):
@@ -91,8 +98,10 @@ class PostgresRetention(PostgresConnection):
                 if tasks < batch_size:
                     break
                 await asyncio.sleep((time.monotonic() - started) * REST_PER_BATCH)
-            if forget_ids:
-                await self._on(connection, FORGET_PRUNED_IDS, params, write=True)
+            forgetting = forget_ids
+            while forgetting:
+                forgotten = await self._on(connection, FORGET_PRUNED_IDS, batch, write=True)
+                forgetting = forgotten[0][0] >= batch_size
             return total
         finally:
             await self._put_back(connection, locked)

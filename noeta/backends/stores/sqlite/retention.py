@@ -50,7 +50,10 @@ KEEP_PRUNED_IDS = (
     "WHERE true ON CONFLICT (id) DO NOTHING"
 )
 DELETE_TASKS = f"DELETE FROM tasks WHERE id IN {_IDS}"
-FORGET_PRUNED_IDS = "DELETE FROM pruned_task_ids WHERE pruned_at < :before"
+# With --forget-ids, every id pruned before may be used again too (see the PostgreSQL
+# store), a batch at a time.
+FORGET_PRUNED_IDS = """
+DELETE FROM pruned_task_ids WHERE id IN (SELECT id FROM pruned_task_ids LIMIT :limit)"""
 
 
 def parent_id(task_id: str) -> str | None:
@@ -99,10 +102,13 @@ class SqliteRetention(SqliteConnection):
                 if pruned.tasks < batch_size:
                     break
                 await asyncio.sleep((time.monotonic() - started) * REST_PER_BATCH)
-            if forget_ids:
-                await self._run(
-                    self._write, lambda c, now: c.execute(FORGET_PRUNED_IDS, params).rowcount
+            forgetting = forget_ids
+            while forgetting:
+                forgotten = await self._run(
+                    self._write,
+                    lambda c, now: c.execute(FORGET_PRUNED_IDS, {"limit": batch_size}).rowcount,
                 )
+                forgetting = forgotten >= batch_size
             return total
         finally:
             os.close(lock)  # frees the lock
