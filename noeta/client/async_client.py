@@ -386,7 +386,11 @@ class Submission:
 def _submission(item: Submission | str, model: str, queue: str) -> Submission:
     if isinstance(item, str):
         return Submission(item, model, queue)
-    return replace(item, model=item.model or model, queue=item.queue or queue)
+    return replace(
+        item,
+        model=model if item.model is None else item.model,
+        queue=queue if item.queue is None else item.queue,
+    )
 
 
 def _agent_task(item: Submission, config_tools: tuple[str, ...]) -> NewTask:
@@ -398,10 +402,10 @@ def _agent_task(item: Submission, config_tools: tuple[str, ...]) -> NewTask:
 
     if not item.prompt.strip() and not item.interactive:
         raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
-    queue = check_key("queue name", item.queue or DEFAULT_QUEUE)
+    queue = check_key("queue name", DEFAULT_QUEUE if item.queue is None else item.queue)
     task_id = _new_id(item.id)
     created = events.TaskCreated(
-        model=stored_spec(item.model or DEFAULT_MODEL),
+        model=stored_spec(DEFAULT_MODEL if item.model is None else item.model),
         prompt=item.prompt if item.prompt.strip() else "",
         interactive=item.interactive,
         tools=tuple(item.tools) if item.tools is not None else config_tools,

@@ -64,6 +64,7 @@ async def test_a_batch_runs_like_submitted_tasks(
         (Submission("", id="b2"), ConfigError, "needs a prompt"),
         (Submission("hi", id="../escape"), PayloadError, "task id '../escape'"),
         (Submission("hi", id="b2", queue="q\x00"), PayloadError, "NUL"),
+        (Submission("hi", id="b2", queue=""), PayloadError, "must not be empty"),
         (Submission("hi", id="b2", model="gpt-4"), ConfigError, "model spec"),
         (Submission("hi", id="b0"), PayloadError, "has the id of task 0"),
     ],

@@ -16,9 +16,10 @@ from noeta.backends.stores.postgres.connection import (
     PostgresConnection,
     _fetch,
     _within_deadline,
+    reason,
     store_error,
 )
-from noeta.core.errors import StoreUnavailable
+from noeta.core.errors import StoreError, StoreUnavailable
 from noeta.core.retention import (
     DEFAULT_BATCH_SIZE,
     REST_PER_BATCH,
@@ -119,6 +120,12 @@ class PostgresRetention(PostgresConnection):
             return await _within_deadline(
                 connection, lambda: _fetch(connection, query, params), self.deadline_seconds
             )
+        except psycopg.errors.InsufficientPrivilege as error:
+            # The worker role may not delete (ops/grants.sql): pruning is the owner's.
+            raise StoreError(
+                f"cannot prune PostgreSQL at {self.where}: {reason(error)}; "
+                "run `noeta db prune` as the schema's owner"
+            ) from None
         except (psycopg.Error, TimeoutError) as error:
             raise store_error(error, self.where, write=write, broken=connection.broken) from None
 
