@@ -133,7 +133,7 @@ async def run(dsn: str, quick: bool, batch_size: int) -> None:
 
 def main() -> None:
     arguments = parser(__doc__)
-    arguments.add_argument("--batch-size", type=int, default=1000, help="the prune's batch")
+    arguments.add_argument("--batch-size", type=int, default=250, help="the prune's batch")
     options = arguments.parse_args()
     with server(options.dsn) as dsn:
         asyncio.run(run(dsn, options.quick, options.batch_size))

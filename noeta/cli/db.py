@@ -12,6 +12,7 @@ import click
 
 from noeta.cli.options import json_option, store_option
 from noeta.core.errors import ConfigError
+from noeta.core.retention import DEFAULT_BATCH_SIZE
 
 if TYPE_CHECKING:
     from noeta.core.retention import PruneCounts
@@ -59,7 +60,7 @@ async def _migrate(url: str | None) -> list[tuple[int, str]]:
 @click.option(
     "--batch-size",
     type=click.IntRange(1, 100_000),
-    default=1000,
+    default=DEFAULT_BATCH_SIZE,
     show_default=True,
     help="Tasks per transaction: each batch is one short transaction.",
 )
