@@ -33,12 +33,14 @@ reachable:
 
 check: lint test  ## Everything a commit must pass
 
-bench:  ## Store, fold, workers, scheduler and tracing figures (prints tables; not a test)
+bench:  ## Store, fold, workers, scheduler, tracing, submit and prune figures (prints tables; not a test)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/fold.py
 	$(BIN)/python bench/worker.py
 	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/tracing.py
+	$(BIN)/python bench/submit.py
+	$(BIN)/python bench/prune.py
 
 bench-scale: reachable  ## A million tasks and 32 claimers against an empty database (ARGS=--quick: a smoke run)
 	$(BIN)/python bench/scale.py $(ARGS)

@@ -82,7 +82,10 @@ BEGIN
             ('noeta_migrations', 'SELECT'),
             -- The scheduler's tables (a coming migration): it reads, inserts and updates.
             ('cron_schedules',   'SELECT, INSERT, UPDATE'),
-            ('cron_fires',       'SELECT, INSERT, UPDATE'))
+            ('cron_fires',       'SELECT, INSERT, UPDATE'),
+            -- Creating a task reads it (a pruned id stays taken); only the owner prunes
+            -- (`noeta db prune`, `noeta scheduler --retain`): the worker never deletes.
+            ('pruned_task_ids',  'SELECT'))
         SELECT c.relname AS name, d.privileges
           FROM pg_class AS c
           LEFT JOIN declared AS d ON d.name = c.relname

@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
-from noeta.client.async_client import DEFAULT_MODEL, AsyncClient, TailedEvent, TaskHandle, TaskRef
+from noeta.client.async_client import (
+    DEFAULT_MODEL,
+    AsyncClient,
+    Submission,
+    TailedEvent,
+    TaskHandle,
+    TaskRef,
+)
 from noeta.config import Config
 from noeta.core.payload import JSONValue
 from noeta.core.store import DEFAULT_QUEUE, TaskRecord, TaskStatus
@@ -78,6 +85,16 @@ class Client:
                 config=config,
             )
         )
+
+    def submit_many(
+        self,
+        tasks: Iterable[Submission | str],
+        *,
+        model: str = DEFAULT_MODEL,
+        queue: str = DEFAULT_QUEUE,
+        config: str | Config | None = None,
+    ) -> list[TaskHandle]:
+        return self._run(self._client.submit_many(tasks, model=model, queue=queue, config=config))
 
     def enqueue(
         self,

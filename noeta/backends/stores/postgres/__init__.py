@@ -12,12 +12,14 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from noeta.backends.stores.postgres.appends import PostgresAppends
+from noeta.backends.stores.postgres.bulk import PostgresBulk
 from noeta.backends.stores.postgres.claims import CLAIM_NEXT_TASK, PostgresClaims
 from noeta.backends.stores.postgres.connection import DEFAULT_DEADLINE_SECONDS, describe
 from noeta.backends.stores.postgres.cron import PostgresCron
 from noeta.backends.stores.postgres.inbox import PostgresInbox
 from noeta.backends.stores.postgres.late_results import PostgresLateResults
 from noeta.backends.stores.postgres.logs import PostgresLogs
+from noeta.backends.stores.postgres.retention import PostgresRetention
 from noeta.backends.stores.postgres.schema import check_schema, migrate_database
 from noeta.backends.stores.postgres.session import SessionLimits, startup_options
 from noeta.backends.stores.postgres.wakeups import PostgresWakeups
@@ -41,6 +43,8 @@ class PostgresStore(
     PostgresCron,
     PostgresWakeups,
     PostgresLateResults,
+    PostgresBulk,
+    PostgresRetention,
 ):
     """A `Store` on one PostgreSQL database (or schema, via the URL's search_path)."""
 

@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from noeta.backends.stores.sqlite.appends import SqliteAppends
+from noeta.backends.stores.sqlite.bulk import SqliteBulk
 from noeta.backends.stores.sqlite.claims import SqliteClaims
 from noeta.backends.stores.sqlite.connection import connect
 from noeta.backends.stores.sqlite.cron import SqliteCron
 from noeta.backends.stores.sqlite.late_results import SqliteLateResults
 from noeta.backends.stores.sqlite.logs import SqliteLogs
+from noeta.backends.stores.sqlite.retention import SqliteRetention
 from noeta.backends.stores.sqlite.schema import SqliteSchema
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 from noeta.core.store import ClaimedTask, LoadedTask, check_claim_limit
@@ -29,7 +31,14 @@ _MINIMUM_SQLITE = (3, 24, 0)  # ON CONFLICT ... DO NOTHING / DO UPDATE
 
 
 class SqliteStore(
-    SqliteClaims, SqliteAppends, SqliteLogs, SqliteCron, SqliteLateResults, SqliteSchema
+    SqliteClaims,
+    SqliteAppends,
+    SqliteLogs,
+    SqliteCron,
+    SqliteLateResults,
+    SqliteSchema,
+    SqliteBulk,
+    SqliteRetention,
 ):
     """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""
 
