@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from importlib.metadata import version
 from pathlib import Path
 
 import click
@@ -58,6 +56,8 @@ def show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
     """--version: what runs, against which store, at which schema."""
     if not value or ctx.resilient_parsing:
         return
+    from importlib.metadata import version
+
     from noeta.backends.stores import resolve_url
     from noeta.backends.stores.migrations import load_migrations
     from noeta.backends.stores.urls import masked
@@ -86,6 +86,8 @@ def _store_schema(url: str | None, shipped: int) -> str:
         url = EmbeddedPostgres(default_home()).running_dsn()
         if url is None:
             return "unknown (the embedded server is not running: `noeta db start`)"
+    import asyncio
+
     from noeta.backends.stores import sqlite_path, store_kind
 
     try:

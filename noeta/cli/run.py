@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 import uuid
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,8 +14,10 @@ from noeta.cli import bounds
 from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import DEFAULT_MODEL, config_option, store_option
 from noeta.cli.text import read_text
-from noeta.config import Config, load_config
 from noeta.core.errors import ConfigError, NoetaError
+
+if TYPE_CHECKING:  # `noeta run --help` imports neither the runner nor the tools
+    from noeta.config import Config
 
 RUN_LEASE_SECONDS = 30.0
 # The queue `noeta run` creates its task in. No worker serves it unless told to, so none
@@ -60,6 +63,7 @@ def run(
     prompt = read_text(prompt, "prompt")
     make_non_dumpable()  # tools run in this process: they must not reach its secrets
     from noeta.backends.models.registry import stored_spec
+    from noeta.config import load_config
     from noeta.core.store import check_lease
     from noeta.core.task_id import check_task_id
 

@@ -6,13 +6,15 @@ import asyncio
 import logging
 import signal
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import click
 
 from noeta.cli.options import check_store_url, config_option, store_option
-from noeta.config import load_config
 from noeta.core.errors import ConfigError
-from noeta.scheduler.cronfile import Schedule, TaskAction, load_cron_files
+
+if TYPE_CHECKING:  # `noeta scheduler --help` reads no cron file
+    from noeta.scheduler.cronfile import Schedule
 
 log = logging.getLogger("noeta.scheduler")
 
@@ -30,6 +32,8 @@ log = logging.getLogger("noeta.scheduler")
 def scheduler(store: str | None, cron_files: tuple[str, ...], config: str | None) -> None:
     """Fire the cron files' schedules, once per slot however many schedulers run, and wake
     idle workers when a timer falls due. Runs until SIGTERM or SIGINT."""
+    from noeta.scheduler.cronfile import load_cron_files
+
     schedules = load_cron_files(cron_files)  # a broken file stops the scheduler here
     check_store_url(store)
     logging.basicConfig(
@@ -47,7 +51,9 @@ async def _serve(
     url: str | None, cron_files: Sequence[str], schedules: list[Schedule], config_path: str | None
 ) -> None:
     from noeta.backends.stores import open_store
+    from noeta.config import load_config
     from noeta.plugins.toolbox import Toolbox
+    from noeta.scheduler.cronfile import load_cron_files
     from noeta.scheduler.scheduler import Scheduler
 
     # Started and closed again, as `noeta submit` does: only the tool names are needed.
@@ -101,6 +107,7 @@ async def _serve(
 
 
 def _check_plugins(schedules: Sequence[Schedule], tools_by_plugin: Mapping[str, object]) -> None:
+    from noeta.scheduler.cronfile import TaskAction
     from noeta.scheduler.scheduler import check_job_schedules
 
     check_job_schedules(schedules)  # the plugins are loaded: their functions are known
