@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from noeta import yamlfile
 from noeta.core.errors import ConfigError
 from noeta.core.gates import GateRule
 from noeta.plugins.loading import PluginSpec
@@ -52,6 +51,8 @@ def load_config(path: str | None) -> Config:
     path = path or os.environ.get(CONFIG_ENV)
     if not path:
         return Config()
+    from noeta import yamlfile  # YAML is imported only when there is a file to read
+
     document = yamlfile.load(path, what="noeta config")
     if document is None:
         return Config()
@@ -81,6 +82,8 @@ def load_config(path: str | None) -> Config:
 
 
 def _list(path: str, document: dict[str, Any], key: str) -> list[Any]:
+    from noeta import yamlfile
+
     value = document.get(key) or []
     if not isinstance(value, list):
         line = yamlfile.line_of(document, key)
@@ -89,6 +92,8 @@ def _list(path: str, document: dict[str, Any], key: str) -> list[Any]:
 
 
 def _plugin(path: str, item: Any, line: int) -> PluginSpec:
+    from noeta import yamlfile
+
     if isinstance(item, str):  # a built-in plugin by name
         return PluginSpec("module", f"noeta.plugins.{item}")
     if not isinstance(item, dict) or len({"module", "entry_point"} & set(item)) != 1:
@@ -102,6 +107,8 @@ def _plugin(path: str, item: Any, line: int) -> PluginSpec:
 
 
 def _gate(path: str, item: Any, line: int) -> GateRule:
+    from noeta import yamlfile
+
     def fail(message: str) -> ConfigError:
         return ConfigError(f"{path}, line {line}: gate: {message}")
 

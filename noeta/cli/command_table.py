@@ -24,7 +24,8 @@ class LazyCommand:
     summary: str
 
 
-# The summary is the command's own first sentence: tests/cli/test_help.py compares them.
+# The summary is the command's own first sentence: tests/cli/test_cli_imports.py
+# compares them.
 COMMANDS: dict[str, LazyCommand] = {
     "answer": LazyCommand(
         "noeta.cli.answer:answer",
@@ -47,8 +48,8 @@ COMMANDS: dict[str, LazyCommand] = {
     ),
     "scheduler": LazyCommand(
         "noeta.cli.scheduler:scheduler",
-        "Fire the cron files' schedules, once per slot however many schedulers run, until "
-        "SIGTERM or SIGINT.",
+        "Fire the cron files' schedules, once per slot however many schedulers run, and "
+        "wake idle workers when a timer falls due.",
     ),
     "send": LazyCommand(
         "noeta.cli.tasks:send",

@@ -8,7 +8,6 @@ bomb stays small) and the text shown stops at a character cap; both say when the
 from __future__ import annotations
 
 import codecs
-import html
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -171,6 +170,8 @@ def _decode(body: bytes, charset: str | None, media_type: str) -> str:
 
 def _strip_html(text: str) -> str:
     """A crude reader view: drop scripts and tags, keep block breaks, unescape entities."""
+    import html  # its entity table is large, and loading the tools needs none of it
+
     text = _DROPPED_ELEMENTS.sub(" ", text)
     text = _BLOCK_ENDS.sub("\n", text)
     text = html.unescape(_TAG.sub(" ", text))
