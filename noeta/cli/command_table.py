@@ -9,15 +9,14 @@ inside the functions that use them. tests/cli/test_cli_imports.py holds both rul
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import click
 
 from noeta.cli.environment import describe_environment
 
 
-@dataclass(frozen=True, slots=True)
-class LazyCommand:
+class LazyCommand(NamedTuple):
     """Where a command lives (`module:attribute`) and its first sentence of help."""
 
     where: str

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 STORE = ("NOETA_STORE", "the store URL when --store is not given")
@@ -87,6 +85,7 @@ def _store_schema(url: str | None, shipped: int) -> str:
         if url is None:
             return "unknown (the embedded server is not running: `noeta db start`)"
     import asyncio
+    from pathlib import Path
 
     from noeta.backends.stores import sqlite_path, store_kind
 
