@@ -17,11 +17,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from noeta.core.errors import ConfigError
-from noeta.core.gates import GateRule
 from noeta.plugins.loading import PluginSpec
+
+if TYPE_CHECKING:  # built only from a config file that has gates
+    from noeta.core.gates import GateRule
 
 CONFIG_ENV = "NOETA_CONFIG"
 _GATE_KEYS = {"tool", "field", "pattern", "outside_workspace", "action", "reason", "set"}
@@ -108,6 +110,7 @@ def _plugin(path: str, item: Any, line: int) -> PluginSpec:
 
 def _gate(path: str, item: Any, line: int) -> GateRule:
     from noeta import yamlfile
+    from noeta.core.gates import GateRule
 
     def fail(message: str) -> ConfigError:
         return ConfigError(f"{path}, line {line}: gate: {message}")
