@@ -33,7 +33,7 @@ _ACTIONS = ("allow", "deny", "ask", "rewrite")
 def default_workspaces() -> str:
     """`<home>-workspaces` beside the noeta home, never inside it: the home holds the
     embedded server's data and password, which no task's files may sit next to."""
-    from noeta.backends.stores.embedded import default_home
+    from noeta.backends.stores.embedded_home import default_home
 
     home = default_home().absolute()
     if not home.name:

@@ -69,7 +69,7 @@ def show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
 
 
 def _embedded_place() -> str:
-    from noeta.backends.stores.embedded import default_home
+    from noeta.backends.stores.embedded_home import default_home
 
     return f"the embedded PostgreSQL in {default_home()}"
 
@@ -79,7 +79,8 @@ def _store_schema(url: str | None, shipped: int) -> str:
     from noeta.core.errors import NoetaError
 
     if url is None:
-        from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+        from noeta.backends.stores.embedded import EmbeddedPostgres
+        from noeta.backends.stores.embedded_home import default_home
 
         url = EmbeddedPostgres(default_home()).running_dsn()
         if url is None:

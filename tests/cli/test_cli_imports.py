@@ -86,6 +86,8 @@ def test_submit_and_tasks_against_a_store_import_no_runner_tools_or_http(
     for names in (submitted, listed):
         assert "psycopg" in names  # it really talked to the store
         assert loaded(names, (*HEAVY, "yaml", "croniter")) == []
+        # A store URL is given: nothing of the embedded server is needed.
+        assert loaded(names, ("noeta.backends.stores.embedded",)) == []
     # submit lists the built-in tools' names; none of them is run, so none of their
     # HTTP stack, schemas or sandbox is loaded (WebFetch imports httpx when it fetches).
     assert "noeta.plugins.core.web" in submitted
