@@ -33,7 +33,7 @@ reachable:
 
 check: lint test  ## Everything a commit must pass
 
-bench:  ## Store, fold, workers, scheduler, tracing, submit and prune figures (prints tables; not a test)
+bench:  ## Store, fold, workers, scheduler, tracing, submit, prune and CLI start figures (prints tables; not a test)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/fold.py
 	$(BIN)/python bench/worker.py
@@ -41,6 +41,7 @@ bench:  ## Store, fold, workers, scheduler, tracing, submit and prune figures (p
 	$(BIN)/python bench/tracing.py
 	$(BIN)/python bench/submit.py
 	$(BIN)/python bench/prune.py
+	$(BIN)/python bench/cli.py
 
 bench-scale: reachable  ## A million tasks and 32 claimers against an empty database (ARGS=--quick: a smoke run)
 	$(BIN)/python bench/scale.py $(ARGS)

@@ -116,7 +116,8 @@ def status(as_json: bool) -> None:
     """Where the embedded server is, whether it runs, its port, version and size on disk."""
     import json
 
-    from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+    from noeta.backends.stores.embedded import EmbeddedPostgres
+    from noeta.backends.stores.embedded_home import default_home
 
     found = EmbeddedPostgres(default_home()).status()
     if as_json:
@@ -146,7 +147,8 @@ def start() -> None:
     """Start the embedded server (creating it the first time) and bring its schema up to
     date; nothing to do if it runs already."""
     asyncio.run(_migrate_embedded())
-    from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+    from noeta.backends.stores.embedded import EmbeddedPostgres
+    from noeta.backends.stores.embedded_home import default_home
 
     found = EmbeddedPostgres(default_home()).status()
     click.echo(f"running on 127.0.0.1:{found.port} in {found.home}")
@@ -170,7 +172,8 @@ async def _migrate_embedded() -> None:
 )
 def stop(mode: str) -> None:
     """Stop the embedded server; the next command that needs it starts it again."""
-    from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+    from noeta.backends.stores.embedded import EmbeddedPostgres
+    from noeta.backends.stores.embedded_home import default_home
 
     server = EmbeddedPostgres(default_home())
     if not server.status().running:

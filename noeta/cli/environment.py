@@ -3,10 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from importlib.metadata import version
-from pathlib import Path
-
 import click
 
 STORE = ("NOETA_STORE", "the store URL when --store is not given")
@@ -58,6 +54,8 @@ def show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
     """--version: what runs, against which store, at which schema."""
     if not value or ctx.resilient_parsing:
         return
+    from importlib.metadata import version
+
     from noeta.backends.stores import resolve_url
     from noeta.backends.stores.migrations import load_migrations
     from noeta.backends.stores.urls import masked
@@ -71,7 +69,7 @@ def show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
 
 
 def _embedded_place() -> str:
-    from noeta.backends.stores.embedded import default_home
+    from noeta.backends.stores.embedded_home import default_home
 
     return f"the embedded PostgreSQL in {default_home()}"
 
@@ -81,11 +79,15 @@ def _store_schema(url: str | None, shipped: int) -> str:
     from noeta.core.errors import NoetaError
 
     if url is None:
-        from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+        from noeta.backends.stores.embedded import EmbeddedPostgres
+        from noeta.backends.stores.embedded_home import default_home
 
         url = EmbeddedPostgres(default_home()).running_dsn()
         if url is None:
             return "unknown (the embedded server is not running: `noeta db start`)"
+    import asyncio
+    from pathlib import Path
+
     from noeta.backends.stores import sqlite_path, store_kind
 
     try:

@@ -21,11 +21,11 @@ from noeta.cli.options import (
     store_option,
 )
 from noeta.cli.text import read_text
-from noeta.config import Config, load_config
 from noeta.core.errors import ConfigError, NoetaError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # `noeta run --help` imports neither the runner nor the tools
     from noeta.cli.status_line import NoStatus
+    from noeta.config import Config
 
 RUN_LEASE_SECONDS = 30.0
 # The queue `noeta run` creates its task in. No worker serves it unless told to, so none
@@ -82,6 +82,7 @@ def run(
     make_non_dumpable()  # tools run in this process: they must not reach its secrets
     from noeta.backends.models.registry import stored_spec
     from noeta.cli.status_line import open_status
+    from noeta.config import load_config
     from noeta.core.store import check_lease
     from noeta.core.task_id import check_task_id
 

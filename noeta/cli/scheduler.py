@@ -7,13 +7,15 @@ import logging
 import signal
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
 
 from noeta.cli.options import check_store_url, config_option, store_option
-from noeta.config import load_config
 from noeta.core.errors import ConfigError
-from noeta.scheduler.cronfile import Schedule, TaskAction, load_cron_files
+
+if TYPE_CHECKING:  # `noeta scheduler --help` reads no cron file
+    from noeta.scheduler.cronfile import Schedule
 
 log = logging.getLogger("noeta.scheduler")
 
@@ -42,6 +44,7 @@ def scheduler(
     idle workers when a timer falls due; with --retain, prune finished tasks. Runs until
     SIGTERM or SIGINT."""
     from noeta.core.retention import parse_duration
+    from noeta.scheduler.cronfile import load_cron_files
 
     retention = parse_duration(retain) if retain is not None else None
     schedules = load_cron_files(cron_files)  # a broken file stops the scheduler here
@@ -65,7 +68,9 @@ async def _serve(
     retention: timedelta | None,
 ) -> None:
     from noeta.backends.stores import open_store
+    from noeta.config import load_config
     from noeta.plugins.toolbox import Toolbox
+    from noeta.scheduler.cronfile import load_cron_files
     from noeta.scheduler.scheduler import Scheduler
 
     # Started and closed again, as `noeta submit` does: only the tool names are needed.
@@ -134,6 +139,7 @@ async def _retain(store: object, older_than: timedelta, stop: asyncio.Event) -> 
 
 
 def _check_plugins(schedules: Sequence[Schedule], tools_by_plugin: Mapping[str, object]) -> None:
+    from noeta.scheduler.cronfile import TaskAction
     from noeta.scheduler.scheduler import check_job_schedules
 
     check_job_schedules(schedules)  # the plugins are loaded: their functions are known

@@ -14,10 +14,10 @@ from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from noeta.client import job_tasks
 from noeta.client.waiting import wait_finished
-from noeta.config import Config, load_config
 from noeta.core import events
 from noeta.core.bulk import BulkCreate, check_distinct_ids
 from noeta.core.errors import (
@@ -44,6 +44,9 @@ from noeta.core.store import (
 )
 from noeta.core.task_id import check_task_id
 from noeta.plugins.function_tools import REGISTERED, FunctionTool
+
+if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqueue
+    from noeta.config import Config
 
 TAIL_POLL_SECONDS = 0.5  # how often a followed log is read for new events
 
@@ -212,6 +215,8 @@ class AsyncClient:
             await toolbox.close()
 
     def _settings(self, config: str | Config | None) -> Config:
+        from noeta.config import Config, load_config
+
         chosen = config if config is not None else self._config
         return chosen if isinstance(chosen, Config) else load_config(chosen)
 

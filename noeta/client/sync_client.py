@@ -11,7 +11,7 @@ import threading
 from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from noeta.client.async_client import (
     DEFAULT_MODEL,
@@ -21,9 +21,11 @@ from noeta.client.async_client import (
     TaskHandle,
     TaskRef,
 )
-from noeta.config import Config
 from noeta.core.payload import JSONValue
 from noeta.core.store import DEFAULT_QUEUE, TaskRecord, TaskStatus
+
+if TYPE_CHECKING:
+    from noeta.config import Config
 
 T = TypeVar("T")
 

@@ -16,7 +16,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from noeta.backends.stores.embedded import EmbeddedPostgres, default_home, make_home
+from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
+from noeta.backends.stores.embedded_home import default_home
 from noeta.backends.stores.migrations import load_migrations
 
 
