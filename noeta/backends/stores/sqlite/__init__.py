@@ -19,6 +19,7 @@ from noeta.backends.stores.sqlite.cron import SqliteCron
 from noeta.backends.stores.sqlite.late_results import SqliteLateResults
 from noeta.backends.stores.sqlite.logs import SqliteLogs
 from noeta.backends.stores.sqlite.schema import SqliteSchema
+from noeta.backends.stores.sqlite.views import SqliteViews
 from noeta.core.errors import ConfigError, StoreUnavailable
 
 __all__ = ["SqliteStore"]
@@ -27,7 +28,13 @@ _MINIMUM_SQLITE = (3, 24, 0)  # ON CONFLICT ... DO NOTHING / DO UPDATE
 
 
 class SqliteStore(
-    SqliteClaims, SqliteAppends, SqliteLogs, SqliteCron, SqliteLateResults, SqliteSchema
+    SqliteClaims,
+    SqliteAppends,
+    SqliteLogs,
+    SqliteCron,
+    SqliteLateResults,
+    SqliteSchema,
+    SqliteViews,
 ):
     """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""
 
