@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from noeta.cli.text import MAX_TEXT_CHARS
-from noeta.core.errors import NoetaError, UnknownTask
+from noeta.core.errors import ConfigError, NoetaError, UnknownTask
 from noeta.web.render import h, link, page, url
 from noeta.web.site import PageError, Site, not_found
 
@@ -68,7 +68,9 @@ async def _done(action: Awaitable[T], task_id: str) -> T:
         return await action
     except UnknownTask:
         raise not_found(f"task with the id {task_id!r}") from None
-    except NoetaError as error:
+    except ConfigError as error:  # what was asked cannot be: a blank message, …
+        raise PageError(400, str(error)) from None
+    except NoetaError as error:  # what was asked cannot be done now: a finished task, …
         raise PageError(409, str(error)) from None
 
 
