@@ -15,9 +15,8 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from noeta.core.errors import NoetaError
-from noeta.core.store import TaskStatus
-from noeta.web import timeline
-from noeta.web.render import status_badge
+from noeta.core.store import TaskRecord, TaskStatus
+from noeta.web import task_page, timeline
 from noeta.web.site import Site, not_found
 
 # A task's row is read this often while a page follows it and no notice came.
@@ -129,7 +128,7 @@ async def _stream(site: Site, feed: LiveFeed, task_id: str, after: int) -> Async
         timeline.render(
             task_id, await views.log_page(task_id, after_seq=after - 1, limit=1), context
         )
-    shown: TaskStatus | None = None
+    shown: TaskRecord | None = None
     async with feed.watch(task_id) as changed:
         yield ": following\n\n"
         while True:
@@ -142,9 +141,9 @@ async def _stream(site: Site, feed: LiveFeed, task_id: str, after: int) -> Async
                 continue
             if record is None:
                 return
-            if record.status is not shown:
-                shown = record.status
-                yield event("status", status_badge(record.status.value))
+            if record != shown:
+                shown = record
+                yield event("facts", task_page.facts(record))
             if record.status.finished:
                 yield event("finished", record.status.value)
                 return

@@ -46,14 +46,13 @@ async def task_page(site: Site, request: Request) -> HTMLResponse:
     live = ""
     if not record.status.finished and last >= record.last_seq:
         live = f' data-live="{h(url(f"/tasks/{task_id}/live", after=last))}"'
-    body = _facts(site, record, context.trace_id)
+    body = facts(record) + _links(site, record, context.trace_id)
     body += await _actions(site, record, head)
     body += _pager(task_id, after, last, record.last_seq)
     body += f'<h2>log</h2><ol class="timeline" id="timeline">{items}</ol>'
     body += _pager(task_id, after, last, record.last_seq)
     body += await _late_results(site, task_id)
-    status_line = f"{record.last_seq} events"
-    return HTMLResponse(page(f"Task {task_id}", body, status_line=h(status_line), live=live))
+    return HTMLResponse(page(f"Task {task_id}", body, live=live))
 
 
 async def _record(site: Site, task_id: str) -> TaskRecord:
@@ -77,9 +76,10 @@ def _trace_id(task_id: str, head: list[LogEntry]) -> str:
     return context.trace_id
 
 
-def _facts(site: Site, record: TaskRecord, trace_id: str) -> str:
-    facts = [
-        ("status", f'<span id="task-status">{status_badge(record.status.value)}</span>'),
+def facts(record: TaskRecord) -> str:
+    """The task's row as the page shows it (replaced whole by the live feed)."""
+    shown = [
+        ("status", status_badge(record.status.value)),
         ("queue", h(record.queue)),
         ("owner", h(record.owner or "-")),
         ("epoch", h(record.owner_epoch)),
@@ -88,15 +88,19 @@ def _facts(site: Site, record: TaskRecord, trace_id: str) -> str:
         ("events", h(record.last_seq)),
         ("created", h(utc(record.created_at))),
         ("updated", h(utc(record.updated_at))),
-        ("subtasks", link(url("/tasks", parent=record.id), "list")),
     ]
+    cells = "".join(f"<dt>{h(name)}</dt><dd>{value}</dd>" for name, value in shown)
+    return f'<dl class="facts" id="task-facts" data-status="{h(record.status.value)}">{cells}</dl>'
+
+
+def _links(site: Site, record: TaskRecord, trace_id: str) -> str:
+    found = [link(url("/tasks", parent=record.id), "subtasks")]
     if site.jaeger_url and trace_id:
         where = f"{site.jaeger_url.rstrip('/')}/trace/{trace_id}"
-        facts.append(("trace", link(where, f"{trace_id} in Jaeger")))
+        found.append(link(where, f"trace {trace_id} in Jaeger"))
     elif trace_id:
-        facts.append(("trace", h(trace_id)))
-    cells = "".join(f"<dt>{h(name)}</dt><dd>{value}</dd>" for name, value in facts)
-    return f'<dl class="facts">{cells}</dl>'
+        found.append(h(f"trace {trace_id}"))
+    return f'<p class="links">{" · ".join(found)}</p>'
 
 
 async def _actions(site: Site, record: TaskRecord, head: list[LogEntry]) -> str:

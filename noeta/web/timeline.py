@@ -100,6 +100,10 @@ def _describe(
             tools = ", ".join(str(t) for t in data.get("tools") or []) or "none"
             body = f"<div>{h(facts)} · tools: {h(tools)}</div>"
             return "", "created", body + text(data.get("prompt") or "")
+        case "PluginsPinned":
+            pins = [pin for pin in data.get("pins") or [] if isinstance(pin, list)]
+            said = ", ".join(" ".join(str(part) for part in pin[:3]) for pin in pins)
+            return "", "plugins", f"<div>{h(said or 'none')}</div>"
         case "CallRequested":
             return "tool", f"job {data.get('name')}", text(json_text(data.get("input")))
         case "MessageTaken":

@@ -19,7 +19,9 @@ from noeta.core.store import Finish, Store
 from tests.web.conftest import encoded, task_with_log
 
 
-def noeta_web(*arguments: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def noeta_web(
+    *arguments: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "noeta", "web", *arguments],
         capture_output=True,
@@ -57,7 +59,9 @@ def test_a_taken_address_is_one_line_and_exit_1(postgres_url: str) -> None:
         port = taken.getsockname()[1]
         result = noeta_web("--bind", f"127.0.0.1:{port}", "--store", postgres_url)
     assert result.returncode == 1
-    assert result.stderr == f"noeta: error: cannot listen on 127.0.0.1:{port}: the address is in use\n"
+    assert (
+        result.stderr == f"noeta: error: cannot listen on 127.0.0.1:{port}: the address is in use\n"
+    )
 
 
 def test_other_commands_do_not_import_the_web_framework() -> None:
@@ -104,7 +108,7 @@ async def test_a_running_tasks_new_events_arrive_live(store: Store, server: str)
                     return seen
             raise AssertionError(f"the stream ended before {text!r}: {seen}")
 
-        await asyncio.wait_for(until("event: status"), 30)
+        await asyncio.wait_for(until("event: facts"), 30)
         await store.append(claim, 2, encoded(events.MessageTaken(2, "<i>live</i> news")))
         arrived = "\n".join(await asyncio.wait_for(until('data-seq="3"'), 30))
         assert "&lt;i&gt;live&lt;/i&gt; news" in arrived

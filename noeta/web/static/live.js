@@ -6,7 +6,6 @@ document.addEventListener("DOMContentLoaded", () => {
   const feed = body.dataset.live;
   if (!feed || !window.EventSource) return;
   const timeline = document.getElementById("timeline");
-  const status = document.getElementById("task-status");
   const source = new EventSource(feed);
   source.addEventListener("rows", (event) => {
     const holder = document.createElement("template");
@@ -14,8 +13,9 @@ document.addEventListener("DOMContentLoaded", () => {
     for (const row of holder.content.children) row.classList.add("fresh");
     timeline.append(holder.content);
   });
-  source.addEventListener("status", (event) => {
-    if (status) status.innerHTML = event.data;
+  source.addEventListener("facts", (event) => {
+    const facts = document.getElementById("task-facts");
+    if (facts) facts.outerHTML = event.data;
   });
   source.addEventListener("finished", () => {
     source.close();
