@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from noeta.core import payload
 from noeta.core.errors import ConfigError
 from noeta.core.payload import JSONValue
 from noeta.core.store import TaskRecord, TaskStatus
@@ -125,10 +124,9 @@ def counted(rows: Sequence[tuple[str, str, int]], cap: int) -> list[StatusCount]
     ]
 
 
-def text_patterns(text: str) -> tuple[str, str]:
-    """LIKE patterns (escape `\\`) for `text` anywhere in a task id, and anywhere in a
-    stored event's text, where it is JSON-escaped ASCII (`payload.encode`)."""
-    return _anywhere(text), _anywhere(payload.encode(text)[1:-1])
+def text_pattern(text: str) -> str:
+    """A LIKE pattern (escape `\\`) for `text` anywhere, its wildcards taken literally."""
+    return _anywhere(text)
 
 
 def _anywhere(text: str) -> str:

@@ -21,7 +21,7 @@ from noeta.core.store_views import (
     TaskCursor,
     check_page,
     counted,
-    text_patterns,
+    text_pattern,
 )
 
 # Newest first, strictly before the cursor: the row comparison is the index's own order,
@@ -34,17 +34,17 @@ SELECT {TASK_COLUMNS} FROM tasks
  ORDER BY created_at DESC, id DESC LIMIT %(limit)s
 """
 
-# The same, with a text that is part of the id or of the task's first event (its prompt,
-# stored JSON-escaped: the pattern is escaped the same way).
+# The same, with a text that is part of the id or of the prompt (the task's first event,
+# decoded from its escaped JSON only for the rows whose id did not match).
 TASK_PAGE_MATCHING = f"""
 SELECT {TASK_COLUMNS} FROM tasks
  WHERE (created_at, id) < (%(before_at)s, %(before_id)s)
    AND status = ANY (%(statuses)s)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-   AND (id ILIKE %(id_pattern)s OR EXISTS (
+   AND (id ILIKE %(pattern)s OR EXISTS (
         SELECT 1 FROM events
          WHERE events.task_id = tasks.id AND events.seq = 1
-           AND events.data ILIKE %(data_pattern)s))
+           AND (events.data::json ->> 'prompt') ILIKE %(pattern)s))
  ORDER BY created_at DESC, id DESC LIMIT %(limit)s
 """
 
@@ -104,7 +104,7 @@ class PostgresViews(PostgresConnection):
         query = TASK_PAGE
         if text:
             query = TASK_PAGE_MATCHING
-            params["id_pattern"], params["data_pattern"] = text_patterns(text)
+            params["pattern"] = text_pattern(text)
         return [_task_record(row) for row in await self._read(query, params)]
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:

@@ -19,7 +19,7 @@ from noeta.core.store_views import (
     TaskCursor,
     check_page,
     counted,
-    text_patterns,
+    text_pattern,
 )
 
 _TASK_COLUMNS = (
@@ -34,9 +34,9 @@ SELECT {_TASK_COLUMNS} FROM tasks {_PAGE_WHERE}
  ORDER BY created_at DESC, id DESC LIMIT :limit"""
 TASK_PAGE_MATCHING = f"""
 SELECT {_TASK_COLUMNS} FROM tasks {_PAGE_WHERE}
-   AND (id LIKE :id_pattern ESCAPE '\\' OR EXISTS (
+   AND (id LIKE :pattern ESCAPE '\\' OR EXISTS (
         SELECT 1 FROM events WHERE events.task_id = tasks.id AND events.seq = 1
-           AND events.data LIKE :data_pattern ESCAPE '\\'))
+           AND json_extract(events.data, '$.prompt') LIKE :pattern ESCAPE '\\'))
  ORDER BY created_at DESC, id DESC LIMIT :limit"""
 STATUS_COUNTS = """
 SELECT queue, count(*) FROM (SELECT queue FROM tasks WHERE status = ? LIMIT ?) GROUP BY queue
@@ -78,7 +78,7 @@ class SqliteViews(SqliteConnection):
         query = TASK_PAGE
         if text:
             query = TASK_PAGE_MATCHING
-            values["id_pattern"], values["data_pattern"] = text_patterns(text)
+            values["pattern"] = text_pattern(text)
         rows = await self._run(self._read_all, query, values)
         return [task_record(row) for row in rows]
 
