@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from importlib import resources
 from string import Template
@@ -96,16 +96,11 @@ def folded(text: str, *, raw: str = "", size: int | None = None) -> str:
 
 
 def json_text(value: object) -> str:
-    """A JSON value as people read it (non-ASCII as itself, indented when structured)."""
+    """A JSON value as people read it: non-ASCII as itself, on one line when it is short."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, indent=1 if _nested(value) else None)
-
-
-def _nested(value: object) -> bool:
-    if isinstance(value, Mapping):
-        return len(value) > 2 or any(isinstance(v, Mapping | list) for v in value.values())
-    return isinstance(value, list) and len(value) > 3
+    compact = json.dumps(value, ensure_ascii=False)
+    return compact if len(compact) <= 120 else json.dumps(value, ensure_ascii=False, indent=1)
 
 
 def form(action: str, csrf: str, fields: str, button: str, *, css: str = "") -> str:

@@ -52,7 +52,7 @@ class Chromium:
             "--disable-gpu",
             "--disable-extensions",
             "--disable-background-networking",
-            "--window-size=1280,900",
+            "--window-size=1280,1500",
             "about:blank",
         ]
         if os.geteuid() == 0:

@@ -25,8 +25,15 @@ SCRIPT = """
 replies:
   - text: "Ready: send me a message and I will get going."
     usage: {input_tokens: 812, output_tokens: 14}
+  - text: "Planning the work first."
+    tool_calls:
+      - id: call-1
+        name: TodoWrite
+        input: {todos: [{content: "read the report", status: in_progress},
+                        {content: "write the summary", status: pending}]}
+    usage: {input_tokens: 845, output_tokens: 41}
   - text: "Got your message. Working on it <b>now</b>."
-    usage: {input_tokens: 845, output_tokens: 11}
+    usage: {input_tokens: 903, output_tokens: 11}
 """
 
 
@@ -81,7 +88,10 @@ def test_a_browser_follows_a_task_live_and_cancels_it(
     with noeta.Client(postgres_url) as client:
         asyncio.run(_migrate(postgres_url))
         task = client.submit(
-            "Say hello, then wait.", model=f"scripted:{script}", interactive=True, tools=[]
+            "Say hello, then wait.",
+            model=f"scripted:{script}",
+            interactive=True,
+            tools=["TodoWrite"],
         )
         worker = Process(
             "worker",
