@@ -147,7 +147,8 @@ async def _stream(site: Site, feed: LiveFeed, task_id: str, after: int) -> Async
             if record.status.finished:
                 yield event("finished", record.status.value)
                 return
-            try:
-                await asyncio.wait_for(changed.wait(), KEEPALIVE_SECONDS)
-            except TimeoutError:
-                yield ": keepalive\n\n"
+            while not changed.is_set():  # the feed says when to look again
+                try:
+                    await asyncio.wait_for(changed.wait(), KEEPALIVE_SECONDS)
+                except TimeoutError:
+                    yield ": keepalive\n\n"

@@ -84,7 +84,8 @@ def _epoch_mark(entry: LogEntry, context: Context) -> str:
 
 def _unread(entry: LogEntry, raw: str) -> str:
     """An event too long to bring whole: its first characters and the way to the rest."""
-    return folded(entry.preview, raw=raw, size=entry.size)
+    note = f"{entry.size:,} characters: too long to bring whole, its start:"
+    return f'<div class="muted">{h(note)}</div>' + folded(entry.preview, raw=raw, size=entry.size)
 
 
 def _describe(

@@ -5,6 +5,7 @@ request needs once NOETA_WEB_TOKEN is set; a foreign Host refused on loopback.""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
 from starlette.testclient import TestClient
@@ -44,11 +45,12 @@ async def test_a_missing_foreign_or_stale_csrf_token_is_refused(
     store: Store, web: Callable[..., TestClient]
 ) -> None:
     await task_with_log(store, "guarded", interactive=True)
-    http = web()
+    tokens = CsrfTokens(b"this process's secret")
+    http = web(csrf=tokens)
     other_process = CsrfTokens().issue("/tasks/guarded/cancel")
-    old = CsrfTokens()  # a token for another path, and one over an hour old
+    stale = tokens.issue("/tasks/guarded/cancel", now=time.time() - 3700)
     elsewhere = form_fields(http.get("/tasks/guarded").text, "/tasks/guarded/send")["csrf"]
-    for token in [None, "", "garbage", other_process, elsewhere, old.issue("/x", now=0)]:
+    for token in [None, "", "garbage", other_process, elsewhere, stale]:
         refused = http.post("/tasks/guarded/cancel", data={} if token is None else {"csrf": token})
         assert refused.status_code == 403, token
         assert "Stale form" in refused.text and "reload the task" in refused.text

@@ -129,7 +129,8 @@ async def test_a_10_mb_tool_output_is_cut_and_served_raw_in_parts(
     took = time.monotonic() - started
     assert page.status_code == 200
     assert len(page.content) < 100_000, "the page carries the whole output"
-    assert "10,000," in page.text and "show raw" in page.text
+    assert "10,000,0" in page.text and "show raw" in page.text
+    assert "too long to bring whole" in page.text  # the 10 MB stayed in the database
     index = http.get("/tasks/huge/events/3")
     assert "served in 10 parts" in index.text
     part = http.get("/tasks/huge/events/3", params={"part": 9})
@@ -137,6 +138,21 @@ async def test_a_10_mb_tool_output_is_cut_and_served_raw_in_parts(
     assert part.text.endswith('"from_epoch":0}') and len(part.text) < 1 << 20
     assert http.get("/tasks/huge/events/3", params={"part": 10}).status_code == 404
     print(f"task page with a 10 MB tool output: {took * 1000:.0f} ms, {len(page.content)} bytes")
+
+
+async def test_a_long_value_on_the_page_is_cut_with_a_way_to_the_rest(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    longish = "x" * 50_000  # under the size an event is brought whole, over the cut
+    await task_with_log(
+        store,
+        "longish",
+        [events.ToolStarted("c1", "Bash", {"command": "yes"}), events.ToolFinished("c1", longish)],
+    )
+    page = web().get("/tasks/longish")
+    assert "50,000 characters; the rest is not on this page" in page.text
+    assert len(page.content) < 40_000
+    assert "too long to bring whole" not in page.text
 
 
 async def test_a_log_of_100000_events_is_paged(
