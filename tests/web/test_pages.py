@@ -8,12 +8,19 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from starlette.testclient import TestClient
 
+from noeta.backends.stores import open_store
+from noeta.client import AsyncClient
 from noeta.core import events
 from noeta.core.model import Text, ToolCall, Usage
 from noeta.core.store import Store
+from noeta.observability.span_record import SpanRecord
+from noeta.scheduler.cronfile import MessageAction, Schedule
+from noeta.web.app import create_app
+from noeta.web.site import Site
 from tests.web.conftest import encoded, task_with_log
 
 SCRIPT_TAG = "<script>alert('owned')</script>"
@@ -170,3 +177,45 @@ async def test_a_log_of_100000_events_is_paged(
     first = http.get("/tasks/long", params={"after": 0}).text
     assert 'data-seq="1"' in first and 'data-seq="201"' not in first
     assert http.get("/tasks/long", params={"after": "-1"}).status_code == 400
+
+
+async def test_a_traced_task_links_to_jaeger(store: Store, web: Callable[..., TestClient]) -> None:
+    record = SpanRecord(0xABC, 1, 1, 2, 0, 3, 0, 1, 4, 0)
+    await task_with_log(store, "traced", [events.ModelCalled("ef" * 32, trace=record.encode())])
+    page = web(jaeger_url="http://jaeger.local:16686/").get("/tasks/traced").text
+    assert f'href="http://jaeger.local:16686/trace/{0xABC:032x}"' in page
+    assert "in Jaeger" not in web().get("/tasks/traced").text
+
+
+async def test_workers_and_cron_pages(store: Store, web: Callable[..., TestClient]) -> None:
+    await task_with_log(store, "held-1", worker="worker-<x>")
+    http = web()
+    workers = http.get("/workers")
+    assert workers.status_code == 200
+    assert "worker-&lt;x&gt;" in workers.text and "held-1" in workers.text
+    assert "lease ends in" in workers.text
+    schedule = Schedule(
+        name="nightly",
+        cron="0 3 * * *",
+        timezone="Europe/Paris",
+        action=MessageAction("held-1", "wake up"),
+        source="cron.yaml:1",
+    )
+    cron = web(schedules=[schedule]).get("/cron")
+    assert cron.status_code == 200
+    assert "nightly" in cron.text and "03:00 CET" in cron.text and "02:00 UTC" in cron.text
+
+
+async def test_the_pages_work_on_a_sqlite_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'noeta.db'}"
+    store = await open_store(url, migrate=True)
+    try:
+        await task_with_log(store, "on-sqlite", [events.MessageTaken(1, "<hi>")])
+    finally:
+        await store.close()
+    site = Site(AsyncClient(url), allowed_hosts=("testserver",))
+    with TestClient(create_app(site)) as http:
+        assert "on-sqlite" in http.get("/tasks").text
+        page = http.get("/tasks/on-sqlite").text
+        assert "&lt;hi&gt;" in page and "epoch 1: claimed by worker-a" in page
+        assert http.get("/workers").status_code == http.get("/cron").status_code == 200
