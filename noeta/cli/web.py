@@ -8,6 +8,7 @@ import asyncio
 import errno
 import os
 import socket
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -90,9 +91,22 @@ async def _serve(
 ) -> None:
     import uvicorn
 
+    class _Server(uvicorn.Server):
+        """Ends the live streams as soon as a stop is asked: uvicorn waits for open
+        connections before it stops, and a stream would otherwise never close."""
+
+        def __init__(self, config: uvicorn.Config, feed: LiveFeed) -> None:
+            super().__init__(config)
+            self.feed = feed
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            self.feed.stop_streams()
+            super().handle_exit(sig, frame)
+
     from noeta.backends.stores import resolve_url, store_kind
     from noeta.client import AsyncClient
     from noeta.web.app import create_app
+    from noeta.web.live import LiveFeed
     from noeta.web.site import Site
 
     client = AsyncClient(url, application_name="noeta-web")
@@ -105,7 +119,8 @@ async def _serve(
         jaeger_url=os.environ.get(JAEGER_ENV) or None,
         allowed_hosts=hosts,
     )
-    app = create_app(site)
+    feed = LiveFeed(site)
+    app = create_app(site, feed)
     config = uvicorn.Config(
         app, log_level="warning", timeout_graceful_shutdown=2, lifespan="on", access_log=False
     )
@@ -114,4 +129,4 @@ async def _serve(
     resolved = resolve_url(url)
     kind = store_kind(resolved) if resolved else "embedded postgres"
     click.echo(f"noeta web: serving http://{shown}/ on the {kind} store (Ctrl-C stops)")
-    await uvicorn.Server(config).serve(sockets=[listening])
+    await _Server(config, feed).serve(sockets=[listening])

@@ -28,9 +28,9 @@ log = logging.getLogger("noeta.web")
 Handler = Callable[[Site, Request], Awaitable[Response]]
 
 
-def create_app(site: Site) -> Starlette:
+def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
     """The app on `site`'s client; it closes the client when it stops."""
-    feed = live.LiveFeed(site)
+    feed = feed or live.LiveFeed(site)
     if site.token:
         forget_secret(site.token)
 

@@ -39,6 +39,7 @@ class LiveFeed:
         self._watched: dict[str, _Watched] = {}
         self._nudge = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self.stopping = False
 
     @contextlib.asynccontextmanager
     async def watch(self, task_id: str) -> AsyncIterator[asyncio.Event]:
@@ -53,6 +54,13 @@ class LiveFeed:
             watched.changed.discard(changed)
             if not watched.changed:
                 self._watched.pop(task_id, None)
+
+    def stop_streams(self) -> None:
+        """End every stream now (the server is stopping: it waits for open connections)."""
+        self.stopping = True
+        for watched in self._watched.values():
+            for changed in watched.changed:
+                changed.set()
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -131,7 +139,7 @@ async def _stream(site: Site, feed: LiveFeed, task_id: str, after: int) -> Async
     shown: TaskRecord | None = None
     async with feed.watch(task_id) as changed:
         yield ": following\n\n"
-        while True:
+        while not feed.stopping:
             changed.clear()
             record = await store.get_task(task_id)  # before the log: see client.tail
             entries = await views.log_page(task_id, after_seq=after, limit=BATCH_EVENTS)
