@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+from asyncio.subprocess import PIPE
 from collections.abc import Iterator
 
 import httpx
@@ -116,3 +117,33 @@ async def test_a_running_tasks_new_events_arrive_live(store: Store, server: str)
         await store.append(claim, 3, encoded(finished), next_state=Finish())
         tail = await asyncio.wait_for(until("event: finished"), 30)
         assert any('data-seq="4"' in line for line in tail)
+
+
+async def test_stopping_with_a_page_following_a_task_is_quick_and_quiet(
+    store: Store, postgres_url: str
+) -> None:
+    await task_with_log(store, "watched")
+    arguments = ["web", "--bind", "127.0.0.1:0", "--store", postgres_url]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "noeta", *arguments, stdout=PIPE, stderr=PIPE
+    )
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        line = (await process.stdout.readline()).decode()
+        host, port = line.split("http://", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"GET /tasks/watched/live HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        await writer.drain()
+        while b"event: facts" not in await reader.readline():
+            pass
+        process.terminate()
+        # uvicorn waits for open connections: the stream must end on its own, at once
+        # (at its graceful timeout, 2 s, uvicorn would cancel it with a traceback).
+        await asyncio.wait_for(process.wait(), 1.5)
+        errors = (await process.stderr.read()).decode()
+        assert "Traceback" not in errors, errors
+        writer.close()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
