@@ -42,12 +42,13 @@ chromium:  ## Install Chromium for the browser test when the machine has none (a
 
 check: lint test  ## Everything a commit must pass
 
-bench:  ## Store, fold, workers, scheduler and tracing figures (prints tables; not a test)
+bench:  ## Store, fold, workers, scheduler, tracing and web figures (prints tables; not a test)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/fold.py
 	$(BIN)/python bench/worker.py
 	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/tracing.py
+	$(BIN)/python bench/web.py
 
 cluster: reachable  ## Workers under process, database and network faults, then every check (SPEC §9)
 	$(BIN)/python -m tests.cluster.run
