@@ -219,3 +219,17 @@ async def test_the_pages_work_on_a_sqlite_store(tmp_path: Path) -> None:
         page = http.get("/tasks/on-sqlite").text
         assert "&lt;hi&gt;" in page and "epoch 1: claimed by worker-a" in page
         assert http.get("/workers").status_code == http.get("/cron").status_code == 200
+
+
+async def test_a_model_request_re_sent_after_a_takeover_is_marked(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    claim = await task_with_log(store, "resent", [events.ModelCalled("12" * 32)])
+    await store.release(claim)  # the reply never came: the next claim sends it again
+    second = await store.claim_task("worker-b", "resent", 30)
+    assert second is not None
+    late = events.ToolFinished("c7", "kept", recovery="late", from_epoch=1)
+    await store.append(second, 2, encoded(events.ModelCalled("12" * 32), late))
+    page = web().get("/tasks/resent").text
+    assert page.count("re-sent after a takeover: the same request bytes") == 1
+    assert "recorded from the result its own run kept after its claim was gone (epoch 1)" in page
