@@ -69,6 +69,12 @@ COMMANDS: dict[str, LazyCommand] = {
         "noeta.cli.tasks:tasks",
         "List tasks, newest first (with --parent: that task's subtasks, in launch order).",
     ),
+    "web": LazyCommand(
+        "noeta.cli.web:web",
+        "Watch and steer tasks in a browser: the task list, each task's log as a live "
+        "timeline (takeovers and recoveries marked), workers and cron; cancel a task, send "
+        "a message, answer a gate.",
+    ),
     "worker": LazyCommand(
         "noeta.cli.worker:worker",
         "Claim tasks from the queues and run them until SIGTERM or SIGINT.",

@@ -14,6 +14,8 @@ ADDRESSES = ("", "ANTHROPIC_BASE_URL, OPENAI_BASE_URL")
 FAILPOINTS = ("NOETA_FAILPOINTS", "points where the process dies or freezes (tests)")
 OTEL = ("OTEL_*", "OpenTelemetry export: OTEL_EXPORTER_OTLP_ENDPOINT, …")
 JOURNAL = ("NOETA_APPEND_JOURNAL", "a file to journal acknowledged appends to (make cluster)")
+WEB_TOKEN = ("NOETA_WEB_TOKEN", "the token every request must carry (needed off loopback)")
+JAEGER = ("NOETA_JAEGER_URL", "Jaeger's address: a task's page links to its trace")
 TRACEBACK = ("NOETA_TRACEBACK", "set: an unexpected error shows its traceback")
 
 # Beyond what a command's options say it reads (--store, --config, --model): the
@@ -25,6 +27,7 @@ _EXTRA: dict[str, tuple[tuple[str, str], ...]] = {
     "noeta db status": (HOME,),
     "noeta db start": (HOME,),
     "noeta db stop": (HOME,),
+    "noeta web": (WEB_TOKEN, JAEGER),
 }
 
 

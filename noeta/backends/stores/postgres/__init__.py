@@ -22,6 +22,7 @@ from noeta.backends.stores.postgres.logs import PostgresLogs
 from noeta.backends.stores.postgres.retention import PostgresRetention
 from noeta.backends.stores.postgres.schema import check_schema, migrate_database
 from noeta.backends.stores.postgres.session import SessionLimits, startup_options
+from noeta.backends.stores.postgres.views import PostgresViews
 from noeta.backends.stores.postgres.wakeups import PostgresWakeups
 from noeta.core.errors import StoreUnavailable
 
@@ -45,6 +46,7 @@ class PostgresStore(
     PostgresLateResults,
     PostgresBulk,
     PostgresRetention,
+    PostgresViews,
 ):
     """A `Store` on one PostgreSQL database (or schema, via the URL's search_path)."""
 

@@ -22,6 +22,7 @@ from noeta.backends.stores.sqlite.late_results import SqliteLateResults
 from noeta.backends.stores.sqlite.logs import SqliteLogs
 from noeta.backends.stores.sqlite.retention import SqliteRetention
 from noeta.backends.stores.sqlite.schema import SqliteSchema
+from noeta.backends.stores.sqlite.views import SqliteViews
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 from noeta.core.store import ClaimedTask, LoadedTask, check_claim_limit
 
@@ -39,6 +40,7 @@ class SqliteStore(
     SqliteSchema,
     SqliteBulk,
     SqliteRetention,
+    SqliteViews,
 ):
     """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""
 
