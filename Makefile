@@ -12,6 +12,7 @@ install:  ## Create .venv and install noeta with its development tools
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@$(MAKE) --no-print-directory chromium
 
 lint:  ## Format check, lint, types, import contracts
 	$(BIN)/ruff format --check .
@@ -32,10 +33,14 @@ reachable:
 	    chmod o+x "$$d"; fi; d="$$(dirname "$$d")"; done; fi
 
 # The browser test (tests/web/test_browser.py) drives the distribution's Chromium; it is
-# skipped without one, except under CI, where it fails. Installed only when missing.
+# skipped without one, except under CI, where it fails. `make install` brings it when
+# missing and apt-get is there; elsewhere it says how the browser test will behave.
 chromium:  ## Install Chromium for the browser test when the machine has none (apt-get)
 	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
-	  || command -v google-chrome >/dev/null; then :; else \
+	  || command -v google-chrome >/dev/null; then :; \
+	elif ! command -v apt-get >/dev/null; then \
+	  echo "no chromium and no apt-get: install Chromium for the browser test (tests/web)"; \
+	else \
 	  echo "installing chromium for the browser test (apt-get)"; \
 	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium; fi
