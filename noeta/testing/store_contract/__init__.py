@@ -22,6 +22,7 @@ from noeta.testing.store_contract.fixtures import (
 from noeta.testing.store_contract.inbox import InboxContract
 from noeta.testing.store_contract.late_results import LateResultContract
 from noeta.testing.store_contract.logs import LogContract
+from noeta.testing.store_contract.model_limits import ModelLimitContract
 
 __all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim"]
 
@@ -36,5 +37,6 @@ class StoreContract(
     CronContract,
     ErrorContract,
     LateResultContract,
+    ModelLimitContract,
 ):
     """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""

@@ -19,6 +19,7 @@ from noeta.backends.stores.sqlite.connection import connect
 from noeta.backends.stores.sqlite.cron import SqliteCron
 from noeta.backends.stores.sqlite.late_results import SqliteLateResults
 from noeta.backends.stores.sqlite.logs import SqliteLogs
+from noeta.backends.stores.sqlite.model_limits import SqliteModelLimits
 from noeta.backends.stores.sqlite.schema import SqliteSchema
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 from noeta.core.store import ClaimedTask, LoadedTask, check_claim_limit
@@ -29,7 +30,13 @@ _MINIMUM_SQLITE = (3, 24, 0)  # ON CONFLICT ... DO NOTHING / DO UPDATE
 
 
 class SqliteStore(
-    SqliteClaims, SqliteAppends, SqliteLogs, SqliteCron, SqliteLateResults, SqliteSchema
+    SqliteClaims,
+    SqliteAppends,
+    SqliteLogs,
+    SqliteCron,
+    SqliteLateResults,
+    SqliteModelLimits,
+    SqliteSchema,
 ):
     """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""
 
