@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from noeta.cli import answer, cron, db, run, scheduler, tasks, worker
+from noeta.cli import answer, cron, db, limits, run, scheduler, tasks, worker
 from noeta.cli.environment import describe_environment, show_version
 
 # Exit codes: 1 an error noeta reports, 2 a command line click cannot read, 130 Ctrl-C,
@@ -106,6 +106,7 @@ cli.add_command(tasks.tail)
 cli.add_command(tasks.cancel)
 cli.add_command(worker.worker)
 cli.add_command(cron.cron)
+cli.add_command(limits.limit)
 cli.add_command(scheduler.scheduler)
 describe_environment(cli, "noeta")
 
