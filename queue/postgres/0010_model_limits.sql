@@ -50,7 +50,7 @@ $$;
 -- returned. Refused: nothing is appended, the task is ready again at the moment the
 -- budget allows, that slot is reserved for it (a held slot is taken without a new check),
 -- and (NULL, that moment, the limit that decided) is returned. A paused limit (a 429's
--- Retry-After) refuses until the pause ends; a reserved slot is kept through it.
+-- Retry-After) refuses until the pause ends, giving a slot after it.
 CREATE FUNCTION noeta_append_model_called(
     p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb,
     p_keys text[], p_tokens bigint)
@@ -83,12 +83,12 @@ BEGIN
         END IF;
     END LOOP;
     IF v_pause IS NOT NULL THEN
-        retry_at := v_pause;
+        -- Paused: a new slot after the pause, spaced like any other (a slot held before
+        -- is given up), so the tasks held off do not all call at its end.
+        retry_at := greatest(v_slot, v_pause);
         limit_key := v_pause_key || ' (paused after a 429)';
-        IF v_hold IS NOT NULL THEN
-            retry_at := greatest(v_pause, v_hold);
-            INSERT INTO model_limit_holds VALUES (p_task, retry_at, v_hold_key);
-        END IF;
+        PERFORM noeta_take_model_budget(p_keys, p_tokens, retry_at, 0);
+        INSERT INTO model_limit_holds VALUES (p_task, retry_at, v_pause_key);
     ELSIF v_hold > v_now THEN
         retry_at := v_hold;  -- back before its slot: it keeps waiting for it
         limit_key := v_hold_key;

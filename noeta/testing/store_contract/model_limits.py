@@ -80,15 +80,19 @@ class ModelLimitContract:
 
     async def test_a_429_pauses_the_limit_for_every_caller(self, store: Store) -> None:
         limiter = _limiter(store)
-        await limiter.set_model_limit("fake/m1", 1_000_000, None)
+        await limiter.set_model_limit("fake/m1", 600, None)
         await limiter.model_call_throttled(KEYS, 30.0)
-        claim = await _claimed(store, "a")
+        first, second = [await _claimed(store, name) for name in ("a", "b")]
         with pytest.raises(ModelBudgetWait) as waited:
-            await limiter.append_model_called(claim, 1, CALLED, ModelBudget(KEYS, 1))
-        assert waited.value.limit.startswith("fake/m1")
+            await limiter.append_model_called(first, 1, CALLED, ModelBudget(KEYS, 1))
+        assert waited.value.limit == "fake/m1 (paused after a 429)"
         assert waited.value.until - await store.clock() > timedelta(seconds=29)
         (limit,) = await limiter.model_limits()
         assert limit.throttled == 1 and limit.paused_until == waited.value.until
+        # The tasks held off get slots after the pause, spaced: not all at its end.
+        with pytest.raises(ModelBudgetWait) as later:
+            await limiter.append_model_called(second, 1, CALLED, ModelBudget(KEYS, 1))
+        assert later.value.until - waited.value.until == timedelta(milliseconds=100)
 
     async def test_tokens_per_minute_count_the_reply_real_use(self, store: Store) -> None:
         limiter = _limiter(store)

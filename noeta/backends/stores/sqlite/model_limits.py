@@ -94,10 +94,10 @@ class SqliteModelLimits(SqliteConnection):
                     if at is not None and at > slot:
                         slot, slot_key = at, key
             if pause is not None:
-                retry = (pause[0], f"{pause[1]} (paused after a 429)")
-                if hold is not None:
-                    retry = (max(pause[0], hold[0]), retry[1])
-                    connection.execute(PUT_HOLD, (claim.task_id, retry[0], hold[1]))
+                # Paused: a new slot after the pause, spaced like any other.
+                retry = (max(slot, pause[0]), f"{pause[1]} (paused after a 429)")
+                self._take(connection, keys, budget.tokens, retry[0], 0)
+                connection.execute(PUT_HOLD, (claim.task_id, retry[0], pause[1]))
             elif hold is not None and hold[0] > now:
                 retry = (hold[0], hold[1])  # back before its slot: it keeps waiting for it
                 connection.execute(PUT_HOLD, (claim.task_id, hold[0], hold[1]))
