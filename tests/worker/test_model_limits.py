@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from noeta.core import events
 from noeta.core.model_limits import ModelLimiter
