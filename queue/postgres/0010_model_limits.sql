@@ -53,8 +53,9 @@ $$;
 -- Retry-After) refuses until the pause ends, giving a slot after it.
 CREATE FUNCTION noeta_append_model_called(
     p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb,
-    p_keys text[], p_tokens bigint)
-RETURNS TABLE (seq bigint, retry_at timestamptz, limit_key text) LANGUAGE plpgsql AS $$
+    p_keys text[], p_tokens bigint,
+    OUT seq bigint, OUT retry_at timestamptz, OUT limit_key text)
+LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := noeta_fence(p_task, p_epoch, p_expected_seq);
     v_hold timestamptz;
@@ -63,12 +64,12 @@ DECLARE
     v_slot_key text;
     v_pause timestamptz;
     v_pause_key text;
+    v_limited boolean := false;  -- a limit applies (else: one statement fewer)
     l record;
 BEGIN
-    DELETE FROM model_limit_holds h WHERE h.task_id = p_task
-        RETURNING h.until, h.limit_key INTO v_hold, v_hold_key;
     FOR l IN SELECT * FROM model_limits m WHERE m.key = ANY (p_keys) ORDER BY m.key
              FOR UPDATE LOOP
+        v_limited := true;
         IF l.paused_until > v_now AND (v_pause IS NULL OR l.paused_until > v_pause) THEN
             v_pause := l.paused_until;
             v_pause_key := l.key;
@@ -82,6 +83,10 @@ BEGIN
             v_slot_key := l.key;
         END IF;
     END LOOP;
+    IF v_limited THEN  -- no limit applies, no slot is held (clearing a limit drops them)
+        DELETE FROM model_limit_holds h WHERE h.task_id = p_task
+            RETURNING h.until, h.limit_key INTO v_hold, v_hold_key;
+    END IF;
     IF v_pause IS NOT NULL THEN
         -- Paused: a new slot after the pause, spaced like any other (a slot held before
         -- is given up), so the tasks held off do not all call at its end.
@@ -100,15 +105,14 @@ BEGIN
         INSERT INTO model_limit_holds VALUES (p_task, v_slot, v_slot_key);
     ELSE
         -- Allowed: now, or at the slot it held (charged when it was reserved).
-        IF v_hold IS NULL THEN
+        IF v_limited AND v_hold IS NULL THEN
             PERFORM noeta_take_model_budget(p_keys, p_tokens, v_now, 1);
-        ELSE
+        ELSIF v_limited THEN
             UPDATE model_limits m SET calls = m.calls + 1 WHERE m.key = ANY (p_keys);
         END IF;
         seq := noeta_insert_events(p_task, p_epoch, p_expected_seq, p_events);
         UPDATE tasks SET last_seq = seq, status = 'running', updated_at = v_now
          WHERE id = p_task;
-        RETURN NEXT;
         RETURN;
     END IF;
     UPDATE model_limits m SET handbacks = m.handbacks + 1,
@@ -117,7 +121,6 @@ BEGIN
     UPDATE tasks SET status = 'ready', lease_until = NULL, ready_at = retry_at,
            claimable_at = retry_at, updated_at = v_now
      WHERE id = p_task;
-    RETURN NEXT;
 END $$;
 
 -- The reply's real tokens (p_delta: real minus the estimate taken) moved onto the limits.

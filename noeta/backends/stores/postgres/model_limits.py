@@ -28,7 +28,11 @@ INSERT INTO model_limits (key, rpm, tpm) VALUES (%(key)s, %(rpm)s, %(tpm)s)
 ON CONFLICT (key) DO UPDATE SET rpm = excluded.rpm, tpm = excluded.tpm,
        updated_at = clock_timestamp()
 """
-CLEAR_MODEL_LIMIT = "DELETE FROM model_limits WHERE key = %(key)s RETURNING key"
+# The slots it held for tasks go with it: a call no limit applies to takes no hold.
+CLEAR_MODEL_LIMIT = """
+WITH released AS (DELETE FROM model_limit_holds WHERE limit_key = %(key)s)
+DELETE FROM model_limits WHERE key = %(key)s RETURNING key
+"""
 LIST_MODEL_LIMITS = """
 SELECT key, rpm, tpm, CASE WHEN paused_until > clock_timestamp() THEN paused_until END,
        calls, handbacks, waited_seconds, throttled

@@ -62,6 +62,8 @@ SET_LIMIT = """
 INSERT INTO model_limits (key, rpm, tpm) VALUES (?, ?, ?)
 ON CONFLICT (key) DO UPDATE SET rpm = excluded.rpm, tpm = excluded.tpm"""
 CLEAR_LIMIT = "DELETE FROM model_limits WHERE key = ?"
+# The slots it held for tasks go with it: a call no limit applies to takes no hold.
+CLEAR_HOLDS = "DELETE FROM model_limit_holds WHERE limit_key = ?"
 LIST_LIMITS = """
 SELECT key, rpm, tpm, CASE WHEN paused_until > ? THEN paused_until END,
        calls, handbacks, waited_seconds, throttled
@@ -148,8 +150,12 @@ class SqliteModelLimits(SqliteConnection):
 
     async def clear_model_limit(self, key: str) -> bool:
         values = (check_limit_key(key),)
-        cleared = await self._run(self._write, lambda c, now: c.execute(CLEAR_LIMIT, values))
-        return bool(cleared.rowcount > 0)
+
+        def clear(connection: sqlite3.Connection, now: int) -> bool:
+            connection.execute(CLEAR_HOLDS, values)
+            return bool(connection.execute(CLEAR_LIMIT, values).rowcount > 0)
+
+        return await self._run(self._write, clear)
 
     async def model_limits(self) -> list[ModelLimit]:
         def read(connection: sqlite3.Connection, now: int) -> list[ModelLimit]:
