@@ -46,6 +46,8 @@ DECLARED = {
     "noeta_migrations": {"SELECT"},
     "cron_schedules": {"SELECT", "INSERT", "UPDATE"},
     "cron_fires": {"SELECT", "INSERT", "UPDATE"},
+    "model_limits": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # settings, not the log
+    "model_limit_holds": {"SELECT", "INSERT", "DELETE"},
 }
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
