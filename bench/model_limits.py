@@ -51,6 +51,17 @@ def noeta(url: str, *arguments: str) -> None:
     subprocess.run(command, check=True, capture_output=True, env=environment)
 
 
+def start_worker(url: str, name: str, folder: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "noeta", "worker", "--store", url, "--name", name]
+    output = (folder / f"{name}.log").open("w")
+    return subprocess.Popen(
+        [*command, "--concurrency", str(CONCURRENCY)],
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+
+
 async def fleet_rate(url: str, store: PostgresStore, per_second: int, tasks: int) -> None:
     noeta(url, "limit", "set", f"anthropic/{MODEL}", "--rpm", str(per_second * 60))
     ids = [f"rate-{per_second}-{n:04}" for n in range(tasks)]
@@ -66,16 +77,7 @@ async def fleet_rate(url: str, store: PostgresStore, per_second: int, tasks: int
             "ANTHROPIC_BASE_URL": provider.base_url,
             "NOETA_HOME": str(folder / "home"),
         }
-        fleet = [
-            subprocess.Popen(
-                [sys.executable, "-m", "noeta", "worker", "--store", url, "--name", f"w{n}"]
-                + ["--concurrency", str(CONCURRENCY)],
-                stdout=(folder / f"w{n}.log").open("w"),
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-            for n in range(WORKERS)
-        ]
+        fleet = [start_worker(url, f"w{n}", folder, env) for n in range(WORKERS)]
         try:
             while True:
                 finished = [await store.get_task(task_id) for task_id in ids]

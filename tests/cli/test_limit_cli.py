@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +85,46 @@ def test_bad_input_is_one_line_and_changes_nothing(
     assert [(d["limit"], d["rpm"], d["tpm"]) for d in listed(store_url)] == [
         ("anthropic/*", 50, None)
     ]
+
+
+async def take_the_budget(store_url: str) -> None:
+    """One call under `scripted/*`, made here: the next one must wait its slot."""
+    from noeta.backends.stores import open_store
+    from noeta.core.model_limits import ModelBudget, ModelLimiter
+    from noeta.core.store import NewEvent, NewTask
+
+    store = await open_store(store_url)
+    try:
+        await store.create_task(NewTask("other", [NewEvent("created", {})]))
+        claim = await store.claim_task("elsewhere", "other", 30)
+        assert claim is not None and isinstance(store, ModelLimiter)
+        called = [NewEvent("ModelCalled", {})]
+        await store.append_model_called(claim, 1, called, ModelBudget(("scripted/*",), 1))
+    finally:
+        await store.close()
+
+
+async def test_noeta_run_waits_for_the_budget_and_finishes(store_url: str) -> None:
+    import asyncio
+
+    example = Path(__file__).parents[2] / "examples" / "hello.yaml"
+    assert noeta(store_url, "set", "scripted", "--rpm", "12").returncode == 0  # one per 5 s
+    await take_the_budget(store_url)
+    run = ["run", "What does noeta guarantee?", "--model", f"scripted:{example}", "--id", "r"]
+    result = await asyncio.to_thread(noeta, store_url, *run, command="")
+    assert result.returncode == 0, result.stderr
+    assert "exactly one writer" in result.stdout
+    [limit] = listed(store_url)
+    assert (limit["calls"], limit["handbacks"]) == (2, 1)  # hello.yaml: one call
+    assert limit["waited_seconds"] > 0  # type: ignore[operator]
+    assert (await log_types(store_url, "r")).count("ModelCalled") == 1  # none for the wait
+
+
+async def log_types(store_url: str, task_id: str) -> list[str]:
+    from noeta.backends.stores import open_store
+
+    store = await open_store(store_url)
+    try:
+        return [event.type for event in await store.read_log(task_id)]
+    finally:
+        await store.close()
