@@ -72,9 +72,11 @@ async def test_a_fleet_slows_to_the_shared_limit_and_no_task_fails(
     throttled = [t for t, status in provider.arrivals if status == 429]
     assert len(throttled) <= 1, throttled
     assert len(times) == 60 + len(throttled)
-    # The provider's own clock: the fleet slowed to the limit (59 intervals of 100 ms;
-    # arrivals jitter around the recorded times, the first of each worker most).
-    assert (len(times) - 1) / (times[-1] - times[0]) <= 10 * 1.05
+    # The provider's own clock: the fleet slowed to the limit. Each worker's first call
+    # arrives late (its HTTP client starts), so the rate is read after the first second.
+    steady = [t for t in times if t >= times[0] + 1.0]
+    assert (len(steady) - 1) / (steady[-1] - steady[0]) <= 10 * 1.05
+    assert times[-1] - times[0] >= 59 * 0.1 * 0.9
     assert isinstance(store, ModelLimiter)
     (limit,) = await store.model_limits()
     assert limit.calls == 60 and limit.handbacks > 0 and limit.waited_seconds > 0
