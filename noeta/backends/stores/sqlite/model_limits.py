@@ -14,7 +14,7 @@ from noeta.backends.stores.sqlite.appends import (
     insert_claimed_events,
 )
 from noeta.backends.stores.sqlite.connection import SqliteConnection
-from noeta.backends.stores.sqlite.encoding import encode_events, from_micros
+from noeta.backends.stores.sqlite.encoding import encode_events, from_micros, now_micros
 from noeta.core.model_limits import (
     ModelBudget,
     ModelBudgetWait,
@@ -158,14 +158,11 @@ class SqliteModelLimits(SqliteConnection):
         return await self._run(self._write, clear)
 
     async def model_limits(self) -> list[ModelLimit]:
-        def read(connection: sqlite3.Connection, now: int) -> list[ModelLimit]:
-            rows = connection.execute(LIST_LIMITS, (now,)).fetchall()
-            return [
-                ModelLimit(key, rpm, tpm, None if paused is None else from_micros(paused), *rest)
-                for key, rpm, tpm, paused, *rest in rows
-            ]
-
-        return await self._run(self._write, read)
+        rows = await self._run(lambda: self._read_all(LIST_LIMITS, (now_micros(),)))
+        return [
+            ModelLimit(key, rpm, tpm, None if paused is None else from_micros(paused), *rest)
+            for key, rpm, tpm, paused, *rest in rows
+        ]
 
 
 def _json_list(keys: Sequence[str]) -> str:
