@@ -41,6 +41,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "noeta.cli.db:db",
         "The store's schema, and the embedded PostgreSQL server in $NOETA_HOME.",
     ),
+    "limit": LazyCommand(
+        "noeta.cli.limits:limit",
+        "Shared model-call limits: requests and tokens per minute, for every worker at once.",
+    ),
     "run": LazyCommand(
         "noeta.cli.run:run",
         "Run a one-shot task in this process until it ends; print its answer.",

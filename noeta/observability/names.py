@@ -37,6 +37,7 @@ OUTCOME = "noeta.outcome"
 TURN = "noeta.turn"
 STORE_OPERATION = "noeta.store.operation"
 QUEUE = "noeta.queue"
+MODEL_LIMIT = "noeta.model_limit"  # the shared limit a task waited for
 
 ATTEMPT_SPAN = "noeta.attempt"
 TURN_SPAN = "noeta.turn"

@@ -48,6 +48,8 @@ DECLARED = {
     "cron_schedules": {"SELECT", "INSERT", "UPDATE"},
     "cron_fires": {"SELECT", "INSERT", "UPDATE"},
     "pruned_task_ids": {"SELECT"},  # only the owner prunes (ADR-0066)
+    "model_limits": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # settings, not the log
+    "model_limit_holds": {"SELECT", "INSERT", "DELETE"},
 }
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 

@@ -23,6 +23,7 @@ from noeta.testing.store_contract.fixtures import (
 from noeta.testing.store_contract.inbox import InboxContract
 from noeta.testing.store_contract.late_results import LateResultContract
 from noeta.testing.store_contract.logs import LogContract
+from noeta.testing.store_contract.model_limits import ModelLimitContract
 from noeta.testing.store_contract.retention import RetentionContract
 
 __all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim"]
@@ -40,5 +41,6 @@ class StoreContract(
     LateResultContract,
     BulkContract,
     RetentionContract,
+    ModelLimitContract,
 ):
     """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""

@@ -19,6 +19,7 @@ from noeta.backends.stores.postgres.cron import PostgresCron
 from noeta.backends.stores.postgres.inbox import PostgresInbox
 from noeta.backends.stores.postgres.late_results import PostgresLateResults
 from noeta.backends.stores.postgres.logs import PostgresLogs
+from noeta.backends.stores.postgres.model_limits import PostgresModelLimits
 from noeta.backends.stores.postgres.retention import PostgresRetention
 from noeta.backends.stores.postgres.schema import check_schema, migrate_database
 from noeta.backends.stores.postgres.session import SessionLimits, startup_options
@@ -47,6 +48,7 @@ class PostgresStore(
     PostgresBulk,
     PostgresRetention,
     PostgresViews,
+    PostgresModelLimits,
 ):
     """A `Store` on one PostgreSQL database (or schema, via the URL's search_path)."""
 

@@ -20,6 +20,7 @@ from noeta.backends.stores.sqlite.connection import connect
 from noeta.backends.stores.sqlite.cron import SqliteCron
 from noeta.backends.stores.sqlite.late_results import SqliteLateResults
 from noeta.backends.stores.sqlite.logs import SqliteLogs
+from noeta.backends.stores.sqlite.model_limits import SqliteModelLimits
 from noeta.backends.stores.sqlite.retention import SqliteRetention
 from noeta.backends.stores.sqlite.schema import SqliteSchema
 from noeta.backends.stores.sqlite.views import SqliteViews
@@ -41,6 +42,7 @@ class SqliteStore(
     SqliteBulk,
     SqliteRetention,
     SqliteViews,
+    SqliteModelLimits,
 ):
     """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""
 
