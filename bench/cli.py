@@ -37,21 +37,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import fresh_schema, parser, server
 from worker import table, verdict
 
+from noeta.cli import command_table
+
 HELP_TARGET_MS, STORE_TARGET_MS = 150.0, 300.0
-COMMANDS = (
-    "answer",
-    "cancel",
-    "cron",
-    "db",
-    "run",
-    "scheduler",
-    "send",
-    "show",
-    "submit",
-    "tail",
-    "tasks",
-    "worker",
-)
+# Every command the lazy table lists (reading the table imports no command module).
+COMMANDS = tuple(sorted(command_table.COMMANDS))
 
 
 def noeta_command() -> list[str]:
