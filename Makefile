@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: help install check lint test reachable bench bench-scale bench-peers cluster cluster-short cluster-mutants clean
+.PHONY: help install check lint test reachable chromium bench bench-scale bench-peers cluster cluster-short cluster-mutants clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -12,6 +12,7 @@ install:  ## Create .venv and install noeta with its development tools
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@$(MAKE) --no-print-directory chromium
 
 lint:  ## Format check, lint, types, import contracts
 	$(BIN)/ruff format --check .
@@ -31,14 +32,31 @@ reachable:
 	    echo "as root: chmod o+x $$d (the embedded server's user must reach .venv)"; \
 	    chmod o+x "$$d"; fi; d="$$(dirname "$$d")"; done; fi
 
+# The browser test (tests/web/test_browser.py) drives the distribution's Chromium; it is
+# skipped without one, except under CI, where it fails. `make install` brings it when
+# missing and apt-get is there; elsewhere it says how the browser test will behave.
+chromium:  ## Install Chromium for the browser test when the machine has none (apt-get)
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+	  || command -v google-chrome >/dev/null; then :; \
+	elif ! command -v apt-get >/dev/null; then \
+	  echo "no chromium and no apt-get: install Chromium for the browser test (tests/web)"; \
+	else \
+	  echo "installing chromium for the browser test (apt-get)"; \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium; fi
+
 check: lint test  ## Everything a commit must pass
 
-bench:  ## Store, fold, workers, scheduler and tracing figures (prints tables; not a test)
+bench:  ## Store, fold, workers, scheduler, tracing, submit, prune, CLI start and web figures (prints tables; not a test)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/fold.py
 	$(BIN)/python bench/worker.py
 	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/tracing.py
+	$(BIN)/python bench/submit.py
+	$(BIN)/python bench/prune.py
+	$(BIN)/python bench/cli.py
+	$(BIN)/python bench/web.py
 	$(BIN)/python bench/limits.py
 
 bench-scale: reachable  ## A million tasks and 32 claimers against an empty database (ARGS=--quick: a smoke run)

@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from noeta.client import AsyncClient, Client, TailedEvent, TaskHandle, UnknownJob
+    from noeta.client import AsyncClient, Client, Submission, TailedEvent, TaskHandle, UnknownJob
     from noeta.core.errors import (
         ConfigError,
         NoetaError,
@@ -32,6 +32,7 @@ __all__ = [
     "PayloadError",
     "ResultTimeout",
     "StoreError",
+    "Submission",
     "TailedEvent",
     "TaskCancelled",
     "TaskFailed",
@@ -46,6 +47,7 @@ __all__ = [
 _HOME = {
     "AsyncClient": "noeta.client",
     "Client": "noeta.client",
+    "Submission": "noeta.client",
     "TailedEvent": "noeta.client",
     "TaskHandle": "noeta.client",
     "UnknownJob": "noeta.client",

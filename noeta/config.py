@@ -17,12 +17,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from noeta import yamlfile
 from noeta.core.errors import ConfigError
-from noeta.core.gates import GateRule
 from noeta.plugins.loading import PluginSpec
+
+if TYPE_CHECKING:  # built only from a config file that has gates
+    from noeta.core.gates import GateRule
 
 CONFIG_ENV = "NOETA_CONFIG"
 _GATE_KEYS = {"tool", "field", "pattern", "outside_workspace", "action", "reason", "set"}
@@ -32,7 +33,7 @@ _ACTIONS = ("allow", "deny", "ask", "rewrite")
 def default_workspaces() -> str:
     """`<home>-workspaces` beside the noeta home, never inside it: the home holds the
     embedded server's data and password, which no task's files may sit next to."""
-    from noeta.backends.stores.embedded import default_home
+    from noeta.backends.stores.embedded_home import default_home
 
     home = default_home().absolute()
     if not home.name:
@@ -52,6 +53,8 @@ def load_config(path: str | None) -> Config:
     path = path or os.environ.get(CONFIG_ENV)
     if not path:
         return Config()
+    from noeta import yamlfile  # YAML is imported only when there is a file to read
+
     document = yamlfile.load(path, what="noeta config")
     if document is None:
         return Config()
@@ -81,6 +84,8 @@ def load_config(path: str | None) -> Config:
 
 
 def _list(path: str, document: dict[str, Any], key: str) -> list[Any]:
+    from noeta import yamlfile
+
     value = document.get(key) or []
     if not isinstance(value, list):
         line = yamlfile.line_of(document, key)
@@ -89,6 +94,8 @@ def _list(path: str, document: dict[str, Any], key: str) -> list[Any]:
 
 
 def _plugin(path: str, item: Any, line: int) -> PluginSpec:
+    from noeta import yamlfile
+
     if isinstance(item, str):  # a built-in plugin by name
         return PluginSpec("module", f"noeta.plugins.{item}")
     if not isinstance(item, dict) or len({"module", "entry_point"} & set(item)) != 1:
@@ -102,6 +109,9 @@ def _plugin(path: str, item: Any, line: int) -> PluginSpec:
 
 
 def _gate(path: str, item: Any, line: int) -> GateRule:
+    from noeta import yamlfile
+    from noeta.core.gates import GateRule
+
     def fail(message: str) -> ConfigError:
         return ConfigError(f"{path}, line {line}: gate: {message}")
 

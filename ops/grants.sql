@@ -87,7 +87,16 @@ BEGIN
             ('noeta_migrations', 'SELECT'),
             -- The scheduler's tables (a coming migration): it reads, inserts and updates.
             ('cron_schedules',   'SELECT, INSERT, UPDATE'),
-            ('cron_fires',       'SELECT, INSERT, UPDATE'))
+            ('cron_fires',       'SELECT, INSERT, UPDATE'),
+            -- Creating a task reads it (a pruned id stays taken); only the owner prunes
+            -- (`noeta db prune`, `noeta scheduler --retain`): the worker never deletes a task's rows.
+            ('pruned_task_ids',  'SELECT'),
+            -- Shared model limits (ADR-0075): the ModelCalled append and a 429 update a
+            -- limit's budget and counters; `noeta limit set/clear` (with the workers' URL
+            -- too) inserts and deletes limits: settings, not the log.
+            ('model_limits',      'SELECT, INSERT, UPDATE, DELETE'),
+            -- A held slot is inserted by the refusing append, deleted by the next attempt.
+            ('model_limit_holds', 'SELECT, INSERT, DELETE'))
         SELECT c.relname AS name, d.privileges
           FROM pg_class AS c
           LEFT JOIN declared AS d ON d.name = c.relname

@@ -28,6 +28,9 @@ def test_the_installed_wheel_migrates_a_scratch_database(tmp_path: Path, postgre
     names = zipfile.ZipFile(wheel).namelist()
     assert "noeta/_sql/postgres/0001_create_tasks.sql" in names
     assert "noeta/_sql/sqlite/0001_create_tasks.sql" in names
+    # noeta web's page layout, stylesheet and script ship as package data (no CDN).
+    for asset in ("layout.html", "noeta.css", "live.js"):
+        assert f"noeta/web/static/{asset}" in names
 
     clean = tmp_path / "clean-venv"
     venv.create(clean, with_pip=True)

@@ -7,7 +7,6 @@ import asyncio
 import click
 
 from noeta.cli.options import store_option
-from noeta.client import AsyncClient
 
 
 @click.command()
@@ -23,5 +22,7 @@ def answer(task_id: str, call_id: str, decision: str, note: str, store: str | No
 
 
 async def _answer(task_id: str, call_id: str, decision: str, note: str, url: str | None) -> None:
+    from noeta.client import AsyncClient
+
     async with AsyncClient(url, application_name="noeta-answer") as client:
         await client.answer(task_id, call_id, decision, note=note)

@@ -6,21 +6,15 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 import click
 
 from noeta.cli.options import json_option, store_option
-from noeta.core.store import CronFireRecord
-from noeta.scheduler.cronfile import (
-    JobAction,
-    MessageAction,
-    Schedule,
-    TaskAction,
-    check_cron_file,
-    load_cron_files,
-)
-from noeta.scheduler.slots import next_slot, zone
+
+if TYPE_CHECKING:  # cron parsing (croniter, YAML) only for the commands that read files
+    from noeta.core.store import CronFireRecord
+    from noeta.scheduler.cronfile import Schedule
 
 _files = click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 
@@ -34,6 +28,8 @@ def cron() -> None:
 @_files
 def validate(files: tuple[str, ...]) -> None:
     """Check cron FILES: the first error (exit 1), or `ok` and any warnings (exit 0)."""
+    from noeta.scheduler.cronfile import check_cron_file, load_cron_files
+
     warnings: list[str] = []
     for path in files:
         warnings += check_cron_file(path)[1]
@@ -55,6 +51,9 @@ def validate(files: tuple[str, ...]) -> None:
 @json_option
 def list_schedules(files: tuple[str, ...], after: datetime | None, as_json: bool) -> None:
     """List the schedules of cron FILES with their next fire, in UTC and in their zone."""
+    from noeta.scheduler.cronfile import load_cron_files
+    from noeta.scheduler.slots import next_slot
+
     now = after.replace(tzinfo=UTC) if after else datetime.now(UTC)
     schedules = load_cron_files(files)
     nexts = [next_slot(schedule.cron, schedule.timezone, now) for schedule in schedules]
@@ -75,6 +74,8 @@ def list_schedules(files: tuple[str, ...], after: datetime | None, as_json: bool
 
 
 def _times(schedule: Schedule, fire: datetime | None) -> tuple[str, str]:
+    from noeta.scheduler.slots import zone
+
     if fire is None:
         return "never", "never"
     local = fire.astimezone(zone(schedule.timezone))
@@ -82,6 +83,9 @@ def _times(schedule: Schedule, fire: datetime | None) -> tuple[str, str]:
 
 
 def _json(schedule: Schedule, fire: datetime | None) -> dict[str, Any]:
+    from noeta.scheduler.cronfile import JobAction, MessageAction, TaskAction
+    from noeta.scheduler.slots import zone
+
     action: dict[str, Any]
     match schedule.action:
         case TaskAction(prompt, model, queue, plugins):

@@ -1,14 +1,21 @@
-"""`noeta db …`: the store's schema, and the embedded PostgreSQL server (status, start,
-stop) that the default store runs in $NOETA_HOME."""
+"""`noeta db …`: the store's schema, pruning finished tasks, and the embedded PostgreSQL
+server (status, start, stop) that the default store runs in $NOETA_HOME."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
 
 from noeta.cli.options import json_option, store_option
+from noeta.core.errors import ConfigError
+from noeta.core.retention import DEFAULT_BATCH_SIZE
+
+if TYPE_CHECKING:
+    from noeta.core.retention import PruneCounts
 
 
 @click.group()
@@ -35,12 +42,82 @@ async def _migrate(url: str | None) -> list[tuple[int, str]]:
 
 
 @db.command()
+@click.option(
+    "--finished-before",
+    "age",
+    required=True,
+    metavar="DURATION",
+    help="Prune tasks that finished longer ago than this: 30m, 12h, 7d, 2w (0s: all).",
+)
+@click.option("--queue", default=None, metavar="QUEUE", help="Only tasks of this queue.")
+@click.option("--dry-run", is_flag=True, help="Count what would be pruned; remove nothing.")
+@click.option(
+    "--forget-ids",
+    is_flag=True,
+    help="Let these pruned ids, and every id pruned before, be used again; by default a "
+    "pruned task's id stays taken.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 100_000),
+    default=DEFAULT_BATCH_SIZE,
+    show_default=True,
+    help="Tasks per transaction: each batch is one short transaction.",
+)
+@store_option
+def prune(
+    age: str,
+    queue: str | None,
+    dry_run: bool,
+    forget_ids: bool,
+    batch_size: int,
+    store: str | None,
+) -> None:
+    """Remove finished tasks (done, failed, cancelled) with their logs, inbox, snapshots,
+    late results and cron history, online, in small batches. A subtask whose parent is
+    live, and a task with a live subtask, are kept. Refused while another prune runs."""
+    from noeta.core.retention import parse_duration
+
+    older_than = parse_duration(age)
+    counts = asyncio.run(_prune(store, older_than, queue, dry_run, forget_ids, batch_size))
+    verb = "would prune" if dry_run else "pruned"
+    click.echo(f"{verb} {counts.tasks} finished tasks ({counts.events} events)")
+
+
+async def _prune(
+    url: str | None,
+    older_than: timedelta,
+    queue: str | None,
+    dry_run: bool,
+    forget_ids: bool,
+    batch_size: int,
+) -> PruneCounts:
+    from noeta.backends.stores import open_store
+    from noeta.core.retention import Pruning
+
+    store = await open_store(url, application_name="noeta-prune", max_connections=2)
+    try:
+        if not isinstance(store, Pruning):
+            raise ConfigError(f"this store ({type(store).__name__}) cannot prune")
+        return await store.prune_finished(
+            older_than,
+            queue=queue,
+            forget_ids=forget_ids,
+            dry_run=dry_run,
+            batch_size=batch_size,
+        )
+    finally:
+        await store.close()
+
+
+@db.command()
 @json_option
 def status(as_json: bool) -> None:
     """Where the embedded server is, whether it runs, its port, version and size on disk."""
     import json
 
-    from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+    from noeta.backends.stores.embedded import EmbeddedPostgres
+    from noeta.backends.stores.embedded_home import default_home
 
     found = EmbeddedPostgres(default_home()).status()
     if as_json:
@@ -70,7 +147,8 @@ def start() -> None:
     """Start the embedded server (creating it the first time) and bring its schema up to
     date; nothing to do if it runs already."""
     asyncio.run(_migrate_embedded())
-    from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+    from noeta.backends.stores.embedded import EmbeddedPostgres
+    from noeta.backends.stores.embedded_home import default_home
 
     found = EmbeddedPostgres(default_home()).status()
     click.echo(f"running on 127.0.0.1:{found.port} in {found.home}")
@@ -94,7 +172,8 @@ async def _migrate_embedded() -> None:
 )
 def stop(mode: str) -> None:
     """Stop the embedded server; the next command that needs it starts it again."""
-    from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+    from noeta.backends.stores.embedded import EmbeddedPostgres
+    from noeta.backends.stores.embedded_home import default_home
 
     server = EmbeddedPostgres(default_home())
     if not server.status().running:

@@ -3,10 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from importlib.metadata import version
-from pathlib import Path
-
 import click
 
 STORE = ("NOETA_STORE", "the store URL when --store is not given")
@@ -18,6 +14,8 @@ ADDRESSES = ("", "ANTHROPIC_BASE_URL, OPENAI_BASE_URL")
 FAILPOINTS = ("NOETA_FAILPOINTS", "points where the process dies or freezes (tests)")
 OTEL = ("OTEL_*", "OpenTelemetry export: OTEL_EXPORTER_OTLP_ENDPOINT, …")
 JOURNAL = ("NOETA_APPEND_JOURNAL", "a file to journal acknowledged appends to (make cluster)")
+WEB_TOKEN = ("NOETA_WEB_TOKEN", "the token every request must carry (needed off loopback)")
+JAEGER = ("NOETA_JAEGER_URL", "Jaeger's address: a task's page links to its trace")
 TRACEBACK = ("NOETA_TRACEBACK", "set: an unexpected error shows its traceback")
 
 # Beyond what a command's options say it reads (--store, --config, --model): the
@@ -29,6 +27,7 @@ _EXTRA: dict[str, tuple[tuple[str, str], ...]] = {
     "noeta db status": (HOME,),
     "noeta db start": (HOME,),
     "noeta db stop": (HOME,),
+    "noeta web": (WEB_TOKEN, JAEGER),
 }
 
 
@@ -58,6 +57,8 @@ def show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
     """--version: what runs, against which store, at which schema."""
     if not value or ctx.resilient_parsing:
         return
+    from importlib.metadata import version
+
     from noeta.backends.stores import resolve_url
     from noeta.backends.stores.migrations import load_migrations
     from noeta.backends.stores.urls import masked
@@ -71,7 +72,7 @@ def show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
 
 
 def _embedded_place() -> str:
-    from noeta.backends.stores.embedded import default_home
+    from noeta.backends.stores.embedded_home import default_home
 
     return f"the embedded PostgreSQL in {default_home()}"
 
@@ -81,11 +82,15 @@ def _store_schema(url: str | None, shipped: int) -> str:
     from noeta.core.errors import NoetaError
 
     if url is None:
-        from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+        from noeta.backends.stores.embedded import EmbeddedPostgres
+        from noeta.backends.stores.embedded_home import default_home
 
         url = EmbeddedPostgres(default_home()).running_dsn()
         if url is None:
             return "unknown (the embedded server is not running: `noeta db start`)"
+    import asyncio
+    from pathlib import Path
+
     from noeta.backends.stores import sqlite_path, store_kind
 
     try:

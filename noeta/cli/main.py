@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from noeta.cli import answer, cron, db, queues, run, scheduler, tasks, worker
+from noeta.cli.command_table import LazyGroup
 from noeta.cli.environment import describe_environment, show_version
 
 # Exit codes: 1 an error noeta reports, 2 a command line click cannot read, 130 Ctrl-C,
@@ -16,8 +16,9 @@ from noeta.cli.environment import describe_environment, show_version
 USAGE_EXIT, INTERRUPTED_EXIT, BROKEN_PIPE_EXIT = 2, 130, 141
 
 
-class NoetaGroup(click.Group):
-    """Turns every error into one readable line instead of a traceback or a usage page."""
+class NoetaGroup(LazyGroup):
+    """Turns every error into one readable line instead of a traceback or a usage page;
+    its commands are imported only when one runs (command_table.py)."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
@@ -95,19 +96,6 @@ def cli(store: str | None) -> None:
         os.environ["NOETA_STORE"] = store  # the default of each command's own --store
 
 
-cli.add_command(db.db)
-cli.add_command(run.run)
-cli.add_command(tasks.show)
-cli.add_command(answer.answer)
-cli.add_command(tasks.submit)
-cli.add_command(tasks.send)
-cli.add_command(tasks.tasks)
-cli.add_command(tasks.tail)
-cli.add_command(tasks.cancel)
-cli.add_command(worker.worker)
-cli.add_command(cron.cron)
-cli.add_command(queues.queue)
-cli.add_command(scheduler.scheduler)
 describe_environment(cli, "noeta")
 
 

@@ -21,11 +21,13 @@ from noeta.cli.options import (
     store_option,
 )
 from noeta.cli.text import read_text
-from noeta.config import Config, load_config
 from noeta.core.errors import ConfigError, NoetaError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # `noeta run --help` imports neither the runner nor the tools
     from noeta.cli.status_line import NoStatus
+    from noeta.config import Config
+    from noeta.core.runner.task import RunResult, TaskRunner
+    from noeta.core.store import Claim, Store
 
 RUN_LEASE_SECONDS = 30.0
 # The queue `noeta run` creates its task in. No worker serves it unless told to, so none
@@ -82,6 +84,7 @@ def run(
     make_non_dumpable()  # tools run in this process: they must not reach its secrets
     from noeta.backends.models.registry import stored_spec
     from noeta.cli.status_line import open_status
+    from noeta.config import load_config
     from noeta.core.store import check_lease
     from noeta.core.task_id import check_task_id
 
@@ -125,10 +128,10 @@ async def _run(
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import open_store, resolve_url
     from noeta.core import events, failpoints
+    from noeta.core.model_limits import ModelBudgetWait
     from noeta.core.store import NewEvent, NewTask
     from noeta.observability import observed
     from noeta.plugins.toolbox import Toolbox
-    from noeta.worker.renewal import Renewer
 
     providers = ProviderRegistry()
     providers.provider_for(model)  # a bad spec or a missing key: fail before writing
@@ -143,31 +146,19 @@ async def _run(
             raise ConfigError(f"a task with id {task_id!r} exists already")
         await failpoints.hit("run.after_create")
         worker = f"run-{socket.gethostname()}-{os.getpid()}"
-        claim = await store.claim_task(worker, task_id, lease)
-        if claim is None:
-            raise NoetaError(f"task {task_id} was claimed by a worker before this process")
         runner = toolbox.runner(store, providers)
-        runner_task = asyncio.ensure_future(runner.run(claim))
-
-        lost_claim = asyncio.Event()
-
-        def stop_running(lost: object) -> None:
-            lost_claim.set()
-            observability.claim_lost(task_id)  # its spans are the next claimer's to report
-            runner_task.cancel()
-
-        renewer = Renewer(store, lease, stop_running)
-        renewer.add(claim)
-        renewing = asyncio.ensure_future(renewer.run())
-        try:
-            result = await runner_task
-        except asyncio.CancelledError:
-            if not lost_claim.is_set():  # Ctrl-C: hand the task back for a worker, at once
-                await store.release(claim)
-                raise
-            raise NoetaError(f"lost the claim on task {task_id}; a worker may finish it") from None
-        finally:
-            renewing.cancel()
+        while True:
+            claim = await store.claim_task(worker, task_id, lease)
+            if claim is None:
+                raise NoetaError(f"task {task_id} was claimed by a worker before this process")
+            try:
+                result = await _run_claimed(store, runner, claim, lease)
+                break
+            except ModelBudgetWait as wait:
+                # A shared limit handed the task back (ADR-0075): this process is its
+                # worker, so it waits for the budget's moment and claims it again.
+                seconds = (wait.until - await store.clock()).total_seconds()
+                await asyncio.sleep(max(0.0, seconds) + 0.01)  # past it, not a hair before
         state = result.state
         return state.finished or result.outcome, state.last_answer, state.last_turn_error
     finally:
@@ -175,3 +166,32 @@ async def _run(
         await store.close()
         await toolbox.close()
         observability.shutdown()
+
+
+async def _run_claimed(store: Store, runner: TaskRunner, claim: Claim, lease: float) -> RunResult:
+    """Run the claimed task here, renewing its claim, until it ends or is handed back."""
+    from noeta import observability
+    from noeta.worker.renewal import Renewer
+
+    runner_task = asyncio.ensure_future(runner.run(claim))
+    lost_claim = asyncio.Event()
+
+    def stop_running(lost: object) -> None:
+        lost_claim.set()
+        observability.claim_lost(claim.task_id)  # its spans are the next claimer's to report
+        runner_task.cancel()
+
+    renewer = Renewer(store, lease, stop_running)
+    renewer.add(claim)
+    renewing = asyncio.ensure_future(renewer.run())
+    try:
+        return await runner_task
+    except asyncio.CancelledError:
+        if not lost_claim.is_set():  # Ctrl-C: hand the task back for a worker, at once
+            await store.release(claim)
+            raise
+        raise NoetaError(
+            f"lost the claim on task {claim.task_id}; a worker may finish it"
+        ) from None
+    finally:
+        renewing.cancel()

@@ -6,13 +6,16 @@ import asyncio
 import logging
 import signal
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
 
 from noeta.cli.options import check_store_url, config_option, store_option
-from noeta.config import load_config
 from noeta.core.errors import ConfigError
-from noeta.scheduler.cronfile import Schedule, TaskAction, load_cron_files
+
+if TYPE_CHECKING:  # `noeta scheduler --help` reads no cron file
+    from noeta.scheduler.cronfile import Schedule
 
 log = logging.getLogger("noeta.scheduler")
 
@@ -27,9 +30,23 @@ log = logging.getLogger("noeta.scheduler")
     help="A cron file (scheduler/README.md); repeat for several. SIGHUP reloads them.",
 )
 @config_option
-def scheduler(store: str | None, cron_files: tuple[str, ...], config: str | None) -> None:
+@click.option(
+    "--retain",
+    default=None,
+    metavar="DURATION",
+    help="Prune finished tasks older than this (30m, 12h, 7d, 2w) every 15 minutes, as "
+    "`noeta db prune --finished-before` does. Default: keep them all.",
+)
+def scheduler(
+    store: str | None, cron_files: tuple[str, ...], config: str | None, retain: str | None
+) -> None:
     """Fire the cron files' schedules, once per slot however many schedulers run, and wake
-    idle workers when a timer falls due. Runs until SIGTERM or SIGINT."""
+    idle workers when a timer falls due; with --retain, prune finished tasks. Runs until
+    SIGTERM or SIGINT."""
+    from noeta.core.retention import parse_duration
+    from noeta.scheduler.cronfile import load_cron_files
+
+    retention = parse_duration(retain) if retain is not None else None
     schedules = load_cron_files(cron_files)  # a broken file stops the scheduler here
     check_store_url(store)
     logging.basicConfig(
@@ -40,14 +57,20 @@ def scheduler(store: str | None, cron_files: tuple[str, ...], config: str | None
 
     observability.add_secrets([resolve_url(store)])
     observability.scrub_logs()  # its log lines, like a worker's, never carry a key or password
-    asyncio.run(_serve(store, cron_files, schedules, config))
+    asyncio.run(_serve(store, cron_files, schedules, config, retention))
 
 
 async def _serve(
-    url: str | None, cron_files: Sequence[str], schedules: list[Schedule], config_path: str | None
+    url: str | None,
+    cron_files: Sequence[str],
+    schedules: list[Schedule],
+    config_path: str | None,
+    retention: timedelta | None,
 ) -> None:
     from noeta.backends.stores import open_store
+    from noeta.config import load_config
     from noeta.plugins.toolbox import Toolbox
+    from noeta.scheduler.cronfile import load_cron_files
     from noeta.scheduler.scheduler import Scheduler
 
     # Started and closed again, as `noeta submit` does: only the tool names are needed.
@@ -66,7 +89,8 @@ async def _serve(
         return tuple(tool for name in names for tool in tools_by_plugin[name])
 
     stop, reload = asyncio.Event(), asyncio.Event()
-    store = await open_store(url, application_name="noeta-scheduler", max_connections=2)
+    # One connection more for a prune, which holds its own for as long as it runs.
+    store = await open_store(url, application_name="noeta-scheduler", max_connections=3)
     loop = asyncio.get_running_loop()
     worker = Scheduler(store, schedules, tools_for)
 
@@ -94,13 +118,28 @@ async def _serve(
         ", ".join(cron_files) or "no cron file (timers only)",
     )
     try:
-        await worker.run(stop, reload)
+        async with asyncio.TaskGroup() as running:
+            running.create_task(worker.run(stop, reload))
+            if retention is not None:
+                running.create_task(_retain(store, retention, stop))
     finally:
         await store.close()
     log.info("scheduler: stopped")
 
 
+async def _retain(store: object, older_than: timedelta, stop: asyncio.Event) -> None:
+    from noeta.core.retention import Pruning
+    from noeta.scheduler.retention import Retention
+
+    if not isinstance(store, Pruning):
+        log.error("retention: this store (%s) cannot prune", type(store).__name__)
+        return
+    log.info("retention: pruning tasks finished more than %s ago", older_than)
+    await Retention(store, older_than).run(stop)
+
+
 def _check_plugins(schedules: Sequence[Schedule], tools_by_plugin: Mapping[str, object]) -> None:
+    from noeta.scheduler.cronfile import TaskAction
     from noeta.scheduler.scheduler import check_job_schedules
 
     check_job_schedules(schedules)  # the plugins are loaded: their functions are known

@@ -195,6 +195,14 @@ class FollowedStore:
         self._show(expected_seq, events, claim.epoch)
         return last
 
+    async def append_model_called(
+        self, claim: Claim, expected_seq: int, events: Sequence[NewEvent], budget: Any
+    ) -> int:
+        """The ModelCalled append within the shared limits (ADR-0075), shown the same."""
+        last: int = await self.inner.append_model_called(claim, expected_seq, events, budget)  # type: ignore[attr-defined]
+        self._show(expected_seq, events, claim.epoch)
+        return last
+
     def _show(self, after: int, written: Sequence[NewEvent], epoch: int) -> None:
         for offset, event in enumerate(written, start=1):
             try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,19 +25,14 @@ from noeta.cli.text import (
     read_text,
     task_json,
 )
-from noeta.client import AsyncClient, TaskHandle
-from noeta.config import load_config
 from noeta.core.errors import ConfigError
-from noeta.core.store import (
-    DEFAULT_QUEUE,
-    LateResult,
-    StoredEvent,
-    TaskRecord,
-    TaskStatus,
-    check_key,
-)
+from noeta.core.store import DEFAULT_QUEUE, TaskStatus, check_key
 from noeta.core.store_values import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 from noeta.core.task_id import check_concurrency_key
+
+if TYPE_CHECKING:  # each command imports the client (and the drivers) when it runs
+    from noeta.client import TaskHandle
+    from noeta.core.store import LateResult, StoredEvent, TaskRecord
 
 
 @click.command()
@@ -144,6 +139,8 @@ def _job_arguments(text: str | None) -> dict[str, object]:
 
 
 async def _submit(url: str | None, config: str | None, prompt: str, **options: Any) -> TaskHandle:
+    from noeta.client import AsyncClient
+
     async with AsyncClient(url, config=config, application_name="noeta-submit") as client:
         return await client.submit(prompt, **options)
 
@@ -155,6 +152,9 @@ async def _enqueue(
     arguments: dict[str, object],
     placing: dict[str, Any],
 ) -> TaskHandle:
+    from noeta.client import AsyncClient
+    from noeta.config import load_config
+
     # The config is loaded even when absent (the built-in default): --job finds its
     # function through the plugins it lists.
     settings = load_config(config)
@@ -177,6 +177,8 @@ def send(task_id: str, message: str, key: str | None, store: str | None) -> None
 
 async def _client_call(url: str | None, name: str, method: str, *args: Any, **options: Any) -> Any:
     """One call of the client, as the command's whole body: the CLI is a layer on it."""
+    from noeta.client import AsyncClient
+
     async with AsyncClient(url, application_name=name) as client:
         return await getattr(client, method)(*args, **options)
 
@@ -284,6 +286,7 @@ async def _tail(
 ) -> TaskStatus:
     from noeta.cli.progress import Written
     from noeta.cli.status_line import open_status, shown
+    from noeta.client import AsyncClient
 
     line = open_status(progress, at_once=False)
     async with AsyncClient(url, application_name="noeta-tail") as client, shown(line):
@@ -343,6 +346,8 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
 async def _show(
     task_id: str, url: str | None
 ) -> tuple[TaskRecord, list[StoredEvent], list[LateResult], list[tuple[str, TaskRecord]]]:
+    from noeta.client import AsyncClient
+
     async with AsyncClient(url, application_name="noeta-show") as client:
         record = await client.get(task_id)
         store = await client.store()

@@ -7,16 +7,16 @@ import logging
 import os
 import signal
 import socket
+from typing import TYPE_CHECKING
 
 import click
 
-from noeta import observability
 from noeta.cli import bounds
 from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import check_store_url, config_option, store_option
-from noeta.config import load_config
-from noeta.core.store import check_key, check_lease
-from noeta.worker.worker import WorkerSettings
+
+if TYPE_CHECKING:  # `noeta worker --help` imports neither the worker nor its tools
+    from noeta.worker.worker import WorkerSettings
 
 
 @click.command()
@@ -57,6 +57,10 @@ def worker(
     poll_seconds: float,
 ) -> None:
     """Claim tasks from the queues and run them until SIGTERM or SIGINT."""
+    from noeta import observability
+    from noeta.core.store import check_key, check_lease
+    from noeta.worker.worker import WorkerSettings
+
     make_non_dumpable()  # first: the tools it runs must not read its environment or memory
     check_lease(lease_seconds)
     check_store_url(store)  # a malformed URL is one line before anything starts or logs
@@ -78,8 +82,10 @@ def worker(
 
 
 async def _serve(settings: WorkerSettings, url: str | None, config_path: str | None) -> None:
+    from noeta import observability
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import open_store, resolve_url
+    from noeta.config import load_config
     from noeta.observability import observed
     from noeta.plugins.toolbox import Toolbox
     from noeta.worker.append_journal import journaled

@@ -10,18 +10,21 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from noeta.client import job_tasks
 from noeta.client.waiting import wait_finished
-from noeta.config import Config, load_config
 from noeta.core import events
+from noeta.core.bulk import BulkCreate, check_distinct_ids
 from noeta.core.errors import (
     ConfigError,
+    Conflict,
     NoetaError,
+    PayloadError,
     TaskCancelled,
     TaskFailed,
     UnknownTask,
@@ -49,6 +52,9 @@ from noeta.core.store import (
 )
 from noeta.core.task_id import check_task_id
 from noeta.plugins.function_tools import REGISTERED, FunctionTool
+
+if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqueue
+    from noeta.config import Config
 
 TAIL_POLL_SECONDS = 0.5  # how often a followed log is read for new events
 
@@ -137,25 +143,44 @@ class AsyncClient:
         """Create an agent task; `tools` default to every tool the config's plugins offer.
         `key` is its concurrency key (a tenant: counted against its queue's per-key limit),
         `priority` 0-9 (higher claimed first)."""
-        from noeta.backends.models.registry import split_spec
+        item = Submission(prompt, model, queue, id, interactive, tools)
+        names = await self._tool_names(config) if tools is None else ()
+        task = replace(_agent_task(item, names), concurrency_key=key, priority=priority)
+        await self._create(task)
+        return TaskHandle(task.id, task.queue)
 
-        if not prompt.strip() and not interactive:
-            raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
-        check_key("queue name", queue)
-        task_id = _new_id(id)
-        split_spec(model)  # the worker holds the API keys: only the spec's form is checked
-        names = tuple(tools) if tools is not None else await self._tool_names(config)
-        created = events.TaskCreated(
-            model=model,
-            prompt=prompt if prompt.strip() else "",
-            interactive=interactive,
-            tools=names,
-        )
-        first = [NewEvent(*events.encode(created))]
-        await self._create(
-            NewTask(task_id, first, queue=queue, concurrency_key=key, priority=priority)
-        )
-        return TaskHandle(task_id, queue)
+    async def submit_many(
+        self,
+        tasks: Iterable[Submission | str],
+        *,
+        model: str = DEFAULT_MODEL,
+        queue: str = DEFAULT_QUEUE,
+        config: str | Config | None = None,
+    ) -> list[TaskHandle]:
+        """Create many agent tasks in one statement and one transaction, all or none.
+
+        Each item is a prompt, or a `Submission` (whose unset fields take `model` and
+        `queue`). Every task is checked as `submit` checks it before anything is written;
+        a bad one, or one whose id is taken, fails the whole batch with an error naming
+        its index (from 0) and id.
+        """
+        batch = [_submission(item, model, queue) for item in tasks]
+        needs_names = any(item.tools is None for item in batch)
+        names = await self._tool_names(config) if needs_names else ()
+        built = [_in_batch(index, item, names) for index, item in enumerate(batch)]
+        check_distinct_ids(built)
+        store = await self.store()
+        if not isinstance(store, BulkCreate):
+            raise ConfigError(f"this store ({type(store).__name__}) cannot create in bulk")
+        try:
+            await store.create_tasks(built)
+        except Conflict as error:
+            index = next(i for i, task in enumerate(built) if task.id == error.task_id)
+            raise ConfigError(
+                f"task {index} of the batch (id {error.task_id!r}): a task with this id "
+                "exists already (or existed and was pruned); nothing of the batch was written"
+            ) from None
+        return [TaskHandle(task.id, task.queue) for task in built]
 
     async def enqueue(
         self,
@@ -191,7 +216,9 @@ class AsyncClient:
 
     async def _create(self, task: NewTask) -> None:
         if not await (await self.store()).create_task(task):
-            raise ConfigError(f"a task with id {task.id!r} exists already")
+            raise ConfigError(
+                f"a task with id {task.id!r} exists already (or existed and was pruned)"
+            )
 
     async def _tool_names(self, config: str | Config | None) -> tuple[str, ...]:
         from noeta.plugins.toolbox import Toolbox
@@ -204,6 +231,8 @@ class AsyncClient:
             await toolbox.close()
 
     def _settings(self, config: str | Config | None) -> Config:
+        from noeta.config import Config, load_config
+
         chosen = config if config is not None else self._config
         return chosen if isinstance(chosen, Config) else load_config(chosen)
 
@@ -388,6 +417,59 @@ class AsyncClient:
         }
         if not await store.deliver(Delivery(task_id, payload, dedupe_key=answer_key(call))):
             raise NoetaError(f"call {call} of task {task_id} was answered already")
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One task of a `submit_many` batch: `submit`'s arguments; None takes the batch's."""
+
+    prompt: str = ""
+    model: str | None = None
+    queue: str | None = None
+    id: str | None = None
+    interactive: bool = False
+    tools: Sequence[str] | None = None  # None: every tool the config's plugins offer
+
+
+def _submission(item: Submission | str, model: str, queue: str) -> Submission:
+    if isinstance(item, str):
+        return Submission(item, model, queue)
+    return replace(
+        item,
+        model=model if item.model is None else item.model,
+        queue=queue if item.queue is None else item.queue,
+    )
+
+
+def _agent_task(item: Submission, config_tools: tuple[str, ...]) -> NewTask:
+    """The checked task `submit` creates: a prompt (unless interactive), a queue name and
+    id the store can hold, a model spec of a known form (the worker holds the API keys:
+    only the form is checked), a relative `scripted:` path made absolute, as the worker
+    that reads it runs elsewhere. Without tools of its own, it gets `config_tools`."""
+    from noeta.backends.models.registry import stored_spec
+
+    if not item.prompt.strip() and not item.interactive:
+        raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
+    queue = check_key("queue name", DEFAULT_QUEUE if item.queue is None else item.queue)
+    task_id = _new_id(item.id)
+    created = events.TaskCreated(
+        model=stored_spec(DEFAULT_MODEL if item.model is None else item.model),
+        prompt=item.prompt if item.prompt.strip() else "",
+        interactive=item.interactive,
+        tools=tuple(item.tools) if item.tools is not None else config_tools,
+    )
+    return NewTask(task_id, [NewEvent(*events.encode(created))], queue=queue)
+
+
+def _in_batch(index: int, item: Submission, config_tools: tuple[str, ...]) -> NewTask:
+    """`_agent_task`, its error naming the item's place in the batch (and id, if given)."""
+    try:
+        return _agent_task(item, config_tools)
+    except (ConfigError, PayloadError) as error:
+        named = f" (id {item.id!r})" if item.id is not None else ""
+        raise type(error)(
+            f"task {index} of the batch{named}: {error}; nothing of the batch was written"
+        ) from None
 
 
 def _id(task: TaskRef) -> str:

@@ -8,16 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from noeta.client.async_client import DEFAULT_MODEL, AsyncClient, TailedEvent, TaskHandle, TaskRef
-from noeta.config import Config
+from noeta.client.async_client import (
+    DEFAULT_MODEL,
+    AsyncClient,
+    Submission,
+    TailedEvent,
+    TaskHandle,
+    TaskRef,
+)
 from noeta.core.payload import JSONValue
 from noeta.core.queue_settings import QueueOverview, Rate
 from noeta.core.store import DEFAULT_PRIORITY, DEFAULT_QUEUE, TaskRecord, TaskStatus
+
+if TYPE_CHECKING:
+    from noeta.config import Config
 
 T = TypeVar("T")
 
@@ -83,6 +92,16 @@ class Client:
                 priority=priority,
             )
         )
+
+    def submit_many(
+        self,
+        tasks: Iterable[Submission | str],
+        *,
+        model: str = DEFAULT_MODEL,
+        queue: str = DEFAULT_QUEUE,
+        config: str | Config | None = None,
+    ) -> list[TaskHandle]:
+        return self._run(self._client.submit_many(tasks, model=model, queue=queue, config=config))
 
     def enqueue(
         self,

@@ -109,11 +109,21 @@ async def send_with_retries(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     jitter: Callable[[], float] = random.random,
     task_id: str = "",
+    on_throttled: Callable[[float | None], Awaitable[None]] | None = None,
 ) -> ModelReply:
     """Send `body` until a reply comes, or raise `ModelCallFailed`. Each retry is logged
-    as one line (a warning) with the attempt, the reason and the wait."""
+    as one line (a warning) with the attempt, the reason and the wait. Each 429 is told
+    to `on_throttled` with its Retry-After (the shared limits pause on it) before the wait."""
+    throttled: list[float | None] = []
+
+    async def sleep_after(seconds: float) -> None:
+        if throttled and on_throttled is not None:
+            await on_throttled(throttled.pop())
+        await sleep(seconds)
 
     def wait(attempt: int, error: ProviderError) -> float:
+        if error.status == 429:
+            throttled.append(error.retry_after)
         seconds = backoff_seconds(attempt, error.retry_after, jitter())
         retry = ModelRetry(attempt, max_attempts, error.reason, seconds)
         log.warning(
@@ -134,7 +144,7 @@ async def send_with_retries(
             ProviderError,
             max_attempts=max_attempts,
             wait=wait,
-            sleep=sleep,
+            sleep=sleep_after,
             retryable=lambda error: error.retryable,
         )
     except GaveUp as gave_up:

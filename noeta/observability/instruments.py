@@ -37,6 +37,9 @@ class Instruments:
             metrics.JOBS_LOST: meter.create_counter(
                 metrics.JOBS_LOST, "{job}", "Background jobs recorded lost with their worker"
             ),
+            metrics.MODEL_THROTTLED: meter.create_counter(
+                metrics.MODEL_THROTTLED, "{response}", "Model calls the provider answered 429"
+            ),
         }
         self.histograms: dict[str, Histogram] = {
             metrics.MODEL_DURATION: meter.create_histogram(
@@ -47,6 +50,9 @@ class Instruments:
             ),
             metrics.TOOL_DURATION: meter.create_histogram(
                 metrics.TOOL_DURATION, "s", "Tool calls (execute_tool)"
+            ),
+            metrics.MODEL_BUDGET_WAIT: meter.create_histogram(
+                metrics.MODEL_BUDGET_WAIT, "s", "Waits for a shared model limit's budget"
             ),
         }
         self.depth: dict[str, int] = {}

@@ -26,6 +26,8 @@ TAKEOVERS = "noeta.takeovers"
 CONFLICTS = "noeta.conflicts"
 COMMIT_UNKNOWNS = "noeta.commit_unknowns"
 JOBS_LOST = "noeta.jobs.lost"
+MODEL_THROTTLED = "noeta.model.throttled"
+MODEL_BUDGET_WAIT = "noeta.model.budget_wait"
 MODEL_DURATION = "gen_ai.client.operation.duration"
 TOKEN_USAGE = "gen_ai.client.token.usage"
 TOOL_DURATION = "noeta.tool.duration"
@@ -115,6 +117,19 @@ def tokens(provider: str, model: str, input_tokens: int, output_tokens: int) -> 
         base = _chat(provider, model)
         sink.record(TOKEN_USAGE, input_tokens, {**base, names.TOKEN_TYPE: "input"})
         sink.record(TOKEN_USAGE, output_tokens, {**base, names.TOKEN_TYPE: "output"})
+
+
+def model_throttled(provider: str, model: str) -> None:
+    """A provider answered a model call 429 (too many requests)."""
+    if (sink := _on.sink) is not None:
+        sink.add(MODEL_THROTTLED, 1, _chat(provider, model))
+
+
+def model_budget_wait(provider: str, model: str, limit: str, seconds: float) -> None:
+    """A task was handed back to wait `seconds` for a shared limit's budget."""
+    if (sink := _on.sink) is not None:
+        attributes = {**_chat(provider, model), names.MODEL_LIMIT: limit}
+        sink.record(MODEL_BUDGET_WAIT, seconds, attributes)
 
 
 def tool_call(seconds: float, name: str, error_type: str) -> None:

@@ -38,6 +38,7 @@ TURN = "noeta.turn"
 STORE_OPERATION = "noeta.store.operation"
 QUEUE = "noeta.queue"
 CONCURRENCY_KEY = "noeta.concurrency_key"
+MODEL_LIMIT = "noeta.model_limit"  # the shared limit a task waited for
 
 ATTEMPT_SPAN = "noeta.attempt"
 TURN_SPAN = "noeta.turn"

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from noeta.core.errors import CommitUnknown, Conflict
+from noeta.core.model_limits import ModelBudget, ModelLimiter
 from noeta.core.store import (
     Claim,
     ClaimedTask,
@@ -141,6 +142,13 @@ class ObservedStore:
                 new_tasks=new_tasks,
                 next_state=next_state,
             )
+
+    async def append_model_called(
+        self, claim: Claim, expected_seq: int, events: Sequence[NewEvent], budget: ModelBudget
+    ) -> int:
+        with _observing("append", claim.task_id):
+            limiter: ModelLimiter = self.inner  # type: ignore[assignment]
+            return await limiter.append_model_called(claim, expected_seq, events, budget)
 
     async def deliver(self, delivery: Delivery) -> bool:
         with _observing("deliver", None):

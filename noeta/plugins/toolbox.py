@@ -5,17 +5,20 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from noeta.config import Config
 from noeta.core.errors import ConfigError
-from noeta.core.gates import Gate, GateRule
 from noeta.core.pin import Pin
-from noeta.core.runner.model_call import Providers
-from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Store
 from noeta.core.tool import Tool
 from noeta.plugins.core.confinement import check_tools_at_start
 from noeta.plugins.loading import LoadedPlugin, load, pins_of
+
+if TYPE_CHECKING:  # only what runs tasks needs the runner; `noeta submit` lists tool names
+    from noeta.core.gates import Gate, GateRule
+    from noeta.core.runner.model_call import Providers
+    from noeta.core.runner.task import TaskRunner
+    from noeta.core.store import Store
 
 
 @dataclass
@@ -31,6 +34,8 @@ class Toolbox:
 
     def runner(self, store: Store, providers: Providers) -> TaskRunner:
         """A runner with these tools, gates, workspaces and pins."""
+        from noeta.core.runner.task import TaskRunner
+
         return TaskRunner(
             store,
             providers,

@@ -18,6 +18,11 @@ Each request takes the next scripted response, or `Reply()` when none is queued:
 - `RawBody(body, status=200)`: any bytes, e.g. truncated or non-JSON or empty.
 - `Drop()`: close the connection without answering.
 - `Stall()`: answer nothing until the server stops, so the client times out.
+
+`server.limit_rate(10, retry_after="1")` makes it a rate-limited provider: a token bucket
+of 10 requests refilled at 10 a second; a request finding it empty is answered 429 with
+that Retry-After (before any scripted response). `server.arrivals` holds each request's
+arrival (time.monotonic()) and the status it was answered, in order.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -97,6 +103,31 @@ class _FakeServer:
         self._stopping = threading.Event()
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.arrivals: list[tuple[float, int]] = []
+        self._per_second = 0.0
+        self._retry_after = ""
+        self._bucket = 0.0
+        self._filled_at = 0.0
+
+    def limit_rate(self, per_second: int, retry_after: str = "1") -> None:
+        with self._lock:
+            self._per_second, self._retry_after = float(per_second), retry_after
+            self._bucket, self._filled_at = float(per_second), time.monotonic()
+
+    def over_rate(self) -> Response | None:
+        """The 429 this request gets from the rate limit, if it is over; records it."""
+        with self._lock:
+            now = time.monotonic()
+            refused = False
+            if self._per_second:
+                elapsed = now - self._filled_at
+                self._bucket = min(self._per_second, self._bucket + elapsed * self._per_second)
+                self._filled_at = now
+                refused = self._bucket < 1
+                if not refused:
+                    self._bucket -= 1
+            self.arrivals.append((now, 429 if refused else 200))
+            return HttpError(429, retry_after=self._retry_after) if refused else None
 
     def __enter__(self) -> Self:
         self._server = _HTTPServer(("127.0.0.1", 0), _Handler)
@@ -308,7 +339,8 @@ class _Handler(BaseHTTPRequestHandler):
         if refused is not None:
             self._send(fake, 400, _encode(refused))
             return
-        response, number = fake.next_response()
+        throttled = fake.over_rate()
+        response, number = (throttled, 0) if throttled else fake.next_response()
         match response:
             case Reply():
                 model = _requested_model(body)

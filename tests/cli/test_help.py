@@ -18,10 +18,19 @@ NOETA = str(Path(sys.executable).parent / "noeta")
 
 
 def commands(command: click.Command, path: str = "noeta") -> Iterator[tuple[str, click.Command]]:
+    """Every command, the lazy ones imported as `noeta <name> --help` would."""
     yield path, command
     if isinstance(command, click.Group):
-        for name, sub in command.commands.items():
+        context = click.Context(command, info_name=path)
+        for name in command.list_commands(context):
+            sub = command.get_command(context, name)
+            assert sub is not None, f"{path} {name} is listed but cannot be found"
             yield from commands(sub, f"{path} {name}")
+
+
+def test_the_walk_reaches_every_command() -> None:
+    paths = {path for path, _ in commands(cli)}
+    assert {"noeta submit", "noeta worker", "noeta db status", "noeta cron history"} <= paths
 
 
 def test_every_option_is_described_and_every_command_names_its_environment() -> None:

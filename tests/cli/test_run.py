@@ -243,7 +243,7 @@ def test_an_id_that_could_name_a_folder_outside_the_workspaces_is_refused(
 def test_the_default_workspaces_are_not_under_the_embedded_servers_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from noeta.backends.stores.embedded import default_home
+    from noeta.backends.stores.embedded_home import default_home
     from noeta.config import default_workspaces
 
     for home in (tmp_path / "home", None):

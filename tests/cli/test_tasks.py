@@ -221,7 +221,9 @@ def test_bad_submissions_are_one_line_and_write_nothing(
 def test_an_existing_id_is_refused_and_the_task_left_as_it_was(sqlite_store: str) -> None:
     submit("first", "--id", "same", store=sqlite_store)
     result = noeta("submit", "second", "--id", "same", store=sqlite_store)
-    assert one_line_error(result) == "noeta: error: a task with id 'same' exists already"
+    assert one_line_error(result) == (
+        "noeta: error: a task with id 'same' exists already (or existed and was pruned)"
+    )
     [created] = shown("same", sqlite_store)["log"]
     assert created["data"]["prompt"] == "first"
 

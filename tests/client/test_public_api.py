@@ -17,6 +17,7 @@ PUBLIC = [
     "PayloadError",
     "ResultTimeout",
     "StoreError",
+    "Submission",
     "TailedEvent",
     "TaskCancelled",
     "TaskFailed",

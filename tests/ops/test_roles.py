@@ -28,6 +28,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from noeta.backends.stores import open_store
 from noeta.core.store import Store
 from noeta.testing.store_contract import StoreContract
+from noeta.testing.store_contract.retention import RetentionContract
 
 if TYPE_CHECKING:  # imported only for types: pytest would try to collect a Test* class
     from noeta.testing.postgres import TestPostgres
@@ -47,6 +48,9 @@ DECLARED = {
     "queue_settings": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # `noeta queue set/--clear`
     "cron_schedules": {"SELECT", "INSERT", "UPDATE"},
     "cron_fires": {"SELECT", "INSERT", "UPDATE"},
+    "pruned_task_ids": {"SELECT"},  # only the owner prunes (ADR-0066)
+    "model_limits": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # settings, not the log
+    "model_limit_holds": {"SELECT", "INSERT", "DELETE"},
 }
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -170,7 +174,13 @@ def deployment(postgres_server: TestPostgres) -> Iterator[Deployment]:
 
 
 class TestTheStoreContractAsTheWorkerRole(StoreContract):
-    """Every store operation a worker, the scheduler or a person's command performs."""
+    """Every store operation a worker, the scheduler or a person's command performs;
+    not pruning, which deletes and is the owner's (test_the_worker_cannot_prune)."""
+
+    @pytest.fixture(autouse=True)
+    def not_pruning(self, request: pytest.FixtureRequest) -> None:
+        if request.node.originalname in vars(RetentionContract):
+            pytest.skip("pruning is the owner's: the worker role may not delete")
 
     @pytest.fixture
     def store_url(self, deployment: Deployment) -> str:
@@ -278,6 +288,17 @@ def test_the_worker_cannot_migrate(deployment: Deployment) -> None:
     assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()  # one line, not a traceback
     assert "permission denied" in line and "as the schema's owner" in line
+
+
+def test_the_worker_cannot_prune(deployment: Deployment) -> None:
+    result = noeta("db", "prune", "--finished-before", "0s", "--store", deployment.worker_dsn)
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()  # one line, not a traceback
+    assert "permission denied" in line and "run `noeta db prune` as the schema's owner" in line
+    dry = noeta(
+        "db", "prune", "--finished-before", "0s", "--dry-run", "--store", deployment.worker_dsn
+    )
+    assert dry.returncode == 0 and dry.stdout.startswith("would prune "), dry.stderr
 
 
 def test_a_table_a_later_migration_adds_is_usable_at_once(deployment: Deployment) -> None:

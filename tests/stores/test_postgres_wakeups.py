@@ -6,7 +6,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.core.store import Delivery, NewEvent, NewTask, Wait
@@ -74,3 +76,47 @@ async def test_wake_due_announces_a_task_when_its_time_comes(store: PostgresStor
             await asyncio.wait_for(anext(listener), 0.3)
     finally:
         await listener.aclose()
+
+
+# How often each of this schema's trigger functions ran, as the server counts them.
+TRIGGER_CALLS = """
+SELECT funcname, calls FROM pg_stat_user_functions
+ WHERE schemaname = current_schema() AND funcname LIKE 'noeta_notify%%' ORDER BY funcname
+"""
+
+
+async def test_a_batch_is_announced_once_per_queue_it_made_claimable(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    later = (await store.clock()).replace(year=2999)
+    batch = [created(f"a{n}", queue="q1") for n in range(300)]
+    batch += [created(f"b{n}", queue="q2") for n in range(300)]
+    batch += [NewTask("c", [NewEvent("created", {})], "q3", ready_at=later)]
+    listener = store.wakeups()
+    options = conninfo_to_dict(postgres_url).get("options") or ""
+    counted = make_conninfo(postgres_url, options=f"{options} -c track_functions=pl")
+    try:
+        assert await anext(listener) == "*"  # listening from here on
+        producer = await PostgresStore.open(counted, max_connections=1)
+        try:
+            await producer.create_tasks(batch)
+        finally:
+            await producer.close()  # its session ends: its function counts are flushed
+        heard = {await asyncio.wait_for(anext(listener), 5) for _ in range(2)}
+        assert heard == {"q1", "q2"}  # q3's task is not due
+        with pytest.raises(TimeoutError):  # and each queue was announced once
+            await asyncio.wait_for(anext(listener), 0.3)
+    finally:
+        await listener.aclose()
+
+    async def counts() -> list[tuple[str, int]]:
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            return list(await (await admin.execute(TRIGGER_CALLS)).fetchall())
+
+    for _ in range(100):  # the ended session's counts land shortly after it ends
+        found = await counts()
+        if found:
+            break
+        await asyncio.sleep(0.05)
+    # The created-task trigger ran once for the one INSERT statement, not once a row.
+    assert found == [("noeta_notify_created", 1)]

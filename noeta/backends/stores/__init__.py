@@ -82,7 +82,8 @@ def store_kind(url: str) -> Literal["postgres", "sqlite"]:
 
 
 def _embedded_dsn() -> str:
-    from noeta.backends.stores.embedded import EmbeddedPostgres, default_home
+    from noeta.backends.stores.embedded import EmbeddedPostgres
+    from noeta.backends.stores.embedded_home import default_home
 
     return EmbeddedPostgres(default_home()).start()
 

@@ -27,20 +27,6 @@ from noeta.core.errors import StoreUnavailable
 
 DATABASE = "noeta"
 USER = "noeta"
-# As root, with neither NOETA_HOME nor XDG_DATA_HOME: a folder the server user can reach
-# (root's own home is 0700, and noeta does not open it up).
-ROOT_DEFAULT_HOME = Path("/var/lib/noeta")
-
-
-def default_home() -> Path:
-    """Where the default store keeps its server: $NOETA_HOME, else the per-user data dir
-    (as root, /var/lib/noeta)."""
-    if home := os.environ.get("NOETA_HOME"):
-        return Path(home).expanduser()
-    data = os.environ.get("XDG_DATA_HOME")
-    if not data and os.geteuid() == 0:
-        return ROOT_DEFAULT_HOME
-    return Path(data or str(Path.home() / ".local" / "share")) / "noeta"
 
 
 def make_home(prefix: str) -> Path:

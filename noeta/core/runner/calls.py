@@ -13,8 +13,6 @@ import asyncio
 import inspect
 import logging
 
-from jsonschema import Draft202012Validator
-
 from noeta.core import failpoints, subtasks, wakeups
 from noeta.core.errors import StoreError
 from noeta.core.events import JobStarted, ToolFinished, ToolStarted, ToolWaiting, WakeupScheduled
@@ -33,6 +31,7 @@ from noeta.core.tool import (
     ToolOutput,
     Wakeup,
 )
+from noeta.core.tool_input import input_problem
 
 log = logging.getLogger(__name__)
 
@@ -194,24 +193,6 @@ def _refusal(run: RunContext, tool: Tool | None, call: ToolCall) -> str:
     if tool is None or call.name not in _enabled(run):
         return f"there is no tool named {call.name!r}"
     return input_problem(tool, call.input) or _launch_refusal(run, tool, call)
-
-
-def input_problem(tool: Tool, input: dict[str, JSONValue]) -> str:
-    """Why `input` does not match the tool's schema ("" if it does): what the model reads,
-    and what `enqueue` refuses a job's input with, before anything is written."""
-    validator = _validators.get(tool.name)
-    if validator is None or validator[0] is not tool.input_schema:
-        validator = (tool.input_schema, Draft202012Validator(tool.input_schema))
-        _validators[tool.name] = validator
-    problems = sorted(validator[1].iter_errors(input), key=lambda e: list(e.path))
-    if not problems:
-        return ""
-    first = problems[0]
-    where = "/".join(str(part) for part in first.path) or "the input"
-    return f"invalid input for {tool.name}: {where}: {first.message}"
-
-
-_validators: dict[str, tuple[object, Draft202012Validator]] = {}
 
 
 def _launch_refusal(run: RunContext, tool: Tool, call: ToolCall) -> str:

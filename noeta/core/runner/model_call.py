@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Protocol
 
 from noeta.core import events as ev
@@ -13,11 +14,14 @@ from noeta.core import failpoints
 from noeta.core.errors import NoetaError
 from noeta.core.fold import LoggedEvent, TaskState, fold
 from noeta.core.model import Provider, ProviderError
+from noeta.core.model_limits import ModelBudget, ModelBudgetWait
 from noeta.core.next_action import EndTurn, FinishTask, next_action
 from noeta.core.request import build_request
 from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
+from noeta.core.runner import model_budget
+from noeta.core.store import Store
 from noeta.core.tool import Tool, spec_of
-from noeta.observability import tracing
+from noeta.observability import metrics, tracing
 
 
 class Providers(Protocol):
@@ -47,7 +51,12 @@ class ModelCallContext(Protocol):
     @property
     def sleep(self) -> Sleep: ...
 
-    async def append(self, new_events: Sequence[ev.Event]) -> None: ...
+    @property
+    def store(self) -> Store: ...
+
+    async def append(
+        self, new_events: Sequence[ev.Event], *, budget: ModelBudget | None = None
+    ) -> None: ...
 
     async def settle(self, prefix: list[ev.Event], action: EndTurn | FinishTask) -> None: ...
 
@@ -67,20 +76,42 @@ async def call_model(run: ModelCallContext) -> None:
     # emits it from the record written with ModelCalled (ADR-0024).
     with run.trace.chat(provider.name, model_name, run.state) as step:
         step.input_messages(request.messages)
-        await run.append([ev.ModelCalled(hashlib.sha256(body).hexdigest(), step.record)])
+        # Within the shared limits, the append that records the call takes its budget, or
+        # hands the task back (ModelBudgetWait ends the claim) and records nothing.
+        budget = model_budget.budget_for(run.store, provider.name, model_name, body)
+        called = ev.ModelCalled(hashlib.sha256(body).hexdigest(), step.record)
+        try:
+            await run.append([called], budget=budget)
+        except ModelBudgetWait as wait:
+            seconds = max(0.0, (wait.until - datetime.now(UTC)).total_seconds())
+            metrics.model_budget_wait(provider.name, model_name, wait.limit, seconds)
+            raise
         await failpoints.hit("model.after_called")
-        await _send(run, provider, body, step)
+        await _send(run, provider, model_name, body, step, budget)
 
 
-async def _send(run: ModelCallContext, provider: Provider, body: bytes, step: tracing.Step) -> None:
+async def _send(
+    run: ModelCallContext,
+    provider: Provider,
+    model_name: str,
+    body: bytes,
+    step: tracing.Step,
+    budget: ModelBudget | None,
+) -> None:
+    async def throttled(retry_after: float | None) -> None:
+        await model_budget.throttled(run.store, provider.name, model_name, retry_after)
+
     try:
-        reply = await send_with_retries(provider, body, run.sleep, task_id=run.task_id)
+        reply = await send_with_retries(
+            provider, body, run.sleep, task_id=run.task_id, on_throttled=throttled
+        )
     except ModelCallFailed as failed:
         step.failed(_error_type(failed.error), str(failed.error))
         closed = ev.ModelFailed(str(failed.error), failed.attempts)
         await run.settle([closed], EndTurn("failed", error=f"llm_error: {failed.error}"))
         return
     step.replied(reply)
+    await model_budget.replied(run.store, budget, reply.usage)
     replied = ev.ModelReplied(
         reply.content,
         reply.stop_reason,

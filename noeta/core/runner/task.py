@@ -24,6 +24,7 @@ from noeta.core import failpoints, wakeups
 from noeta.core.errors import NoetaError, StoreError
 from noeta.core.fold import LoggedEvent, TaskState, fold
 from noeta.core.gates import Gate
+from noeta.core.model_limits import ModelBudget
 from noeta.core.next_action import (
     AwaitAnswer,
     AwaitMessage,
@@ -44,7 +45,7 @@ from noeta.core.next_action import (
 )
 from noeta.core.pin import Pin
 from noeta.core.retry import Sleep
-from noeta.core.runner import calls, children, model_call, taking
+from noeta.core.runner import calls, children, model_budget, model_call, taking
 from noeta.core.runner.log import load_for_run, save_snapshot, snapshot_version
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookFailed, HookPlugins, Hooks
@@ -246,7 +247,7 @@ class _Run:
                             )
                             return RunResult("left_for_newer", self.state)
                         case LeaveUnreadable(reason=reason):
-                            if await self._give_up_on_unreadable(reason):
+                            if await self._give_up_loading(f"unreadable_log: {reason}"):
                                 return RunResult("finished", self.state)
                             return RunResult("unreadable", self.state)
                         case AwaitAnswer(call_id=call_id):
@@ -315,6 +316,7 @@ class _Run:
         deliveries: Sequence[Delivery] = (),
         new_tasks: Sequence[NewTask] = (),
         next_state: NextState = Continue(),
+        budget: ModelBudget | None = None,
     ) -> None:
         if isinstance(next_state, Finish):
             # A task never ends with a job unaccounted for: the worker stops it with the
@@ -343,7 +345,7 @@ class _Run:
             ]
             await children.before_finish(self)
         await failpoints.hit("append.before_commit")
-        last_seq = await self.store.append(
+        last_seq = await model_budget.writer(self.store, budget)(
             self.claim,
             self.state.last_seq,
             encoded,
@@ -453,9 +455,6 @@ class _Run:
                     return RunResult("finished", self.state)
                 return RunResult("plugin_missing", self.state)
         return None
-
-    async def _give_up_on_unreadable(self, reason: str) -> bool:
-        return await self._give_up_loading(f"unreadable_log: {reason}")
 
     async def _give_up_loading(self, error: str) -> bool:
         """Count a claim that could not run the task; after LOAD_ATTEMPTS, fail it.

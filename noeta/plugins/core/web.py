@@ -8,22 +8,18 @@ bomb stays small) and the text shown stops at a character cap; both say when the
 from __future__ import annotations
 
 import codecs
-import html
 import re
 from collections.abc import Sequence
-
-import httpcore
-import httpx
+from typing import TYPE_CHECKING
 
 from noeta.core.payload import JSONValue
 from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
-from noeta.plugins.core.web_access import (
-    AddressRefused,
-    FetchPolicy,
-    GuardedBackend,
-    GuardedTransport,
-)
+from noeta.plugins.core.web_access import AddressRefused, FetchPolicy
+
+if TYPE_CHECKING:  # httpx is imported by a fetch, not by loading the tools (ADR-0056)
+    import httpcore
+    import httpx
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 MAX_FETCH_BYTES = 5 * 1024 * 1024
@@ -77,6 +73,10 @@ class WebFetch:
         )
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
+        import httpx
+
+        from noeta.plugins.core.web_transport import GuardedBackend, GuardedTransport
+
         url = Arguments(self.name, input, self.input_schema).string("url")
         _check_url(url)
         backend = GuardedBackend(self.policy, self.network_backend)
@@ -137,6 +137,8 @@ class WebFetch:
 
 
 def _check_url(url: str) -> None:
+    import httpx
+
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as error:
@@ -168,6 +170,8 @@ def _decode(body: bytes, charset: str | None, media_type: str) -> str:
 
 def _strip_html(text: str) -> str:
     """A crude reader view: drop scripts and tags, keep block breaks, unescape entities."""
+    import html  # its entity table is large, and loading the tools needs none of it
+
     text = _DROPPED_ELEMENTS.sub(" ", text)
     text = _BLOCK_ENDS.sub("\n", text)
     text = html.unescape(_TAG.sub(" ", text))

@@ -7,6 +7,7 @@ per concern (River's driver suite); a change to the `Store` protocol extends it 
 
 from __future__ import annotations
 
+from noeta.testing.store_contract.bulk import BulkContract
 from noeta.testing.store_contract.claim_and_load import ClaimAndLoadContract
 from noeta.testing.store_contract.claims import ClaimContract
 from noeta.testing.store_contract.cron import CronContract
@@ -22,7 +23,9 @@ from noeta.testing.store_contract.fixtures import (
 from noeta.testing.store_contract.inbox import InboxContract
 from noeta.testing.store_contract.late_results import LateResultContract
 from noeta.testing.store_contract.logs import LogContract
+from noeta.testing.store_contract.model_limits import ModelLimitContract
 from noeta.testing.store_contract.queue_limits import QueueLimitContract
+from noeta.testing.store_contract.retention import RetentionContract
 
 __all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim"]
 
@@ -37,6 +40,9 @@ class StoreContract(
     CronContract,
     ErrorContract,
     LateResultContract,
+    BulkContract,
+    RetentionContract,
+    ModelLimitContract,
     QueueLimitContract,
 ):
     """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""

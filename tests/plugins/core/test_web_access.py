@@ -17,7 +17,8 @@ import pytest
 
 from noeta.core.tool import ToolContext, ToolError
 from noeta.plugins.core import WebFetch, plugin
-from noeta.plugins.core.web_access import FetchPolicy, GuardedBackend
+from noeta.plugins.core.web_access import FetchPolicy
+from noeta.plugins.core.web_transport import GuardedBackend
 
 
 class LoopbackOnly(httpcore.AnyIOBackend):

@@ -12,15 +12,19 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from noeta.backends.stores.postgres.appends import PostgresAppends
+from noeta.backends.stores.postgres.bulk import PostgresBulk
 from noeta.backends.stores.postgres.claims import CLAIM_NEXT_TASK, PostgresClaims
 from noeta.backends.stores.postgres.connection import DEFAULT_DEADLINE_SECONDS, describe
 from noeta.backends.stores.postgres.cron import PostgresCron
 from noeta.backends.stores.postgres.inbox import PostgresInbox
 from noeta.backends.stores.postgres.late_results import PostgresLateResults
 from noeta.backends.stores.postgres.logs import PostgresLogs
+from noeta.backends.stores.postgres.model_limits import PostgresModelLimits
 from noeta.backends.stores.postgres.queues import PostgresQueues
+from noeta.backends.stores.postgres.retention import PostgresRetention
 from noeta.backends.stores.postgres.schema import check_schema, migrate_database
 from noeta.backends.stores.postgres.session import SessionLimits, startup_options
+from noeta.backends.stores.postgres.views import PostgresViews
 from noeta.backends.stores.postgres.wakeups import PostgresWakeups
 from noeta.core.errors import StoreUnavailable
 
@@ -42,6 +46,10 @@ class PostgresStore(
     PostgresCron,
     PostgresWakeups,
     PostgresLateResults,
+    PostgresBulk,
+    PostgresRetention,
+    PostgresViews,
+    PostgresModelLimits,
     PostgresQueues,
 ):
     """A `Store` on one PostgreSQL database (or schema, via the URL's search_path)."""

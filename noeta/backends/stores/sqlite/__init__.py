@@ -14,13 +14,17 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from noeta.backends.stores.sqlite.appends import SqliteAppends
+from noeta.backends.stores.sqlite.bulk import SqliteBulk
 from noeta.backends.stores.sqlite.claims import SqliteClaims
 from noeta.backends.stores.sqlite.connection import connect
 from noeta.backends.stores.sqlite.cron import SqliteCron
 from noeta.backends.stores.sqlite.late_results import SqliteLateResults
 from noeta.backends.stores.sqlite.logs import SqliteLogs
+from noeta.backends.stores.sqlite.model_limits import SqliteModelLimits
 from noeta.backends.stores.sqlite.queues import SqliteQueues
+from noeta.backends.stores.sqlite.retention import SqliteRetention
 from noeta.backends.stores.sqlite.schema import SqliteSchema
+from noeta.backends.stores.sqlite.views import SqliteViews
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 from noeta.core.store import ClaimedTask, LoadedTask, check_claim_limit
 
@@ -36,6 +40,10 @@ class SqliteStore(
     SqliteCron,
     SqliteLateResults,
     SqliteSchema,
+    SqliteBulk,
+    SqliteRetention,
+    SqliteViews,
+    SqliteModelLimits,
     SqliteQueues,
 ):
     """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""

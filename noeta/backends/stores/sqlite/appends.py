@@ -99,29 +99,8 @@ class SqliteAppends(SqliteConnection):
         task_id = claim.task_id
 
         def append_fenced(connection: sqlite3.Connection, now: int) -> int:
-            row = connection.execute(LOCK_TASK_FOR_APPEND, (task_id,)).fetchone()
-            if row is None:
-                raise UnknownTask(task_id)
-            epoch, status, lease_until, last_seq, owner = row
-            if epoch != claim.epoch:
-                raise Conflict(
-                    task_id, f"claimed again since (epoch {epoch}, this claim has {claim.epoch})"
-                )
-            if status not in ("running", "holding"):
-                raise Conflict(task_id, f"not held by this claim (status {status})")
-            if lease_until <= now:
-                raise Conflict(task_id, "the lease has expired")
-            if last_seq != expected_seq:
-                raise Conflict(task_id, f"the log ends at seq {last_seq}, not {expected_seq}")
-
-            seq = expected_seq + len(encoded_events)
-            connection.executemany(
-                INSERT_CLAIMED_EVENT,
-                [
-                    (task_id, expected_seq + number, event_type, data, now, claim.epoch, owner)
-                    for number, (event_type, data) in enumerate(encoded_events, start=1)
-                ],
-            )
+            owner = check_fence(connection, claim, expected_seq, now)
+            seq = insert_claimed_events(connection, claim, expected_seq, encoded_events, now, owner)
             if take:
                 taken = connection.execute(TAKE_INBOX_ENTRIES, (seq, take_list, task_id)).rowcount
                 if taken != len(take):
@@ -146,6 +125,47 @@ class SqliteAppends(SqliteConnection):
             return seq
 
         return await self._run(self._write, append_fenced)
+
+
+def check_fence(connection: sqlite3.Connection, claim: Claim, expected_seq: int, now: int) -> str:
+    """The fence (PostgreSQL's noeta_fence): the claim's epoch is the task's, its lease is
+    valid and the log ends at `expected_seq`; else Conflict. Returns the row's owner."""
+    task_id = claim.task_id
+    row = connection.execute(LOCK_TASK_FOR_APPEND, (task_id,)).fetchone()
+    if row is None:
+        raise UnknownTask(task_id)
+    epoch, status, lease_until, last_seq, owner = row
+    if epoch != claim.epoch:
+        raise Conflict(
+            task_id, f"claimed again since (epoch {epoch}, this claim has {claim.epoch})"
+        )
+    if status not in ("running", "holding"):
+        raise Conflict(task_id, f"not held by this claim (status {status})")
+    if lease_until <= now:
+        raise Conflict(task_id, "the lease has expired")
+    if last_seq != expected_seq:
+        raise Conflict(task_id, f"the log ends at seq {last_seq}, not {expected_seq}")
+    owner_name: str = owner
+    return owner_name
+
+
+def insert_claimed_events(
+    connection: sqlite3.Connection,
+    claim: Claim,
+    expected_seq: int,
+    events: Sequence[tuple[str, str]],
+    now: int,
+    owner: str,
+) -> int:
+    """Insert a fenced append's events; returns the new last seq."""
+    connection.executemany(
+        INSERT_CLAIMED_EVENT,
+        [
+            (claim.task_id, expected_seq + number, event_type, data, now, claim.epoch, owner)
+            for number, (event_type, data) in enumerate(events, start=1)
+        ],
+    )
+    return expected_seq + len(events)
 
 
 def insert_task(connection: sqlite3.Connection, task: EncodedTask, now: int) -> bool:

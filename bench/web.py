@@ -1,0 +1,118 @@
+"""`noeta web` on a big store: the first page of the task list (rows, counts, HTML) at
+a million tasks, the next page by its cursor, a status filter, a text search, and a task
+page; each timed through the app itself (Starlette's TestClient), so the figure is what
+a browser waits for minus the network. Prints a table with the machine's load.
+
+    .venv/bin/python bench/web.py            # 1,000,000 tasks (about a minute to fill)
+    .venv/bin/python bench/web.py --quick    # 50,000
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+import psycopg
+from starlette.testclient import TestClient
+
+from bench.common import fresh_schema, parser, server
+from noeta.client import AsyncClient
+from noeta.web.app import create_app
+from noeta.web.site import Site
+
+# Most tasks finished, a few of each other status, four queues, one created per ms.
+FILL_TASKS = """
+INSERT INTO tasks (id, queue, status, owner, owner_epoch, lease_until, claimable_at,
+                   last_seq, created_at, updated_at)
+SELECT 'task-' || g, 'q' || (g %% 4),
+       CASE WHEN g %% 1000 = 0 THEN 'waiting' WHEN g %% 997 = 0 THEN 'ready'
+            WHEN g %% 991 = 0 THEN 'running' WHEN g %% 89 = 0 THEN 'failed' ELSE 'done' END,
+       'worker-' || (g %% 7), 1,
+       CASE WHEN g %% 991 = 0 AND g %% 1000 <> 0 AND g %% 997 <> 0
+            THEN now() + interval '1 hour' END,
+       CASE WHEN g %% 991 = 0 AND g %% 1000 <> 0 AND g %% 997 <> 0 THEN now() + interval '1 hour'
+            WHEN g %% 997 = 0 AND g %% 1000 <> 0 THEN now() END,
+       1, now() - make_interval(secs => (%(n)s - g) / 1000.0), now()
+  FROM generate_series(%(first)s::int, %(last)s::int) AS g
+"""
+FILL_EVENTS = """
+INSERT INTO events (task_id, seq, type, data, created_at)
+SELECT 'task-' || g, 1, 'TaskCreated',
+       '{"v":1,"model":"scripted:x.yaml","prompt":"summarise report ' || g || '","tools":[]}',
+       now()
+  FROM generate_series(%(first)s::int, %(last)s::int) AS g
+"""
+BATCH = 100_000
+RUNS = 7
+
+
+def timed(http: TestClient, path: str) -> tuple[float, float, int]:
+    """Median and worst milliseconds over RUNS requests (after one to warm), and bytes."""
+    first = http.get(path)
+    assert first.status_code == 200, (path, first.status_code, first.text[:300])
+    took = []
+    for _ in range(RUNS):
+        started = time.perf_counter()
+        http.get(path)
+        took.append((time.perf_counter() - started) * 1000)
+    return statistics.median(took), max(took), len(first.content)
+
+
+async def fill(admin: psycopg.AsyncConnection[Any], tasks: int) -> float:
+    started = time.perf_counter()
+    for first in range(1, tasks + 1, BATCH):
+        last = min(tasks, first + BATCH - 1)
+        params = {"first": first, "last": last, "n": tasks}
+        await admin.execute(FILL_TASKS, params)
+        await admin.execute(FILL_EVENTS, params)
+    await admin.execute("VACUUM ANALYZE tasks")
+    await admin.execute("VACUUM ANALYZE events")
+    return time.perf_counter() - started
+
+
+async def run(dsn: str, tasks: int) -> None:
+    async with fresh_schema(dsn) as (url, admin):
+        seconds = await fill(admin, tasks)
+        print(f"filled {tasks:,} tasks and their first events in {seconds:.1f} s")
+        await asyncio.to_thread(measure, url, tasks)
+
+
+def measure(url: str, tasks: int) -> None:
+    site = Site(AsyncClient(url), allowed_hosts=("testserver",))
+    with TestClient(create_app(site)) as http:
+        listing = http.get("/tasks").text
+        cursor = listing.split('href="/tasks?before=', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+        rows = [
+            ("task list, first page (rows + counts)", "/tasks"),
+            ("task list, next page (cursor)", f"/tasks?before={cursor}"),
+            ("task list, status=waiting", "/tasks?status=waiting"),
+            ("task list, queue=q1, status=done", "/tasks?status=done&queue=q1"),
+            ("task list, text = an id's end", f"/tasks?text=-{tasks // 2}"),
+            ("task list, text in a prompt", f"/tasks?text=report%20{tasks // 3}"),
+            ("a task's page", f"/tasks/task-{tasks // 2}"),
+            ("workers", "/workers"),
+        ]
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(f"\n{tasks:,} tasks; load {load}; median and worst of {RUNS} requests")
+        print(f"{'page':<42} {'median ms':>10} {'worst ms':>9} {'bytes':>8}")
+        for name, path in rows:
+            median, worst, size = timed(http, path)
+            print(f"{name:<42} {median:>10.1f} {worst:>9.1f} {size:>8,}")
+
+
+def main() -> None:
+    options = parser(__doc__).parse_args()
+    tasks = 50_000 if options.quick else 1_000_000
+    with server(options.dsn) as dsn:
+        asyncio.run(run(dsn, tasks))
+
+
+if __name__ == "__main__":
+    main()

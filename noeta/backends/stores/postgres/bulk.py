@@ -1,0 +1,52 @@
+"""Bulk creation on PostgreSQL: a batch of tasks in one statement (`noeta_create_tasks`,
+queue/postgres/0009), one transaction and one NOTIFY per queue, all or none."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from noeta.backends.stores.postgres.appends import encode_task
+from noeta.backends.stores.postgres.connection import PostgresConnection
+from noeta.core.bulk import check_distinct_ids
+from noeta.core.errors import Conflict
+from noeta.core.store import NewTask
+
+CREATE_TASKS = """
+SELECT noeta_create_tasks(
+    %(ids)b::text[], %(queues)b::text[], %(ready)s::timestamptz[], %(counts)b::int[],
+    %(event_task)b::int[], %(event_seq)b::int[], %(types)b::text[], %(data)b::text[])
+"""
+
+
+class PostgresBulk(PostgresConnection):
+    """Creating many tasks in one round trip."""
+
+    async def create_tasks(self, tasks: Sequence[NewTask]) -> None:
+        if not tasks:
+            return
+        check_distinct_ids(tasks)
+        event_task: list[int] = []
+        event_seq: list[int] = []
+        types: list[str] = []
+        data: list[str] = []
+        for number, task in enumerate(tasks, start=1):
+            task_types, task_data = encode_task(task)
+            event_task += [number] * len(task_types)
+            event_seq += range(1, len(task_types) + 1)
+            types += task_types
+            data += task_data
+        params = {
+            "ids": [task.id for task in tasks],
+            "queues": [task.queue for task in tasks],
+            "ready": [task.ready_at for task in tasks],
+            "counts": [len(task.events) for task in tasks],
+            "event_task": event_task,
+            "event_seq": event_seq,
+            "types": types,
+            "data": data,
+        }
+        try:
+            await self._write(CREATE_TASKS, params)
+        except Conflict as error:
+            # The function names the first taken id as its message.
+            raise Conflict(error.reason, "the id is taken (by a task, or a pruned one)") from None

@@ -1,0 +1,152 @@
+"""The operator's read-only views on PostgreSQL (`StoreViews`, for `noeta web`): keyset
+pages of the task list on `tasks_by_creation`, capped counts on `tasks_by_status`, log
+pages that leave long values in the database, and the claims held now."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from noeta.backends.stores.postgres.connection import PostgresConnection
+from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _task_record
+from noeta.core import payload
+from noeta.core.store import TaskRecord, TaskStatus
+from noeta.core.store_views import (
+    COUNT_CAP,
+    MAX_PAGE,
+    HeldClaim,
+    LogEntry,
+    StatusCount,
+    TaskCursor,
+    check_page,
+    counted,
+    text_pattern,
+)
+
+# Newest first, strictly before the cursor: the row comparison is the index's own order,
+# so each page is one backward walk of tasks_by_creation from the cursor, never a sort.
+TASK_PAGE = f"""
+SELECT {TASK_COLUMNS} FROM tasks
+ WHERE (created_at, id) < (%(before_at)s, %(before_id)s)
+   AND status = ANY (%(statuses)s)
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ ORDER BY created_at DESC, id DESC LIMIT %(limit)s
+"""
+
+# The same, with a text that is part of the id or of the prompt (the task's first event,
+# decoded from its escaped JSON only for the rows whose id did not match).
+TASK_PAGE_MATCHING = f"""
+SELECT {TASK_COLUMNS} FROM tasks
+ WHERE (created_at, id) < (%(before_at)s, %(before_id)s)
+   AND status = ANY (%(statuses)s)
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+   AND (id ILIKE %(pattern)s OR EXISTS (
+        SELECT 1 FROM events
+         WHERE events.task_id = tasks.id AND events.seq = 1
+           AND (events.data::json ->> 'prompt') ILIKE %(pattern)s))
+ ORDER BY created_at DESC, id DESC LIMIT %(limit)s
+"""
+
+# Each status counted over at most cap rows of tasks_by_status (an index-only walk): a
+# million finished tasks cost cap entries, not a million.
+TASK_COUNTS = """
+SELECT s.status, c.queue, c.n
+  FROM unnest(%(statuses)s::text[]) AS s(status)
+ CROSS JOIN LATERAL (
+        SELECT queue, count(*) AS n
+          FROM (SELECT queue FROM tasks WHERE status = s.status LIMIT %(cap)s) AS capped
+         GROUP BY queue) AS c
+ ORDER BY s.status, c.queue
+"""
+
+LOG_PAGE = """
+SELECT seq, type, created_at, epoch, owner, length(data),
+       CASE WHEN length(data) <= %(inline)s THEN data END, left(data, %(preview)s)
+  FROM events WHERE task_id = %(task)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s
+"""
+
+EVENT_TEXT = """
+SELECT substr(data, %(start)s, %(length)s), length(data) FROM events
+ WHERE task_id = %(task)s AND seq = %(seq)s
+"""
+
+# tasks_by_owner holds exactly these rows (its predicate): an index walk in owner order.
+HELD_CLAIMS = """
+SELECT id, queue, status, owner, owner_epoch, lease_until, updated_at FROM tasks
+ WHERE status IN ('running', 'holding') ORDER BY owner, id LIMIT %(limit)s
+"""
+
+PREVIEW_CHARS = 2000
+_NEWEST = (datetime(9999, 12, 31, tzinfo=UTC), "")  # before every real row
+
+
+class PostgresViews(PostgresConnection):
+    """The read-only views of `noeta web`."""
+
+    async def task_page(
+        self,
+        *,
+        statuses: Sequence[TaskStatus] = (),
+        queue: str | None = None,
+        text: str | None = None,
+        before: TaskCursor | None = None,
+        limit: int = 50,
+    ) -> list[TaskRecord]:
+        before_at, before_id = (before.created_at, before.id) if before else _NEWEST
+        params: dict[str, Any] = {
+            "before_at": before_at,
+            "before_id": before_id,
+            "statuses": [status.value for status in (statuses or TaskStatus)],
+            "queue": queue,
+            "limit": check_page(limit),
+        }
+        query = TASK_PAGE
+        if text:
+            query = TASK_PAGE_MATCHING
+            params["pattern"] = text_pattern(text)
+        return [_task_record(row) for row in await self._read(query, params)]
+
+    async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
+        params = {"statuses": [status.value for status in TaskStatus], "cap": cap}
+        return counted(await self._read(TASK_COUNTS, params), cap)
+
+    async def log_page(
+        self, task_id: str, *, after_seq: int = 0, limit: int = 200, inline_chars: int = 65536
+    ) -> list[LogEntry]:
+        params = {
+            "task": task_id,
+            "after": after_seq,
+            "limit": check_page(limit),
+            "inline": inline_chars,
+            "preview": PREVIEW_CHARS,
+        }
+        return [
+            LogEntry(
+                seq,
+                kind,
+                at,
+                epoch,
+                owner,
+                size,
+                None if text is None else payload.decode(text),
+                preview,
+            )
+            for seq, kind, at, epoch, owner, size, text, preview in await self._read(
+                LOG_PAGE, params
+            )
+        ]
+
+    async def event_text(
+        self, task_id: str, seq: int, *, offset: int = 0, length: int = 1 << 20
+    ) -> tuple[str, int] | None:
+        params = {"task": task_id, "seq": seq, "start": offset + 1, "length": length}
+        rows = await self._read(EVENT_TEXT, params)
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    async def held_claims(self, limit: int = MAX_PAGE) -> list[HeldClaim]:
+        rows = await self._read(HELD_CLAIMS, {"limit": check_page(limit)})
+        return [
+            HeldClaim(task, queue, TaskStatus(status), owner, epoch, lease, updated)
+            for task, queue, status, owner, epoch, lease, updated in rows
+        ]

@@ -1,0 +1,134 @@
+"""Pruning finished tasks on sqlite: the steps of PostgreSQL's `noeta_prune_finished`,
+one BEGIN IMMEDIATE transaction per batch; a lock file beside the store makes a second
+prune say so (the kernel frees it when the pruning process dies)."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import sqlite3
+import time
+from datetime import timedelta
+
+from noeta.backends.stores.sqlite.connection import SqliteConnection
+from noeta.backends.stores.sqlite.encoding import now_micros
+from noeta.core.retention import (
+    DEFAULT_BATCH_SIZE,
+    REST_PER_BATCH,
+    PruneCounts,
+    PruneRunning,
+    check_batch_size,
+)
+from noeta.core.store import check_key
+
+# The family rule of queue/postgres/0009 (noeta_may_prune): no live parent, no live
+# subtask. Ids compare bytewise here (BINARY), so a parent's subtasks are one PK range.
+PRUNABLE = """
+  FROM tasks t
+ WHERE t.status IN ('done', 'failed', 'cancelled') AND t.updated_at < :before
+   AND (:queue IS NULL OR t.queue = :queue)
+   AND NOT EXISTS (SELECT 1 FROM tasks parent
+                    WHERE parent.id = noeta_parent_id(t.id)
+                      AND parent.status IN ('ready', 'running', 'holding', 'waiting'))
+   AND NOT EXISTS (SELECT 1 FROM tasks child
+                    WHERE child.id >= t.id || '.' AND child.id < t.id || '/'
+                      AND child.status IN ('ready', 'running', 'holding', 'waiting'))"""
+COUNT_PRUNABLE = f"SELECT count(*), coalesce(sum(t.last_seq), 0) {PRUNABLE}"
+PICK_PRUNABLE = f"SELECT t.id {PRUNABLE} ORDER BY t.updated_at LIMIT :limit"
+_IDS = "(SELECT value FROM json_each(:ids))"
+DELETE_TASK_ROWS = [
+    f"DELETE FROM events WHERE task_id IN {_IDS}",
+    f"DELETE FROM inbox WHERE task_id IN {_IDS}",
+    f"DELETE FROM snapshots WHERE task_id IN {_IDS}",
+    f"DELETE FROM late_results WHERE task_id IN {_IDS}",
+    f"DELETE FROM cron_fires WHERE task_id IN {_IDS}",
+]
+KEEP_PRUNED_IDS = (
+    "INSERT INTO pruned_task_ids (id, pruned_at) SELECT value, :now FROM json_each(:ids) "
+    "WHERE true ON CONFLICT (id) DO NOTHING"
+)
+DELETE_TASKS = f"DELETE FROM tasks WHERE id IN {_IDS}"
+# With --forget-ids, every id pruned before may be used again too (see the PostgreSQL
+# store), a batch at a time.
+FORGET_PRUNED_IDS = """
+DELETE FROM pruned_task_ids WHERE id IN (SELECT id FROM pruned_task_ids LIMIT :limit)"""
+
+
+def parent_id(task_id: str) -> str | None:
+    """`<p>` of a subtask id `<p>.<call>.<n>`; None for an id with fewer than two dots."""
+    parts = task_id.rsplit(".", 2)
+    return parts[0] if len(parts) == 3 and parts[0] else None
+
+
+class SqliteRetention(SqliteConnection):
+    """`prune_finished` (the `Pruning` port)."""
+
+    async def prune_finished(
+        self,
+        older_than: timedelta,
+        *,
+        queue: str | None = None,
+        forget_ids: bool = False,
+        dry_run: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> PruneCounts:
+        check_batch_size(batch_size)
+        if queue is not None:
+            check_key("queue name", queue)
+        lock = os.open(f"{self._path}.prune-lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise PruneRunning(
+                    f"another prune is running on sqlite store {self._path}; "
+                    "try again when it has finished"
+                ) from None
+            cutoff = now_micros() - older_than // timedelta(microseconds=1)
+            params: dict[str, object] = {"before": cutoff, "queue": queue}
+            await self._run(self._connection.create_function, "noeta_parent_id", 1, parent_id)
+            if dry_run:
+                tasks, events = await self._run(self._read_one, COUNT_PRUNABLE, params)
+                return PruneCounts(tasks, events)
+            total = PruneCounts()
+            while True:
+                started = time.monotonic()
+                pruned = await self._run(
+                    self._write, lambda c, now: _prune_batch(c, now, params, batch_size, forget_ids)
+                )
+                total += pruned
+                if pruned.tasks < batch_size:
+                    break
+                await asyncio.sleep((time.monotonic() - started) * REST_PER_BATCH)
+            forgetting = forget_ids
+            while forgetting:
+                forgotten = await self._run(
+                    self._write,
+                    lambda c, now: c.execute(FORGET_PRUNED_IDS, {"limit": batch_size}).rowcount,
+                )
+                forgetting = forgotten >= batch_size
+            return total
+        finally:
+            os.close(lock)  # frees the lock
+
+
+def _prune_batch(
+    connection: sqlite3.Connection,
+    now: int,
+    params: dict[str, object],
+    batch_size: int,
+    forget_ids: bool,
+) -> PruneCounts:
+    picked = [row[0] for row in connection.execute(PICK_PRUNABLE, {**params, "limit": batch_size})]
+    if not picked:
+        return PruneCounts()
+    ids = {"ids": json.dumps(picked), "now": now}
+    events = connection.execute(DELETE_TASK_ROWS[0], ids).rowcount
+    for statement in DELETE_TASK_ROWS[1:]:
+        connection.execute(statement, ids)
+    if not forget_ids:
+        connection.execute(KEEP_PRUNED_IDS, ids)
+    connection.execute(DELETE_TASKS, ids)
+    return PruneCounts(len(picked), events)

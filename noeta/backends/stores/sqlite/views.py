@@ -1,0 +1,140 @@
+"""The operator's read-only views on sqlite (`StoreViews`, for `noeta web`): the same
+queries as PostgreSQL's, on integer-microsecond times."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from noeta.backends.stores.sqlite.connection import SqliteConnection
+from noeta.backends.stores.sqlite.encoding import from_micros, task_record, to_micros
+from noeta.core import payload
+from noeta.core.store import TaskRecord, TaskStatus
+from noeta.core.store_views import (
+    COUNT_CAP,
+    MAX_PAGE,
+    HeldClaim,
+    LogEntry,
+    StatusCount,
+    TaskCursor,
+    check_page,
+    counted,
+    text_pattern,
+)
+
+_TASK_COLUMNS = (
+    "id, queue, status, owner, owner_epoch, lease_until, ready_at, last_seq, created_at, updated_at"
+)
+_PAGE_WHERE = """
+ WHERE (created_at, id) < (:before_at, :before_id)
+   AND (:status IS NULL OR status IN (SELECT value FROM json_each(:status)))
+   AND (:queue IS NULL OR queue = :queue)"""
+TASK_PAGE = f"""
+SELECT {_TASK_COLUMNS} FROM tasks {_PAGE_WHERE}
+ ORDER BY created_at DESC, id DESC LIMIT :limit"""
+TASK_PAGE_MATCHING = f"""
+SELECT {_TASK_COLUMNS} FROM tasks {_PAGE_WHERE}
+   AND (id LIKE :pattern ESCAPE '\\' OR EXISTS (
+        SELECT 1 FROM events WHERE events.task_id = tasks.id AND events.seq = 1
+           AND json_extract(events.data, '$.prompt') LIKE :pattern ESCAPE '\\'))
+ ORDER BY created_at DESC, id DESC LIMIT :limit"""
+STATUS_COUNTS = """
+SELECT queue, count(*) FROM (SELECT queue FROM tasks WHERE status = ? LIMIT ?) GROUP BY queue
+ ORDER BY queue"""
+LOG_PAGE = """
+SELECT seq, type, created_at, epoch, owner, length(data),
+       CASE WHEN length(data) <= :inline THEN data END, substr(data, 1, :preview)
+  FROM events WHERE task_id = :task AND seq > :after ORDER BY seq LIMIT :limit"""
+EVENT_TEXT = """
+SELECT substr(data, :start, :length), length(data) FROM events
+ WHERE task_id = :task AND seq = :seq"""
+HELD_CLAIMS = """
+SELECT id, queue, status, owner, owner_epoch, lease_until, updated_at FROM tasks
+ WHERE status IN ('running', 'holding') ORDER BY owner, id LIMIT ?"""
+
+PREVIEW_CHARS = 2000
+_NEWEST = 2**62  # microseconds: after every real row
+
+
+class SqliteViews(SqliteConnection):
+    """The read-only views of `noeta web`."""
+
+    async def task_page(
+        self,
+        *,
+        statuses: Sequence[TaskStatus] = (),
+        queue: str | None = None,
+        text: str | None = None,
+        before: TaskCursor | None = None,
+        limit: int = 50,
+    ) -> list[TaskRecord]:
+        values: dict[str, Any] = {
+            "before_at": to_micros(before.created_at) if before else _NEWEST,
+            "before_id": before.id if before else "",
+            "status": payload.encode([s.value for s in statuses]) if statuses else None,
+            "queue": queue,
+            "limit": check_page(limit),
+        }
+        query = TASK_PAGE
+        if text:
+            query = TASK_PAGE_MATCHING
+            values["pattern"] = text_pattern(text)
+        rows = await self._run(self._read_all, query, values)
+        return [task_record(row) for row in rows]
+
+    async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
+        def count() -> list[tuple[str, str, int]]:
+            return [
+                (status.value, queue, n)
+                for status in TaskStatus
+                for queue, n in self._read_all(STATUS_COUNTS, (status.value, cap))
+            ]
+
+        return counted(await self._run(count), cap)
+
+    async def log_page(
+        self, task_id: str, *, after_seq: int = 0, limit: int = 200, inline_chars: int = 65536
+    ) -> list[LogEntry]:
+        values = {
+            "task": task_id,
+            "after": after_seq,
+            "limit": check_page(limit),
+            "inline": inline_chars,
+            "preview": PREVIEW_CHARS,
+        }
+        rows = await self._run(self._read_all, LOG_PAGE, values)
+        return [
+            LogEntry(
+                seq,
+                kind,
+                from_micros(at),
+                epoch,
+                owner,
+                size,
+                None if text is None else payload.decode(text),
+                preview,
+            )
+            for seq, kind, at, epoch, owner, size, text, preview in rows
+        ]
+
+    async def event_text(
+        self, task_id: str, seq: int, *, offset: int = 0, length: int = 1 << 20
+    ) -> tuple[str, int] | None:
+        values = {"task": task_id, "seq": seq, "start": offset + 1, "length": length}
+        row = await self._run(self._read_one, EVENT_TEXT, values)
+        return None if row is None else (row[0], row[1])
+
+    async def held_claims(self, limit: int = MAX_PAGE) -> list[HeldClaim]:
+        rows = await self._run(self._read_all, HELD_CLAIMS, (check_page(limit),))
+        return [
+            HeldClaim(
+                task,
+                queue,
+                TaskStatus(status),
+                owner,
+                epoch,
+                from_micros(lease),
+                from_micros(updated),
+            )
+            for task, queue, status, owner, epoch, lease, updated in rows
+        ]

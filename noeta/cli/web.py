@@ -1,0 +1,132 @@
+"""`noeta web`: serve the operator's pages (tasks, a task's live timeline, workers, cron)
+on a loopback address, or on another one only with NOETA_WEB_TOKEN set. Starlette and
+uvicorn (the `web` extra) are imported only when the command runs."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import click
+
+from noeta.cli.options import check_store_url, store_option
+from noeta.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from noeta.scheduler.cronfile import Schedule
+
+DEFAULT_BIND = "127.0.0.1:8787"
+JAEGER_ENV = "NOETA_JAEGER_URL"
+
+
+@click.command()
+@click.option(
+    "--bind",
+    default=DEFAULT_BIND,
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where to listen (port 0: any free one). A non-loopback host needs NOETA_WEB_TOKEN.",
+)
+@click.option(
+    "--cron",
+    "cron_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Cron files whose schedules the cron page shows with their next fires (repeatable).",
+)
+@store_option
+def web(bind: str, cron_files: tuple[str, ...], store: str | None) -> None:
+    """Watch and steer tasks in a browser: the task list, each task's log as a live
+    timeline (takeovers and recoveries marked), workers and cron; cancel a task, send a
+    message, answer a gate."""
+    from noeta.web.security import TOKEN_ENV, check_token_rule, parse_bind
+
+    where = parse_bind(bind)
+    token = os.environ.get(TOKEN_ENV) or None
+    check_token_rule(where, token)
+    check_store_url(store)
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise ConfigError("noeta web needs the web extra: pip install 'noeta[web]'") from None
+    from noeta.scheduler.cronfile import load_cron_files
+
+    schedules = load_cron_files(cron_files) if cron_files else []
+    listening = _listen(where.host, where.port)
+    asyncio.run(_serve(listening, store, token, schedules, where.loopback, where.host))
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, made here so a taken address is one clear line, not a log."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as error:
+        raise ConfigError(f"cannot listen on {shown}: {error.strerror}") from None
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host, port))
+        listening.listen(128)
+    except OSError as error:
+        listening.close()
+        why = "the address is in use" if error.errno == errno.EADDRINUSE else error.strerror
+        raise ConfigError(f"cannot listen on {shown}: {why}") from None
+    return listening
+
+
+async def _serve(
+    listening: socket.socket,
+    url: str | None,
+    token: str | None,
+    schedules: list[Schedule],
+    loopback: bool,
+    host: str,
+) -> None:
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        """Ends the live streams as soon as a stop is asked: uvicorn waits for open
+        connections before it stops, and a stream would otherwise never close."""
+
+        def __init__(self, config: uvicorn.Config, feed: LiveFeed) -> None:
+            super().__init__(config)
+            self.feed = feed
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            self.feed.stop_streams()
+            super().handle_exit(sig, frame)
+
+    from noeta.backends.stores import resolve_url, store_kind
+    from noeta.client import AsyncClient
+    from noeta.web.app import create_app
+    from noeta.web.live import LiveFeed
+    from noeta.web.site import Site
+
+    client = AsyncClient(url, application_name="noeta-web")
+    await client.store()  # a store that cannot be opened is one line, before serving
+    hosts = ("127.0.0.1", "localhost", "::1", host) if loopback else ()
+    site = Site(
+        client,
+        token=token,
+        schedules=schedules,
+        jaeger_url=os.environ.get(JAEGER_ENV) or None,
+        allowed_hosts=hosts,
+    )
+    feed = LiveFeed(site)
+    app = create_app(site, feed)
+    config = uvicorn.Config(
+        app, log_level="warning", timeout_graceful_shutdown=2, lifespan="on", access_log=False
+    )
+    address = listening.getsockname()
+    shown = f"[{address[0]}]:{address[1]}" if ":" in address[0] else f"{address[0]}:{address[1]}"
+    resolved = resolve_url(url)
+    kind = store_kind(resolved) if resolved else "embedded postgres"
+    click.echo(f"noeta web: serving http://{shown}/ on the {kind} store (Ctrl-C stops)")
+    await _Server(config, feed).serve(sockets=[listening])

@@ -1,0 +1,98 @@
+"""A model call under the shared limits (ADR-0075): the budget it takes with its
+`ModelCalled` append, the reply's real tokens, and a 429 told to every worker."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from noeta.core.errors import StoreError
+from noeta.core.model import Usage
+from noeta.core.model_limits import ModelBudget, ModelLimiter, estimate_tokens, limit_keys
+from noeta.core.store import Claim, Continue, Delivery, NewEvent, NewTask, NextState, Store
+from noeta.core.store_values import Finish
+from noeta.observability import metrics
+
+log = logging.getLogger(__name__)
+
+
+class Append(Protocol):
+    """`Store.append`'s shape: what `_Run.append` writes with."""
+
+    async def __call__(
+        self,
+        claim: Claim,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        *,
+        take: Sequence[int] = (),
+        deliveries: Sequence[Delivery] = (),
+        new_tasks: Sequence[NewTask] = (),
+        next_state: NextState = Continue(),
+    ) -> int: ...
+
+
+def budget_for(store: Store, provider: str, model: str, body: bytes) -> ModelBudget | None:
+    """The budget a call of `body` takes; None where the store keeps no limits."""
+    if not isinstance(store, ModelLimiter):
+        return None
+    return ModelBudget(limit_keys(provider, model), estimate_tokens(body))
+
+
+def writer(store: Store, budget: ModelBudget | None) -> Append:
+    """The append that records a model call: with its budget taken where there is one.
+
+    A plugin's `before_append` that sends deliveries with the call makes an append the
+    budgeted one cannot carry: that one goes unbudgeted (and is logged)."""
+    if budget is None or not isinstance(store, ModelLimiter):
+        return store.append
+    limiter: ModelLimiter = store
+
+    async def append_within_budget(
+        claim: Claim,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        *,
+        take: Sequence[int] = (),
+        deliveries: Sequence[Delivery] = (),
+        new_tasks: Sequence[NewTask] = (),
+        next_state: NextState = Continue(),
+    ) -> int:
+        if take or deliveries or new_tasks or isinstance(next_state, Finish):
+            log.warning("task %s: model call recorded outside its limits", claim.task_id)
+            return await store.append(
+                claim,
+                expected_seq,
+                events,
+                take=take,
+                deliveries=deliveries,
+                new_tasks=new_tasks,
+                next_state=next_state,
+            )
+        return await limiter.append_model_called(claim, expected_seq, events, budget)
+
+    return append_within_budget
+
+
+async def replied(store: Store, budget: ModelBudget | None, usage: Usage) -> None:
+    """Move the tokens taken at the call (an estimate) to the reply's real use. Advice
+    to the limits, not the task's record: a store error here is logged, not raised."""
+    if budget is not None and isinstance(store, ModelLimiter):
+        try:
+            await store.model_call_used(budget, usage.input_tokens + usage.output_tokens)
+        except StoreError as error:
+            log.warning(
+                "model limits %s: the reply's tokens not counted (%s)", budget.keys[0], error
+            )
+
+
+async def throttled(store: Store, provider: str, model: str, retry_after: float | None) -> None:
+    """A 429: counted, and with a Retry-After every worker holds off until then (a store
+    error here is logged: the call's own retry goes on)."""
+    metrics.model_throttled(provider, model)
+    if isinstance(store, ModelLimiter):
+        try:
+            await store.model_call_throttled(limit_keys(provider, model), retry_after)
+        except StoreError as error:
+            log.warning("model limits %s/%s: the 429 not shared (%s)", provider, model, error)

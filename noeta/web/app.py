@@ -1,0 +1,154 @@
+"""The `noeta web` application: its routes, the token and host checks every request
+passes first, and the error pages (a refused request is a page that says why, never a
+traceback)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from noeta.core.errors import NoetaError, StoreError
+from noeta.web import actions, live, ops_pages, task_list, task_page
+from noeta.web.render import forget_secret, scrubbed
+from noeta.web.security import TOKEN_COOKIE, TOKEN_ENV, token_matches
+from noeta.web.site import PageError, Site, error_page
+
+log = logging.getLogger("noeta.web")
+Handler = Callable[[Site, Request], Awaitable[Response]]
+
+
+def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
+    """The app on `site`'s client; it closes the client when it stops."""
+    feed = feed or live.LiveFeed(site)
+    if site.token:
+        forget_secret(site.token)
+
+    def route(path: str, handler: Handler, methods: tuple[str, ...] = ("GET",)) -> Route:
+        async def endpoint(request: Request) -> Response:
+            return await handler(site, request)
+
+        return Route(path, endpoint, methods=list(methods))
+
+    async def follow(site: Site, request: Request) -> Response:
+        return await live.follow(site, feed, request)
+
+    async def home(site: Site, request: Request) -> Response:
+        return RedirectResponse("/tasks", status_code=303)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await feed.close()
+            await site.client.close()
+
+    static = resources.files("noeta.web").joinpath("static")
+    app = Starlette(
+        routes=[
+            route("/", home),
+            route("/tasks", task_list.tasks_page),
+            route("/tasks/{task_id}", task_page.task_page),
+            route("/tasks/{task_id}/events/{seq}", task_page.event_raw),
+            route("/tasks/{task_id}/live", follow),
+            route("/tasks/{task_id}/cancel", actions.cancel, ("POST",)),
+            route("/tasks/{task_id}/send", actions.send, ("POST",)),
+            route("/tasks/{task_id}/answer", actions.answer, ("POST",)),
+            route("/workers", ops_pages.workers_page),
+            route("/cron", ops_pages.cron_page),
+            Mount("/static", StaticFiles(directory=str(static)), name="static"),
+        ],
+        exception_handlers={
+            HTTPException: _http_error,
+            NoetaError: _noeta_error,
+            Exception: _unexpected,
+        },
+        lifespan=lifespan,
+    )
+    app.add_middleware(Gate, token=site.token, hosts=site.allowed_hosts)
+    return app
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    title = (
+        error.title
+        if isinstance(error, PageError)
+        else {404: "Not found"}.get(error.status_code, "Refused")
+    )
+    return error_page(error.status_code, title, str(error.detail))
+
+
+async def _noeta_error(request: Request, error: Exception) -> Response:
+    status = 503 if isinstance(error, StoreError) else 400
+    return error_page(status, "Store error" if status == 503 else "Refused", scrubbed(str(error)))
+
+
+async def _unexpected(request: Request, error: Exception) -> Response:
+    log.error(
+        "noeta web: %s on %s: %s", type(error).__name__, request.url.path, scrubbed(str(error))
+    )
+    return error_page(500, "Error", f"unexpected {type(error).__name__} (a bug in noeta web)")
+
+
+class Gate:
+    """Every request passes here first: with a token set, it must carry it (a bearer
+    header, or the cookie `/login?token=…` sets); without one, its Host must be this
+    loopback server's (a page elsewhere cannot rebind a name to 127.0.0.1 and read it)."""
+
+    def __init__(self, app: ASGIApp, *, token: str | None, hosts: tuple[str, ...]) -> None:
+        self.app, self.token, self.hosts = app, token, hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        refused = self._refused(request)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _refused(self, request: Request) -> Response | None:
+        if self.token is None:
+            host = (request.headers.get("host") or "").rsplit(":", 1)[0].strip("[]")
+            if host in self.hosts:
+                return None
+            return error_page(403, "Refused", "this server answers only to its own address")
+        if request.url.path == "/login":
+            return self._login(request)
+        given = _bearer(request.headers.get("authorization")) or request.cookies.get(TOKEN_COOKIE)
+        if token_matches(given, self.token):
+            return None
+        why = "missing" if given is None else "wrong"
+        message = (
+            f"the token ({TOKEN_ENV}) is {why}: open /login?token=... once, "
+            "or send it as a bearer token"
+        )
+        return error_page(401, "Token needed", message)
+
+    def _login(self, request: Request) -> Response:
+        given = request.query_params.get("token")
+        if not token_matches(given, self.token or ""):
+            return error_page(401, "Token needed", f"that is not this server's token ({TOKEN_ENV})")
+        response = RedirectResponse("/tasks", status_code=303)
+        cookie: dict[str, Any] = {"httponly": True, "samesite": "strict", "path": "/"}
+        response.set_cookie(TOKEN_COOKIE, given or "", **cookie)
+        return response
+
+
+def _bearer(header: str | None) -> str | None:
+    scheme, _, value = (header or "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None

@@ -1,0 +1,148 @@
+"""The tasks page: filters (status, queue, parent, text), capped counts per status and
+queue, and the list itself a keyset page at a time (fast at a million rows)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from noeta.core.errors import NoetaError, UnknownTask
+from noeta.core.store import TaskRecord, TaskStatus, check_key
+from noeta.core.store_views import COUNT_CAP, StatusCount, TaskCursor
+from noeta.web.render import h, link, page, status_badge, table, url, utc
+from noeta.web.site import PageError, Site
+
+PAGE_ROWS = 50
+MAX_TEXT_CHARS = 200
+
+
+async def tasks_page(site: Site, request: Request) -> HTMLResponse:
+    query = request.query_params
+    status = _status(query.get("status") or None)
+    queue = _checked("queue", query.get("queue") or None)
+    parent = _checked("parent", query.get("parent") or None)
+    text = query.get("text") or None
+    if text is not None and len(text) > MAX_TEXT_CHARS:
+        raise PageError(
+            400, f"the text to find is {len(text)} characters; at most {MAX_TEXT_CHARS}"
+        )
+    before = _cursor(query.get("before") or None)
+    views = await site.views()
+    statuses = [status] if status else []
+    if parent is not None:
+        try:
+            records = await site.client.tasks(status=status, queue=queue, parent=parent, limit=1000)
+        except UnknownTask:
+            raise PageError(404, f"there is no task {parent!r} to list the subtasks of") from None
+        more = None
+    else:
+        records = await views.task_page(
+            statuses=statuses, queue=queue, text=text, before=before, limit=PAGE_ROWS + 1
+        )
+        more = records[PAGE_ROWS - 1] if len(records) > PAGE_ROWS else None
+        records = records[:PAGE_ROWS]
+    counts = await views.task_counts(COUNT_CAP)
+    body = _filters(status, queue, parent, text) + _counts(counts)
+    body += _list(records) if records else '<p class="muted">no task matches</p>'
+    if more is not None:
+        cursor = f"{more.created_at.isoformat()}~{more.id}"
+        next_page = url("/tasks", status=status, queue=queue, text=text, before=cursor)
+        body += f'<div class="pager">{link(next_page, "older tasks →")}</div>'
+    title = f"Subtasks of {parent}" if parent else "Tasks"
+    return HTMLResponse(page(title, body))
+
+
+def _status(text: str | None) -> TaskStatus | None:
+    if text is None:
+        return None
+    try:
+        return TaskStatus(text)
+    except ValueError:
+        known = ", ".join(status.value for status in TaskStatus)
+        raise PageError(400, f"unknown status {text!r} (one of {known})") from None
+
+
+def _checked(what: str, text: str | None) -> str | None:
+    if text is None:
+        return None
+    try:
+        return check_key(what, text)
+    except NoetaError as error:
+        raise PageError(400, str(error)) from None
+
+
+def _cursor(text: str | None) -> TaskCursor | None:
+    if text is None:
+        return None
+    moment, tilde, task_id = text.partition("~")
+    try:
+        at = datetime.fromisoformat(moment)
+    except ValueError:
+        at = None
+    if not tilde or at is None or at.utcoffset() is None:
+        raise PageError(400, "the page cursor is damaged: start again from the first page")
+    return TaskCursor(at, task_id)
+
+
+def _filters(
+    status: TaskStatus | None, queue: str | None, parent: str | None, text: str | None
+) -> str:
+    options = '<option value="">any</option>' + "".join(
+        f'<option value="{s.value}"{" selected" if s is status else ""}>{s.value}</option>'
+        for s in TaskStatus
+    )
+    return (
+        '<form class="filters" method="get" action="/tasks">'
+        f'<label>status<select name="status">{options}</select></label>'
+        f'<label>queue<input name="queue" value="{h(queue or "")}" size="12"></label>'
+        f'<label>parent<input name="parent" value="{h(parent or "")}" size="14"></label>'
+        f'<label>text (id or prompt)<input name="text" value="{h(text or "")}" size="24"></label>'
+        '<button type="submit">filter</button> <a href="/tasks">clear</a></form>'
+    )
+
+
+def _counts(counts: list[StatusCount]) -> str:
+    queues = sorted({count.queue for count in counts})
+    if not queues:
+        return ""
+    cells: dict[TaskStatus, dict[str, int]] = defaultdict(dict)
+    capped = {count.status for count in counts if count.capped}
+    for count in counts:
+        cells[count.status][count.queue] = count.count
+    rows = []
+    for status in TaskStatus:
+        if status not in cells:
+            continue
+        plus = "+" if status in capped else ""
+        total = sum(cells[status].values())
+        row = [link(url("/tasks", status=status.value), status.value), h(f"{total:,}{plus}")]
+        for queue in queues:
+            n = cells[status].get(queue)
+            label = f"≥{n:,}" if n and plus else f"{n:,}" if n else ""
+            row.append(link(url("/tasks", status=status.value, queue=queue), label) if n else "")
+        rows.append(row)
+    note = (
+        f'<p class="muted">each status is counted up to {COUNT_CAP:,} tasks</p>' if capped else ""
+    )
+    return table(["status", "all", *queues], rows, css="counts") + note
+
+
+def _list(records: list[TaskRecord]) -> str:
+    rows = [
+        [
+            link(url(f"/tasks/{record.id}"), record.id),
+            status_badge(record.status.value),
+            h(record.queue),
+            h(record.owner or ""),
+            h(record.owner_epoch),
+            h(record.last_seq),
+            h(utc(record.created_at)),
+            h(utc(record.updated_at)),
+        ]
+        for record in records
+    ]
+    headings = ["id", "status", "queue", "owner", "epoch", "events", "created", "updated"]
+    return table(headings, rows, css="tasks")

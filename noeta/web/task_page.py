@@ -1,0 +1,195 @@
+"""A task's page: its row (state, owner, epoch, lease), what may be done to it (cancel,
+a message, a gate's answer), and its log as a timeline a page at a time; and one event's
+raw JSON, in parts when it is large."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+
+from noeta.core.errors import UnknownTask
+from noeta.core.runner.log import load_state, snapshot_version
+from noeta.core.store import TaskRecord, TaskStatus
+from noeta.core.store_views import LogEntry
+from noeta.web import timeline
+from noeta.web.render import form, h, link, page, scrubbed, status_badge, url, utc
+from noeta.web.site import PageError, Site, not_found
+
+LOG_PAGE_EVENTS = 200
+# What the page brings of one event whole; longer ones come as a preview and a raw link.
+INLINE_CHARS = 64 * 1024
+RAW_PART_CHARS = 1 << 20  # one part of a large event's raw text
+
+
+async def task_page(site: Site, request: Request) -> HTMLResponse:
+    task_id = request.path_params["task_id"]
+    record = await _record(site, task_id)
+    after = _int(request.query_params.get("after"), "after", default=None)
+    if after is None:  # the newest page: where a running task's news arrives
+        after = max(0, record.last_seq - LOG_PAGE_EVENTS)
+    views = await site.views()
+    head = await views.log_page(task_id, after_seq=0, limit=20, inline_chars=INLINE_CHARS)
+    context = timeline.Context()
+    if after > 0:  # the event before the page sets its epoch, owner and open calls
+        for seen in await views.log_page(task_id, after_seq=after - 1, limit=1):
+            timeline.render(task_id, [seen], context)
+    entries = await views.log_page(
+        task_id, after_seq=after, limit=LOG_PAGE_EVENTS, inline_chars=INLINE_CHARS
+    )
+    items = timeline.render(task_id, entries, context)
+    if not context.trace_id:
+        context.trace_id = _trace_id(task_id, head)
+    last = entries[-1].seq if entries else after
+    live = ""
+    if not record.status.finished and last >= record.last_seq:
+        live = f' data-live="{h(url(f"/tasks/{task_id}/live", after=last))}"'
+    body = facts(record) + _links(site, record, context.trace_id)
+    body += await _actions(site, record, head)
+    body += _pager(task_id, after, last, record.last_seq)
+    body += f'<h2>log</h2><ol class="timeline" id="timeline">{items}</ol>'
+    body += _pager(task_id, after, last, record.last_seq)
+    body += await _late_results(site, task_id)
+    return HTMLResponse(page(f"Task {task_id}", body, live=live))
+
+
+async def _record(site: Site, task_id: str) -> TaskRecord:
+    try:
+        return await site.client.get(task_id)
+    except UnknownTask:
+        raise not_found(f"task with the id {task_id!r}") from None
+
+
+def _int(text: str | None, what: str, *, default: int | None) -> int | None:
+    if text is None or text == "":
+        return default
+    if not text.isdigit() or len(text) > 18:
+        raise PageError(400, f"{what} must be a whole number of 0 or more, not {text!r}")
+    return int(text)
+
+
+def _trace_id(task_id: str, head: list[LogEntry]) -> str:
+    context = timeline.Context()
+    timeline.render(task_id, head, context)
+    return context.trace_id
+
+
+def facts(record: TaskRecord) -> str:
+    """The task's row as the page shows it (replaced whole by the live feed)."""
+    shown = [
+        ("status", status_badge(record.status.value)),
+        ("queue", h(record.queue)),
+        ("owner", h(record.owner or "-")),
+        ("epoch", h(record.owner_epoch)),
+        ("lease until", h(utc(record.lease_until))),
+        ("due", h(utc(record.ready_at))),
+        ("events", h(record.last_seq)),
+        ("created", h(utc(record.created_at))),
+        ("updated", h(utc(record.updated_at))),
+    ]
+    cells = "".join(f"<dt>{h(name)}</dt><dd>{value}</dd>" for name, value in shown)
+    return f'<dl class="facts" id="task-facts" data-status="{h(record.status.value)}">{cells}</dl>'
+
+
+def _links(site: Site, record: TaskRecord, trace_id: str) -> str:
+    found = [link(url("/tasks", parent=record.id), "subtasks")]
+    if site.jaeger_url and trace_id:
+        where = f"{site.jaeger_url.rstrip('/')}/trace/{trace_id}"
+        found.append(link(where, f"trace {trace_id} in Jaeger"))
+    elif trace_id:
+        found.append(h(f"trace {trace_id}"))
+    return f'<p class="links">{" · ".join(found)}</p>'
+
+
+async def _actions(site: Site, record: TaskRecord, head: list[LogEntry]) -> str:
+    if record.status.finished:
+        return ""
+    base = f"/tasks/{record.id}"
+    cancel = url(f"{base}/cancel")
+    parts = [form(cancel, site.csrf.issue(cancel), "", "cancel task", css="danger")]
+    created = head[0].data if head and head[0].type == "TaskCreated" else None
+    if isinstance(created, dict) and created.get("interactive"):
+        send = url(f"{base}/send")
+        fields = (
+            f'<input type="hidden" name="key" value="{uuid.uuid4().hex}">'
+            '<textarea name="text" rows="2" cols="50" placeholder="a message"></textarea>'
+        )
+        parts.append(form(send, site.csrf.issue(send), fields, "send"))
+    if record.status is TaskStatus.WAITING:
+        state = await load_state(await site.store(), record.id, snapshot_version())
+        if state.waiting_call:
+            answer = url(f"{base}/answer")
+            fields = (
+                f'<input type="hidden" name="call" value="{h(state.waiting_call)}">'
+                f"<span>gate on call {h(state.waiting_call)}:</span>"
+                '<select name="decision"><option>allow</option><option>deny</option></select>'
+                '<input name="note" placeholder="note (optional)">'
+            )
+            parts.append(form(answer, site.csrf.issue(answer), fields, "answer"))
+    return f'<div class="actions">{"".join(parts)}</div>'
+
+
+def _pager(task_id: str, after: int, last: int, newest: int) -> str:
+    if after == 0 and last >= newest:
+        return ""
+    base = f"/tasks/{task_id}"
+    links = []
+    if after > 0:
+        links.append(link(url(base, after=0), "first"))
+        links.append(link(url(base, after=max(0, after - LOG_PAGE_EVENTS)), "earlier"))
+    if last < newest:
+        links.append(link(url(base, after=last), "later"))
+        links.append(link(url(base), "newest"))
+    shown = f"events {after + 1} to {last} of {newest}"
+    return f'<div class="pager"><span class="muted">{h(shown)}</span>{" ".join(links)}</div>'
+
+
+async def _late_results(site: Site, task_id: str) -> str:
+    kept = await (await site.store()).late_results(task_id)
+    if not kept:
+        return ""
+    items = []
+    for kept_result in kept:
+        kind = "error" if kept_result.is_error else "result"
+        said = (
+            f"{kept_result.call_id}: {kind} from epoch {kept_result.epoch} on {kept_result.worker}"
+        )
+        items.append(f"<li>{h(said)}<pre>{h(kept_result.content[:2000])}</pre></li>")
+    note = "results tools returned after their claim was gone (a hint; the log is the truth)"
+    return f'<h2>late results</h2><p class="muted">{h(note)}</p><ul>{"".join(items)}</ul>'
+
+
+async def event_raw(site: Site, request: Request) -> Response:
+    """One event's JSON: whole (indented) up to a part's size, else one part of its text."""
+    task_id = request.path_params["task_id"]
+    seq = _int(request.path_params["seq"], "the event number", default=0) or 0
+    part = _int(request.query_params.get("part"), "part", default=None)
+    views = await site.views()
+    offset = (part or 0) * RAW_PART_CHARS
+    found = await views.event_text(task_id, seq, offset=offset, length=RAW_PART_CHARS)
+    if found is None:
+        await _record(site, task_id)
+        raise not_found(f"event #{seq} in task {task_id!r}")
+    text, total = found
+    headers = {"X-Content-Type-Options": "nosniff"}
+    if total <= RAW_PART_CHARS:
+        pretty = json.dumps(json.loads(text), ensure_ascii=False, indent=2)
+        return PlainTextResponse(scrubbed(pretty), headers=headers)
+    if part is not None:
+        if offset >= total:
+            raise not_found(f"part {part} of event #{seq} (it has {-(-total // RAW_PART_CHARS)})")
+        return PlainTextResponse(scrubbed(text), headers=headers)
+    parts = -(-total // RAW_PART_CHARS)
+    raw = f"/tasks/{task_id}/events/{seq}"
+    links = []
+    for n in range(parts):
+        start, end = n * RAW_PART_CHARS, min(total, (n + 1) * RAW_PART_CHARS)
+        links.append(
+            f"<li>{link(url(raw, part=n), f'part {n + 1}: characters {start:,} to {end:,}')}</li>"
+        )
+    about = f"event #{seq} is {total:,} characters of JSON text, served in {parts} parts"
+    back = link(url(f"/tasks/{task_id}"), "back to the task")
+    body = f"<p>{h(about)}</p><ol>{''.join(links)}</ol><p>{back}</p>"
+    return HTMLResponse(page(f"Task {task_id}, event #{seq}", body))

@@ -1,0 +1,146 @@
+"""A real headless Chromium on `noeta web` while a real `noeta worker` runs a task: the
+list shows it, its page follows it live (a reply lands in the DOM over server-sent
+events), the cancel button stops it, and the page is kept as a screenshot.
+
+Chromium is the distribution's (`make chromium` installs it; CI runs that first). Without
+one the test is skipped saying so, except under CI, where it fails."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import noeta
+from noeta.core.store import TaskStatus
+from tests.web.cdp import Chromium, find_chromium
+
+REPOSITORY = Path(__file__).parents[2]
+SCRIPT = """
+replies:
+  - text: "Ready: send me a message and I will get going."
+    usage: {input_tokens: 812, output_tokens: 14}
+  - text: "Planning the work first."
+    tool_calls:
+      - id: call-1
+        name: TodoWrite
+        input: {todos: [{content: "read the report", status: in_progress},
+                        {content: "write the summary", status: pending}]}
+    usage: {input_tokens: 845, output_tokens: 41}
+  - text: "Got your message. Working on it <b>now</b>."
+    usage: {input_tokens: 903, output_tokens: 11}
+"""
+
+
+def artifacts() -> Path:
+    return Path(os.environ.get("NOETA_TEST_ARTIFACTS", REPOSITORY / "build" / "test-artifacts"))
+
+
+@pytest.fixture
+def chromium(tmp_path: Path) -> Iterator[Chromium]:
+    executable = find_chromium()
+    if executable is None:
+        why = "no Chromium on this machine: `make chromium` installs it (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    browser = Chromium(executable, tmp_path / "profile")
+    yield browser
+    browser.close()
+
+
+class Process:
+    def __init__(self, *arguments: str, log: Path) -> None:
+        self.log = log
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "noeta", *arguments],
+            stdout=subprocess.PIPE,
+            stderr=log.open("w"),
+            text=True,
+            env={**os.environ, "NOETA_HOME": str(log.parent / "home")},
+        )
+
+    def first_line(self) -> str:
+        assert self.process.stdout is not None
+        return self.process.stdout.readline()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_browser_follows_a_task_live_and_cancels_it(
+    chromium: Chromium, postgres_url: str, tmp_path: Path
+) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text(SCRIPT)
+    with noeta.Client(postgres_url) as client:
+        asyncio.run(_migrate(postgres_url))
+        task = client.submit(
+            "Say hello, then wait.",
+            model=f"scripted:{script}",
+            interactive=True,
+            tools=["TodoWrite"],
+        )
+        worker = Process(
+            "worker",
+            "--store",
+            postgres_url,
+            "--poll",
+            "0.2",
+            "--name",
+            "worker-a",
+            log=tmp_path / "worker.log",
+        )
+        web = Process(
+            "web", "--store", postgres_url, "--bind", "127.0.0.1:0", log=tmp_path / "web.log"
+        )
+        try:
+            line = web.first_line()
+            assert "serving http://" in line, (tmp_path / "web.log").read_text()
+            base = line.split("serving ", 1)[1].split()[0].rstrip("/")
+
+            chromium.open(f"{base}/tasks")
+            chromium.wait_for("table.tasks a", task.id)
+            chromium.click(f'table.tasks a[href="/tasks/{task.id}"]', navigates=True)
+            # The first turn (the worker's reply to the prompt), then the page's live feed.
+            chromium.wait_for("#timeline li", "Ready: send me a message")
+            chromium.wait_for("body[data-live-state=open]")
+
+            client.send(task, "Please start.")
+            arrived = chromium.wait_for("#timeline li.fresh", "Working on it <b>now</b>.")
+            assert "Working on it" in arrived
+            chromium.wait_for("#task-facts[data-status=waiting]")
+            shot = artifacts() / "web-screenshot.png"
+            chromium.screenshot(shot)
+            if os.environ.get("NOETA_UPDATE_SCREENSHOT"):
+                chromium.screenshot(REPOSITORY / "docs" / "web-screenshot.png")
+            assert shot.stat().st_size > 10_000
+
+            chromium.click("form.danger button", navigates=True)
+            said = chromium.wait_for("#confirmation")
+            assert "cancel requested" in said
+            with pytest.raises(noeta.TaskCancelled):
+                client.result(task, timeout=60)
+            assert client.get(task).status is TaskStatus.CANCELLED
+        finally:
+            web.stop()
+            worker.stop()
+
+
+async def _migrate(url: str) -> None:
+    from noeta.backends.stores import open_store
+
+    store = await open_store(url, migrate=True)
+    await store.close()

@@ -1,0 +1,96 @@
+"""The store's read-only views for `noeta web`, the same on sqlite and PostgreSQL: keyset
+pages that visit every task once, newest first; text matched literally in the id or the
+prompt; counts capped; a log page that leaves a long event in the store; raw text in parts;
+the claims held now."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from noeta.backends.stores import open_store
+from noeta.core import events
+from noeta.core.store import NewTask, Store, TaskStatus
+from noeta.core.store_views import StoreViews, TaskCursor
+from tests.web.conftest import encoded
+
+
+@pytest.fixture
+async def views(store_url: str) -> AsyncIterator[StoreViews]:
+    store = await open_store(store_url, migrate=True)
+    assert isinstance(store, StoreViews)
+    yield store
+    await store.close()
+
+
+def as_store(views: StoreViews) -> Store:
+    assert hasattr(views, "create_task")
+    return views  # type: ignore[return-value]
+
+
+async def create(views: StoreViews, task_id: str, prompt: str = "", queue: str = "default") -> None:
+    created = events.TaskCreated(model="scripted:x.yaml", prompt=prompt)
+    assert await as_store(views).create_task(NewTask(task_id, encoded(created), queue=queue))
+
+
+async def test_keyset_pages_visit_every_task_once_newest_first(views: StoreViews) -> None:
+    for n in range(23):
+        await create(views, f"t{n:02}")
+    seen: list[str] = []
+    cursor = None
+    while page := await views.task_page(before=cursor, limit=5):
+        seen += [record.id for record in page]
+        cursor = TaskCursor(page[-1].created_at, page[-1].id)
+    assert seen == [f"t{n:02}" for n in reversed(range(23))]
+
+
+async def test_filters_match_status_queue_and_text_taken_literally(views: StoreViews) -> None:
+    await create(views, "plain-1", prompt="résumé of 100% of the logs")
+    await create(views, "under_score", queue="other")
+    await create(views, "x", prompt="nothing here")
+    found = await views.task_page(text="100%")
+    assert [record.id for record in found] == ["plain-1"]
+    assert [r.id for r in await views.task_page(text="RÉSUMÉ".lower())] == ["plain-1"]
+    assert [r.id for r in await views.task_page(text="_")] == ["under_score"]
+    assert [r.id for r in await views.task_page(queue="other")] == ["under_score"]
+    assert await views.task_page(statuses=[TaskStatus.DONE]) == []
+    assert len(await views.task_page(statuses=[TaskStatus.READY, TaskStatus.DONE])) == 3
+
+
+async def test_counts_are_capped_per_status(views: StoreViews) -> None:
+    for n in range(4):
+        await create(views, f"a{n}", queue="a")
+    await create(views, "b0", queue="b")
+    exact = {(c.status, c.queue): (c.count, c.capped) for c in await views.task_counts(cap=10)}
+    assert exact == {(TaskStatus.READY, "a"): (4, False), (TaskStatus.READY, "b"): (1, False)}
+    capped = await views.task_counts(cap=3)
+    assert sum(c.count for c in capped) == 3 and all(c.capped for c in capped)
+
+
+async def test_a_long_event_stays_in_the_store_and_is_read_in_parts(views: StoreViews) -> None:
+    await create(views, "long", prompt="p" * 5000)
+    (entry,) = await views.log_page("long", inline_chars=1000)
+    assert entry.data is None and entry.size > 5000 and entry.preview.startswith('{"v":1')
+    (whole,) = await views.log_page("long", inline_chars=100_000)
+    assert isinstance(whole.data, dict) and whole.data["prompt"] == "p" * 5000
+    first = await views.event_text("long", 1, offset=0, length=10)
+    rest = await views.event_text("long", 1, offset=10, length=100_000)
+    assert first is not None and rest is not None
+    assert first[1] == rest[1] == entry.size and len(first[0] + rest[0]) == entry.size
+    assert await views.event_text("long", 2) is None
+
+
+async def test_held_claims_name_their_worker_epoch_and_lease(views: StoreViews) -> None:
+    await create(views, "held")
+    await create(views, "idle")
+    claim = await as_store(views).claim_task("worker-z", "held", 30)
+    assert claim is not None
+    (held,) = await views.held_claims()
+    assert (held.task_id, held.owner, held.epoch, held.status) == (
+        "held",
+        "worker-z",
+        1,
+        TaskStatus.RUNNING,
+    )
+    assert held.lease_until == claim.lease_until
