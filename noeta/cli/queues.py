@@ -11,7 +11,6 @@ from typing import Any
 import click
 
 from noeta.cli.options import json_option, store_option
-from noeta.client import AsyncClient
 from noeta.core.errors import ConfigError
 from noeta.core.queue_settings import QueueChange, QueueOverview, QueueSettings, parse_rate
 from noeta.core.store import check_key
@@ -135,6 +134,8 @@ def _document(o: QueueOverview) -> dict[str, Any]:
 
 
 async def _set(url: str | None, name: str, change: QueueChange) -> QueueOverview:
+    from noeta.client import AsyncClient
+
     async with AsyncClient(url, application_name="noeta-queue") as client:
         return await client.set_queue(
             name,
@@ -146,10 +147,14 @@ async def _set(url: str | None, name: str, change: QueueChange) -> QueueOverview
 
 
 async def _clear(url: str | None, name: str) -> bool:
+    from noeta.client import AsyncClient
+
     async with AsyncClient(url, application_name="noeta-queue") as client:
         return await client.clear_queue(name)
 
 
 async def _list(url: str | None, names: Sequence[str]) -> list[QueueOverview]:
+    from noeta.client import AsyncClient
+
     async with AsyncClient(url, application_name="noeta-queue") as client:
         return await client.queues(*names)
