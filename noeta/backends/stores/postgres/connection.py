@@ -258,6 +258,20 @@ async def _fetch(
         return rows
 
 
+async def fetch_within_deadline(
+    connection: psycopg.AsyncConnection[Any],
+    query: str,
+    params: Mapping[str, Any],
+    deadline_seconds: float,
+) -> list[tuple[Any, ...]]:
+    """One statement on a session the caller holds itself (outside the pool's rounds, as
+    a prune holding its lock does), under the same deadline as every statement."""
+    loop = asyncio.get_running_loop()
+    return await _within_deadline(
+        connection, lambda: _fetch(connection, query, params), deadline_seconds, loop
+    )
+
+
 async def _within_deadline(
     connection: psycopg.AsyncConnection[Any],
     call: Callable[[], Awaitable[T]],

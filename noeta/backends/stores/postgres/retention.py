@@ -14,8 +14,7 @@ from psycopg_pool import PoolTimeout
 
 from noeta.backends.stores.postgres.connection import (
     PostgresConnection,
-    _fetch,
-    _within_deadline,
+    fetch_within_deadline,
     reason,
     store_error,
 )
@@ -117,12 +116,7 @@ class PostgresRetention(PostgresConnection):
     ) -> list[tuple[Any, ...]]:
         """One statement on the prune's own session, under the usual deadline."""
         try:
-            return await _within_deadline(
-                connection,
-                lambda: _fetch(connection, query, params),
-                self.deadline_seconds,
-                asyncio.get_running_loop(),
-            )
+            return await fetch_within_deadline(connection, query, params, self.deadline_seconds)
         except psycopg.errors.InsufficientPrivilege as error:
             # The worker role may not delete (ops/grants.sql): pruning is the owner's.
             raise StoreError(
