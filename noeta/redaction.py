@@ -2,7 +2,7 @@
 
 A `Scrubber` knows the secret values of this process (API keys and passwords from the
 environment, the store URL's password) and removes them, and anything shaped like a
-password in a URL or a libpq connection string, from any text it is given.
+known key format or a password in a URL or a libpq connection string, from any text.
 """
 
 from __future__ import annotations
@@ -27,6 +27,21 @@ PROXY_NAMES = re.compile(r"_PROXY$", re.I)
 MIN_SECRET_CHARS = 6
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]+)(@)")
 _CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.I)
+# Keys recognisable by their shape, so that a process which never held them (a page, a
+# `noeta show`) still hides what a tool printed. Each needs its vendor's prefix and a
+# random-looking tail, so commit ids, UUIDs and base64 in code do not match.
+_KEY_FORMATS = re.compile(
+    r"""
+    \bsk-ant-[A-Za-z0-9_-]{20,}                              # Anthropic
+    | \bsk-(?=[A-Za-z0-9_-]*[0-9])(?=[A-Za-z0-9_-]*[A-Za-z])
+      [A-Za-z0-9_-]{20,}                                     # OpenAI (and alike)
+    | \bgh[poushr]_[A-Za-z0-9]{30,}                          # GitHub tokens
+    | \bgithub_pat_[A-Za-z0-9_]{30,}                         # GitHub fine-grained
+    | \beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*  # a JWT
+    | \b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b  # AWS key ids
+    """,
+    re.VERBOSE,
+)
 
 
 class Scrubber:
@@ -64,7 +79,7 @@ class Scrubber:
                 self.add(value)
 
     def __call__(self, text: str) -> str:
-        text = _URL_PASSWORD.sub(rf"\g<1>{REDACTED}\g<3>", text)
+        text = scrub_key_formats(text)
         text = _CONNINFO_PASSWORD.sub(rf"\g<1>{REDACTED}", text)
         if not self.secrets:
             return text
@@ -72,6 +87,15 @@ class Scrubber:
             longest_first = sorted(self.secrets, key=len, reverse=True)
             self._pattern = re.compile("|".join(re.escape(s) for s in longest_first))
         return self._pattern.sub(REDACTED, text)
+
+
+def scrub_key_formats(text: str) -> str:
+    """`text` without what has the shape of a secret, whoever's it is: API keys and tokens
+    of the known formats, and the password of a URL (`scheme://user:password@host`).
+    A secret of an unknown format is not found here; only a process that holds it can
+    remove it (`Scrubber.add`)."""
+    text = _KEY_FORMATS.sub(REDACTED, text)
+    return _URL_PASSWORD.sub(rf"\g<1>{REDACTED}\g<3>", text)
 
 
 def is_secret_name(name: str) -> bool:

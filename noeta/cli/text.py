@@ -1,14 +1,18 @@
 """Reading what people type (a prompt, a message: an argument or `-` for stdin), and
-printing tasks and their logs, the same way for every command."""
+printing tasks and their logs, the same way for every command, scrubbed of secrets."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from noeta.core.errors import ConfigError
 from noeta.core.store import LateResult, StoredEvent, TaskRecord
+
+if TYPE_CHECKING:
+    from noeta.redaction import Scrubber
 
 MAX_TEXT_CHARS = 1_000_000  # a prompt or a message; the log could hold more, a model not
 
@@ -39,19 +43,41 @@ def task_json(record: TaskRecord) -> dict[str, Any]:
     }
 
 
+@functools.cache
+def _scrubber() -> Scrubber:
+    from noeta.redaction import Scrubber
+
+    scrub = Scrubber()
+    scrub.add_environment()
+    return scrub
+
+
+def scrubbed(value: Any) -> Any:
+    """Every string in `value` (an event's data) without the secrets this process knows
+    or that have a key's shape: a tool's output may hold keys this process never held.
+    Scrubbed before it is cut short, so no key is shown half."""
+    if isinstance(value, str):
+        return _scrubber()(value)
+    if isinstance(value, dict):
+        return {key: scrubbed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [scrubbed(item) for item in value]
+    return value
+
+
 def event_json(event: StoredEvent) -> str:
     document = {
         "seq": event.seq,
         "type": event.type,
         "at": event.created_at.isoformat(),
-        "data": event.data,
+        "data": scrubbed(event.data),
     }
     return json.dumps(document, ensure_ascii=False)
 
 
 def event_line(event: StoredEvent) -> str:
     """One event as `noeta show` prints it: seq, time of day, type, its fields cut short."""
-    data = event.data
+    data = scrubbed(event.data)
     if isinstance(data, dict):
         data = {k: v for k, v in data.items() if k != "v"}
     text = json.dumps(data, ensure_ascii=False)
@@ -81,7 +107,7 @@ def late_result_json(result: LateResult, log: list[StoredEvent]) -> dict[str, An
         "epoch": result.epoch,
         "worker": result.worker,
         "is_error": result.is_error,
-        "content": result.content,
+        "content": scrubbed(result.content),
         "kept_at": result.created_at.isoformat() if result.created_at else None,
         "fate": late_result_fate(result, log),
     }
@@ -89,7 +115,7 @@ def late_result_json(result: LateResult, log: list[StoredEvent]) -> dict[str, An
 
 def late_result_line(result: LateResult, log: list[StoredEvent]) -> str:
     """One late result as `noeta show` prints it, under the log."""
-    text = json.dumps(result.content, ensure_ascii=False)
+    text = json.dumps(scrubbed(result.content), ensure_ascii=False)
     if len(text) > 80:
         text = text[:77] + "..."
     kind = "error" if result.is_error else "result"
