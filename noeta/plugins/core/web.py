@@ -1,14 +1,18 @@
 """WebFetch: one HTTP GET of a text resource, decoded and, for HTML, stripped to its text.
 
 Only public addresses are fetched, on every redirect hop, unless the operator opens others
-(`web_access`). The download stops at a byte cap (after decompression, so a small gzip
-bomb stays small) and the text shown stops at a character cap; both say when they cut.
+(`web_access`). The download stops at a byte cap, and decoding gzip or deflate stops at
+the same cap of decoded bytes (off the event loop), so a small compression bomb stays
+small; the text shown stops at a character cap; each says when it cut. One time limit
+covers the whole fetch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import re
+import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -26,6 +30,10 @@ MAX_FETCH_BYTES = 5 * 1024 * 1024
 DEFAULT_OUTPUT_CAP_CHARS = 30_000
 MAX_REDIRECTS = 5
 USER_AGENT = "noeta-webfetch/1"
+# The codings asked for, and the only ones decoded: each by a decompressor that stops at
+# the byte cap. Stacked codings ("gzip, gzip") are refused: no page needs them, and each
+# layer multiplies what a small body becomes.
+ACCEPTED_CODINGS = ("gzip", "x-gzip", "deflate")
 
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript")
 _TEXT_SUFFIXES = ("+json", "+xml")
@@ -73,27 +81,42 @@ class WebFetch:
         )
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
+        url = Arguments(self.name, input, self.input_schema).string("url")
+        _check_url(url)
+        try:  # the time limit of the whole fetch: httpx's own bounds each read only
+            async with asyncio.timeout(self.timeout_seconds):
+                response, coding, raw, complete = await self._download(url)
+        except TimeoutError:
+            raise ToolError(self._too_slow(url)) from None
+        # Decoding and reducing HTML cost CPU in proportion to the cap: not on the loop.
+        return await asyncio.to_thread(self._finish, response, coding, raw, complete)
+
+    def _too_slow(self, url: str) -> str:
+        return (
+            f"WebFetch: {url} did not answer within {self.timeout_seconds:g} s "
+            "(the time limit of the whole fetch)"
+        )
+
+    async def _download(self, url: str) -> tuple[httpx.Response, str, bytes, bool]:
+        """The response, its content coding and its raw (still encoded) body, capped."""
         import httpx
 
         from noeta.plugins.core.web_transport import GuardedBackend, GuardedTransport
 
-        url = Arguments(self.name, input, self.input_schema).string("url")
-        _check_url(url)
         backend = GuardedBackend(self.policy, self.network_backend)
         async with httpx.AsyncClient(
             transport=GuardedTransport(backend),
             timeout=self.timeout_seconds,
             follow_redirects=True,
             max_redirects=MAX_REDIRECTS,
-            headers={"User-Agent": USER_AGENT},
+            headers={"User-Agent": USER_AGENT, "Accept-Encoding": "gzip, deflate"},
         ) as client:
             try:
                 async with client.stream("GET", url) as response:
-                    body, complete = await self._read_capped(response)
+                    coding = _content_coding(url, response.headers.get("content-encoding"))
+                    raw, complete = await self._read_capped(response)
             except httpx.TimeoutException as error:
-                raise ToolError(
-                    f"WebFetch: {url} did not answer within {self.timeout_seconds:g} s"
-                ) from error
+                raise ToolError(self._too_slow(url)) from error
             except httpx.HTTPError as error:
                 raise ToolError(f"WebFetch: cannot fetch {url}: {error}") from error
             except AddressRefused as refused:
@@ -101,15 +124,21 @@ class WebFetch:
                     f"WebFetch: refused to fetch {url}: {refused} (directly or by a redirect); "
                     "only public internet addresses can be fetched"
                 ) from None
-        return self._render(response, body, complete)
+        return response, coding, raw, complete
 
     async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
         body = bytearray()
-        async for chunk in response.aiter_bytes():
+        async for chunk in response.aiter_raw():  # as sent: decoded later, bounded
             body += chunk
             if len(body) > self.max_bytes:
                 return bytes(body[: self.max_bytes]), False
         return bytes(body), True
+
+    def _finish(
+        self, response: httpx.Response, coding: str, raw: bytes, complete: bool
+    ) -> ToolOutput:
+        body, decoded_whole = decode_bounded(raw, coding, self.max_bytes)
+        return self._render(response, body, complete and decoded_whole)
 
     def _render(self, response: httpx.Response, body: bytes, complete: bool) -> ToolOutput:
         content_type = response.headers.get("content-type", "")
@@ -134,6 +163,53 @@ class WebFetch:
             text = text[: self.output_cap_chars]
         parts = [heading, "", text.strip() or "(empty body)", *notes]
         return ToolOutput("\n".join(parts), is_error=is_error)
+
+
+def _content_coding(url: str, header: str | None) -> str:
+    """The one content coding of a response ("" for none); ToolError for any other."""
+    codings = [c.strip().lower() for c in (header or "").split(",")]
+    codings = [c for c in codings if c not in ("", "identity")]
+    if len(codings) > 1:
+        raise ToolError(
+            f"WebFetch: {url} sent stacked content codings ({header!r}); WebFetch decodes "
+            "one coding at most, so that a small body cannot decode to an unbounded one"
+        )
+    if codings and codings[0] not in ACCEPTED_CODINGS:
+        raise ToolError(
+            f"WebFetch: {url} sent content coding {codings[0]!r}, which WebFetch does not "
+            "decode (it asks for gzip or deflate)"
+        )
+    return codings[0] if codings else ""
+
+
+def decode_bounded(raw: bytes, coding: str, cap: int) -> tuple[bytes, bool]:
+    """`raw` decoded by `coding` ("" is none), at most `cap` bytes of the result, and
+    whether all of it fitted. The decompressor is told to stop past the cap, so memory
+    stays near `cap` whatever the body decodes to."""
+    if not coding:
+        return raw[:cap], len(raw) <= cap
+    if coding == "deflate":  # usually zlib-wrapped as the RFC says; some servers send raw
+        wbits = zlib.MAX_WBITS if _has_zlib_header(raw) else -zlib.MAX_WBITS
+    else:
+        wbits = zlib.MAX_WBITS | 16
+    decoded = bytearray()
+    rest, first = raw, True
+    while rest and len(decoded) <= cap:
+        decompressor = zlib.decompressobj(wbits)
+        try:
+            decoded += decompressor.decompress(rest, cap + 1 - len(decoded))
+        except zlib.error as error:
+            if first:
+                raise ToolError(f"WebFetch: the body is not valid {coding}: {error}") from None
+            break  # bytes after the last gzip member: ignored, as browsers do
+        if not decompressor.eof:
+            break  # at the cap, or the (capped) download ended mid-stream
+        rest, first = decompressor.unused_data, False  # gzip allows several members
+    return bytes(decoded[:cap]), len(decoded) <= cap
+
+
+def _has_zlib_header(data: bytes) -> bool:
+    return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
 
 
 def _check_url(url: str) -> None:

@@ -54,18 +54,48 @@ class FetchPolicy:
         return None
 
     def _opens(self, address: Address, port: int) -> bool:
+        judged = _embedded_ipv4(address) or address
         return any(
             opening.network is not None
-            and address.version == opening.network.version
-            and address in opening.network
+            and candidate.version == opening.network.version
+            and candidate in opening.network
             and opening.port in (None, port)
             for opening in self.openings
+            for candidate in (address, judged)
         )
 
 
+# IPv6 ranges whose addresses carry an IPv4 one that a translator or tunnel connects to:
+# NAT64's well-known prefix and its local-use one (RFC 6052, 8215: the /96 form), and
+# IPv4-compatible addresses (deprecated, still routed by some stacks).
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one leads to (mapped, NAT64, compatible, 6to4), if any."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    in_compatible = address in _IPV4_COMPATIBLE and int(address) > 1  # not :: nor ::1
+    if address in _NAT64 or address in _LOCAL_NAT64 or in_compatible:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def _closed_kind(address: Address) -> str | None:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    embedded = _embedded_ipv4(address)
+    kind = _closed_kind_of(embedded or address)
+    if kind is None and address in _LOCAL_NAT64:
+        return "local-use NAT64"  # a site's own translator: not a public address
+    return kind
+
+
+def _closed_kind_of(address: Address) -> str | None:
     if address.is_loopback:
         return "loopback"
     if address.is_link_local:

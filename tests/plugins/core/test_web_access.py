@@ -111,6 +111,17 @@ def fetcher(*allow: str) -> tuple[WebFetch, LoopbackOnly]:
         ("http://[fd00:ec2::254]/", "private"),
         ("http://100.100.100.200/", "non-public"),
         ("http://224.0.0.1/", "multicast"),
+        # IPv6 addresses that carry an IPv4 one are judged by it: NAT64 (the well-known
+        # prefix and the local-use one), IPv4-compatible and mapped, 6to4.
+        ("http://[64:ff9b::7f00:1]:{port}/", "loopback"),
+        ("http://[64:ff9b::a00:1]/", "private"),
+        ("http://[64:ff9b:1::7f00:1]/", "loopback"),
+        ("http://[64:ff9b:1::a00:1]/", "private"),
+        ("http://[::7f00:1]:{port}/", "loopback"),
+        ("http://[::a00:1]/", "private"),
+        ("http://[::ffff:a00:1]/", "private"),
+        ("http://[2002:a00:1::1]/", "private"),
+        ("http://[64:ff9b:1::808:808]/", "local-use NAT64"),  # a site's own translator
     ],
 )
 async def test_non_public_addresses_are_refused_before_connecting(
