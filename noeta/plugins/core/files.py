@@ -1,16 +1,17 @@
 """Read, Write and Edit: the file tools, each confined to the task's workspace.
 
 Disk work runs in a thread so a large file never stalls the worker's event loop (and its
-lease renewal).
+lease renewal), and holds a bounded part of any file: Read goes through it in chunks,
+Edit refuses a file over MAX_EDIT_BYTES.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from noeta.core.payload import JSONValue
 from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput
@@ -18,6 +19,14 @@ from noeta.plugins.core.arguments import Arguments
 from noeta.plugins.core.workspace import confine, open_confined, workspace_root
 
 MAX_READ_CHARS = 256 * 1024
+# A line's bytes kept at most (the rest of it is read past, never held): one line can
+# fill a call's output, not more.
+MAX_LINE_BYTES = MAX_READ_CHARS
+# What one Read goes through to reach its offset: past it, the call stops and says so.
+MAX_SCAN_BYTES = 256 * 2**20
+READ_CHUNK_BYTES = 64 * 1024
+# Edit holds the file (and its new text) whole; larger files are for Bash's tools.
+MAX_EDIT_BYTES = 16 * 2**20
 BINARY_PROBE_BYTES = 8192  # as git and grep do: a NUL in the first block means binary
 
 _PATH: dict[str, JSONValue] = {
@@ -98,39 +107,93 @@ def _read(ctx: ToolContext, path: str, offset: int, limit: int | None) -> ToolOu
             if b"\x00" in binary.read(BINARY_PROBE_BYTES):
                 raise ToolError(f"{path} looks binary (it holds NUL bytes); Read shows text only")
             binary.seek(0)
-            # newline="" keeps '\r\n' visible as one line end instead of translating it.
-            file = io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline="")
-            return ToolOutput(_numbered(path, file, offset, limit))
+            return ToolOutput(_numbered(path, _bounded_lines(binary), offset, limit))
     except OSError as error:
         raise ToolError(f"cannot read {path}: {error.strerror or error}") from error
 
 
-def _numbered(path: str, lines: Iterable[str], offset: int, limit: int | None) -> str:
+class _ScanLimitReached(Exception):
+    """A Read went through MAX_SCAN_BYTES of the file before it was done."""
+
+    def __init__(self, line: int) -> None:
+        self.line = line
+
+
+def _bounded_lines(file: BinaryIO) -> Iterator[tuple[str, bool]]:
+    """Each line's text (without its line end) and whether it was cut at MAX_LINE_BYTES;
+    the file is read in chunks, so no line is ever held whole. A cut line is given as
+    soon as it is cut: its end is looked for only if the reader asks for the next one."""
+    kept = bytearray()
+    given = False  # the current line was given, cut, before its end was found
+    scanned = 0
+    lines = 0
+    while chunk := file.read(READ_CHUNK_BYTES):
+        scanned += len(chunk)
+        if scanned > MAX_SCAN_BYTES:
+            raise _ScanLimitReached(lines + 1)
+        start = 0
+        while start <= len(chunk):
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end == -1 else chunk[start:end]
+            if not given:
+                room = MAX_LINE_BYTES - len(kept)
+                kept += piece[:room]
+                if len(piece) > room:
+                    given = True
+                    yield _text(kept), True
+            if end == -1:
+                break
+            if not given:
+                yield _text(kept), False
+            lines += 1
+            kept, given, start = bytearray(), False, end + 1
+    if kept and not given:
+        yield _text(kept), False
+
+
+def _text(line: bytes) -> str:
+    # A NUL past the binary probe would not survive the log (PostgreSQL text refuses it).
+    text = line.removesuffix(b"\r").decode("utf-8", errors="replace")
+    return text.replace("\x00", "\\x00")
+
+
+def _numbered(
+    path: str, lines: Iterable[tuple[str, bool]], offset: int, limit: int | None
+) -> str:
     shown: list[str] = []
     size = 0
     number = 0
-    for number, line in enumerate(lines, start=1):
-        if number < offset:
-            continue
-        if limit is not None and number >= offset + limit:
-            shown.append(f"[stopped after {limit} lines; more follow from offset={number}]")
-            return "\n".join(shown)
-        text = line.removesuffix("\n").removesuffix("\r")
-        rendered = f"{number:>6}\t{text}"
-        if size + len(rendered) + 1 > MAX_READ_CHARS:
-            if not shown:  # one line larger than the whole cap: show its start
-                shown.append(rendered[:MAX_READ_CHARS])
-                shown.append(
-                    f"[line {number} cut at {MAX_READ_CHARS:,} characters; "
-                    f"read on with offset={number + 1}]"
-                )
-            else:
-                shown.append(
-                    f"[output cut at {MAX_READ_CHARS // 1024} KiB; read on with offset={number}]"
-                )
-            return "\n".join(shown)
-        shown.append(rendered)
-        size += len(rendered) + 1
+    try:
+        for number, (text, cut) in enumerate(lines, start=1):
+            if number < offset:
+                continue
+            if limit is not None and number >= offset + limit:
+                shown.append(f"[stopped after {limit} lines; more follow from offset={number}]")
+                return "\n".join(shown)
+            rendered = f"{number:>6}\t{text}"
+            if cut or size + len(rendered) + 1 > MAX_READ_CHARS:
+                if not shown:  # one line larger than the whole cap: show its start
+                    shown.append(rendered[:MAX_READ_CHARS])
+                    shown.append(
+                        f"[line {number} cut at {MAX_READ_CHARS:,} characters; "
+                        f"read on with offset={number + 1}]"
+                    )
+                else:
+                    shown.append(
+                        f"[output cut at {MAX_READ_CHARS // 1024} KiB; read on with "
+                        f"offset={number}]"
+                    )
+                return "\n".join(shown)
+            shown.append(rendered)
+            size += len(rendered) + 1
+    except _ScanLimitReached as reached:
+        line = max(reached.line, offset)
+        shown.append(
+            f"[stopped: Read goes through at most {MAX_SCAN_BYTES:,} bytes of a file, and "
+            f"lines from {reached.line:,} on lie beyond; use Bash for them "
+            f"(e.g. sed -n '{line},+99p' {path})]"
+        )
+        return "\n".join(shown)
     if number == 0:
         return f"({path} is empty)"
     if not shown:
@@ -197,8 +260,15 @@ def _edit(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool) ->
     root, real = _existing_file(ctx, path)
     try:
         with open_confined(root, real) as file:
-            # surrogateescape: bytes that are not UTF-8 survive the edit unchanged.
-            text = file.read().decode("utf-8", errors="surrogateescape")
+            size = os.fstat(file.fileno()).st_size
+            data = file.read(MAX_EDIT_BYTES + 1)  # + 1: a file that grew since is seen
+        if max(size, len(data)) > MAX_EDIT_BYTES:
+            raise ToolError(
+                f"{path} is {max(size, len(data)):,} bytes; Edit changes files up to "
+                f"{MAX_EDIT_BYTES:,} bytes; change a larger one with Bash (sed, a script)"
+            )
+        # surrogateescape: bytes that are not UTF-8 survive the edit unchanged.
+        text = data.decode("utf-8", errors="surrogateescape")
     except OSError as error:
         raise ToolError(f"cannot read {path}: {error.strerror or error}") from error
     count = text.count(old)
