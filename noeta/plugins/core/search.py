@@ -14,12 +14,14 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from noeta.core.payload import JSONValue
 from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
+from noeta.plugins.core.glob_walk import TimeLimitReached, matching_entries, pattern_segments
 from noeta.plugins.core.workspace import check_relative, confine, workspace_root
 from noeta.plugins.tool_environment import tool_environment
 
@@ -73,7 +75,7 @@ class Glob:
     name = "Glob"
     description = (
         "List the files in the workspace that match a glob pattern, sorted by path. "
-        f"At most {MAX_GLOB_RESULTS} are shown."
+        f"At most {MAX_GLOB_RESULTS} are shown; linked directories are not walked into."
     )
     input_schema = _GLOB_SCHEMA
     flags = ToolFlags(retry_safe=True)
@@ -83,10 +85,12 @@ class Glob:
         max_results: int = MAX_GLOB_RESULTS,
         max_matches: int = MAX_GLOB_MATCHES,
         time_limit_seconds: float = GLOB_TIME_LIMIT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_results = max_results
         self.max_matches = max_matches
         self.time_limit_seconds = time_limit_seconds
+        self.clock = clock  # read once per directory walked (tests pass their own)
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
         args = Arguments(self.name, input, self.input_schema)
@@ -98,15 +102,11 @@ class Glob:
     def _glob(self, ctx: ToolContext, pattern: str, directory: str) -> ToolOutput:
         root = workspace_root(ctx)
         base = _directory(root, directory)
+        segments = pattern_segments(pattern)
         found: list[str] = []
-        deadline = time.monotonic() + self.time_limit_seconds
+        deadline = self.clock() + self.time_limit_seconds
         try:
-            for candidate in base.glob(pattern):
-                if time.monotonic() > deadline:
-                    raise ToolError(
-                        f"Glob: {pattern!r} was still walking the workspace after "
-                        f"{self.time_limit_seconds:g} s; narrow the pattern or the path"
-                    )
+            for candidate in matching_entries(base, segments, self.clock, deadline):
                 if len(found) == self.max_matches:
                     raise ToolError(
                         f"Glob: {pattern!r} matches more than {self.max_matches:,} files; "
@@ -119,8 +119,12 @@ class Glob:
                     continue  # a link leading outside: not part of the workspace
                 if real.is_file():
                     found.append(name)
-        except (ValueError, NotImplementedError) as error:
-            raise ToolError(f"Glob: the pattern {pattern!r} is not usable: {error}") from error
+        except TimeLimitReached as reached:
+            raise ToolError(
+                f"Glob: {pattern!r} was still walking the workspace after "
+                f"{self.time_limit_seconds:g} s ({reached.visited:,} directories visited); "
+                "narrow the pattern or the path"
+            ) from None
         if not found:
             return ToolOutput(f"No files match {pattern!r}")
         found.sort()
