@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
 
 REDACTED = "[redacted]"
@@ -25,6 +26,9 @@ SECRET_NAMES = re.compile(
 PROXY_NAMES = re.compile(r"_PROXY$", re.I)
 # Shorter values are too likely to occur by chance (and too weak to be real secrets).
 MIN_SECRET_CHARS = 6
+# Values passed to tools (`pass_env:`) are scrubbed whatever their name, so a longer
+# floor: a variable that is no secret (a region, a flag) must not blank ordinary text.
+MIN_PASSED_SECRET_CHARS = 8
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]+)(@)")
 _CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.I)
 # Keys recognisable by their shape, so that a process which never held them (a page, a
@@ -62,6 +66,23 @@ class Scrubber:
             self.add(unquote(found))
         elif "://" not in url and "=" not in url:
             self.add(url)
+
+    def add_passed(self, names: Iterable[str]) -> list[str]:
+        """The values of the variables the operator passes to tools (`pass_env:`),
+        whatever their names: a command can print them. Returns the names whose values
+        are too short to scrub without blanking ordinary text."""
+        too_short: list[str] = []
+        for name in names:
+            value = os.environ.get(name)
+            if not value:
+                continue
+            if len(value) < MIN_PASSED_SECRET_CHARS:
+                too_short.append(name)
+                continue
+            self.add(value)
+            if "://" in value or "=" in value:
+                self.add_url(value)  # its password alone, should it be printed apart
+        return too_short
 
     def add_environment(self) -> None:
         for name, value in os.environ.items():

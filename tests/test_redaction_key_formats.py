@@ -74,3 +74,18 @@ def test_the_web_view_and_spans_scrub_key_formats_too() -> None:
     assert key not in h(f"output: {key}") and REDACTED in h(f"output: {key}")
     assert scrubbed(key) == REDACTED
     assert tracing.scrub(f"printed {key}") == f"printed {REDACTED}"
+
+
+def test_values_passed_to_tools_are_scrubbed_whatever_their_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DB_PASS", "correct-horse-battery")
+    monkeypatch.setenv("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T1/B2/XXsecretXX")
+    monkeypatch.setenv("REGION", "eu-west")  # 7 characters: no secret, and too common
+    monkeypatch.delenv("UNSET_NAME", raising=False)
+    scrub = Scrubber()
+    assert scrub.add_passed(["DB_PASS", "SLACK_WEBHOOK_URL", "REGION", "UNSET_NAME"]) == [
+        "REGION"
+    ]
+    printed = "correct-horse-battery https://hooks.slack.com/services/T1/B2/XXsecretXX eu-west"
+    assert scrub(printed) == f"{REDACTED} {REDACTED} eu-west"

@@ -131,12 +131,14 @@ async def _run(
     from noeta.core.model_limits import ModelBudgetWait
     from noeta.core.store import NewEvent, NewTask
     from noeta.observability import observed
+    from noeta.plugins.tool_environment import PASSED_NAMES
     from noeta.plugins.toolbox import Toolbox
 
     providers = ProviderRegistry()
     providers.provider_for(model)  # a bad spec or a missing key: fail before writing
     observability.start("noeta-run", secrets=[resolve_url(url)])
     toolbox = await Toolbox.open(config, runs_tools=True)
+    observability.add_passed_secrets(PASSED_NAMES)  # what its tools may print
     # Through the status line (when shown), which follows each event the run writes.
     store = line.follow(observed(await open_store(url, application_name="noeta-run")))
     try:

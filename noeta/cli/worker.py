@@ -87,6 +87,7 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
     from noeta.backends.stores import open_store, resolve_url
     from noeta.config import load_config
     from noeta.observability import observed
+    from noeta.plugins.tool_environment import PASSED_NAMES
     from noeta.plugins.toolbox import Toolbox
     from noeta.worker.append_journal import journaled
     from noeta.worker.worker import Worker
@@ -105,6 +106,7 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
     config = load_config(config_path)
     observability.start("noeta-worker", secrets=[resolve_url(url)])
     toolbox = await Toolbox.open(config, runs_tools=True)
+    observability.add_passed_secrets(PASSED_NAMES)  # what its tools may print
     providers = ProviderRegistry()
     store = await open_store(
         url,

@@ -9,6 +9,14 @@ from __future__ import annotations
 
 from noeta.observability.export import shutdown, start
 from noeta.observability.observed_store import observed
-from noeta.observability.tracing import add_secrets, claim_lost, scrub_logs
+from noeta.observability.tracing import add_passed_secrets, add_secrets, claim_lost, scrub_logs
 
-__all__ = ["add_secrets", "claim_lost", "observed", "scrub_logs", "shutdown", "start"]
+__all__ = [
+    "add_passed_secrets",
+    "add_secrets",
+    "claim_lost",
+    "observed",
+    "scrub_logs",
+    "shutdown",
+    "start",
+]

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from noeta.observability import metrics
-from noeta.redaction import Scrubber, ScrubbingFilter
+from noeta.redaction import MIN_PASSED_SECRET_CHARS, Scrubber, ScrubbingFilter
 
 if TYPE_CHECKING:
     from noeta.core.fold import TaskState
@@ -74,6 +74,18 @@ def add_secrets(values: Iterable[str | None]) -> None:
     for value in values:
         if value:
             _scrub.add_url(value)
+
+
+def add_passed_secrets(names: Iterable[str]) -> None:
+    """The values of the variables passed to tools (`pass_env:`): secrets whatever their
+    names. A value too short to scrub is named in a warning (never shown)."""
+    for name in sorted(_scrub.add_passed(names)):
+        logging.getLogger("noeta.observability").warning(
+            "pass_env %s: its value is under %d characters, too short to be scrubbed from "
+            "logs and spans; a secret that short is not one",
+            name,
+            MIN_PASSED_SECRET_CHARS,
+        )
 
 
 def add_environment_secrets() -> None:

@@ -15,6 +15,9 @@ ALLOWED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM"})
 ALLOWED_PREFIXES = ("LC_",)
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Every name a loaded plugin passes to its tools' processes (via `passed_names`): the
+# worker scrubs their values from its logs and spans, since a command can print them.
+PASSED_NAMES: set[str] = set()
 
 
 def tool_environment(
@@ -47,4 +50,5 @@ def passed_names(where: str, value: object) -> tuple[str, ...]:
         isinstance(name, str) and _NAME.fullmatch(name) for name in value
     ):
         raise ValueError(f"{where}: 'pass_env' must be a list of environment variable names")
+    PASSED_NAMES.update(value)
     return tuple(value)
