@@ -14,7 +14,9 @@ KEYS = {
     "anthropic": "sk-ant-api03-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe-dcBA",
     "github-classic": "ghp_aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3fG5",
     "github-oauth": "gho_aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3fG5",
-    "github-fine-grained": "github_pat_11ABCDEFG0aBcDeFgHiJkL_mNoPqRsTuVwXyZ0123456789aBcDeFgHiJkLmNoPq",
+    "github-fine-grained": (
+        "github_pat_11ABCDEFG0aBcDeFgHiJkL_mNoPqRsTuVwXyZ0123456789aBcDeFgHiJkLmNoPq"
+    ),
     "jwt": (
         "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9."
         "eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0."
@@ -50,7 +52,7 @@ def test_the_scrubber_applies_the_formats_with_no_secret_known() -> None:
 ORDINARY = [
     "commit 9fceb02d0ae598e95dc970b74767f19372d61af8 (HEAD -> main)",
     "task 3f2b8c1e-9d4a-4b6f-8e2a-1c5d7f9b0a3e finished",
-    'logo = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="',
+    'logo = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kg"',
     "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
     "pip install scikit-learn; from sklearn import svm  # sk-learn-compatible-estimators",
     "desk-lamp task-runner risk-assessment-for-the-quarterly-report-2026",
@@ -84,8 +86,6 @@ def test_values_passed_to_tools_are_scrubbed_whatever_their_names(
     monkeypatch.setenv("REGION", "eu-west")  # 7 characters: no secret, and too common
     monkeypatch.delenv("UNSET_NAME", raising=False)
     scrub = Scrubber()
-    assert scrub.add_passed(["DB_PASS", "SLACK_WEBHOOK_URL", "REGION", "UNSET_NAME"]) == [
-        "REGION"
-    ]
+    assert scrub.add_passed(["DB_PASS", "SLACK_WEBHOOK_URL", "REGION", "UNSET_NAME"]) == ["REGION"]
     printed = "correct-horse-battery https://hooks.slack.com/services/T1/B2/XXsecretXX eu-west"
     assert scrub(printed) == f"{REDACTED} {REDACTED} eu-west"

@@ -42,9 +42,8 @@ def noeta(*arguments: str, store: str) -> subprocess.CompletedProcess[str]:
 
 def test_show_hides_keys_that_a_tool_printed(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'noeta.db'}"
-    command = "; ".join(
-        [*map(printing, KEYS), f"printf 'https://bot:%s%s@git.example.com\\n' '{URL_PASSWORD[:5]}' '{URL_PASSWORD[5:]}'"]
-    )
+    url = f"printf 'https://bot:%s%s@git.example.com\\n' '{URL_PASSWORD[:5]}' '{URL_PASSWORD[5:]}'"
+    command = "; ".join([*map(printing, KEYS), url])
     script = tmp_path / "leaky.yaml"
     call = {"id": "c1", "name": "Bash", "input": {"command": command}}
     script.write_text(json.dumps({"replies": [{"tool_calls": [call]}, {"text": "done"}]}))
@@ -54,9 +53,7 @@ def test_show_hides_keys_that_a_tool_printed(tmp_path: Path) -> None:
     shown = noeta("show", "leaky", store=store)
     as_json = noeta("show", "leaky", "--json", store=store)
     assert shown.returncode == 0 and as_json.returncode == 0, shown.stderr + as_json.stderr
-    (finished,) = [
-        e for e in json.loads(as_json.stdout)["log"] if e["type"] == "ToolFinished"
-    ]
+    (finished,) = [e for e in json.loads(as_json.stdout)["log"] if e["type"] == "ToolFinished"]
     output = finished["data"]["content"]
     assert output.count("[redacted]") == len(KEYS) + 1  # the tool's output, scrubbed
     assert "https://bot:[redacted]@git.example.com" in output

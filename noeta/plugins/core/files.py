@@ -151,15 +151,13 @@ def _bounded_lines(file: BinaryIO) -> Iterator[tuple[str, bool]]:
         yield _text(kept), False
 
 
-def _text(line: bytes) -> str:
+def _text(line: bytes | bytearray) -> str:
     # A NUL past the binary probe would not survive the log (PostgreSQL text refuses it).
     text = line.removesuffix(b"\r").decode("utf-8", errors="replace")
     return text.replace("\x00", "\\x00")
 
 
-def _numbered(
-    path: str, lines: Iterable[tuple[str, bool]], offset: int, limit: int | None
-) -> str:
+def _numbered(path: str, lines: Iterable[tuple[str, bool]], offset: int, limit: int | None) -> str:
     shown: list[str] = []
     size = 0
     number = 0

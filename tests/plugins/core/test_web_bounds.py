@@ -98,7 +98,8 @@ async def main():
     fetch = WebFetch(fetch_allow=["127.0.0.1"], max_bytes=2**20)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
-        output = (await fetch.run({"url": sys.argv[1]}, ToolContext("t", "c", "/nonexistent"))).content
+        ctx = ToolContext("t", "c", "/nonexistent")
+        output = (await fetch.run({"url": sys.argv[1]}, ctx)).content
     except ToolError as error:
         output = f"ToolError: {error}"
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -149,5 +150,7 @@ async def test_a_coding_it_did_not_ask_for_is_refused(base_url: str, ctx: ToolCo
 
 async def test_the_time_limit_covers_the_whole_fetch(base_url: str, ctx: ToolContext) -> None:
     fetch = WebFetch(fetch_allow=LOCAL, timeout_seconds=1.0)
-    with pytest.raises(ToolError, match=r"did not answer within 1 s \(the time limit of the whole fetch\)"):
+    with pytest.raises(
+        ToolError, match=r"did not answer within 1 s \(the time limit of the whole fetch\)"
+    ):
         await fetch.run({"url": f"{base_url}/drip"}, ctx)
