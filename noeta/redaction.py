@@ -34,15 +34,20 @@ _CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.
 # Keys recognisable by their shape, so that a process which never held them (a page, a
 # `noeta show`) still hides what a tool printed. Each needs its vendor's prefix and a
 # random-looking tail, so commit ids, UUIDs and base64 in code do not match.
+# A key starts where a word cannot go on: after a non-word character, or after a JSON
+# escape (`\n`, `\t`), since spans scrub JSON-encoded content where "…\nsk-…" is text.
+_KEY_START = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrt]))"
 _KEY_FORMATS = re.compile(
-    r"""
-    \bsk-ant-[A-Za-z0-9_-]{20,}                              # Anthropic
-    | \bsk-(?=[A-Za-z0-9_-]*[0-9])(?=[A-Za-z0-9_-]*[A-Za-z])
-      [A-Za-z0-9_-]{20,}                                     # OpenAI (and alike)
-    | \bgh[poushr]_[A-Za-z0-9]{30,}                          # GitHub tokens
-    | \bgithub_pat_[A-Za-z0-9_]{30,}                         # GitHub fine-grained
-    | \beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*  # a JWT
-    | \b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b  # AWS key ids
+    rf"""
+    {_KEY_START}
+    (?: sk-ant-[A-Za-z0-9_-]{{20,}}                           # Anthropic
+      | sk-(?=[A-Za-z0-9_-]*[0-9])(?=[A-Za-z0-9_-]*[A-Za-z])
+        [A-Za-z0-9_-]{{20,}}                                  # OpenAI (and alike)
+      | gh[poushr]_[A-Za-z0-9]{{30,}}                         # GitHub tokens
+      | github_pat_[A-Za-z0-9_]{{30,}}                        # GitHub fine-grained
+      | eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]*  # a JWT
+      | (?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{{16}}(?![A-Za-z0-9])  # AWS
+    )
     """,
     re.VERBOSE,
 )

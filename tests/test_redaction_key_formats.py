@@ -3,6 +3,8 @@ a span shows a key a tool printed even when its process never held that key."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from noeta.redaction import REDACTED, Scrubber, scrub_key_formats
@@ -33,6 +35,16 @@ def test_each_key_format_is_scrubbed_wherever_it_stands(key: str) -> None:
         scrubbed = scrub_key_formats(text)
         assert key not in scrubbed
         assert REDACTED in scrubbed
+
+
+@pytest.mark.parametrize("key", list(KEYS.values()), ids=list(KEYS))
+def test_a_key_after_a_json_escape_is_scrubbed(key: str) -> None:
+    """Spans scrub JSON-encoded content: a printed line break is the text '\\n' there."""
+    encoded = json.dumps({"content": f"first line\n{key}\tand a tab"})
+    assert key not in scrub_key_formats(encoded)
+    assert json.loads(scrub_key_formats(encoded))["content"] == (
+        f"first line\n{REDACTED}\tand a tab"
+    )
 
 
 def test_a_url_password_is_scrubbed_but_the_url_stays_readable() -> None:

@@ -1,6 +1,7 @@
 """The values of the variables an operator passes to commands (`pass_env:`) are secrets
 unless proven otherwise: a real worker exporting spans, with content capture on, sends
-none of them, whatever their names, when a command prints them."""
+none of them, whatever their names, when a command prints them; nor a key of a known
+format that the worker never held."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ PASSED = {
     "SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0001/B0002/XXsecretXX",
 }
 SHORT = "abc1234"  # 7 characters: too short to scrub without blanking ordinary text
+# A key the worker never held, printed from two halves: scrubbed by its shape alone.
+GITHUB_KEY = "ghp_aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3fG5"
 
 
 async def test_values_passed_to_commands_never_reach_an_exported_span(
@@ -33,6 +36,7 @@ async def test_values_passed_to_commands_never_reach_an_exported_span(
     plugin = {"module": "noeta.plugins.core", "params": {"pass_env": names}}
     config.write_text(json.dumps({"plugins": [plugin]}))
     command = "echo " + " ".join(f'"${name}"' for name in names)
+    command += f"; printf '%s%s\\n' '{GITHUB_KEY[:20]}' '{GITHUB_KEY[20:]}'"
     call = {"id": "c1", "name": "Bash", "input": {"command": command}}
     await add_task(store, tmp_path, "t", {"tool_calls": [call]}, {"text": "done"})
     with OtlpReceiver() as receiver:
@@ -58,10 +62,10 @@ async def test_values_passed_to_commands_never_reach_an_exported_span(
     assert PASSED["DB_PASS"] in str(finished.data)  # the command did print them
     tool = next(s for s in spans if s.name == "execute_tool Bash")
     result = tool.attributes["gen_ai.tool.call.result"]
-    assert isinstance(result, str) and result.count("[redacted]") == len(PASSED)
+    assert isinstance(result, str) and result.count("[redacted]") == len(PASSED) + 1
     assert SHORT in result  # left alone, and the worker said so at start-up:
     log = worker.log()
     assert "pass_env SHORT_ONE: its value is under 8 characters" in log
-    for value in PASSED.values():
+    for value in [*PASSED.values(), GITHUB_KEY]:
         assert value.encode() not in exported
         assert value not in log
