@@ -16,20 +16,28 @@ from noeta.observability import metrics, tracing
 from noeta.observability import names as n
 
 MAX_CONTENT_CHARS = 16_000
+# Text is scrubbed before it is cut, and this much past the cut is scrubbed with it: a
+# secret straddling the cut is found whole (its start alone matches nothing) and hidden.
+SCRUB_MARGIN_CHARS = 4096
 
 
 def now() -> int:
     return time.time_ns()
 
 
-def set_scrubbed(span: Span, key: str, value: Any) -> None:
-    span.set_attribute(key, tracing.scrub(value) if isinstance(value, str) else value)
+def set_scrubbed(span: Span, key: str, value: Any, limit: int = MAX_CONTENT_CHARS) -> None:
+    """`value` on the span; a string scrubbed, then cut at `limit` characters."""
+    span.set_attribute(key, scrubbed_within(value, limit) if isinstance(value, str) else value)
+
+
+def scrubbed_within(text: str, limit: int) -> str:
+    return tracing.scrub(text[: limit + SCRUB_MARGIN_CHARS])[:limit]
 
 
 def mark_error(span: Span, error_type: str, message: str) -> None:
     """An error on a span: a low-cardinality type and a scrubbed message, no traceback
     (a traceback's frames may hold what the message was scrubbed of)."""
-    message = tracing.scrub(message)[:2000]
+    message = scrubbed_within(message, 2000)
     span.set_attribute(n.ERROR_TYPE, error_type)
     span.set_status(Status(StatusCode.ERROR, message))
     span.add_event("exception", {"exception.type": error_type, "exception.message": message})
@@ -138,10 +146,10 @@ class ToolStep(tracing.Step):
         if recovery:
             self.span.set_attribute(n.TOOL_RECOVERY, recovery)
         if self.attempt.capture_content:
-            set_scrubbed(self.span, n.TOOL_RESULT, content[:MAX_CONTENT_CHARS])
+            set_scrubbed(self.span, n.TOOL_RESULT, content)
         self.error_type = tracing.tool_error_type(is_error, recovery)
         if is_error:
-            mark_error(self.span, self.error_type, content[:500])
+            mark_error(self.span, self.error_type, scrubbed_within(content, 500))
 
     def close(self) -> None:
         self.span.set_attribute(n.SEQ_LAST, self.attempt.last_seq)
@@ -149,8 +157,9 @@ class ToolStep(tracing.Step):
 
 
 def content(value: object) -> str:
-    """Opt-in content as JSON, bounded."""
-    return json.dumps(value, default=_plain, ensure_ascii=False)[:MAX_CONTENT_CHARS]
+    """Opt-in content as JSON, bounded (with the margin `set_scrubbed` scrubs and cuts)."""
+    encoded = json.dumps(value, default=_plain, ensure_ascii=False)
+    return encoded[: MAX_CONTENT_CHARS + SCRUB_MARGIN_CHARS]
 
 
 def _plain(value: object) -> object:
