@@ -215,6 +215,7 @@ async def test_the_pages_work_on_a_sqlite_store(tmp_path: Path) -> None:
         await store.close()
     site = Site(AsyncClient(url), allowed_hosts=("testserver",))
     with TestClient(create_app(site)) as http:
+        http.get("/login", params={"token": site.token})
         assert "on-sqlite" in http.get("/tasks").text
         page = http.get("/tasks/on-sqlite").text
         assert "&lt;hi&gt;" in page and "epoch 1: claimed by worker-a" in page
