@@ -57,8 +57,12 @@ def web(bind: str, max_streams: int, cron_files: tuple[str, ...], store: str | N
     Every page needs the token: NOETA_WEB_TOKEN if set, else one drawn at start and
     printed once in a login link (open it in the browser). Scripts may send it as
     `Authorization: Bearer TOKEN`."""
+    from noeta.cli.nondumpable import make_non_dumpable
     from noeta.web.security import TOKEN_ENV, check_token_rule, parse_bind
 
+    # Its environment and memory hold the token: a same-user process (a task's command)
+    # must not read them through /proc.
+    make_non_dumpable()
     where = parse_bind(bind)
     token = os.environ.get(TOKEN_ENV) or None
     check_token_rule(where, token)

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,8 +18,11 @@ from starlette.testclient import TestClient
 from noeta.core import events
 from noeta.core.model import ToolCall
 from noeta.core.store import CANCEL_KEY, Store, Wait
+from tests.cli.test_nondumpable import shared_dir, unprivileged_prefix
 from tests.web.conftest import TOKEN, task_with_log
 from tests.web.test_actions import form_fields
+
+__all__ = ["shared_dir"]  # the fixture, shared with the worker's /proc test
 
 
 @pytest.fixture
@@ -145,3 +149,31 @@ async def test_a_task_whose_id_has_a_colon_is_cancelled_messaged_and_answered(
     assert cancelled.status_code == 200, cancelled.text
     keys = [entry.dedupe_key for entry in await store.read_inbox(task_id)]
     assert len(keys) == 3 and CANCEL_KEY in keys
+
+
+def test_a_same_user_process_cannot_read_the_token_from_proc(shared_dir: Path) -> None:
+    prefix = unprivileged_prefix()  # root reads every /proc file: run as nobody
+    environment = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(shared_dir),
+        "NOETA_HOME": str(shared_dir / "home"),
+        "NOETA_WEB_TOKEN": TOKEN,
+    }
+    store = f"sqlite:///{shared_dir / 'noeta.db'}"
+    process = subprocess.Popen(
+        [*prefix, sys.executable, "-m", "noeta", "web", "--bind", "127.0.0.1:0", "--store", store],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        serving = process.stdout.readline()
+        assert "serving http://" in serving, process.stderr.read() if process.stderr else ""
+        read = subprocess.run(
+            [*prefix, "cat", f"/proc/{process.pid}/environ"],
+            capture_output=True, env=environment, timeout=60, check=False,
+        )  # fmt: skip
+        assert read.returncode != 0 and b"Permission denied" in read.stderr
+        assert TOKEN.encode() not in read.stdout
+    finally:
+        process.terminate()
+        process.wait(10)
