@@ -38,6 +38,7 @@ SELECT {TASK_COLUMNS} FROM tasks
 # The same, with a text that is part of the id or of the prompt (the task's first event).
 # The prompt is matched in the log's own escaped JSON text, never decoded: PostgreSQL
 # refuses to decode a \u0000 or a lone surrogate, and one such row would fail every search.
+# The plain substring test first: the regular expression runs only where it may match.
 TASK_PAGE_MATCHING = f"""
 SELECT {TASK_COLUMNS} FROM tasks
  WHERE (created_at, id) < (%(before_at)s, %(before_id)s)
@@ -46,7 +47,7 @@ SELECT {TASK_COLUMNS} FROM tasks
    AND (id ILIKE %(pattern)s OR EXISTS (
         SELECT 1 FROM events
          WHERE events.task_id = tasks.id AND events.seq = 1
-           AND events.data ~* %(prompt_regex)s))
+           AND events.data ILIKE %(encoded_pattern)s AND events.data ~* %(prompt_regex)s))
  ORDER BY created_at DESC, id DESC LIMIT %(limit)s
 """
 
@@ -120,6 +121,7 @@ class PostgresViews(PostgresConnection):
         if text:
             query = TASK_PAGE_MATCHING
             params["pattern"] = text_pattern(text)
+            params["encoded_pattern"] = text_pattern(payload.encode(text)[1:-1])
             params["prompt_regex"] = prompt_regex(text)
         return [_task_record(row) for row in await self._read(query, params)]
 
