@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: help install check lint test reachable chromium bench bench-scale bench-peers cluster cluster-short cluster-mutants clean
+.PHONY: help install check lint test reachable bubblewrap chromium bench bench-scale bench-peers cluster cluster-short cluster-mutants clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -12,6 +12,7 @@ install:  ## Create .venv and install noeta with its development tools
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@$(MAKE) --no-print-directory bubblewrap
 	@$(MAKE) --no-print-directory chromium
 
 lint:  ## Format check, lint, types, import contracts
@@ -31,6 +32,18 @@ reachable:
 	  if [ "$$(stat -c %A "$$d" | cut -c10)" = - ]; then \
 	    echo "as root: chmod o+x $$d (the embedded server's user must reach .venv)"; \
 	    chmod o+x "$$d"; fi; d="$$(dirname "$$d")"; done; fi
+
+# Bash commands run in namespaces made by bubblewrap (ADR-0077): `confine: required`
+# refuses to start without it, `auto` warns. `make install` brings it when missing and
+# apt-get is there; elsewhere it says what commands will lack.
+bubblewrap:  ## Install bubblewrap, which sandboxes Bash commands, when missing (apt-get)
+	@if command -v bwrap >/dev/null; then :; \
+	elif ! command -v apt-get >/dev/null; then \
+	  echo "no bwrap and no apt-get: install bubblewrap, or Bash commands run without namespaces"; \
+	else \
+	  echo "installing bubblewrap for Bash's sandbox (apt-get)"; \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq bubblewrap; fi
 
 # The browser test (tests/web/test_browser.py) drives the distribution's Chromium; it is
 # skipped without one, except under CI, where it fails. `make install` brings it when

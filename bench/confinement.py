@@ -1,10 +1,12 @@
-"""Benchmark Bash's confinement: `true` through the Bash tool, unconfined and under Landlock.
+"""Benchmark Bash's confinement: `true` through the Bash tool, per mode.
 
 Modes, interleaved in one run so the machine's load weighs on each alike:
 - unconfined: `confine: off`, the fork and exec as before (Popen may use vfork);
-- confined: the ruleset built in the parent (O_PATH handles, one rule each), then
-  fork, no_new_privs and landlock_restrict_self in the child, then exec;
-- ruleset only: building and closing the ruleset, with no process at all.
+- landlock: Landlock alone, entered between fork and exec (a machine without namespaces);
+- namespaces, network none: bubblewrap's namespaces, the Python init, Landlock inside;
+- namespaces, network proxy (the default): the same, plus the proxy's socket handed over
+  and served for the call.
+The baseline is the unconfined mode of the same run; ratios are against it.
 
 Run:  .venv/bin/python bench/confinement.py [--calls N]
 It prints a table and exits 0: it is a benchmark, not a test.
@@ -23,43 +25,43 @@ from collections.abc import Awaitable, Callable
 from noeta.core.tool import ToolContext
 from noeta.plugins.core import Bash
 from noeta.plugins.core.confinement import Confinement
-from noeta.plugins.core.landlock import kernel_availability
+from noeta.plugins.core.landlock import Availability, kernel_availability
+from noeta.plugins.core.sandbox import Bubblewrap, bubblewrap
+
+NO_NAMESPACES = Availability(0, "benchmark: Landlock alone")
 
 
 async def main(calls: int) -> None:
-    available = kernel_availability()
+    available, wrap = kernel_availability(), bubblewrap()
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"{available.reason}; {os.cpu_count()} CPUs; load {load}; {calls} calls per mode")
-    if not available.abi:
-        print("Landlock is unavailable here: nothing to compare")
-        return
+    namespaces = "bubblewrap" if isinstance(wrap, Bubblewrap) else wrap.reason
+    print(f"{available.reason}; {namespaces}; {os.cpu_count()} CPUs; load {load}; {calls} calls")
     with tempfile.TemporaryDirectory(prefix="noeta-bench-confine-") as workspace:
         ctx = ToolContext("bench", "call", workspace=workspace)
-        unconfined = Bash(confinement=Confinement("off"))
-        confined = Bash(confinement=Confinement("required"))
+        tools = {"unconfined": Bash(confinement=Confinement("off"))}
+        if available.abi:
+            tools["landlock"] = Bash(confinement=Confinement(wrap=lambda: NO_NAMESPACES))
+        if isinstance(wrap, Bubblewrap):
+            tools["namespaces, none"] = Bash(confinement=Confinement(network="none"))
+            tools["namespaces, proxy"] = Bash(confinement=Confinement(network="proxy"))
 
-        async def ruleset_only() -> None:
-            with confined.confinement.entry(workspace):
-                pass
+        def call_of(tool: Bash) -> Callable[[], Awaitable[object]]:
+            return lambda: tool.run({"command": "true"}, ctx)
 
-        modes: dict[str, Callable[[], Awaitable[object]]] = {
-            "unconfined": lambda: unconfined.run({"command": "true"}, ctx),
-            "confined": lambda: confined.run({"command": "true"}, ctx),
-            "ruleset only": ruleset_only,
-        }
+        modes = {name: call_of(tool) for name, tool in tools.items()}
         timings: dict[str, list[float]] = {name: [] for name in modes}
         for _ in range(calls):
             for name, call in modes.items():
                 started = time.perf_counter()
                 await call()
                 timings[name].append((time.perf_counter() - started) * 1000)
-    print(f"{'mode':<14}{'median ms':>11}{'p95 ms':>9}{'min ms':>9}")
+    baseline = statistics.median(timings["unconfined"])
+    print(f"{'mode':<20}{'median ms':>11}{'p95 ms':>9}{'min ms':>9}{'ratio':>8}")
     for name, times in timings.items():
         times.sort()
         p95 = times[int(len(times) * 0.95) - 1]
-        print(f"{name:<14}{statistics.median(times):>11.2f}{p95:>9.2f}{times[0]:>9.2f}")
-    overhead = statistics.median(timings["confined"]) - statistics.median(timings["unconfined"])
-    print(f"confinement adds {overhead:.2f} ms per command (median)")
+        median = statistics.median(times)
+        print(f"{name:<20}{median:>11.2f}{p95:>9.2f}{times[0]:>9.2f}{median / baseline:>8.1f}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ ADDRESSES = ("", "ANTHROPIC_BASE_URL, OPENAI_BASE_URL")
 FAILPOINTS = ("NOETA_FAILPOINTS", "points where the process dies or freezes (tests)")
 OTEL = ("OTEL_*", "OpenTelemetry export: OTEL_EXPORTER_OTLP_ENDPOINT, …")
 JOURNAL = ("NOETA_APPEND_JOURNAL", "a file to journal acknowledged appends to (make cluster)")
-WEB_TOKEN = ("NOETA_WEB_TOKEN", "the token every request must carry (needed off loopback)")
+WEB_TOKEN = ("NOETA_WEB_TOKEN", "the token every request needs (unset: drawn, in a login link)")
 JAEGER = ("NOETA_JAEGER_URL", "Jaeger's address: a task's page links to its trace")
 TRACEBACK = ("NOETA_TRACEBACK", "set: an unexpected error shows its traceback")
 

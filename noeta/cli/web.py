@@ -1,6 +1,6 @@
 """`noeta web`: serve the operator's pages (tasks, a task's live timeline, workers, cron)
-on a loopback address, or on another one only with NOETA_WEB_TOKEN set. Starlette and
-uvicorn (the `web` extra) are imported only when the command runs."""
+behind a token: NOETA_WEB_TOKEN, or one drawn at start and printed once in a login link
+(loopback only). Starlette and uvicorn (the `web` extra) are imported only when it runs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncio
 import errno
 import os
 import socket
+from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 DEFAULT_BIND = "127.0.0.1:8787"
 JAEGER_ENV = "NOETA_JAEGER_URL"
+DEFAULT_MAX_STREAMS = 200  # the same as noeta.web.site's, which this must not import
 
 
 @click.command()
@@ -32,6 +34,13 @@ JAEGER_ENV = "NOETA_JAEGER_URL"
     help="Where to listen (port 0: any free one). A non-loopback host needs NOETA_WEB_TOKEN.",
 )
 @click.option(
+    "--max-streams",
+    default=DEFAULT_MAX_STREAMS,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Live pages open at once; more are answered with 503 (one log line per burst).",
+)
+@click.option(
     "--cron",
     "cron_files",
     multiple=True,
@@ -40,12 +49,20 @@ JAEGER_ENV = "NOETA_JAEGER_URL"
     help="Cron files whose schedules the cron page shows with their next fires (repeatable).",
 )
 @store_option
-def web(bind: str, cron_files: tuple[str, ...], store: str | None) -> None:
+def web(bind: str, max_streams: int, cron_files: tuple[str, ...], store: str | None) -> None:
     """Watch and steer tasks in a browser: the task list, each task's log as a live
     timeline (takeovers and recoveries marked), workers and cron; cancel a task, send a
-    message, answer a gate."""
+    message, answer a gate.
+
+    Every page needs the token: NOETA_WEB_TOKEN if set, else one drawn at start and
+    printed once in a login link (open it in the browser). Scripts may send it as
+    `Authorization: Bearer TOKEN`."""
+    from noeta.cli.nondumpable import make_non_dumpable
     from noeta.web.security import TOKEN_ENV, check_token_rule, parse_bind
 
+    # Its environment and memory hold the token: a same-user process (a task's command)
+    # must not read them through /proc.
+    make_non_dumpable()
     where = parse_bind(bind)
     token = os.environ.get(TOKEN_ENV) or None
     check_token_rule(where, token)
@@ -59,7 +76,17 @@ def web(bind: str, cron_files: tuple[str, ...], store: str | None) -> None:
 
     schedules = load_cron_files(cron_files) if cron_files else []
     listening = _listen(where.host, where.port)
-    asyncio.run(_serve(listening, store, token, schedules, where.loopback, where.host))
+    settings = _Settings(token, schedules, where.loopback, where.host, max_streams)
+    asyncio.run(_serve(listening, store, settings))
+
+
+@dataclass(frozen=True)
+class _Settings:
+    token: str | None  # NOETA_WEB_TOKEN; None: draw one and print it in the login link
+    schedules: list[Schedule]
+    loopback: bool
+    host: str
+    max_streams: int
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -81,14 +108,7 @@ def _listen(host: str, port: int) -> socket.socket:
     return listening
 
 
-async def _serve(
-    listening: socket.socket,
-    url: str | None,
-    token: str | None,
-    schedules: list[Schedule],
-    loopback: bool,
-    host: str,
-) -> None:
+async def _serve(listening: socket.socket, url: str | None, settings: _Settings) -> None:
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -107,17 +127,21 @@ async def _serve(
     from noeta.client import AsyncClient
     from noeta.web.app import create_app
     from noeta.web.live import LiveFeed
+    from noeta.web.security import TOKEN_ENV, new_token
     from noeta.web.site import Site
 
     client = AsyncClient(url, application_name="noeta-web")
     await client.store()  # a store that cannot be opened is one line, before serving
-    hosts = ("127.0.0.1", "localhost", "::1", host) if loopback else ()
+    loopback = settings.loopback
+    hosts = ("127.0.0.1", "localhost", "::1", settings.host.lower()) if loopback else ()
     site = Site(
         client,
-        token=token,
-        schedules=schedules,
+        token=settings.token or new_token(),
+        schedules=settings.schedules,
         jaeger_url=os.environ.get(JAEGER_ENV) or None,
         allowed_hosts=hosts,
+        secure_cookie=not loopback,  # off loopback, serve it behind HTTPS
+        max_streams=settings.max_streams,
     )
     feed = LiveFeed(site)
     app = create_app(site, feed)
@@ -129,4 +153,8 @@ async def _serve(
     resolved = resolve_url(url)
     kind = store_kind(resolved) if resolved else "embedded postgres"
     click.echo(f"noeta web: serving http://{shown}/ on the {kind} store (Ctrl-C stops)")
+    if settings.token is None:  # drawn here: this link is the only place it is shown
+        click.echo(f"noeta web: open http://{shown}/login?token={site.token}")
+    else:
+        click.echo(f"noeta web: log in at http://{shown}/login with {TOKEN_ENV}")
     await _Server(config, feed).serve(sockets=[listening])

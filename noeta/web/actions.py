@@ -13,7 +13,7 @@ from starlette.responses import HTMLResponse
 from noeta.cli.text import MAX_TEXT_CHARS
 from noeta.core.errors import ConfigError, NoetaError, UnknownTask
 from noeta.web.render import h, link, page, url
-from noeta.web.site import PageError, Site, not_found
+from noeta.web.site import PageError, Site, not_found, session_of, whole_number
 
 MAX_FORM_BYTES = 2 * MAX_TEXT_CHARS
 T = TypeVar("T")
@@ -52,12 +52,16 @@ async def answer(site: Site, request: Request) -> HTMLResponse:
 
 async def _checked(site: Site, request: Request) -> tuple[str, dict[str, str]]:
     """The task id and the form's fields, once the form's CSRF token is good."""
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > MAX_FORM_BYTES:
+    length = whole_number(request.headers.get("content-length"))
+    if length is not None and length > MAX_FORM_BYTES:
         raise PageError(400, f"the form is over {MAX_FORM_BYTES:,} bytes")
     async with request.form(max_files=0, max_fields=20, max_part_size=MAX_FORM_BYTES) as data:
         fields = {k: v for k, v in data.items() if isinstance(v, str)}
-    refused = site.csrf.check(request.url.path, fields.get("csrf"))
+    csrf = fields.get("csrf")
+    if csrf is not None and not csrf.isascii():
+        raise PageError(400, "the form's CSRF token is not one this server wrote")
+    # The decoded path, as the page issued it for: a task id with ':' is %3A in the URL.
+    refused = site.csrf.check(session_of(request), request.scope["path"], csrf)
     if refused is not None:
         raise PageError(403, f"{refused}: reload the task's page and try again", "Stale form")
     return request.path_params["task_id"], fields

@@ -1,6 +1,5 @@
-"""The `noeta web` application: its routes, the token and host checks every request
-passes first, and the error pages (a refused request is a page that says why, never a
-traceback)."""
+"""The `noeta web` application: its routes behind the gate (`gate.py`: host, session),
+and the error pages (a refused request is a page that says why, never a traceback)."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -16,12 +14,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from noeta.core.errors import NoetaError, StoreError
 from noeta.web import actions, live, ops_pages, task_list, task_page
+from noeta.web.gate import Gate
 from noeta.web.render import forget_secret, scrubbed
-from noeta.web.security import TOKEN_COOKIE, TOKEN_ENV, token_matches
 from noeta.web.site import PageError, Site, error_page
 
 log = logging.getLogger("noeta.web")
@@ -31,8 +28,7 @@ Handler = Callable[[Site, Request], Awaitable[Response]]
 def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
     """The app on `site`'s client; it closes the client when it stops."""
     feed = feed or live.LiveFeed(site)
-    if site.token:
-        forget_secret(site.token)
+    forget_secret(site.token)
 
     def route(path: str, handler: Handler, methods: tuple[str, ...] = ("GET",)) -> Route:
         async def endpoint(request: Request) -> Response:
@@ -76,7 +72,7 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
         },
         lifespan=lifespan,
     )
-    app.add_middleware(Gate, token=site.token, hosts=site.allowed_hosts)
+    app.add_middleware(Gate, site=site)
     return app
 
 
@@ -100,55 +96,3 @@ async def _unexpected(request: Request, error: Exception) -> Response:
         "noeta web: %s on %s: %s", type(error).__name__, request.url.path, scrubbed(str(error))
     )
     return error_page(500, "Error", f"unexpected {type(error).__name__} (a bug in noeta web)")
-
-
-class Gate:
-    """Every request passes here first: with a token set, it must carry it (a bearer
-    header, or the cookie `/login?token=…` sets); without one, its Host must be this
-    loopback server's (a page elsewhere cannot rebind a name to 127.0.0.1 and read it)."""
-
-    def __init__(self, app: ASGIApp, *, token: str | None, hosts: tuple[str, ...]) -> None:
-        self.app, self.token, self.hosts = app, token, hosts
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        refused = self._refused(request)
-        if refused is not None:
-            await refused(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-    def _refused(self, request: Request) -> Response | None:
-        if self.token is None:
-            host = (request.headers.get("host") or "").rsplit(":", 1)[0].strip("[]")
-            if host in self.hosts:
-                return None
-            return error_page(403, "Refused", "this server answers only to its own address")
-        if request.url.path == "/login":
-            return self._login(request)
-        given = _bearer(request.headers.get("authorization")) or request.cookies.get(TOKEN_COOKIE)
-        if token_matches(given, self.token):
-            return None
-        why = "missing" if given is None else "wrong"
-        message = (
-            f"the token ({TOKEN_ENV}) is {why}: open /login?token=... once, "
-            "or send it as a bearer token"
-        )
-        return error_page(401, "Token needed", message)
-
-    def _login(self, request: Request) -> Response:
-        given = request.query_params.get("token")
-        if not token_matches(given, self.token or ""):
-            return error_page(401, "Token needed", f"that is not this server's token ({TOKEN_ENV})")
-        response = RedirectResponse("/tasks", status_code=303)
-        cookie: dict[str, Any] = {"httponly": True, "samesite": "strict", "path": "/"}
-        response.set_cookie(TOKEN_COOKIE, given or "", **cookie)
-        return response
-
-
-def _bearer(header: str | None) -> str | None:
-    scheme, _, value = (header or "").partition(" ")
-    return value.strip() if scheme.lower() == "bearer" and value.strip() else None

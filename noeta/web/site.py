@@ -1,12 +1,13 @@
-"""What every page of `noeta web` shares: the client and its store's views, the CSRF
-tokens, the settings the command was started with, and the pages that say no (404, 400,
-403, 409) in words instead of a traceback."""
+"""What every page of `noeta web` shares: the client and its store's views, the token,
+sessions and CSRF tokens, the settings the command was started with, and the pages that
+say no (404, 400, 403, 409) in words instead of a traceback."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from noeta.client import AsyncClient
@@ -15,7 +16,10 @@ from noeta.core.store import Store
 from noeta.core.store_views import StoreViews
 from noeta.scheduler.cronfile import Schedule
 from noeta.web.render import h, link, page
-from noeta.web.security import CsrfTokens
+from noeta.web.security import CsrfTokens, Sessions, new_token
+
+# How many live pages (server-sent event streams) one server keeps open at once.
+DEFAULT_MAX_STREAMS = 200
 
 
 @dataclass
@@ -23,11 +27,19 @@ class Site:
     """The state of one `noeta web` process."""
 
     client: AsyncClient
-    token: str | None = None
+    # Every request needs it (or a session made from it): NOETA_WEB_TOKEN, or drawn at start.
+    token: str = field(default_factory=new_token)
     schedules: list[Schedule] = field(default_factory=list)
     jaeger_url: str | None = None
+    # On loopback, the Host names this server may be called by; empty: any (off loopback).
     allowed_hosts: tuple[str, ...] = ()
     csrf: CsrfTokens = field(default_factory=CsrfTokens)
+    secure_cookie: bool = False  # off loopback the session cookie travels over HTTPS only
+    max_streams: int = DEFAULT_MAX_STREAMS
+    sessions: Sessions = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sessions = Sessions(self.token)
 
     async def store(self) -> Store:
         return await self.client.store()
@@ -39,6 +51,20 @@ class Site:
         return store
 
 
+def whole_number(text: str | None) -> int | None:
+    """`text` as a whole number of 0 or more (ASCII digits only: `"²".isdigit()` is true,
+    yet `int("²")` fails), or None."""
+    if text is None or not (text.isascii() and text.isdigit()) or len(text) > 18:
+        return None
+    return int(text)
+
+
+def session_of(request: Request) -> str:
+    """The session the gate let `request` in under (its forms' CSRF tokens name it)."""
+    session: str = request.state.session
+    return session
+
+
 class PageError(HTTPException):
     """A request the site refuses, with the sentence its page says."""
 
@@ -47,6 +73,7 @@ class PageError(HTTPException):
         self.title = title or {
             400: "Bad request",
             401: "Token needed",
+            503: "Busy",
             403: "Refused",
             404: "Not found",
             409: "Not done",

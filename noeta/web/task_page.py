@@ -16,7 +16,7 @@ from noeta.core.store import TaskRecord, TaskStatus
 from noeta.core.store_views import LogEntry
 from noeta.web import timeline
 from noeta.web.render import form, h, link, page, scrubbed, status_badge, url, utc
-from noeta.web.site import PageError, Site, not_found
+from noeta.web.site import PageError, Site, not_found, session_of, whole_number
 
 LOG_PAGE_EVENTS = 200
 # What the page brings of one event whole; longer ones come as a preview and a raw link.
@@ -47,7 +47,7 @@ async def task_page(site: Site, request: Request) -> HTMLResponse:
     if not record.status.finished and last >= record.last_seq:
         live = f' data-live="{h(url(f"/tasks/{task_id}/live", after=last))}"'
     body = facts(record) + _links(site, record, context.trace_id)
-    body += await _actions(site, record, head)
+    body += await _actions(site, session_of(request), record, head)
     body += _pager(task_id, after, last, record.last_seq)
     body += f'<h2>log</h2><ol class="timeline" id="timeline">{items}</ol>'
     body += _pager(task_id, after, last, record.last_seq)
@@ -65,9 +65,10 @@ async def _record(site: Site, task_id: str) -> TaskRecord:
 def _int(text: str | None, what: str, *, default: int | None) -> int | None:
     if text is None or text == "":
         return default
-    if not text.isdigit() or len(text) > 18:
+    number = whole_number(text)
+    if number is None:
         raise PageError(400, f"{what} must be a whole number of 0 or more, not {text!r}")
-    return int(text)
+    return number
 
 
 def _trace_id(task_id: str, head: list[LogEntry]) -> str:
@@ -103,31 +104,33 @@ def _links(site: Site, record: TaskRecord, trace_id: str) -> str:
     return f'<p class="links">{" · ".join(found)}</p>'
 
 
-async def _actions(site: Site, record: TaskRecord, head: list[LogEntry]) -> str:
+async def _actions(site: Site, session: str, record: TaskRecord, head: list[LogEntry]) -> str:
     if record.status.finished:
         return ""
     base = f"/tasks/{record.id}"
-    cancel = url(f"{base}/cancel")
-    parts = [form(cancel, site.csrf.issue(cancel), "", "cancel task", css="danger")]
+
+    def action(name: str, fields: str, button: str, css: str = "") -> str:
+        path = f"{base}/{name}"  # the token names the decoded path, as the POST sees it
+        return form(url(path), site.csrf.issue(session, path), fields, button, css=css)
+
+    parts = [action("cancel", "", "cancel task", css="danger")]
     created = head[0].data if head and head[0].type == "TaskCreated" else None
     if isinstance(created, dict) and created.get("interactive"):
-        send = url(f"{base}/send")
         fields = (
             f'<input type="hidden" name="key" value="{uuid.uuid4().hex}">'
             '<textarea name="text" rows="2" cols="50" placeholder="a message"></textarea>'
         )
-        parts.append(form(send, site.csrf.issue(send), fields, "send"))
+        parts.append(action("send", fields, "send"))
     if record.status is TaskStatus.WAITING:
         state = await load_state(await site.store(), record.id, snapshot_version())
         if state.waiting_call:
-            answer = url(f"{base}/answer")
             fields = (
                 f'<input type="hidden" name="call" value="{h(state.waiting_call)}">'
                 f"<span>gate on call {h(state.waiting_call)}:</span>"
                 '<select name="decision"><option>allow</option><option>deny</option></select>'
                 '<input name="note" placeholder="note (optional)">'
             )
-            parts.append(form(answer, site.csrf.issue(answer), fields, "answer"))
+            parts.append(action("answer", fields, "answer"))
     return f'<div class="actions">{"".join(parts)}</div>'
 
 

@@ -16,6 +16,7 @@ from noeta.web.app import create_app
 from noeta.web.site import Site
 
 SCRIPT = "scripted:/nonexistent.yaml"  # never run: these tasks are written by hand
+TOKEN = "a-web-token-of-some-length"
 
 
 @pytest.fixture
@@ -27,15 +28,22 @@ async def store(postgres_url: str) -> AsyncIterator[Store]:
 
 @pytest.fixture
 def web(postgres_url: str, store: Store) -> Iterator[Callable[..., TestClient]]:
-    """`web(**site_options)`: a TestClient on `noeta web`'s app over the test's store."""
+    """`web(**site_options)`: a TestClient on `noeta web`'s app over the test's store,
+    logged in as a browser would be (through /login) unless `login=False`."""
     opened: list[TestClient] = []
 
-    def start(**options: object) -> TestClient:
+    def start(*, login: bool = True, **options: object) -> TestClient:
         options.setdefault("allowed_hosts", ("testserver",))
+        options.setdefault("token", TOKEN)
         site = Site(AsyncClient(postgres_url), **options)  # type: ignore[arg-type]
         client = TestClient(create_app(site), follow_redirects=False)
         client.__enter__()
         opened.append(client)
+        if login:
+            hosts = site.allowed_hosts
+            headers = {"Host": hosts[0]} if hosts else {}
+            done = client.get("/login", params={"token": site.token}, headers=headers)
+            assert done.status_code == 303, done.text
         return client
 
     yield start

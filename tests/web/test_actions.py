@@ -14,9 +14,7 @@ from noeta.core import events
 from noeta.core.model import ToolCall
 from noeta.core.store import CANCEL_KEY, Store, Wait
 from noeta.web.security import CsrfTokens
-from tests.web.conftest import task_with_log
-
-TOKEN = "a-web-token-of-some-length"
+from tests.web.conftest import TOKEN, task_with_log
 
 
 def form_fields(page: str, action: str) -> dict[str, str]:
@@ -47,10 +45,12 @@ async def test_a_missing_foreign_or_stale_csrf_token_is_refused(
     await task_with_log(store, "guarded", interactive=True)
     tokens = CsrfTokens(b"this process's secret")
     http = web(csrf=tokens)
-    other_process = CsrfTokens().issue("/tasks/guarded/cancel")
-    stale = tokens.issue("/tasks/guarded/cancel", now=time.time() - 3700)
+    session = (http.cookies.get("noeta_web_session") or "").split(".")[0]
+    other_process = CsrfTokens().issue(session, "/tasks/guarded/cancel")
+    other_session = tokens.issue("another-session", "/tasks/guarded/cancel")
+    stale = tokens.issue(session, "/tasks/guarded/cancel", now=time.time() - 3700)
     elsewhere = form_fields(http.get("/tasks/guarded").text, "/tasks/guarded/send")["csrf"]
-    for token in [None, "", "garbage", other_process, elsewhere, stale]:
+    for token in [None, "", "garbage", other_process, other_session, elsewhere, stale]:
         refused = http.post("/tasks/guarded/cancel", data={} if token is None else {"csrf": token})
         assert refused.status_code == 403, token
         assert "Stale form" in refused.text and "reload the task" in refused.text
@@ -100,11 +100,11 @@ async def test_with_a_token_every_request_needs_it(
     store: Store, web: Callable[..., TestClient]
 ) -> None:
     await task_with_log(store, "secret-task")
-    http = web(token=TOKEN, allowed_hosts=())
+    http = web(allowed_hosts=(), login=False)
     missing = http.get("/tasks")
-    assert missing.status_code == 401 and "is missing" in missing.text
+    assert missing.status_code == 401 and "log in with the link" in missing.text
     wrong = http.get("/tasks", headers={"Authorization": "Bearer not-the-token-at-all"})
-    assert wrong.status_code == 401 and "is wrong" in wrong.text
+    assert wrong.status_code == 401 and "bearer token is not this server" in wrong.text
     assert http.get("/static/noeta.css").status_code == 401
     bearer = http.get("/tasks", headers={"Authorization": f"Bearer {TOKEN}"})
     assert bearer.status_code == 200 and "secret-task" in bearer.text
@@ -113,6 +113,9 @@ async def test_with_a_token_every_request_needs_it(
     assert login.status_code == 303 and "httponly" in login.headers["set-cookie"].lower()
     assert http.get("/tasks").status_code == 200  # the cookie the login set
     assert TOKEN not in http.get("/tasks").text
+    http.cookies.clear()
+    by_form = http.post("/login", data={"token": TOKEN})
+    assert by_form.status_code == 303 and http.get("/tasks").status_code == 200
 
 
 async def test_on_loopback_a_foreign_host_is_refused(web: Callable[..., TestClient]) -> None:

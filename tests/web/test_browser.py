@@ -1,6 +1,7 @@
-"""A real headless Chromium on `noeta web` while a real `noeta worker` runs a task: the
-list shows it, its page follows it live (a reply lands in the DOM over server-sent
-events), the cancel button stops it, and the page is kept as a screenshot.
+"""A real headless Chromium on `noeta web` while a real `noeta worker` runs a task: it
+logs in through the link the command printed, the list shows the task, its page follows
+it live (a reply lands in the DOM over server-sent events), the cancel button stops it,
+and the page is kept as a screenshot.
 
 Chromium is the distribution's (`make chromium` installs it; CI runs that first). Without
 one the test is skipped saying so, except under CI, where it fails."""
@@ -62,7 +63,10 @@ class Process:
             stdout=subprocess.PIPE,
             stderr=log.open("w"),
             text=True,
-            env={**os.environ, "NOETA_HOME": str(log.parent / "home")},
+            env={
+                **{k: v for k, v in os.environ.items() if k != "NOETA_WEB_TOKEN"},
+                "NOETA_HOME": str(log.parent / "home"),
+            },
         )
 
     def first_line(self) -> str:
@@ -109,9 +113,10 @@ def test_a_browser_follows_a_task_live_and_cancels_it(
         try:
             line = web.first_line()
             assert "serving http://" in line, (tmp_path / "web.log").read_text()
-            base = line.split("serving ", 1)[1].split()[0].rstrip("/")
+            login = web.first_line()  # the login link with the token drawn at start
+            assert "/login?token=" in login, login
 
-            chromium.open(f"{base}/tasks")
+            chromium.open(login.split("open ", 1)[1].strip())  # logs in, then the task list
             chromium.wait_for("table.tasks a", task.id)
             chromium.click(f'table.tasks a[href="/tasks/{task.id}"]', navigates=True)
             # The first turn (the worker's reply to the prompt), then the page's live feed.

@@ -17,7 +17,9 @@ import pytest
 
 from noeta.core import events
 from noeta.core.store import Finish, Store
-from tests.web.conftest import encoded, task_with_log
+from tests.web.conftest import TOKEN, encoded, task_with_log
+
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def noeta_web(
@@ -81,6 +83,7 @@ def server(postgres_url: str) -> Iterator[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "NOETA_WEB_TOKEN": TOKEN},
     )
     try:
         assert process.stdout is not None
@@ -95,7 +98,7 @@ def server(postgres_url: str) -> Iterator[str]:
 async def test_a_running_tasks_new_events_arrive_live(store: Store, server: str) -> None:
     claim = await task_with_log(store, "followed", [events.MessageTaken(1, "first")])
     async with (
-        httpx.AsyncClient(base_url=server, timeout=30) as http,
+        httpx.AsyncClient(base_url=server, timeout=30, headers=BEARER) as http,
         http.stream("GET", "/tasks/followed/live", params={"after": 2}) as stream,
     ):
         assert stream.headers["content-type"].startswith("text/event-stream")
@@ -125,14 +128,22 @@ async def test_stopping_with_a_page_following_a_task_is_quick_and_quiet(
     await task_with_log(store, "watched")
     arguments = ["web", "--bind", "127.0.0.1:0", "--store", postgres_url]
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "noeta", *arguments, stdout=PIPE, stderr=PIPE
+        sys.executable,
+        "-m",
+        "noeta",
+        *arguments,
+        stdout=PIPE,
+        stderr=PIPE,
+        env={**os.environ, "NOETA_WEB_TOKEN": TOKEN},
     )
     try:
         assert process.stdout is not None and process.stderr is not None
         line = (await process.stdout.readline()).decode()
         host, port = line.split("http://", 1)[1].split("/", 1)[0].rsplit(":", 1)
         reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(f"GET /tasks/watched/live HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        bearer = f"Authorization: Bearer {TOKEN}\r\n"
+        request = f"GET /tasks/watched/live HTTP/1.1\r\nHost: {host}\r\n{bearer}\r\n"
+        writer.write(request.encode())
         await writer.drain()
         while b"event: facts" not in await reader.readline():
             pass

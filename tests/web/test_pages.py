@@ -215,6 +215,7 @@ async def test_the_pages_work_on_a_sqlite_store(tmp_path: Path) -> None:
         await store.close()
     site = Site(AsyncClient(url), allowed_hosts=("testserver",))
     with TestClient(create_app(site)) as http:
+        http.get("/login", params={"token": site.token})
         assert "on-sqlite" in http.get("/tasks").text
         page = http.get("/tasks/on-sqlite").text
         assert "&lt;hi&gt;" in page and "epoch 1: claimed by worker-a" in page
@@ -233,3 +234,17 @@ async def test_a_model_request_re_sent_after_a_takeover_is_marked(
     page = web().get("/tasks/resent").text
     assert page.count("re-sent after a takeover: the same request bytes") == 1
     assert "recorded from the result its own run kept after its claim was gone (epoch 1)" in page
+
+
+async def test_a_nul_in_one_stored_prompt_leaves_the_text_search_working(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    from noeta.core.store import NewTask
+
+    created = events.TaskCreated(model="scripted:x.yaml", prompt="odd \x00 prompt")
+    assert await store.create_task(NewTask("with-nul", encoded(created)))
+    await task_with_log(store, "findable")
+    http = web()
+    found = http.get("/tasks", params={"text": "findable"})
+    assert found.status_code == 200 and "findable" in found.text
+    assert "with-nul" in http.get("/tasks", params={"text": "odd"}).text

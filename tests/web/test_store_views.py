@@ -94,3 +94,23 @@ async def test_held_claims_name_their_worker_epoch_and_lease(views: StoreViews) 
         TaskStatus.RUNNING,
     )
     assert held.lease_until == claim.lease_until
+
+
+async def test_no_stored_prompt_breaks_the_text_search(views: StoreViews) -> None:
+    # Rows the store holds today whatever later edges refuse: a NUL, a lone surrogate (tool
+    # output decoded with surrogateescape), control characters; JSON-escaped in the log.
+    await create(views, "nul", prompt="before\x00after the NUL")
+    await create(views, "surrogate", prompt="bytes \udcff here")
+    await create(views, "controls", prompt='tab\there, a "quote", a \\ and a bell\x07')
+    await create(views, "plain", prompt="an ordinary prompt: résumé")
+    assert [r.id for r in await views.task_page(text="ordinary")] == ["plain"]
+    assert [r.id for r in await views.task_page(text="ORDINARY")] == ["plain"]
+    assert [r.id for r in await views.task_page(text="résumé")] == ["plain"]
+    assert [r.id for r in await views.task_page(text="before")] == ["nul"]
+    assert [r.id for r in await views.task_page(text='"quote", a \\ and')] == ["controls"]
+    assert [r.id for r in await views.task_page(text="tab\there")] == ["controls"]
+    assert [r.id for r in await views.task_page(text="bytes")] == ["surrogate"]
+    # A search never matches inside an escape: "n" is not the n of a "\n".
+    await create(views, "newline", prompt="line\nice")
+    assert [r.id for r in await views.task_page(text="nice")] == []
+    assert [r.id for r in await views.task_page(text="line\nice")] == ["newline"]

@@ -53,6 +53,8 @@ PARAMETERS = (
     "confine",
     "confine_read",
     "confine_write",
+    "network",
+    "limits",
 )
 MIN_OUTPUT_CAP_CHARS = 1_000  # below this even an error message would be cut
 
@@ -81,7 +83,7 @@ class CorePlugin:
             TodoWrite(),
             ScheduleWakeup(),
             ToolSearch(deferred),
-            Agent(),
+            Agent(confinement),
         )
 
     def tools(self) -> Sequence[Tool]:
@@ -122,5 +124,5 @@ def plugin(params: dict[str, JSONValue]) -> CorePlugin:
         output_cap_chars=cap,
         pass_env=pass_env,
         fetch_allow=cast(list[str], fetch_allow),
-        confinement=parse_confinement(dict(params)),
+        confinement=parse_confinement(dict(params)),  # its `fetch_allow` is checked above
     )

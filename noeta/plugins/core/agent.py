@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
 
 from noeta.core import subtasks
 from noeta.core.payload import JSONValue
 from noeta.core.task_id import workspace_folder
 from noeta.core.tool import SubtaskRequest, ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.plugins.core import worktrees
+from noeta.plugins.core.confinement import Confinement
+from noeta.plugins.core.worktrees import Worktrees
 
 WORKSPACE_MODES = ("auto", "worktree", "folder")
-GIT_TIMEOUT_SECONDS = 60.0
 
 
 _SCHEMA: dict[str, JSONValue] = {
@@ -53,6 +54,10 @@ class Agent:
     input_schema = _SCHEMA
     flags = ToolFlags(launches_subtasks=True)
 
+    def __init__(self, confinement: Confinement | None = None) -> None:
+        # The git the worker runs for a task runs confined as the task's commands are.
+        self.worktrees = Worktrees(confinement)
+
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
         prompt = str(input["prompt"]).strip()
         if not prompt:
@@ -79,67 +84,26 @@ class Agent:
 
     async def _prepare(self, mode: str, ctx: ToolContext) -> str:
         """Make the child's git worktree if the mode and workspace call for one."""
-        repository = ctx.workspace and _is_git_repository(ctx.workspace)
+        repository = None
+        if ctx.workspace:
+            repository = await asyncio.to_thread(worktrees.repository, ctx.workspace)
         if mode == "worktree" and not repository:
             where = ctx.workspace or "(this task has no workspace)"
             raise ToolError(f"workspace 'worktree' needs a git repository; {where} is not one")
         if mode == "folder" or not repository:
             return ""
         target = child_workspace(ctx, ctx.subtask_id)
-        if _exists(target):
-            raise ToolError(f"the subagent's worktree path {target} exists already")
-        branch = subtasks.branch_name(ctx.subtask_id)
-        await _git(ctx.workspace, "worktree", "add", "-q", "-b", branch, target, "HEAD")
+        await self.worktrees.add(ctx.workspace, target, subtasks.branch_name(ctx.subtask_id))
         return target
 
     async def remove_workspace(self, child_id: str, ctx: ToolContext, *, keep_work: bool) -> None:
+        if not ctx.workspace:
+            return
         target = child_workspace(ctx, child_id)
-        if not ctx.workspace or not _is_worktree(target):
-            return  # no worktree (a folder is the child's own; nothing made, or gone)
-        if keep_work and await _git(target, "status", "--porcelain"):
-            await _git(target, "add", "-A")
-            message = f"noeta: what subagent {child_id} left uncommitted"
-            await _git(target, "-c", "user.name=noeta", "-c", "user.email=noeta@localhost",
-                       "commit", "-q", "--no-verify", "-m", message)  # fmt: skip
-        # Run from the worktree itself: the launching task's own worktree may be gone (a
-        # nested child that outlived its cancelled parent).
-        await _git(target, "worktree", "remove", "--force", target)
-        if not keep_work:
-            await _git(ctx.workspace, "branch", "-q", "-D", subtasks.branch_name(child_id))
+        branch = subtasks.branch_name(child_id)
+        await self.worktrees.remove(ctx.workspace, target, branch, keep_work=keep_work)
 
 
 def child_workspace(ctx: ToolContext, child_id: str) -> str:
     """The child's workspace: beside its parent's, as the runner's `workspace_for` names it."""
     return os.path.join(os.path.dirname(ctx.workspace), workspace_folder(child_id))
-
-
-def _is_git_repository(folder: str) -> bool:
-    return (Path(folder) / ".git").exists()
-
-
-def _is_worktree(folder: str) -> bool:
-    """A linked worktree has a `.git` file (a repository's own is a folder)."""
-    return (Path(folder) / ".git").is_file()
-
-
-def _exists(path: str) -> bool:
-    return os.path.lexists(path)
-
-
-async def _git(cwd: str, *arguments: str) -> str:
-    """Run git in `cwd`; its output, or a ToolError with what git said."""
-    environment = {"PATH": os.environ.get("PATH", ""), "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-    process = await asyncio.create_subprocess_exec(
-        "git", "-C", cwd, *arguments,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=environment,
-    )  # fmt: skip
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), GIT_TIMEOUT_SECONDS)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise ToolError(f"git {arguments[0]} took over {GIT_TIMEOUT_SECONDS:g} s") from None
-    if process.returncode != 0:
-        said = err.decode("utf-8", "replace").strip().splitlines()
-        raise ToolError(f"git {arguments[0]} failed: {said[-1] if said else process.returncode}")
-    return out.decode("utf-8", "replace")

@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +24,7 @@ from noeta.core.payload import JSONValue
 from noeta.core.tool import BackgroundJob, ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
 from noeta.plugins.core.confinement import Confinement
+from noeta.plugins.core.sandbox import proxy_environment, serve_proxy
 from noeta.plugins.core.workspace import workspace_root
 from noeta.plugins.tool_environment import tool_environment
 
@@ -113,7 +115,7 @@ class Bash:
             tmpdir.mkdir()  # never follows a link: one planted there is the command's problem
         environment = tool_environment(str(root), self.pass_env, str(tmpdir))
         environment["PATH"] = self.confinement.search_path(environment["PATH"], str(root))
-        return environment
+        return environment | proxy_environment(self.confinement.network_mode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,11 +174,18 @@ async def run_command(
     capture = OutputCapture(cap)
     if environment is None:
         environment = tool_environment(cwd)
+    shell = [shutil.which("bash") or "/bin/sh", "-c", command]
+    proxy: asyncio.Task[None] | None = None
+    wrapped = False  # in a sandbox, whose init reports a signal as 128 + its number
     if confinement is None:
-        process = _start(command, cwd, environment, None)
+        process = _start(shell, cwd, environment)
     else:
-        with confinement.entry(cwd) as enter:
-            process = _start(command, cwd, environment, enter)
+        view = await asyncio.to_thread(confinement.view, cwd)  # reads the task's `.git`
+        with confinement.prepared(shell, view) as prepared:
+            process = _start(prepared.argv, cwd, environment, prepared.enter, prepared.pass_fds)
+            wrapped = prepared.argv != shell
+            if isinstance(prepared.channel, socket.socket):
+                proxy = loop.create_task(serve_proxy(prepared.channel, confinement.fetch_allow))
     group = process.pid  # known before any await, so a cancellation can never miss it
     assert process.stdout is not None
     reader: asyncio.ReadTransport | None = None
@@ -206,6 +215,12 @@ async def run_command(
             reader.close()
         else:
             process.stdout.close()
+        if proxy is not None:
+            proxy.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await proxy
+    if wrapped and 128 < returncode <= 128 + signal.NSIG:
+        returncode = 128 - returncode
     return Finished(
         text=capture.text(),
         returncode=None if timed_out else returncode,
@@ -216,16 +231,18 @@ async def run_command(
 
 
 def _start(
-    command: str,
+    argv: Sequence[str],
     cwd: str,
     environment: Mapping[str, str],
-    enter: Callable[[], None] | None,
+    enter: Callable[[], None] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
-    """Fork and exec, as asyncio's own subprocess support does, on the loop's thread;
-    `enter`, when given, confines the child between the two."""
+    """Fork and exec, as asyncio's own subprocess support does, on the loop's thread (a
+    sandbox dies with the thread that started it); `enter`, when given, confines the
+    child between the two."""
     try:
         return subprocess.Popen(
-            [shutil.which("bash") or "/bin/sh", "-c", command],
+            argv,
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -234,6 +251,7 @@ def _start(
             # Whatever a command prints lands in the task's log: it starts from an
             # allowlist, so the worker's secrets (store DSN, provider keys) are not there.
             env=dict(environment),
+            pass_fds=tuple(pass_fds),
             # Safe here: `enter` only calls functions bound before the fork (landlock.py).
             preexec_fn=enter,  # noqa: PLW1509
         )

@@ -1,8 +1,11 @@
-"""What a Bash command may reach on the filesystem: the system read-only, its task's
-workspace read-write, and the paths the operator lists; enforced by Landlock (ADR-0048).
+"""What a command run for a task may reach: the system read-only, its task's workspace
+read-write, the paths the operator lists, and the network its `network:` mode opens.
+Namespaces made by bubblewrap draw that view (sandbox.py, ADR-0077); Landlock keeps it
+as a second layer where the kernel has it (ADR-0048).
 
-`confine: auto` (the default) confines where the kernel can and warns once where it
-cannot; `required` refuses to start there; `off` runs commands as the worker's user.
+`confine: auto` (the default) confines as far as the machine can and warns once for what
+it cannot; `required` refuses to start without namespaces; `off` runs commands as the
+worker's user, on the worker's network.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from dataclasses import dataclass, field
 
 from noeta.core.errors import ConfigError
 from noeta.core.tool import ToolError
-from noeta.plugins.core import landlock
+from noeta.plugins.core import landlock, sandbox
 from noeta.plugins.core.landlock import Availability
+from noeta.plugins.core.sandbox import NETWORK_MODES, Bubblewrap, Limits, View
 
 log = logging.getLogger("noeta.plugins.core.confinement")
 
@@ -40,83 +44,137 @@ _DEVICE = landlock.READ_FILE | landlock.WRITE_FILE | landlock.TRUNCATE  # `> /de
 _EVERYTHING = ~0  # masked by what the ABI handles
 
 
+@dataclass(slots=True)
+class Prepared:
+    """How to start one command: its argv, what its child calls before exec (Landlock
+    without namespaces), the descriptors it inherits, and the proxy's channel."""
+
+    argv: list[str]
+    enter: Callable[[], None] | None = None
+    pass_fds: tuple[int, ...] = ()
+    channel: object | None = None  # socket.socket: the sandbox hands its listener over
+
+
 @dataclass(frozen=True)
 class Confinement:
-    """The core plugin's confinement setting; `probe` says what the kernel offers (tests
-    pass one that says "unavailable"; the rules themselves always meet the real kernel)."""
+    """The core plugin's confinement settings. `probe` says what Landlock the kernel
+    offers and `wrap` whether bubblewrap can make namespaces (tests pass ones that say
+    "unavailable"; the rules themselves always meet the real kernel)."""
 
     mode: str = "auto"
     read_paths: tuple[str, ...] = ()  # the operator's, read and execute
     write_paths: tuple[str, ...] = ()  # the operator's, read, write and create
+    network: str = "proxy"
+    limits: Limits = field(default_factory=Limits)
+    fetch_allow: tuple[str, ...] = ()  # opened to commands through the proxy as to WebFetch
     probe: Callable[[], Availability] = field(default=landlock.kernel_availability)
+    wrap: Callable[[], Bubblewrap | Availability] = field(default=sandbox.bubblewrap)
 
     def availability(self) -> Availability:
         if self.mode == "off":
             return Availability(0, "confine: off")
         return self.probe()
 
+    def namespaces(self) -> Bubblewrap | None:
+        if self.mode == "off":
+            return None
+        wrap = self.wrap()
+        return wrap if isinstance(wrap, Bubblewrap) else None
+
+    def network_mode(self) -> str:
+        """The network commands get: `network:` inside namespaces, else the worker's."""
+        return self.network if self.namespaces() is not None else "host"
+
     def check_at_start(self) -> None:
-        """Refuse what cannot be kept (ConfigError); say once whether commands are confined."""
-        available = self.availability()
-        if self.mode == "required" and not available.abi:
-            raise ConfigError(
-                f"core plugin: confine: required, but {available.reason}; Bash commands "
-                "cannot be confined on this machine"
-            )
+        """Refuse what cannot be kept (ConfigError); say once how commands are confined."""
         for path in (*self.read_paths, *self.write_paths):
             if not os.path.exists(path):
                 raise ConfigError(f"core plugin: confined path {path!r} does not exist")
-        if available.abi:
-            log.info(
-                "Bash commands are confined by %s: the workspace read-write, %d operator "
-                "path(s) read-only, %d read-write",
-                available.reason,
-                len(self.read_paths),
-                len(self.write_paths),
-            )
-        elif self.mode == "off":
+        if self.mode == "off":
             log.warning(
-                "Bash commands are not confined (confine: off): they can read "
-                "every file the worker's user can"
+                "Bash commands are not confined (confine: off): they can read every file "
+                "the worker's user can and reach every address the worker can"
             )
-        else:
+            return
+        wrap, available = self.wrap(), self.availability()
+        if not isinstance(wrap, Bubblewrap):
+            if self.mode == "required":
+                raise ConfigError(
+                    f"core plugin: confine: required, but {wrap.reason}; Bash commands "
+                    "cannot be confined on this machine"
+                )
             log.warning(
-                "Bash commands are not confined: %s. They can read every file the "
-                "worker's user can; set confine: required to refuse to start instead",
-                available.reason,
+                "Bash commands run without namespaces: %s. They share the worker's "
+                "network and processes%s; set confine: required to refuse to start instead",
+                wrap.reason,
+                f", confined to their files by {available.reason}"
+                if available.abi
+                else f", and can read every file the worker's user can ({available.reason})",
             )
+            return
+        log.info(
+            "Bash commands are confined in namespaces (network: %s)%s: the workspace "
+            "read-write, %d operator path(s) read-only, %d read-write",
+            self.network,
+            f" and by {available.reason}" if available.abi else "",
+            len(self.read_paths),
+            len(self.write_paths),
+        )
+        if self.network == "host":
+            log.warning(
+                "Bash commands share the worker's network (network: host): they can reach "
+                "loopback services, the database and private addresses"
+            )
+
+    def view(self, workspace: str, *, network: str | None = None) -> View:
+        """A task's command's view: its workspace, the operator's paths, and the shared
+        `.git` of the repository its worktree belongs to, if any."""
+        shared = shared_git_dir(workspace)
+        return View(
+            workspace,
+            readable=tuple(self.read_paths),
+            writable=(*self.write_paths, *((shared,) if shared else ())),
+            network=network or self.network,
+        )
 
     @contextlib.contextmanager
-    def entry(self, workspace: str) -> Iterator[Callable[[], None] | None]:
-        """What the child of a command in `workspace` calls before exec (None: unconfined).
+    def prepared(self, command: Sequence[str], view: View) -> Iterator[Prepared]:
+        """How to start `command` confined to `view`; the parent's ends of what it built
+        (the ruleset, the channel's child end) are closed when the block ends."""
+        available, wrap = self.availability(), self.namespaces()
+        if wrap is None and self.mode == "required":
+            missing = self.wrap()
+            why = missing.reason if isinstance(missing, Availability) else "it cannot be"
+            raise ToolError(f"Bash commands must be confined, but {why}")
+        with contextlib.ExitStack() as stack:
+            ruleset = stack.enter_context(self._ruleset(available, view)) if available.abi else None
+            if wrap is not None:
+                fd = ruleset.fd if ruleset is not None else None
+                plan = stack.enter_context(sandbox.planned(wrap, command, view, self.limits, fd))
+                yield Prepared(plan.argv, None, plan.pass_fds, plan.channel)
+            else:
+                yield Prepared(list(command), ruleset.entry() if ruleset else None)
 
-        The ruleset is built here, in the parent, and closed when the block ends, after
-        the child has entered it.
-        """
-        available = self.availability()
-        if not available.abi:
-            if self.mode == "required":
-                raise ToolError(f"Bash commands must be confined, but {available.reason}")
-            yield None
-            return
+    @contextlib.contextmanager
+    def _ruleset(self, available: Availability, view: View) -> Iterator[landlock.Ruleset]:
         try:
             ruleset = landlock.Ruleset(available.abi)
         except OSError as error:
             raise ToolError(f"could not confine the command: {error}") from error
         try:
             try:
-                for path, rights in self._rules(workspace):
+                for path, rights in self._rules(view):
                     ruleset.allow(path, rights)
             except OSError as error:
                 raise ToolError(f"could not confine the command: {error}") from error
-            yield ruleset.entry()
+            yield ruleset
         finally:
             ruleset.close()
 
     def search_path(self, path: str, workspace: str) -> str:
         """`path` (a PATH value) without the folders a confined command cannot run from,
         so a command is found where it can run rather than refused where it cannot."""
-        if not self.availability().abi:
+        if not self.availability().abi and self.namespaces() is None:
             return path
         allowed = [
             os.path.realpath(p)
@@ -125,14 +183,12 @@ class Confinement:
         kept = [p for p in path.split(os.pathsep) if _beneath(os.path.realpath(p), allowed)]
         return os.pathsep.join(kept)
 
-    def _rules(self, workspace: str) -> Iterator[tuple[str, int]]:
+    def _rules(self, view: View) -> Iterator[tuple[str, int]]:
         yield from ((path, _EXECUTE) for path in SYSTEM_EXECUTABLE)
         yield from ((path, _READ) for path in SYSTEM_READABLE)
         yield from ((path, _DEVICE) for path in DEVICES_WRITABLE)
-        yield from ((path, _EXECUTE) for path in self.read_paths)
-        yield from ((path, _EVERYTHING) for path in (*self.write_paths, workspace))
-        if (shared := shared_git_dir(workspace)) is not None:
-            yield shared, _EVERYTHING
+        yield from ((path, _EXECUTE) for path in view.readable)
+        yield from ((path, _EVERYTHING) for path in (view.workspace, *view.writable))
 
 
 def _beneath(path: str, folders: Sequence[str]) -> bool:
@@ -141,7 +197,14 @@ def _beneath(path: str, folders: Sequence[str]) -> bool:
 
 def shared_git_dir(workspace: str) -> str | None:
     """The `.git` of a sibling workspace whose repository this workspace is a linked
-    worktree of (a subagent's, made by the Agent tool), or None.
+    worktree of (a subagent's, made by the Agent tool), or None."""
+    linked = linked_worktree(workspace)
+    return linked[0] if linked else None
+
+
+def linked_worktree(workspace: str) -> tuple[str, str] | None:
+    """The shared `.git` and this worktree's own folder in it (`.git/worktrees/<name>`),
+    where `workspace` is a linked worktree of a sibling's repository; else None.
 
     The workspace's own `.git` file is the command's to rewrite, so it is believed only
     when the repository it names lists this very worktree back (git's `gitdir` file in
@@ -160,7 +223,7 @@ def shared_git_dir(workspace: str) -> str | None:
     backlink = _small_file(os.path.join(gitdir, "gitdir"))
     if backlink is None or os.path.realpath(backlink.strip()) != os.path.realpath(own):
         return None
-    return common
+    return common, gitdir
 
 
 def _small_file(path: str) -> str | None:
@@ -178,11 +241,26 @@ def _small_file(path: str) -> str | None:
 
 
 def parse_confinement(params: dict[str, object]) -> Confinement:
-    """`confine:`, `confine_read:` and `confine_write:` of the core plugin; ValueError."""
+    """`confine:`, `confine_read:`, `confine_write:`, `network:` and `limits:` of the core
+    plugin (with `fetch_allow:`, which the proxy applies too); ValueError."""
     mode = params.get("confine", "auto")
     if mode not in MODES:
         raise ValueError(f"core plugin: confine must be one of {', '.join(MODES)}, not {mode!r}")
-    return Confinement(str(mode), _paths(params, "confine_read"), _paths(params, "confine_write"))
+    network = params.get("network", "proxy")
+    if network not in NETWORK_MODES:
+        raise ValueError(
+            f"core plugin: network must be one of {', '.join(NETWORK_MODES)}, not {network!r}"
+        )
+    fetch_allow = params.get("fetch_allow") or []
+    opened = tuple(str(e) for e in fetch_allow) if isinstance(fetch_allow, list) else ()
+    return Confinement(
+        str(mode),
+        _paths(params, "confine_read"),
+        _paths(params, "confine_write"),
+        network=str(network),
+        limits=sandbox.parse_limits(params.get("limits")),
+        fetch_allow=opened,
+    )
 
 
 def _paths(params: dict[str, object], key: str) -> tuple[str, ...]:

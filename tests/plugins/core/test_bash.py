@@ -14,8 +14,14 @@ from noeta.core.payload import JSONValue, decode, encode
 from noeta.core.tool import ToolContext, ToolError
 from noeta.plugins.core import Bash
 from noeta.plugins.core.bash import OutputCapture
+from noeta.plugins.core.confinement import Confinement
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfds")
+
+
+# The process-group tests read pids, which a PID namespace hides: they run unconfined,
+# as with `confine: off`; test_sandbox.py shows the namespace ends every process too.
+UNCONFINED = Confinement("off")
 
 
 def ended(pid: int, within: float = 5.0) -> bool:
@@ -79,7 +85,7 @@ async def test_output_cap_keeps_head_and_tail(ctx: ToolContext) -> None:
 
 async def test_timeout_kills_the_whole_process_group(ctx: ToolContext) -> None:
     started = time.monotonic()
-    output = await Bash().run(
+    output = await Bash(confinement=UNCONFINED).run(
         {"command": "echo $$; sleep 30 & echo $!; sleep 30", "timeout_seconds": 0.5}, ctx
     )
     assert time.monotonic() - started < 10
@@ -95,7 +101,7 @@ async def test_timeout_kills_the_whole_process_group(ctx: ToolContext) -> None:
 async def test_background_processes_are_stopped_when_the_command_ends(
     ctx: ToolContext,
 ) -> None:
-    output = await Bash().run({"command": "sleep 30 & echo $!"}, ctx)
+    output = await Bash(confinement=UNCONFINED).run({"command": "sleep 30 & echo $!"}, ctx)
     lines = output.content.splitlines()
     assert lines[1:] == [
         "[exit code 0]",
@@ -107,7 +113,8 @@ async def test_background_processes_are_stopped_when_the_command_ends(
 async def test_cancelling_the_call_kills_the_group(workspace: Path, ctx: ToolContext) -> None:
     fifo = workspace / "started"
     os.mkfifo(fifo)
-    call = asyncio.ensure_future(Bash().run({"command": "sleep 30 & echo $! > started; wait"}, ctx))
+    command = {"command": "sleep 30 & echo $! > started; wait"}
+    call = asyncio.ensure_future(Bash(confinement=UNCONFINED).run(command, ctx))
     # Opening a FIFO for reading blocks until the command opens it for writing.
     background = int(await asyncio.to_thread(fifo.read_text))
     call.cancel()

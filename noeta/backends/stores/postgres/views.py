@@ -4,6 +4,7 @@ pages that leave long values in the database, and the claims held now."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -34,8 +35,10 @@ SELECT {TASK_COLUMNS} FROM tasks
  ORDER BY created_at DESC, id DESC LIMIT %(limit)s
 """
 
-# The same, with a text that is part of the id or of the prompt (the task's first event,
-# decoded from its escaped JSON only for the rows whose id did not match).
+# The same, with a text that is part of the id or of the prompt (the task's first event).
+# The prompt is matched in the log's own escaped JSON text, never decoded: PostgreSQL
+# refuses to decode a \u0000 or a lone surrogate, and one such row would fail every search.
+# The plain substring test first: the regular expression runs only where it may match.
 TASK_PAGE_MATCHING = f"""
 SELECT {TASK_COLUMNS} FROM tasks
  WHERE (created_at, id) < (%(before_at)s, %(before_id)s)
@@ -44,7 +47,7 @@ SELECT {TASK_COLUMNS} FROM tasks
    AND (id ILIKE %(pattern)s OR EXISTS (
         SELECT 1 FROM events
          WHERE events.task_id = tasks.id AND events.seq = 1
-           AND (events.data::json ->> 'prompt') ILIKE %(pattern)s))
+           AND events.data ILIKE %(encoded_pattern)s AND events.data ~* %(prompt_regex)s))
  ORDER BY created_at DESC, id DESC LIMIT %(limit)s
 """
 
@@ -81,6 +84,19 @@ PREVIEW_CHARS = 2000
 _NEWEST = (datetime(9999, 12, 31, tzinfo=UTC), "")  # before every real row
 
 
+# The prompt's opening, then whole characters of its escaped JSON text (a plain one, a
+# \uXXXX escape, a two-character escape): a match starts on a character, never inside
+# an escape, so "n" does not match the n of a "\n".
+_PROMPT_PREFIX = r'"prompt":"(?:[^"\\]|\\u[0-9a-fA-F]{4}|\\[^u])*'
+
+
+def prompt_regex(text: str) -> str:
+    """A case-insensitive regular expression for `text` in a TaskCreated's prompt, matched
+    against the event's stored JSON text (ASCII, so `text` is encoded the same way)."""
+    encoded = payload.encode(text)[1:-1]
+    return _PROMPT_PREFIX + re.sub(r"([^A-Za-z0-9])", r"\\\1", encoded)
+
+
 class PostgresViews(PostgresConnection):
     """The read-only views of `noeta web`."""
 
@@ -105,6 +121,8 @@ class PostgresViews(PostgresConnection):
         if text:
             query = TASK_PAGE_MATCHING
             params["pattern"] = text_pattern(text)
+            params["encoded_pattern"] = text_pattern(payload.encode(text)[1:-1])
+            params["prompt_regex"] = prompt_regex(text)
         return [_task_record(row) for row in await self._read(query, params)]
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
