@@ -9,12 +9,19 @@ to a local server or fails the test when called.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import socket
+import subprocess
+import sys
+import threading
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import zipfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -172,6 +179,148 @@ async def test_curl_and_python_reach_a_server_fetch_allow_opened() -> None:
     assert f"Host: 127.0.0.1:{origin.port}\r\n" in forwarded
     assert "Connection: close\r\n" in forwarded
     assert "Proxy-" not in forwarded
+
+
+class LoopbackOnly:
+    """The seams for a real client: no name resolves, only 127.0.0.1 is connected to,
+    and every connection is recorded (so it is known the client used the proxy)."""
+
+    def __init__(self) -> None:
+        self.connects: list[tuple[str, int]] = []
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        raise socket.gaierror(socket.EAI_NONAME, f"{host} is not resolved in tests")
+
+    async def connect(self, address: str, port: int) -> Streams:
+        self.connects.append((address, port))
+        assert address == "127.0.0.1", f"the proxy connected to {address}"
+        return await open_tcp(address, port)
+
+
+class _QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def static_files(root: Path) -> Iterator[int]:
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_QuietFiles, directory=str(root))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def client_environment(proxy_port: int, home: Path) -> dict[str, str]:
+    """What the sandbox gives a command (the module docstring's list), and nothing of
+    this machine's own proxies or git and pip configuration."""
+    environment = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    proxy = f"http://127.0.0.1:{proxy_port}"
+    for name in ("http_proxy", "https_proxy", "all_proxy"):
+        environment[name] = environment[name.upper()] = proxy
+    environment.update(
+        HOME=str(home),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_TERMINAL_PROMPT="0",
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PIP_NO_INPUT="1",
+    )
+    return environment
+
+
+async def run(environment: dict[str, str], *command: str) -> str:
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        env=environment,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await process.communicate()
+    assert process.returncode == 0, out.decode()
+    return out.decode()
+
+
+@pytest.fixture
+def served_repository(tmp_path: Path) -> Path:
+    """A folder holding `repo.git`, a bare repository git can clone over dumb HTTP."""
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed")
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "README").write_text("cloned through the proxy\n")
+    identity = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    for arguments in (["init", "-q"], ["add", "README"], [*identity, "commit", "-qm", "one"]):
+        subprocess.run([git, "-C", str(source), *arguments], check=True)
+    served = tmp_path / "served"
+    bare = str(served / "repo.git")
+    subprocess.run([git, "clone", "-q", "--bare", str(source), bare], check=True)
+    subprocess.run([git, "-C", bare, "update-server-info"], check=True)
+    return served
+
+
+async def test_git_clone_goes_through_the_proxy_with_the_variables_given(
+    tmp_path: Path, served_repository: Path
+) -> None:
+    served = served_repository
+    seams = LoopbackOnly()
+    with static_files(served) as files_port:
+        policy = FetchPolicy.parse([f"127.0.0.1:{files_port}"])
+        proxy = EgressProxy(policy, resolve=seams.resolve, connect=seams.connect)
+        async with serving(proxy) as port:
+            environment = client_environment(port, tmp_path)
+            url = f"http://127.0.0.1:{files_port}/repo.git"
+            await run(environment, "git", "clone", "-q", url, str(tmp_path / "clone"))
+    assert (tmp_path / "clone" / "README").read_text() == "cloned through the proxy\n"
+    assert set(seams.connects) == {("127.0.0.1", files_port)}
+
+
+async def test_pip_download_goes_through_the_proxy_with_the_variables_given(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "index" / "simple" / "noeta-egress-demo"
+    project.mkdir(parents=True)
+    with zipfile.ZipFile(project / "noeta_egress_demo-1.0-py3-none-any.whl", "w") as wheel:
+        info = "noeta_egress_demo-1.0.dist-info"
+        wheel.writestr(
+            f"{info}/METADATA",
+            "Metadata-Version: 2.1\nName: noeta-egress-demo\nVersion: 1.0\n",
+        )
+        wheel.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        wheel.writestr(f"{info}/RECORD", f"{info}/METADATA,,\n{info}/WHEEL,,\n{info}/RECORD,,\n")
+    seams = LoopbackOnly()
+    with static_files(tmp_path / "index") as files_port:
+        policy = FetchPolicy.parse([f"127.0.0.1:{files_port}"])
+        proxy = EgressProxy(policy, resolve=seams.resolve, connect=seams.connect)
+        async with serving(proxy) as port:
+            await run(
+                client_environment(port, tmp_path),
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-cache-dir",
+                "--index-url",
+                f"http://127.0.0.1:{files_port}/simple",
+                "--trusted-host",
+                f"127.0.0.1:{files_port}",
+                "-d",
+                str(tmp_path / "downloaded"),
+                "noeta-egress-demo",
+            )
+    assert (tmp_path / "downloaded" / "noeta_egress_demo-1.0-py3-none-any.whl").is_file()
+    assert seams.connects and set(seams.connects) == {("127.0.0.1", files_port)}
 
 
 async def test_the_database_port_is_refused_with_the_reason(
