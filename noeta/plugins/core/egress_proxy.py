@@ -286,8 +286,8 @@ class _Activity:
 
 
 def _turn_away(client: socket.socket, limit: int) -> None:
-    """Over the limit: a best-effort 503 without a task or a wait, then close. What the
-    client already sent is read first, so the close is a FIN the 503 survives, not a RST."""
+    """Over the limit: a best-effort 503 without a task or a wait, then close (Linux
+    keeps the 503 readable even when unread request bytes turn the close into a RST)."""
     rejection = Rejection(
         503,
         "Service Unavailable",
@@ -295,9 +295,6 @@ def _turn_away(client: socket.socket, limit: int) -> None:
     )
     with contextlib.suppress(OSError):
         client.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            while client.recv(RELAY_CHUNK):
-                pass
         client.send(response_bytes(rejection))
         client.shutdown(socket.SHUT_WR)
     client.close()

@@ -127,7 +127,7 @@ async def test_a_connection_over_the_limit_answers_503() -> None:
     proxy = EgressProxy(FetchPolicy(), max_connections=2)
     async with serving(proxy) as port:
         held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-        answer = await exchange(port, b"")
+        answer = await exchange(port, b"GET /relative HTTP/1.1\r\n\r\n" * 100)
         assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
         assert answer.endswith(b"already has 2 connections open through the proxy\n")
         for _, writer in held:

@@ -40,8 +40,10 @@ if TYPE_CHECKING:
 
 async def test_curl_and_python_reach_a_server_fetch_allow_opened() -> None:
     async with Origin() as origin:
+        seams = LoopbackOnly()
         policy = FetchPolicy.parse([f"127.0.0.1:{origin.port}"])
-        async with serving(EgressProxy(policy)) as port:
+        proxy = EgressProxy(policy, resolve=seams.resolve, connect=seams.connect)
+        async with serving(proxy) as port:
             url = f"http://127.0.0.1:{origin.port}/page?q=1"
             assert await curl(port, url) == (0, "hello from the origin", "")
             assert await curl(port, "--proxytunnel", url) == (0, "hello from the origin", "")
@@ -51,6 +53,7 @@ async def test_curl_and_python_reach_a_server_fetch_allow_opened() -> None:
             body = await in_thread(lambda: opener.open(url, timeout=60).read())
             assert body == b"hello from the origin"
             assert await echoed(await tunnel(port, f"127.0.0.1:{origin.port}"), b"ping") == b"ping"
+    assert seams.connects == 4 * [("127.0.0.1", origin.port)]
     forwarded = origin.heads[0].decode()
     assert forwarded.startswith("GET /page?q=1 HTTP/1.1\r\n")
     assert f"Host: 127.0.0.1:{origin.port}\r\n" in forwarded
