@@ -124,7 +124,7 @@ async def test_an_over_long_request_head_answers_431_and_closes() -> None:
 
 
 async def test_a_connection_over_the_limit_answers_503() -> None:
-    proxy = EgressProxy(FetchPolicy(), max_connections=2)
+    proxy = EgressProxy(FetchPolicy(), max_connections=2, header_timeout=3600)
     async with serving(proxy) as port:
         held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
         answer = await exchange(port, b"GET /relative HTTP/1.1\r\n\r\n" * 100)
@@ -150,8 +150,7 @@ async def test_an_idle_tunnel_is_closed() -> None:
             FetchPolicy(), idle_timeout=0.2, resolve=seams.resolve, connect=seams.connect
         )
         async with serving(proxy) as port:
-            reader, writer = await tunnel(port, "public.test:443")
-            assert await echoed((reader, writer), b"once") == b"once"
+            reader, writer = await tunnel(port, "public.test:443")  # then nothing moves
             assert await reader.read() == b""
             await origin.closed.wait()
             writer.close()
