@@ -6,13 +6,14 @@ It takes HTTP/1.x `CONNECT host:port` (tunnels, for https and anything else) and
 absolute-form requests (`GET http://host[:port]/path`, any method), resolves the host
 itself, checks every address, and connects only to a checked one: there is no second
 lookup a rebinding DNS server could answer differently. A refusal is a 403 whose reason
-phrase and one-line body say why (Python clients show the phrase, curl the body).
+phrase and one-line body say why: curl shows the body of a refused plain request, Python
+clients (pip) the phrase of a refused CONNECT; curl and git show only "403" for those.
 
-Which variables the command's environment needs (measured: curl 7.88, git 2.39, pip 26,
-Python 3.11 urllib), all set to `http://127.0.0.1:PORT`:
-- `http_proxy` (lowercase: curl and git ignore `HTTP_PROXY`), `HTTP_PROXY` (others);
-- `https_proxy` and `HTTPS_PROXY` (curl, git, pip and urllib honour either);
-- `all_proxy` and `ALL_PROXY` (curl, git and pip honour them; urllib does not).
+Which variables a command's environment needs (measured: curl 7.88, git 2.39, wget 1.21,
+pip 26, Python 3.11 urllib), each set to `http://127.0.0.1:PORT`:
+- `http_proxy` (curl, git and wget read only the lowercase one) and `HTTP_PROXY`;
+- `https_proxy` (wget reads only this one) and `HTTPS_PROXY`;
+- `all_proxy` and `ALL_PROXY` (curl, git and pip read them; urllib and wget do not).
 Set `no_proxy`/`NO_PROXY` to `localhost,127.0.0.1,::1`: loopback inside the namespace is
 the command's own (a server it started), while through this proxy it is the worker's and
 refused. git's `ssh://` and `git://` remotes use no proxy and cannot get out.
@@ -285,8 +286,8 @@ class _Activity:
 
 
 def _turn_away(client: socket.socket, limit: int) -> None:
-    """Over the limit: a best-effort 503 without a task or a wait, then close. What the
-    client already sent is read first, so the close is a FIN the 503 survives, not a RST."""
+    """Over the limit: a best-effort 503 without a task or a wait, then close (Linux
+    keeps the 503 readable even when unread request bytes turn the close into a RST)."""
     rejection = Rejection(
         503,
         "Service Unavailable",
@@ -294,9 +295,6 @@ def _turn_away(client: socket.socket, limit: int) -> None:
     )
     with contextlib.suppress(OSError):
         client.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            while client.recv(RELAY_CHUNK):
-                pass
         client.send(response_bytes(rejection))
         client.shutdown(socket.SHUT_WR)
     client.close()

@@ -1,5 +1,5 @@
 """The egress proxy lets a sandboxed command reach what WebFetch may reach and nothing
-else, with real clients on real sockets.
+else, and bounds what a malformed or hostile client can hold.
 
 Nothing here leaves 127.0.0.1: a "public" or "private" host is a name the injected
 resolver maps to such an address, and the injected connect either hands back a stream
@@ -9,215 +9,20 @@ to a local server or fails the test when called.
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
-from noeta.plugins.core.egress_proxy import EgressProxy, Streams, open_tcp
+from noeta.plugins.core.egress_proxy import EgressProxy
 from noeta.plugins.core.web_access import FetchPolicy
-
-if TYPE_CHECKING:
-    from noeta.testing.postgres import TestPostgres
-
-PUBLIC = "93.184.215.14"
-NAMES = {
-    "public.test": [PUBLIC],
-    "internal.test": ["10.1.2.3"],
-    "mixed.test": [PUBLIC, "127.0.0.1"],
-}
-
-
-class Origin:
-    """A local HTTP server that records each request head; after `ECHO\\r\\n\\r\\n` it
-    echoes bytes back instead (a tunnel's far end)."""
-
-    def __init__(self) -> None:
-        self.heads: list[bytes] = []
-        self.closed = asyncio.Event()
-        self.server: asyncio.Server | None = None
-        self.port = 0
-
-    async def __aenter__(self) -> Origin:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.server is not None
-        self.server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            self.heads.append(head)
-            if head == b"ECHO\r\n\r\n":
-                while chunk := await reader.read(1024):
-                    writer.write(chunk)
-                    await writer.drain()
-                self.closed.set()
-                return
-            body = b"hello from the origin"
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-            await writer.drain()
-        except (OSError, asyncio.IncompleteReadError):
-            self.closed.set()
-        finally:
-            writer.close()
-
-
-class Seams:
-    """The injected resolver (NAMES) and connect: a call is recorded and, when `origin`
-    is set, answered with a stream to that local port, whatever address was asked."""
-
-    def __init__(self, origin: int | None = None) -> None:
-        self.origin = origin
-        self.connects: list[tuple[str, int]] = []
-
-    async def resolve(self, host: str, port: int) -> list[str]:
-        return NAMES[host]
-
-    async def connect(self, address: str, port: int) -> Streams:
-        self.connects.append((address, port))
-        if self.origin is None:
-            raise AssertionError(f"the proxy connected to {address}:{port}")
-        return await open_tcp("127.0.0.1", self.origin)
-
-
-@asynccontextmanager
-async def serving(proxy: EgressProxy) -> AsyncIterator[int]:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    port = int(listener.getsockname()[1])
-    task = asyncio.create_task(proxy.serve(listener))
-    try:
-        yield port
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert listener.fileno() == -1
-
-
-async def exchange(port: int, request: bytes) -> bytes:
-    """Send `request` to the proxy and read everything until it closes."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(request)
-    answer = await reader.read()
-    writer.close()
-    return answer
-
-
-async def tunnel(port: int, target: str) -> Streams:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
-    assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 200 Connection established\r\n\r\n"
-    return reader, writer
-
-
-async def echoed(streams: Streams, data: bytes) -> bytes:
-    reader, writer = streams
-    writer.write(b"ECHO\r\n\r\n" + data)
-    return await reader.readexactly(len(data))
-
-
-async def curl(proxy_port: int, *arguments: str) -> tuple[int, str, str]:
-    executable = shutil.which("curl")
-    if executable is None:
-        pytest.skip("curl is not installed")
-    environment = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-    process = await asyncio.create_subprocess_exec(
-        executable,
-        "-sS",
-        "--max-time",
-        "60",
-        "-x",
-        f"http://127.0.0.1:{proxy_port}",
-        *arguments,
-        env=environment,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
-
-
-def in_thread(call: Callable[[], bytes]) -> Awaitable[bytes]:
-    return asyncio.to_thread(call)
-
-
-async def test_curl_and_python_reach_a_server_fetch_allow_opened() -> None:
-    async with Origin() as origin:
-        policy = FetchPolicy.parse([f"127.0.0.1:{origin.port}"])
-        async with serving(EgressProxy(policy)) as port:
-            url = f"http://127.0.0.1:{origin.port}/page?q=1"
-            assert await curl(port, url) == (0, "hello from the origin", "")
-            assert await curl(port, "--proxytunnel", url) == (0, "hello from the origin", "")
-            opener = urllib.request.build_opener(
-                urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{port}"})
-            )
-            body = await in_thread(lambda: opener.open(url, timeout=60).read())
-            assert body == b"hello from the origin"
-            assert await echoed(await tunnel(port, f"127.0.0.1:{origin.port}"), b"ping") == b"ping"
-    forwarded = origin.heads[0].decode()
-    assert forwarded.startswith("GET /page?q=1 HTTP/1.1\r\n")
-    assert f"Host: 127.0.0.1:{origin.port}\r\n" in forwarded
-    assert "Connection: close\r\n" in forwarded
-    assert "Proxy-" not in forwarded
-
-
-async def test_the_database_port_is_refused_with_the_reason(
-    postgres_server: TestPostgres,
-) -> None:
-    database_port = int(conninfo_to_dict(postgres_server.admin_dsn)["port"] or 5432)
-    connects: list[tuple[str, int]] = []
-
-    async def recording_connect(address: str, port: int) -> Streams:
-        connects.append((address, port))
-        return await open_tcp(address, port)
-
-    policy = FetchPolicy.parse(["127.0.0.1:1"])  # open, but not the database's port
-    async with serving(EgressProxy(policy, connect=recording_connect)) as port:
-        code, out, _ = await curl(port, "-w", "%{http_code}", f"http://127.0.0.1:{database_port}/")
-        code_tunnel, _, err = await curl(port, "-p", f"http://127.0.0.1:{database_port}/")
-    assert code == 0
-    assert out == (
-        f"noeta: 127.0.0.1:{database_port} refused: 127.0.0.1 is a loopback address; "
-        "commands may reach public addresses only "
-        "(the operator can open others with fetch_allow)\n403"
-    )
-    assert code_tunnel != 0
-    assert "403" in err
-    assert connects == []
-
-
-async def test_a_loopback_listener_fetch_allow_did_not_open_gets_no_connection(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    with socket.socket() as target:
-        target.bind(("127.0.0.1", 0))
-        target.listen()
-        target_port = target.getsockname()[1]
-        async with serving(EgressProxy(FetchPolicy())) as port:
-            _, out, _ = await curl(port, f"http://127.0.0.1:{target_port}/secret/token?key=k")
-            _, _, err = await curl(port, "-p", f"http://127.0.0.1:{target_port}/")
-        assert "loopback address" in out
-        assert "response 403" in err
-        target.setblocking(False)
-        with pytest.raises(BlockingIOError):
-            target.accept()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "noeta.egress"]
-    assert warnings == 2 * [
-        f"egress proxy refused 127.0.0.1:{target_port}: 127.0.0.1 is a loopback address"
-    ]
+from tests.plugins.core.egress_peers import (
+    PUBLIC,
+    Origin,
+    Seams,
+    echoed,
+    exchange,
+    serving,
+    tunnel,
+)
 
 
 @pytest.mark.parametrize(
@@ -319,10 +124,10 @@ async def test_an_over_long_request_head_answers_431_and_closes() -> None:
 
 
 async def test_a_connection_over_the_limit_answers_503() -> None:
-    proxy = EgressProxy(FetchPolicy(), max_connections=2)
+    proxy = EgressProxy(FetchPolicy(), max_connections=2, header_timeout=3600)
     async with serving(proxy) as port:
         held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-        answer = await exchange(port, b"")
+        answer = await exchange(port, b"GET /relative HTTP/1.1\r\n\r\n" * 100)
         assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
         assert answer.endswith(b"already has 2 connections open through the proxy\n")
         for _, writer in held:
@@ -345,8 +150,7 @@ async def test_an_idle_tunnel_is_closed() -> None:
             FetchPolicy(), idle_timeout=0.2, resolve=seams.resolve, connect=seams.connect
         )
         async with serving(proxy) as port:
-            reader, writer = await tunnel(port, "public.test:443")
-            assert await echoed((reader, writer), b"once") == b"once"
+            reader, writer = await tunnel(port, "public.test:443")  # then nothing moves
             assert await reader.read() == b""
             await origin.closed.wait()
             writer.close()
