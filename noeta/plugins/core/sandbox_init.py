@@ -22,12 +22,12 @@ _NOT_RUN = 126  # the shell's code for a command that could not be run
 
 
 def main(argv: list[str]) -> None:
-    import signal
+    import _signal  # the C modules: `signal` and `socket` import enum, twice the start-up
 
     # Python ignores these; a shell and its programs expect them as the kernel sets them
     # (`yes | head` ends quietly, a file over the size limit stops its writer).
-    for number in (signal.SIGPIPE, signal.SIGXFSZ):
-        signal.signal(number, signal.SIG_DFL)
+    for number in (_signal.SIGPIPE, _signal.SIGXFSZ):
+        _signal.signal(number, _signal.SIG_DFL)
     limits, channel, ruleset = argv[1], argv[2], argv[3]
     command = argv[5:]
     if channel != "-":
@@ -40,13 +40,15 @@ def main(argv: list[str]) -> None:
 
 
 def hand_over_proxy_socket(channel: int) -> None:
-    import socket
+    import _socket
 
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", PROXY_PORT))
     listener.listen(128)
-    with socket.socket(fileno=channel) as worker:
-        socket.send_fds(worker, [b"listening"], [listener.fileno()])
+    worker = _socket.socket(fileno=channel)
+    descriptor = listener.fileno().to_bytes(4, sys.byteorder)  # one C int
+    worker.sendmsg([b"listening"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, descriptor)])
+    worker.close()
     listener.close()
 
 
