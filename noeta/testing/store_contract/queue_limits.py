@@ -152,6 +152,19 @@ class QueueLimitContract:
         assert await claim_ids(store, 5) == {"t1"}  # one token left of two
         assert await claim_ids(store, 5) == set()
 
+    async def test_a_rate_is_charged_only_for_the_tasks_claimed(self, store: Store) -> None:
+        # A busier queue's older tasks fill the claim: the limited queue's candidates are
+        # dropped, and must not cost it tokens (issue 25, item 6).
+        await queue_settings_store(store).set_queue("q", QueueChange(rate=Rate(3, 3600)))
+        await created_in_order(store, [(f"t{n}", None, 0) for n in range(5)])
+        now = await store.clock()
+        for number in range(3):
+            due = now - timedelta(hours=1, seconds=-number)
+            assert await store.create_task(created(f"busy{number}", "busy", ready_at=due))
+        batch = await store.claim_and_load("w", ["busy", "q"], LEASE, limit=3, snapshot_version="v")
+        assert {each.claim.task_id for each in batch} == {"busy0", "busy1", "busy2"}
+        assert await claim_ids(store, 5) == {"t0", "t1", "t2"}  # all three tokens are left
+
     async def test_clearing_settings_lifts_every_limit(self, store: Store) -> None:
         queues = queue_settings_store(store)
         await queues.set_queue("q", QueueChange(concurrency=1, paused=True))

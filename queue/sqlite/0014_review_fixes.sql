@@ -1,0 +1,1 @@
+-- Fixes found by review (issue 25), as in PostgreSQL's 0014.
