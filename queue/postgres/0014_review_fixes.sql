@@ -108,3 +108,21 @@ BEGIN
     END IF;
 END $$;
 
+
+-- 7. A pruned id is taken, also while the prune that takes it has not committed. Its
+-- tombstone is invisible until then, so the id is checked again after waiting for
+-- whoever holds the task's row: a prune locks it FOR UPDATE (KEY SHARE waits for that,
+-- and a row lock taken here first makes the prune skip the row). A row found is left to
+-- ON CONFLICT; a row gone while we waited was pruned, and its tombstone is now visible.
+-- A new id pays one more probe of the tasks key, which finds nothing.
+CREATE OR REPLACE FUNCTION noeta_skip_pruned_id() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pruned_task_ids WHERE id = NEW.id) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM FROM tasks WHERE id = NEW.id FOR KEY SHARE;
+    IF NOT FOUND AND EXISTS (SELECT 1 FROM pruned_task_ids WHERE id = NEW.id) THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END $$;
