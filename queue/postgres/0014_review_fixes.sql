@@ -126,3 +126,29 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+
+-- 8. Every id p_id may be a subtask of: <p> of <p>.<call>.<n>, for each way to cut it.
+-- Call ids with dots are hashed in new children's ids (noeta/core/subtasks.py), but a
+-- child launched before that, p.a.b.1, is a subtask of p, not of p.a: pruned while p
+-- lives, p's cancel would fail for ever delivering to it.
+CREATE FUNCTION noeta_possible_parent_ids(p_id text) RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN cardinality(parts) < 3 OR parts[cardinality(parts)] !~ '^[0-9]+$'
+                THEN '{}'::text[]
+                ELSE ARRAY(SELECT array_to_string(parts[1:cut], '.')
+                             FROM generate_series(1, cardinality(parts) - 2) AS cut) END
+      FROM string_to_array(p_id, '.') AS parts
+$$;
+
+-- The family rule of 0010, with every possible parent asked about.
+CREATE OR REPLACE FUNCTION noeta_may_prune(p_id text) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT NOT EXISTS (
+               SELECT 1 FROM tasks parent
+                WHERE parent.id = ANY (noeta_possible_parent_ids(p_id))
+                  AND parent.status IN ('ready', 'running', 'holding', 'waiting'))
+       AND NOT EXISTS (
+               SELECT 1 FROM tasks child
+                WHERE child.id ~>=~ (p_id || '.') AND child.id ~<~ (p_id || '/')
+                  AND child.status IN ('ready', 'running', 'holding', 'waiting')
+                  AND strpos(child.id, '.') > 0)
+$$;

@@ -119,3 +119,16 @@ class RetentionContract:
         await finish(store, "p")
         await finish(store, "q.c1.1")
         assert (await pruning(store).prune_finished(NOW)).tasks == 4
+
+    async def test_a_subtask_whose_call_id_has_dots_stays_while_its_parent_is_live(
+        self, store: Store
+    ) -> None:
+        # Ids launched before call ids with dots were hashed: p.a.b.1 is a subtask of p,
+        # not of p.a; pruned, a cancel of p would fail for ever delivering to it.
+        ids = ["p", "p.a.b.1", "p.a.b.1.x.y.z.2"]
+        await bulk(store).create_tasks([created(task_id) for task_id in ids])
+        await finish(store, "p.a.b.1.x.y.z.2")
+        await finish(store, "p.a.b.1")
+        assert await pruning(store).prune_finished(NOW) == PruneCounts()
+        await finish(store, "p")
+        assert (await pruning(store).prune_finished(NOW)).tasks == 3

@@ -22,15 +22,16 @@ from noeta.core.retention import (
     check_batch_size,
 )
 from noeta.core.store import check_key
+from noeta.core.subtasks import possible_parent_ids
 
-# The family rule of queue/postgres/0009 (noeta_may_prune): no live parent, no live
+# The family rule of queue/postgres/0014 (noeta_may_prune): no live parent, no live
 # subtask. Ids compare bytewise here (BINARY), so a parent's subtasks are one PK range.
 PRUNABLE = """
   FROM tasks t
  WHERE t.status IN ('done', 'failed', 'cancelled') AND t.updated_at < :before
    AND (:queue IS NULL OR t.queue = :queue)
    AND NOT EXISTS (SELECT 1 FROM tasks parent
-                    WHERE parent.id = noeta_parent_id(t.id)
+                    WHERE parent.id IN (SELECT value FROM json_each(noeta_parent_ids(t.id)))
                       AND parent.status IN ('ready', 'running', 'holding', 'waiting'))
    AND NOT EXISTS (SELECT 1 FROM tasks child
                     WHERE child.id >= t.id || '.' AND child.id < t.id || '/'
@@ -56,10 +57,9 @@ FORGET_PRUNED_IDS = """
 DELETE FROM pruned_task_ids WHERE id IN (SELECT id FROM pruned_task_ids LIMIT :limit)"""
 
 
-def parent_id(task_id: str) -> str | None:
-    """`<p>` of a subtask id `<p>.<call>.<n>`; None for an id with fewer than two dots."""
-    parts = task_id.rsplit(".", 2)
-    return parts[0] if len(parts) == 3 and parts[0] else None
+def parent_ids(task_id: str) -> str:
+    """Every id `task_id` may be a subtask of, as a JSON array (for json_each)."""
+    return json.dumps(possible_parent_ids(task_id))
 
 
 class SqliteRetention(SqliteConnection):
@@ -88,7 +88,7 @@ class SqliteRetention(SqliteConnection):
                 ) from None
             cutoff = now_micros() - older_than // timedelta(microseconds=1)
             params: dict[str, object] = {"before": cutoff, "queue": queue}
-            await self._run(self._connection.create_function, "noeta_parent_id", 1, parent_id)
+            await self._run(self._connection.create_function, "noeta_parent_ids", 1, parent_ids)
             if dry_run:
                 tasks, events = await self._run(self._read_one, COUNT_PRUNABLE, params)
                 return PruneCounts(tasks, events)
