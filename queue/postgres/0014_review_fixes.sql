@@ -152,3 +152,179 @@ CREATE OR REPLACE FUNCTION noeta_may_prune(p_id text) RETURNS boolean LANGUAGE s
                   AND child.status IN ('ready', 'running', 'holding', 'waiting')
                   AND strpos(child.id, '.') > 0)
 $$;
+
+-- 22. The fenced appends write their events themselves: noeta_insert_events (0009) and
+-- noeta_take_model_budget (0012) write without a fence, and any role with EXECUTE could
+-- call them directly (append to a finished task, with any epoch). They are no longer
+-- called, and no role but the owner may execute them (below; ops/grants.sql likewise).
+CREATE OR REPLACE FUNCTION noeta_append_and_continue(
+    p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := noeta_fence(p_task, p_epoch, p_expected_seq);
+    v_seq bigint := p_expected_seq + jsonb_array_length(p_events);
+BEGIN
+    INSERT INTO events (task_id, seq, type, data, epoch, owner)
+        SELECT p_task, p_expected_seq + e.ord, e.pair->>0, e.pair->>1, p_epoch,
+               (SELECT owner FROM tasks WHERE id = p_task)
+          FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord);
+    UPDATE tasks SET last_seq = v_seq, status = 'running', updated_at = v_now
+     WHERE id = p_task;
+    RETURN v_seq;
+END $$;
+
+CREATE OR REPLACE FUNCTION noeta_append_and_finish(
+    p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb, p_status text)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := noeta_fence(p_task, p_epoch, p_expected_seq);
+    v_seq bigint := p_expected_seq + jsonb_array_length(p_events);
+BEGIN
+    IF p_status NOT IN ('done', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'noeta_append_and_finish: % is not a finished status', p_status;
+    END IF;
+    INSERT INTO events (task_id, seq, type, data, epoch, owner)
+        SELECT p_task, p_expected_seq + e.ord, e.pair->>0, e.pair->>1, p_epoch,
+               (SELECT owner FROM tasks WHERE id = p_task)
+          FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord);
+    UPDATE tasks SET last_seq = v_seq, status = p_status, lease_until = NULL,
+           ready_at = NULL, claimable_at = NULL, updated_at = v_now
+     WHERE id = p_task;
+    PERFORM pg_notify('noeta_finished', p_task);
+    RETURN v_seq;
+END $$;
+
+-- The ModelCalled append of 0012, step for step, with the budget taken by one statement
+-- of its own (the limit rows are already locked, in key order, by the loop).
+CREATE OR REPLACE FUNCTION noeta_append_model_called(
+    p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb,
+    p_keys text[], p_tokens bigint,
+    OUT seq bigint, OUT retry_at timestamptz, OUT limit_key text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := noeta_fence(p_task, p_epoch, p_expected_seq);
+    v_hold timestamptz;
+    v_hold_key text;
+    v_slot timestamptz := v_now;
+    v_slot_key text;
+    v_pause timestamptz;
+    v_pause_key text;
+    v_limited boolean := false;  -- a limit applies (else: one statement fewer)
+    v_charge_at timestamptz;     -- the budget is taken at this moment, if any
+    v_charge_calls integer := 0;
+    l record;
+BEGIN
+    FOR l IN SELECT * FROM model_limits m WHERE m.key = ANY (p_keys) ORDER BY m.key
+             FOR UPDATE LOOP
+        v_limited := true;
+        IF l.paused_until > v_now AND (v_pause IS NULL OR l.paused_until > v_pause) THEN
+            v_pause := l.paused_until;
+            v_pause_key := l.key;
+        END IF;
+        IF l.requests_at > v_slot THEN
+            v_slot := l.requests_at;
+            v_slot_key := l.key;
+        END IF;
+        IF l.tokens_at > v_slot THEN
+            v_slot := l.tokens_at;
+            v_slot_key := l.key;
+        END IF;
+    END LOOP;
+    IF v_limited THEN  -- no limit applies, no slot is held (clearing a limit drops them)
+        DELETE FROM model_limit_holds h WHERE h.task_id = p_task
+            RETURNING h.until, h.limit_key INTO v_hold, v_hold_key;
+    END IF;
+    IF v_pause IS NOT NULL THEN
+        -- Paused: a new slot after the pause, spaced like any other (a slot held before
+        -- is given up), so the tasks held off do not all call at its end.
+        retry_at := greatest(v_slot, v_pause);
+        limit_key := v_pause_key || ' (paused after a 429)';
+        v_charge_at := retry_at;
+        INSERT INTO model_limit_holds VALUES (p_task, retry_at, v_pause_key);
+    ELSIF v_hold > v_now THEN
+        retry_at := v_hold;  -- back before its slot: it keeps waiting for it
+        limit_key := v_hold_key;
+        INSERT INTO model_limit_holds VALUES (p_task, v_hold, v_hold_key);
+    ELSIF v_hold IS NULL AND v_slot > v_now THEN
+        retry_at := v_slot;
+        limit_key := v_slot_key;
+        v_charge_at := v_slot;
+        INSERT INTO model_limit_holds VALUES (p_task, v_slot, v_slot_key);
+    ELSIF v_limited AND v_hold IS NULL THEN
+        v_charge_at := v_now;  -- allowed now
+        v_charge_calls := 1;
+    END IF;
+    IF v_charge_at IS NOT NULL THEN
+        UPDATE model_limits m SET
+            requests_at = CASE WHEN m.rpm IS NULL THEN NULL ELSE
+                greatest(m.requests_at, v_charge_at) + interval '60 seconds' / m.rpm END,
+            tokens_at = CASE WHEN m.tpm IS NULL THEN NULL ELSE
+                greatest(m.tokens_at, v_charge_at) + interval '60 seconds' * p_tokens / m.tpm END,
+            calls = m.calls + v_charge_calls, updated_at = clock_timestamp()
+         WHERE m.key = ANY (p_keys);
+    END IF;
+    IF retry_at IS NULL THEN
+        -- Allowed: now, or at the slot it held (charged when it was reserved).
+        IF v_limited AND v_hold IS NOT NULL THEN
+            UPDATE model_limits m SET calls = m.calls + 1 WHERE m.key = ANY (p_keys);
+        END IF;
+        INSERT INTO events (task_id, seq, type, data, epoch, owner)
+            SELECT p_task, p_expected_seq + e.ord, e.pair->>0, e.pair->>1, p_epoch,
+                   (SELECT t.owner FROM tasks AS t WHERE t.id = p_task)
+              FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord);
+        seq := p_expected_seq + jsonb_array_length(p_events);
+        UPDATE tasks SET last_seq = seq, status = 'running', updated_at = v_now
+         WHERE id = p_task;
+        RETURN;
+    END IF;
+    UPDATE model_limits m SET handbacks = m.handbacks + 1,
+           waited_seconds = m.waited_seconds + extract(epoch FROM retry_at - v_now)
+     WHERE m.key = split_part(limit_key, ' ', 1);
+    UPDATE tasks SET status = 'ready', lease_until = NULL, ready_at = retry_at,
+           claimable_at = retry_at, updated_at = v_now
+     WHERE id = p_task;
+END $$;
+
+REVOKE EXECUTE ON FUNCTION noeta_insert_events(text, bigint, bigint, jsonb) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION noeta_take_model_budget(text[], bigint, timestamptz, integer)
+    FROM PUBLIC;
+-- And from every role granted it by name (ops/grants.sql's worker), at once: a rolling
+-- upgrade need not wait for grants.sql to run again.
+DO $revoke$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT p.oid::regprocedure AS helper, a.grantee::regrole AS grantee
+          FROM pg_proc AS p, aclexplode(p.proacl) AS a
+         WHERE p.pronamespace = current_schema()::regnamespace
+           AND p.proname IN ('noeta_insert_events', 'noeta_take_model_budget')
+           AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner
+    LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM %s', r.helper, r.grantee);
+    END LOOP;
+END
+$revoke$;
+
+-- 10. Every statement that writes several limit rows locks them in key order first, as
+-- the ModelCalled append does: an UPDATE ... WHERE key = ANY locks in the order its plan
+-- reads (a sequential scan: heap order), and two writers could wait for each other.
+CREATE OR REPLACE FUNCTION noeta_model_tokens_used(p_keys text[], p_delta bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM FROM model_limits AS m WHERE m.key = ANY (p_keys) ORDER BY m.key FOR UPDATE;
+    UPDATE model_limits SET tokens_at = tokens_at + interval '60 seconds' * p_delta / tpm,
+           updated_at = clock_timestamp()
+     WHERE key = ANY (p_keys) AND tpm IS NOT NULL AND tokens_at IS NOT NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION noeta_model_throttled(p_keys text[], p_seconds double precision)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM FROM model_limits AS m WHERE m.key = ANY (p_keys) ORDER BY m.key FOR UPDATE;
+    UPDATE model_limits SET throttled = throttled + 1,
+           paused_until = CASE WHEN p_seconds IS NULL THEN paused_until ELSE
+               greatest(paused_until, clock_timestamp() + p_seconds * interval '1 second') END,
+           updated_at = clock_timestamp()
+     WHERE key = ANY (p_keys);
+END $$;
