@@ -328,3 +328,85 @@ BEGIN
            updated_at = clock_timestamp()
      WHERE key = ANY (p_keys);
 END $$;
+
+-- 10. A held model-limit slot (0012) goes when its task finishes: the attempt that would
+-- have taken it never comes. (The trigger of 0010 that sets finished_at runs exactly
+-- then; the delete is one probe of a small table's key.)
+CREATE OR REPLACE FUNCTION noeta_mark_finished() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.finished_at := CASE WHEN NEW.status IN ('done', 'failed', 'cancelled')
+                            THEN coalesce(NEW.updated_at, clock_timestamp()) END;
+    IF NEW.finished_at IS NOT NULL THEN
+        DELETE FROM model_limit_holds WHERE task_id = NEW.id;
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- Those left by finished and pruned tasks before this migration.
+DELETE FROM model_limit_holds AS h
+ WHERE NOT EXISTS (SELECT 1 FROM tasks AS t WHERE t.id = h.task_id
+                      AND t.status IN ('ready', 'running', 'holding', 'waiting'));
+
+-- 10. A prune batch is bounded by events as well as tasks (p_event_limit, counted by each
+-- task's last_seq): one task with millions of events no longer makes every batch time
+-- out for ever. The oldest tasks go whole while their events fit; when the oldest alone
+-- has more, its log goes p_event_limit events at a time from the top, and its row and
+-- everything else that names it with the last part. Held model-limit slots go too.
+-- Returns (0, 0) only when nothing more can be pruned now.
+CREATE FUNCTION noeta_prune_finished(
+    p_before timestamptz, p_queue text, p_limit int, p_keep_ids boolean,
+    p_event_limit bigint, OUT tasks_pruned int, OUT events_pruned bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids text[];
+    v_oldest text;
+    v_left bigint;
+BEGIN
+    tasks_pruned := 0;
+    events_pruned := 0;
+    WITH picked AS MATERIALIZED (
+        SELECT t.id, t.finished_at, t.last_seq FROM tasks t
+         WHERE t.finished_at < p_before
+           AND (p_queue IS NULL OR t.queue = p_queue)
+           AND noeta_may_prune(t.id)
+         ORDER BY t.finished_at
+         LIMIT p_limit
+         FOR UPDATE OF t SKIP LOCKED)
+    SELECT array_agg(c.id) FILTER (WHERE c.events_so_far <= p_event_limit),
+           min(c.id) FILTER (WHERE c.n = 1)
+      INTO v_ids, v_oldest
+      FROM (SELECT p.id, sum(p.last_seq) OVER w AS events_so_far, row_number() OVER w AS n
+              FROM picked AS p WINDOW w AS (ORDER BY p.finished_at, p.id)) AS c;
+    IF v_ids IS NULL AND v_oldest IS NOT NULL THEN
+        SELECT max(e.seq) INTO v_left FROM events e WHERE e.task_id = v_oldest;
+        IF v_left > p_event_limit THEN
+            DELETE FROM events e WHERE e.task_id = v_oldest AND e.seq > v_left - p_event_limit;
+            GET DIAGNOSTICS events_pruned = ROW_COUNT;
+            RETURN;
+        END IF;
+        v_ids := ARRAY[v_oldest];
+    END IF;
+    tasks_pruned := coalesce(cardinality(v_ids), 0);
+    IF tasks_pruned = 0 THEN
+        RETURN;
+    END IF;
+    DELETE FROM events WHERE task_id = ANY (v_ids);
+    GET DIAGNOSTICS events_pruned = ROW_COUNT;
+    DELETE FROM inbox WHERE task_id = ANY (v_ids);
+    DELETE FROM snapshots WHERE task_id = ANY (v_ids);
+    DELETE FROM late_results WHERE task_id = ANY (v_ids);
+    DELETE FROM cron_fires WHERE task_id = ANY (v_ids);
+    DELETE FROM model_limit_holds WHERE task_id = ANY (v_ids);
+    IF p_keep_ids THEN
+        INSERT INTO pruned_task_ids (id) SELECT unnest(v_ids) ON CONFLICT (id) DO NOTHING;
+    END IF;
+    DELETE FROM tasks WHERE id = ANY (v_ids);
+END $$;
+
+-- The prune of an older noeta, with the bound of noeta/core/retention.py.
+CREATE OR REPLACE FUNCTION noeta_prune_finished(
+    p_before timestamptz, p_queue text, p_limit int, p_keep_ids boolean,
+    OUT tasks_pruned int, OUT events_pruned bigint)
+LANGUAGE sql AS $$
+    SELECT * FROM noeta_prune_finished(p_before, p_queue, p_limit, p_keep_ids, 20000)
+$$;

@@ -308,9 +308,7 @@ async def test_the_worker_cannot_call_an_unfenced_helper_but_appends(
         ):
             connection.execute(statement)
     with psycopg.connect(deployment.owner_dsn) as connection:
-        row = connection.execute(
-            "SELECT count(*) FROM events WHERE task_id = 't'"
-        ).fetchone()
+        row = connection.execute("SELECT count(*) FROM events WHERE task_id = 't'").fetchone()
         assert row == (2,)
 
 

@@ -15,6 +15,7 @@ from datetime import timedelta
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import now_micros
 from noeta.core.retention import (
+    DEFAULT_BATCH_EVENTS,
     DEFAULT_BATCH_SIZE,
     REST_PER_BATCH,
     PruneCounts,
@@ -37,7 +38,9 @@ PRUNABLE = """
                     WHERE child.id >= t.id || '.' AND child.id < t.id || '/'
                       AND child.status IN ('ready', 'running', 'holding', 'waiting'))"""
 COUNT_PRUNABLE = f"SELECT count(*), coalesce(sum(t.last_seq), 0) {PRUNABLE}"
-PICK_PRUNABLE = f"SELECT t.id {PRUNABLE} ORDER BY t.updated_at LIMIT :limit"
+PICK_PRUNABLE = f"SELECT t.id, t.last_seq {PRUNABLE} ORDER BY t.updated_at LIMIT :limit"
+LAST_EVENT = "SELECT max(seq) FROM events WHERE task_id = :id"
+DELETE_TOP_EVENTS = "DELETE FROM events WHERE task_id = :id AND seq > :keep"
 _IDS = "(SELECT value FROM json_each(:ids))"
 DELETE_TASK_ROWS = [
     f"DELETE FROM events WHERE task_id IN {_IDS}",
@@ -45,6 +48,7 @@ DELETE_TASK_ROWS = [
     f"DELETE FROM snapshots WHERE task_id IN {_IDS}",
     f"DELETE FROM late_results WHERE task_id IN {_IDS}",
     f"DELETE FROM cron_fires WHERE task_id IN {_IDS}",
+    f"DELETE FROM model_limit_holds WHERE task_id IN {_IDS}",
 ]
 KEEP_PRUNED_IDS = (
     "INSERT INTO pruned_task_ids (id, pruned_at) SELECT value, :now FROM json_each(:ids) "
@@ -73,8 +77,9 @@ class SqliteRetention(SqliteConnection):
         forget_ids: bool = False,
         dry_run: bool = False,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_events: int = DEFAULT_BATCH_EVENTS,
     ) -> PruneCounts:
-        check_batch_size(batch_size)
+        check_batch_size(batch_size, batch_events)
         if queue is not None:
             check_key("queue name", queue)
         lock = os.open(f"{self._path}.prune-lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -96,10 +101,13 @@ class SqliteRetention(SqliteConnection):
             while True:
                 started = time.monotonic()
                 pruned = await self._run(
-                    self._write, lambda c, now: _prune_batch(c, now, params, batch_size, forget_ids)
+                    self._write,
+                    lambda c, now: _prune_batch(
+                        c, now, params, (batch_size, batch_events), forget_ids
+                    ),
                 )
                 total += pruned
-                if pruned.tasks < batch_size:
+                if not pruned.tasks and not pruned.events:
                     break
                 await asyncio.sleep((time.monotonic() - started) * REST_PER_BATCH)
             forgetting = forget_ids
@@ -118,10 +126,27 @@ def _prune_batch(
     connection: sqlite3.Connection,
     now: int,
     params: dict[str, object],
-    batch_size: int,
+    bounds: tuple[int, int],
     forget_ids: bool,
 ) -> PruneCounts:
-    picked = [row[0] for row in connection.execute(PICK_PRUNABLE, {**params, "limit": batch_size})]
+    """One batch: the oldest prunable tasks whose events fit `bounds` (tasks, events) go
+    whole; the oldest alone over the events bound loses that many events from the top."""
+    batch_size, batch_events = bounds
+    candidates = connection.execute(PICK_PRUNABLE, {**params, "limit": batch_size}).fetchall()
+    picked: list[str] = []
+    events_so_far = 0
+    for task_id, last_seq in candidates:
+        events_so_far += last_seq
+        if events_so_far > batch_events:
+            break
+        picked.append(task_id)
+    if candidates and not picked:
+        oldest = candidates[0][0]
+        left = connection.execute(LAST_EVENT, {"id": oldest}).fetchone()[0] or 0
+        if left > batch_events:
+            keep = {"id": oldest, "keep": left - batch_events}
+            return PruneCounts(0, connection.execute(DELETE_TOP_EVENTS, keep).rowcount)
+        picked = [oldest]
     if not picked:
         return PruneCounts()
     ids = {"ids": json.dumps(picked), "now": now}
