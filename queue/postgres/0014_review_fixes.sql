@@ -495,3 +495,37 @@ BEGIN
     END CASE;
     RETURN v_seq;
 END $$;
+
+-- 9. A batch of tasks with each task's concurrency key and priority (p_keys, p_priorities
+-- beside p_ids); otherwise noeta_create_tasks of 0010, which an older client still calls.
+CREATE FUNCTION noeta_create_tasks(
+    p_ids text[], p_queues text[], p_ready timestamptz[], p_counts int[],
+    p_event_task int[], p_event_seq int[], p_types text[], p_data text[],
+    p_keys text[], p_priorities int[])
+RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    v_created text[];
+    v_taken text;
+BEGIN
+    WITH inserted AS (
+        INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq,
+                           concurrency_key, priority)
+            SELECT t.id, t.queue, 'ready', t.ready, coalesce(t.ready, clock_timestamp()),
+                   t.count, t.key, t.priority
+              FROM unnest(p_ids, p_queues, p_ready, p_counts, p_keys, p_priorities)
+                   AS t(id, queue, ready, count, key, priority)
+            ON CONFLICT (id) DO NOTHING
+            RETURNING id)
+    SELECT array_agg(id) INTO v_created FROM inserted;
+    IF coalesce(cardinality(v_created), 0) <> coalesce(cardinality(p_ids), 0) THEN
+        SELECT t.id INTO v_taken
+          FROM unnest(p_ids) WITH ORDINALITY AS t(id, ord)
+         WHERE NOT EXISTS (SELECT 1 FROM unnest(v_created) AS made(id) WHERE made.id = t.id)
+         ORDER BY t.ord LIMIT 1;
+        RAISE EXCEPTION USING ERRCODE = 'NT409', MESSAGE = coalesce(v_taken, '?');
+    END IF;
+    INSERT INTO events (task_id, seq, type, data)
+        SELECT p_ids[e.task], e.seq, e.type, e.data
+          FROM unnest(p_event_task, p_event_seq, p_types, p_data) AS e(task, seq, type, data);
+    RETURN cardinality(v_created);
+END $$;
