@@ -352,18 +352,20 @@ DELETE FROM model_limit_holds AS h
 -- out for ever. The oldest tasks go whole while their events fit; when the oldest alone
 -- has more, its log goes p_event_limit events at a time from the top, and its row and
 -- everything else that names it with the last part. Held model-limit slots go too.
--- Returns (0, 0) only when nothing more can be pruned now.
+-- `more`: a bound cut the batch, so another may find more.
 CREATE FUNCTION noeta_prune_finished(
     p_before timestamptz, p_queue text, p_limit int, p_keep_ids boolean,
-    p_event_limit bigint, OUT tasks_pruned int, OUT events_pruned bigint)
+    p_event_limit bigint, OUT tasks_pruned int, OUT events_pruned bigint, OUT more boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_ids text[];
     v_oldest text;
     v_left bigint;
+    v_picked int;
 BEGIN
     tasks_pruned := 0;
     events_pruned := 0;
+    more := false;
     WITH picked AS MATERIALIZED (
         SELECT t.id, t.finished_at, t.last_seq FROM tasks t
          WHERE t.finished_at < p_before
@@ -373,8 +375,8 @@ BEGIN
          LIMIT p_limit
          FOR UPDATE OF t SKIP LOCKED)
     SELECT array_agg(c.id) FILTER (WHERE c.events_so_far <= p_event_limit),
-           min(c.id) FILTER (WHERE c.n = 1)
-      INTO v_ids, v_oldest
+           min(c.id) FILTER (WHERE c.n = 1), count(*)
+      INTO v_ids, v_oldest, v_picked
       FROM (SELECT p.id, sum(p.last_seq) OVER w AS events_so_far, row_number() OVER w AS n
               FROM picked AS p WINDOW w AS (ORDER BY p.finished_at, p.id)) AS c;
     IF v_ids IS NULL AND v_oldest IS NOT NULL THEN
@@ -382,11 +384,13 @@ BEGIN
         IF v_left > p_event_limit THEN
             DELETE FROM events e WHERE e.task_id = v_oldest AND e.seq > v_left - p_event_limit;
             GET DIAGNOSTICS events_pruned = ROW_COUNT;
+            more := true;
             RETURN;
         END IF;
         v_ids := ARRAY[v_oldest];
     END IF;
     tasks_pruned := coalesce(cardinality(v_ids), 0);
+    more := v_picked = p_limit OR tasks_pruned < v_picked;
     IF tasks_pruned = 0 THEN
         RETURN;
     END IF;
@@ -408,7 +412,8 @@ CREATE OR REPLACE FUNCTION noeta_prune_finished(
     p_before timestamptz, p_queue text, p_limit int, p_keep_ids boolean,
     OUT tasks_pruned int, OUT events_pruned bigint)
 LANGUAGE sql AS $$
-    SELECT * FROM noeta_prune_finished(p_before, p_queue, p_limit, p_keep_ids, 20000)
+    SELECT tasks_pruned, events_pruned
+      FROM noeta_prune_finished(p_before, p_queue, p_limit, p_keep_ids, 20000)
 $$;
 
 
@@ -528,4 +533,70 @@ BEGIN
         SELECT p_ids[e.task], e.seq, e.type, e.data
           FROM unnest(p_event_task, p_event_seq, p_types, p_data) AS e(task, seq, type, data);
     RETURN cardinality(v_created);
+END $$;
+
+
+-- 9. A cron fire creates its task with the concurrency key and priority its schedule
+-- gives (a cron file's `key:` and `priority:`); otherwise noeta_cron_fire of 0006, which
+-- an older scheduler still calls.
+CREATE FUNCTION noeta_cron_fire(
+    p_schedule text, p_slot timestamptz, p_kind text, p_overlap text, p_detail text,
+    p_task text, p_queue text, p_types text[], p_data text[], p_key text, p_payload text,
+    p_concurrency_key text, p_priority integer)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_last text;
+    v_status text;
+    v_outcome text;
+    v_detail text := p_detail;
+BEGIN
+    INSERT INTO cron_fires (schedule, slot, outcome) VALUES (p_schedule, p_slot, 'missed')
+        ON CONFLICT (schedule, slot) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN 'already';
+    END IF;
+    INSERT INTO cron_schedules (name, mark) VALUES (p_schedule, p_slot)
+        ON CONFLICT (name) DO NOTHING;
+    SELECT last_task INTO v_last FROM cron_schedules WHERE name = p_schedule FOR UPDATE;
+
+    IF p_kind = 'missed' THEN
+        v_outcome := 'missed';
+    ELSIF p_kind = 'task' THEN
+        SELECT status INTO v_status FROM tasks WHERE id = v_last;
+        IF p_overlap = 'skip' AND v_status IN ('ready', 'running', 'holding', 'waiting') THEN
+            v_outcome := 'skipped_overlap';
+            v_detail := format('task %s is still %s', v_last, v_status);
+        ELSE
+            PERFORM noeta_create_task(p_task, p_queue, NULL, p_types, p_data,
+                                      p_concurrency_key, p_priority);
+            v_outcome := 'created';
+            UPDATE cron_schedules SET last_task = p_task WHERE name = p_schedule;
+        END IF;
+    ELSE
+        SELECT status INTO v_status FROM tasks WHERE id = p_task;
+        IF v_status IS NULL OR v_status IN ('done', 'failed', 'cancelled') THEN
+            v_outcome := 'no_target';
+            v_detail := format('task %s %s', p_task,
+                               CASE WHEN v_status IS NULL THEN 'does not exist'
+                                    ELSE 'is ' || v_status END);
+        ELSIF p_overlap = 'skip' AND EXISTS (
+                SELECT 1 FROM inbox
+                 WHERE task_id = p_task AND taken_seq IS NULL
+                   AND starts_with(coalesce(dedupe_key, ''), 'cron:' || p_schedule || ':')) THEN
+            v_outcome := 'skipped_overlap';
+            v_detail := 'the previous message is not taken yet';
+        ELSE
+            PERFORM noeta_deliver(p_task, p_key, p_payload);
+            v_outcome := 'delivered';
+        END IF;
+    END IF;
+
+    UPDATE cron_fires
+       SET outcome = v_outcome, detail = coalesce(v_detail, ''),
+           task_id = CASE WHEN p_kind = 'missed'
+                               OR (p_kind = 'task' AND v_outcome = 'skipped_overlap')
+                          THEN NULL ELSE p_task END
+     WHERE schedule = p_schedule AND slot = p_slot;
+    UPDATE cron_schedules SET mark = GREATEST(mark, p_slot) WHERE name = p_schedule;
+    RETURN v_outcome;
 END $$;

@@ -39,7 +39,7 @@ RELEASE_PRUNE_LOCK = (
 )
 PRUNE_CUTOFF = "SELECT clock_timestamp() - %(age)s::interval"
 PRUNE_BATCH = """
-SELECT tasks_pruned, events_pruned
+SELECT tasks_pruned, events_pruned, more
   FROM noeta_prune_finished(%(before)s, %(queue)s, %(limit)s, %(keep_ids)s, %(events)s)
 """
 COUNT_PRUNABLE = """
@@ -100,9 +100,11 @@ class PostgresRetention(PostgresConnection):
             }
             while True:
                 started = time.monotonic()
-                tasks, events = (await self._on(connection, PRUNE_BATCH, batch, write=True))[0]
+                tasks, events, more = (await self._on(connection, PRUNE_BATCH, batch, write=True))[
+                    0
+                ]
                 total += PruneCounts(int(tasks), int(events))
-                if not tasks and not events:  # a batch cut by its events says nothing else
+                if not more:
                     break
                 await asyncio.sleep((time.monotonic() - started) * REST_PER_BATCH)
             forgetting = forget_ids

@@ -100,14 +100,12 @@ class SqliteRetention(SqliteConnection):
             total = PruneCounts()
             while True:
                 started = time.monotonic()
-                pruned = await self._run(
-                    self._write,
-                    lambda c, now: _prune_batch(
-                        c, now, params, (batch_size, batch_events), forget_ids
-                    ),
+                bounds = (batch_size, batch_events)
+                pruned, more = await self._run(
+                    self._write, lambda c, now: _prune_batch(c, now, params, bounds, forget_ids)
                 )
                 total += pruned
-                if not pruned.tasks and not pruned.events:
+                if not more:
                     break
                 await asyncio.sleep((time.monotonic() - started) * REST_PER_BATCH)
             forgetting = forget_ids
@@ -128,9 +126,10 @@ def _prune_batch(
     params: dict[str, object],
     bounds: tuple[int, int],
     forget_ids: bool,
-) -> PruneCounts:
+) -> tuple[PruneCounts, bool]:
     """One batch: the oldest prunable tasks whose events fit `bounds` (tasks, events) go
-    whole; the oldest alone over the events bound loses that many events from the top."""
+    whole; the oldest alone over the events bound loses that many events from the top.
+    And whether a bound cut it (another batch may find more)."""
     batch_size, batch_events = bounds
     candidates = connection.execute(PICK_PRUNABLE, {**params, "limit": batch_size}).fetchall()
     picked: list[str] = []
@@ -145,10 +144,11 @@ def _prune_batch(
         left = connection.execute(LAST_EVENT, {"id": oldest}).fetchone()[0] or 0
         if left > batch_events:
             keep = {"id": oldest, "keep": left - batch_events}
-            return PruneCounts(0, connection.execute(DELETE_TOP_EVENTS, keep).rowcount)
+            return PruneCounts(0, connection.execute(DELETE_TOP_EVENTS, keep).rowcount), True
         picked = [oldest]
     if not picked:
-        return PruneCounts()
+        return PruneCounts(), False
+    more = len(candidates) == batch_size or len(picked) < len(candidates)
     ids = {"ids": json.dumps(picked), "now": now}
     events = connection.execute(DELETE_TASK_ROWS[0], ids).rowcount
     for statement in DELETE_TASK_ROWS[1:]:
@@ -156,4 +156,4 @@ def _prune_batch(
     if not forget_ids:
         connection.execute(KEEP_PRUNED_IDS, ids)
     connection.execute(DELETE_TASKS, ids)
-    return PruneCounts(len(picked), events)
+    return PruneCounts(len(picked), events), more
