@@ -162,9 +162,9 @@ class AsyncClient:
         """Create many agent tasks in one statement and one transaction, all or none.
 
         Each item is a prompt, or a `Submission` (whose unset fields take `model`,
-        `queue`, `key` and `priority`). Every task is checked as `submit` checks it before anything is written;
-        a bad one, or one whose id is taken, fails the whole batch with an error naming
-        its index (from 0) and id.
+        `queue`, `key` and `priority`). Every task is checked as `submit` checks it
+        before anything is written; a bad one, or one whose id is taken, fails the whole
+        batch with an error naming its index (from 0) and id.
         """
         batch = [
             _submission(item, Submission("", model, queue, key=key, priority=priority))

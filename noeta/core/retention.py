@@ -62,8 +62,9 @@ class Pruning(Protocol):
     ) -> PruneCounts:
         """Remove the tasks that finished (done, failed, cancelled) more than `older_than`
         ago on the store's clock, in `queue` or any, batch by batch, each batch its own
-        transaction of at most `batch_size` tasks and `batch_events` events. Kept: a subtask whose parent is live, a task with a live subtask.
-        The pruned ids stay taken unless `forget_ids`. `dry_run` counts and removes
+        transaction of at most `batch_size` tasks and `batch_events` events (a task with
+        more goes in parts). Kept: a subtask whose parent is live, a task with a live
+        subtask. The pruned ids stay taken unless `forget_ids`. `dry_run` counts and removes
         nothing. Raises `PruneRunning` if another prune runs on this store.
         """
         ...

@@ -249,7 +249,8 @@ def test_bad_schedule_fields(tmp_path: Path, extra: str, line: int, expected: st
         ),
         (
             "name: a\nschedule: '@daily'\ntask:\n  prompt: p\n  model: 'openai:m'\n  agent: x",
-            "line 7: schedules[0].task.agent: unknown key (known: prompt, model, queue, plugins, key, priority)",
+            "line 7: schedules[0].task.agent: unknown key "
+            "(known: prompt, model, queue, plugins, key, priority)",
         ),
         (
             "name: a\nschedule: '@daily'\ntask: {prompt: p, model: 'openai:m', plugins: core}",

@@ -44,9 +44,9 @@ def run_sql(store_url: str, statement: str) -> list[tuple[object, ...]]:
 def hold_slot(store_url: str, task_id: str) -> None:
     # As a refused ModelCalled append leaves it; `until` is any time in the store's form.
     until = "1" if store_url.startswith("sqlite:///") else "clock_timestamp()"
+    columns = "(task_id, until, limit_key)"
     run_sql(
-        store_url,
-        f"INSERT INTO model_limit_holds (task_id, until, limit_key) VALUES ('{task_id}', {until}, 'p/*')",
+        store_url, f"INSERT INTO model_limit_holds {columns} VALUES ('{task_id}', {until}, 'p/*')"
     )
 
 

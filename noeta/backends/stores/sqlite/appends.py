@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import (

@@ -98,9 +98,9 @@ class SqliteRetention(SqliteConnection):
                 tasks, events = await self._run(self._read_one, COUNT_PRUNABLE, params)
                 return PruneCounts(tasks, events)
             total = PruneCounts()
+            bounds = (batch_size, batch_events)
             while True:
                 started = time.monotonic()
-                bounds = (batch_size, batch_events)
                 pruned, more = await self._run(
                     self._write, lambda c, now: _prune_batch(c, now, params, bounds, forget_ids)
                 )
