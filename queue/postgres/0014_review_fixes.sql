@@ -1,12 +1,16 @@
--- Fixes found by review (issue 25): a rate is charged for the tasks claimed, not for the
--- candidates offered; ...
+-- Fixes found by review (issue 25), one section per item of the issue: a rate charged
+-- for the tasks claimed (6), pruned ids kept taken during the prune (7), the parents of
+-- dotted subtask ids (8), subtasks, cron tasks and batches with key and priority (9),
+-- model-limit lock order, held slots and prune batches bounded by events (10), and no
+-- unfenced helper callable by the workers (22).
 
--- 6. The candidates a claim may take from one queue that has settings, as in 0013, but
--- without charging the rate: the caller's claim statement may drop some of them (its
--- ORDER BY ... LIMIT across queues keeps the oldest), and a queue charged for rows it never
--- got starves below its rate. The claim statement charges the tokens of the rows it
--- claimed, under the lock this function took on the settings row.
-CREATE OR REPLACE FUNCTION noeta_claimable_under_limits(p_queue text, p_limit integer)
+-- 6. The candidates a claim may take from one queue that has settings, as in 0013, and
+-- with p_charge false without charging the rate: the caller's claim statement may drop
+-- some of them (its ORDER BY ... LIMIT across queues keeps the oldest), and a queue
+-- charged for rows it never got starves below its rate. The claim statement then charges
+-- the tokens of the rows it claimed, under the lock this function took on the settings
+-- row. (The two-argument form of 0013 charges, as an older worker's claim expects.)
+CREATE FUNCTION noeta_claimable_under_limits(p_queue text, p_limit integer, p_charge boolean)
 RETURNS TABLE (id text, priority integer, claimable_at timestamptz, taken_over boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -106,7 +110,17 @@ BEGIN
             EXIT WHEN v_found >= v_room;
         END LOOP;
     END IF;
+    IF p_charge AND s.rate_count IS NOT NULL THEN
+        UPDATE queue_settings AS q SET rate_tokens = v_tokens - v_found, rate_at = v_now
+         WHERE q.queue = p_queue;
+    END IF;
 END $$;
+
+CREATE OR REPLACE FUNCTION noeta_claimable_under_limits(p_queue text, p_limit integer)
+RETURNS TABLE (id text, priority integer, claimable_at timestamptz, taken_over boolean)
+LANGUAGE sql AS $$
+    SELECT * FROM noeta_claimable_under_limits(p_queue, p_limit, true)
+$$;
 
 
 -- 7. A pruned id is taken, also while the prune that takes it has not committed. Its

@@ -47,7 +47,7 @@ WITH due AS MATERIALIZED (
     SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over
       FROM (SELECT s.queue FROM queue_settings AS s
              WHERE s.queue = ANY(%(queues)s::text[]) ORDER BY s.queue OFFSET 0) AS q
-     CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, %(limit)s) AS limited
+     CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, %(limit)s, false) AS limited
      ORDER BY 2 DESC, 3
      LIMIT %(limit)s
 ), lease AS (
