@@ -27,7 +27,7 @@ from noeta.core.store import Claim, ClaimedTask, check_key, check_lease
 # row. SKIP LOCKED: claimants never wait on each other's tasks.
 _CLAIM_DUE_TASKS = """
 WITH due AS MATERIALIZED (
-    SELECT found.id, found.priority, found.claimable_at, found.taken_over
+    SELECT found.id, found.priority, found.claimable_at, found.taken_over, false AS limited
       FROM (SELECT q.queue, (SELECT t.priority FROM tasks AS t
                                WHERE t.queue = q.queue AND t.claimable_at IS NOT NULL
                                ORDER BY t.priority DESC LIMIT 1) AS top
@@ -44,7 +44,7 @@ WITH due AS MATERIALIZED (
            FOR UPDATE SKIP LOCKED
      ) AS found
     UNION ALL
-    SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over
+    SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over, true
       FROM (SELECT s.queue FROM queue_settings AS s
              WHERE s.queue = ANY(%(queues)s::text[]) ORDER BY s.queue OFFSET 0) AS q
      CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, %(limit)s, false) AS limited
@@ -59,14 +59,16 @@ WITH due AS MATERIALIZED (
            updated_at = clock_timestamp()
       FROM due, lease
      WHERE t.id = due.id
-    RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over, t.queue
+    RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over, due.limited,
+              t.queue
 ), charged AS (
     UPDATE queue_settings AS s
        SET rate_tokens = least(s.rate_count::float8, coalesce(s.rate_tokens, s.rate_count)
                + extract(epoch FROM lease.at - coalesce(s.rate_at, lease.at))
                  * s.rate_count / s.rate_seconds) - took.n,
            rate_at = lease.at
-      FROM (SELECT c.queue, count(*) AS n FROM claimed AS c GROUP BY c.queue) AS took, lease
+      FROM (SELECT c.queue, count(*) AS n FROM claimed AS c WHERE c.limited GROUP BY c.queue)
+           AS took, lease
      WHERE s.queue = took.queue AND s.rate_count IS NOT NULL
 )"""
 
