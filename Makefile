@@ -71,6 +71,7 @@ bench:  ## Store, fold, workers, scheduler, tracing, submit, prune, CLI start an
 	$(BIN)/python bench/cli.py
 	$(BIN)/python bench/web.py
 	$(BIN)/python bench/limits.py
+	$(BIN)/python bench/hot_statements.py
 
 bench-scale: reachable  ## A million tasks and 32 claimers against an empty database (ARGS=--quick: a smoke run)
 	$(BIN)/python bench/scale.py $(ARGS)

@@ -55,6 +55,21 @@ ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA :"schema" TO :"worker";
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA :"schema" FROM PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA :"schema" TO :"worker";
+-- Except the helpers the fenced functions used to call: they write without the fence
+-- (an append to any task, with any epoch), so no one but the owner calls them (0014).
+DO $helpers$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc AS p
+              WHERE p.pronamespace = current_setting('noeta.grant_schema')::regnamespace
+                AND p.proname IN ('noeta_insert_events', 'noeta_take_model_budget')
+    LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC, %I',
+                       f, current_setting('noeta.grant_worker'));
+    END LOOP;
+END
+$helpers$;
 
 -- Layer 2: exactly what the code does to each table (noeta/backends/stores/postgres/,
 -- queue/postgres/0005_create_store_functions.sql), and nothing where it does nothing.

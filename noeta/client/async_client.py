@@ -143,9 +143,9 @@ class AsyncClient:
         """Create an agent task; `tools` default to every tool the config's plugins offer.
         `key` is its concurrency key (a tenant: counted against its queue's per-key limit),
         `priority` 0-9 (higher claimed first)."""
-        item = Submission(prompt, model, queue, id, interactive, tools)
+        item = Submission(prompt, model, queue, id, interactive, tools, key, priority)
         names = await self._tool_names(config) if tools is None else ()
-        task = replace(_agent_task(item, names), concurrency_key=key, priority=priority)
+        task = _agent_task(item, names)
         await self._create(task)
         return TaskHandle(task.id, task.queue)
 
@@ -156,15 +156,20 @@ class AsyncClient:
         model: str = DEFAULT_MODEL,
         queue: str = DEFAULT_QUEUE,
         config: str | Config | None = None,
+        key: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> list[TaskHandle]:
         """Create many agent tasks in one statement and one transaction, all or none.
 
-        Each item is a prompt, or a `Submission` (whose unset fields take `model` and
-        `queue`). Every task is checked as `submit` checks it before anything is written;
-        a bad one, or one whose id is taken, fails the whole batch with an error naming
-        its index (from 0) and id.
+        Each item is a prompt, or a `Submission` (whose unset fields take `model`,
+        `queue`, `key` and `priority`). Every task is checked as `submit` checks it
+        before anything is written; a bad one, or one whose id is taken, fails the whole
+        batch with an error naming its index (from 0) and id.
         """
-        batch = [_submission(item, model, queue) for item in tasks]
+        batch = [
+            _submission(item, Submission("", model, queue, key=key, priority=priority))
+            for item in tasks
+        ]
         needs_names = any(item.tools is None for item in batch)
         names = await self._tool_names(config) if needs_names else ()
         built = [_in_batch(index, item, names) for index, item in enumerate(batch)]
@@ -429,15 +434,20 @@ class Submission:
     id: str | None = None
     interactive: bool = False
     tools: Sequence[str] | None = None  # None: every tool the config's plugins offer
+    key: str | None = None  # its concurrency key (a tenant), as `submit`'s
+    priority: int | None = None
 
 
-def _submission(item: Submission | str, model: str, queue: str) -> Submission:
+def _submission(item: Submission | str, batch: Submission) -> Submission:
+    """`item` with what it leaves unset taken from `batch`'s model, queue, key, priority."""
     if isinstance(item, str):
-        return Submission(item, model, queue)
+        return replace(batch, prompt=item)
     return replace(
         item,
-        model=model if item.model is None else item.model,
-        queue=queue if item.queue is None else item.queue,
+        model=batch.model if item.model is None else item.model,
+        queue=batch.queue if item.queue is None else item.queue,
+        key=batch.key if item.key is None else item.key,
+        priority=batch.priority if item.priority is None else item.priority,
     )
 
 
@@ -458,7 +468,9 @@ def _agent_task(item: Submission, config_tools: tuple[str, ...]) -> NewTask:
         interactive=item.interactive,
         tools=tuple(item.tools) if item.tools is not None else config_tools,
     )
-    return NewTask(task_id, [NewEvent(*events.encode(created))], queue=queue)
+    priority = DEFAULT_PRIORITY if item.priority is None else item.priority
+    first = [NewEvent(*events.encode(created))]
+    return NewTask(task_id, first, queue=queue, concurrency_key=item.key, priority=priority)
 
 
 def _in_batch(index: int, item: Submission, config_tools: tuple[str, ...]) -> NewTask:

@@ -100,8 +100,14 @@ class Client:
         model: str = DEFAULT_MODEL,
         queue: str = DEFAULT_QUEUE,
         config: str | Config | None = None,
+        key: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> list[TaskHandle]:
-        return self._run(self._client.submit_many(tasks, model=model, queue=queue, config=config))
+        return self._run(
+            self._client.submit_many(
+                tasks, model=model, queue=queue, config=config, key=key, priority=priority
+            )
+        )
 
     def enqueue(
         self,

@@ -18,6 +18,10 @@ from noeta.core.errors import ConfigError, StoreError
 # small, so claims and appends beside it barely wait. bench/prune.py, 100,000 tasks:
 # batches of 1,000 raised the claims' p95 by about 1.3x, batches of 250 by about 1.0x.
 DEFAULT_BATCH_SIZE = 250
+# Events per transaction too (each task's last_seq): one task with millions of events must
+# not make every batch time out for ever. The oldest task alone over this goes in parts,
+# its log from the top first. (Kept by the 4-argument noeta_prune_finished of 0014 too.)
+DEFAULT_BATCH_EVENTS = 20_000
 # After each batch a prune rests as long as the batch took: it takes at most about half
 # of one server connection's time, and claims and appends beside it keep their pace.
 REST_PER_BATCH = 1.0
@@ -54,11 +58,13 @@ class Pruning(Protocol):
         forget_ids: bool = False,
         dry_run: bool = False,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_events: int = DEFAULT_BATCH_EVENTS,
     ) -> PruneCounts:
         """Remove the tasks that finished (done, failed, cancelled) more than `older_than`
         ago on the store's clock, in `queue` or any, batch by batch, each batch its own
-        transaction. Kept: a subtask whose parent is live, a task with a live subtask.
-        The pruned ids stay taken unless `forget_ids`. `dry_run` counts and removes
+        transaction of at most `batch_size` tasks and `batch_events` events (a task with
+        more goes in parts). Kept: a subtask whose parent is live, a task with a live
+        subtask. The pruned ids stay taken unless `forget_ids`. `dry_run` counts and removes
         nothing. Raises `PruneRunning` if another prune runs on this store.
         """
         ...
@@ -82,7 +88,9 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def check_batch_size(batch_size: int) -> int:
+def check_batch_size(batch_size: int, batch_events: int = DEFAULT_BATCH_EVENTS) -> int:
     if not 1 <= batch_size <= 100_000:
         raise ConfigError(f"a prune batch is 1 to 100000 tasks, not {batch_size}")
+    if not 1 <= batch_events <= 10_000_000:
+        raise ConfigError(f"a prune batch is 1 to 10000000 events, not {batch_events}")
     return batch_size

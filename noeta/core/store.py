@@ -175,7 +175,9 @@ class Store(Protocol):
         """Append `events` after `expected_seq` and return the new last seq.
 
         In the same transaction: mark the inbox entries `take` as taken by this append,
-        deliver to other tasks, create tasks, and move the task to `next_state`.
+        deliver to other tasks, create tasks, and move the task to `next_state`. The
+        tasks created are this task's subtasks: they carry its concurrency key and
+        priority, whatever `new_tasks` say, so a tenant's limit holds through `Agent`.
         Raises `Conflict` (nothing written) unless the claim's epoch is the task's, its
         lease is valid, the log ends at `expected_seq` and every entry of `take` is untaken.
         """

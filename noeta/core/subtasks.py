@@ -24,8 +24,10 @@ MAX_SUBTASK_DEPTH = 3
 MAX_CHILDREN_PER_TASK = 16
 MAX_CHILDREN_PER_TURN = 8
 
-# A call id used as is in a child's id: the characters the task id rule allows (ADR-0036).
-_CALL_PART = re.compile(r"[A-Za-z0-9_:-][A-Za-z0-9._:-]*")
+# A call id used as is in a child's id: the characters the task id rule allows (ADR-0036),
+# but no '.', so that a child's parent is its id before the last two dots.
+_CALL_PART = re.compile(r"[A-Za-z0-9_:-]+")
+_CHILD_NUMBER = re.compile(r"[0-9]+")
 
 # A handback's dedupe key: `subtasks:handback:<parent id>:<Agent call id>` (the call's
 # idempotency key), so a second delivery of one child's report is dropped.
@@ -121,6 +123,16 @@ def child_id(task_id: str, call_id: str, n: int) -> str:
             "characters (or one the task id rule refuses); give the task a shorter id to "
             "nest subagents"
         ) from None
+
+
+def possible_parent_ids(task_id: str) -> list[str]:
+    """Every id whose subtask `task_id` may be: `<p>` of `<p>.<call>.<n>`, for each way
+    to cut it. Children launched before call ids with dots were hashed have a call part
+    with dots, so the family rule of pruning (ADR-0066) asks about each."""
+    parts = task_id.split(".")
+    if len(parts) < 3 or not _CHILD_NUMBER.fullmatch(parts[-1]):
+        return []
+    return [".".join(parts[:cut]) for cut in range(1, len(parts) - 1)]
 
 
 def _short(call_id: str) -> str:

@@ -17,8 +17,9 @@ from noeta import yamlfile
 from noeta.backends.models.registry import stored_spec
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.payload import JSONValue
-from noeta.core.store import DEFAULT_QUEUE, check_key
-from noeta.core.task_id import check_task_id
+from noeta.core.store import DEFAULT_PRIORITY, DEFAULT_QUEUE, check_key
+from noeta.core.store_values import MAX_PRIORITY
+from noeta.core.task_id import check_concurrency_key, check_task_id
 from noeta.scheduler import slots
 
 Overlap = Literal["skip", "allow"]
@@ -42,9 +43,9 @@ _SCHEDULE_KEYS = (
     "max_catch_up",
     "enabled",
 )
-_TASK_KEYS = ("prompt", "model", "queue", "plugins")
+_TASK_KEYS = ("prompt", "model", "queue", "plugins", "key", "priority")
 _MESSAGE_KEYS = ("task", "text")
-_JOB_KEYS = ("name", "input", "queue")
+_JOB_KEYS = ("name", "input", "queue", "key", "priority")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,8 @@ class TaskAction:
     model: str  # a model spec: anthropic:MODEL, openai:MODEL or scripted:FILE
     queue: str = DEFAULT_QUEUE
     plugins: tuple[str, ...] | None = None  # names of the config's plugins; None = all
+    key: str | None = None  # its concurrency key (a tenant), counted by the queue's limits
+    priority: int = DEFAULT_PRIORITY
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,8 @@ class JobAction:
     name: str
     input: dict[str, JSONValue]
     queue: str = DEFAULT_QUEUE
+    key: str | None = None
+    priority: int = DEFAULT_PRIORITY
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +207,8 @@ def _action(field: _Field) -> TaskAction | MessageAction | JobAction:
             name=inner.text("name", required=True),
             input=arguments,
             queue=inner.key("queue", "queue name", default=DEFAULT_QUEUE),
+            key=inner.concurrency_key(),
+            priority=inner.integer("priority", default=DEFAULT_PRIORITY, low=0, high=MAX_PRIORITY),
         )
     if given[0] == "message":
         inner.refuse_unknown(_MESSAGE_KEYS)
@@ -222,6 +229,8 @@ def _action(field: _Field) -> TaskAction | MessageAction | JobAction:
         model=model,
         queue=inner.key("queue", "queue name", default=DEFAULT_QUEUE),
         plugins=inner.names("plugins"),
+        key=inner.concurrency_key(),
+        priority=inner.integer("priority", default=DEFAULT_PRIORITY, low=0, high=MAX_PRIORITY),
     )
 
 
@@ -273,6 +282,15 @@ class _Field:
             return check_key(kind, value)
         except PayloadError as error:
             raise self.error(key, str(error)) from None
+
+    def concurrency_key(self) -> str | None:
+        """`key:`, a task's concurrency key (the task id rule), or None if absent."""
+        if "key" not in self.mapping:
+            return None
+        try:
+            return check_concurrency_key(self.text("key", required=True))
+        except PayloadError as error:
+            raise self.error("key", str(error)) from None
 
     def choice(self, key: str, choices: tuple[Any, ...], *, default: str) -> Any:
         value = self.text(key, default=default)

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from noeta.client import job_tasks
@@ -171,15 +171,23 @@ class Scheduler:
                 created = events.TaskCreated(
                     model=model, prompt=prompt, tools=self.tools_for(plugins)
                 )
-                task_id = task_id_for(schedule.name, slot)
-                return NewTask(task_id, [NewEvent(*events.encode(created))], queue=queue)
+                first = [NewEvent(*events.encode(created))]
+                key, priority = schedule.action.key, schedule.action.priority
+                return NewTask(
+                    task_id_for(schedule.name, slot),
+                    first,
+                    queue,
+                    concurrency_key=key,
+                    priority=priority,
+                )
             case MessageAction(task=task, text=text):
                 key = cron_message_key(schedule.name, slot)
                 return Delivery(task, {"text": text}, key)
-            case JobAction(name=name, input=given, queue=queue):
+            case JobAction(name=name, input=given, queue=queue, key=key, priority=priority):
                 tool = job_tasks.job_tool(name)
                 checked = job_tasks.job_input(tool, given)
-                return job_tasks.job_task(
+                job = job_tasks.job_task(
                     task_id_for(schedule.name, slot), tool, checked, queue, None
                 )
+                return replace(job, concurrency_key=key, priority=priority)
         raise NoetaError(f"schedule {schedule.name}: unknown action {schedule.action!r}")

@@ -104,3 +104,18 @@ def test_the_sync_client_submits_a_batch(store_url: str) -> None:
         assert [client.get(handle).queue for handle in handles] == ["q", "q"]
         with pytest.raises(ConfigError, match="task 1 of the batch"):
             client.submit_many(["a", " "])
+
+
+async def test_a_submission_carries_its_key_and_priority(client: AsyncClient) -> None:
+    store = await client.store()
+    await client.set_queue("q", per_key=1)
+    batch = [
+        Submission("a", id="k1", key="tenant"),
+        Submission("b", id="k2", key="tenant"),
+        Submission("c", id="urgent", priority=9),
+    ]
+    await client.submit_many(batch, model="scripted:/none.yaml", queue="q", key="other")
+    first = await store.claim_and_load("w", ["q"], 30.0, limit=1, snapshot_version="v")
+    assert [each.claim.task_id for each in first] == ["urgent"]
+    rest = await store.claim_and_load("w", ["q"], 30.0, limit=5, snapshot_version="v")
+    assert {each.claim.task_id for each in rest} == {"k1"}  # tenant's one slot; urgent: other's

@@ -26,7 +26,7 @@ from psycopg import errors, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores import open_store
-from noeta.core.store import Store
+from noeta.core.store import Finish, NewEvent, NewTask, Store
 from noeta.testing.store_contract import StoreContract
 from noeta.testing.store_contract.retention import RetentionContract
 
@@ -281,6 +281,35 @@ def test_the_worker_cannot(deployment: Deployment, statement: str, sqlstate: str
     ):
         connection.execute(statement)
     assert raised.value.sqlstate == sqlstate
+
+
+async def test_the_worker_cannot_call_an_unfenced_helper_but_appends(
+    deployment: Deployment,
+) -> None:
+    """The helpers the fenced functions use write without the fence (issue 25, item 22):
+    the worker may not call them; the fenced append, which runs them, still works."""
+    deployment.empty_tables()
+    store = await open_store(deployment.worker_dsn)
+    try:
+        assert await store.create_task(NewTask("t", [NewEvent("created", {})]))
+        claim = await store.claim_task("w", "t", 30.0)
+        assert claim is not None
+        assert await store.append(claim, 1, [NewEvent("step", {})], next_state=Finish()) == 2
+    finally:
+        await store.close()
+    helpers = [
+        "SELECT noeta_insert_events('t', 99, 2, '[[\"forged\", \"{}\"]]'::jsonb)",
+        "SELECT noeta_take_model_budget(ARRAY['p/*'], 1, clock_timestamp(), 1)",
+    ]
+    for statement in helpers:
+        with (
+            psycopg.connect(deployment.worker_dsn) as connection,
+            pytest.raises(errors.InsufficientPrivilege),
+        ):
+            connection.execute(statement)
+    with psycopg.connect(deployment.owner_dsn) as connection:
+        row = connection.execute("SELECT count(*) FROM events WHERE task_id = 't'").fetchone()
+        assert row == (2,)
 
 
 def test_the_worker_cannot_migrate(deployment: Deployment) -> None:

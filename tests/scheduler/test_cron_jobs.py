@@ -10,8 +10,9 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.core.errors import ConfigError
+from noeta.core.queue_settings import QueueChange, queue_settings_store
 from noeta.core.store import Store
-from noeta.scheduler.cronfile import JobAction, load_cron_files
+from noeta.scheduler.cronfile import JobAction, TaskAction, load_cron_files
 from noeta.scheduler.scheduler import Scheduler, check_job_schedules
 from tests.client import jobs_for_tests
 from tests.scheduler.test_scheduler import down_since, every_minute
@@ -67,3 +68,16 @@ def test_a_job_input_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"line 4: .*a job's input is a mapping"):
         load_cron_files([cron])
+
+
+async def test_a_fired_task_or_job_carries_its_key_and_priority(store: Store) -> None:
+    await down_since(store, 1, "t")
+    await down_since(store, 1, "j")
+    task = TaskAction(prompt="tick", model="scripted:x.yaml", queue="q", key="k", priority=3)
+    job = JobAction("resize", {"image": "a.png", "width": 8}, queue="q", key="k", priority=5)
+    await Scheduler(store, [every_minute("t", action=task), every_minute("j", action=job)]).tick()
+    await queue_settings_store(store).set_queue("q", QueueChange(per_key_concurrency=1))
+    batch = await store.claim_and_load("w", ["q"], 30.0, limit=5, snapshot_version="v")
+    assert len(batch) == 1  # both have key k
+    claimed = await store.get_task(batch[0].claim.task_id)
+    assert claimed is not None and claimed.id.startswith("cron-j-")  # priority 5 first

@@ -12,6 +12,7 @@ import pytest
 from noeta import yamlfile
 from noeta.core.errors import ConfigError
 from noeta.scheduler.cronfile import (
+    JobAction,
     MessageAction,
     Schedule,
     TaskAction,
@@ -248,7 +249,8 @@ def test_bad_schedule_fields(tmp_path: Path, extra: str, line: int, expected: st
         ),
         (
             "name: a\nschedule: '@daily'\ntask:\n  prompt: p\n  model: 'openai:m'\n  agent: x",
-            "line 7: schedules[0].task.agent: unknown key (known: prompt, model, queue, plugins)",
+            "line 7: schedules[0].task.agent: unknown key "
+            "(known: prompt, model, queue, plugins, key, priority)",
         ),
         (
             "name: a\nschedule: '@daily'\ntask: {prompt: p, model: 'openai:m', plugins: core}",
@@ -410,3 +412,31 @@ def test_a_relative_script_is_found_beside_the_cron_file(tmp_path: Path) -> None
     (schedule,) = load_cron_files([write(tmp_path, text)])
     assert isinstance(schedule.action, TaskAction)
     assert schedule.action.model == f"scripted:{tmp_path / 's.yaml'}"
+
+
+def test_a_task_or_job_schedule_reads_its_key_and_priority(tmp_path: Path) -> None:
+    body = one(
+        "name: a\nschedule: '@daily'\n"
+        "task: {prompt: hi, model: 'openai:gpt-4o', key: tenant-1, priority: 7}"
+    )
+    [schedule] = load_cron_files([write(tmp_path, body)])
+    assert isinstance(schedule.action, TaskAction)
+    assert (schedule.action.key, schedule.action.priority) == ("tenant-1", 7)
+    job = one("name: j\nschedule: '@daily'\njob: {name: resize, key: t2, priority: 2}")
+    [schedule] = load_cron_files([write(tmp_path, job, "job.yaml")])
+    assert isinstance(schedule.action, JobAction)
+    assert (schedule.action.key, schedule.action.priority) == ("t2", 2)
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ("key: 'a b'", "line 4: schedules[0].task.key: the concurrency key 'a b'"),
+        ("priority: 10", "line 4: schedules[0].task.priority: 10 is not between 0 and 9"),
+        ("priority: high", "line 4: schedules[0].task.priority: must be a whole number"),
+    ],
+)
+def test_a_bad_key_or_priority_is_refused(tmp_path: Path, fields: str, expected: str) -> None:
+    body = one(f"name: a\nschedule: '@daily'\ntask: {{prompt: hi, model: 'openai:m', {fields}}}")
+    assert error(tmp_path, body).startswith(expected)
+    assert schema_errors(write(tmp_path, body))

@@ -9,6 +9,7 @@ import pytest
 
 from noeta.core.bulk import BulkCreate
 from noeta.core.errors import Conflict, PayloadError
+from noeta.core.queue_settings import QueueChange, queue_settings_store
 from noeta.core.store import NewEvent, NewTask, Store
 from noeta.testing.store_contract.fixtures import LEASE, created
 
@@ -20,6 +21,27 @@ def bulk(store: Store) -> BulkCreate:
 
 class BulkContract:
     """`create_tasks`: all or nothing, each task as `create_task` would make it."""
+
+    async def test_a_batch_keeps_each_tasks_key_and_priority(self, store: Store) -> None:
+        await queue_settings_store(store).set_queue("q", QueueChange(per_key_concurrency=1))
+        now = await store.clock()
+        batch = [
+            created(
+                name,
+                "q",
+                ready_at=now - timedelta(seconds=10 - n),
+                concurrency_key=key,
+                priority=priority,
+            )
+            for n, (name, key, priority) in enumerate(
+                [("k1", "k", 0), ("k2", "k", 0), ("low", None, 0), ("high", None, 7)]
+            )
+        ]
+        await bulk(store).create_tasks(batch)
+        first = await store.claim_and_load("w", ["q"], LEASE, limit=1, snapshot_version="v")
+        assert [each.claim.task_id for each in first] == ["high"]
+        rest = await store.claim_and_load("w", ["q"], LEASE, limit=5, snapshot_version="v")
+        assert {each.claim.task_id for each in rest} == {"k1", "low"}  # k2: key k is full
 
     async def test_a_batch_is_created_with_its_first_events(self, store: Store) -> None:
         later = datetime.now(UTC) + timedelta(hours=1)

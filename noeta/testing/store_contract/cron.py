@@ -7,6 +7,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from noeta.backends.stores import open_store
+from noeta.core.queue_settings import QueueChange, queue_settings_store
 from noeta.core.store import (
     CronFire,
     Delivery,
@@ -52,6 +53,16 @@ class CronContract:
         )
         marks = await store.cron_marks(["nightly"], minutes(-60))
         assert marks == {"nightly": minutes(0)}  # the fire moved the mark, not the call
+
+    async def test_a_cron_task_keeps_its_key_and_priority(self, store: Store) -> None:
+        await queue_settings_store(store).set_queue("q", QueueChange(per_key_concurrency=1))
+        for n, key in enumerate(["k", "k", None]):
+            task = created(f"fired{n}", "q", concurrency_key=key, priority=n)
+            assert await store.fire_cron(CronFire(f"s{n}", minutes(n), task)) == FireOutcome.CREATED
+        first = await store.claim_and_load("w", ["q"], LEASE, limit=1, snapshot_version="v")
+        assert [each.claim.task_id for each in first] == ["fired2"]  # the highest priority
+        rest = await store.claim_and_load("w", ["q"], LEASE, limit=5, snapshot_version="v")
+        assert [each.claim.task_id for each in rest] == ["fired1"]  # fired0: key k is full
 
     async def test_overlap_skip_waits_for_the_previous_task_to_finish(self, store: Store) -> None:
         assert await store.fire_cron(task_fire("job", 0)) is FireOutcome.CREATED

@@ -10,7 +10,7 @@ import pytest
 
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.queue_settings import QueueChange, Rate, queue_settings_store
-from noeta.core.store import Claim, Finish, Store, TaskStatus, Wait, WaitHolding
+from noeta.core.store import Claim, Finish, NewEvent, Store, TaskStatus, Wait, WaitHolding
 from noeta.testing.store_contract.fixtures import LEASE, SHORT_LEASE, created
 
 
@@ -151,6 +151,35 @@ class QueueLimitContract:
         assert await claim_ids(store, 1) == {"t0"}
         assert await claim_ids(store, 5) == {"t1"}  # one token left of two
         assert await claim_ids(store, 5) == set()
+
+    async def test_a_rate_is_charged_only_for_the_tasks_claimed(self, store: Store) -> None:
+        # A busier queue's older tasks fill the claim: the limited queue's candidates are
+        # dropped, and must not cost it tokens (issue 25, item 6).
+        await queue_settings_store(store).set_queue("q", QueueChange(rate=Rate(3, 3600)))
+        await created_in_order(store, [(f"t{n}", None, 0) for n in range(5)])
+        now = await store.clock()
+        for number in range(3):
+            due = now - timedelta(hours=1, seconds=-number)
+            assert await store.create_task(created(f"busy{number}", "busy", ready_at=due))
+        batch = await store.claim_and_load("w", ["busy", "q"], LEASE, limit=3, snapshot_version="v")
+        assert {each.claim.task_id for each in batch} == {"busy0", "busy1", "busy2"}
+        assert await claim_ids(store, 5) == {"t0", "t1", "t2"}  # all three tokens are left
+
+    async def test_a_subtask_carries_its_parents_key_and_priority(self, store: Store) -> None:
+        # A tenant must not escape its per-key limit, nor its priority, through Agent
+        # (issue 25, item 9): what an append creates is the appending task's subtask.
+        await queue_settings_store(store).set_queue("q", QueueChange(per_key_concurrency=1))
+        await created_in_order(store, [("older", None, 3), ("parent", "tenant", 5)])
+        parent = await store.claim_task("w", "parent", LEASE)
+        assert parent is not None
+        await store.append(
+            parent, 1, [NewEvent("launched", {})], new_tasks=[created("parent.c.1", "q")]
+        )
+        assert await claim_ids(store, 5) == {"older"}  # not the child: its key is at its limit
+        await finish(store, parent)
+        await created_in_order(store, [("rival", None, 4)])  # due before the child
+        batch = await store.claim_and_load("w", ["q"], LEASE, limit=1, snapshot_version="v")
+        assert [each.claim.task_id for each in batch] == ["parent.c.1"]  # priority 5 first
 
     async def test_clearing_settings_lifts_every_limit(self, store: Store) -> None:
         queues = queue_settings_store(store)

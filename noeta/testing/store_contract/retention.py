@@ -119,3 +119,31 @@ class RetentionContract:
         await finish(store, "p")
         await finish(store, "q.c1.1")
         assert (await pruning(store).prune_finished(NOW)).tasks == 4
+
+    async def test_a_subtask_whose_call_id_has_dots_stays_while_its_parent_is_live(
+        self, store: Store
+    ) -> None:
+        # Ids launched before call ids with dots were hashed: p.a.b.1 is a subtask of p,
+        # not of p.a; pruned, a cancel of p would fail for ever delivering to it.
+        ids = ["p", "p.a.b.1", "p.a.b.1.x.y.z.2"]
+        await bulk(store).create_tasks([created(task_id) for task_id in ids])
+        await finish(store, "p.a.b.1.x.y.z.2")
+        await finish(store, "p.a.b.1")
+        assert await pruning(store).prune_finished(NOW) == PruneCounts()
+        await finish(store, "p")
+        assert (await pruning(store).prune_finished(NOW)).tasks == 3
+
+    async def test_a_batch_is_bounded_by_events_and_a_huge_task_goes_in_parts(
+        self, store: Store
+    ) -> None:
+        await store.create_task(created("huge"))
+        claim = await store.claim_task("w", "huge", LEASE)
+        assert claim is not None
+        steps = [NewEvent("step", {"n": n}) for n in range(25)]
+        await store.append(claim, 1, steps, next_state=Finish())  # 26 events
+        for task_id in ("a", "b"):
+            await store.create_task(created(task_id))
+            await finish(store, task_id)
+        counts = await pruning(store).prune_finished(NOW, batch_events=10)
+        assert counts == PruneCounts(tasks=3, events=30)
+        assert await store.get_task("huge") is None and await store.read_log("huge") == []

@@ -345,3 +345,9 @@ def test_child_ids_follow_the_task_id_rule_and_fall_back_to_a_hash() -> None:
     assert subtasks.child_id("t", long_call, 1).startswith("t.c")
     with pytest.raises(ValueError, match="over 128 characters"):
         subtasks.child_id("t" * 120, "call-with-a-long-id", 1)
+
+
+def test_a_call_id_with_dots_is_hashed_so_the_parent_is_the_id_before_the_last_two_dots() -> None:
+    child = subtasks.child_id("p", "call.with.dots", 1)
+    assert child.startswith("p.c") and child.count(".") == 2
+    assert child.rsplit(".", 2)[0] == "p"

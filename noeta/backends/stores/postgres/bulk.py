@@ -1,5 +1,5 @@
 """Bulk creation on PostgreSQL: a batch of tasks in one statement (`noeta_create_tasks`,
-queue/postgres/0009), one transaction and one NOTIFY per queue, all or none."""
+queue/postgres/0014), one transaction and one NOTIFY per queue, all or none."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from noeta.core.store import NewTask
 CREATE_TASKS = """
 SELECT noeta_create_tasks(
     %(ids)b::text[], %(queues)b::text[], %(ready)s::timestamptz[], %(counts)b::int[],
-    %(event_task)b::int[], %(event_seq)b::int[], %(types)b::text[], %(data)b::text[])
+    %(event_task)b::int[], %(event_seq)b::int[], %(types)b::text[], %(data)b::text[],
+    %(keys)s::text[], %(priorities)s::int[])
 """
 
 
@@ -44,6 +45,8 @@ class PostgresBulk(PostgresConnection):
             "event_seq": event_seq,
             "types": types,
             "data": data,
+            "keys": [task.concurrency_key for task in tasks],
+            "priorities": [task.priority for task in tasks],
         }
         try:
             await self._write(CREATE_TASKS, params)

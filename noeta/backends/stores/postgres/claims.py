@@ -15,16 +15,19 @@ from noeta.core.store import Claim, ClaimedTask, check_key, check_lease
 # is never read, and no lock or count is taken; and per priority: one entry of
 # tasks_claimable_by_priority says the highest a row of the queue has, then one probe per
 # priority from there down to 0 (a queue that never uses priorities: one probe). A queue
-# with settings is asked through noeta_claimable_under_limits (0010), which locks its
+# with settings is asked through noeta_claimable_under_limits (0013), which locks its
 # settings row, counts its live claims and returns at most the room left; those queues
 # are taken in name order, so two claimers never wait for each other's locks in a
-# circle. now() (the statement's start; this statement is its own transaction) is stable,
+# circle. The rate's tokens are charged by `charged`, for the tasks claimed, not for the
+# candidates the function offered: the ORDER BY ... LIMIT across queues may drop some
+# (0014). That row is still locked by the function, in this transaction.
+# now() (the statement's start; this statement is its own transaction) is stable,
 # so PostgreSQL can use it as the index bound and stop each walk at the present;
 # clock_timestamp() is volatile and would make it a filter that walks every future-dated
 # row. SKIP LOCKED: claimants never wait on each other's tasks.
 _CLAIM_DUE_TASKS = """
 WITH due AS MATERIALIZED (
-    SELECT found.id, found.priority, found.claimable_at, found.taken_over
+    SELECT found.id, found.priority, found.claimable_at, found.taken_over, false AS limited
       FROM (SELECT q.queue, (SELECT t.priority FROM tasks AS t
                                WHERE t.queue = q.queue AND t.claimable_at IS NOT NULL
                                ORDER BY t.priority DESC LIMIT 1) AS top
@@ -41,14 +44,14 @@ WITH due AS MATERIALIZED (
            FOR UPDATE SKIP LOCKED
      ) AS found
     UNION ALL
-    SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over
+    SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over, true
       FROM (SELECT s.queue FROM queue_settings AS s
              WHERE s.queue = ANY(%(queues)s::text[]) ORDER BY s.queue OFFSET 0) AS q
-     CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, %(limit)s) AS limited
+     CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, %(limit)s, false) AS limited
      ORDER BY 2 DESC, 3
      LIMIT %(limit)s
 ), lease AS (
-    SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until
+    SELECT clock_timestamp() AS at, clock_timestamp() + make_interval(secs => %(lease)s) AS until
 ), claimed AS (
     UPDATE tasks AS t
        SET status = 'running', owner = %(worker)s, owner_epoch = t.owner_epoch + 1,
@@ -56,7 +59,17 @@ WITH due AS MATERIALIZED (
            updated_at = clock_timestamp()
       FROM due, lease
      WHERE t.id = due.id
-    RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over
+    RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over, due.limited,
+              t.queue
+), charged AS (
+    UPDATE queue_settings AS s
+       SET rate_tokens = least(s.rate_count::float8, coalesce(s.rate_tokens, s.rate_count)
+               + extract(epoch FROM lease.at - coalesce(s.rate_at, lease.at))
+                 * s.rate_count / s.rate_seconds) - took.n,
+           rate_at = lease.at
+      FROM (SELECT c.queue, count(*) AS n FROM claimed AS c WHERE c.limited GROUP BY c.queue)
+           AS took, lease
+     WHERE s.queue = took.queue AND s.rate_count IS NOT NULL
 )"""
 
 CLAIM_NEXT_TASK = f"""{_CLAIM_DUE_TASKS}

@@ -48,7 +48,8 @@ SELECT name, mark FROM cron_schedules
 """
 FIRE_CRON = """
 SELECT noeta_cron_fire(%(schedule)s, %(slot)s, %(kind)s, %(overlap)s, %(detail)s, %(task)s,
-                       %(queue)s, %(types)s, %(data)s, %(key)s, %(payload)s)
+                       %(queue)s, %(types)s, %(data)s, %(key)s, %(payload)s,
+                       %(concurrency_key)s, %(priority)s)
 """
 CRON_SCHEDULE_NAMES = "SELECT name FROM cron_schedules"
 CRON_HISTORY = """
@@ -82,11 +83,14 @@ class PostgresCron(PostgresConnection):
             "data": None,
             "key": None,
             "payload": None,
+            "concurrency_key": None,
+            "priority": 0,
         }
         if isinstance(action, NewTask):
             types, data = encode_task(action)
             params |= {"kind": "task", "task": action.id, "queue": action.queue}
             params |= {"types": types, "data": data}
+            params |= {"concurrency_key": action.concurrency_key, "priority": action.priority}
         elif isinstance(action, Delivery):
             params |= {"kind": "message", "task": action.task_id, "key": dedupe_key(action)}
             params["payload"] = payload.encode(action.payload)

@@ -1,5 +1,5 @@
 """Pruning finished tasks on PostgreSQL: batch after batch of `noeta_prune_finished`
-(queue/postgres/0009), each its own short transaction, on one session that holds the
+(queue/postgres/0014), each its own short transaction, on one session that holds the
 schema's prune lock so that a second prune says so instead of racing the first."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from noeta.backends.stores.postgres.connection import (
 )
 from noeta.core.errors import StoreError, StoreUnavailable
 from noeta.core.retention import (
+    DEFAULT_BATCH_EVENTS,
     DEFAULT_BATCH_SIZE,
     REST_PER_BATCH,
     PruneCounts,
@@ -38,8 +39,8 @@ RELEASE_PRUNE_LOCK = (
 )
 PRUNE_CUTOFF = "SELECT clock_timestamp() - %(age)s::interval"
 PRUNE_BATCH = """
-SELECT tasks_pruned, events_pruned
-  FROM noeta_prune_finished(%(before)s, %(queue)s, %(limit)s, %(keep_ids)s)
+SELECT tasks_pruned, events_pruned, more
+  FROM noeta_prune_finished(%(before)s, %(queue)s, %(limit)s, %(keep_ids)s, %(events)s)
 """
 COUNT_PRUNABLE = """
 SELECT count(*), coalesce(sum(last_seq), 0) FROM tasks t
@@ -68,8 +69,9 @@ class PostgresRetention(PostgresConnection):
         forget_ids: bool = False,
         dry_run: bool = False,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_events: int = DEFAULT_BATCH_EVENTS,
     ) -> PruneCounts:
-        check_batch_size(batch_size)
+        check_batch_size(batch_size, batch_events)
         if queue is not None:
             check_key("queue name", queue)
         try:
@@ -90,12 +92,19 @@ class PostgresRetention(PostgresConnection):
                 tasks, events = (await self._on(connection, COUNT_PRUNABLE, params))[0]
                 return PruneCounts(int(tasks), int(events))
             total = PruneCounts()
-            batch = {**params, "limit": batch_size, "keep_ids": not forget_ids}
+            batch = {
+                **params,
+                "limit": batch_size,
+                "events": batch_events,
+                "keep_ids": not forget_ids,
+            }
             while True:
                 started = time.monotonic()
-                tasks, events = (await self._on(connection, PRUNE_BATCH, batch, write=True))[0]
+                tasks, events, more = (await self._on(connection, PRUNE_BATCH, batch, write=True))[
+                    0
+                ]
                 total += PruneCounts(int(tasks), int(events))
-                if tasks < batch_size:
+                if not more:
                     break
                 await asyncio.sleep((time.monotonic() - started) * REST_PER_BATCH)
             forgetting = forget_ids

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import (
@@ -40,6 +41,7 @@ INSERT_EVENT = "INSERT INTO events (task_id, seq, type, data, created_at) VALUES
 INSERT_CLAIMED_EVENT = """
 INSERT INTO events (task_id, seq, type, data, created_at, epoch, owner)
 VALUES (?, ?, ?, ?, ?, ?, ?)"""
+TASK_KEY_AND_PRIORITY = "SELECT concurrency_key, priority FROM tasks WHERE id = ?"
 LOCK_TASK_FOR_APPEND = (
     "SELECT owner_epoch, status, lease_until, last_seq, owner FROM tasks WHERE id = ?"
 )
@@ -107,8 +109,11 @@ class SqliteAppends(SqliteConnection):
                     raise Conflict(
                         task_id, "an inbox entry to take is already taken or not this task's"
                     )
-            for new_task in encoded_tasks:
-                insert_task(connection, new_task, now)
+            if encoded_tasks:  # subtasks: the parent's key and priority (its limits)
+                key, priority = connection.execute(TASK_KEY_AND_PRIORITY, (task_id,)).fetchone()
+                for new_task in encoded_tasks:
+                    inherited = replace(new_task, concurrency_key=key, priority=priority)
+                    insert_task(connection, inherited, now)
             for delivery in encoded_deliveries:
                 insert_delivery(connection, delivery, now)
             values = {"seq": seq, "now": now, "task_id": task_id}

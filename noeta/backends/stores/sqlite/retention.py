@@ -15,6 +15,7 @@ from datetime import timedelta
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import now_micros
 from noeta.core.retention import (
+    DEFAULT_BATCH_EVENTS,
     DEFAULT_BATCH_SIZE,
     REST_PER_BATCH,
     PruneCounts,
@@ -22,21 +23,24 @@ from noeta.core.retention import (
     check_batch_size,
 )
 from noeta.core.store import check_key
+from noeta.core.subtasks import possible_parent_ids
 
-# The family rule of queue/postgres/0009 (noeta_may_prune): no live parent, no live
+# The family rule of queue/postgres/0014 (noeta_may_prune): no live parent, no live
 # subtask. Ids compare bytewise here (BINARY), so a parent's subtasks are one PK range.
 PRUNABLE = """
   FROM tasks t
  WHERE t.status IN ('done', 'failed', 'cancelled') AND t.updated_at < :before
    AND (:queue IS NULL OR t.queue = :queue)
    AND NOT EXISTS (SELECT 1 FROM tasks parent
-                    WHERE parent.id = noeta_parent_id(t.id)
+                    WHERE parent.id IN (SELECT value FROM json_each(noeta_parent_ids(t.id)))
                       AND parent.status IN ('ready', 'running', 'holding', 'waiting'))
    AND NOT EXISTS (SELECT 1 FROM tasks child
                     WHERE child.id >= t.id || '.' AND child.id < t.id || '/'
                       AND child.status IN ('ready', 'running', 'holding', 'waiting'))"""
 COUNT_PRUNABLE = f"SELECT count(*), coalesce(sum(t.last_seq), 0) {PRUNABLE}"
-PICK_PRUNABLE = f"SELECT t.id {PRUNABLE} ORDER BY t.updated_at LIMIT :limit"
+PICK_PRUNABLE = f"SELECT t.id, t.last_seq {PRUNABLE} ORDER BY t.updated_at LIMIT :limit"
+LAST_EVENT = "SELECT max(seq) FROM events WHERE task_id = :id"
+DELETE_TOP_EVENTS = "DELETE FROM events WHERE task_id = :id AND seq > :keep"
 _IDS = "(SELECT value FROM json_each(:ids))"
 DELETE_TASK_ROWS = [
     f"DELETE FROM events WHERE task_id IN {_IDS}",
@@ -44,6 +48,7 @@ DELETE_TASK_ROWS = [
     f"DELETE FROM snapshots WHERE task_id IN {_IDS}",
     f"DELETE FROM late_results WHERE task_id IN {_IDS}",
     f"DELETE FROM cron_fires WHERE task_id IN {_IDS}",
+    f"DELETE FROM model_limit_holds WHERE task_id IN {_IDS}",
 ]
 KEEP_PRUNED_IDS = (
     "INSERT INTO pruned_task_ids (id, pruned_at) SELECT value, :now FROM json_each(:ids) "
@@ -56,10 +61,9 @@ FORGET_PRUNED_IDS = """
 DELETE FROM pruned_task_ids WHERE id IN (SELECT id FROM pruned_task_ids LIMIT :limit)"""
 
 
-def parent_id(task_id: str) -> str | None:
-    """`<p>` of a subtask id `<p>.<call>.<n>`; None for an id with fewer than two dots."""
-    parts = task_id.rsplit(".", 2)
-    return parts[0] if len(parts) == 3 and parts[0] else None
+def parent_ids(task_id: str) -> str:
+    """Every id `task_id` may be a subtask of, as a JSON array (for json_each)."""
+    return json.dumps(possible_parent_ids(task_id))
 
 
 class SqliteRetention(SqliteConnection):
@@ -73,8 +77,9 @@ class SqliteRetention(SqliteConnection):
         forget_ids: bool = False,
         dry_run: bool = False,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_events: int = DEFAULT_BATCH_EVENTS,
     ) -> PruneCounts:
-        check_batch_size(batch_size)
+        check_batch_size(batch_size, batch_events)
         if queue is not None:
             check_key("queue name", queue)
         lock = os.open(f"{self._path}.prune-lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -88,18 +93,19 @@ class SqliteRetention(SqliteConnection):
                 ) from None
             cutoff = now_micros() - older_than // timedelta(microseconds=1)
             params: dict[str, object] = {"before": cutoff, "queue": queue}
-            await self._run(self._connection.create_function, "noeta_parent_id", 1, parent_id)
+            await self._run(self._connection.create_function, "noeta_parent_ids", 1, parent_ids)
             if dry_run:
                 tasks, events = await self._run(self._read_one, COUNT_PRUNABLE, params)
                 return PruneCounts(tasks, events)
             total = PruneCounts()
+            bounds = (batch_size, batch_events)
             while True:
                 started = time.monotonic()
-                pruned = await self._run(
-                    self._write, lambda c, now: _prune_batch(c, now, params, batch_size, forget_ids)
+                pruned, more = await self._run(
+                    self._write, lambda c, now: _prune_batch(c, now, params, bounds, forget_ids)
                 )
                 total += pruned
-                if pruned.tasks < batch_size:
+                if not more:
                     break
                 await asyncio.sleep((time.monotonic() - started) * REST_PER_BATCH)
             forgetting = forget_ids
@@ -118,12 +124,31 @@ def _prune_batch(
     connection: sqlite3.Connection,
     now: int,
     params: dict[str, object],
-    batch_size: int,
+    bounds: tuple[int, int],
     forget_ids: bool,
-) -> PruneCounts:
-    picked = [row[0] for row in connection.execute(PICK_PRUNABLE, {**params, "limit": batch_size})]
+) -> tuple[PruneCounts, bool]:
+    """One batch: the oldest prunable tasks whose events fit `bounds` (tasks, events) go
+    whole; the oldest alone over the events bound loses that many events from the top.
+    And whether a bound cut it (another batch may find more)."""
+    batch_size, batch_events = bounds
+    candidates = connection.execute(PICK_PRUNABLE, {**params, "limit": batch_size}).fetchall()
+    picked: list[str] = []
+    events_so_far = 0
+    for task_id, last_seq in candidates:
+        events_so_far += last_seq
+        if events_so_far > batch_events:
+            break
+        picked.append(task_id)
+    if candidates and not picked:
+        oldest = candidates[0][0]
+        left = connection.execute(LAST_EVENT, {"id": oldest}).fetchone()[0] or 0
+        if left > batch_events:
+            keep = {"id": oldest, "keep": left - batch_events}
+            return PruneCounts(0, connection.execute(DELETE_TOP_EVENTS, keep).rowcount), True
+        picked = [oldest]
     if not picked:
-        return PruneCounts()
+        return PruneCounts(), False
+    more = len(candidates) == batch_size or len(picked) < len(candidates)
     ids = {"ids": json.dumps(picked), "now": now}
     events = connection.execute(DELETE_TASK_ROWS[0], ids).rowcount
     for statement in DELETE_TASK_ROWS[1:]:
@@ -131,4 +156,4 @@ def _prune_batch(
     if not forget_ids:
         connection.execute(KEEP_PRUNED_IDS, ids)
     connection.execute(DELETE_TASKS, ids)
-    return PruneCounts(len(picked), events)
+    return PruneCounts(len(picked), events), more
