@@ -295,6 +295,13 @@ class _Run:
                                 return RunResult("finished", self.state)
                             await model_call.call_model(self)
                         case RunTools(calls=to_run):
+                            # A cancel stops calls not yet started: a queued job's function
+                            # never runs (Celery's revoke). One already started (RecoverCalls)
+                            # is settled first, so nothing it made is left behind.
+                            if self._cancel_check_due() and await self._cancel_if_asked(
+                                await self._inbox()
+                            ):
+                                return RunResult("finished", self.state)
                             await calls.run_tools(self, to_run)
                         case RecoverCalls(calls=half_done):
                             await calls.recover_calls(self, half_done)
@@ -421,8 +428,9 @@ class _Run:
         ]
 
     def _cancel_check_due(self) -> bool:
-        """Before model calls the inbox is read for a cancel at most every
-        CANCEL_CHECK_SECONDS: one read fewer per step, and a cancel still lands in seconds."""
+        """Before model calls and tool runs the inbox is read for a cancel at most every
+        CANCEL_CHECK_SECONDS: one read fewer per step, and a cancel still lands in seconds
+        (a cancel already in the inbox at the claim's load is seen at the first step)."""
         return time.monotonic() - self.cancel_checked_at >= CANCEL_CHECK_SECONDS
 
     async def _cancel_if_asked(self, inbox: list[InboxEntry]) -> bool:
