@@ -4,7 +4,6 @@ when the budget allows, with that slot held for it; a 429's pause holds every ca
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from datetime import timedelta
 
@@ -13,7 +12,12 @@ import pytest
 from noeta.core.errors import ConfigError, Conflict
 from noeta.core.model_limits import ModelBudget, ModelBudgetHeld, ModelBudgetWait, ModelLimiter
 from noeta.core.store import Claim, NewEvent, Store, TaskStatus
-from noeta.testing.store_contract.fixtures import LEASE, created, eventually_claim
+from noeta.testing.store_contract.fixtures import (
+    LEASE,
+    created,
+    eventually_claim,
+    until_store_time,
+)
 
 KEYS = ("fake/m1", "fake/*")
 CALLED = [NewEvent("ModelCalled", {"request_hash": "h"})]
@@ -81,8 +85,7 @@ class ModelLimitContract:
         assert (record.owner_epoch, record.lease_until) == (second.epoch, second.lease_until)
         assert len(await store.read_log("b")) == 1
         # The same claim, at its slot, takes the slot held for it: one call, no new check.
-        while await store.clock() < held.value.until:
-            await asyncio.sleep(0.01)
+        await until_store_time(store, held.value.until)
         assert await limiter.append_model_called(second, 1, CALLED, keeping) == 2
         (limit,) = await limiter.model_limits()
         assert (limit.calls, limit.handbacks) == (2, 1)
