@@ -39,7 +39,7 @@ async def test_a_budget_wait_keeps_the_claim_and_its_background_job(
     job = {"id": "job1", "name": "Bash", "input": {"command": command, "run_in_background": True}}
     replies = ({"tool_calls": [job]}, {"text": "Waiting."}, {"text": "Done."})
     await add_task(store, tmp_path, "t", *replies)
-    worker = workers(postgres_url, "w", lease=3)
+    worker = workers(postgres_url, "w", lease=10)  # renewed all along: never lapses here
 
     async def refused_with_its_job_running() -> bool:
         assert isinstance(store, ModelLimiter)

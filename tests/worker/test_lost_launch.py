@@ -35,7 +35,7 @@ async def test_a_launch_whose_claim_was_lost_is_not_kept_and_recover_cleans_up(
     store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> None:
     workspace = await add_parent(store, tmp_path)
-    late = workers(postgres_url, "late", lease=1, failpoints="subtask.before_launch=pause")
+    late = workers(postgres_url, "late", lease=3, failpoints="subtask.before_launch=pause")
     await until(late.paused, "the Agent tool made its worktree and the worker froze")
     worktree = workspace.parent / "p.a.1"
     assert (worktree / ".git").is_file()
