@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from noeta.client import job_tasks
-from noeta.client.waiting import wait_finished
+from noeta.client.waiting import FinishWatcher
 from noeta.core import events
 from noeta.core.bulk import BulkCreate, check_distinct_ids
 from noeta.core.errors import (
@@ -97,6 +97,7 @@ class AsyncClient:
         self._config = config
         self._application_name = application_name
         self._store: Store | None = None
+        self._watcher: FinishWatcher | None = None  # what result() waits with, one listener
         self._opening = asyncio.Lock()
 
     async def __aenter__(self) -> AsyncClient:
@@ -118,12 +119,28 @@ class AsyncClient:
                 from noeta.backends.stores import open_store
 
                 self._store = await open_store(self._url, application_name=self._application_name)
+                self._watcher = FinishWatcher(self._store)
             return self._store
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            watcher, self._watcher = self._watcher, None
+            await watcher.close()
         if self._store is not None:
             store, self._store = self._store, None
             await store.close()
+
+    @property
+    def waiting(self) -> int:
+        """How many `result()` calls wait now (their row read, the task not finished).
+        They share one listener: a client holds its pool and at most one LISTEN
+        connection, however many calls wait."""
+        return self._watcher.waiting if self._watcher is not None else 0
+
+    async def _finish_watcher(self) -> FinishWatcher:
+        await self.store()
+        assert self._watcher is not None
+        return self._watcher
 
     # --- creating tasks --------------------------------------------------------------
 
@@ -279,8 +296,10 @@ class AsyncClient:
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"timeout must be more than 0 seconds (or None), not {timeout}")
         task_id = _id(task)
-        record = await wait_finished(await self.store(), task_id, timeout)
-        finished = await self._finish_event(task_id)
+        watcher = await self._finish_watcher()
+        record = await watcher.wait_finished(task_id, timeout)
+        async with watcher.reads:  # the same bound as the waits' reads
+            finished = await self._finish_event(task_id)
         if record.status is TaskStatus.CANCELLED:
             raise TaskCancelled(task_id)
         if record.status is TaskStatus.FAILED:

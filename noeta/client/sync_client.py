@@ -7,7 +7,9 @@ inside code that runs a loop already (a sync view called from async code).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+import weakref
 from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -43,6 +45,13 @@ class Client:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self._client = self._run(_make(store, config, application_name))
+        # A script that never calls close() (the Celery habit) still closes the store
+        # and the loop: when the Client is collected, or at the latest at interpreter
+        # exit, while the loop's thread still runs (else its pool's tasks are destroyed
+        # pending, and say so on stderr).
+        self._finalizer = weakref.finalize(
+            self, _close_quietly, self._loop, self._thread, self._client
+        )
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
@@ -59,12 +68,8 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        self._run(self._client.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        if self._finalizer.detach() is not None:
+            _close(self._loop, self._thread, self._client)
 
     def submit(
         self,
@@ -196,6 +201,25 @@ class Client:
 
 async def _next(events: AsyncGenerator[TailedEvent, None]) -> TailedEvent:
     return await anext(events)
+
+
+def _close(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: AsyncClient) -> None:
+    """Close the client on its loop, then stop the loop and its thread."""
+    try:
+        asyncio.run_coroutine_threadsafe(client.close(), loop).result()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+
+def _close_quietly(
+    loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: AsyncClient
+) -> None:
+    """`_close` for a Client nobody closed: a failure to close is nobody's to handle (the
+    server drops a gone process's connections anyway)."""
+    with contextlib.suppress(Exception):
+        _close(loop, thread, client)
 
 
 async def _make(store: str | None, config: str | Config | None, name: str) -> AsyncClient:

@@ -4,7 +4,8 @@
 A limit is kept per `provider/model` or `provider/*`; every worker counts against the same
 row. The budget is taken by the append that records `ModelCalled`, after its fence: a call
 is counted exactly when it is recorded. A call the budget does not allow is not recorded:
-the append hands the task back, due when the budget allows (`ModelBudgetWait`).
+the append hands the task back, due when the budget allows (`ModelBudgetWait`), or,
+for a task whose background jobs need its claim, keeps it (`ModelBudgetHeld`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from noeta.core.errors import ConfigError, StoreError
+from noeta.core.errors import ConfigError, NoetaError, StoreError
 from noeta.core.store_values import Claim, NewEvent
 
 # The largest limit a user can set: far above any provider's, small enough for an int4.
@@ -51,11 +52,26 @@ class ModelBudget:
 
     keys: tuple[str, ...]
     tokens: int
+    # The task's background jobs run under its claim: a refusal must not end it (that
+    # would stop them). It keeps the claim, holds the slot, and raises ModelBudgetHeld.
+    keep_claim: bool = False
 
 
 class ModelBudgetWait(StoreError):
     """The append was refused for a limit's budget: nothing of it was written, and the
     task was handed back, claimable again at `until` (the claim is over)."""
+
+    def __init__(self, task_id: str, limit: str, until: datetime) -> None:
+        super().__init__(f"waiting for model budget {limit} until {until.isoformat()}")
+        self.task_id = task_id
+        self.limit = limit
+        self.until = until
+
+
+class ModelBudgetHeld(NoetaError):
+    """The append was refused for a limit's budget, but the claim was kept (the budget
+    `keep_claim`): nothing was written, the slot at `until` is reserved for this task,
+    and the same claim appends again once it has come."""
 
     def __init__(self, task_id: str, limit: str, until: datetime) -> None:
         super().__init__(f"waiting for model budget {limit} until {until.isoformat()}")
@@ -75,7 +91,9 @@ class ModelLimiter(Protocol):
         does, and take `budget` in the same transaction, after the fence. Raises
         `ModelBudgetWait` when a limit does not allow the call now (or is paused): then
         nothing is appended and the task is ready again at the moment the budget allows,
-        which is reserved for it (its next attempt takes it without waiting again)."""
+        which is reserved for it (its next attempt takes it without waiting again). With
+        `budget.keep_claim`, a refusal raises `ModelBudgetHeld` instead and leaves the
+        claim as it was (running, its lease), the moment reserved all the same."""
         ...
 
     async def model_call_used(self, budget: ModelBudget, tokens: int) -> None:

@@ -33,6 +33,17 @@ async def keep(run: RunContext, call: ToolCall, output: ToolOutput) -> None:
         # A job starts, a wake-up is scheduled, only once the result is in the log: a
         # result recorded by another claim would tell the model of one that never was.
         return
+    if output.subtask is not None:
+        # "launching subagent …" is true only with the launch append, which creates the
+        # child: recorded by another claim it would answer the call with a child that
+        # never was. The next claimer's `recover` settles it (not started, worktree gone).
+        log.warning(
+            "task %s: the launch of %s was cut off by the claim's loss; not kept (the next"
+            " claimer's recover settles it)",
+            run.task_id,
+            call.id,
+        )
+        return
     if call.id not in dict(run.state.started):
         return  # the result did land (a later step of the append failed): nothing is late
     claim = run.claim

@@ -9,7 +9,14 @@ from typing import Protocol
 
 from noeta.core.errors import StoreError
 from noeta.core.model import Usage
-from noeta.core.model_limits import ModelBudget, ModelLimiter, estimate_tokens, limit_keys
+from noeta.core.model_limits import (
+    ModelBudget,
+    ModelBudgetHeld,
+    ModelLimiter,
+    estimate_tokens,
+    limit_keys,
+)
+from noeta.core.retry import Sleep
 from noeta.core.store import Claim, Continue, Delivery, NewEvent, NewTask, NextState, Store
 from noeta.core.store_values import Finish
 from noeta.observability import metrics
@@ -33,11 +40,29 @@ class Append(Protocol):
     ) -> int: ...
 
 
-def budget_for(store: Store, provider: str, model: str, body: bytes) -> ModelBudget | None:
-    """The budget a call of `body` takes; None where the store keeps no limits."""
+def budget_for(
+    store: Store, provider: str, model: str, body: bytes, keep_claim: bool = False
+) -> ModelBudget | None:
+    """The budget a call of `body` takes; None where the store keeps no limits.
+    `keep_claim`: a refusal keeps the claim (its background jobs need it)."""
     if not isinstance(store, ModelLimiter):
         return None
-    return ModelBudget(limit_keys(provider, model), estimate_tokens(body))
+    return ModelBudget(limit_keys(provider, model), estimate_tokens(body), keep_claim)
+
+
+async def wait_in_claim(store: Store, sleep: Sleep, task_id: str, held: ModelBudgetHeld) -> float:
+    """Wait, still holding the claim (the worker renews it), for the slot the refusal
+    reserved: measured on the store's clock, the one the budget is kept on. Returns the
+    seconds waited."""
+    seconds = max(0.0, (held.until - await store.clock()).total_seconds())
+    log.info(
+        "task %s: waiting for model budget %s until %s, keeping its claim for its jobs",
+        task_id,
+        held.limit,
+        held.until.isoformat(),
+    )
+    await sleep(seconds)
+    return seconds
 
 
 def writer(store: Store, budget: ModelBudget | None) -> Append:

@@ -14,7 +14,7 @@ from noeta.core import failpoints
 from noeta.core.errors import NoetaError
 from noeta.core.fold import LoggedEvent, TaskState, fold
 from noeta.core.model import Provider, ProviderError
-from noeta.core.model_limits import ModelBudget, ModelBudgetWait
+from noeta.core.model_limits import ModelBudget, ModelBudgetHeld, ModelBudgetWait
 from noeta.core.next_action import EndTurn, FinishTask, next_action
 from noeta.core.request import build_request
 from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
@@ -61,7 +61,9 @@ class ModelCallContext(Protocol):
     async def settle(self, prefix: list[ev.Event], action: EndTurn | FinishTask) -> None: ...
 
 
-async def call_model(run: ModelCallContext) -> None:
+async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None:
+    """`keep_claim`: the task's background jobs run under this claim, so a call the budget
+    does not allow yet waits for it here rather than handing the task back."""
     config = run.state.config
     assert config is not None
     try:
@@ -78,14 +80,19 @@ async def call_model(run: ModelCallContext) -> None:
         step.input_messages(request.messages)
         # Within the shared limits, the append that records the call takes its budget, or
         # hands the task back (ModelBudgetWait ends the claim) and records nothing.
-        budget = model_budget.budget_for(run.store, provider.name, model_name, body)
+        budget = model_budget.budget_for(run.store, provider.name, model_name, body, keep_claim)
         called = ev.ModelCalled(hashlib.sha256(body).hexdigest(), step.record)
-        try:
-            await run.append([called], budget=budget)
-        except ModelBudgetWait as wait:
-            seconds = max(0.0, (wait.until - datetime.now(UTC)).total_seconds())
-            metrics.model_budget_wait(provider.name, model_name, wait.limit, seconds)
-            raise
+        while True:
+            try:
+                await run.append([called], budget=budget)
+                break
+            except ModelBudgetWait as wait:
+                seconds = max(0.0, (wait.until - datetime.now(UTC)).total_seconds())
+                metrics.model_budget_wait(provider.name, model_name, wait.limit, seconds)
+                raise
+            except ModelBudgetHeld as held:
+                seconds = await model_budget.wait_in_claim(run.store, run.sleep, run.task_id, held)
+                metrics.model_budget_wait(provider.name, model_name, held.limit, seconds)
         await failpoints.hit("model.after_called")
         await _send(run, provider, model_name, body, step, budget)
 

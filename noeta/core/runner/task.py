@@ -289,12 +289,17 @@ class _Run:
                         case EndTurn() | FinishTask():
                             await self.settle([], action)
                         case CallModel():
-                            if self._cancel_check_due() and await self._cancel_if_asked(
-                                await self._inbox()
-                            ):
+                            if await self._cancelled_before_step():
                                 return RunResult("finished", self.state)
-                            await model_call.call_model(self)
+                            # Its jobs live only as long as this claim: a budget wait
+                            # keeps it rather than handing the task back.
+                            await model_call.call_model(self, keep_claim=self._has_jobs())
                         case RunTools(calls=to_run):
+                            # A cancel stops calls not yet started: a queued job's function
+                            # never runs (Celery's revoke). One already started (RecoverCalls)
+                            # is settled first, so nothing it made is left behind.
+                            if await self._cancelled_before_step():
+                                return RunResult("finished", self.state)
                             await calls.run_tools(self, to_run)
                         case RecoverCalls(calls=half_done):
                             await calls.recover_calls(self, half_done)
@@ -421,9 +426,17 @@ class _Run:
         ]
 
     def _cancel_check_due(self) -> bool:
-        """Before model calls the inbox is read for a cancel at most every
-        CANCEL_CHECK_SECONDS: one read fewer per step, and a cancel still lands in seconds."""
+        """Before model calls and tool runs the inbox is read for a cancel at most every
+        CANCEL_CHECK_SECONDS: one read fewer per step, and a cancel still lands in seconds
+        (a cancel already in the inbox at the claim's load is seen at the first step)."""
         return time.monotonic() - self.cancel_checked_at >= CANCEL_CHECK_SECONDS
+
+    def _has_jobs(self) -> bool:
+        return bool(taking.jobs_running_here(self))
+
+    async def _cancelled_before_step(self) -> bool:
+        """Finished as cancelled if a cancel was asked (looked for when one is due)."""
+        return self._cancel_check_due() and await self._cancel_if_asked(await self._inbox())
 
     async def _cancel_if_asked(self, inbox: list[InboxEntry]) -> bool:
         """`noeta cancel` delivered a request: finish the task as cancelled, taking it."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import datetime
 
 import pytest
 
@@ -31,6 +32,14 @@ async def eventually_claim(
             return claim
         await asyncio.sleep(0.02)
     raise AssertionError(f"nothing became claimable within {within} s")
+
+
+async def until_store_time(store: Store, moment: datetime) -> None:
+    """Wait until the store's clock has passed `moment` (a due time only time brings):
+    the store's clock runs at the local clock's rate, the margin covers the loop's."""
+    left = (moment - await store.clock()).total_seconds()
+    await asyncio.sleep(max(0.0, left) + 0.005)
+    assert await store.clock() > moment
 
 
 class StoreFixtures:

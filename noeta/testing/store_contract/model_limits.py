@@ -10,9 +10,14 @@ from datetime import timedelta
 import pytest
 
 from noeta.core.errors import ConfigError, Conflict
-from noeta.core.model_limits import ModelBudget, ModelBudgetWait, ModelLimiter
+from noeta.core.model_limits import ModelBudget, ModelBudgetHeld, ModelBudgetWait, ModelLimiter
 from noeta.core.store import Claim, NewEvent, Store, TaskStatus
-from noeta.testing.store_contract.fixtures import LEASE, created, eventually_claim
+from noeta.testing.store_contract.fixtures import (
+    LEASE,
+    created,
+    eventually_claim,
+    until_store_time,
+)
 
 KEYS = ("fake/m1", "fake/*")
 CALLED = [NewEvent("ModelCalled", {"request_hash": "h"})]
@@ -65,6 +70,25 @@ class ModelLimitContract:
         (limit,) = await limiter.model_limits()
         assert (limit.key, limit.rpm, limit.calls, limit.handbacks) == ("fake/*", 600, 2, 2)
         assert limit.waited_seconds > 0
+
+    async def test_a_refusal_that_keeps_the_claim_holds_the_slot_for_it(self, store: Store) -> None:
+        limiter = _limiter(store)
+        await limiter.set_model_limit("fake/*", 600, None)  # one call per 100 ms
+        first, second = [await _claimed(store, name) for name in ("a", "b")]
+        budget = ModelBudget(KEYS, 10)
+        assert await limiter.append_model_called(first, 1, CALLED, budget) == 2
+        keeping = dataclasses.replace(budget, keep_claim=True)
+        with pytest.raises(ModelBudgetHeld) as held:
+            await limiter.append_model_called(second, 1, CALLED, keeping)
+        record = await store.get_task("b")  # still the claim's: its jobs live on
+        assert record is not None and record.status == TaskStatus.RUNNING
+        assert (record.owner_epoch, record.lease_until) == (second.epoch, second.lease_until)
+        assert len(await store.read_log("b")) == 1
+        # The same claim, at its slot, takes the slot held for it: one call, no new check.
+        await until_store_time(store, held.value.until)
+        assert await limiter.append_model_called(second, 1, CALLED, keeping) == 2
+        (limit,) = await limiter.model_limits()
+        assert (limit.calls, limit.handbacks) == (2, 1)
 
     async def test_a_stale_claim_is_fenced_before_the_budget(self, store: Store) -> None:
         limiter = _limiter(store)

@@ -1,5 +1,5 @@
-"""The inbox on PostgreSQL: deliveries (deduplicated per task, waking a waiting task) and
-reading what a task has been sent."""
+"""The inbox on PostgreSQL: deliveries (deduplicated per task, waking a waiting task, and
+for a cancel a task due later) and reading what a task has been sent."""
 
 from __future__ import annotations
 
@@ -7,9 +7,24 @@ from typing import Any
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core import payload
-from noeta.core.store import Delivery, InboxEntry, check_key
+from noeta.core.store import CANCEL_KEY, Delivery, InboxEntry, check_key
 
-DELIVER = "SELECT noeta_deliver(%(task)s, %(key)s, %(payload)s)"
+# noeta_deliver wakes a waiting task; a cancel also wakes a ready one due later (a delay,
+# a model-budget hand-back, a 429 pause), so that it ends now rather than at its due
+# time. The deliver runs first (the UPDATE's condition reads it) and holds the row lock;
+# a task claimed meanwhile is no longer ready when the UPDATE re-checks the row.
+DELIVER = """
+WITH delivered AS MATERIALIZED (
+    SELECT noeta_deliver(%(task)s, %(key)s, %(payload)s) AS inserted
+),
+woken AS (
+    UPDATE tasks SET claimable_at = clock_timestamp(), updated_at = clock_timestamp()
+     WHERE id = %(task)s AND status = 'ready' AND claimable_at > clock_timestamp()
+       AND %(key)s = %(cancel_key)s AND (SELECT inserted FROM delivered)
+    RETURNING id
+)
+SELECT inserted, (SELECT count(*) FROM woken) FROM delivered
+"""
 
 READ_INBOX = """
 SELECT id, task_id, payload, dedupe_key, taken_seq, created_at FROM inbox
@@ -25,6 +40,7 @@ class PostgresInbox(PostgresConnection):
             "task": delivery.task_id,
             "key": dedupe_key(delivery),
             "payload": payload.encode(delivery.payload),
+            "cancel_key": CANCEL_KEY,
         }
         row = await self._write(DELIVER, params, task_id=delivery.task_id)
         return bool(row and row[0])

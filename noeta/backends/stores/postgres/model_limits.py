@@ -9,6 +9,7 @@ from noeta.backends.stores.postgres.appends import events_json
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.model_limits import (
     ModelBudget,
+    ModelBudgetHeld,
     ModelBudgetWait,
     ModelLimit,
     check_limit,
@@ -18,6 +19,11 @@ from noeta.core.store import Claim, NewEvent, check_append
 
 APPEND_MODEL_CALLED = """
 SELECT seq, retry_at, limit_key FROM noeta_append_model_called(
+    %(task)s, %(epoch)s, %(expected_seq)s, %(events)s::jsonb, %(keys)s::text[], %(tokens)s)
+"""
+# The same append for a task whose jobs need its claim: a refusal keeps it (0015).
+APPEND_MODEL_CALLED_KEEPING_CLAIM = """
+SELECT seq, retry_at, limit_key FROM noeta_append_model_called_keeping_claim(
     %(task)s, %(epoch)s, %(expected_seq)s, %(events)s::jsonb, %(keys)s::text[], %(tokens)s)
 """
 MODEL_TOKENS_USED = "SELECT noeta_model_tokens_used(%(keys)s::text[], %(delta)s)"
@@ -55,9 +61,12 @@ class PostgresModelLimits(PostgresConnection):
             "keys": list(budget.keys),
             "tokens": budget.tokens,
         }
-        row = await self._write(APPEND_MODEL_CALLED, params, task_id=claim.task_id)
+        statement = APPEND_MODEL_CALLED_KEEPING_CLAIM if budget.keep_claim else APPEND_MODEL_CALLED
+        row = await self._write(statement, params, task_id=claim.task_id)
         assert row is not None
         seq, retry_at, limit_key = row
+        if seq is None and budget.keep_claim:
+            raise ModelBudgetHeld(claim.task_id, limit_key, retry_at)
         if seq is None:
             raise ModelBudgetWait(claim.task_id, limit_key, retry_at)
         appended: int = seq

@@ -1,5 +1,5 @@
-"""The inbox on sqlite: deliveries (deduplicated per task, waking a waiting task) and
-reading what a task has been sent."""
+"""The inbox on sqlite: deliveries (deduplicated per task, waking a waiting task, and for
+a cancel a task due later) and reading what a task has been sent."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ SELECT_TASK_STATUS = "SELECT status, wake_prefix FROM tasks WHERE id = ?"
 INSERT_INBOX_ENTRY = """
 INSERT INTO inbox (task_id, dedupe_key, payload, created_at) VALUES (?, ?, ?, ?)
 ON CONFLICT (task_id, dedupe_key) DO NOTHING"""
-WAKE_WAITING_TASK = """
+MAKE_CLAIMABLE_NOW = """
 UPDATE tasks SET claimable_at = min(coalesce(claimable_at, :now), :now), updated_at = :now
  WHERE id = :task_id"""
 READ_UNTAKEN_INBOX = """
@@ -52,6 +52,9 @@ def insert_delivery(connection: sqlite3.Connection, delivery: EncodedDelivery, n
     status, prefix = row
     key = delivery.dedupe_key or ""
     wakes = prefix is None or key.startswith(prefix) or key == CANCEL_KEY
-    if inserted and status == "waiting" and wakes:
-        connection.execute(WAKE_WAITING_TASK, {"now": now, "task_id": delivery.task_id})
+    # A cancel also wakes a ready task due later (a delay, a budget hand-back, a 429
+    # pause): it ends now, not at its due time.
+    cancels_a_later_task = status == "ready" and key == CANCEL_KEY
+    if inserted and ((status == "waiting" and wakes) or cancels_a_later_task):
+        connection.execute(MAKE_CLAIMABLE_NOW, {"now": now, "task_id": delivery.task_id})
     return inserted

@@ -17,6 +17,7 @@ from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import encode_events, from_micros, now_micros
 from noeta.core.model_limits import (
     ModelBudget,
+    ModelBudgetHeld,
     ModelBudgetWait,
     ModelLimit,
     check_limit,
@@ -119,10 +120,15 @@ class SqliteModelLimits(SqliteConnection):
                 return seq
             waited = (retry[0] - now) / 1e6
             connection.execute(COUNT_HANDBACK, (waited, retry[1].split(" ")[0]))
-            connection.execute(HAND_BACK, {"at": retry[0], "now": now, "task_id": claim.task_id})
+            if not budget.keep_claim:  # else its jobs need the claim: it waits inside it
+                connection.execute(
+                    HAND_BACK, {"at": retry[0], "now": now, "task_id": claim.task_id}
+                )
             return retry
 
         outcome = await self._run(self._write, append_within_budget)
+        if isinstance(outcome, tuple) and budget.keep_claim:
+            raise ModelBudgetHeld(claim.task_id, outcome[1], from_micros(outcome[0]))
         if isinstance(outcome, tuple):
             raise ModelBudgetWait(claim.task_id, outcome[1], from_micros(outcome[0]))
         return outcome

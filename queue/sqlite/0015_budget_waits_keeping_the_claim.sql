@@ -1,0 +1,3 @@
+-- The PostgreSQL twin adds noeta_append_model_called_keeping_claim. On sqlite the
+-- ModelCalled append runs in the client (stores/sqlite/model_limits.py), which keeps the
+-- claim itself when the budget asks it to: nothing to change here.
