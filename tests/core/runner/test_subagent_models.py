@@ -132,3 +132,12 @@ async def test_an_oversize_script_is_refused(store: Store, tmp_path: Path) -> No
     content = await agent_result(store, tmp_path, f"scripted:{big}", "scripted:*")
     assert content.endswith("is not a usable model script (a regular file of valid script YAML, "
                             "at most 65536 bytes)")  # fmt: skip
+
+
+async def test_a_link_named_as_a_script_is_not_followed(store: Store, tmp_path: Path) -> None:
+    target = script(tmp_path, {"text": "behind a link"}).removeprefix("scripted:")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(target)  # a task could point one at any file the worker can read
+    content = await agent_result(store, tmp_path, f"scripted:{link}", "scripted:*")
+    assert content.endswith(f"{link} is not a usable model script (a regular file of valid "
+                            "script YAML, at most 65536 bytes)")  # fmt: skip
