@@ -58,6 +58,7 @@ class EmbeddedPostgres:
         self.pgdata = self.root / "pgdata"
         self.settings = dict(settings or {})
         self._password_file = self.root / "password"
+        self.started_here = False  # whether start() started the server (it was not running)
 
     @property
     def log_file(self) -> Path:
@@ -75,6 +76,7 @@ class EmbeddedPostgres:
                 if not (self.pgdata / "PG_VERSION").exists():
                     self._initdb()
                 port = self._running_port() or self._start_server()
+                self.started_here = True
         return self.dsn(port)
 
     def status(self) -> EmbeddedStatus:
