@@ -9,6 +9,9 @@ plugins:                                # default: just the built-in tools (core
 gates:
   - {tool: Bash, field: command, pattern: 'rm\\s+-rf', action: deny, reason: no rm -rf}
   - {tool: Write, field: file_path, outside_workspace: true, action: ask}
+subagent_models:                        # what an Agent call may name besides its own model
+  - anthropic:claude-haiku-4-5          # an exact spec
+  - openai:*                            # every spec that starts so (scripted: only if named)
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ if TYPE_CHECKING:  # built only from a config file that has gates
 CONFIG_ENV = "NOETA_CONFIG"
 _GATE_KEYS = {"tool", "field", "pattern", "outside_workspace", "action", "reason", "set"}
 _ACTIONS = ("allow", "deny", "ask", "rewrite")
+_KEYS = ("gates", "plugins", "subagent_models", "workspaces")
 
 
 def default_workspaces() -> str:
@@ -46,6 +50,8 @@ class Config:
     plugins: tuple[PluginSpec, ...] = (PluginSpec("module", "noeta.plugins.core"),)
     gates: tuple[GateRule, ...] = ()
     workspaces: str = field(default_factory=default_workspaces)
+    # The models an Agent call may name besides its task's own (ADR-0076); none by default.
+    subagent_models: tuple[str, ...] = ()
 
 
 def load_config(path: str | None) -> Config:
@@ -60,11 +66,11 @@ def load_config(path: str | None) -> Config:
         return Config()
     if not isinstance(document, dict):
         raise ConfigError(f"{path}, line 1: the config is a mapping (plugins:, gates:, …)")
-    unknown = sorted(set(document) - {"plugins", "gates", "workspaces"})
+    unknown = sorted(set(document) - set(_KEYS))
     if unknown:
         line = yamlfile.line_of(document, unknown[0])
         raise ConfigError(
-            f"{path}, line {line}: unknown key {unknown[0]!r} (known: gates, plugins, workspaces)"
+            f"{path}, line {line}: unknown key {unknown[0]!r} (known: {', '.join(_KEYS)})"
         )
     plugin_items = _list(path, document, "plugins") or ["core"]
     gate_items = _list(path, document, "gates")
@@ -80,7 +86,12 @@ def load_config(path: str | None) -> Config:
     if not isinstance(workspaces, str):
         line = yamlfile.line_of(document, "workspaces")
         raise ConfigError(f"{path}, line {line}: workspaces must be a folder's path")
-    return Config(plugins, gates, str(Path(workspaces).expanduser()))
+    model_items = _list(path, document, "subagent_models")
+    models = tuple(
+        _model(path, item, yamlfile.line_of(model_items, index))
+        for index, item in enumerate(model_items)
+    )
+    return Config(plugins, gates, str(Path(workspaces).expanduser()), models)
 
 
 def _list(path: str, document: dict[str, Any], key: str) -> list[Any]:
@@ -91,6 +102,20 @@ def _list(path: str, document: dict[str, Any], key: str) -> list[Any]:
         line = yamlfile.line_of(document, key)
         raise ConfigError(f"{path}, line {line}: {key} must be a list (one `- ` item each)")
     return value
+
+
+def _model(path: str, item: Any, line: int) -> str:
+    """A model spec, or one ending in `*` for every spec that starts so."""
+    from noeta.backends.models.registry import KNOWN
+
+    prefix, colon, name = str(item).partition(":")
+    if not isinstance(item, str) or not colon or not name or prefix not in KNOWN:
+        raise ConfigError(
+            f"{path}, line {line}: subagent_models: {item!r} is not a model spec "
+            "(anthropic:MODEL, openai:MODEL, scripted:FILE; a trailing * for every spec "
+            "that starts so: openai:*)"
+        )
+    return item
 
 
 def _plugin(path: str, item: Any, line: int) -> PluginSpec:

@@ -9,6 +9,9 @@ knows it, the column; every mapping and list keeps the line of each key and item
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +45,12 @@ class LocatedList(list[Any]):
         self.item_lines: list[int] = []
 
 
-def load(path: str | Path, *, what: str, max_bytes: int = MAX_BYTES) -> Any:
-    """Parse `path`; ConfigError ("<path>, line N, column M: …") for anything wrong with it."""
-    try:
-        with open(path, "rb") as file:
-            raw = file.read(max_bytes + 1)
-    except OSError as error:
-        raise ConfigError(f"cannot read the {what} {path}: {error.strerror}") from None
-    if len(raw) > max_bytes:
-        raise ConfigError(f"{path}: the {what} is over {max_bytes} bytes; is it the right file?")
+def load(
+    path: str | Path, *, what: str, max_bytes: int = MAX_BYTES, follow_links: bool = True
+) -> Any:
+    """Parse `path`; ConfigError ("<path>, line N, column M: …") for anything wrong with it.
+    `follow_links=False` for a file a task could have named or made (a symlink is refused)."""
+    raw = read_regular_file(path, what=what, max_bytes=max_bytes, follow_links=follow_links)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -74,6 +74,32 @@ def load(path: str | Path, *, what: str, max_bytes: int = MAX_BYTES) -> Any:
         raise ConfigError(f"{path}: not valid YAML: {error}") from None
     except RecursionError:
         raise ConfigError(f"{path}: the {what} nests lists or mappings too deeply") from None
+
+
+def read_regular_file(
+    path: str | Path, *, what: str, max_bytes: int, follow_links: bool = True
+) -> bytes:
+    """The bytes of `path`, a regular file of at most `max_bytes`. Opened without blocking
+    (a FIFO or a device would wait for ever) and checked before a byte is read."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as error:
+        if error.errno == errno.ELOOP and not follow_links:
+            raise ConfigError(f"cannot read the {what} {path}: it is a symbolic link") from None
+        raise ConfigError(f"cannot read the {what} {path}: {error.strerror}") from None
+    with os.fdopen(descriptor, "rb") as file:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise ConfigError(f"cannot read the {what} {path}: it is not a regular file")
+        if status.st_size > max_bytes:
+            raise ConfigError(
+                f"{path}: the {what} is over {max_bytes} bytes; is it the right file?"
+            )
+        raw = file.read(max_bytes + 1)
+    if len(raw) > max_bytes:  # it grew since
+        raise ConfigError(f"{path}: the {what} is over {max_bytes} bytes; is it the right file?")
+    return raw
 
 
 def plain(value: Any) -> Any:

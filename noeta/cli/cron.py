@@ -161,7 +161,7 @@ async def _history(url: str | None, name: str, limit: int) -> list[CronFireRecor
     from noeta.backends.stores import open_store
     from noeta.core.errors import NoetaError
 
-    store = await open_store(url, application_name="noeta-cron")
+    store = await open_store(url, application_name="noeta-cron", start_embedded=False)
     try:
         known = await store.cron_schedules()
         if name not in known:

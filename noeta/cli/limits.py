@@ -107,10 +107,10 @@ def _document(each: ModelLimit) -> dict[str, object]:
     }
 
 
-async def _open(url: str | None) -> tuple[Store, ModelLimiter]:
+async def _open(url: str | None, *, reads_only: bool = False) -> tuple[Store, ModelLimiter]:
     from noeta.backends.stores import open_store
 
-    store = await open_store(url, application_name="noeta-limit")
+    store = await open_store(url, application_name="noeta-limit", start_embedded=not reads_only)
     if not isinstance(store, ModelLimiter):
         await store.close()
         raise ConfigError("this store keeps no model limits")
@@ -134,7 +134,7 @@ async def _clear(url: str | None, key: str) -> bool:
 
 
 async def _list(url: str | None) -> list[ModelLimit]:
-    store, limiter = await _open(url)
+    store, limiter = await _open(url, reads_only=True)
     try:
         return await limiter.model_limits()
     finally:

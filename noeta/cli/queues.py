@@ -156,5 +156,5 @@ async def _clear(url: str | None, name: str) -> bool:
 async def _list(url: str | None, names: Sequence[str]) -> list[QueueOverview]:
     from noeta.client import AsyncClient
 
-    async with AsyncClient(url, application_name="noeta-queue") as client:
+    async with AsyncClient(url, application_name="noeta-queue", start_embedded=False) as client:
         return await client.queues(*names)

@@ -125,7 +125,7 @@ async def _run(
     line: NoStatus,
 ) -> tuple[str, str, str]:
     from noeta import observability
-    from noeta.backends.models.registry import ProviderRegistry
+    from noeta.backends.models.registry import ProviderRegistry, check_script
     from noeta.backends.stores import open_store, resolve_url
     from noeta.core import events, failpoints
     from noeta.core.model_limits import ModelBudgetWait
@@ -135,7 +135,8 @@ async def _run(
     from noeta.plugins.toolbox import Toolbox
 
     providers = ProviderRegistry()
-    providers.provider_for(model)  # a bad spec or a missing key: fail before writing
+    check_script(model)  # the person's own script: say in full what is wrong with it
+    await providers.provider_for(model)  # a bad spec or a missing key: fail before writing
     observability.start("noeta-run", secrets=[resolve_url(url)])
     toolbox = await Toolbox.open(config, runs_tools=True)
     observability.add_passed_secrets(PASSED_NAMES)  # what its tools may print

@@ -35,6 +35,11 @@ if TYPE_CHECKING:  # each command imports the client (and the drivers) when it r
     from noeta.core.store import LateResult, StoredEvent, TaskRecord
 
 
+# The client calls that only read: with no store given, they join a running embedded
+# server or fail in one line; they never create or start one (issue 25, item 25).
+READ_ONLY_METHODS = frozenset({"tasks"})
+
+
 @click.command()
 @click.argument("prompt", required=False, default="")
 @click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="The queue to run it on.")
@@ -179,7 +184,8 @@ async def _client_call(url: str | None, name: str, method: str, *args: Any, **op
     """One call of the client, as the command's whole body: the CLI is a layer on it."""
     from noeta.client import AsyncClient
 
-    async with AsyncClient(url, application_name=name) as client:
+    reads_only = method in READ_ONLY_METHODS
+    async with AsyncClient(url, application_name=name, start_embedded=not reads_only) as client:
         return await getattr(client, method)(*args, **options)
 
 
@@ -289,7 +295,8 @@ async def _tail(
     from noeta.client import AsyncClient
 
     line = open_status(progress, at_once=False)
-    async with AsyncClient(url, application_name="noeta-tail") as client, shown(line):
+    client = AsyncClient(url, application_name="noeta-tail", start_embedded=False)
+    async with client, shown(line):
         # The line folds the whole log (a worker's view), even when fewer events print.
         async for tailed in client.tail(task_id, after=0 if line.live else after, follow=follow):
             stored = tailed.stored
@@ -348,7 +355,7 @@ async def _show(
 ) -> tuple[TaskRecord, list[StoredEvent], list[LateResult], list[tuple[str, TaskRecord]]]:
     from noeta.client import AsyncClient
 
-    async with AsyncClient(url, application_name="noeta-show") as client:
+    async with AsyncClient(url, application_name="noeta-show", start_embedded=False) as client:
         record = await client.get(task_id)
         store = await client.store()
         # Late results first: one kept after the log was read would look unrecorded.

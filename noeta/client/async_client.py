@@ -92,10 +92,14 @@ class AsyncClient:
         *,
         config: str | Config | None = None,
         application_name: str = "noeta-client",
+        start_embedded: bool = True,
     ) -> None:
         self._url = store
         self._config = config
         self._application_name = application_name
+        # False for what only reads: no URL and no embedded server running is an error,
+        # never a new server made as a side effect.
+        self._start_embedded = start_embedded
         self._store: Store | None = None
         self._watcher: FinishWatcher | None = None  # what result() waits with, one listener
         self._opening = asyncio.Lock()
@@ -118,7 +122,11 @@ class AsyncClient:
             if self._store is None:
                 from noeta.backends.stores import open_store
 
-                self._store = await open_store(self._url, application_name=self._application_name)
+                self._store = await open_store(
+                    self._url,
+                    application_name=self._application_name,
+                    start_embedded=self._start_embedded,
+                )
                 self._watcher = FinishWatcher(self._store)
             return self._store
 

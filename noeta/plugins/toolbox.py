@@ -27,6 +27,7 @@ class Toolbox:
     tools: Mapping[str, Tool] = field(default_factory=dict)
     gates: tuple[Gate, ...] = ()
     workspaces: str = ""
+    subagent_models: tuple[str, ...] = ()
 
     @property
     def pins(self) -> tuple[Pin, ...]:
@@ -44,6 +45,7 @@ class Toolbox:
             gates=self.gates,
             pins=self.pins,
             plugins=[loaded.plugin for loaded in self.plugins],
+            subagent_models=self.subagent_models,
         )
 
     @classmethod
@@ -53,7 +55,11 @@ class Toolbox:
         `runs_tools`: this process will run the tools (a worker, `noeta run`), so what
         they need of the machine is checked and announced now (Bash's confinement).
         """
-        box = cls(gates=config.gates, workspaces=config.workspaces)
+        box = cls(
+            gates=config.gates,
+            workspaces=config.workspaces,
+            subagent_models=config.subagent_models,
+        )
         try:
             for spec in config.plugins:
                 loaded = load(spec)

@@ -84,7 +84,12 @@ def write_configs(scratch: Path) -> None:
         "params": {"outbox": OUTBOX, "ledger": str(scratch / EVENTS)},
     }
     plugins = [core, {"module": "tests.cluster.ledger_plugin"}, notify]
-    config = {"plugins": plugins, "workspaces": str(scratch / "workspaces")}
+    config = {
+        "plugins": plugins,
+        "workspaces": str(scratch / "workspaces"),
+        # The subagents' scripts, named from the repository (ADR-0076).
+        "subagent_models": ["scripted:tests/cluster/scripted/*"],
+    }
     (scratch / "noeta.yaml").write_text(json.dumps(config))
     cron = {
         "schedules": [

@@ -301,7 +301,9 @@ async def test_a_subtasks_trace_links_to_its_parents_execute_tool_agent_span(
     script.write_text(json.dumps({"replies": [{"tool_calls": [call]}, {"text": "done"}]}))
     created = events.TaskCreated(model=f"scripted:{script}", prompt="go", tools=("Agent",))
     await store.create_task(NewTask("p", [NewEvent(*events.encode(created))]))
-    runner = TaskRunner(store, ProviderRegistry(), tools={"Agent": Agent()})
+    runner = TaskRunner(
+        store, ProviderRegistry(), tools={"Agent": Agent()}, subagent_models=("scripted:*",)
+    )
     for task_id in ("p", "p.a.1", "p"):
         claimed = await store.claim_task("w1", task_id, 60)
         assert claimed is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -35,10 +36,14 @@ class ProviderRegistry:
     def __init__(self) -> None:
         self._providers: dict[str, Provider] = {}
 
-    def provider_for(self, spec: str) -> tuple[Provider, str]:
+    async def provider_for(self, spec: str) -> tuple[Provider, str]:
         prefix, name = split_spec(spec)
         if spec not in self._providers:
-            self._providers[spec] = _make(prefix, name)
+            if prefix == "scripted":  # a file a task may have named: off the event loop
+                made = await asyncio.to_thread(_open_script, name)
+                self._providers.setdefault(spec, made)
+            else:
+                self._providers[spec] = _make(prefix)
         return self._providers[spec], name
 
     async def close(self) -> None:
@@ -47,11 +52,22 @@ class ProviderRegistry:
         self._providers.clear()
 
 
-def _make(prefix: str, name: str) -> Provider:
-    if prefix == "scripted":
-        from noeta.backends.models.scripted import ScriptedProvider
+def _open_script(path: str) -> Provider:
+    """The script at `path` for a task: a regular file, no link, of bounded size. Every
+    failure reads the same, so a task that names a file learns neither whether it exists
+    nor a word of what it holds (`noeta run --model scripted:FILE` says what is wrong)."""
+    from noeta.backends.models.scripted import MAX_SCRIPT_BYTES, ScriptedProvider
 
-        return ScriptedProvider.from_file(name)
+    try:
+        return ScriptedProvider.from_file(path, follow_links=False)
+    except Exception:  # whatever it was, its words may quote the file
+        raise ConfigError(
+            f"{path} is not a usable model script (a regular file of valid script YAML, "
+            f"at most {MAX_SCRIPT_BYTES} bytes)"
+        ) from None
+
+
+def _make(prefix: str) -> Provider:
     if prefix == "anthropic":
         from noeta.backends.models.anthropic import AnthropicProvider
 
@@ -59,3 +75,13 @@ def _make(prefix: str, name: str) -> Provider:
     from noeta.backends.models.openai import OpenAIProvider
 
     return OpenAIProvider.from_environment()
+
+
+def check_script(spec: str) -> None:
+    """For the spec a person gives on the command line: what is wrong with its script, in
+    full (ConfigError naming the line), read as a worker would read it."""
+    prefix, name = split_spec(spec)
+    if prefix == "scripted":
+        from noeta.backends.models.scripted import load_script
+
+        load_script(name, follow_links=False)

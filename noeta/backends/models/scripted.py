@@ -38,7 +38,8 @@ from noeta.core.model import (
     Usage,
 )
 
-MAX_SCRIPT_BYTES = 1024 * 1024
+# Scripts are short (tests, demos); parsing a long one holds a thread for seconds.
+MAX_SCRIPT_BYTES = 64 * 1024
 _STOPS = ("end_turn", "tool_use", "max_tokens", "refusal", "other")
 _REPLY_KEYS = {"text", "tool_calls", "stop", "empty", "fail_first", "usage"}
 
@@ -68,8 +69,8 @@ class ScriptedProvider:
     _attempts: dict[int, int] = field(default_factory=dict)
 
     @classmethod
-    def from_file(cls, path: str) -> ScriptedProvider:
-        return cls(path, load_script(path))
+    def from_file(cls, path: str, *, follow_links: bool = True) -> ScriptedProvider:
+        return cls(path, load_script(path, follow_links=follow_links))
 
     def encode_request(self, request: ModelRequest) -> bytes:
         document = {
@@ -108,9 +109,11 @@ class ScriptedProvider:
         return None
 
 
-def load_script(path: str) -> tuple[ScriptedReply, ...]:
+def load_script(path: str, *, follow_links: bool = True) -> tuple[ScriptedReply, ...]:
     """Read and check a script; every problem names the file and line."""
-    document = yamlfile.load(path, what="model script", max_bytes=MAX_SCRIPT_BYTES)
+    document = yamlfile.load(
+        path, what="model script", max_bytes=MAX_SCRIPT_BYTES, follow_links=follow_links
+    )
     if not isinstance(document, dict) or not isinstance(document.get("replies"), list):
         raise ConfigError(f"{path}, line 1: a script is a mapping with a list of `replies`")
     replies = document["replies"]

@@ -3,8 +3,10 @@ or none for the embedded default.
 
 With no URL (no `--store`, no `NOETA_STORE`) noeta starts, or joins, a private PostgreSQL
 server whose data lives in `$NOETA_HOME` (default: the per-user data directory), so
-commands run from different shells share it. It is migrated automatically; a server
-named by URL is migrated only by `noeta db migrate`.
+commands run from different shells share it; one that starts it says so on stderr, and
+one that only reads (`start_embedded=False`) joins a running one or fails, creating
+nothing. It is migrated automatically; a server named by URL is migrated only by
+`noeta db migrate`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from urllib.parse import urlsplit
 
 from noeta.backends.stores.migrations import Migration
 from noeta.backends.stores.urls import check_postgres_url
-from noeta.core.errors import ConfigError
+from noeta.core.errors import ConfigError, StoreUnavailable
 from noeta.core.store import Store
 
 STORE_ENV = "NOETA_STORE"
@@ -33,11 +35,13 @@ async def open_store(
     application_name: str = "noeta",
     migrate: bool = False,
     max_connections: int = 10,
+    start_embedded: bool = True,
 ) -> Store:
-    """Open the store at `url` (see the module docstring); raises ConfigError on a bad URL."""
+    """Open the store at `url` (see the module docstring); raises ConfigError on a bad URL.
+    `start_embedded=False`: with no URL, StoreUnavailable unless the embedded server runs."""
     url = resolve_url(url)
     if url is None:
-        url, migrate = _embedded_dsn(), True
+        url, migrate = _embedded_dsn(start=start_embedded), True
     if store_kind(url) == "sqlite":
         from noeta.backends.stores.sqlite import SqliteStore
 
@@ -81,11 +85,30 @@ def store_kind(url: str) -> Literal["postgres", "sqlite"]:
     )
 
 
-def _embedded_dsn() -> str:
+def _embedded_dsn(*, start: bool = True) -> str:
+    import sys
+
     from noeta.backends.stores.embedded import EmbeddedPostgres
     from noeta.backends.stores.embedded_home import default_home
 
-    return EmbeddedPostgres(default_home()).start()
+    server = EmbeddedPostgres(default_home())
+    if not start:
+        running = server.running_dsn()
+        if running is None:
+            raise StoreUnavailable(
+                f"the embedded PostgreSQL in {server.root} is not running, and a command "
+                "that only reads starts none: `noeta db start` starts it (so does any "
+                "command that writes, e.g. `noeta submit`), or give --store"
+            )
+        return running
+    dsn = server.start()
+    if server.started_here:  # a server left running after this process: say so, once
+        print(
+            f"noeta: started the embedded PostgreSQL in {server.root} "
+            "(it keeps running; `noeta db stop` stops it)",
+            file=sys.stderr,
+        )
+    return dsn
 
 
 def _is_libpq_conninfo(text: str) -> bool:

@@ -58,6 +58,7 @@ class EmbeddedPostgres:
         self.pgdata = self.root / "pgdata"
         self.settings = dict(settings or {})
         self._password_file = self.root / "password"
+        self.started_here = False  # whether start() started the server (it was not running)
 
     @property
     def log_file(self) -> Path:
@@ -75,6 +76,7 @@ class EmbeddedPostgres:
                 if not (self.pgdata / "PG_VERSION").exists():
                     self._initdb()
                 port = self._running_port() or self._start_server()
+                self.started_here = True
         return self.dsn(port)
 
     def status(self) -> EmbeddedStatus:
@@ -209,7 +211,7 @@ class EmbeddedPostgres:
             user=SYSTEM_USER if os.geteuid() == 0 else None,
             group=SYSTEM_USER if os.geteuid() == 0 else None,
             extra_groups=[] if os.geteuid() == 0 else None,
-            env={**os.environ, "LC_ALL": "C", **(env or {})},
+            env={**server_environment(), **(env or {})},
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
@@ -227,6 +229,15 @@ class EmbeddedPostgres:
     def _give_to_server_user(self, path: Path) -> None:
         if os.geteuid() == 0:
             os.chown(path, *embedded_access.server_user())
+
+
+def server_environment() -> dict[str, str]:
+    """What initdb, pg_ctl and the server they start are given of this process's
+    environment: the search path, time zone and temporary folder, nothing else. The
+    server lives on, dumpable, beside tasks: it must hold no provider key or password
+    of whoever started it first."""
+    kept = {name: os.environ[name] for name in ("PATH", "TZ", "TMPDIR") if name in os.environ}
+    return {"PATH": os.defpath, **kept, "LC_ALL": "C"}  # the messages noeta reads, in English
 
 
 def write_secret(path: Path, text: str) -> None:

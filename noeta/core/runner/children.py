@@ -13,7 +13,7 @@ import logging
 import os
 
 from noeta.core import events as ev
-from noeta.core import failpoints, subtasks
+from noeta.core import failpoints, model_choice, subtasks
 from noeta.core.model import ToolCall
 from noeta.core.next_action import AwaitSubtasks
 from noeta.core.runner.context import RunContext
@@ -30,7 +30,7 @@ async def launch(
     """Create the child and record the call's wait, in one append; or an error result."""
     config = run.state.config
     assert config is not None
-    problem = _problem(run, request)
+    problem = await _problem(run, request)
     if problem:
         tool = run.tools.get(call.name)
         if isinstance(tool, LaunchingTool):
@@ -57,15 +57,20 @@ async def launch(
     log.info("task %s: launched subtask %s", run.task_id, child)
 
 
-def _problem(run: RunContext, request: SubtaskRequest) -> str:
-    """What is wrong with the child asked for ("" if nothing): a model this worker cannot
-    use, or a tool the parent does not have."""
+async def _problem(run: RunContext, request: SubtaskRequest) -> str:
+    """What is wrong with the child asked for ("" if nothing): a model the operator does
+    not allow (nothing of it is opened) or this worker cannot use, or a tool the parent
+    does not have."""
     config = run.state.config
     assert config is not None
     if not request.prompt.strip():
         return "Agent needs a prompt: say what the subagent should do"
+    if request.model and not model_choice.is_allowed(
+        request.model, config.model, run.subagent_models
+    ):
+        return model_choice.refusal(request.model, run.subagent_models)
     if request.model:
-        trouble = run.model_problem(request.model)
+        trouble = await run.model_problem(request.model)
         if trouble:
             return f"Agent cannot use the model {request.model!r}: {trouble}"
     if request.tools is not None:

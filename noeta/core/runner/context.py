@@ -83,7 +83,12 @@ class RunContext(Protocol):
         (a job's result): what `next_action` would do next, without the round trip."""
         ...
 
-    def model_problem(self, spec: str) -> str:
+    @property
+    def subagent_models(self) -> tuple[str, ...]:
+        """The models the operator allows an Agent call to name (ADR-0076)."""
+        ...
+
+    async def model_problem(self, spec: str) -> str:
         """Why this worker cannot use the model `spec` ("" if it can)."""
         ...
 

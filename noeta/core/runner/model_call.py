@@ -25,8 +25,9 @@ from noeta.observability import metrics, tracing
 
 
 class Providers(Protocol):
-    def provider_for(self, spec: str) -> tuple[Provider, str]:
-        """The provider and model name for a model spec; raises ConfigError if unusable."""
+    async def provider_for(self, spec: str) -> tuple[Provider, str]:
+        """The provider and model name for a model spec; raises ConfigError if unusable
+        (anything it opens, it opens off the event loop)."""
         ...
 
 
@@ -67,7 +68,7 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
     config = run.state.config
     assert config is not None
     try:
-        provider, model_name = run.providers.provider_for(config.model)
+        provider, model_name = await run.providers.provider_for(config.model)
     except NoetaError as error:
         await run.settle([], EndTurn("failed", error=f"llm_error: {error}"))
         return

@@ -111,6 +111,8 @@ class TaskRunner:
     pins: tuple[Pin, ...] | None = None
     # The plugins whose hooks run (before_append, on_event, delivered_through).
     plugins: Sequence[object] = ()
+    # What an Agent call may name besides its task's own model (ADR-0076).
+    subagent_models: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.hook_plugins = HookPlugins.of(self.plugins)
@@ -203,9 +205,13 @@ class _Run:
     async def clock(self) -> datetime:
         return await self.store.clock()
 
-    def model_problem(self, spec: str) -> str:
+    @property
+    def subagent_models(self) -> tuple[str, ...]:
+        return self.runner.subagent_models
+
+    async def model_problem(self, spec: str) -> str:
         try:
-            self.runner.providers.provider_for(spec)
+            await self.runner.providers.provider_for(spec)
         except NoetaError as error:
             return str(error)
         return ""

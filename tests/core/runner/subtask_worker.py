@@ -22,7 +22,9 @@ POLL_SECONDS = 0.05  # a killed run's lease lapses after LEASE: poll for it to b
 async def main(url: str, workspaces: str, task_id: str) -> None:
     store = await open_store(url)
     tools: dict[str, Tool] = {"Agent": Agent(), "Write": Write()}
-    runner = TaskRunner(store, ProviderRegistry(), tools, workspaces=workspaces)
+    runner = TaskRunner(
+        store, ProviderRegistry(), tools, workspaces=workspaces, subagent_models=("scripted:*",)
+    )
     try:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60

@@ -49,7 +49,7 @@ class Registry:
     def __init__(self, provider: Provider) -> None:
         self.provider = provider
 
-    def provider_for(self, spec: str) -> tuple[Provider, str]:
+    async def provider_for(self, spec: str) -> tuple[Provider, str]:
         return self.provider, spec.split(":", 1)[1]
 
 

@@ -122,7 +122,7 @@ async def test_tool_calls_run_once_each_in_order_and_go_back_to_the_model(
         ("c2", True),
         ("c3", False),
     ]
-    provider, _ = registry.provider_for(model)
+    provider, _ = await registry.provider_for(model)
     assert isinstance(provider, ScriptedProvider)
     second_request = json.loads(provider.requests[1])
     results = second_request["messages"][-1]["content"]
@@ -222,7 +222,7 @@ class CrashingProvider:
 class Fixed:
     provider: Any
 
-    def provider_for(self, spec: str) -> tuple[Any, str]:
+    async def provider_for(self, spec: str) -> tuple[Any, str]:
         return self.provider, "model"
 
 
