@@ -31,6 +31,11 @@ def masked(url: str) -> str:
     return _QUERY_PASSWORD.sub(r"\1***", f"{scheme}://{rest}")
 
 
+def holds_password(url: str) -> bool:
+    """Whether `url` carries a password (in its user info or a `password=` parameter)."""
+    return masked(url) != url
+
+
 def check_postgres_url(url: str) -> None:
     """ConfigError, naming the URL masked, for what libpq would refuse or misread; the
     connection's own errors are left to the connection."""

@@ -21,7 +21,6 @@ from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
 from tests.core.runner.predecessor import LEASE, free_the_dead_predecessors_claims
 
 
-
 @dataclass
 class LedgerTool:
     name: str
