@@ -91,6 +91,8 @@ BAD_INPUTS: list[tuple[str, Setup, str, str]] = [
     ("cron history of an unknown schedule", lambda d: ["cron", "history", "nope"], "", "no schedule named 'nope'"),
     ("tail of an unknown task", lambda d: ["tail", "nope"], "", ""),
     ("an unknown model spec", lambda d: ["run", "hi", "--model", "bogus:x"], "", ""),
+    ("a missing model script at submit", lambda d: ["submit", "hi", "--model", f"scripted:{d}/missing.yaml"], "", "missing.yaml"),
+    ("an alias bomb in a script at submit", lambda d: ["submit", "hi", "--model", f"scripted:{write(d, 's.yaml', BOMB)}"], "", "anchors and aliases"),
     ("a task id that is a path", lambda d: ["submit", "hi", "--id", "../x"], "", ""),
     ("an empty prompt", lambda d: ["run", "  "], "", ""),
     ("a limit of zero", lambda d: ["tasks", "--limit", "0"], "", ""),
