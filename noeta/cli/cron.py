@@ -4,13 +4,14 @@ slots a scheduler has handled, from the store)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, assert_never
 
 import click
 
-from noeta.cli.options import json_option, store_option
+from noeta.cli.options import config_option, json_option, store_option
 
 if TYPE_CHECKING:  # cron parsing (croniter, YAML) only for the commands that read files
     from noeta.core.store import CronFireRecord
@@ -26,17 +27,38 @@ def cron() -> None:
 
 @cron.command()
 @_files
-def validate(files: tuple[str, ...]) -> None:
-    """Check cron FILES: the first error (exit 1), or `ok` and any warnings (exit 0)."""
-    from noeta.scheduler.cronfile import check_cron_file, load_cron_files
+@config_option
+def validate(files: tuple[str, ...], config: str | None) -> None:
+    """Check cron FILES: the first error (exit 1), or `ok` and any warnings (exit 0).
+
+    A `job:` must name a @noeta.tool function of a module the --config's plugins import,
+    with input that fits it, as `noeta scheduler --config` requires at start.
+    """
+    from noeta.scheduler.cronfile import JobAction, check_cron_file, load_cron_files
 
     warnings: list[str] = []
     for path in files:
         warnings += check_cron_file(path)[1]
     schedules = load_cron_files(files)  # names must also be unique across the files
+    if any(isinstance(schedule.action, JobAction) for schedule in schedules):
+        asyncio.run(_check_jobs(schedules, config))
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"ok: {len(schedules)} schedule{'' if len(schedules) == 1 else 's'}")
+
+
+async def _check_jobs(schedules: list[Schedule], config_path: str | None) -> None:
+    """The jobs the schedules name, looked up as the scheduler does: the config's plugins
+    are opened (which imports their modules), then each job and its input are checked."""
+    from noeta.config import load_config
+    from noeta.plugins.toolbox import Toolbox
+    from noeta.scheduler.scheduler import check_job_schedules
+
+    toolbox = await Toolbox.open(load_config(config_path))
+    try:
+        check_job_schedules(schedules)
+    finally:
+        await toolbox.close()
 
 
 @cron.command(name="list")

@@ -9,6 +9,7 @@ STORE = ("NOETA_STORE", "the store URL when --store is not given")
 HOME = ("NOETA_HOME", "the embedded PostgreSQL's folder (default ~/.local/share/noeta)")
 CONFIG = ("NOETA_CONFIG", "the config file when --config is not given")
 MODEL = ("NOETA_MODEL", "the model spec when --model is not given")
+PASSWORD = ("PGPASSWORD", "the password when the store URL has none; also PGPASSFILE")
 KEYS = ("ANTHROPIC_API_KEY", "the providers' keys and addresses: also OPENAI_API_KEY,")
 ADDRESSES = ("", "ANTHROPIC_BASE_URL, OPENAI_BASE_URL")
 FAILPOINTS = ("NOETA_FAILPOINTS", "points where the process dies or freezes (tests)")
@@ -44,6 +45,8 @@ def describe_environment(command: click.Command, path: str) -> None:
         read.append(CONFIG)
     if "model" in names:
         read.append(MODEL)
+    if "store" in names:
+        read.append(PASSWORD)
     read += [item for item in _EXTRA.get(path, ()) if item not in read]
     if path == "noeta":
         read = [STORE, HOME, CONFIG, MODEL, *_RUNS_TASKS]

@@ -90,8 +90,15 @@ def fail(message: str, code: int) -> None:
     callback=show_version,
     help="Show noeta's version, the store in use (password masked) and its schema version.",
 )
-def cli(store: str | None) -> None:
+@click.pass_context
+def cli(ctx: click.Context, store: str | None) -> None:
     """noeta: durable AI-agent tasks on PostgreSQL."""
+    from click.core import ParameterSource
+
+    if store and ctx.get_parameter_source("store") is ParameterSource.COMMANDLINE:
+        from noeta.cli.options import refuse_a_password_on_the_command_line
+
+        refuse_a_password_on_the_command_line(store, ctx.invoked_subcommand or "")
     if store:
         os.environ["NOETA_STORE"] = store  # the default of each command's own --store
 

@@ -86,8 +86,10 @@ def run(
     from noeta.cli.status_line import open_status
     from noeta.config import load_config
     from noeta.core.store import check_lease
+    from noeta.core.store_values import check_text
     from noeta.core.task_id import check_task_id
 
+    check_text("prompt", prompt)  # before anything is written: the client's check
     check_lease(lease_seconds)
     model = stored_spec(model)  # the task's log names the script wherever it is read
     task_id = check_task_id(task_id) if task_id is not None else uuid.uuid4().hex[:12]

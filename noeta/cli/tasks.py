@@ -104,7 +104,7 @@ def submit(
     given, it is the first message. With --job, the task is a plain job: no model, one
     call of that function with --input, its result the task's.
     """
-    from noeta.backends.models.registry import stored_spec
+    from noeta.backends.models.registry import checked_spec
 
     if key is not None:
         check_concurrency_key(key)
@@ -122,8 +122,9 @@ def submit(
     if not prompt.strip() and not interactive:
         raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
     # The worker holds the API keys: only the spec's form is checked here, and a
-    # relative script path is made absolute (the worker's folder is not the submitter's).
-    model = stored_spec(model)
+    # relative script path is made absolute (the worker's folder is not the submitter's);
+    # a script is read as `noeta run` reads it.
+    model = checked_spec(model)
     handle = asyncio.run(
         _submit(store, config, prompt, model=model, interactive=interactive, **placing)
     )

@@ -50,6 +50,7 @@ from noeta.core.store import (
     TaskStatus,
     check_key,
 )
+from noeta.core.store_values import check_text
 from noeta.core.task_id import check_task_id
 from noeta.plugins.function_tools import REGISTERED, FunctionTool
 
@@ -403,6 +404,7 @@ class AsyncClient:
         """Send an interactive task a message; False if one with `key` was sent already."""
         task_id = _id(task)
         key = check_key("message id", key) if key is not None else uuid.uuid4().hex
+        check_text("message", text)
         if not text.strip():
             raise ConfigError("a message needs some text")
         store = await self.store()
@@ -434,6 +436,8 @@ class AsyncClient:
 
         if decision not in ("allow", "deny"):
             raise ConfigError(f"decision must be allow or deny, not {decision!r}")
+        check_text("call id", call)
+        check_text("note", note)
         task_id = _id(task)
         await self.get(task_id)
         store = await self.store()
@@ -485,12 +489,13 @@ def _agent_task(item: Submission, config_tools: tuple[str, ...]) -> NewTask:
     that reads it runs elsewhere. Without tools of its own, it gets `config_tools`."""
     from noeta.backends.models.registry import stored_spec
 
+    check_text("prompt", item.prompt)
     if not item.prompt.strip() and not item.interactive:
         raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
     queue = check_key("queue name", DEFAULT_QUEUE if item.queue is None else item.queue)
     task_id = _new_id(item.id)
     created = events.TaskCreated(
-        model=stored_spec(DEFAULT_MODEL if item.model is None else item.model),
+        model=stored_spec(check_text("model spec", item.model or DEFAULT_MODEL)),
         prompt=item.prompt if item.prompt.strip() else "",
         interactive=item.interactive,
         tools=tuple(item.tools) if item.tools is not None else config_tools,
@@ -512,7 +517,7 @@ def _in_batch(index: int, item: Submission, config_tools: tuple[str, ...]) -> Ne
 
 
 def _id(task: TaskRef) -> str:
-    return task.id if isinstance(task, TaskHandle) else task
+    return check_text("task id", task.id if isinstance(task, TaskHandle) else task)
 
 
 def _new_id(given: str | None) -> str:

@@ -23,8 +23,12 @@ class UnknownJob(ConfigError):
     """No function decorated `@noeta.tool` has that name in this process."""
 
     def __init__(self, name: str) -> None:
-        known = ", ".join(sorted(REGISTERED)) or "none; import the module that defines it"
-        super().__init__(f"no job named {name!r} (known: {known})")
+        known = ", ".join(sorted(REGISTERED)) or "none"
+        super().__init__(
+            f"no job named {name!r} (known: {known}): a job is a @noeta.tool function of a "
+            "module that a `module:` plugin of the config (--config FILE) names, or that "
+            "the program imported"
+        )
         self.name = name
 
 

@@ -72,6 +72,14 @@ def check_key(kind: str, value: str) -> str:
     return value
 
 
+def check_text(kind: str, value: str) -> str:
+    """Refuse, before any write, a NUL in text a person gave (a prompt, a message, an id):
+    PostgreSQL's text cannot hold one, so every search over it would fail (issue 25)."""
+    if "\x00" in value:
+        raise PayloadError(f"the {kind} must not contain a NUL character")
+    return value
+
+
 class TaskStatus(StrEnum):
     READY = "ready"  # claimable once due
     RUNNING = "running"  # claimed; claimable again when the lease expires

@@ -274,6 +274,8 @@ class _Field:
             raise self.error(key, f"must be text, but {self._read_as(key, value)}")
         if required and not value.strip():
             raise self.error(key, "must not be empty")
+        if "\x00" in value:
+            raise self.error(key, "must not contain a NUL character")
         return value
 
     def key(self, key: str, kind: str, *, default: str | None = None) -> str:

@@ -160,3 +160,46 @@ def test_history_of_an_unknown_schedule_lists_the_known_ones(tmp_path: Path) -> 
     assert unknown.endswith("no schedule named 'nightlyy' in this store; known: hourly, nightly")
     known = run_noeta("cron", "history", "nightly", store=url)
     assert known.returncode == 0 and known.stdout == "no slot of 'nightly' has been handled yet\n"
+
+
+REPOSITORY = Path(__file__).parents[2]
+JOB_CRON = """\
+schedules:
+  - name: thumbs
+    schedule: "@hourly"
+    job: {name: JOB, input: {image: a.png, width: 3}}
+"""
+
+
+def validate_jobs(tmp_path: Path, job: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """Through the real executable: which jobs exist depends on what the process imported."""
+    config = write(tmp_path, "plugins:\n  - module: tests.client.jobs_for_tests\n", "noeta.yaml")
+    arguments = [arg.replace("CONFIG", config) for arg in options]
+    cron = write(tmp_path, JOB_CRON.replace("JOB", job))
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "noeta"), "cron", "validate", cron, *arguments],
+        capture_output=True,
+        text=True,
+        cwd=REPOSITORY,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_validate_finds_a_job_in_the_modules_its_config_names(tmp_path: Path) -> None:
+    result = validate_jobs(tmp_path, "resize", "--config", "CONFIG")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "ok: 1 schedule\n", "")
+
+
+def test_validate_refuses_a_job_no_module_of_the_config_defines(tmp_path: Path) -> None:
+    result = validate_jobs(tmp_path, "refund", "--config", "CONFIG")
+    [line] = result.stderr.splitlines()
+    assert result.returncode == 1 and "schedule 'thumbs': no job named 'refund'" in line
+    assert "known: " in line and "resize," in line
+
+
+def test_validate_without_a_config_refuses_a_job_and_says_to_give_one(tmp_path: Path) -> None:
+    result = validate_jobs(tmp_path, "resize")
+    [line] = result.stderr.splitlines()
+    assert result.returncode == 1 and "no job named 'resize'" in line
+    assert "--config FILE" in line and "import the module that defines it" not in line

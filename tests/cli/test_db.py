@@ -19,16 +19,18 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.backends.stores.embedded_home import default_home
 from noeta.backends.stores.migrations import load_migrations
+from noeta.testing.command_line import store_in_environment
 
 
 def noeta(*arguments: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if k != "NOETA_STORE"}
+    given, environment = store_in_environment(arguments, {**environment, **(env or {})})
     return subprocess.run(
-        [sys.executable, "-m", "noeta", *arguments],
+        [sys.executable, "-m", "noeta", *given],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**environment, **(env or {})},
+        env=environment,
         check=False,
     )
 

@@ -22,9 +22,9 @@ def store_url(store_url: str) -> str:
 def noeta(
     store_url: str, *arguments: str, command: str = "limit"
 ) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if k != "NOETA_STORE"}
+    environment = {**os.environ, "NOETA_STORE": store_url}  # not --store: it holds a password
     return subprocess.run(
-        [sys.executable, "-m", "noeta", "--store", store_url, *filter(None, [command]), *arguments],
+        [sys.executable, "-m", "noeta", *filter(None, [command]), *arguments],
         capture_output=True,
         text=True,
         timeout=120,

@@ -25,11 +25,11 @@ NOETA = str(Path(sys.executable).parent / "noeta")
 def noeta(*arguments: str, store: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("NOETA_", "OTEL_"))}
     return subprocess.run(
-        [NOETA, *arguments, "--store", store],
+        [NOETA, *arguments],
         capture_output=True,
         text=True,
         timeout=120,
-        env=environment,
+        env={**environment, "NOETA_STORE": store},  # not --store: it holds a password
         check=False,
     )
 

@@ -185,10 +185,10 @@ def test_run_keeps_its_task_while_a_worker_is_idle_on_the_same_store(
     assert noeta("db", "migrate", store=postgres_url).returncode == 0
     output = tmp_path / "worker.log"
     worker = subprocess.Popen(
-        [sys.executable, "-m", "noeta", "worker", "--store", postgres_url, "--poll", "0.1"],
+        [sys.executable, "-m", "noeta", "worker", "--poll", "0.1"],
         stdout=output.open("w"),
         stderr=subprocess.STDOUT,
-        env={**os.environ, "NOETA_HOME": str(tmp_path / "home")},
+        env={**os.environ, "NOETA_HOME": str(tmp_path / "home"), "NOETA_STORE": postgres_url},
     )
     try:
         deadline = time.monotonic() + 60

@@ -66,11 +66,12 @@ class Cluster:
     def start_worker(
         self, name: str, *, failpoints: str = "", queues: str = "default", lease: float = LEASE
     ) -> None:
-        command = [sys.executable, "-m", "noeta", "worker", "--store", self.worker_url(name)]
+        command = [sys.executable, "-m", "noeta", "worker"]  # the URL, with its password, in env
         command += ["--name", name, "--lease", str(lease), "--poll", "0.5", "--concurrency", "4"]
         command += ["--queues", queues, "--config", str(self.scratch / "noeta.yaml")]
         env = {
             **self.env,
+            "NOETA_STORE": self.worker_url(name),
             "NOETA_FAILPOINTS": failpoints,
             "NOETA_APPEND_JOURNAL": str(self.scratch / f"journal-{name}"),
         }

@@ -27,6 +27,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores import open_store
 from noeta.core.store import Finish, NewEvent, NewTask, Store
+from noeta.testing.command_line import store_in_environment
 from noeta.testing.store_contract import StoreContract
 from noeta.testing.store_contract.retention import RetentionContract
 
@@ -106,8 +107,9 @@ def noeta(*arguments: str, home: Path | None = None) -> subprocess.CompletedProc
     environment = {k: v for k, v in os.environ.items() if k != "NOETA_STORE"}
     if home is not None:
         environment["NOETA_HOME"] = str(home)
+    given, environment = store_in_environment(arguments, environment)
     return subprocess.run(
-        [sys.executable, "-m", "noeta", *arguments],
+        [sys.executable, "-m", "noeta", *given],
         capture_output=True,
         text=True,
         timeout=120,
@@ -400,11 +402,11 @@ async def test_a_worker_runs_tasks_with_the_worker_role(
     log_file = tmp_path / "worker.log"
     with log_file.open("w") as output:
         worker = subprocess.Popen(  # noqa: ASYNC220 - waited for in a thread below
-            [sys.executable, "-m", "noeta", "worker", "--store", store, "--queues", queue,
+            [sys.executable, "-m", "noeta", "worker", "--queues", queue,
              "--lease", "3", "--name", "ops-worker"],
             stdout=output,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "NOETA_HOME": str(tmp_path / "home")},
+            env={**os.environ, "NOETA_HOME": str(tmp_path / "home"), "NOETA_STORE": store},
         )  # fmt: skip
     try:
         opened = await open_store(store)

@@ -14,9 +14,9 @@ from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
 from noeta.core.runner.task import TaskRunner
 from noeta.plugins.loading import PluginSpec, load
+from tests.core.runner.predecessor import LEASE, free_the_dead_predecessors_claims
 
-LEASE = 1.0
-POLL_SECONDS = 0.05  # a killed run's lease lapses after LEASE: poll for it to be claimable
+POLL_SECONDS = 0.05
 
 
 async def main(url: str, task_id: str, outbox: str, ledger: str, until: str = "") -> None:
@@ -24,6 +24,7 @@ async def main(url: str, task_id: str, outbox: str, ledger: str, until: str = ""
     store = await open_store(url)
     runner = TaskRunner(store, ProviderRegistry(), plugins=[notify.plugin])
     try:
+        await free_the_dead_predecessors_claims(store, "hooked-worker")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60
         while True:

@@ -32,8 +32,8 @@ __all__ = ["store", "workers"]  # the fixtures
 
 class SchedulerProcess(NoetaProcess):
     def __init__(self, url: str, cron: Path, folder: Path, name: str, failpoints: str = "") -> None:
-        arguments = ["scheduler", "--store", url, "--cron", str(cron)]
-        super().__init__(arguments, name, folder, failpoints=failpoints)
+        arguments = ["scheduler", "--cron", str(cron)]  # the URL, with its password, in env
+        super().__init__(arguments, name, folder, failpoints=failpoints, env={"NOETA_STORE": url})
 
 
 @pytest.fixture

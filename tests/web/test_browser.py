@@ -19,6 +19,7 @@ import pytest
 
 import noeta
 from noeta.core.store import TaskStatus
+from noeta.testing.command_line import store_in_environment
 from tests.web.cdp import Chromium, find_chromium
 
 REPOSITORY = Path(__file__).parents[2]
@@ -58,15 +59,15 @@ def chromium(tmp_path: Path) -> Iterator[Chromium]:
 class Process:
     def __init__(self, *arguments: str, log: Path) -> None:
         self.log = log
+        given, environment = store_in_environment(
+            arguments, {**os.environ, "NOETA_HOME": str(log.parent / "home")}
+        )
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "noeta", *arguments],
+            [sys.executable, "-m", "noeta", *given],
             stdout=subprocess.PIPE,
             stderr=log.open("w"),
             text=True,
-            env={
-                **{k: v for k, v in os.environ.items() if k != "NOETA_WEB_TOKEN"},
-                "NOETA_HOME": str(log.parent / "home"),
-            },
+            env={k: v for k, v in environment.items() if k != "NOETA_WEB_TOKEN"},
         )
 
     def first_line(self) -> str:

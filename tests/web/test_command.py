@@ -17,6 +17,7 @@ import pytest
 
 from noeta.core import events
 from noeta.core.store import Finish, Store
+from noeta.testing.command_line import store_in_environment
 from tests.web.conftest import TOKEN, encoded, task_with_log
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -25,12 +26,13 @@ BEARER = {"Authorization": f"Bearer {TOKEN}"}
 def noeta_web(
     *arguments: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    given, environment = store_in_environment(arguments, {**os.environ, **(env or {})})
     return subprocess.run(
-        [sys.executable, "-m", "noeta", "web", *arguments],
+        [sys.executable, "-m", "noeta", "web", *given],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, **(env or {})},
+        env=environment,
         check=False,
     )
 

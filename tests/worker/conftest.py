@@ -83,7 +83,9 @@ class WorkerProcess(NoetaProcess):
         queues: str = "default",
         env: Mapping[str, str] | None = None,
     ) -> None:
-        arguments = ["worker", "--store", url, "--lease", str(lease), "--name", name]
+        # The URL (with its password) in the environment: a worker refuses it in argv.
+        env = {**(env or {}), "NOETA_STORE": url}
+        arguments = ["worker", "--lease", str(lease), "--name", name]
         arguments += ["--concurrency", str(concurrency), "--poll", str(poll)]
         arguments += ["--queues", queues]
         super().__init__(arguments, name, folder, failpoints=failpoints, env=env)

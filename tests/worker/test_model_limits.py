@@ -21,11 +21,11 @@ MODEL = "fake-model"
 
 def limit_set(url: str, *arguments: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "noeta", "--store", url, "limit", "set", *arguments],
+        [sys.executable, "-m", "noeta", "limit", "set", *arguments],
         capture_output=True,
         text=True,
         timeout=60,
-        env={k: v for k, v in os.environ.items() if k != "NOETA_STORE"},
+        env={**os.environ, "NOETA_STORE": url},  # not --store: it holds a password
         check=False,
     )
     assert result.returncode == 0, result.stderr

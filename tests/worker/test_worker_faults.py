@@ -179,11 +179,13 @@ async def test_a_worker_killed_mid_tool_call_is_taken_over_and_nothing_runs_twic
 def test_bad_worker_options_are_refused(
     postgres_url: str, arguments: list[str], message: str
 ) -> None:
+    import os
     import subprocess
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "noeta", "worker", "--store", postgres_url, *arguments],
+        [sys.executable, "-m", "noeta", "worker", *arguments],
+        env={**os.environ, "NOETA_STORE": postgres_url},
         capture_output=True,
         text=True,
         timeout=60,

@@ -30,6 +30,18 @@ def stored_spec(spec: str, base: str | Path = ".") -> str:
     return f"scripted:{os.path.abspath(Path(base) / Path(name).expanduser())}"
 
 
+def checked_spec(spec: str) -> str:
+    """`stored_spec`, with a `scripted:` script read and checked as `noeta run` and the
+    worker read it, so that a submitter hears of a missing or broken script at once."""
+    stored = stored_spec(spec)
+    prefix, name = split_spec(stored)
+    if prefix == "scripted":
+        from noeta.backends.models.scripted import load_script
+
+        load_script(name)
+    return stored
+
+
 class ProviderRegistry:
     """Makes each provider once per spec and keeps it (and its HTTP connections)."""
 

@@ -31,12 +31,22 @@ def masked(url: str) -> str:
     return _QUERY_PASSWORD.sub(r"\1***", f"{scheme}://{rest}")
 
 
+def holds_password(url: str) -> bool:
+    """Whether `url` carries a password (in its user info or a `password=` parameter)."""
+    return masked(url) != url
+
+
 def check_postgres_url(url: str) -> None:
     """ConfigError, naming the URL masked, for what libpq would refuse or misread; the
     connection's own errors are left to the connection."""
     if "://" not in url:
         return  # key=value: libpq's parser is the only judge (postgres/session.py)
     shown = masked(url)
+    if _unescaped_at(url):
+        raise ConfigError(
+            f"store URL {shown}: escape @ in the password as %40 (also in the user name "
+            f"or database); use {_PATTERN}"
+        )
     bad = _BAD_PERCENT.search(url)
     if bad:
         raise ConfigError(
@@ -55,12 +65,23 @@ def check_postgres_url(url: str) -> None:
         port = host.rpartition("]")[2] if host.startswith("[") else host
         port = port.rpartition(":")[2] if ":" in port else ""
         if port and not (port.isdigit() and 0 < int(port) < 65536):
+            # An '@' after the authority: this "port" is a piece of a password cut at '/'.
+            cut = "@" in url and "@" not in parts.netloc
+            what = "the text in the port's place" if cut else repr(port)
             raise ConfigError(
-                f"store URL {shown}: {port!r} is not a port (1-65535); a '/', '@' or ':' "
+                f"store URL {shown}: {what} is not a port "
+                "(1-65535); a '/', '@' or ':' "
                 f"in a password is written %2F, %40 or %3A; use {_PATTERN}"
             )
     if not hosts and parts.path in ("", "/") and not _environment_names_a_server():
         raise ConfigError(f"store URL {shown} names no server and no database; use {_PATTERN}")
+
+
+def _unescaped_at(url: str) -> bool:
+    """More than one '@' before the query: libpq ends the user name and password at the
+    first '@' and would read the rest of the password as the host, then print it."""
+    rest = url.partition("://")[2].partition("?")[0]
+    return rest.count("@") > 1
 
 
 def _environment_names_a_server() -> bool:

@@ -18,8 +18,7 @@ from noeta.backends.stores import open_store
 from noeta.core.payload import JSONValue
 from noeta.core.runner.task import TaskRunner
 from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
-
-LEASE = 1.0
+from tests.core.runner.predecessor import LEASE, free_the_dead_predecessors_claims
 
 
 @dataclass
@@ -53,6 +52,7 @@ async def main(url: str, task_id: str, ledger: Path) -> None:
         "Pay": RecoverableLedgerTool("Pay", ledger),
     }
     try:
+        await free_the_dead_predecessors_claims(store, "crash-child")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30
         while (claim := await store.claim_task("crash-child", task_id, LEASE)) is None:

@@ -14,9 +14,9 @@ from noeta.backends.stores import open_store
 from noeta.core.runner.task import TaskRunner
 from noeta.core.tool import Tool
 from noeta.plugins.core import Agent, Write
+from tests.core.runner.predecessor import LEASE, free_the_dead_predecessors_claims
 
-LEASE = 1.0
-POLL_SECONDS = 0.05  # a killed run's lease lapses after LEASE: poll for it to be claimable
+POLL_SECONDS = 0.05
 
 
 async def main(url: str, workspaces: str, task_id: str) -> None:
@@ -26,6 +26,7 @@ async def main(url: str, workspaces: str, task_id: str) -> None:
         store, ProviderRegistry(), tools, workspaces=workspaces, subagent_models=("scripted:*",)
     )
     try:
+        await free_the_dead_predecessors_claims(store, "subtask-worker")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60
         while True:
