@@ -22,7 +22,8 @@ _NOT_RUN = 126  # the shell's code for a command that could not be run
 
 
 def main(argv: list[str]) -> None:
-    import _signal  # the C modules: `signal` and `socket` import enum, twice the start-up
+    # The C modules: `signal` and `socket` import enum, which doubles the start-up.
+    import _signal  # type: ignore[import-not-found]
 
     # Python ignores these; a shell and its programs expect them as the kernel sets them
     # (`yes | head` ends quietly, a file over the size limit stops its writer).
