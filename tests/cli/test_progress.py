@@ -236,7 +236,10 @@ def test_tail_follows_a_task_a_worker_runs_and_names_its_tool_live(tmp_path: Pat
     try:
         terminal = Terminal(["tail", "live"], env, tmp_path, columns=200)
         terminal.read_until(b"turn 1 step 1 | tool Bash")
-        (tmp_path / "home-workspaces" / "live" / "go").touch()
+        # The tail can show the call (its ToolStarted) before Bash has made the folder.
+        workspace = tmp_path / "home-workspaces" / "live"
+        workspace.mkdir(parents=True, exist_ok=True)
+        (workspace / "go").touch()
         code, output = terminal.finish()
     finally:
         worker.terminate()
