@@ -160,7 +160,7 @@ def planned(
         fd for fd in (child_end.fileno() if child_end else None, ruleset_fd) if fd is not None
     )
     init = [
-        _interpreter(),
+        _interpreter()[0],
         "-I",
         "-S",
         _INIT_PATH,
@@ -198,8 +198,8 @@ def _bwrap_arguments(wrap: Bubblewrap, view: View) -> list[str]:
     if wrap.sizes_tmpfs:
         arguments += ["--size", str(TMP_BYTES)]
     arguments += ["--tmpfs", "/tmp"]
-    runtime = os.path.realpath(sys.base_prefix)
-    if not runtime.startswith("/usr/"):
+    runtime = _interpreter()[1]
+    if runtime is not None:
         arguments += ["--ro-bind", runtime, runtime]  # the init's interpreter
     arguments += ["--ro-bind", os.path.realpath(sandbox_init.__file__), _INIT_PATH]
     for path in view.readable:
@@ -221,9 +221,15 @@ def _program(name: str) -> str:
 
 
 @functools.cache
-def _interpreter() -> str:
-    """The base interpreter (a venv's python is a link into it), which the view binds."""
-    return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+def _interpreter() -> tuple[str, str | None]:
+    """The interpreter the init runs on, and the folder the view must add for it (None:
+    it is in the system's view already). The system's python3 first: a worker's own may
+    live where its user cannot even resolve the path (pyenv under a root-only home)."""
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(candidate, os.X_OK):
+            return candidate, None
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    return base, os.path.realpath(sys.base_prefix)
 
 
 def proxy_environment(network: str) -> dict[str, str]:
