@@ -83,7 +83,9 @@ async def run_all(store: Store, root: Path, rounds: int = 100) -> None:
         "Write": Write(),
         "Bash": Bash(confinement=confinement),
     }
-    task_runner = TaskRunner(store, ProviderRegistry(), tools, workspaces=str(root))
+    task_runner = TaskRunner(
+        store, ProviderRegistry(), tools, workspaces=str(root), subagent_models=("scripted:*",)
+    )
     for _ in range(rounds):
         claim = await store.claim("worker-1", ["default"], LEASE)
         if claim is None:
