@@ -120,7 +120,7 @@ async def test_a_hook_the_task_wrote_does_not_run_when_a_worktree_is_added(
     )
     await create(store, "p", parent)
     await run_all(store, root)
-    assert await store.get_task("p") is not None
+    assert await store.get_task("p.a.1") is not None  # the worktree was made: a checkout
     no_hook_ran(outside, root)
 
 
@@ -147,6 +147,7 @@ async def test_a_hook_a_child_plants_in_its_parents_repository_does_not_run(
     await create(store, "p", parent)
     await run_all(store, root)
     assert (root / "p" / ".git" / "hooks" / "post-checkout").exists()  # it was planted
+    assert await store.get_task("p.b.1") is not None  # and a checkout came after
     no_hook_ran(outside, root)
     assert git(root / "p", "show", "noeta/p.a.1:work.txt") == "dirty\n"  # work still kept
 
@@ -171,7 +172,7 @@ async def test_a_repository_a_folder_child_makes_itself_is_never_committed_by_th
     )
     await create(store, "p", parent)
     await run_all(store, root)
-    assert (root / "p.a.1" / ".tmp" / "evil" / "hooks" / "post-commit").exists()
+    assert (root / "p.a.1" / ".tmp" / "evil" / "hooks" / "post-commit").exists()  # it ran
     no_hook_ran(outside, root)
     assert (root / "p.a.1" / "file.txt").exists()  # a folder is the child's own: kept
 
