@@ -197,6 +197,7 @@ def test_tail_on_a_terminal_shows_the_wait_under_the_events_and_clears_it(
 ) -> None:
     """An interactive task no worker runs: it waits for a message; Ctrl-C ends the tail."""
     env = environment(tmp_path)
+    (tmp_path / "x.yaml").write_text("replies:\n  - text: hello\n")  # submit reads it now
     submitted = piped(
         ["submit", "--interactive", "--model", "scripted:x.yaml", "--id", "i"], tmp_path
     )

@@ -23,7 +23,7 @@ def test_the_migration_revokes_the_helpers_from_a_role_granted_them_before(
     role = f"noeta_worker_{uuid.uuid4().hex[:10]}"
     known = migrations.load_migrations("postgres")
     before, after = known[:13], known[13:]
-    assert [migration.version for migration in after] == [14]
+    assert [migration.version for migration in after][:1] == [14]
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
         try:

@@ -82,12 +82,13 @@ class WorkerProcess(NoetaProcess):
         poll: float = 1.0,
         queues: str = "default",
         env: Mapping[str, str] | None = None,
+        config: Path | None = None,
     ) -> None:
         # The URL (with its password) in the environment: a worker refuses it in argv.
         env = {**(env or {}), "NOETA_STORE": url}
         arguments = ["worker", "--lease", str(lease), "--name", name]
         arguments += ["--concurrency", str(concurrency), "--poll", str(poll)]
-        arguments += ["--queues", queues]
+        arguments += ["--queues", queues, *(["--config", str(config)] if config else [])]
         super().__init__(arguments, name, folder, failpoints=failpoints, env=env)
 
 

@@ -35,11 +35,17 @@ async def test_a_launch_whose_claim_was_lost_is_not_kept_and_recover_cleans_up(
     store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> None:
     workspace = await add_parent(store, tmp_path)
-    late = workers(postgres_url, "late", lease=3, failpoints="subtask.before_launch=pause")
+    config = tmp_path / "noeta.yaml"
+    config.write_text('subagent_models: ["scripted:*"]\n')  # the child's scripted model
+    late = workers(
+        postgres_url, "late", lease=3, failpoints="subtask.before_launch=pause", config=config
+    )
     await until(late.paused, "the Agent tool made its worktree and the worker froze")
     worktree = workspace.parent / "p.a.1"
     assert (worktree / ".git").is_file()
-    heir = workers(postgres_url, "heir", lease=30, failpoints="claim.after_commit=pause@1")
+    heir = workers(
+        postgres_url, "heir", lease=30, failpoints="claim.after_commit=pause@1", config=config
+    )
     await until(heir.paused, "the heir takes the task over and freezes")
     late.signal(signal.SIGCONT)  # its launch append is refused: the claim is the heir's
 
