@@ -10,13 +10,14 @@ from typing import Any
 
 from noeta.core.store import Store
 
-from .conftest import WorkerProcess, add_task, log_types, status_of, until
+from .conftest import WorkerProcess, add_task, log_types, status_of, until, workspace_of
 
 TASKS = ("t1", "t2", "t3", "t4")
 
 
-def blocked(call_id: str, go: Path) -> dict[str, Any]:
-    """A Bash call that ends only once the test creates `go` (its event, not a timer)."""
+def blocked(call_id: str, go: str) -> dict[str, Any]:
+    """A Bash call that ends only once the test creates `go` in the task's workspace (its
+    event, not a timer; the workspace is all its sandbox sees of the test's files)."""
     command = f"until [ -e {go} ]; do sleep 0.05; done"
     return {"tool_calls": [{"id": call_id, "name": "Bash", "input": {"command": command}}]}
 
@@ -24,11 +25,17 @@ def blocked(call_id: str, go: Path) -> dict[str, Any]:
 async def test_adopted_claims_waiting_for_a_slot_do_not_lapse(
     store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> None:
-    go1, go2 = tmp_path / "go1", tmp_path / "go2"
     for task_id in TASKS:
         await add_task(
-            store, tmp_path, task_id, blocked("c1", go1), blocked("c2", go2), {"text": "done"}
+            store, tmp_path, task_id, blocked("c1", "go1"), blocked("c2", "go2"), {"text": "done"}
         )
+
+    def go(name: str) -> None:
+        for task_id in TASKS:
+            workspace = workspace_of(tmp_path, task_id)
+            workspace.mkdir(parents=True, exist_ok=True)
+            (workspace / name).touch()
+
     # A first "w" runs three tasks and dies: the store still records them as w's.
     first = workers(postgres_url, "w", lease=30, concurrency=3)
 
@@ -38,7 +45,7 @@ async def test_adopted_claims_waiting_for_a_slot_do_not_lapse(
     await until(three_started, "the first worker runs three tasks")
     first.signal(signal.SIGKILL)
     assert await first.exit_code() == -signal.SIGKILL
-    go1.touch()
+    go("go1")
     # The next "w" loses the reply of its first claim: it adopts four tasks, two slots.
     second = workers(
         postgres_url,
@@ -69,7 +76,7 @@ async def test_adopted_claims_waiting_for_a_slot_do_not_lapse(
 
     # Two run (blocked on go2); two wait for a slot for longer than their lease.
     await until(a_lease_has_passed, "the adoption's leases would have lapsed")
-    go2.touch()
+    go("go2")
 
     async def all_done() -> bool:
         return all([await status_of(store, t) == "done" for t in TASKS])

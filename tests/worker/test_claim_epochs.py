@@ -52,8 +52,8 @@ def blocked(call_id: str, go: Path) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def toolbox() -> AsyncIterator[Toolbox]:
-    box = await Toolbox.open(Config())
+async def toolbox(tmp_path: Path) -> AsyncIterator[Toolbox]:
+    box = await Toolbox.open(Config(workspaces=str(tmp_path / "ws")))
     yield box
     await box.close()
 
@@ -68,7 +68,10 @@ async def test_a_late_answer_for_the_old_epoch_leaves_the_new_claim_running(
     # The worker freezes past its lease right before recording a tool result: its append
     # is refused and it claims the task again at epoch 2. The renewal round it had begun
     # for epoch 1 is answered only then ("not renewed"): that must not cost epoch 2.
-    go1, go2 = tmp_path / "go1", tmp_path / "go2"
+    # In the task's workspace: the one place outside the test its sandboxed Bash can see.
+    workspace = tmp_path / "ws" / "t"
+    workspace.mkdir(parents=True)
+    go1, go2 = workspace / "go1", workspace / "go2"
     replies = (
         {"tool_calls": [blocked("c1", go1)]},
         {"tool_calls": [blocked("c2", go2)]},

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,39 +17,39 @@ from noeta.core.store import Store
 
 from .conftest import WorkerProcess, add_task, log_types, status_of, until, workspace_of
 
+# The job's sleep, found by this argument in the host's /proc: inside its sandbox's PID
+# namespace the job's own $$ means nothing out here.
+MARK = f"120.{uuid.uuid4().int % 10**9:09d}"
+
 
 def job_writing_its_pid() -> dict[str, Any]:
-    """A background job, then a foreground call that returns once the job has written its
-    pid: the next model call (where the failpoints strike) never comes before the pid."""
-    command = "echo $$ > job.pid; exec sleep 120"
+    """A background job, then a foreground call that returns once the job has started:
+    the next model call (where the failpoints strike) never comes before it."""
+    command = f"echo started > job.pid; exec sleep {MARK}"
     job = {"id": "job1", "name": "Bash", "input": {"command": command, "run_in_background": True}}
     started = "until [ -s job.pid ]; do sleep 0.01; done"
     wait = {"id": "wait1", "name": "Bash", "input": {"command": started}}
     return {"tool_calls": [job, wait]}
 
 
-def alive(pid: int) -> bool:
-    """Running, not a zombie waiting to be reaped."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+def pid_of_job() -> int | None:
+    """The host's pid of the job's `sleep MARK`, if it runs."""
+    wanted = f"sleep\0{MARK}\0".encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_bytes() == wanted:
+                    return int(entry.name)
+            except OSError:
+                continue
+    return None
 
 
-def pid_in(pidfile: Path) -> int | None:
-    text = pidfile.read_text().strip() if pidfile.exists() else ""
-    return int(text) if text.isdigit() else None
+async def job_started(pidfile: Path) -> None:
+    async def started() -> bool:
+        return await asyncio.to_thread(pidfile.exists)
 
-
-async def job_pid(pidfile: Path) -> int:
-    async def written() -> bool:
-        return pid_in(pidfile) is not None
-
-    await until(written, "the job writes its pid")
-    pid = pid_in(pidfile)
-    assert pid is not None
-    return pid
+    await until(started, "the job starts")
 
 
 async def test_a_job_is_stopped_when_its_append_is_refused_and_recorded_lost_once(
@@ -62,7 +63,7 @@ async def test_a_job_is_stopped_when_its_append_is_refused_and_recorded_lost_onc
     await add_task(store, tmp_path, "t", *replies)
     # Frozen right after the next model call is recorded, until this test lets it go.
     worker = workers(postgres_url, "w", lease=1, failpoints="model.after_called=pause@2")
-    pid = await job_pid(pidfile)
+    await job_started(pidfile)
     await until(worker.paused, "the worker freezes after its second model call")
 
     # Another claimer takes the lapsed task over (epoch 2) and hands it back, so the
@@ -75,7 +76,7 @@ async def test_a_job_is_stopped_when_its_append_is_refused_and_recorded_lost_onc
 
     await until(taken_over, "the lease lapses and another claimer takes the task")
     worker.signal(signal.SIGCONT)
-    await job_stopped_and_task_finished(store, worker, pid, epoch=3)
+    await job_stopped_and_task_finished(store, worker, epoch=3)
 
 
 async def test_a_job_is_stopped_when_its_claim_ends_in_an_unknown_commit_and_recorded_lost_once(
@@ -90,15 +91,13 @@ async def test_a_job_is_stopped_when_its_claim_ends_in_an_unknown_commit_and_rec
     # The second model call's record landed, but the worker cannot know it did.
     failpoint = "model.after_called=raise(CommitUnknown)@2"
     worker = workers(postgres_url, "w", lease=1, failpoints=failpoint)
-    pid = await job_pid(pidfile)
-    await job_stopped_and_task_finished(store, worker, pid, epoch=2)
+    await job_started(pidfile)
+    await job_stopped_and_task_finished(store, worker, epoch=2)
 
 
-async def job_stopped_and_task_finished(
-    store: Store, worker: WorkerProcess, pid: int, epoch: int
-) -> None:
+async def job_stopped_and_task_finished(store: Store, worker: WorkerProcess, epoch: int) -> None:
     async def job_stopped() -> bool:
-        return not alive(pid)
+        return await asyncio.to_thread(pid_of_job) is None
 
     await until(job_stopped, "the job is stopped with the claim it ran under")
     # Its claim ended ("its claim ended", after a refused append or an unknown commit) or
@@ -123,7 +122,7 @@ async def test_a_cancel_reaches_a_task_holding_its_claim_for_a_job(
     pidfile = workspace_of(tmp_path, "t") / "job.pid"
     await add_task(store, tmp_path, "t", job_writing_its_pid(), {"text": "Waiting."})
     worker = workers(postgres_url, "w", lease=1)
-    pid = await job_pid(pidfile)
+    await job_started(pidfile)
 
     async def holding() -> bool:
         return await status_of(store, "t") == "holding"
@@ -146,7 +145,7 @@ async def test_a_cancel_reaches_a_task_holding_its_claim_for_a_job(
     await until(cancelled, "the holding task takes the cancel", within=20)
 
     async def job_stopped() -> bool:
-        return not alive(pid)
+        return await asyncio.to_thread(pid_of_job) is None
 
     await until(job_stopped, "the job is stopped with the task")
     types = await log_types(store, "t")
