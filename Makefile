@@ -11,7 +11,7 @@ help:  ## List the targets
 install:  ## Create .venv and install noeta with its development tools
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -c constraints-dev.txt
 	@$(MAKE) --no-print-directory bubblewrap
 	@$(MAKE) --no-print-directory chromium
 

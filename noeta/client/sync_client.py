@@ -1,4 +1,4 @@
-"""`Client`: the same calls as `AsyncClient`, for code without an event loop.
+"""`Client`: `AsyncClient` for code without an event loop, derived from it method by method.
 
 Its AsyncClient lives on an event loop in a thread of its own, so a `Client` also works
 inside code that runs a loop already (a sync view called from async code).
@@ -8,29 +8,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from noeta.client.async_client import (
-    DEFAULT_MODEL,
-    AsyncClient,
-    Submission,
-    TailedEvent,
-    TaskHandle,
-    TaskRef,
-)
-from noeta.core.payload import JSONValue
-from noeta.core.queue_settings import QueueOverview, Rate
-from noeta.core.store import DEFAULT_PRIORITY, DEFAULT_QUEUE, TaskRecord, TaskStatus
+from noeta.client.async_client import AsyncClient, TailedEvent, TaskRef
 
 if TYPE_CHECKING:
     from noeta.config import Config
 
+P = ParamSpec("P")
 T = TypeVar("T")
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Client, P], T]:
+    """`method` run to its end on the Client's loop: its parameters, types and docstring
+    (mypy and `inspect.signature` see the async method's), returning what it returns."""
+
+    def blocking(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self._client, *args, **kwargs))
+
+    functools.update_wrapper(blocking, method)  # __wrapped__: inspect.signature follows it
+    blocking.__qualname__ = f"Client.{method.__name__}"
+    return blocking
 
 
 class Client:
@@ -40,11 +45,13 @@ class Client:
         *,
         config: str | Config | None = None,
         application_name: str = "noeta-client",
+        start_embedded: bool = True,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        self._client = self._run(_make(store, config, application_name))
+        made = _make(store, config, application_name, start_embedded)
+        self._client = self._run(made)
         # A script that never calls close() (the Celery habit) still closes the store
         # and the loop: when the Client is collected, or at the latest at interpreter
         # exit, while the loop's thread still runs (else its pool's tasks are destroyed
@@ -71,112 +78,28 @@ class Client:
         if self._finalizer.detach() is not None:
             _close(self._loop, self._thread, self._client)
 
-    def submit(
-        self,
-        prompt: str,
-        *,
-        model: str = DEFAULT_MODEL,
-        queue: str = DEFAULT_QUEUE,
-        id: str | None = None,
-        interactive: bool = False,
-        tools: Sequence[str] | None = None,
-        config: str | Config | None = None,
-        key: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-    ) -> TaskHandle:
-        return self._run(
-            self._client.submit(
-                prompt,
-                model=model,
-                queue=queue,
-                id=id,
-                interactive=interactive,
-                tools=tools,
-                config=config,
-                key=key,
-                priority=priority,
-            )
-        )
+    @property
+    def waiting(self) -> int:
+        return self._client.waiting
 
-    def submit_many(
-        self,
-        tasks: Iterable[Submission | str],
-        *,
-        model: str = DEFAULT_MODEL,
-        queue: str = DEFAULT_QUEUE,
-        config: str | Config | None = None,
-        key: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-    ) -> list[TaskHandle]:
-        return self._run(
-            self._client.submit_many(
-                tasks, model=model, queue=queue, config=config, key=key, priority=priority
-            )
-        )
+    waiting.__doc__ = AsyncClient.waiting.__doc__
 
-    def enqueue(
-        self,
-        job: str,
-        input: Mapping[str, object] | None = None,
-        *,
-        queue: str = DEFAULT_QUEUE,
-        id: str | None = None,
-        run_at: datetime | None = None,
-        delay: float | None = None,
-        key: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-    ) -> TaskHandle:
-        return self._run(
-            self._client.enqueue(
-                job,
-                input,
-                queue=queue,
-                id=id,
-                run_at=run_at,
-                delay=delay,
-                key=key,
-                priority=priority,
-            )
-        )
-
-    def set_queue(
-        self,
-        queue: str,
-        *,
-        concurrency: int | None = None,
-        per_key: int | None = None,
-        rate: str | Rate | None = None,
-        paused: bool | None = None,
-    ) -> QueueOverview:
-        change = self._client.set_queue(
-            queue, concurrency=concurrency, per_key=per_key, rate=rate, paused=paused
-        )
-        return self._run(change)
-
-    def clear_queue(self, queue: str) -> bool:
-        return self._run(self._client.clear_queue(queue))
-
-    def queues(self, *names: str) -> list[QueueOverview]:
-        return self._run(self._client.queues(*names))
-
-    def result(self, task: TaskRef, *, timeout: float | None = None) -> str:
-        return self._run(self._client.result(task, timeout=timeout))
-
-    def job_result(self, task: TaskRef, *, timeout: float | None = None) -> JSONValue:
-        return self._run(self._client.job_result(task, timeout=timeout))
-
-    def get(self, task: TaskRef) -> TaskRecord:
-        return self._run(self._client.get(task))
-
-    def tasks(
-        self,
-        *,
-        status: TaskStatus | str | None = None,
-        queue: str | None = None,
-        parent: TaskRef | None = None,
-        limit: int = 100,
-    ) -> list[TaskRecord]:
-        return self._run(self._client.tasks(status=status, queue=queue, parent=parent, limit=limit))
+    # Every other call is the AsyncClient's, awaited on the loop (tests/client/
+    # test_one_client.py checks no public method is left out).
+    submit = _blocking(AsyncClient.submit)
+    submit_many = _blocking(AsyncClient.submit_many)
+    enqueue = _blocking(AsyncClient.enqueue)
+    set_queue = _blocking(AsyncClient.set_queue)
+    clear_queue = _blocking(AsyncClient.clear_queue)
+    queues = _blocking(AsyncClient.queues)
+    result = _blocking(AsyncClient.result)
+    job_result = _blocking(AsyncClient.job_result)
+    get = _blocking(AsyncClient.get)
+    tasks = _blocking(AsyncClient.tasks)
+    children = _blocking(AsyncClient.children)
+    send = _blocking(AsyncClient.send)
+    cancel = _blocking(AsyncClient.cancel)
+    answer = _blocking(AsyncClient.answer)
 
     def tail(self, task: TaskRef, *, after: int = 0, follow: bool = True) -> Iterator[TailedEvent]:
         events = self._client.tail(task, after=after, follow=follow)
@@ -189,14 +112,7 @@ class Client:
         finally:
             self._run(events.aclose())
 
-    def send(self, task: TaskRef, text: str, *, key: str | None = None) -> bool:
-        return self._run(self._client.send(task, text, key=key))
-
-    def cancel(self, task: TaskRef) -> bool:
-        return self._run(self._client.cancel(task))
-
-    def answer(self, task: TaskRef, call: str, decision: str, *, note: str = "") -> None:
-        self._run(self._client.answer(task, call, decision, note=note))
+    tail.__doc__ = AsyncClient.tail.__doc__
 
 
 async def _next(events: AsyncGenerator[TailedEvent, None]) -> TailedEvent:
@@ -222,5 +138,8 @@ def _close_quietly(
         _close(loop, thread, client)
 
 
-async def _make(store: str | None, config: str | Config | None, name: str) -> AsyncClient:
-    return AsyncClient(store, config=config, application_name=name)  # its lock, on its loop
+async def _make(
+    store: str | None, config: str | Config | None, name: str, start_embedded: bool
+) -> AsyncClient:
+    # Made on its loop: its lock belongs to that loop.
+    return AsyncClient(store, config=config, application_name=name, start_embedded=start_embedded)

@@ -4,9 +4,10 @@ It runs its own event loop in a thread, so it keeps working while the code under
 blocks. Faults: `blackhole()` (bytes stop flowing both ways, sockets stay open, as in a
 partition), `cut_next_reply()` (the next bytes the server sends are dropped and the
 client's connection is reset: a write the server committed whose reply never arrives),
-`drop_all()` (every connection is reset at once), and, given a `statement_marker`,
-`cut_statement(before=...)`: the next statement whose SQL holds the marker is cut off
-before it reaches the server, or after (its reply is lost: the outcome is unknown).
+`drop_all()` (every connection is reset at once), and, given `cut_functions` (the SQL
+functions a test means, by name), `cut_statement(before=...)`: the next statement that
+calls one of them is cut off before it reaches the server, or after (its reply is lost:
+the outcome is unknown).
 """
 
 from __future__ import annotations
@@ -16,19 +17,23 @@ import contextlib
 import socket
 import struct
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
-from noeta.testing.pg_frames import FrontendReader
+from noeta.testing.pg_frames import FrontendReader, calls_to
 
 
 class FaultProxy:
-    def __init__(self, target_host: str, target_port: int, statement_marker: bytes = b"") -> None:
+    def __init__(
+        self, target_host: str, target_port: int, cut_functions: Iterable[str] = ()
+    ) -> None:
         self.target = (target_host, target_port)
         self.port = 0
         self.replies_cut = 0
         self.statements_cut = {"before": 0, "after": 0}
-        self._marker = statement_marker
+        self._cut_functions = tuple(cut_functions)
+        if self._cut_functions:
+            calls_to(self._cut_functions)  # a bad name fails here, not in the proxy's thread
         self._statement_cut: str | None = None  # "before" or "after": armed, once
         self._readers: dict[asyncio.StreamWriter, FrontendReader] = {}
         self._cut_reply_of: set[asyncio.StreamWriter] = set()
@@ -64,9 +69,9 @@ class FaultProxy:
         self._call(self._reset_all())
 
     def cut_statement(self, *, before: bool) -> None:
-        """Cut the next statement holding the marker: before the server sees it, or
-        after it was sent (its reply is dropped, the connection reset)."""
-        assert self._marker, "a FaultProxy built without a statement_marker"
+        """Cut the next statement calling one of the `cut_functions`: before the server
+        sees it, or after it was sent (its reply is dropped, the connection reset)."""
+        assert self._cut_functions, "a FaultProxy built without cut_functions"
         self._statement_cut = "before" if before else "after"
 
     def statement_cut_pending(self) -> bool:
@@ -92,8 +97,8 @@ class FaultProxy:
             _reset(writer)
             return
         self._writers |= {writer, upstream_writer}
-        if self._marker:
-            self._readers[writer] = FrontendReader(self._marker)
+        if self._cut_functions:
+            self._readers[writer] = FrontendReader(self._cut_functions)
         pumps = (
             self._pump(reader, upstream_writer, client=writer, from_server=False),
             self._pump(upstream_reader, writer, client=writer, from_server=True),

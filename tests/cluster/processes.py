@@ -23,6 +23,15 @@ REPOSITORY = Path(__file__).parents[2]
 WORKERS = ("w0", "w1", "w2", "w3")
 PROXIED = WORKERS  # each reaches PostgreSQL through its own fault proxy
 LEASE = 1.0
+# The SQL functions a worker's appends call (noeta/backends/stores/postgres/appends.py,
+# model_limits.py): what the outcome-unknown faults cut, named one by one.
+APPENDS = (
+    "noeta_append",
+    "noeta_append_and_continue",
+    "noeta_append_and_finish",
+    "noeta_append_model_called",
+    "noeta_append_model_called_keeping_claim",
+)
 
 
 @dataclass
@@ -53,7 +62,7 @@ class Cluster:
     def open_proxies(self, names: tuple[str, ...] = PROXIED) -> None:
         host, port = host_and_port(self.url)
         for name in names:
-            proxy = FaultProxy(host, port, statement_marker=b"noeta_append")
+            proxy = FaultProxy(host, port, cut_functions=APPENDS)
             proxy.start()
             self.proxies[name] = proxy
 
