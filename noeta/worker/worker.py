@@ -156,6 +156,7 @@ class Worker:
                 settings.lease_seconds,
                 limit=slots,
                 snapshot_version=self.runner.snapshot_version,
+                excluding=self._own_tasks(),
             )
             if claimed:
                 await failpoints.hit("claim.after_commit")
@@ -173,6 +174,13 @@ class Worker:
             log.info("%s task %s (epoch %d)", verb, claim.task_id, claim.epoch)
             self._start(claim, each.loaded)
         return len(claimed)
+
+    def _own_tasks(self) -> set[str]:
+        """The tasks this worker runs, holds or waits to run, whatever their epoch: never
+        claimed again by it, though a renewal held up past the lease left them claimable
+        (ADR-0079). Its renewer renews them late if no one else took them."""
+        held = self.running.keys() | self.holding.keys() | self.adopted.keys()
+        return {task_id for task_id, _ in held}
 
     async def _adopt(self) -> bool:
         """After a lost claim reply: run the tasks the store records as ours, not running.
