@@ -35,6 +35,7 @@ from noeta.core.store import CANCEL_KEY, MAX_CLAIM_BATCH, Claim, ClaimKey, Loade
 from noeta.observability import metrics, tracing
 from noeta.worker.jobs import JobManager
 from noeta.worker.renewal import Renewer
+from noeta.worker.warmup import warm_up
 
 log = logging.getLogger("noeta.worker")
 
@@ -76,6 +77,7 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and run tasks until `stop` is set; then hand every running task back."""
+        await warm_up()  # before the first claim: nothing a claim starts waits on imports
         renewing = asyncio.create_task(self.renewer.run(), name="noeta-renewal")
         listening = asyncio.create_task(self._listen(), name="noeta-wakeups")
         measuring = asyncio.create_task(self._measure_queues(), name="noeta-queue-depth")
