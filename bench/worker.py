@@ -1,8 +1,9 @@
 """Benchmark real `noeta worker` processes: drain rate, tool calls, claim latency, takeover.
 
 Every figure comes from `noeta worker` subprocesses (`python -m noeta worker`, the store
-in NOETA_STORE, NOETA_HOME in a temporary directory) running scripted tasks on one PostgreSQL server with
-fsync on; times are the database clock's (events.created_at, clock_timestamp()).
+in NOETA_STORE, NOETA_HOME in a temporary directory) running scripted tasks on one
+PostgreSQL server with fsync on; times are the database clock's (events.created_at,
+clock_timestamp()).
 
 1. Drain: N one-shot tasks (one scripted reply) are created through the Store API, due an
    hour ahead; once the workers are up and LISTENing, one UPDATE makes them claimable.
