@@ -46,9 +46,9 @@ class Renewer:
     def add(self, claim: Claim) -> None:
         self._held[claim.key] = (claim, self.monotonic())
         if self._rounds_out:
-            # The next round comes a third of a lease after the one out returns, however
-            # late that is: this claim's lease, which runs from its claim, could lapse
-            # first (issue 26). Claims added in the same step share one round.
+            # The next round starts only once the one out returns, however late that is:
+            # this claim's lease, which runs from its claim, could lapse first (issue 26).
+            # Claims added in the same step of the loop share one round.
             self._joining[claim.key] = claim
             if len(self._joining) == 1:
                 asyncio.get_running_loop().call_soon(self._renew_joining)
