@@ -112,7 +112,16 @@ def _append(statement: str, expected: int, appended: tuple[events.Event, ...], n
 
 def job_script(queue: str, durable_start: bool) -> str:
     """One pgbench transaction = one job of `queue` (tasks whose log has 3 events)."""
-    claim = _render(CLAIM_NEXT_TASK, {"worker": "pgbench", "queues": [queue], "lease": LEASE})
+    claim = _render(
+        CLAIM_NEXT_TASK,
+        {
+            "worker": "pgbench",
+            "queues": [queue],
+            "lease": LEASE,
+            "limit": 1,
+            "excluding": [],
+        },
+    )
     script = claim.removesuffix(";\n") + "\n\\gset\n"
     finish = (
         events.ToolFinished("job", "null"),
@@ -171,7 +180,13 @@ async def bare_pickups(url: str, queue: str, enqueue: Any, ids: list[str], pause
         await psycopg.AsyncConnection.connect(url, autocommit=True) as worker,
     ):
         await listener.execute("LISTEN noeta_wake")
-        params = {"worker": "bare", "queues": [queue], "lease": LEASE}
+        params = {
+            "worker": "bare",
+            "queues": [queue],
+            "lease": LEASE,
+            "limit": 1,
+            "excluding": [],
+        }
 
         async def pick_up() -> None:
             left = len(ids)

@@ -75,7 +75,7 @@ MODES: list[tuple[str, str, int | None, int | None]] = [
 async def claimer(url: str, mode: str, statement: str, claims: int) -> list[float]:
     """Claim `claims` times, one task each; the seconds each claim statement took
     (those that found the queue full included)."""
-    params = {"queues": [mode], "lease": 30.0, "worker": "bench", "limit": 1}
+    params = {"queues": [mode], "lease": 30.0, "worker": "bench", "limit": 1, "excluding": []}
     took = []
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as db:
         for _ in range(claims):

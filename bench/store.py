@@ -84,6 +84,8 @@ PGBENCH_CLAIM = (
     CLAIM_NEXT_TASK.replace("%(queues)s", "'{{{queue}}}'")
     .replace("%(lease)s", str(LEASE))
     .replace("%(worker)s", "'pgbench-' || :client_id")
+    .replace("%(limit)s", "1")
+    .replace("%(excluding)s", "'{}'")
     .strip()
     + ";\n"
 )

@@ -1,8 +1,9 @@
 """Benchmark real `noeta worker` processes: drain rate, tool calls, claim latency, takeover.
 
-Every figure comes from `noeta worker` subprocesses (`python -m noeta worker --store …`,
-NOETA_HOME in a temporary directory) running scripted tasks on one PostgreSQL server with
-fsync on; times are the database clock's (events.created_at, clock_timestamp()).
+Every figure comes from `noeta worker` subprocesses (`python -m noeta worker`, the store
+in NOETA_STORE, NOETA_HOME in a temporary directory) running scripted tasks on one
+PostgreSQL server with fsync on; times are the database clock's (events.created_at,
+clock_timestamp()).
 
 1. Drain: N one-shot tasks (one scripted reply) are created through the Store API, due an
    hour ahead; once the workers are up and LISTENing, one UPDATE makes them claimable.
@@ -25,6 +26,8 @@ fsync on; times are the database clock's (events.created_at, clock_timestamp()).
 4. Takeover, --lease 1: worker A runs a task whose first call is Bash `sleep 30`; once
    ToolStarted is logged an idle worker B is started, then A is SIGKILLed; takeover = B's
    first write (ToolFinished, recovery "unknown") - clock_timestamp() just before the kill.
+5. A fresh worker's first renewal, under a CPU burner: from its first claim to that
+   claim's first renewal, as the two lease_until values say (bench/first_renewal.py).
 
 Run:  .venv/bin/python bench/worker.py [--dsn DSN] [--quick] [--only drain,latency]
 Without --dsn or NOETA_TEST_POSTGRES_DSN it starts a private PostgreSQL (the
@@ -53,6 +56,7 @@ from typing import Any
 
 import psycopg
 from common import fresh_schema, parser, server  # the sibling module (bench/ is on sys.path)
+from first_renewal import first_renewal_figures
 
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.core import events
@@ -81,10 +85,11 @@ class Sizes:
     latency: int
     backlog: int
     takeovers: int
+    renewals: int
 
 
-FULL = Sizes(2000, (4, 8, 16), 5, 200, 200_000, 5)
-QUICK = Sizes(200, (8,), 2, 20, 10_000, 2)
+FULL = Sizes(2000, (4, 8, 16), 5, 200, 200_000, 5, 5)
+QUICK = Sizes(200, (8,), 2, 20, 10_000, 2, 2)
 
 DRAIN_STATS = """
 SELECT extract(epoch FROM max(e.created_at) FILTER (WHERE e.type = 'TaskFinished')
@@ -217,9 +222,10 @@ class Bench:
             **{k: v for k, v in os.environ.items() if k != "NOETA_CONFIG"},
             "NOETA_HOME": str(self.scratch / "home"),
             "NOETA_FAILPOINTS": "",
+            "NOETA_STORE": self.dsn,  # a worker refuses a password on its command line
             **(env or {}),
         }
-        command = [sys.executable, "-m", "noeta", "worker", "--store", self.dsn, "--queues"]
+        command = [sys.executable, "-m", "noeta", "worker", "--queues"]
         command += [queue, "--concurrency", str(concurrency), "--lease", str(lease)]
         command += ["--poll", str(poll), "--name"]
         logs = [self.scratch / f"{name}.log" for name in names]
@@ -477,6 +483,11 @@ async def takeover_table(bench: Bench, sizes: Sizes) -> None:
     table(f"Takeover after SIGKILL, {sizes.takeovers} runs", [*headers, "target"], [row])
 
 
+async def renewal_table(bench: Bench, sizes: Sizes) -> None:
+    title, headers, row = await first_renewal_figures(bench, sizes)
+    table(title, headers, [row])
+
+
 @contextlib.asynccontextmanager
 async def fresh_bench(dsn: str) -> AsyncIterator[Bench]:
     """A Bench on a fresh schema of the server at `dsn`; every process and the schema are
@@ -498,6 +509,7 @@ SECTIONS = {
     "tool": tool_table,
     "latency": latency_table,
     "takeover": takeover_table,
+    "renewal": renewal_table,
 }
 
 

@@ -108,10 +108,12 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
     toolbox = await Toolbox.open(config, runs_tools=True)
     observability.add_passed_secrets(PASSED_NAMES)  # what its tools may print
     providers = ProviderRegistry()
+    connections = settings.concurrency + 2  # a run each, the renewer, one to spare
     store = await open_store(
         url,
         application_name=f"noeta-worker:{settings.name}"[:63],
-        max_connections=settings.concurrency + 2,
+        max_connections=connections,
+        min_connections=connections,  # open before the first claim, not under its runs
     )
     store = observed(journaled(store))
     runner = toolbox.runner(store, providers)

@@ -10,7 +10,7 @@ Adapters live in `noeta/backends/stores/`; their shared test suite in
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -131,12 +131,15 @@ class Store(Protocol):
         *,
         limit: int = 1,
         snapshot_version: str,
+        excluding: Collection[str] = (),
     ) -> list[ClaimedTask]:
         """Claim up to `limit` (1 to 1,000) of the claimable tasks due longest, each with
         its own epoch and lease, and read each as `load` would: in one round trip where
         the store can (ADR-0060). A task the store could not read with its claim comes
         with `loaded` None: the claimer loads it. Each queue is walked in its own due
-        order: a backlog in one queue does not slow the claims of another."""
+        order: a backlog in one queue does not slow the claims of another. No task named
+        in `excluding` is claimed (the claimer's own runs, whose leases may have lapsed
+        while their renewal was held up: ADR-0079)."""
         ...
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -89,11 +89,17 @@ class ObservedStore:
         *,
         limit: int = 1,
         snapshot_version: str,
+        excluding: Collection[str] = (),
     ) -> list[ClaimedTask]:
         started = time.time_ns()
         with _observing("claim", None):
             claimed = await self.inner.claim_and_load(
-                worker, queues, lease_seconds, limit=limit, snapshot_version=snapshot_version
+                worker,
+                queues,
+                lease_seconds,
+                limit=limit,
+                snapshot_version=snapshot_version,
+                excluding=excluding,
             )
         for each in claimed:
             _claimed(each.claim, started)

@@ -4,7 +4,8 @@ A claim the store does not renew is reported lost at once. When the store cannot
 reached (or refuses: any StoreError), renewal keeps trying, sooner than a round (capped
 backoff with jitter), until, by this process's own clock, the lease would have run out;
 then every claim is reported lost (SPEC §3). Claims are held by their key (task id and
-epoch): an answer about epoch N never touches epoch N+1 of the same task.
+epoch): an answer about epoch N never touches epoch N+1 of the same task. A claim made
+while a round is out is renewed at once in a round of its own, never a round late.
 """
 
 from __future__ import annotations
@@ -37,9 +38,28 @@ class Renewer:
         self.monotonic = monotonic
         self._held: dict[ClaimKey, tuple[Claim, float]] = {}  # key -> (claim, renewed at)
         self._failures = 0  # failed rounds in a row
+        self._rounds_out = 0  # rounds sent and not answered yet
+        # Claims made while a round was out (it does not carry them), renewed at once.
+        self._joining: dict[ClaimKey, Claim] = {}
+        self._joins: set[asyncio.Task[None]] = set()
 
     def add(self, claim: Claim) -> None:
         self._held[claim.key] = (claim, self.monotonic())
+        if self._rounds_out:
+            # The next round starts only once the one out returns, however late that is:
+            # this claim's lease, which runs from its claim, could lapse first (issue 26).
+            # Claims added in the same step of the loop share one round.
+            self._joining[claim.key] = claim
+            if len(self._joining) == 1:
+                asyncio.get_running_loop().call_soon(self._renew_joining)
+
+    def _renew_joining(self) -> None:
+        joining = {key: self._held[key] for key in self._joining if key in self._held}
+        self._joining.clear()
+        if joining:
+            join = asyncio.ensure_future(self._renew(joining))
+            self._joins.add(join)
+            join.add_done_callback(self._joins.discard)
 
     def remove(self, claim: Claim) -> None:
         self._held.pop(claim.key, None)
@@ -48,22 +68,32 @@ class Renewer:
         return claim.key in self._held
 
     async def run(self) -> None:
-        """Renew every third of the lease, forever (cancel to stop); after a failed round,
-        the next comes sooner (0.5 s, 1 s, 2 s, ... jittered, never later than a round),
-        so that a store back within the lease is seen in time."""
-        while True:
-            wait = self.lease_seconds / 3
-            if self._failures:
-                wait = min(wait, backoff_seconds(self._failures, None, random.random()))
-            await asyncio.sleep(wait)
-            await self.renew_once()
+        """Start a round every third of the lease, from the start of the last one (a round
+        answered late is followed at once), forever (cancel to stop); after a failed
+        round, the next comes sooner (0.5 s, 1 s, 2 s, ... jittered, never later than a
+        round), so that a store back within the lease is seen in time."""
+        next_round = self.monotonic() + self.lease_seconds / 3
+        try:
+            while True:
+                wait = max(0.0, next_round - self.monotonic())
+                if self._failures:
+                    wait = min(wait, backoff_seconds(self._failures, None, random.random()))
+                await asyncio.sleep(wait)
+                next_round = self.monotonic() + self.lease_seconds / 3
+                await self.renew_once()
+        finally:
+            for join in list(self._joins):
+                join.cancel()
 
     async def renew_once(self) -> None:
-        held = dict(self._held)
+        await self._renew(dict(self._held))
+
+    async def _renew(self, held: dict[ClaimKey, tuple[Claim, float]]) -> None:
         if not held:
             return
         # The lease runs from when the store executes the renewal: no earlier than now.
         sent_at = self.monotonic()
+        self._rounds_out += 1
         try:
             answer = await self.store.renew(
                 [claim for claim, _ in held.values()], self.lease_seconds
@@ -71,8 +101,9 @@ class Renewer:
         except StoreError as error:
             self._failures += 1
             now = self.monotonic()
-            for claim, renewed_at in held.values():
-                if claim.key in self._held and now - renewed_at >= self.lease_seconds:
+            for key, (claim, _) in held.items():
+                current = self._held.get(key)
+                if current is not None and now - current[1] >= self.lease_seconds:
                     log.warning(
                         "task %s: could not renew for a whole lease (%s); giving it up",
                         claim.task_id,
@@ -80,14 +111,18 @@ class Renewer:
                     )
                     self._lose(claim)
             return
+        finally:
+            self._rounds_out -= 1
         self._failures = 0
         renewed = {claim.key: claim for claim in answer.values()}
         lost = []
         for key, (claim, _) in held.items():
-            if key not in self._held:
+            current = self._held.get(key)
+            if current is None:
                 continue  # let go while the round was out: the answer is not ours to apply
             if key in renewed:
-                self._held[key] = (renewed[key], sent_at)
+                # Two rounds may be out at once: the later send time stands.
+                self._held[key] = (renewed[key], max(sent_at, current[1]))
             else:
                 lost.append(claim)
         for claim in lost:

@@ -35,6 +35,7 @@ from noeta.core.store import CANCEL_KEY, MAX_CLAIM_BATCH, Claim, ClaimKey, Loade
 from noeta.observability import metrics, tracing
 from noeta.worker.jobs import JobManager
 from noeta.worker.renewal import Renewer
+from noeta.worker.warmup import warm_up
 
 log = logging.getLogger("noeta.worker")
 
@@ -76,6 +77,7 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and run tasks until `stop` is set; then hand every running task back."""
+        await warm_up()  # before the first claim: nothing a claim starts waits on imports
         renewing = asyncio.create_task(self.renewer.run(), name="noeta-renewal")
         listening = asyncio.create_task(self._listen(), name="noeta-wakeups")
         measuring = asyncio.create_task(self._measure_queues(), name="noeta-queue-depth")
@@ -156,6 +158,7 @@ class Worker:
                 settings.lease_seconds,
                 limit=slots,
                 snapshot_version=self.runner.snapshot_version,
+                excluding=self._own_tasks(),
             )
             if claimed:
                 await failpoints.hit("claim.after_commit")
@@ -173,6 +176,13 @@ class Worker:
             log.info("%s task %s (epoch %d)", verb, claim.task_id, claim.epoch)
             self._start(claim, each.loaded)
         return len(claimed)
+
+    def _own_tasks(self) -> set[str]:
+        """The tasks this worker runs, holds or waits to run, whatever their epoch: never
+        claimed again by it, though a renewal held up past the lease left them claimable
+        (ADR-0079). Its renewer renews them late if no one else took them."""
+        held = self.running.keys() | self.holding.keys() | self.adopted.keys()
+        return {task_id for task_id, _ in held}
 
     async def _adopt(self) -> bool:
         """After a lost claim reply: run the tasks the store records as ours, not running.

@@ -34,7 +34,14 @@ SELECT 'backlog-' || n, 'bulk', 'ready', now() - interval '1 day' + n * interval
 ANALYZE tasks;
 """
 INDEX = "tasks_claimable_by_priority"
-PARAMS = {"queues": ["default"], "lease": 30.0, "worker": "w", "limit": 1, "version": "v"}
+PARAMS = {
+    "queues": ["default"],
+    "lease": 30.0,
+    "worker": "w",
+    "limit": 1,
+    "version": "v",
+    "excluding": ["held-by-this-worker"],
+}
 
 
 def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:

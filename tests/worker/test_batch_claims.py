@@ -8,7 +8,7 @@ record which calls the worker made.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,15 @@ class RecordedCalls:
         *,
         limit: int = 1,
         snapshot_version: str,
+        excluding: Collection[str] = (),
     ) -> list[ClaimedTask]:
         claimed = await self._store.claim_and_load(
-            worker, queues, lease_seconds, limit=limit, snapshot_version=snapshot_version
+            worker,
+            queues,
+            lease_seconds,
+            limit=limit,
+            snapshot_version=snapshot_version,
+            excluding=excluding,
         )
         self.claims.append((limit, len(claimed)))
         return claimed

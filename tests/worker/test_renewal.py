@@ -3,7 +3,9 @@ once; a store that cannot be reached costs a claim only at the worker's own dead
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -75,3 +77,54 @@ async def test_an_unreachable_store_costs_the_claim_only_at_the_own_deadline(
     clock.now = 1030.0
     await renewer.renew_once()
     assert lost == [claim]
+
+
+class HeldRound:
+    """The real store, except that the first renewal round is held back (before it
+    reaches the store) until `release` is set; every round's claims are recorded."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.rounds: list[set[str]] = []
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def renew(self, claims: Sequence[Claim], lease_seconds: float) -> Any:
+        self.rounds.append({claim.task_id for claim in claims})
+        if len(self.rounds) == 1:
+            self.held.set()
+            await self.release.wait()
+        return await self._store.renew(claims, lease_seconds)
+
+
+async def test_a_claim_made_while_a_round_is_out_is_renewed_at_once(store: Store) -> None:
+    # A round that the store answers late must not leave a claim made meanwhile to the
+    # next round: its lease runs from its claim, and the next round is a third of a lease
+    # after the late one returns (issue 26, item 4). The lease is long: only the renewer's
+    # own doing can renew "new" while the first round is held.
+    for task_id in ("old", "new"):
+        await store.create_task(created(task_id))
+    old = await store.claim_task("w", "old", 60)
+    assert old is not None
+    held = HeldRound(store)
+    renewer = Renewer(held, 60, lambda claim: None)  # type: ignore[arg-type]
+    renewer.add(old)
+    first_round = asyncio.create_task(renewer.renew_once())
+    await asyncio.wait_for(held.held.wait(), 30)
+    new = await store.claim_task("w", "new", 60)
+    assert new is not None
+    renewer.add(new)
+
+    async def new_renewed() -> bool:
+        return any("new" in carried for carried in held.rounds[1:])
+
+    try:
+        await until(new_renewed, "the claim made during the held round is renewed")
+        assert not first_round.done()  # renewed while the first round was still out
+        renewed = await store.get_task("new")
+        assert renewed is not None and renewed.lease_until is not None
+        assert new.lease_until is not None and renewed.lease_until > new.lease_until
+    finally:
+        held.release.set()
+        await first_round
+    assert renewer.holds(old) and renewer.holds(new)

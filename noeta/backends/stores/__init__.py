@@ -35,10 +35,12 @@ async def open_store(
     application_name: str = "noeta",
     migrate: bool = False,
     max_connections: int = 10,
+    min_connections: int = 1,
     start_embedded: bool = True,
 ) -> Store:
     """Open the store at `url` (see the module docstring); raises ConfigError on a bad URL.
-    `start_embedded=False`: with no URL, StoreUnavailable unless the embedded server runs."""
+    `start_embedded=False`: with no URL, StoreUnavailable unless the embedded server runs.
+    On PostgreSQL the pool has `min_connections` open before this returns."""
     url = resolve_url(url)
     if url is None:
         url, migrate = _embedded_dsn(start=start_embedded), True
@@ -49,7 +51,11 @@ async def open_store(
     from noeta.backends.stores.postgres import PostgresStore
 
     return await PostgresStore.open(
-        url, application_name=application_name, migrate=migrate, max_connections=max_connections
+        url,
+        application_name=application_name,
+        migrate=migrate,
+        max_connections=max_connections,
+        min_connections=min_connections,
     )
 
 

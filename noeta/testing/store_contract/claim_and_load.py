@@ -131,3 +131,14 @@ class ClaimAndLoadContract:
             await store.claim_and_load("w", ["default"], LEASE, limit=limit, snapshot_version="v")
         task = await store.get_task("a")
         assert task is not None and task.status is TaskStatus.READY
+
+    async def test_a_claim_takes_none_of_the_tasks_it_excludes(self, store: Store) -> None:
+        # A worker excludes its own runs: one whose lease lapsed while its renewal was
+        # held up is renewed late, never claimed again by the same process (ADR-0079).
+        await created_due(store, ["a", "b", "c"])
+        batch = await store.claim_and_load(
+            "w", ["default"], LEASE, limit=5, snapshot_version="v", excluding=["a", "c"]
+        )
+        assert [each.claim.task_id for each in batch] == ["b"]
+        rest = await store.claim_and_load("w", ["default"], LEASE, limit=5, snapshot_version="v")
+        assert {each.claim.task_id for each in rest} == {"a", "c"}

@@ -62,10 +62,13 @@ class PostgresStore(
         application_name: str = "noeta",
         migrate: bool = False,
         max_connections: int = 10,
+        min_connections: int = 1,
         deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
         idle_in_transaction_seconds: float = 30.0,
     ) -> PostgresStore:
-        """Connect, check (or with `migrate`, bring up to date) the schema, open the pool."""
+        """Connect, check (or with `migrate`, bring up to date) the schema, open the pool
+        with `min_connections` connected (a worker opens them all before its first claim:
+        growing the pool under its first runs kept their renewal waiting, issue 26)."""
         where = describe(dsn)
         limits = SessionLimits.for_deadline(deadline_seconds, idle_in_transaction_seconds)
         connecting = {
@@ -87,7 +90,7 @@ class PostgresStore(
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn,
             kwargs={**settings, "autocommit": True},
-            min_size=1,
+            min_size=min(min_connections, max_connections),
             max_size=max_connections,
             open=False,
             timeout=deadline_seconds,

@@ -3,7 +3,7 @@ claimed tasks read back from CLAIM_AND_LOAD's rows (claims, snapshots, events, i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from noeta.backends.stores.postgres.inbox import inbox_entry
@@ -22,14 +22,24 @@ from noeta.core.store import (
 
 
 def claim_params(
-    worker: str, queues: Sequence[str], lease_seconds: float, limit: int
+    worker: str,
+    queues: Sequence[str],
+    lease_seconds: float,
+    limit: int,
+    excluding: Collection[str] = (),
 ) -> dict[str, Any]:
     check_lease(lease_seconds)
     check_key("worker name", worker)
     check_claim_limit(limit)
     # A queue named twice would be walked twice, its rows counted twice against the limit.
     distinct = list(dict.fromkeys(queues))
-    return {"worker": worker, "queues": distinct, "lease": lease_seconds, "limit": limit}
+    return {
+        "worker": worker,
+        "queues": distinct,
+        "lease": lease_seconds,
+        "limit": limit,
+        "excluding": list(excluding),
+    }
 
 
 def claimed_tasks(rows: Sequence[tuple[Any, ...]], worker: str, version: str) -> list[ClaimedTask]:

@@ -3,7 +3,7 @@ renewing a worker's round, releasing, and what is due or owned."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks
 from noeta.backends.stores.postgres.connection import PostgresConnection
@@ -24,7 +24,9 @@ from noeta.core.store import Claim, ClaimedTask, check_key, check_lease
 # now() (the statement's start; this statement is its own transaction) is stable,
 # so PostgreSQL can use it as the index bound and stop each walk at the present;
 # clock_timestamp() is volatile and would make it a filter that walks every future-dated
-# row. SKIP LOCKED: claimants never wait on each other's tasks.
+# row. SKIP LOCKED: claimants never wait on each other's tasks. %(excluding)s: the
+# claimer's own runs, never claimed again by it (ADR-0079); in a queue with settings the
+# function may offer one, which then only leaves its slot unused this once.
 _CLAIM_DUE_TASKS = """
 WITH due AS MATERIALIZED (
     SELECT found.id, found.priority, found.claimable_at, found.taken_over, false AS limited
@@ -39,6 +41,7 @@ WITH due AS MATERIALIZED (
         SELECT t.id, t.priority, t.claimable_at, t.status IN ('running', 'holding') AS taken_over
           FROM tasks AS t
          WHERE t.queue = q.queue AND t.priority = p.priority AND t.claimable_at <= now()
+           AND t.id <> ALL(%(excluding)s::text[])
          ORDER BY t.claimable_at
          LIMIT %(limit)s
            FOR UPDATE SKIP LOCKED
@@ -48,6 +51,7 @@ WITH due AS MATERIALIZED (
       FROM (SELECT s.queue FROM queue_settings AS s
              WHERE s.queue = ANY(%(queues)s::text[]) ORDER BY s.queue OFFSET 0) AS q
      CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, %(limit)s, false) AS limited
+     WHERE limited.id <> ALL(%(excluding)s::text[])
      ORDER BY 2 DESC, 3
      LIMIT %(limit)s
 ), lease AS (
@@ -179,8 +183,9 @@ class PostgresClaims(PostgresConnection):
         *,
         limit: int = 1,
         snapshot_version: str,
+        excluding: Collection[str] = (),
     ) -> list[ClaimedTask]:
-        params = claim_params(worker, queues, lease_seconds, limit)
+        params = claim_params(worker, queues, lease_seconds, limit, excluding)
         params["version"] = snapshot_version
         rows = await self._write_many(CLAIM_AND_LOAD, params)
         return claimed_tasks(rows, worker, snapshot_version)

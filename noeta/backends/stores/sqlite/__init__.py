@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from noeta.backends.stores.sqlite.appends import SqliteAppends
@@ -56,6 +56,7 @@ class SqliteStore(
         *,
         limit: int = 1,
         snapshot_version: str,
+        excluding: Collection[str] = (),
     ) -> list[ClaimedTask]:
         """One claim after another, each read after it: sqlite has one writer at a time
         and no round trip to save. A claim already made is never dropped: past the first,
@@ -64,7 +65,7 @@ class SqliteStore(
         claimed: list[ClaimedTask] = []
         for _ in range(limit):
             try:
-                claim = await self.claim(worker, queues, lease_seconds)
+                claim = await self.claim(worker, queues, lease_seconds, excluding=excluding)
             except StoreError:
                 if not claimed:
                     raise

@@ -4,7 +4,7 @@ releasing, and what is due or owned."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import from_micros, lease_micros, now_micros
@@ -26,6 +26,7 @@ SELECT t.id, t.owner_epoch, t.status IN ('running', 'holding'), t.queue
   JOIN tasks AS t ON t.id = (
         SELECT x.id FROM tasks AS x
          WHERE x.queue = q.value AND x.claimable_at IS NOT NULL AND x.claimable_at <= :now
+           AND x.id NOT IN (SELECT value FROM json_each(:excluding))
            AND (s.per_key_concurrency IS NULL OR x.concurrency_key IS NULL
                 OR (SELECT count(*) FROM tasks AS r
                      WHERE r.queue = x.queue AND r.concurrency_key = x.concurrency_key
@@ -78,20 +79,27 @@ SELECT id, owner, owner_epoch, lease_until FROM tasks
 class SqliteClaims(SqliteConnection):
     """The claim half of the `Store` protocol."""
 
-    async def claim(self, worker: str, queues: Sequence[str], lease_seconds: float) -> Claim | None:
+    async def claim(
+        self,
+        worker: str,
+        queues: Sequence[str],
+        lease_seconds: float,
+        *,
+        excluding: Collection[str] = (),
+    ) -> Claim | None:
         lease = lease_micros(lease_seconds)
         check_key("worker name", worker)
         if not queues:
             return None
-        queue_list = encode(list(queues))
+        queue_list, excluded = encode(list(queues)), encode(list(excluding))
         # Peek outside the write lock first, so idle pollers do not queue up behind writers.
-        peek = {"now": now_micros(), "queues": queue_list}
+        peek = {"now": now_micros(), "queues": queue_list, "excluding": excluded}
         due = await self._run(self._read_one, FIND_NEXT_CLAIMABLE, peek)
         if due is None:
             return None
 
         def claim_next(connection: sqlite3.Connection, now: int) -> Claim | None:
-            values = {"now": now, "queues": queue_list}
+            values = {"now": now, "queues": queue_list, "excluding": excluded}
             row = connection.execute(FIND_NEXT_CLAIMABLE, values).fetchone()
             if row is None:
                 return None
