@@ -70,7 +70,11 @@ async def test_a_fleet_slows_to_the_shared_limit_and_no_task_fails(
         fleet = await run_fleet(store, postgres_url, provider, workers, ids)
     times = [t for t, _ in provider.arrivals]
     throttled = [t for t, status in provider.arrivals if status == 429]
-    assert len(throttled) <= 1, throttled
+    # The budget spaces the calls on the store's clock; on a loaded machine a worker can
+    # send its request a beat after its moment and the next on time, so two may meet in
+    # the provider's one-second window. A few 429s are that jitter (each is retried after
+    # its Retry-After); a fleet that ignored the limit would draw dozens.
+    assert len(throttled) <= 3, throttled
     assert len(times) == 60 + len(throttled)
     # The provider's own clock: the fleet slowed to the limit. Each worker's first call
     # arrives late (its HTTP client starts), so the rate is read after the first second.
