@@ -31,6 +31,8 @@ READ_INTERVAL_SECONDS = 0.25
 KEEPALIVE_SECONDS = 15.0  # a comment line, so proxies keep the stream open
 BATCH_EVENTS = 200
 
+CLOSE_SECONDS = 5.0  # how long stopping waits for the feed's listeners
+
 
 @dataclass
 class _Watched:
@@ -88,9 +90,10 @@ class LiveFeed:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # Bounded: a LISTEN connection whose close never answers must not keep the
+        # server from stopping (seen once as a test teardown that hung).
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=CLOSE_SECONDS)
         self._tasks.clear()
 
     def _start(self) -> None:
@@ -108,6 +111,8 @@ class LiveFeed:
         finally:
             for listener in listeners:
                 listener.cancel()
+            if listeners:
+                await asyncio.wait(listeners, timeout=CLOSE_SECONDS)
 
     async def _forward(self, notices: Callable[[], AsyncGenerator[str, None]]) -> None:
         async with contextlib.aclosing(notices()) as heard:  # closes its connection
