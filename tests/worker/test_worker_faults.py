@@ -119,14 +119,16 @@ async def test_a_lost_claim_reply_is_adopted_not_waited_out(
 ) -> None:
     # SPEC §3: CommitUnknown during claim -> adopt the tasks the store records as ours.
     await add_task(store, tmp_path, "t", {"text": "adopted"})
+    # Waited out, the lease would keep the task for ten minutes, and a claim after it would
+    # be epoch 2: the test waits for the task, not against the lease.
     worker = workers(
-        postgres_url, "w", lease=30, failpoints="claim.after_commit=raise(CommitUnknown)@1"
+        postgres_url, "w", lease=600, failpoints="claim.after_commit=raise(CommitUnknown)@1"
     )
 
     async def done() -> bool:
         return await status_of(store, "t") == "done"
 
-    await until(done, "the worker adopts and finishes the task", within=20)
+    await until(done, "the worker adopts and finishes the task", within=120)
     assert "adopted task t (epoch 1)" in worker.log()
     assert (await store.get_task("t")).owner_epoch == 1  # type: ignore[union-attr]
 
