@@ -14,9 +14,11 @@ from noeta.core import events
 from noeta.core.errors import TaskFailed
 from noeta.core.tool import OUTCOME_UNKNOWN
 from tests.client import jobs_for_tests
-from tests.worker.conftest import WorkerProcess
+from tests.worker.conftest import WorkerProcess, lapse_the_lease
 
 assert jobs_for_tests  # imported: its decorated functions are what enqueue can name
+
+LONG_LEASE = 600  # never lapses during a test: the test lapses it
 
 
 async def killed_then_recovered(
@@ -27,9 +29,12 @@ async def killed_then_recovered(
     **input: object,
 ) -> str:
     handle = await client.enqueue(job, input, id=f"{job}-1")
-    first = job_workers(url, "first", die=True)
+    # A lease that cannot lapse while the first runs on a loaded machine (it would claim its
+    # own task again and run the job twice); once it is dead the test lapses it.
+    first = job_workers(url, "first", die=True, lease=LONG_LEASE)
     assert await first.exit_code() == -signal.SIGKILL  # died mid-run, by its own hand
-    job_workers(url, "second")
+    assert await lapse_the_lease(url, handle.id) == 1
+    job_workers(url, "second", lease=LONG_LEASE)
     return handle.id
 
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from noeta.backends.stores import open_store
@@ -112,6 +113,27 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     yield start
     for worker in started:
         worker.stop()
+
+
+# What "the lease ran out" leaves in the store: the claim's lease ends now, so the next
+# claimer may take the task and the holder's next fenced write is refused. (The owner,
+# epoch and status stay: a lapsed claim is not released, only no longer live.)
+_LAPSE_THE_LEASE = """
+UPDATE tasks SET lease_until = clock_timestamp(), claimable_at = clock_timestamp()
+ WHERE id = %s AND status IN ('running', 'holding')
+RETURNING owner_epoch
+"""
+
+
+async def lapse_the_lease(url: str, task_id: str) -> int:
+    """Make the lease of `task_id`'s claim lapse now, by a statement on the store (an
+    operator's, not a worker's): a test orders "the lease lapsed" after the process states
+    it needs (a frozen holder, a claim given up) instead of racing a short lease against
+    its steps on a loaded machine. Returns the epoch whose lease lapsed."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+        row = await (await admin.execute(_LAPSE_THE_LEASE, (task_id,))).fetchone()
+    assert row is not None, f"task {task_id} has no claim whose lease could lapse"
+    return int(row[0])
 
 
 async def until(check: Callable[[], Awaitable[bool]], what: str, within: float = 30) -> None:

@@ -17,82 +17,103 @@ import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.config import Config
-from noeta.core import failpoints
-from noeta.core.store import Claim, ClaimKey, Store
+from noeta.core.store import Claim, ClaimKey, NewEvent, Store
+from noeta.core.task_id import workspace_folder
 from noeta.plugins.toolbox import Toolbox
 from noeta.worker.worker import Worker, WorkerSettings
 
-from .conftest import add_task, log_types, status_of, until
+from .conftest import add_task, lapse_the_lease, log_types, status_of, until
+
+# Renewed every 10 s; no round runs while the epoch-1 round is held, and epoch 2 must not
+# lapse meanwhile (its first call is recorded well within it, even on a loaded machine).
+LEASE = 30
 
 
-class HeldRenewals:
+class HeldStore:
     """The real store, except that a renewal round carrying one of `held` claims is held
-    back (before it reaches the store) until `release` is set."""
+    back (before it reaches the store) until `let_round_go` is set, and so is the append that
+    records a tool's result under one of them, until `let_append_go` is set."""
 
     def __init__(self, store: Store, held: set[ClaimKey]) -> None:
         self._store = store
         self.held = held
-        self.arrived = asyncio.Event()
-        self.release = asyncio.Event()
+        self.round_arrived = asyncio.Event()
+        self.let_round_go = asyncio.Event()
+        self.append_arrived = asyncio.Event()
+        self.let_append_go = asyncio.Event()
 
     async def renew(self, claims: Sequence[Claim], lease_seconds: float) -> Any:
         if any(claim.key in self.held for claim in claims):
-            self.arrived.set()
-            await self.release.wait()
+            self.round_arrived.set()
+            await self.let_round_go.wait()
         return await self._store.renew(claims, lease_seconds)
+
+    async def append(
+        self, claim: Claim, expected_seq: int, events: Sequence[NewEvent], **more: Any
+    ) -> int:
+        if claim.key in self.held and any(e.type == "ToolFinished" for e in events):
+            self.append_arrived.set()
+            await self.let_append_go.wait()
+        return await self._store.append(claim, expected_seq, events, **more)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
 
-def blocked(call_id: str, go: Path) -> dict[str, Any]:
-    """A Bash call that ends only once the test creates `go` (its event, not a timer)."""
+def blocked(call_id: str, go: str) -> dict[str, Any]:
+    """A Bash call that ends only once the test creates `go` in the task's workspace (its
+    event, not a timer; the workspace is all of the test's files a sandboxed Bash sees)."""
     command = f"until [ -e {go} ]; do sleep 0.05; done"
     return {"id": call_id, "name": "Bash", "input": {"command": command}}
 
 
 @pytest.fixture
 async def toolbox(tmp_path: Path) -> AsyncIterator[Toolbox]:
-    box = await Toolbox.open(Config(workspaces=str(tmp_path / "ws")))
+    box = await Toolbox.open(Config(workspaces=str(tmp_path / "workspaces")))
     yield box
     await box.close()
 
 
+def let_go(tmp_path: Path, name: str) -> None:
+    # Bash may not have made the folder yet: the test makes it too.
+    workspace = tmp_path / "workspaces" / workspace_folder("t")
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / name).touch()
+
+
 async def test_a_late_answer_for_the_old_epoch_leaves_the_new_claim_running(
     store: Store,
+    postgres_url: str,
     tmp_path: Path,
     toolbox: Toolbox,
-    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # The worker freezes past its lease right before recording a tool result: its append
-    # is refused and it claims the task again at epoch 2. The renewal round it had begun
+    # The worker's lease lapses right before it records a tool result: its append is
+    # refused and it claims the task again at epoch 2. The renewal round it had begun
     # for epoch 1 is answered only then ("not renewed"): that must not cost epoch 2.
-    # In the task's workspace: the one place outside the test its sandboxed Bash can see.
-    workspace = tmp_path / "ws" / "t"
-    workspace.mkdir(parents=True)
-    go1, go2 = workspace / "go1", workspace / "go2"
     replies = (
-        {"tool_calls": [blocked("c1", go1)]},
-        {"tool_calls": [blocked("c2", go2)]},
+        {"tool_calls": [blocked("c1", "go1")]},
+        {"tool_calls": [blocked("c2", "go2")]},
         {"text": "done"},
     )
     await add_task(store, tmp_path, "t", *replies)
-    monkeypatch.setattr(
-        failpoints, "_POINTS", failpoints.parse("tool.before_finished=stop(2500)@1")
-    )
-    held = HeldRenewals(store, {("t", 1)})
+    held = HeldStore(store, {("t", 1)})
     providers = ProviderRegistry()
-    runner = toolbox.runner(held, providers)  # type: ignore[arg-type]
-    settings = WorkerSettings("w", concurrency=1, lease_seconds=1.5, poll_seconds=0.2)
-    worker = Worker(held, runner, settings)  # type: ignore[arg-type]
+    runner = toolbox.runner(held, providers)
+    settings = WorkerSettings("w", concurrency=1, lease_seconds=LEASE, poll_seconds=0.2)
+    worker = Worker(held, runner, settings)
     stop = asyncio.Event()
     caplog.set_level(logging.INFO)
     running = asyncio.create_task(worker.run(stop))
     try:
-        # A round for epoch 1 is on its way (held) before the freeze: let the call end.
-        await asyncio.wait_for(held.arrived.wait(), 30)
-        go1.touch()
+        # A round for epoch 1 is on its way (held) before the lapse: let the call end.
+        await asyncio.wait_for(held.round_arrived.wait(), 60)
+        let_go(tmp_path, "go1")
+        # The result's append waits; the lease lapses (the store's doing, not a clock's
+        # racing the worker); then the append goes on, and is refused.
+        await asyncio.wait_for(held.append_arrived.wait(), 60)
+        assert await lapse_the_lease(postgres_url, "t") == 1
+        held.let_append_go.set()
 
         async def second_call_runs() -> bool:
             task = await store.get_task("t")
@@ -106,7 +127,7 @@ async def test_a_late_answer_for_the_old_epoch_leaves_the_new_claim_running(
         claimed = await store.get_task("t")
         assert claimed is not None and claimed.lease_until is not None
         first_lease = claimed.lease_until
-        held.release.set()  # now the epoch-1 round reaches the store, and is refused
+        held.let_round_go.set()  # now the epoch-1 round reaches the store, and is refused
 
         async def renewed_after() -> bool:
             # Rounds run one after another: a later renewal of epoch 2 means the
@@ -116,13 +137,15 @@ async def test_a_late_answer_for_the_old_epoch_leaves_the_new_claim_running(
             return task.lease_until is not None and task.lease_until > first_lease
 
         await until(renewed_after, "epoch 2 is renewed after the late answer")
-        go2.touch()
+        let_go(tmp_path, "go2")
 
         async def done() -> bool:
             return await status_of(store, "t") == "done"
 
         await until(done, "the task finishes")
     finally:
+        held.let_append_go.set()
+        held.let_round_go.set()
         stop.set()
         await running
         await providers.close()
@@ -130,4 +153,4 @@ async def test_a_late_answer_for_the_old_epoch_leaves_the_new_claim_running(
     assert task is not None and task.owner_epoch == 2  # never cancelled, never taken over
     assert (await log_types(store, "t")).count("ModelCalled") == 3
     assert "taken over by another worker" not in caplog.text
-    assert "conflict on task t" in caplog.text  # the frozen epoch-1 append was refused
+    assert "conflict on task t" in caplog.text  # the epoch-1 append, lapsed, was refused

@@ -4,52 +4,75 @@ append, an unknown commit or `noeta cancel` ends it, and the log accounts for it
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from noeta.core.store import Store
 
-from .conftest import WorkerProcess, add_task, log_types, status_of, until, workspace_of
+from .conftest import (
+    WorkerProcess,
+    add_task,
+    lapse_the_lease,
+    log_types,
+    status_of,
+    until,
+    workspace_of,
+)
 
-# The job's sleep, found by this argument in the host's /proc: inside its sandbox's PID
-# namespace the job's own $$ means nothing out here.
-MARK = f"120.{uuid.uuid4().int % 10**9:09d}"
+# Longer than any test here runs: no renewal round comes and no lease lapses by itself on a
+# loaded machine; the test lapses one (lapse_the_lease) when its step needs it.
+LONG_LEASE = 600
 
 
-def job_writing_its_pid() -> dict[str, Any]:
-    """A background job, then a foreground call that returns once the job has started:
-    the next model call (where the failpoints strike) never comes before it."""
-    command = f"echo started > job.pid; exec sleep {MARK}"
+def job_writing_its_pid(name: str) -> dict[str, Any]:
+    """A background job, then a foreground call that returns once the job has written its
+    pid: the next model call (where the failpoints strike) never comes before the pid.
+
+    The job's sandbox numbers it in a PID namespace of its own, so the pid it writes is not
+    the one this test sees: the job also carries `name` as its argv[0], from before it
+    writes the pid (one `exec -a` into a shell, one into the sleep), and the test looks
+    for that name."""
+    command = f"exec -a {name} bash -c 'echo $$ > job.pid; exec -a {name} sleep 120'"
     job = {"id": "job1", "name": "Bash", "input": {"command": command, "run_in_background": True}}
     started = "until [ -s job.pid ]; do sleep 0.01; done"
     wait = {"id": "wait1", "name": "Bash", "input": {"command": started}}
     return {"tool_calls": [job, wait]}
 
 
-def pid_of_job() -> int | None:
-    """The host's pid of the job's `sleep MARK`, if it runs."""
-    wanted = f"sleep\0{MARK}\0".encode()
+def job_name(tmp_path: Path) -> str:
+    return f"noeta-test-job-{tmp_path.name}-{os.getpid()}"
+
+
+def running(name: str) -> bool:
+    """A process named `name` runs (a zombie waiting to be reaped does not count)."""
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "cmdline").read_bytes() == wanted:
-                    return int(entry.name)
-            except OSError:
-                continue
-    return None
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if argv0 == name.encode() and state != "Z":
+            return True
+    return False
+
+
+def pid_written(pidfile: Path) -> bool:
+    return pidfile.exists() and pidfile.read_text().strip().isdigit()
 
 
 async def job_started(pidfile: Path) -> None:
-    async def started() -> bool:
-        return await asyncio.to_thread(pidfile.exists)
+    async def written() -> bool:
+        return await asyncio.to_thread(pid_written, pidfile)
 
-    await until(started, "the job starts")
+    await until(written, "the job writes its pid")
 
 
 async def test_a_job_is_stopped_when_its_append_is_refused_and_recorded_lost_once(
@@ -58,25 +81,24 @@ async def test_a_job_is_stopped_when_its_append_is_refused_and_recorded_lost_onc
     tmp_path: Path,
     workers: Callable[..., WorkerProcess],
 ) -> None:
-    pidfile = workspace_of(tmp_path, "t") / "job.pid"
-    replies = (job_writing_its_pid(), {"text": "Waiting."}, {"text": "Lost; I'll check."})
+    pidfile, name = workspace_of(tmp_path, "t") / "job.pid", job_name(tmp_path)
+    replies = (job_writing_its_pid(name), {"text": "Waiting."}, {"text": "Lost; I'll check."})
     await add_task(store, tmp_path, "t", *replies)
     # Frozen right after the next model call is recorded, until this test lets it go.
-    worker = workers(postgres_url, "w", lease=1, failpoints="model.after_called=pause@2")
+    failpoint = "model.after_called=pause@2"
+    worker = workers(postgres_url, "w", lease=LONG_LEASE, failpoints=failpoint)
     await job_started(pidfile)
     await until(worker.paused, "the worker freezes after its second model call")
-
-    # Another claimer takes the lapsed task over (epoch 2) and hands it back, so the
-    # frozen worker's claim is stale whichever of its renewal or its append runs first.
-    async def taken_over() -> bool:
-        claim = await store.claim_task("thief", "t", 30)
-        if claim is not None:
-            assert await store.release(claim)
-        return claim is not None
-
-    await until(taken_over, "the lease lapses and another claimer takes the task")
+    assert running(name)  # the test sees the job: it can see it stop
+    # Its lease lapses while it is frozen; another claimer takes the task over (epoch 2)
+    # and hands it back, so the frozen worker's claim is stale whichever of its renewal or
+    # its append runs first.
+    assert await lapse_the_lease(postgres_url, "t") == 1
+    claim = await store.claim_task("thief", "t", 30)
+    assert claim is not None and claim.epoch == 2
+    assert await store.release(claim)
     worker.signal(signal.SIGCONT)
-    await job_stopped_and_task_finished(store, worker, epoch=3)
+    await job_stopped_and_task_finished(store, worker, name, epoch=3)
 
 
 async def test_a_job_is_stopped_when_its_claim_ends_in_an_unknown_commit_and_recorded_lost_once(
@@ -85,25 +107,37 @@ async def test_a_job_is_stopped_when_its_claim_ends_in_an_unknown_commit_and_rec
     tmp_path: Path,
     workers: Callable[..., WorkerProcess],
 ) -> None:
-    pidfile = workspace_of(tmp_path, "t") / "job.pid"
-    replies = (job_writing_its_pid(), {"text": "Waiting."}, {"text": "Lost; I'll check."})
+    pidfile, name = workspace_of(tmp_path, "t") / "job.pid", job_name(tmp_path)
+    replies = (job_writing_its_pid(name), {"text": "Waiting."}, {"text": "Lost; I'll check."})
     await add_task(store, tmp_path, "t", *replies)
     # The second model call's record landed, but the worker cannot know it did.
     failpoint = "model.after_called=raise(CommitUnknown)@2"
-    worker = workers(postgres_url, "w", lease=1, failpoints=failpoint)
+    worker = workers(postgres_url, "w", lease=LONG_LEASE, failpoints=failpoint)
     await job_started(pidfile)
-    await job_stopped_and_task_finished(store, worker, epoch=2)
+    await job_stopped(worker, name)
+    # The worker gave the claim up; the store still records it until its lease lapses.
+    assert await lapse_the_lease(postgres_url, "t") == 1
+    await task_finished(store, epoch=2)
 
 
-async def job_stopped_and_task_finished(store: Store, worker: WorkerProcess, epoch: int) -> None:
-    async def job_stopped() -> bool:
-        return await asyncio.to_thread(pid_of_job) is None
+async def job_stopped_and_task_finished(
+    store: Store, worker: WorkerProcess, name: str, epoch: int
+) -> None:
+    await job_stopped(worker, name)
+    await task_finished(store, epoch)
 
-    await until(job_stopped, "the job is stopped with the claim it ran under")
+
+async def job_stopped(worker: WorkerProcess, name: str) -> None:
+    async def stopped() -> bool:
+        return not await asyncio.to_thread(running, name)
+
+    await until(stopped, "the job is stopped with the claim it ran under")
     # Its claim ended ("its claim ended", after a refused append or an unknown commit) or
     # was found lost by the renewer first ("claim lost"): either way, the job went with it.
     assert re.search(r"stopping background job job1 \((its claim ended|claim lost)\)", worker.log())
 
+
+async def task_finished(store: Store, epoch: int) -> None:
     async def done() -> bool:
         return await status_of(store, "t") == "done"
 
@@ -119,15 +153,17 @@ async def test_a_cancel_reaches_a_task_holding_its_claim_for_a_job(
     tmp_path: Path,
     workers: Callable[..., WorkerProcess],
 ) -> None:
-    pidfile = workspace_of(tmp_path, "t") / "job.pid"
-    await add_task(store, tmp_path, "t", job_writing_its_pid(), {"text": "Waiting."})
-    worker = workers(postgres_url, "w", lease=1)
+    pidfile, name = workspace_of(tmp_path, "t") / "job.pid", job_name(tmp_path)
+    await add_task(store, tmp_path, "t", job_writing_its_pid(name), {"text": "Waiting."})
+    # A cancel reaches a holding task at the worker's next look, a third of its lease.
+    worker = workers(postgres_url, "w", lease=30)
     await job_started(pidfile)
 
     async def holding() -> bool:
         return await status_of(store, "t") == "holding"
 
     await until(holding, "the task holds its claim while the job runs")
+    assert running(name)  # the test sees the job: it can see it stop
     cancel = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "noeta", "cancel", "t", "--store", postgres_url],
@@ -142,10 +178,10 @@ async def test_a_cancel_reaches_a_task_holding_its_claim_for_a_job(
         return await status_of(store, "t") == "cancelled"
 
     # Well before the job's two minutes: the cancel did not wait for the job to end.
-    await until(cancelled, "the holding task takes the cancel", within=20)
+    await until(cancelled, "the holding task takes the cancel", within=60)
 
     async def job_stopped() -> bool:
-        return await asyncio.to_thread(pid_of_job) is None
+        return not await asyncio.to_thread(running, name)
 
     await until(job_stopped, "the job is stopped with the task")
     types = await log_types(store, "t")

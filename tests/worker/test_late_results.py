@@ -16,20 +16,35 @@ from typing import Any, cast
 from noeta.core.store import Store
 from noeta.core.tool import OUTCOME_UNKNOWN
 
-from .conftest import WorkerProcess, add_task, log_types, status_of, until, workspace_of
+from .conftest import (
+    WorkerProcess,
+    add_task,
+    lapse_the_lease,
+    log_types,
+    status_of,
+    until,
+    workspace_of,
+)
+
+# Longer than a test runs: no lease lapses by itself while a worker makes its way to its
+# failpoint on a loaded machine; the test lapses the frozen worker's (lapse_the_lease).
+LONG_LEASE = 600
 
 
 async def frozen_after_its_tool(
     store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> tuple[WorkerProcess, Path]:
-    """A worker that ran a Bash call (one side effect) and froze before recording it."""
+    """A worker that ran a Bash call (one side effect) and froze before recording it, its
+    lease lapsed meanwhile: the task is anyone's to claim."""
     effect = workspace_of(tmp_path, "t") / "effect"
     command = "echo once >> effect; echo the-real-result"
     call = {"id": "c1", "name": "Bash", "input": {"command": command}}
     await add_task(store, tmp_path, "t", {"tool_calls": [call]}, {"text": "done"})
-    late = workers(postgres_url, "late", lease=1, failpoints="tool.before_finished=pause")
+    failpoint = "tool.before_finished=pause"
+    late = workers(postgres_url, "late", lease=LONG_LEASE, failpoints=failpoint)
     await until(late.paused, "the tool returns and its worker freezes before recording it")
     assert effect.read_text() == "once\n"  # the call took effect
+    assert await lapse_the_lease(postgres_url, "t") == 1
     return late, effect
 
 
@@ -41,8 +56,10 @@ async def test_a_result_that_comes_too_late_is_handed_to_the_next_claimer(
     store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> None:
     late, effect = await frozen_after_its_tool(store, postgres_url, tmp_path, workers)
-    # The heir claims once the frozen worker's lease lapses, and freezes before loading.
-    heir = workers(postgres_url, "heir", lease=30, failpoints="claim.after_commit=pause@1")
+    # The heir claims the task the frozen worker's lapsed lease left, and freezes before
+    # loading it.
+    failpoint = "claim.after_commit=pause@1"
+    heir = workers(postgres_url, "heir", lease=LONG_LEASE, failpoints=failpoint)
     await until(heir.paused, "the heir takes the task over and freezes")
     assert (await store.get_task("t")).owner_epoch == 2  # type: ignore[union-attr]
     late.signal(signal.SIGCONT)  # its append is refused: the claim is the heir's now
@@ -73,7 +90,7 @@ async def test_a_result_that_comes_after_the_call_was_settled_is_kept_for_the_op
     store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> None:
     late, effect = await frozen_after_its_tool(store, postgres_url, tmp_path, workers)
-    workers(postgres_url, "heir", lease=30)
+    workers(postgres_url, "heir", lease=LONG_LEASE)
 
     async def done() -> bool:
         return await status_of(store, "t") == "done"

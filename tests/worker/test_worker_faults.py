@@ -13,8 +13,19 @@ import pytest
 
 from noeta.core.store import Store
 
-from .conftest import WorkerProcess, add_task, log_types, status_of, until, workspace_of
+from .conftest import (
+    WorkerProcess,
+    add_task,
+    lapse_the_lease,
+    log_types,
+    status_of,
+    until,
+    workspace_of,
+)
 
+# Never lapses during a test: a worker that is killed or frozen keeps its claim until the
+# test lapses its lease (lapse_the_lease), not until a short lease races its steps.
+LONG_LEASE = 600
 SLEEPY = {"tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": "sleep 3; echo slept"}}]}
 
 
@@ -45,10 +56,11 @@ async def test_a_worker_killed_mid_model_call_is_taken_over(
     store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> None:
     await add_task(store, tmp_path, "t", {"text": "made it"})
-    doomed = workers(postgres_url, "doomed", failpoints="model.after_called=kill")
+    doomed = workers(postgres_url, "doomed", lease=LONG_LEASE, failpoints="model.after_called=kill")
     assert await doomed.exit_code() == -signal.SIGKILL
     assert await log_types(store, "t") == ["TaskCreated", "PluginsPinned", "ModelCalled"]
-    workers(postgres_url, "heir")
+    assert await lapse_the_lease(postgres_url, "t") == 1
+    workers(postgres_url, "heir", lease=LONG_LEASE)
 
     async def done() -> bool:
         return await status_of(store, "t") == "done"
@@ -65,14 +77,16 @@ async def test_a_frozen_worker_wakes_to_find_its_claim_gone_and_writes_nothing(
 ) -> None:
     # SPEC §3: renew returns nothing / append raises Conflict -> stop, write nothing more.
     await add_task(store, tmp_path, "t", SLEEPY, {"text": "done"})
-    frozen = workers(postgres_url, "frozen")
+    frozen = workers(postgres_url, "frozen", lease=LONG_LEASE)
 
     async def tool_started() -> bool:
         return "ToolStarted" in await log_types(store, "t")
 
     await until(tool_started, "the tool starts")
     frozen.signal(signal.SIGSTOP)
-    workers(postgres_url, "rescuer")
+    await until(frozen.paused, "the worker is frozen")
+    assert await lapse_the_lease(postgres_url, "t") == 1  # while it cannot renew
+    workers(postgres_url, "rescuer", lease=LONG_LEASE)
 
     async def done() -> bool:
         return await status_of(store, "t") == "done"
@@ -119,14 +133,16 @@ async def test_a_lost_claim_reply_is_adopted_not_waited_out(
 ) -> None:
     # SPEC §3: CommitUnknown during claim -> adopt the tasks the store records as ours.
     await add_task(store, tmp_path, "t", {"text": "adopted"})
+    # Waited out, the lease would keep the task for ten minutes, and a claim after it would
+    # be epoch 2: the test waits for the task, not against the lease.
     worker = workers(
-        postgres_url, "w", lease=30, failpoints="claim.after_commit=raise(CommitUnknown)@1"
+        postgres_url, "w", lease=600, failpoints="claim.after_commit=raise(CommitUnknown)@1"
     )
 
     async def done() -> bool:
         return await status_of(store, "t") == "done"
 
-    await until(done, "the worker adopts and finishes the task", within=20)
+    await until(done, "the worker adopts and finishes the task", within=120)
     assert "adopted task t (epoch 1)" in worker.log()
     assert (await store.get_task("t")).owner_epoch == 1  # type: ignore[union-attr]
 
@@ -155,9 +171,12 @@ async def test_a_worker_killed_mid_tool_call_is_taken_over_and_nothing_runs_twic
     marker = workspace_of(tmp_path, "t") / "ran"
     touch = {"tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": "echo once >> ran"}}]}
     await add_task(store, tmp_path, "t", touch, {"text": "done"})
-    doomed = workers(postgres_url, "doomed", failpoints="tool.before_finished=kill")
+    doomed = workers(
+        postgres_url, "doomed", lease=LONG_LEASE, failpoints="tool.before_finished=kill"
+    )
     assert await doomed.exit_code() == -signal.SIGKILL
-    workers(postgres_url, "heir")
+    assert await lapse_the_lease(postgres_url, "t") == 1
+    workers(postgres_url, "heir", lease=LONG_LEASE)
 
     async def done() -> bool:
         return await status_of(store, "t") == "done"
@@ -211,7 +230,7 @@ async def test_a_background_job_holds_the_claim_and_its_result_arrives_once(
         {"text": "I will wait for it."},
         {"text": "The job said from-the-job."},
     )
-    worker = workers(postgres_url, "w", lease=2)
+    worker = workers(postgres_url, "w", lease=30)  # renewed every 10 s: it cannot lapse here
 
     async def holding() -> bool:
         return await status_of(store, "t") == "holding"
@@ -241,14 +260,16 @@ async def test_a_job_whose_worker_dies_is_recorded_lost_and_the_model_told_once(
         {"text": "Waiting."},
         {"text": "It was lost; I will check."},
     )
-    first = workers(postgres_url, "first", lease=1)
+    first = workers(postgres_url, "first", lease=LONG_LEASE)
 
     async def holding() -> bool:
         return await status_of(store, "t") == "holding"
 
     await until(holding, "the task holds its claim while the job runs")
     first.signal(signal.SIGKILL)
-    workers(postgres_url, "second", lease=1)
+    assert await first.exit_code() == -signal.SIGKILL
+    assert await lapse_the_lease(postgres_url, "t") == 1
+    workers(postgres_url, "second", lease=LONG_LEASE)
 
     async def done() -> bool:
         return await status_of(store, "t") == "done"
@@ -270,19 +291,17 @@ async def test_a_connection_killed_under_an_append_is_a_lost_claim(
     import psycopg
 
     await add_task(store, tmp_path, "t", {"text": "after the drop"})
+    # Frozen before its second append until the test holds the row lock.
     worker = workers(
-        postgres_url, "victim", lease=1, failpoints="append.before_commit=sleep(1500)@2"
+        postgres_url, "victim", lease=LONG_LEASE, failpoints="append.before_commit=pause@2"
     )
-
-    async def pinned() -> bool:
-        return "PluginsPinned" in await log_types(store, "t")
-
-    await until(pinned, "the first append lands")
+    await until(worker.paused, "the worker freezes before its second append")
     with (
         psycopg.connect(postgres_url) as blocker,
         psycopg.connect(postgres_url, autocommit=True) as admin,
     ):
         blocker.execute("SELECT 1 FROM tasks WHERE id = 't' FOR UPDATE")
+        worker.signal(signal.SIGCONT)
         waiting = (
             "SELECT pid FROM pg_stat_activity WHERE application_name = 'noeta-worker:victim'"
             " AND wait_event_type = 'Lock' AND query LIKE '%noeta_append%'"
@@ -301,6 +320,8 @@ async def test_a_connection_killed_under_an_append_is_a_lost_claim(
 
         await until(noticed, "the worker treats the claim as lost")
         blocker.rollback()
+    # It gave the claim up; the store still records it until its lease lapses.
+    assert await lapse_the_lease(postgres_url, "t") == 1
 
     async def done() -> bool:
         return await status_of(store, "t") == "done"
