@@ -17,6 +17,7 @@ from noeta.core.next_action import (
     AwaitMessage,
     AwaitSubtasks,
     CallModel,
+    FindWhyCut,
     EndTurn,
     FinishTask,
     LeaveForNewerVersion,
@@ -127,6 +128,8 @@ class TaskProgress:
         match action:
             case Stop():
                 return state.finished, False
+            case FindWhyCut():  # sent and not yet answered, or cut off
+                return "model call", True
             case CallModel() if state.model_attempts:
                 return "model call", True
             case CallModel():

@@ -20,6 +20,7 @@ from noeta.core.events import (
     JobStarted,
     JobStopped,
     MessageTaken,
+    ModelCallCut,
     ModelCalled,
     ModelFailed,
     ModelReplied,
@@ -76,6 +77,11 @@ class TaskState:
     turn: int = 0  # turns started so far
     turn_open: bool = False
     model_attempts: int = 0  # ModelCalled without a reply, in the open turn
+    # Of those, the ones a claimer found cut by the worker's loss, or never sent (ADR-0079);
+    # the rest count towards the model's cap.
+    model_workers_lost: int = 0
+    model_calls_unsent: int = 0
+    model_call_open: int = 0  # the seq of a ModelCalled not yet replied to nor found cut
     replies: int = 0  # ModelReplied events in the whole log
     truncated_in_row: int = 0
     empty_in_row: int = 0
@@ -122,6 +128,9 @@ class _Folding:
     turn: int
     turn_open: bool
     model_attempts: int
+    model_workers_lost: int
+    model_calls_unsent: int
+    model_call_open: int
     replies: int
     truncated_in_row: int
     empty_in_row: int
@@ -215,11 +224,16 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             _open_turn(f, text)
         case ModelCalled(trace=trace):
             f.model_attempts += 1
+            f.model_call_open = f.last_seq
             f.trace = trace or f.trace
+        case ModelCallCut(cause=cause):
+            f.model_call_open = 0
+            f.model_workers_lost += cause == "worker_lost"
+            f.model_calls_unsent += cause == "not_sent"
         case ModelReplied():
             _take_reply(f, event)
         case ModelFailed():
-            f.model_attempts = 0
+            _reset_model_attempts(f)
         case ToolStarted() | ToolFinished() | ToolWaiting() | ToolAnswered():
             _apply_tool(f, event)
         case PluginsPinned(pins=pins):
@@ -238,7 +252,8 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
         case TurnEnded(outcome=outcome, answer=answer, error=error):
             internal = error.startswith("internal_error")
             f.turn_open = False
-            f.model_attempts = f.truncated_in_row = f.empty_in_row = 0
+            _reset_model_attempts(f)
+            f.truncated_in_row = f.empty_in_row = 0
             f.calls = ()
             f.internal_errors_in_row = f.internal_errors_in_row + 1 if internal else 0
             f.last_answer, f.last_turn_outcome, f.last_turn_error = answer, outcome, error
@@ -336,8 +351,12 @@ def _open_turn(f: _Folding, text: str) -> None:
     f.turn_children = 0
 
 
+def _reset_model_attempts(f: _Folding) -> None:
+    f.model_attempts = f.model_workers_lost = f.model_calls_unsent = f.model_call_open = 0
+
+
 def _take_reply(f: _Folding, reply: ModelReplied) -> None:
-    f.model_attempts = 0
+    _reset_model_attempts(f)
     f.replies += 1
     # A blank block (older logs hold some) is left out: Anthropic refuses it re-sent.
     texts = tuple(
