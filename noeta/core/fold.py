@@ -77,11 +77,6 @@ class TaskState:
     turn: int = 0  # turns started so far
     turn_open: bool = False
     model_attempts: int = 0  # ModelCalled without a reply, in the open turn
-    # Of those, the ones a claimer found cut by the worker's loss, or never sent (ADR-0079);
-    # the rest count towards the model's cap.
-    model_workers_lost: int = 0
-    model_calls_unsent: int = 0
-    model_call_open: int = 0  # the seq of a ModelCalled not yet replied to nor found cut
     replies: int = 0  # ModelReplied events in the whole log
     truncated_in_row: int = 0
     empty_in_row: int = 0
@@ -114,6 +109,12 @@ class TaskState:
     subtasks: tuple[tuple[str, str, int], ...] = ()
     plugin_records: tuple[tuple[str, JSONValue], ...] = ()  # each plugin's latest record
     job: str = ""  # a plain job's tool name ("" for an agent task): its call's result ends it
+    # Of the model_attempts, those a claimer found cut by the worker's loss, or never sent
+    # (ADR-0079); the rest count towards the model's cap. Last: a snapshot's scalars are
+    # positional, and an older snapshot loads with these at their defaults.
+    model_workers_lost: int = 0
+    model_calls_unsent: int = 0
+    model_call_open: int = 0  # the seq of a ModelCalled not yet replied to nor found cut
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)
