@@ -1,6 +1,6 @@
 """Why an earlier claim's model call got no reply (ADR-0079): its worker was lost, or it
-lived on and only the call was cut, or the request was never sent. Told apart here, with
-the store's I/O, and recorded as `ModelCallCut`: the kernel weighs its caps on that."""
+lived on and only the call was cut. Told apart here, with the store's I/O, and recorded
+as `ModelCallCut`: the kernel weighs its caps on that."""
 
 from __future__ import annotations
 
@@ -12,14 +12,11 @@ from noeta.core.store import Store, StoredEvent
 
 log = logging.getLogger(__name__)
 
-# The call id of the word a worker keeps (as a late result: insert-only, no claim needed)
-# when the append of its ModelCalled had an unknown outcome and it sent nothing. No
-# provider's tool call id holds a space, so it never answers a tool call.
-NOT_SENT_PREFIX = "noeta model call not sent "
-
-
-def not_sent_call_id(seq: int) -> str:
-    return f"{NOT_SENT_PREFIX}{seq}"
+_SAID = {
+    "worker_lost": "its worker was lost",
+    "call": "its worker lived on",
+    "not_sent": "never sent",
+}
 
 
 async def record_why_cut(run: RunContext, seq: int) -> None:
@@ -30,17 +27,15 @@ async def record_why_cut(run: RunContext, seq: int) -> None:
         "task %s: the model call of epoch %d got no reply (%s)",
         run.task_id,
         called.epoch,
-        {"worker_lost": "its worker was lost", "call": "its worker lived on", "not_sent": "never sent"}[cause],
+        _SAID[cause],
     )
     await run.append([ev.ModelCallCut(called.epoch, cause)])
 
 
 async def why_cut(store: Store, task_id: str, called: StoredEvent) -> ev.CutCause:
-    """"not_sent" if its worker kept word so; "call" if its worker holds a live claim on
-    another task now (it lived on; only this call was cut); else "worker_lost"."""
-    kept = {(late.call_id, late.epoch) for late in await store.late_results(task_id)}
-    if (not_sent_call_id(called.seq), called.epoch) in kept:
-        return "not_sent"
+    """ "call" if its worker holds a live claim on another task now (it lived on; only
+    this call was cut); else "worker_lost". ("not_sent" is the kernel's, for a worker
+    that keeps word it sent nothing: no worker writes that word yet.)"""
     if called.owner is None:
         return "worker_lost"
     now = await store.clock()
