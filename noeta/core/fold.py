@@ -223,18 +223,8 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
         case MessageTaken(inbox_id=inbox_id, text=text):
             f.taken.add(inbox_id)
             _open_turn(f, text)
-        case ModelCalled(trace=trace):
-            f.model_attempts += 1
-            f.model_call_open = f.last_seq
-            f.trace = trace or f.trace
-        case ModelCallCut(cause=cause):
-            f.model_call_open = 0
-            f.model_workers_lost += cause == "worker_lost"
-            f.model_calls_unsent += cause == "not_sent"
-        case ModelReplied():
-            _take_reply(f, event)
-        case ModelFailed():
-            _reset_model_attempts(f)
+        case ModelCalled() | ModelCallCut() | ModelReplied() | ModelFailed():
+            _apply_model(f, event)
         case ToolStarted() | ToolFinished() | ToolWaiting() | ToolAnswered():
             _apply_tool(f, event)
         case PluginsPinned(pins=pins):
@@ -350,6 +340,25 @@ def _open_turn(f: _Folding, text: str) -> None:
     f.turn += 1
     f.turn_open = True
     f.turn_children = 0
+
+
+def _apply_model(
+    f: _Folding, event: ModelCalled | ModelCallCut | ModelReplied | ModelFailed
+) -> None:
+    match event:
+        case ModelCalled(trace=trace):
+            f.model_attempts += 1
+            f.model_call_open = f.last_seq
+            f.trace = trace or f.trace
+        case ModelCallCut(cause=cause):
+            # Why the open call got no reply (ADR-0079): only a "call" cut is the model's.
+            f.model_call_open = 0
+            f.model_workers_lost += cause == "worker_lost"
+            f.model_calls_unsent += cause == "not_sent"
+        case ModelReplied():
+            _take_reply(f, event)
+        case ModelFailed():
+            _reset_model_attempts(f)
 
 
 def _reset_model_attempts(f: _Folding) -> None:

@@ -295,14 +295,10 @@ class _Run:
                                 return RunResult("waiting", self.state)
                         case EndTurn() | FinishTask():
                             await self.settle([], action)
-                        case CallModel():
+                        case CallModel() | FindWhyCut():
                             if await self._cancelled_before_step():
                                 return RunResult("finished", self.state)
-                            # Its jobs live only as long as this claim: a budget wait
-                            # keeps it rather than handing the task back.
-                            await model_call.call_model(self, keep_claim=self._has_jobs())
-                        case FindWhyCut(seq=seq):
-                            await model_cuts.record_why_cut(self, seq)
+                            await self._model_step(action)
                         case RunTools(calls=to_run):
                             # A cancel stops calls not yet started: a queued job's function
                             # never runs (Celery's revoke). One already started (RecoverCalls)
@@ -319,6 +315,14 @@ class _Run:
                     await self.settle([], on_internal_error(self.state, _describe(error)))
             if self.state.finished:
                 return RunResult("finished", self.state)
+
+    async def _model_step(self, action: CallModel | FindWhyCut) -> None:
+        if isinstance(action, FindWhyCut):
+            await model_cuts.record_why_cut(self, action.seq)
+        else:
+            # Its jobs live only as long as this claim: a budget wait keeps it rather
+            # than handing the task back.
+            await model_call.call_model(self, keep_claim=self._has_jobs())
 
     # --- writing ----------------------------------------------------------------------
 

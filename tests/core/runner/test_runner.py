@@ -20,8 +20,8 @@ from noeta.core.payload import JSONValue
 from noeta.core.retry import BACKOFF_CAP_SECONDS, DEFAULT_MAX_ATTEMPTS
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.core.store import Delivery, NewEvent, NewTask, Store, StoredEvent
-from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
 from noeta.core.texts import MAX_MODEL_ATTEMPTS, MAX_WORKERS_LOST, MODEL_KEPT_BEING_INTERRUPTED
+from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
 
 LEASE = 60.0
 
