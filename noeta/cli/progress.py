@@ -83,7 +83,7 @@ class TaskProgress:
         action = self.action = next_action(self.state)
         # A step is one model call and the tools its reply called.
         replies = self.state.replies - self.replies_before_turn
-        self.step = replies + 1 if isinstance(action, CallModel) else max(replies, 1)
+        self.step = replies + 1 if isinstance(action, CallModel | FindWhyCut) else max(replies, 1)
         activity, timed = self._activity(action)
         if activity != self.activity or isinstance(event, RESTARTS):
             self.activity, self.timed = activity, timed
