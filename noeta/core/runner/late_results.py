@@ -13,9 +13,9 @@ import random
 
 from noeta.core.errors import CommitUnknown, NoetaError, StoreUnavailable
 from noeta.core.model import ToolCall
-from noeta.core.retry import GaveUp, backoff_seconds, with_retries
+from noeta.core.retry import GaveUp, Sleep, backoff_seconds, with_retries
 from noeta.core.runner.context import RunContext
-from noeta.core.store import LateResult
+from noeta.core.store import LateResult, Store
 from noeta.core.tool import ToolOutput
 
 log = logging.getLogger(__name__)
@@ -59,13 +59,19 @@ async def keep(run: RunContext, call: ToolCall, output: ToolOutput) -> None:
     result = LateResult(
         claim.task_id, call.id, output.content, output.is_error, claim.epoch, claim.worker
     )
-    keeping = asyncio.ensure_future(_keep(run, result))
+    await keep_shielded(run.store, run.sleep, result)
+
+
+async def keep_shielded(store: Store, sleep: Sleep, result: LateResult) -> None:
+    """Keep `result`, retried while the store is out; a cancellation of the caller ends
+    its wait, not the keep."""
+    keeping = asyncio.ensure_future(_keep(store, sleep, result))
     _in_flight.add(keeping)
     keeping.add_done_callback(_in_flight.discard)
     await asyncio.shield(keeping)  # cancelled, the run ends now and the keep goes on
 
 
-async def _keep(run: RunContext, result: LateResult) -> None:
+async def _keep(store: Store, sleep: Sleep, result: LateResult) -> None:
     def wait(attempt: int, error: NoetaError) -> float:
         log.debug("task %s: keeping the late result of %s failed (%s)", *_of(result), error)
         return backoff_seconds(
@@ -79,11 +85,11 @@ async def _keep(run: RunContext, result: LateResult) -> None:
     try:
         # Insert-only and first-wins (ADR-040): a retry after a lost reply is harmless.
         kept = await with_retries(
-            lambda: run.store.keep_late_result(result),
+            lambda: store.keep_late_result(result),
             NoetaError,
             max_attempts=KEEP_ATTEMPTS,
             wait=wait,
-            sleep=run.sleep,
+            sleep=sleep,
             retryable=lambda error: isinstance(error, (StoreUnavailable, CommitUnknown)),
         )
     except GaveUp as gave_up:

@@ -1,22 +1,52 @@
 """Why an earlier claim's model call got no reply (ADR-0079): its worker was lost, or it
-lived on and only the call was cut. Told apart here, with the store's I/O, and recorded
-as `ModelCallCut`: the kernel weighs its caps on that."""
+lived on and only the call was cut, or it never sent the request. Told apart here, with
+the store's I/O, and recorded as `ModelCallCut`: the kernel weighs its caps on that."""
 
 from __future__ import annotations
 
 import logging
 
 from noeta.core import events as ev
+from noeta.core.retry import Sleep
+from noeta.core.runner import late_results
 from noeta.core.runner.context import RunContext
-from noeta.core.store import Store, StoredEvent
+from noeta.core.store import Claim, LateResult, Store, StoredEvent
 
 log = logging.getLogger(__name__)
+
+# The word a worker keeps when the append of its ModelCalled had an unknown outcome: it
+# sends nothing then, and says so beside the log (as a late result: insert-only, no claim
+# needed). Keyed by the claim's epoch: that append ends the claim, so an open ModelCalled
+# of that epoch is the one it wrote. No provider's tool call id holds a space, so the word
+# never answers a tool call.
+NOT_SENT_PREFIX = "noeta model call not sent, epoch "
+NOT_SENT_WORD = (
+    "[noeta] The append that recorded this model call had an unknown outcome, so its "
+    "worker did not send the request (ADR-0079)."
+)
 
 _SAID = {
     "worker_lost": "its worker was lost",
     "call": "its worker lived on",
     "not_sent": "never sent",
 }
+
+
+def not_sent_call_id(epoch: int) -> str:
+    return f"{NOT_SENT_PREFIX}{epoch}"
+
+
+async def keep_word_not_sent(store: Store, sleep: Sleep, claim: Claim) -> None:
+    """The claim's ModelCalled may have landed, but its request was not sent."""
+    word = LateResult(
+        claim.task_id,
+        not_sent_call_id(claim.epoch),
+        NOT_SENT_WORD,
+        False,
+        claim.epoch,
+        claim.worker,
+    )
+    await late_results.keep_shielded(store, sleep, word)
 
 
 async def record_why_cut(run: RunContext, seq: int) -> None:
@@ -33,9 +63,11 @@ async def record_why_cut(run: RunContext, seq: int) -> None:
 
 
 async def why_cut(store: Store, task_id: str, called: StoredEvent) -> ev.CutCause:
-    """ "call" if its worker holds a live claim on another task now (it lived on; only
-    this call was cut); else "worker_lost". ("not_sent" is the kernel's, for a worker
-    that keeps word it sent nothing: no worker writes that word yet.)"""
+    """Why: "not_sent" if its worker kept word so; "call" if its worker holds a live
+    claim on another task now (it lived on; only this call was cut); else "worker_lost"."""
+    kept = {(late.call_id, late.epoch) for late in await store.late_results(task_id)}
+    if (not_sent_call_id(called.epoch), called.epoch) in kept:
+        return "not_sent"
     if called.owner is None:
         return "worker_lost"
     now = await store.clock()
