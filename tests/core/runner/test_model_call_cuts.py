@@ -1,6 +1,7 @@
 """Why a model call got no reply, told apart for real (ADR-0079, issue 26 item 1): a
 ModelCalled append whose reply the fault proxy drops leaves a call that was never sent,
-and the next claimer neither counts it as an interruption nor as a lost worker's."""
+and the next claimer neither counts it as an interruption nor as a lost worker's; a worker
+lived on only if it worked on another task under a claim it held by the call."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.models.scripted import ScriptedProvider
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
+from noeta.core import events
 from noeta.core.errors import CommitUnknown
+from noeta.core.runner import model_cuts
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Store
+from noeta.core.store import NewEvent, Store, StoredEvent
 from noeta.testing.fault_proxy import FaultProxy
 
 from .test_runner import LEASE, CrashingProvider, Fixed, create, script
@@ -67,3 +70,39 @@ async def test_a_model_call_whose_append_reply_was_lost_is_recorded_as_never_sen
     cuts = [(e.data["epoch"], e.data["cause"]) for e in log if e.type == "ModelCallCut"]  # type: ignore[index]
     assert cuts == [(first.epoch, "not_sent")]
     assert len(provider.bodies) == 1  # sent once, by the heir
+
+
+async def called_by(store: Store, worker: str, model: str) -> StoredEvent:
+    """Task t with a ModelCalled written by `worker`'s claim, which is then freed."""
+    await create(store, "t", model, prompt="go")
+    claim = await store.claim_task(worker, "t", LEASE)
+    assert claim is not None
+    await store.append(claim, 1, [NewEvent(*events.encode(events.ModelCalled("ab" * 32)))])
+    assert await store.release(claim)
+    (called,) = await store.read_log("t", after_seq=1)
+    return called
+
+
+async def test_a_worker_that_wrote_for_another_task_before_the_call_lived_on(
+    direct: Store, tmp_path: Path
+) -> None:
+    model = script(tmp_path, {"text": "x"})
+    await create(direct, "other", model, prompt="go")
+    other = await direct.claim_task("w", "other", LEASE)
+    assert other is not None
+    await direct.append(other, 1, [NewEvent(*events.encode(events.PluginRecord("p", 1)))])
+    called = await called_by(direct, "w", model)
+    assert await model_cuts.why_cut(direct, "t", called) == "call"
+
+
+async def test_a_worker_restarted_under_the_same_name_did_not_live_on(
+    direct: Store, tmp_path: Path
+) -> None:
+    # Its claims now were made, and written under, after the call: it was lost meanwhile.
+    model = script(tmp_path, {"text": "x"})
+    called = await called_by(direct, "w", model)
+    await create(direct, "other", model, prompt="go")
+    other = await direct.claim_task("w", "other", LEASE)
+    assert other is not None
+    await direct.append(other, 1, [NewEvent(*events.encode(events.PluginRecord("p", 1)))])
+    assert await model_cuts.why_cut(direct, "t", called) == "worker_lost"

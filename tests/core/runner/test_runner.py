@@ -267,7 +267,10 @@ async def test_a_request_cut_three_times_while_its_workers_lived_on_fails_as_the
     model = script(tmp_path, {"text": "never reached"})
     await create(store, "t", model, prompt="go")
     await create(store, "other", model, prompt="go")
-    assert await store.claim_task("worker-1", "other", LEASE) is not None
+    other = await store.claim_task("worker-1", "other", LEASE)
+    assert other is not None
+    # It works on the other task (writes under that claim) before the request is sent.
+    await store.append(other, 1, [NewEvent(*events.encode(events.PluginRecord("p", 1)))])
     crashing = CrashingProvider(ScriptedProvider.from_file(model.split(":", 1)[1]), crashes=99)
     result = await run_through_crashes(store, TaskRunner(store, Fixed(crashing)), "t")
     assert len(crashing.bodies) == MAX_MODEL_ATTEMPTS and len(set(crashing.bodies)) == 1
