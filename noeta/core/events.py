@@ -64,7 +64,7 @@ class ModelCalled:
 
 @dataclass(frozen=True, slots=True)
 class ModelCallCut:
-    """Why the open ModelCalled got no reply, recorded by the claimer that finds it (ADR-0079):
+    """Why the open ModelCalled got no reply, recorded by the claimer that finds it (ADR-0080):
     "worker_lost" (its worker held no live claim: it died, froze or lost the store),
     "call" (its worker lived on, only this call was cut), "not_sent" (the worker kept word
     that the request never left). Only "call" counts towards the model's cap."""

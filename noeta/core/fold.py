@@ -110,7 +110,7 @@ class TaskState:
     plugin_records: tuple[tuple[str, JSONValue], ...] = ()  # each plugin's latest record
     job: str = ""  # a plain job's tool name ("" for an agent task): its call's result ends it
     # Of the model_attempts, those a claimer found cut by the worker's loss, or never sent
-    # (ADR-0079); the rest count towards the model's cap. Last: a snapshot's scalars are
+    # (ADR-0080); the rest count towards the model's cap. Last: a snapshot's scalars are
     # positional, and an older snapshot loads with these at their defaults.
     model_workers_lost: int = 0
     model_calls_unsent: int = 0
@@ -351,7 +351,7 @@ def _apply_model(
             f.model_call_open = f.last_seq
             f.trace = trace or f.trace
         case ModelCallCut(cause=cause):
-            # Why the open call got no reply (ADR-0079): only a "call" cut is the model's.
+            # Why the open call got no reply (ADR-0080): only a "call" cut is the model's.
             f.model_call_open = 0
             f.model_workers_lost += cause == "worker_lost"
             f.model_calls_unsent += cause == "not_sent"

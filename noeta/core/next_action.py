@@ -31,7 +31,7 @@ class CallModel:
 @dataclass(frozen=True, slots=True)
 class FindWhyCut:
     """A ModelCalled of an earlier claim got no reply: find why (the claims table, a kept
-    "not sent" word) and record it as `ModelCallCut` before the cap is weighed (ADR-0079)."""
+    "not sent" word) and record it as `ModelCallCut` before the cap is weighed (ADR-0080)."""
 
     seq: int
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# A model call cut while its worker lived on (or cut before ADR-0079 told the cases
+# A model call cut while its worker lived on (or cut before ADR-0080 told the cases
 # apart): ModelCalled without a reply, in one turn. The poison request's cap.
 MAX_MODEL_ATTEMPTS = 3
 MODEL_KEPT_BEING_INTERRUPTED = (
@@ -12,7 +12,7 @@ MODEL_KEPT_BEING_INTERRUPTED = (
 
 # A model call whose worker was lost (died, froze, lost the store) or never sent it: the
 # infrastructure's fault, so a bigger cap, kept only so that a request that kills every
-# worker it touches still fails its turn (ADR-0079).
+# worker it touches still fails its turn (ADR-0080).
 MAX_WORKERS_LOST = 10
 INFRASTRUCTURE_LOST_THE_CALL = (
     "infrastructure: the workers running this call were lost {lost} times ({unsent} of "

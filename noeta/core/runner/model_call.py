@@ -92,7 +92,7 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
                 break
             except (CommitUnknown, StoreUnavailable):
                 # Nothing is sent. Said beside the log, or the next claimer counts the
-                # call as cut by this worker's loss (ADR-0079).
+                # call as cut by this worker's loss (ADR-0080).
                 await model_cuts.keep_word_not_sent(run.store, run.sleep, run.claim)
                 raise
             except ModelBudgetWait as wait:

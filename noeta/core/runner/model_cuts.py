@@ -1,4 +1,4 @@
-"""Why an earlier claim's model call got no reply (ADR-0079): its worker was lost, or it
+"""Why an earlier claim's model call got no reply (ADR-0080): its worker was lost, or it
 lived on and only the call was cut, or it never sent the request. Told apart here, with
 the store's I/O, and recorded as `ModelCallCut`: the kernel weighs its caps on that."""
 
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 NOT_SENT_PREFIX = "noeta model call not sent, epoch "
 NOT_SENT_WORD = (
     "[noeta] The append that recorded this model call had an unknown outcome, so its "
-    "worker did not send the request (ADR-0079)."
+    "worker did not send the request (ADR-0080)."
 )
 
 # How many of a worker's other live claims are read (their logs up to the call) to see

@@ -1,4 +1,4 @@
-"""Why a model call got no reply, told apart for real (ADR-0079, issue 26 item 1): a
+"""Why a model call got no reply, told apart for real (ADR-0080, issue 26 item 1): a
 ModelCalled append whose reply the fault proxy drops leaves a call that was never sent,
 and the next claimer neither counts it as an interruption nor as a lost worker's; a worker
 lived on only if it worked on another task under a claim it held by the call."""
