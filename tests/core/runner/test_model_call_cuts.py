@@ -19,6 +19,7 @@ from noeta.core.runner import model_cuts
 from noeta.core.runner.task import TaskRunner
 from noeta.core.store import NewEvent, Store, StoredEvent
 from noeta.testing.fault_proxy import FaultProxy
+from tests.cluster.processes import APPENDS
 
 from .test_runner import LEASE, CrashingProvider, Fixed, create, script
 
@@ -34,7 +35,7 @@ async def direct(postgres_url: str) -> AsyncIterator[Store]:
 @pytest.fixture
 def proxy(direct: Store, postgres_url: str) -> Iterator[FaultProxy]:
     parts = conninfo_to_dict(postgres_url)
-    proxy = FaultProxy(str(parts["host"]), int(parts["port"]), statement_marker=b"noeta_append")
+    proxy = FaultProxy(str(parts["host"]), int(parts["port"]), cut_functions=APPENDS)
     proxy.start()
     yield proxy
     proxy.stop()
