@@ -18,6 +18,7 @@ from noeta.core.next_action import (
     AwaitSubtasks,
     CallModel,
     EndTurn,
+    FindWhyCut,
     FinishTask,
     LeaveForNewerVersion,
     LeaveUnreadable,
@@ -82,7 +83,7 @@ class TaskProgress:
         action = self.action = next_action(self.state)
         # A step is one model call and the tools its reply called.
         replies = self.state.replies - self.replies_before_turn
-        self.step = replies + 1 if isinstance(action, CallModel) else max(replies, 1)
+        self.step = replies + 1 if isinstance(action, CallModel | FindWhyCut) else max(replies, 1)
         activity, timed = self._activity(action)
         if activity != self.activity or isinstance(event, RESTARTS):
             self.activity, self.timed = activity, timed
@@ -127,6 +128,8 @@ class TaskProgress:
         match action:
             case Stop():
                 return state.finished, False
+            case FindWhyCut():  # sent and not yet answered, or cut off
+                return "model call", True
             case CallModel() if state.model_attempts:
                 return "model call", True
             case CallModel():

@@ -18,6 +18,7 @@ from noeta.core.pin import Pin
 
 ENCODING_VERSION = 1
 
+CutCause = Literal["worker_lost", "call", "not_sent"]
 TurnOutcome = Literal["answered", "no_answer", "failed"]
 FinishStatus = Literal["done", "failed", "cancelled"]
 
@@ -59,6 +60,17 @@ class ModelCalled:
 
     request_sha256: str
     trace: str = ""  # the call's span record (noeta.observability.span_record); "" untraced
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallCut:
+    """Why the open ModelCalled got no reply, recorded by the claimer that finds it (ADR-0080):
+    "worker_lost" (its worker held no live claim: it died, froze or lost the store),
+    "call" (its worker lived on, only this call was cut), "not_sent" (the worker kept word
+    that the request never left). Only "call" counts towards the model's cap."""
+
+    epoch: int  # the claim that wrote the ModelCalled
+    cause: CutCause
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +256,7 @@ Event = (
     | CallRequested
     | MessageTaken
     | ModelCalled
+    | ModelCallCut
     | ModelReplied
     | ModelFailed
     | ToolStarted
@@ -272,6 +285,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CallRequested,
         MessageTaken,
         ModelCalled,
+        ModelCallCut,
         ModelReplied,
         ModelFailed,
         ToolStarted,

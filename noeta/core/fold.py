@@ -20,6 +20,7 @@ from noeta.core.events import (
     JobStarted,
     JobStopped,
     MessageTaken,
+    ModelCallCut,
     ModelCalled,
     ModelFailed,
     ModelReplied,
@@ -108,6 +109,12 @@ class TaskState:
     subtasks: tuple[tuple[str, str, int], ...] = ()
     plugin_records: tuple[tuple[str, JSONValue], ...] = ()  # each plugin's latest record
     job: str = ""  # a plain job's tool name ("" for an agent task): its call's result ends it
+    # Of the model_attempts, those a claimer found cut by the worker's loss, or never sent
+    # (ADR-0080); the rest count towards the model's cap. Last: a snapshot's scalars are
+    # positional, and an older snapshot loads with these at their defaults.
+    model_workers_lost: int = 0
+    model_calls_unsent: int = 0
+    model_call_open: int = 0  # the seq of a ModelCalled not yet replied to nor found cut
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)
@@ -122,6 +129,9 @@ class _Folding:
     turn: int
     turn_open: bool
     model_attempts: int
+    model_workers_lost: int
+    model_calls_unsent: int
+    model_call_open: int
     replies: int
     truncated_in_row: int
     empty_in_row: int
@@ -213,13 +223,8 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
         case MessageTaken(inbox_id=inbox_id, text=text):
             f.taken.add(inbox_id)
             _open_turn(f, text)
-        case ModelCalled(trace=trace):
-            f.model_attempts += 1
-            f.trace = trace or f.trace
-        case ModelReplied():
-            _take_reply(f, event)
-        case ModelFailed():
-            f.model_attempts = 0
+        case ModelCalled() | ModelCallCut() | ModelReplied() | ModelFailed():
+            _apply_model(f, event)
         case ToolStarted() | ToolFinished() | ToolWaiting() | ToolAnswered():
             _apply_tool(f, event)
         case PluginsPinned(pins=pins):
@@ -238,7 +243,8 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
         case TurnEnded(outcome=outcome, answer=answer, error=error):
             internal = error.startswith("internal_error")
             f.turn_open = False
-            f.model_attempts = f.truncated_in_row = f.empty_in_row = 0
+            _reset_model_attempts(f)
+            f.truncated_in_row = f.empty_in_row = 0
             f.calls = ()
             f.internal_errors_in_row = f.internal_errors_in_row + 1 if internal else 0
             f.last_answer, f.last_turn_outcome, f.last_turn_error = answer, outcome, error
@@ -336,8 +342,31 @@ def _open_turn(f: _Folding, text: str) -> None:
     f.turn_children = 0
 
 
+def _apply_model(
+    f: _Folding, event: ModelCalled | ModelCallCut | ModelReplied | ModelFailed
+) -> None:
+    match event:
+        case ModelCalled(trace=trace):
+            f.model_attempts += 1
+            f.model_call_open = f.last_seq
+            f.trace = trace or f.trace
+        case ModelCallCut(cause=cause):
+            # Why the open call got no reply (ADR-0080): only a "call" cut is the model's.
+            f.model_call_open = 0
+            f.model_workers_lost += cause == "worker_lost"
+            f.model_calls_unsent += cause == "not_sent"
+        case ModelReplied():
+            _take_reply(f, event)
+        case ModelFailed():
+            _reset_model_attempts(f)
+
+
+def _reset_model_attempts(f: _Folding) -> None:
+    f.model_attempts = f.model_workers_lost = f.model_calls_unsent = f.model_call_open = 0
+
+
 def _take_reply(f: _Folding, reply: ModelReplied) -> None:
-    f.model_attempts = 0
+    _reset_model_attempts(f)
     f.replies += 1
     # A blank block (older logs hold some) is left out: Anthropic refuses it re-sent.
     texts = tuple(

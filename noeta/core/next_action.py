@@ -13,8 +13,10 @@ from noeta.core.model import ToolCall
 from noeta.core.pin import Pin
 from noeta.core.texts import (
     EMPTY_REPLIES_LIMIT,
+    INFRASTRUCTURE_LOST_THE_CALL,
     INTERNAL_ERRORS_LIMIT,
     MAX_MODEL_ATTEMPTS,
+    MAX_WORKERS_LOST,
     MODEL_KEPT_BEING_INTERRUPTED,
     TRUNCATED_REPLIES_LIMIT,
     TRUNCATED_TOO_OFTEN,
@@ -24,6 +26,14 @@ from noeta.core.texts import (
 @dataclass(frozen=True, slots=True)
 class CallModel:
     """Send the request the log implies (again, after a crash: the same bytes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FindWhyCut:
+    """A ModelCalled of an earlier claim got no reply: find why (the claims table, a kept
+    "not sent" word) and record it as `ModelCallCut` before the cap is weighed (ADR-0080)."""
+
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +117,7 @@ class Stop:
 
 Action = (
     CallModel
+    | FindWhyCut
     | AwaitAnswer
     | RunTools
     | RecoverCalls
@@ -179,8 +190,14 @@ def _within_turn(state: TaskState) -> Action:
         if to_run or not waiting:
             return RunTools(to_run)
         return AwaitSubtasks(waiting)
-    if state.model_attempts >= MAX_MODEL_ATTEMPTS:
+    if state.model_call_open:
+        return FindWhyCut(state.model_call_open)
+    lost = state.model_workers_lost + state.model_calls_unsent
+    if state.model_attempts - lost >= MAX_MODEL_ATTEMPTS:
         return EndTurn("failed", error=MODEL_KEPT_BEING_INTERRUPTED)
+    if lost >= MAX_WORKERS_LOST:
+        error = INFRASTRUCTURE_LOST_THE_CALL.format(lost=lost, unsent=state.model_calls_unsent)
+        return EndTurn("failed", error=error)
     if state.truncated_in_row >= TRUNCATED_REPLIES_LIMIT:
         return EndTurn("failed", error=TRUNCATED_TOO_OFTEN)
     if state.empty_in_row >= EMPTY_REPLIES_LIMIT:

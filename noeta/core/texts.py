@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
-# Worker died during a model call: ModelCalled without a reply, in one turn.
+# A model call cut while its worker lived on (or cut before ADR-0080 told the cases
+# apart): ModelCalled without a reply, in one turn. The poison request's cap.
 MAX_MODEL_ATTEMPTS = 3
-MODEL_KEPT_BEING_INTERRUPTED = "llm_error: the model call kept being interrupted"
+MODEL_KEPT_BEING_INTERRUPTED = (
+    f"llm_error: the model call kept being interrupted ({MAX_MODEL_ATTEMPTS} times in a turn, "
+    "while the workers running it lived on)"
+)
+
+# A model call whose worker was lost (died, froze, lost the store) or never sent it: the
+# infrastructure's fault, so a bigger cap, kept only so that a request that kills every
+# worker it touches still fails its turn (ADR-0080).
+MAX_WORKERS_LOST = 10
+INFRASTRUCTURE_LOST_THE_CALL = (
+    "infrastructure: the workers running this call were lost {lost} times ({unsent} of "
+    "them before the request was sent; they died, froze or lost the store). If this "
+    "happens on every try, the request itself may be killing them"
+)
 
 TRUNCATED_REPLIES_LIMIT = 3  # in a row
 TRUNCATED_TOO_OFTEN = (

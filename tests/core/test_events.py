@@ -13,6 +13,7 @@ from noeta.core.events import (
     JobStarted,
     JobStopped,
     MessageTaken,
+    ModelCallCut,
     ModelCalled,
     ModelFailed,
     ModelReplied,
@@ -66,6 +67,7 @@ EXAMPLES = [
     SubtaskLaunched("c4", "t.c4.1", "look it up"),
     SubtaskReturned("t.c4.1", "done", 8),
     PluginRecord("notify", {"through": 12}),
+    ModelCallCut(3, "worker_lost"),
     TurnEnded("failed", "", "llm_error: x"),
     TaskFinished("done", "4", ""),
 ]

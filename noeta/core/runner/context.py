@@ -13,6 +13,7 @@ from typing import Protocol
 from noeta.core.events import Event
 from noeta.core.fold import TaskState
 from noeta.core.gates import Gate
+from noeta.core.retry import Sleep
 from noeta.core.store import Claim, Continue, Delivery, NewTask, NextState, Store
 from noeta.core.tool import Jobs, Tool
 from noeta.observability import tracing
@@ -59,6 +60,11 @@ class RunContext(Protocol):
     @property
     def workspace(self) -> str:
         """The task's own directory for file tools; "" gives them no file access."""
+        ...
+
+    @property
+    def sleep(self) -> Sleep:
+        """How the run waits (a retry's backoff): asyncio.sleep, or a test's clock."""
         ...
 
     async def clock(self) -> datetime:

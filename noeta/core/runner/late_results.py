@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 
-from noeta.core.errors import NoetaError
+from noeta.core.errors import CommitUnknown, NoetaError, StoreUnavailable
 from noeta.core.model import ToolCall
+from noeta.core.retry import GaveUp, Sleep, backoff_seconds, with_retries
 from noeta.core.runner.context import RunContext
-from noeta.core.store import LateResult
+from noeta.core.store import LateResult, Store
 from noeta.core.tool import ToolOutput
 
 log = logging.getLogger(__name__)
+
+# A keep the store could not take (unreachable, or its reply lost) is tried again while
+# the worker lives: the store is usually back within a second, and the next claimer may
+# not have settled the call yet. Bounded: about 15 s of waits in all, then given up.
+KEEP_ATTEMPTS = 6
+KEEP_FIRST_BACKOFF_SECONDS = 0.5
+KEEP_BACKOFF_CAP_SECONDS = 8.0
 
 # Keeps still in flight when their run was cancelled: the loop holds tasks only weakly.
 _in_flight: set[asyncio.Task[None]] = set()
@@ -50,21 +59,46 @@ async def keep(run: RunContext, call: ToolCall, output: ToolOutput) -> None:
     result = LateResult(
         claim.task_id, call.id, output.content, output.is_error, claim.epoch, claim.worker
     )
-    keeping = asyncio.ensure_future(_keep(run, result))
+    await keep_shielded(run.store, run.sleep, result)
+
+
+async def keep_shielded(store: Store, sleep: Sleep, result: LateResult) -> None:
+    """Keep `result`, retried while the store is out; a cancellation of the caller ends
+    its wait, not the keep."""
+    keeping = asyncio.ensure_future(_keep(store, sleep, result))
     _in_flight.add(keeping)
     keeping.add_done_callback(_in_flight.discard)
     await asyncio.shield(keeping)  # cancelled, the run ends now and the keep goes on
 
 
-async def _keep(run: RunContext, result: LateResult) -> None:
+async def _keep(store: Store, sleep: Sleep, result: LateResult) -> None:
+    def wait(attempt: int, error: NoetaError) -> float:
+        log.debug("task %s: keeping the late result of %s failed (%s)", *_of(result), error)
+        return backoff_seconds(
+            attempt,
+            None,
+            random.random(),
+            first=KEEP_FIRST_BACKOFF_SECONDS,
+            cap=KEEP_BACKOFF_CAP_SECONDS,
+        )
+
     try:
-        kept = await run.store.keep_late_result(result)
-    except NoetaError as error:
+        # Insert-only and first-wins (ADR-040): a retry after a lost reply is harmless.
+        kept = await with_retries(
+            lambda: store.keep_late_result(result),
+            NoetaError,
+            max_attempts=KEEP_ATTEMPTS,
+            wait=wait,
+            sleep=sleep,
+            retryable=lambda error: isinstance(error, (StoreUnavailable, CommitUnknown)),
+        )
+    except GaveUp as gave_up:
         log.warning(
-            "task %s: the result of %s came after its claim was gone and could not be kept (%s)",
-            result.task_id,
-            result.call_id,
-            error,
+            "task %s: the result of %s came after its claim was gone and could not be kept"
+            " (%d attempts; %s)",
+            *_of(result),
+            gave_up.attempts,
+            gave_up.error,
         )
         return
     if kept:
@@ -77,6 +111,10 @@ async def _keep(run: RunContext, result: LateResult) -> None:
         )
     else:
         log.info("task %s: a late result of %s was kept before", result.task_id, result.call_id)
+
+
+def _of(result: LateResult) -> tuple[str, str]:
+    return result.task_id, result.call_id
 
 
 async def found(run: RunContext, calls: tuple[tuple[ToolCall, int], ...]) -> dict[str, LateResult]:

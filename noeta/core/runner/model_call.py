@@ -11,15 +11,15 @@ from typing import Protocol
 
 from noeta.core import events as ev
 from noeta.core import failpoints
-from noeta.core.errors import NoetaError
+from noeta.core.errors import CommitUnknown, NoetaError, StoreUnavailable
 from noeta.core.fold import LoggedEvent, TaskState, fold
 from noeta.core.model import Provider, ProviderError
 from noeta.core.model_limits import ModelBudget, ModelBudgetHeld, ModelBudgetWait
 from noeta.core.next_action import EndTurn, FinishTask, next_action
 from noeta.core.request import build_request
 from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
-from noeta.core.runner import model_budget
-from noeta.core.store import Store
+from noeta.core.runner import model_budget, model_cuts
+from noeta.core.store import Claim, Store
 from noeta.core.tool import Tool, spec_of
 from noeta.observability import metrics, tracing
 
@@ -55,6 +55,9 @@ class ModelCallContext(Protocol):
     @property
     def store(self) -> Store: ...
 
+    @property
+    def claim(self) -> Claim: ...
+
     async def append(
         self, new_events: Sequence[ev.Event], *, budget: ModelBudget | None = None
     ) -> None: ...
@@ -87,6 +90,11 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
             try:
                 await run.append([called], budget=budget)
                 break
+            except (CommitUnknown, StoreUnavailable):
+                # Nothing is sent. Said beside the log, or the next claimer counts the
+                # call as cut by this worker's loss (ADR-0080).
+                await model_cuts.keep_word_not_sent(run.store, run.sleep, run.claim)
+                raise
             except ModelBudgetWait as wait:
                 seconds = max(0.0, (wait.until - datetime.now(UTC)).total_seconds())
                 metrics.model_budget_wait(provider.name, model_name, wait.limit, seconds)

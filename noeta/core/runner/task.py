@@ -31,6 +31,7 @@ from noeta.core.next_action import (
     AwaitSubtasks,
     CallModel,
     EndTurn,
+    FindWhyCut,
     FinishTask,
     LeaveForNewerVersion,
     LeavePluginMissing,
@@ -45,7 +46,7 @@ from noeta.core.next_action import (
 )
 from noeta.core.pin import Pin
 from noeta.core.retry import Sleep
-from noeta.core.runner import calls, children, model_budget, model_call, taking
+from noeta.core.runner import calls, children, model_budget, model_call, model_cuts, taking
 from noeta.core.runner.log import load_for_run, save_snapshot, snapshot_version
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookFailed, HookPlugins, Hooks
@@ -294,12 +295,10 @@ class _Run:
                                 return RunResult("waiting", self.state)
                         case EndTurn() | FinishTask():
                             await self.settle([], action)
-                        case CallModel():
+                        case CallModel() | FindWhyCut():
                             if await self._cancelled_before_step():
                                 return RunResult("finished", self.state)
-                            # Its jobs live only as long as this claim: a budget wait
-                            # keeps it rather than handing the task back.
-                            await model_call.call_model(self, keep_claim=self._has_jobs())
+                            await self._model_step(action)
                         case RunTools(calls=to_run):
                             # A cancel stops calls not yet started: a queued job's function
                             # never runs (Celery's revoke). One already started (RecoverCalls)
@@ -316,6 +315,14 @@ class _Run:
                     await self.settle([], on_internal_error(self.state, _describe(error)))
             if self.state.finished:
                 return RunResult("finished", self.state)
+
+    async def _model_step(self, action: CallModel | FindWhyCut) -> None:
+        if isinstance(action, FindWhyCut):
+            await model_cuts.record_why_cut(self, action.seq)
+        else:
+            # Its jobs live only as long as this claim: a budget wait keeps it rather
+            # than handing the task back.
+            await model_call.call_model(self, keep_claim=self._has_jobs())
 
     # --- writing ----------------------------------------------------------------------
 

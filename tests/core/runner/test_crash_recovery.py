@@ -15,6 +15,7 @@ import pytest
 from noeta.backends.stores import open_store
 from noeta.core import events
 from noeta.core.store import NewEvent, NewTask
+from noeta.core.texts import MAX_MODEL_ATTEMPTS, MAX_WORKERS_LOST
 from noeta.core.tool import MAX_ATTEMPTS, OUTCOME_UNKNOWN
 
 REPOSITORY = Path(__file__).parents[3]
@@ -139,3 +140,57 @@ def test_a_bad_failpoint_spec_is_a_clear_error(spec: str) -> None:
     assert (result.returncode != 0 and "NOETA_FAILPOINTS: cannot read" in result.stderr) or (
         "takes milliseconds" in result.stderr
     )
+
+
+async def test_a_model_call_survives_more_sigkilled_workers_than_the_old_cap(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # Issue 26, item 1: each process is SIGKILLed after its request went out; the old
+    # cap of 3 failed the turn at the third. Their loss is the infrastructure's: the
+    # model's cap is not spent, and the next process gets the model's answer.
+    ledger = tmp_path / "ledger"
+    script = tmp_path / "model.yaml"
+    script.write_text(json.dumps({"replies": [{"text": "made it"}]}))
+    created = events.TaskCreated(model=f"scripted:{script}", prompt="go")
+    store = await open_store(postgres_url, migrate=True)
+    try:
+        await store.create_task(NewTask("t", [NewEvent(*events.encode(created))]))
+    finally:
+        await store.close()
+    for _ in range(MAX_MODEL_ATTEMPTS + 2):
+        assert killed(child(postgres_url, ledger, "model.after_called=kill"))
+    finished = child(postgres_url, ledger)
+    assert finished.stdout.split() == ["finished", "done"], finished.stderr
+    store = await open_store(postgres_url)
+    try:
+        log = await store.read_log("t")
+    finally:
+        await store.close()
+    assert [e.data["cause"] for e in log if e.type == "ModelCallCut"] == ["worker_lost"] * (  # type: ignore[index]
+        MAX_MODEL_ATTEMPTS + 2
+    )
+    assert [e.type for e in log][-2:] == ["TurnEnded", "TaskFinished"]
+
+
+async def test_a_request_that_kills_every_worker_it_touches_still_fails_its_turn(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # Each process is SIGKILLed with the request out; the one after the tenth finds the
+    # workers lost MAX_WORKERS_LOST times and fails the turn, saying so, unsent.
+    ledger = tmp_path / "ledger"
+    await start_task(postgres_url, tmp_path, "Charge")
+    for _ in range(MAX_WORKERS_LOST):
+        assert killed(child(postgres_url, ledger, "model.after_called=kill"))
+    failed = child(postgres_url, ledger)
+    assert failed.stdout.split() == ["finished", "failed"], failed.stderr
+    store = await open_store(postgres_url)
+    try:
+        log = await store.read_log("t")
+    finally:
+        await store.close()
+    assert [e.type for e in log].count("ModelCalled") == MAX_WORKERS_LOST
+    error = log[-1].data["error"]  # type: ignore[index]
+    assert error.startswith(
+        f"infrastructure: the workers running this call were lost {MAX_WORKERS_LOST} times"
+    )
+    assert effects(ledger) == []

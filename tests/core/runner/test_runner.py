@@ -20,6 +20,7 @@ from noeta.core.payload import JSONValue
 from noeta.core.retry import BACKOFF_CAP_SECONDS, DEFAULT_MAX_ATTEMPTS
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.core.store import Delivery, NewEvent, NewTask, Store, StoredEvent
+from noeta.core.texts import MAX_MODEL_ATTEMPTS, MAX_WORKERS_LOST, MODEL_KEPT_BEING_INTERRUPTED
 from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
 
 LEASE = 60.0
@@ -237,20 +238,49 @@ async def run_through_crashes(store: Store, runner: TaskRunner, task_id: str) ->
             assert await store.release(claim)
 
 
-async def test_a_resent_request_is_byte_identical_and_three_interruptions_fail_the_turn(
+async def test_a_request_that_kills_every_worker_it_touches_fails_at_the_infrastructure_cap(
     store: Store, tmp_path: Path
 ) -> None:
+    # Each death takes the worker's only claim with it: its worker was lost, which is not
+    # the model's fault, but a request that kills every worker still fails its turn.
     model = script(tmp_path, {"text": "never reached"})
     await create(store, "t", model, prompt="go")
     crashing = CrashingProvider(ScriptedProvider.from_file(model.split(":", 1)[1]), crashes=99)
     result = await run_through_crashes(store, TaskRunner(store, Fixed(crashing)), "t")
-    assert len(crashing.bodies) == 3 and len(set(crashing.bodies)) == 1
+    assert len(crashing.bodies) == MAX_WORKERS_LOST and len(set(crashing.bodies)) == 1
     assert result.state.finished == "failed"
-    assert result.state.last_turn_error == "llm_error: the model call kept being interrupted"
-    called = [
-        e.data["request_sha256"] for e in await store.read_log("t") if e.type == "ModelCalled"
-    ]  # type: ignore[index]
-    assert len(called) == 3 and len(set(called)) == 1
+    assert result.state.last_turn_error.startswith(
+        f"infrastructure: the workers running this call were lost {MAX_WORKERS_LOST} times"
+        " (0 of them before the request was sent;"
+    )
+    log = await store.read_log("t")
+    called = [e.data["request_sha256"] for e in log if e.type == "ModelCalled"]  # type: ignore[index]
+    assert len(called) == MAX_WORKERS_LOST and len(set(called)) == 1
+    cuts = [e.data["cause"] for e in log if e.type == "ModelCallCut"]  # type: ignore[index]
+    assert cuts == ["worker_lost"] * MAX_WORKERS_LOST
+
+
+async def test_a_request_cut_three_times_while_its_workers_lived_on_fails_as_the_models(
+    store: Store, tmp_path: Path
+) -> None:
+    # The poison case: the worker holds another task's live claim through every cut.
+    model = script(tmp_path, {"text": "never reached"})
+    await create(store, "t", model, prompt="go")
+    await create(store, "other", model, prompt="go")
+    other = await store.claim_task("worker-1", "other", LEASE)
+    assert other is not None
+    # It works on the other task (writes under that claim) before the request is sent.
+    await store.append(other, 1, [NewEvent(*events.encode(events.PluginRecord("p", 1)))])
+    crashing = CrashingProvider(ScriptedProvider.from_file(model.split(":", 1)[1]), crashes=99)
+    result = await run_through_crashes(store, TaskRunner(store, Fixed(crashing)), "t")
+    assert len(crashing.bodies) == MAX_MODEL_ATTEMPTS and len(set(crashing.bodies)) == 1
+    assert result.state.finished == "failed"
+    assert result.state.last_turn_error == MODEL_KEPT_BEING_INTERRUPTED
+    assert MODEL_KEPT_BEING_INTERRUPTED.startswith(
+        "llm_error: the model call kept being interrupted (3 times"
+    )
+    log = await store.read_log("t")
+    assert [e.data["cause"] for e in log if e.type == "ModelCallCut"] == ["call"] * 3  # type: ignore[index]
 
 
 async def test_two_interruptions_then_a_reply_is_fine(store: Store, tmp_path: Path) -> None:
