@@ -118,8 +118,10 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
 # What "the lease ran out" leaves in the store: the claim's lease ends now, so the next
 # claimer may take the task and the holder's next fenced write is refused. (The owner,
 # epoch and status stay: a lapsed claim is not released, only no longer live.)
+# now(), once: two clock_timestamp() calls differ, and the table holds claimable_at equal
+# to lease_until for every claimed row (it failed CI once on a microsecond).
 _LAPSE_THE_LEASE = """
-UPDATE tasks SET lease_until = clock_timestamp(), claimable_at = clock_timestamp()
+UPDATE tasks SET lease_until = now(), claimable_at = now()
  WHERE id = %s AND status IN ('running', 'holding')
 RETURNING owner_epoch
 """
