@@ -20,11 +20,10 @@ from datetime import datetime
 from typing import Literal
 
 from noeta.core import events as ev
-from noeta.core import failpoints, wakeups
+from noeta.core import wakeups
 from noeta.core.errors import NoetaError, StoreError
-from noeta.core.fold import LoggedEvent, TaskState, fold
+from noeta.core.fold import TaskState
 from noeta.core.gates import Gate
-from noeta.core.model_limits import ModelBudget
 from noeta.core.next_action import (
     AwaitAnswer,
     AwaitMessage,
@@ -46,21 +45,19 @@ from noeta.core.next_action import (
 )
 from noeta.core.pin import Pin
 from noeta.core.retry import Sleep
-from noeta.core.runner import calls, children, model_budget, model_call, model_cuts, taking
-from noeta.core.runner.log import load_for_run, save_snapshot, snapshot_version
+from noeta.core.runner import calls, children, model_call, model_cuts, taking
+from noeta.core.runner.log import load_for_run, snapshot_version
 from noeta.core.runner.model_call import Providers
-from noeta.core.runner.plugin_hooks import HookFailed, HookPlugins, Hooks
+from noeta.core.runner.plugin_hooks import HookPlugins, Hooks
+from noeta.core.runner.writing import RunWriter, describe
 from noeta.core.store import (
     DEFAULT_QUEUE,
     Claim,
-    Continue,
     Delivery,
     Finish,
     InboxEntry,
     LoadedTask,
     NewEvent,
-    NewTask,
-    NextState,
     Store,
     TaskStatus,
     Wait,
@@ -148,9 +145,8 @@ class TaskRunner:
         return result
 
 
-class _Run:
-    """One claim's run of a task (the RunContext of calls.py); `state` always equals the
-    fold of what landed."""
+class _Run(RunWriter):
+    """One claim's run of a task (the RunContext of calls.py); the appends are RunWriter's."""
 
     def __init__(
         self,
@@ -160,24 +156,20 @@ class _Run:
         version: str,
         trace: tracing.Attempt = tracing.NO_ATTEMPT,
     ) -> None:
+        super().__init__(
+            runner.store,
+            claim,
+            state,
+            version,
+            Hooks(runner.hook_plugins),
+            runner.snapshot_every,
+            trace,
+        )
         self.runner = runner
-        self.trace = trace
-        self.store = runner.store
-        self.claim = claim
-        self.state = state
-        self.version = version
-        self.snapshot_seq = state.last_seq
-        # Events that ride with the next append (pins: no round trip of their own).
-        self.pending: list[ev.Event] = []
         self.cancel_checked_at = -math.inf
         self._queue = ""
-        self.hooks = Hooks(runner.hook_plugins)
 
     # --- the RunContext the steps in calls.py see ---------------------------------------
-
-    @property
-    def task_id(self) -> str:
-        return self.claim.task_id
 
     @property
     def tools(self) -> Mapping[str, Tool]:
@@ -312,7 +304,7 @@ class _Run:
                     raise
                 except Exception as error:  # a bug in the runner or a plugin: capped (SPEC §6)
                     log.exception("task %s: internal error", self.task_id)
-                    await self.settle([], on_internal_error(self.state, _describe(error)))
+                    await self.settle([], on_internal_error(self.state, describe(error)))
             if self.state.finished:
                 return RunResult("finished", self.state)
 
@@ -323,111 +315,6 @@ class _Run:
             # Its jobs live only as long as this claim: a budget wait keeps it rather
             # than handing the task back.
             await model_call.call_model(self, keep_claim=self._has_jobs())
-
-    # --- writing ----------------------------------------------------------------------
-
-    async def append(
-        self,
-        new_events: Sequence[ev.Event],
-        *,
-        take: Sequence[int] = (),
-        deliveries: Sequence[Delivery] = (),
-        new_tasks: Sequence[NewTask] = (),
-        next_state: NextState = Continue(),
-        budget: ModelBudget | None = None,
-    ) -> None:
-        if isinstance(next_state, Finish):
-            # A task never ends with a job unaccounted for: the worker stops it with the
-            # claim once this lands (SPEC §3), so the log says so here.
-            self.pending += [ev.JobStopped(job_id) for job_id in self.state.jobs]
-        new_events = [*self.pending, *new_events]
-        self.pending = []
-        if self.hooks.on_event and isinstance(next_state, Wait | WaitHolding):
-            if new_events:
-                # A wait hands the task back only once every on_event ran and its records
-                # landed: the events first, under the claim, then the wait.
-                await self.append(new_events, take=take, deliveries=deliveries, new_tasks=new_tasks)
-                await self.append([], next_state=next_state)
-                return
-            await failpoints.hit("hooks.before_wait")
-        records, enqueued = await self.hooks.before_append(self.task_id, self.state, new_events)
-        new_events += records
-        deliveries = [*deliveries, *enqueued]
-        encoded = [NewEvent(*ev.encode(event)) for event in new_events]
-        finished = next((e for e in new_events if isinstance(e, ev.TaskFinished)), None)
-        if finished is not None:
-            report = finished.answer if finished.status == "done" else finished.error
-            deliveries = [
-                *deliveries,
-                *children.finish_deliveries(self, finished.status, report),
-            ]
-            await children.before_finish(self)
-        await failpoints.hit("append.before_commit")
-        last_seq = await model_budget.writer(self.store, budget)(
-            self.claim,
-            self.state.last_seq,
-            encoded,
-            take=take,
-            deliveries=deliveries,
-            new_tasks=new_tasks,
-            next_state=next_state,
-        )
-        await failpoints.hit("append.after_commit")
-        if finished is not None and self.state.parent:
-            await failpoints.hit("subtask.after_finish")
-        first = self.state.last_seq + 1
-        logged = [LoggedEvent(first + i, event) for i, event in enumerate(new_events)]
-        self.state = fold(logged, self.state)
-        assert self.state.last_seq == last_seq, (self.state.last_seq, last_seq)
-        self.trace.appended(self.state)
-        if self.state.last_seq - self.snapshot_seq >= self.runner.snapshot_every:
-            await save_snapshot(self.store, self.task_id, self.version, self.state)
-            self.snapshot_seq = self.state.last_seq
-        if self.hooks.on_event:
-            await failpoints.hit("hooks.before_on_event")
-            written = await self.hooks.on_events(self.task_id, self.state, logged)
-            await self._append_hook_writes(*written)
-
-    async def _redeliver(self) -> None:
-        """Events after a plugin's progress mark, delivered again (at least once)."""
-        try:
-            written = await self.hooks.redeliver(
-                self.task_id, self.state, lambda mark: self.store.read_log(self.task_id, mark)
-            )
-        except HookFailed as error:
-            log.error("task %s: %s", self.task_id, error)
-            await self.settle([], on_internal_error(self.state, _describe(error)))
-            return
-        await self._append_hook_writes(*written)
-
-    async def _append_hook_writes(self, records: list[ev.Event], sent: list[Delivery]) -> None:
-        if not (records or sent):
-            return
-        if self.state.finished:
-            # Nothing lands after a finish: a final event's writes belong in before_append.
-            log.warning("task %s: on_event wrote after the task finished; dropped", self.task_id)
-            return
-        await self.append(records, deliveries=sent)
-
-    async def settle(self, prefix: list[ev.Event], action: EndTurn | FinishTask) -> None:
-        """Append the end of a turn and, when that ends a one-shot task, its finish too."""
-        if isinstance(action, EndTurn):
-            turn_ended = ev.TurnEnded(action.outcome, action.answer, action.error)  # type: ignore[arg-type]
-            await self.append_settling([*prefix, turn_ended])
-            return
-        await self.append([*prefix, _finished(action)], next_state=_finish_state(action))
-
-    async def append_settling(self, new_events: Sequence[ev.Event]) -> None:
-        """Append `new_events` and, when they end the task (a one-shot task's last turn, a
-        job's result), its TaskFinished in the same append: one round trip, not two."""
-        first = self.state.last_seq + 1
-        after = fold([LoggedEvent(first + i, e) for i, e in enumerate(new_events)], self.state)
-        following = next_action(after)
-        if isinstance(following, FinishTask):
-            finished = [*new_events, _finished(following)]
-            await self.append(finished, next_state=_finish_state(following))
-        else:
-            await self.append(new_events)
 
     # --- steps ------------------------------------------------------------------------
 
@@ -443,6 +330,11 @@ class _Run:
         CANCEL_CHECK_SECONDS: one read fewer per step, and a cancel still lands in seconds
         (a cancel already in the inbox at the claim's load is seen at the first step)."""
         return time.monotonic() - self.cancel_checked_at >= CANCEL_CHECK_SECONDS
+
+    async def _finishing(self, status: str, report: str) -> list[Delivery]:
+        deliveries = children.finish_deliveries(self, status, report)
+        await children.before_finish(self)
+        return deliveries
 
     def _has_jobs(self) -> bool:
         return bool(taking.jobs_running_here(self))
@@ -503,22 +395,9 @@ class _Run:
         finish = ev.TaskFinished("failed", error=error)
         encoded = [NewEvent(*ev.encode(finish))]
         # What the fold got to (the parent link is the log's second event) is told too.
-        tell = children.finish_deliveries(self, "failed", error)
-        await children.before_finish(self)
+        tell = await self._finishing("failed", error)
         await self.store.append(
             self.claim, last_seq, encoded, deliveries=tell, next_state=Finish(TaskStatus.FAILED)
         )
         self.runner.load_attempts.forget(self.task_id)
         return True
-
-
-def _finished(finish: FinishTask) -> ev.TaskFinished:
-    return ev.TaskFinished(finish.status, finish.answer, finish.error)  # type: ignore[arg-type]
-
-
-def _finish_state(finish: FinishTask) -> NextState:
-    return Finish(TaskStatus(finish.status))
-
-
-def _describe(error: Exception) -> str:
-    return f"{type(error).__name__}: {error}"[:2000]
