@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from noeta.core.events import Event
-from noeta.core.fold import LoggedEvent, TaskState
+from noeta.core.fold import LoggedEvent
 from noeta.core.payload import JSONValue
 from noeta.core.store import Delivery
+from noeta.core.task_state import TaskState
 
 
 @dataclass

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from noeta.core.fold import TaskState
 from noeta.core.model import ToolCall
 from noeta.core.pin import Pin
+from noeta.core.task_state import TaskState
 from noeta.core.texts import (
     EMPTY_REPLIES_LIMIT,
     INFRASTRUCTURE_LOST_THE_CALL,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from noeta.core.fold import TaskState
 from noeta.core.model import ModelRequest, ToolSpec
+from noeta.core.task_state import TaskState
 
 
 def build_request(state: TaskState, model_name: str, tools: tuple[ToolSpec, ...]) -> ModelRequest:

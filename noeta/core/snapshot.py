@@ -18,9 +18,9 @@ from typing import Any
 
 from noeta.core.conversation import Conversation
 from noeta.core.events import TaskCreated, decode, encode
-from noeta.core.fold import TaskState
 from noeta.core.model import Message, Text, ToolCall, ToolResult
 from noeta.core.pin import Pin
+from noeta.core.task_state import TaskState
 
 MARSHAL_VERSION = 4
 FORMAT = b"noeta-snapshot-1\n"

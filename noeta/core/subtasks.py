@@ -16,7 +16,7 @@ from noeta.core.payload import JSONValue
 from noeta.core.task_id import MAX_TASK_ID_CHARS, check_task_id
 
 if TYPE_CHECKING:  # the Agent tool loads without the fold (`noeta submit` lists tools)
-    from noeta.core.fold import TaskState
+    from noeta.core.task_state import TaskState
 
 # How deep subtasks may nest: a task at this depth launches no more (its root is depth 0).
 MAX_SUBTASK_DEPTH = 3

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from noeta.core.fold import TaskState
+from noeta.core.task_state import TaskState
 from noeta.core.tool import Wakeup
 
 MAX_WAKEUPS = 10  # pending per task: more is a loop gone wrong

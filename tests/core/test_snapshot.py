@@ -21,9 +21,10 @@ from noeta.core.events import (
     ToolStarted,
     WakeupScheduled,
 )
-from noeta.core.fold import LoggedEvent, TaskState, fold
+from noeta.core.fold import LoggedEvent, fold
 from noeta.core.model import ToolCall
 from noeta.core.plugin import Pin
+from noeta.core.task_state import TaskState
 
 WRITTEN_BEFORE_THE_PIN_TYPE = Path(__file__).parent / "snapshots" / "pins_and_wakeups.bin"
 

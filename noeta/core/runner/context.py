@@ -11,10 +11,10 @@ from datetime import datetime
 from typing import Protocol
 
 from noeta.core.events import Event
-from noeta.core.fold import TaskState
 from noeta.core.gates import Gate
 from noeta.core.retry import Sleep
 from noeta.core.store import Claim, Continue, Delivery, NewTask, NextState, Store
+from noeta.core.task_state import TaskState
 from noeta.core.tool import Jobs, Tool
 from noeta.observability import tracing
 

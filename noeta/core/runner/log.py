@@ -11,8 +11,9 @@ from dataclasses import replace
 
 from noeta.core import events, fold, model, snapshot
 from noeta.core.events import decode
-from noeta.core.fold import LoggedEvent, TaskState
+from noeta.core.fold import LoggedEvent
 from noeta.core.store import InboxEntry, LoadedTask, Snapshot, Store, StoredEvent
+from noeta.core.task_state import TaskState
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Protocol
 from noeta.core import events as ev
 from noeta.core import failpoints
 from noeta.core.errors import CommitUnknown, NoetaError, StoreUnavailable
-from noeta.core.fold import LoggedEvent, TaskState, fold
+from noeta.core.fold import LoggedEvent, fold
 from noeta.core.model import Provider, ProviderError
 from noeta.core.model_limits import ModelBudget, ModelBudgetHeld, ModelBudgetWait
 from noeta.core.next_action import EndTurn, FinishTask, next_action
@@ -20,6 +20,7 @@ from noeta.core.request import build_request
 from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
 from noeta.core.runner import model_budget, model_cuts
 from noeta.core.store import Claim, Store
+from noeta.core.task_state import TaskState
 from noeta.core.tool import Tool, spec_of
 from noeta.observability import metrics, tracing
 

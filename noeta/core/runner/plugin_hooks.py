@@ -13,9 +13,10 @@ from typing import TypeVar
 
 from noeta.core import events as ev
 from noeta.core.errors import NoetaError
-from noeta.core.fold import LoggedEvent, TaskState
+from noeta.core.fold import LoggedEvent
 from noeta.core.hooks import BeforeAppend, DeliveredThrough, OnEvent, TaskView, mark_problem
 from noeta.core.store import Delivery, StoredEvent
+from noeta.core.task_state import TaskState
 
 T = TypeVar("T")
 

@@ -22,7 +22,6 @@ from typing import Literal
 from noeta.core import events as ev
 from noeta.core import wakeups
 from noeta.core.errors import NoetaError, StoreError
-from noeta.core.fold import TaskState
 from noeta.core.gates import Gate
 from noeta.core.next_action import (
     AwaitAnswer,
@@ -65,6 +64,7 @@ from noeta.core.store import (
 )
 from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
 from noeta.core.task_id import workspace_folder
+from noeta.core.task_state import TaskState
 from noeta.core.tool import Jobs, Tool
 from noeta.observability import tracing
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from noeta.core import events as ev
 from noeta.core import failpoints
-from noeta.core.fold import LoggedEvent, TaskState, fold
+from noeta.core.fold import LoggedEvent, fold
 from noeta.core.model_limits import ModelBudget
 from noeta.core.next_action import EndTurn, FinishTask, next_action, on_internal_error
 from noeta.core.runner import model_budget
@@ -28,6 +28,7 @@ from noeta.core.store import (
     Wait,
     WaitHolding,
 )
+from noeta.core.task_state import TaskState
 from noeta.observability import tracing
 
 log = logging.getLogger(__name__)
