@@ -12,7 +12,7 @@ from noeta.core import events
 from noeta.core.errors import ConfigError, NoetaError
 from noeta.core.payload import JSONValue
 from noeta.core.store import CANCEL_KEY, Delivery, Store, check_key
-from noeta.core.store_values import check_text
+from noeta.core.store_values import answer_key, check_text
 
 # The client's store, opened at first use: only once what was given is checked.
 OpenStore = Callable[[], Awaitable[Store]]
@@ -56,8 +56,8 @@ def check_answer(call: str, decision: str, note: str) -> None:
 
 async def answer(open_store: OpenStore, task_id: str, call: str, decision: str, note: str) -> None:
     """Allow or deny the call `call` the task waits on (checked by `check_answer`)."""
-    from noeta.core.runner.log import load_state, snapshot_version
-    from noeta.core.runner.task import answer_key
+    # Lazily: the fold is kept out of the commands that do not read a state (ADR-0056).
+    from noeta.core.task_loading import load_state, snapshot_version
 
     store = await open_store()
     await task_row(store, task_id)

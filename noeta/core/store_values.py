@@ -27,6 +27,12 @@ MAX_KEY_CHARS = 512
 MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = 0, 9, 0
 
 
+def answer_key(call_id: str) -> str:
+    """The dedupe key of a person's answer to an asked call (`noeta answer`): the task
+    waits on it as a prefix (`Wait(wake_on_prefix=...)`)."""
+    return f"answer:{call_id}"
+
+
 def check_lease(lease_seconds: float) -> float:
     """A lease is a finite number of seconds above zero."""
     if not (math.isfinite(lease_seconds) and lease_seconds > 0):

@@ -45,7 +45,6 @@ from noeta.core.next_action import (
 from noeta.core.pin import Pin
 from noeta.core.retry import Sleep
 from noeta.core.runner import calls, children, model_call, model_cuts, taking
-from noeta.core.runner.log import load_for_run, snapshot_version
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookPlugins, Hooks
 from noeta.core.runner.writing import RunWriter, describe
@@ -62,8 +61,10 @@ from noeta.core.store import (
     Wait,
     WaitHolding,
 )
+from noeta.core.store_values import answer_key
 from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
 from noeta.core.task_id import workspace_folder
+from noeta.core.task_loading import load_for_run, snapshot_version
 from noeta.core.task_state import TaskState
 from noeta.core.tool import Jobs, Tool
 from noeta.observability import tracing
@@ -72,11 +73,6 @@ log = logging.getLogger(__name__)
 
 
 CANCEL_CHECK_SECONDS = 2.0
-
-
-def answer_key(call_id: str) -> str:
-    """The dedupe key of a person's answer to an asked call (`noeta answer`)."""
-    return f"answer:{call_id}"
 
 
 Outcome = Literal[

@@ -8,12 +8,11 @@ import logging
 from collections.abc import Sequence
 
 from noeta.core import events as ev
-from noeta.core import failpoints
+from noeta.core import failpoints, snapshot
 from noeta.core.fold import LoggedEvent, fold
 from noeta.core.model_limits import ModelBudget
 from noeta.core.next_action import EndTurn, FinishTask, next_action, on_internal_error
 from noeta.core.runner import model_budget
-from noeta.core.runner.log import save_snapshot
 from noeta.core.runner.plugin_hooks import HookFailed, Hooks
 from noeta.core.store import (
     Claim,
@@ -23,6 +22,7 @@ from noeta.core.store import (
     NewEvent,
     NewTask,
     NextState,
+    Snapshot,
     Store,
     TaskStatus,
     Wait,
@@ -166,6 +166,10 @@ class RunWriter:
             await self.append(finished, next_state=_finish_state(following))
         else:
             await self.append(new_events)
+
+
+async def save_snapshot(store: Store, task_id: str, version: str, state: TaskState) -> None:
+    await store.put_snapshot(Snapshot(task_id, version, state.last_seq, snapshot.dump(state)))
 
 
 def describe(error: Exception) -> str:

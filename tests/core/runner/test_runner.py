@@ -374,7 +374,7 @@ async def test_a_snapshot_is_written_and_resuming_from_it_equals_folding_it_all(
     await create(store, "t", script(tmp_path, *replies), prompt="go", tools=("Echo",))
     runner = TaskRunner(store, ProviderRegistry(), {"Echo": Echo()}, snapshot_every=4)
     result = await run_once(runner, store, "t")
-    from noeta.core.runner.log import load_state, snapshot_version
+    from noeta.core.task_loading import load_state, snapshot_version
 
     version = snapshot_version()
     snap = await store.get_snapshot("t", version)

@@ -1,4 +1,8 @@
-"""Loading a task's state: the newest usable snapshot, then the log after it, folded."""
+"""Loading a task's state: the newest usable snapshot, then the log after it, folded.
+
+The kernel's read side: the runner loads with it, and so do readers that only look (the
+client's answer, the web pages, `bench`); none of them needs the runner for it.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +13,28 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 
-from noeta.core import events, fold, model, snapshot
+from noeta.core import events, fold, model, snapshot, task_state
 from noeta.core.events import decode
 from noeta.core.fold import LoggedEvent
-from noeta.core.store import InboxEntry, LoadedTask, Snapshot, Store, StoredEvent
+from noeta.core.store import InboxEntry, LoadedTask, Store, StoredEvent
 from noeta.core.task_state import TaskState
 
 log = logging.getLogger(__name__)
 
 # The code that decides what a fold produces: a snapshot of other code is not used.
-_FOLD_CODE = "".join(inspect.getsource(module) for module in (events, fold, model, snapshot))
+_FOLD_MODULES = (events, fold, task_state, model, snapshot)
+
+
+@functools.cache
+def fold_code() -> str:
+    """The source of the modules that decide what a fold produces (read once)."""
+    return "".join(inspect.getsource(module) for module in _FOLD_MODULES)
 
 
 @functools.lru_cache(maxsize=64)
 def snapshot_version(agent: str = "", pins: tuple[str, ...] = ()) -> str:
     """Cached: hashing the fold's source on every claim was a measurable part of a task."""
-    return snapshot.version_of(_FOLD_CODE, agent, *pins)
+    return snapshot.version_of(fold_code(), agent, *pins)
 
 
 def to_logged(stored: Sequence[StoredEvent]) -> tuple[list[LoggedEvent], str]:
@@ -62,7 +72,3 @@ async def load_for_run(
     if problem and not state.unreadable:
         state = replace(state, unreadable=problem)
     return state, loaded.inbox
-
-
-async def save_snapshot(store: Store, task_id: str, version: str, state: TaskState) -> None:
-    await store.put_snapshot(Snapshot(task_id, version, state.last_seq, snapshot.dump(state)))
