@@ -93,13 +93,13 @@ async def _prune(
     batch_size: int,
 ) -> PruneCounts:
     from noeta.backends.stores import open_store
-    from noeta.core.retention import Pruning
 
     store = await open_store(url, application_name="noeta-prune", max_connections=2)
     try:
-        if not isinstance(store, Pruning):
+        pruning = store.capabilities.pruning
+        if pruning is None:
             raise ConfigError(f"this store ({type(store).__name__}) cannot prune")
-        return await store.prune_finished(
+        return await pruning.prune_finished(
             older_than,
             queue=queue,
             forget_ids=forget_ids,

@@ -26,7 +26,7 @@ from noeta.client.submissions import (
 )
 from noeta.client.task_logs import TailedEvent
 from noeta.client.waiting import FinishWatcher
-from noeta.core.bulk import BulkCreate, check_distinct_ids
+from noeta.core.bulk import check_distinct_ids
 from noeta.core.errors import (
     ConfigError,
     Conflict,
@@ -187,10 +187,11 @@ class AsyncClient:
         built = [in_batch(index, item, names) for index, item in enumerate(batch)]
         check_distinct_ids(built)
         store = await self.store()
-        if not isinstance(store, BulkCreate):
+        bulk = store.capabilities.bulk
+        if bulk is None:
             raise ConfigError(f"this store ({type(store).__name__}) cannot create in bulk")
         try:
-            await store.create_tasks(built)
+            await bulk.create_tasks(built)
         except Conflict as error:
             index = next(i for i, task in enumerate(built) if task.id == error.task_id)
             raise ConfigError(

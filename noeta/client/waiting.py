@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from noeta.core.errors import ResultTimeout, UnknownTask
 from noeta.core.store import Store, TaskRecord
@@ -28,7 +28,7 @@ class FinishWatcher:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._notices: Callable[[], AsyncIterator[str]] | None = getattr(store, "finishes", None)
+        self._notices = store.capabilities.finishes
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()

@@ -149,9 +149,22 @@ class QueueSettingsStore(Protocol):
         ...
 
 
-def queue_settings_store(store: object) -> QueueSettingsStore:
-    """`store` as the port for queue settings (both stores are one; an observed store
+class _OffersQueueSettings(Protocol):
+    @property
+    def queue_settings(self) -> QueueSettingsStore | None: ...
+
+
+class _StoreOfQueueSettings(Protocol):
+    """A `Store`, as far as this needs one (`store.py` imports this module)."""
+
+    @property
+    def capabilities(self) -> _OffersQueueSettings: ...
+
+
+def queue_settings_store(store: _StoreOfQueueSettings) -> QueueSettingsStore:
+    """`store`'s port for queue settings (both stores have one; an observed store
     passes the calls through)."""
-    if not isinstance(store, QueueSettingsStore):
+    settings = store.capabilities.queue_settings
+    if settings is None:
         raise ConfigError(f"the store {type(store).__name__} keeps no queue settings")
-    return store
+    return settings

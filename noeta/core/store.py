@@ -24,6 +24,7 @@ from noeta.core.errors import (
     StoreUnavailable,
     UnknownTask,
 )
+from noeta.core.store_capabilities import StoreCapabilities
 from noeta.core.store_values import (
     CANCEL_KEY,
     DEFAULT_PRIORITY,
@@ -114,6 +115,11 @@ class Store(Protocol):
     Raises `StoreUnavailable` when the store cannot be reached and `CommitUnknown` when a
     write's outcome is unknown; neither is ever retried inside the store.
     """
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """The optional ports this store has beside these methods (ADR-0081)."""
+        ...
 
     async def create_task(self, task: NewTask) -> bool:
         """Create the task and its first events; False if a task with that id exists."""

@@ -45,10 +45,10 @@ class Site:
         return await self.client.store()
 
     async def views(self) -> StoreViews:
-        store = await self.client.store()
-        if not isinstance(store, StoreViews):
+        views = (await self.client.store()).capabilities.views
+        if views is None:
             raise ConfigError("this store offers no views for noeta web")
-        return store
+        return views
 
 
 def whole_number(text: str | None) -> int | None:

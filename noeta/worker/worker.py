@@ -113,7 +113,7 @@ class Worker:
 
     async def _listen(self) -> None:
         """Wake the claim loop when a store says a task became claimable in our queues."""
-        notifications = getattr(self.store, "wakeups", None)
+        notifications = self.store.capabilities.wakeups
         if notifications is None:
             return  # sqlite: the poll alone
         listening = False

@@ -214,7 +214,7 @@ class _Run(RunWriter):
     def _burst(self, action: object) -> contextlib.AbstractAsyncContextManager[None]:
         """A step that only reads and writes the store runs on one store connection; one
         that calls a model or runs tools takes one per statement (none held meanwhile)."""
-        holding = getattr(self.store, "holding", None)  # PostgreSQL's; sqlite has none
+        holding = self.store.capabilities.holding  # PostgreSQL's; sqlite has none
         if holding is None or isinstance(action, CallModel | RunTools | RecoverCalls):
             return contextlib.nullcontext()
         burst: contextlib.AbstractAsyncContextManager[None] = holding()

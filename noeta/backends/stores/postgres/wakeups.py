@@ -5,7 +5,7 @@ and workers listen for them instead of polling; clients listen for finished task
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import datetime
 
 import psycopg
@@ -39,17 +39,17 @@ SELECT clock.now,
 class PostgresWakeups(PostgresConnection):
     """Announcing due tasks, and listening for the announcements."""
 
-    def wakeups(self) -> AsyncIterator[str]:
+    def wakeups(self) -> AsyncGenerator[str, None]:
         """Queue names in which a task just became claimable (LISTEN noeta_wake), and "*"
         each time listening (re)starts. Reconnects after a lost connection."""
         return self._listen(LISTEN_FOR_WAKEUPS)
 
-    def finishes(self) -> AsyncIterator[str]:
+    def finishes(self) -> AsyncGenerator[str, None]:
         """Ids of tasks that just finished (LISTEN noeta_finished), and "*" each time
         listening (re)starts: a task finished before then was not announced."""
         return self._listen(LISTEN_FOR_FINISHES)
 
-    async def _listen(self, statement: str) -> AsyncIterator[str]:
+    async def _listen(self, statement: str) -> AsyncGenerator[str, None]:
         while True:
             try:
                 connection = await psycopg.AsyncConnection.connect(
