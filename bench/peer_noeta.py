@@ -19,8 +19,9 @@ import psycopg
 import scale_fill as fill  # the sibling module (bench/ is on sys.path)
 
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
-from noeta.core import events, payload
-from noeta.core.store import NewEvent, NewTask
+from noeta.core.ports import payload
+from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.rules import events
 
 URL = os.environ.get("PEER_URL", "")
 QUEUE = "bench"

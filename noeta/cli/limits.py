@@ -11,8 +11,8 @@ import click
 
 from noeta.cli.options import json_option, store_option
 from noeta.core.errors import ConfigError
-from noeta.core.model_limits import ModelLimit, ModelLimiter, check_limit
-from noeta.core.store import Store
+from noeta.core.ports.model_limits import ModelLimit, ModelLimiter, check_limit
+from noeta.core.ports.store import Store
 
 _key = click.argument("key", metavar="PROVIDER[/MODEL]")
 

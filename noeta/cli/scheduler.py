@@ -15,7 +15,7 @@ from noeta.cli.options import check_store_url, config_option, store_option
 from noeta.core.errors import ConfigError
 
 if TYPE_CHECKING:  # `noeta scheduler --help` reads no cron file
-    from noeta.core.store import Store
+    from noeta.core.ports.store import Store
     from noeta.scheduler.cronfile import Schedule
 
 log = logging.getLogger("noeta.scheduler")
@@ -44,7 +44,7 @@ def scheduler(
     """Fire the cron files' schedules, once per slot however many schedulers run, and wake
     idle workers when a timer falls due; with --retain, prune finished tasks. Runs until
     SIGTERM or SIGINT."""
-    from noeta.core.retention import parse_duration
+    from noeta.core.ports.retention import parse_duration
     from noeta.scheduler.cronfile import load_cron_files
 
     retention = parse_duration(retain) if retain is not None else None

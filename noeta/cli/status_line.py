@@ -17,10 +17,10 @@ from typing import Any, TextIO, TypeVar
 import click
 
 from noeta.cli.progress import TaskProgress, Written, fit
-from noeta.core import events as ev
+from noeta.core.ports.store import Claim, NewEvent, NewTask, Store
+from noeta.core.ports.store_capabilities import StoreCapabilities
 from noeta.core.retry import MODEL_RETRY_ATTRIBUTE, ModelRetry
-from noeta.core.store import Claim, NewEvent, NewTask, Store
-from noeta.core.store_capabilities import StoreCapabilities
+from noeta.core.rules import events as ev
 
 TICK_SECONDS = 0.125  # redraws of a ticking time: 8 a second, from memory, no store read
 CLEAR = "\r\x1b[K"  # to the line's start, then erase to its end

@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from noeta.core.errors import ConfigError
-from noeta.core.store import LateResult, StoredEvent, TaskRecord
+from noeta.core.ports.store import LateResult, StoredEvent, TaskRecord
 
 if TYPE_CHECKING:
     from noeta.redaction import Scrubber

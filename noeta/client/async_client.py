@@ -26,7 +26,6 @@ from noeta.client.submissions import (
 )
 from noeta.client.task_logs import TailedEvent
 from noeta.client.waiting import FinishWatcher
-from noeta.core.bulk import check_distinct_ids
 from noeta.core.errors import (
     ConfigError,
     Conflict,
@@ -34,15 +33,16 @@ from noeta.core.errors import (
     TaskCancelled,
     TaskFailed,
 )
-from noeta.core.payload import JSONValue
-from noeta.core.queue_settings import (
+from noeta.core.ports.bulk import check_distinct_ids
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.queue_settings import (
     QueueChange,
     QueueOverview,
     Rate,
     parse_rate,
     queue_settings_store,
 )
-from noeta.core.store import (
+from noeta.core.ports.store import (
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
     NewTask,
@@ -51,7 +51,7 @@ from noeta.core.store import (
     TaskStatus,
     check_key,
 )
-from noeta.core.store_values import check_text
+from noeta.core.ports.store_values import check_text
 from noeta.plugins.function_tools import REGISTERED, FunctionTool
 
 if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqueue

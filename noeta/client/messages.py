@@ -8,11 +8,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from noeta.client.task_logs import task_row
-from noeta.core import events
 from noeta.core.errors import ConfigError, NoetaError
-from noeta.core.payload import JSONValue
-from noeta.core.store import CANCEL_KEY, Delivery, Store, check_key
-from noeta.core.store_values import answer_key, check_text
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import CANCEL_KEY, Delivery, Store, check_key
+from noeta.core.ports.store_values import answer_key, check_text
+from noeta.core.rules import events
 
 # The client's store, opened at first use: only once what was given is checked.
 OpenStore = Callable[[], Awaitable[Store]]

@@ -8,11 +8,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from noeta.core import events
 from noeta.core.errors import ConfigError, PayloadError
-from noeta.core.store import DEFAULT_PRIORITY, DEFAULT_QUEUE, NewEvent, NewTask, check_key
-from noeta.core.store_values import check_text
-from noeta.core.task_id import check_task_id
+from noeta.core.ports.store import DEFAULT_PRIORITY, DEFAULT_QUEUE, NewEvent, NewTask, check_key
+from noeta.core.ports.store_values import check_text
+from noeta.core.rules import events
+from noeta.core.rules.task_id import check_task_id
 
 # Without a model given (or NOETA_MODEL for the CLI): the model a task is given.
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"

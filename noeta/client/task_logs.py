@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
-from noeta.core import events
 from noeta.core.errors import UnknownTask
-from noeta.core.store import Store, StoredEvent, TaskRecord
+from noeta.core.ports.store import Store, StoredEvent, TaskRecord
+from noeta.core.rules import events
 
 TAIL_POLL_SECONDS = 0.5  # how often a followed log is read for new events
 

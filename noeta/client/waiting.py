@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator
 
 from noeta.core.errors import ResultTimeout, UnknownTask
-from noeta.core.store import Store, TaskRecord
+from noeta.core.ports.store import Store, TaskRecord
 
 # Without notices a poll is all there is; with them it only covers a lost notice.
 POLL_SECONDS = 0.2

@@ -13,11 +13,12 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 
-from noeta.core import events, fold, model, snapshot, task_state
-from noeta.core.events import decode
-from noeta.core.fold import LoggedEvent
-from noeta.core.store import InboxEntry, LoadedTask, Store, StoredEvent
-from noeta.core.task_state import TaskState
+from noeta.core.ports import model
+from noeta.core.ports.store import InboxEntry, LoadedTask, Store, StoredEvent
+from noeta.core.rules import events, fold, snapshot, task_state
+from noeta.core.rules.events import decode
+from noeta.core.rules.fold import LoggedEvent
+from noeta.core.rules.task_state import TaskState
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from noeta.observability import names
 
 if TYPE_CHECKING:
-    from noeta.core.store import Store
+    from noeta.core.ports.store import Store
 
 # Seconds between the worker's queue-depth readings (one cheap statement each).
 QUEUE_DEPTH_SECONDS = 15.0

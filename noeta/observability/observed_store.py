@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from noeta.core.errors import CommitUnknown, Conflict
-from noeta.core.model_limits import ModelBudget
-from noeta.core.store import (
+from noeta.core.ports.model_limits import ModelBudget
+from noeta.core.ports.store import (
     Claim,
     ClaimedTask,
     Continue,
@@ -34,7 +34,7 @@ from noeta.core.store import (
     TaskRecord,
     TaskStatus,
 )
-from noeta.core.store_capabilities import StoreCapabilities
+from noeta.core.ports.store_capabilities import StoreCapabilities
 from noeta.observability import metrics, tracing
 
 

@@ -18,8 +18,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from mcp import types
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import Tool, ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import Tool, ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.mcp_server import (
     DEFAULT_TIMEOUT_SECONDS,
     McpServer,

@@ -22,7 +22,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.shared.exceptions import MCPError
 
 from noeta.core.errors import NoetaError
-from noeta.core.tool import OUTCOME_UNKNOWN, ToolError
+from noeta.core.ports.tool import OUTCOME_UNKNOWN, ToolError
 from noeta.plugins.tool_environment import tool_environment
 
 DEFAULT_TIMEOUT_SECONDS = 120.0

@@ -18,7 +18,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from noeta.core.errors import NoetaError
-from noeta.core.store import TaskRecord, TaskStatus
+from noeta.core.ports.store import TaskRecord, TaskStatus
 from noeta.web import task_page, timeline
 from noeta.web.site import PageError, Site, not_found, whole_number
 

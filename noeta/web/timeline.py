@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from noeta.core.store_views import LogEntry
+from noeta.core.ports.store_views import LogEntry
 from noeta.observability.span_record import SpanRecord
 from noeta.web.render import clock_time, folded, h, json_text, link, url
 

@@ -10,7 +10,7 @@ import statistics
 from collections import Counter
 from datetime import datetime
 
-from noeta.core.store import StoredEvent
+from noeta.core.ports.store import StoredEvent
 
 # Worker log lines (noeta/worker/worker.py); asctime is the local clock.
 _TAKEOVER = re.compile(r"^(\S+ \S+) INFO noeta\.worker: took over task (\S+) \(epoch (\d+)\)", re.M)

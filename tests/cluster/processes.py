@@ -15,7 +15,7 @@ from pathlib import Path
 
 from psycopg.conninfo import make_conninfo
 
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 from noeta.testing.fault_proxy import FaultProxy
 from tests.cluster.server import ClusterServer, host_and_port
 

@@ -6,8 +6,8 @@ import inspect
 import sys
 
 from noeta.core import task_loading
-from noeta.core.fold import LoggedEvent
-from noeta.core.task_state import TaskState
+from noeta.core.rules.fold import LoggedEvent
+from noeta.core.rules.task_state import TaskState
 
 
 def test_the_snapshot_version_covers_the_modules_that_define_the_folded_state() -> None:

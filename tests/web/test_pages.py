@@ -14,9 +14,9 @@ from starlette.testclient import TestClient
 
 from noeta.backends.stores import open_store
 from noeta.client import AsyncClient
-from noeta.core import events
-from noeta.core.model import Text, ToolCall, Usage
-from noeta.core.store import Store
+from noeta.core.ports.model import Text, ToolCall, Usage
+from noeta.core.ports.store import Store
+from noeta.core.rules import events
 from noeta.observability.span_record import SpanRecord
 from noeta.scheduler.cronfile import MessageAction, Schedule
 from noeta.web.app import create_app
@@ -239,7 +239,7 @@ async def test_a_model_request_re_sent_after_a_takeover_is_marked(
 async def test_a_nul_in_one_stored_prompt_leaves_the_text_search_working(
     store: Store, web: Callable[..., TestClient]
 ) -> None:
-    from noeta.core.store import NewTask
+    from noeta.core.ports.store import NewTask
 
     created = events.TaskCreated(model="scripted:x.yaml", prompt="odd \x00 prompt")
     assert await store.create_task(NewTask("with-nul", encoded(created)))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 
 from .conftest import (
     WorkerProcess,

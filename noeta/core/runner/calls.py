@@ -13,15 +13,11 @@ import asyncio
 import inspect
 import logging
 
-from noeta.core import failpoints, subtasks, wakeups
+from noeta.core import failpoints
 from noeta.core.errors import StoreError
-from noeta.core.events import JobStarted, ToolFinished, ToolStarted, ToolWaiting, WakeupScheduled
-from noeta.core.gates import Ask, Deny, decide
-from noeta.core.model import ToolCall
-from noeta.core.payload import JSONValue
-from noeta.core.runner import children, late_results
-from noeta.core.runner.context import RunContext
-from noeta.core.tool import (
+from noeta.core.ports.model import ToolCall
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import (
     MAX_ATTEMPTS,
     OUTCOME_UNKNOWN,
     RecoverableTool,
@@ -31,7 +27,18 @@ from noeta.core.tool import (
     ToolOutput,
     Wakeup,
 )
-from noeta.core.tool_input import input_problem
+from noeta.core.rules import subtasks, wakeups
+from noeta.core.rules.events import (
+    JobStarted,
+    ToolFinished,
+    ToolStarted,
+    ToolWaiting,
+    WakeupScheduled,
+)
+from noeta.core.rules.gates import Ask, Deny, decide
+from noeta.core.rules.tool_input import input_problem
+from noeta.core.runner import children, late_results
+from noeta.core.runner.context import RunContext
 
 log = logging.getLogger(__name__)
 

@@ -8,16 +8,16 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from noeta.core.errors import StoreError
-from noeta.core.model import Usage
-from noeta.core.model_limits import (
+from noeta.core.ports.model import Usage
+from noeta.core.ports.model_limits import (
     ModelBudget,
     ModelBudgetHeld,
     estimate_tokens,
     limit_keys,
 )
+from noeta.core.ports.store import Claim, Continue, Delivery, NewEvent, NewTask, NextState, Store
+from noeta.core.ports.store_values import Finish
 from noeta.core.retry import Sleep
-from noeta.core.store import Claim, Continue, Delivery, NewEvent, NewTask, NextState, Store
-from noeta.core.store_values import Finish
 from noeta.observability import metrics
 
 log = logging.getLogger(__name__)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import logging
 
-from noeta.core import events as ev
+from noeta.core.ports.store import Claim, LateResult, Store, StoredEvent
 from noeta.core.retry import Sleep
+from noeta.core.rules import events as ev
 from noeta.core.runner import late_results
 from noeta.core.runner.context import RunContext
-from noeta.core.store import Claim, LateResult, Store, StoredEvent
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,28 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from noeta.core import events as ev
-from noeta.core import wakeups
 from noeta.core.errors import NoetaError, StoreError
-from noeta.core.gates import Gate
-from noeta.core.next_action import (
+from noeta.core.ports.pin import Pin
+from noeta.core.ports.store import (
+    DEFAULT_QUEUE,
+    Claim,
+    Delivery,
+    Finish,
+    InboxEntry,
+    LoadedTask,
+    NewEvent,
+    Store,
+    TaskStatus,
+    Wait,
+    WaitHolding,
+)
+from noeta.core.ports.store_values import answer_key
+from noeta.core.ports.tool import Jobs, Tool
+from noeta.core.retry import Sleep
+from noeta.core.rules import events as ev
+from noeta.core.rules import wakeups
+from noeta.core.rules.gates import Gate
+from noeta.core.rules.next_action import (
     AwaitAnswer,
     AwaitMessage,
     AwaitSubtasks,
@@ -42,31 +59,14 @@ from noeta.core.next_action import (
     next_action,
     on_internal_error,
 )
-from noeta.core.pin import Pin
-from noeta.core.retry import Sleep
+from noeta.core.rules.task_id import workspace_folder
+from noeta.core.rules.task_state import TaskState
 from noeta.core.runner import calls, children, model_call, model_cuts, taking
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookPlugins, Hooks
 from noeta.core.runner.writing import RunWriter, describe
-from noeta.core.store import (
-    DEFAULT_QUEUE,
-    Claim,
-    Delivery,
-    Finish,
-    InboxEntry,
-    LoadedTask,
-    NewEvent,
-    Store,
-    TaskStatus,
-    Wait,
-    WaitHolding,
-)
-from noeta.core.store_values import answer_key
 from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
-from noeta.core.task_id import workspace_folder
 from noeta.core.task_loading import load_for_run, snapshot_version
-from noeta.core.task_state import TaskState
-from noeta.core.tool import Jobs, Tool
 from noeta.observability import tracing
 
 log = logging.getLogger(__name__)

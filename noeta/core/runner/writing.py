@@ -7,14 +7,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from noeta.core import events as ev
-from noeta.core import failpoints, snapshot
-from noeta.core.fold import LoggedEvent, fold
-from noeta.core.model_limits import ModelBudget
-from noeta.core.next_action import EndTurn, FinishTask, next_action, on_internal_error
-from noeta.core.runner import model_budget
-from noeta.core.runner.plugin_hooks import HookFailed, Hooks
-from noeta.core.store import (
+from noeta.core import failpoints
+from noeta.core.ports.model_limits import ModelBudget
+from noeta.core.ports.store import (
     Claim,
     Continue,
     Delivery,
@@ -28,7 +23,13 @@ from noeta.core.store import (
     Wait,
     WaitHolding,
 )
-from noeta.core.task_state import TaskState
+from noeta.core.rules import events as ev
+from noeta.core.rules import snapshot
+from noeta.core.rules.fold import LoggedEvent, fold
+from noeta.core.rules.next_action import EndTurn, FinishTask, next_action, on_internal_error
+from noeta.core.rules.task_state import TaskState
+from noeta.core.runner import model_budget
+from noeta.core.runner.plugin_hooks import HookFailed, Hooks
 from noeta.observability import tracing
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from noeta.core.errors import Conflict, PayloadError, StoreUnavailable, UnknownTask
-from noeta.core.store import Finish, LateResult, NewEvent, Store
+from noeta.core.ports.store import Finish, LateResult, NewEvent, Store
 from noeta.testing.store_contract.fixtures import LEASE, SHORT_LEASE, created, eventually_claim
 
 

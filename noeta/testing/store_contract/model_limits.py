@@ -10,8 +10,13 @@ from datetime import timedelta
 import pytest
 
 from noeta.core.errors import ConfigError, Conflict
-from noeta.core.model_limits import ModelBudget, ModelBudgetHeld, ModelBudgetWait, ModelLimiter
-from noeta.core.store import Claim, NewEvent, Store, TaskStatus
+from noeta.core.ports.model_limits import (
+    ModelBudget,
+    ModelBudgetHeld,
+    ModelBudgetWait,
+    ModelLimiter,
+)
+from noeta.core.ports.store import Claim, NewEvent, Store, TaskStatus
 from noeta.testing.store_contract.fixtures import (
     LEASE,
     created,

@@ -13,8 +13,8 @@ from typing import cast
 
 import pytest
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import OUTCOME_UNKNOWN, Tool, ToolContext, ToolError
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import OUTCOME_UNKNOWN, Tool, ToolContext, ToolError
 from noeta.plugins import mcp_server
 from noeta.plugins.mcp import McpPlugin, McpServerError, plugin, tool_name
 from tests.worker.conftest import until

@@ -27,7 +27,7 @@ from noeta.backends.stores.postgres.session import SessionLimits, startup_option
 from noeta.backends.stores.postgres.views import PostgresViews
 from noeta.backends.stores.postgres.wakeups import PostgresWakeups
 from noeta.core.errors import StoreUnavailable
-from noeta.core.store_capabilities import StoreCapabilities
+from noeta.core.ports.store_capabilities import StoreCapabilities
 
 __all__ = [
     "CLAIM_NEXT_TASK",

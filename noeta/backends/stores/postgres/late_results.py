@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.core import payload
 from noeta.core.errors import UnknownTask
-from noeta.core.store import LateResult, check_late_result
+from noeta.core.ports import payload
+from noeta.core.ports.store import LateResult, check_late_result
 
 # The first result for a call is kept (DO NOTHING): the hint never changes once written.
 # Whether the task exists and whether the row went in, in one round trip.

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from noeta.backends.stores.postgres.appends import events_json
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.core.model_limits import (
+from noeta.core.ports.model_limits import (
     ModelBudget,
     ModelBudgetHeld,
     ModelBudgetWait,
@@ -15,7 +15,7 @@ from noeta.core.model_limits import (
     check_limit,
     check_limit_key,
 )
-from noeta.core.store import Claim, NewEvent, check_append
+from noeta.core.ports.store import Claim, NewEvent, check_append
 
 APPEND_MODEL_CALLED = """
 SELECT seq, retry_at, limit_key FROM noeta_append_model_called(

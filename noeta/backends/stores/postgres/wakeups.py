@@ -11,7 +11,7 @@ from datetime import datetime
 import psycopg
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.core.store import check_moment
+from noeta.core.ports.store import check_moment
 
 LISTEN_FOR_WAKEUPS = "LISTEN noeta_wake"
 LISTEN_FOR_FINISHES = "LISTEN noeta_finished"

@@ -26,8 +26,8 @@ from noeta.backends.stores.sqlite.retention import SqliteRetention
 from noeta.backends.stores.sqlite.schema import SqliteSchema
 from noeta.backends.stores.sqlite.views import SqliteViews
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
-from noeta.core.store import ClaimedTask, LoadedTask, check_claim_limit
-from noeta.core.store_capabilities import StoreCapabilities
+from noeta.core.ports.store import ClaimedTask, LoadedTask, check_claim_limit
+from noeta.core.ports.store_capabilities import StoreCapabilities
 
 __all__ = ["SqliteStore"]
 

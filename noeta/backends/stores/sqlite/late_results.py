@@ -8,9 +8,9 @@ import sqlite3
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import from_micros
 from noeta.backends.stores.sqlite.inbox import SELECT_TASK_STATUS
-from noeta.core import payload
 from noeta.core.errors import UnknownTask
-from noeta.core.store import LateResult, check_late_result
+from noeta.core.ports import payload
+from noeta.core.ports.store import LateResult, check_late_result
 
 # The first result for a call is kept (DO NOTHING): the hint never changes once written.
 KEEP_LATE_RESULT = """

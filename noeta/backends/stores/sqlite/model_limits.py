@@ -15,7 +15,7 @@ from noeta.backends.stores.sqlite.appends import (
 )
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import encode_events, from_micros, now_micros
-from noeta.core.model_limits import (
+from noeta.core.ports.model_limits import (
     ModelBudget,
     ModelBudgetHeld,
     ModelBudgetWait,
@@ -23,7 +23,7 @@ from noeta.core.model_limits import (
     check_limit,
     check_limit_key,
 )
-from noeta.core.store import Claim, NewEvent, check_append
+from noeta.core.ports.store import Claim, NewEvent, check_append
 
 MINUTE_MICROS = 60_000_000
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from noeta.core.errors import PayloadError
-from noeta.core.payload import JSONValue
-from noeta.core.task_id import MAX_TASK_ID_CHARS, check_task_id
+from noeta.core.ports.payload import JSONValue
+from noeta.core.rules.task_id import MAX_TASK_ID_CHARS, check_task_id
 
 if TYPE_CHECKING:  # the Agent tool loads without the fold (`noeta submit` lists tools)
-    from noeta.core.task_state import TaskState
+    from noeta.core.rules.task_state import TaskState
 
 # How deep subtasks may nest: a task at this depth launches no more (its root is depth 0).
 MAX_SUBTASK_DEPTH = 3

@@ -11,8 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import assert_never
 
-from noeta.core.conversation import extend
-from noeta.core.events import (
+from noeta.core.ports.model import Message, Text, ToolCall, ToolResult
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.pin import Pin
+from noeta.core.rules.conversation import extend
+from noeta.core.rules.events import (
     CallRequested,
     Event,
     JobFinished,
@@ -40,10 +43,7 @@ from noeta.core.events import (
     WakeupScheduled,
     WokenUp,
 )
-from noeta.core.model import Message, Text, ToolCall, ToolResult
-from noeta.core.payload import JSONValue
-from noeta.core.pin import Pin
-from noeta.core.task_state import TaskState
+from noeta.core.rules.task_state import TaskState
 
 # Said to the model, from the fold, after a reply cut off by the output limit: being
 # derived from the log, it is part of the byte-identical request on a re-send.

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from noeta.core.pin import Pin, params_hash
-from noeta.core.tool import Tool
+from noeta.core.ports.pin import Pin, params_hash
+from noeta.core.ports.tool import Tool
 
 __all__ = ["Pin", "Plugin", "params_hash"]
 

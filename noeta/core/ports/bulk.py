@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import PayloadError
-from noeta.core.store_values import NewTask
+from noeta.core.ports.store_values import NewTask
 
 
 @runtime_checkable

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from noeta.core.errors import NoetaError
-from noeta.core.payload import JSONValue
+from noeta.core.ports.payload import JSONValue
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,8 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import ConfigError
-from noeta.core.payload import JSONValue
-from noeta.core.store_values import TaskRecord, TaskStatus
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store_values import TaskRecord, TaskStatus
 
 # The most a page or a count asks the store for: a page is read whole, a count walks
 # this many index entries at most (a million done tasks are "10000+", not a scan).

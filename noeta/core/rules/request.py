@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from noeta.core.model import ModelRequest, ToolSpec
-from noeta.core.task_state import TaskState
+from noeta.core.ports.model import ModelRequest, ToolSpec
+from noeta.core.rules.task_state import TaskState
 
 
 def build_request(state: TaskState, model_name: str, tools: tuple[ToolSpec, ...]) -> ModelRequest:

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from noeta.core.model import ToolSpec
-from noeta.core.payload import JSONValue
-from noeta.core.store import Claim
+from noeta.core.ports.model import ToolSpec
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import Claim
 
 # A retry_safe call interrupted by crashes is started at most this many times in total.
 MAX_ATTEMPTS = 3

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from noeta.core.events import Event
-from noeta.core.fold import LoggedEvent
-from noeta.core.payload import JSONValue
-from noeta.core.store import Delivery
-from noeta.core.task_state import TaskState
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import Delivery
+from noeta.core.rules.events import Event
+from noeta.core.rules.fold import LoggedEvent
+from noeta.core.rules.task_state import TaskState
 
 
 @dataclass

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from noeta.core.events import TaskCreated
-from noeta.core.model import Message, ToolCall, ToolResult
-from noeta.core.payload import JSONValue
-from noeta.core.pin import Pin
+from noeta.core.ports.model import Message, ToolCall, ToolResult
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.pin import Pin
+from noeta.core.rules.events import TaskCreated
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import ConfigError, NoetaError, StoreError
-from noeta.core.store_values import Claim, NewEvent
+from noeta.core.ports.store_values import Claim, NewEvent
 
 # The largest limit a user can set: far above any provider's, small enough for an int4.
 MAX_LIMIT = 1_000_000_000

@@ -1,6 +1,6 @@
 """The values a task store takes and returns: task rows, claims, events, inbox entries,
 snapshots, late results, the next state after an append, cron fires; and the checks every
-store runs on them before any write. The `Store` protocol itself is in `noeta.core.store`.
+store runs on them before any write. The `Store` protocol itself is in `noeta.core.ports.store`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Literal
 
-from noeta.core import payload
 from noeta.core.errors import ConfigError, PayloadError
-from noeta.core.payload import JSONValue
-from noeta.core.task_id import check_concurrency_key, check_task_id
+from noeta.core.ports import payload
+from noeta.core.ports.payload import JSONValue
+from noeta.core.rules.task_id import check_concurrency_key, check_task_id
 
 DEFAULT_QUEUE = "default"
 # The dedupe key of a cancel request (`noeta cancel`): it wakes a task whatever it waits on.
@@ -123,7 +123,7 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class NewEvent:
-    """An event to append: a type name and a JSON value (see `noeta.core.payload`)."""
+    """An event to append: a type name and a JSON value (see `noeta.core.ports.payload`)."""
 
     type: str
     data: JSONValue

@@ -16,11 +16,11 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from noeta.core.conversation import Conversation
-from noeta.core.events import TaskCreated, decode, encode
-from noeta.core.model import Message, Text, ToolCall, ToolResult
-from noeta.core.pin import Pin
-from noeta.core.task_state import TaskState
+from noeta.core.ports.model import Message, Text, ToolCall, ToolResult
+from noeta.core.ports.pin import Pin
+from noeta.core.rules.conversation import Conversation
+from noeta.core.rules.events import TaskCreated, decode, encode
+from noeta.core.rules.task_state import TaskState
 
 MARSHAL_VERSION = 4
 FORMAT = b"noeta-snapshot-1\n"

@@ -11,11 +11,11 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
-from noeta.core.bulk import BulkCreate
-from noeta.core.model_limits import ModelLimiter
-from noeta.core.queue_settings import QueueSettingsStore
-from noeta.core.retention import Pruning
-from noeta.core.store_views import StoreViews
+from noeta.core.ports.bulk import BulkCreate
+from noeta.core.ports.model_limits import ModelLimiter
+from noeta.core.ports.queue_settings import QueueSettingsStore
+from noeta.core.ports.retention import Pruning
+from noeta.core.ports.store_views import StoreViews
 
 # Runs a burst of one task's store statements on one connection (PostgreSQL's pool).
 Holding = Callable[[], AbstractAsyncContextManager[None]]

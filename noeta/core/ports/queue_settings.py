@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import ConfigError
-from noeta.core.store_values import check_key
+from noeta.core.ports.store_values import check_key
 
 MAX_LIMIT = 1_000_000  # far above any fleet; a typo of a few digits more is refused
 MAX_RATE_PERIOD_SECONDS = 7 * 86400.0

@@ -1,4 +1,4 @@
-"""The task store port: the `Store` protocol (its values are in `noeta.core.store_values`,
+"""The task store port: the `Store` protocol (its values are in `noeta.core.ports.store_values`,
 re-exported here with the errors it raises).
 
 A task is a row plus an append-only log. The store guarantees one writer per task:
@@ -24,8 +24,8 @@ from noeta.core.errors import (
     StoreUnavailable,
     UnknownTask,
 )
-from noeta.core.store_capabilities import StoreCapabilities
-from noeta.core.store_values import (
+from noeta.core.ports.store_capabilities import StoreCapabilities
+from noeta.core.ports.store_values import (
     CANCEL_KEY,
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from noeta.core.model import ToolCall
-from noeta.core.pin import Pin
-from noeta.core.task_state import TaskState
-from noeta.core.texts import (
+from noeta.core.ports.model import ToolCall
+from noeta.core.ports.pin import Pin
+from noeta.core.rules.task_state import TaskState
+from noeta.core.rules.texts import (
     EMPTY_REPLIES_LIMIT,
     INFRASTRUCTURE_LOST_THE_CALL,
     INTERNAL_ERRORS_LIMIT,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import Tool
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import Tool
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator

@@ -12,9 +12,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from noeta.core.model import Text, ToolCall, Usage
-from noeta.core.payload import JSONValue
-from noeta.core.pin import Pin
+from noeta.core.ports.model import Text, ToolCall, Usage
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.pin import Pin
 
 ENCODING_VERSION = 1
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import ToolContext
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import ToolContext
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from noeta.core.payload import JSONValue
+from noeta.core.ports.payload import JSONValue
 
 
 @dataclass(frozen=True, slots=True)

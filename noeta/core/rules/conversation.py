@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
-from noeta.core.model import Message
+from noeta.core.ports.model import Message
 
 
 class Conversation(Sequence[Message]):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from noeta.core.task_state import TaskState
-from noeta.core.tool import Wakeup
+from noeta.core.ports.tool import Wakeup
+from noeta.core.rules.task_state import TaskState
 
 MAX_WAKEUPS = 10  # pending per task: more is a loop gone wrong
 
