@@ -23,13 +23,15 @@ from noeta.core.rules.task_state import TaskState
 log = logging.getLogger(__name__)
 
 # The code that decides what a fold produces: a snapshot of other code is not used.
-_FOLD_MODULES = (events, fold, task_state, model, snapshot)
+# Read at import, as the code that runs is the code imported.
+_FOLD_CODE = "".join(
+    inspect.getsource(module) for module in (events, fold, task_state, model, snapshot)
+)
 
 
-@functools.cache
 def fold_code() -> str:
-    """The source of the modules that decide what a fold produces (read once)."""
-    return "".join(inspect.getsource(module) for module in _FOLD_MODULES)
+    """The source of the modules that decide what a fold produces."""
+    return _FOLD_CODE
 
 
 @functools.lru_cache(maxsize=64)
