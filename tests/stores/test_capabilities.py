@@ -1,4 +1,4 @@
-"""What a store can do beside `Store`, as it says itself (ADR-0081): typed ports, each
+"""What a store can do beside `Store`, as it says itself (ADR-0084): typed ports, each
 None where the store lacks it, and a wrapping store routes what it wraps to itself."""
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ class Store(Protocol):
 
     @property
     def capabilities(self) -> StoreCapabilities:
-        """The optional ports this store has beside these methods (ADR-0081)."""
+        """The optional ports this store has beside these methods (ADR-0084)."""
         ...
 
     async def create_task(self, task: NewTask) -> bool:

@@ -2,7 +2,7 @@
 
 Each optional port is a typed field, None where the store lacks it, so mypy checks every
 use: a caller asks `store.capabilities.pruning` instead of probing with `isinstance` or
-`getattr` (ADR-0081). A wrapping store (observed, journaled) says what it wraps itself.
+`getattr` (ADR-0084). A wrapping store (observed, journaled) says what it wraps itself.
 """
 
 from __future__ import annotations
