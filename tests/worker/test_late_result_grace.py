@@ -28,6 +28,7 @@ from .conftest import (
     until,
     workspace_of,
 )
+from .test_late_results import noeta_show
 
 # Longer than a test runs: no lease lapses by itself; the test lapses the frozen one's.
 LONG_LEASE = 600
@@ -162,3 +163,5 @@ async def test_a_result_that_comes_after_the_settle_is_told_to_the_model(
     assert "c1" in told and "the-real-result" in told and "outcome unknown" in told
     assert "the-real-result" not in json.dumps(requests[1]["messages"][-1])  # the unknown
     assert (workspace_of(tmp_path, "t") / "effect").read_text() == "once\n"
+    assert "c1  result from epoch 1 (late): " in (shown := noeta_show(postgres_url))
+    assert "recorded as a correction at seq" in shown
