@@ -1,0 +1,62 @@
+"""The cluster run's late-result figures and its infrastructure check (counters.py): each
+fate of a late tool result is told apart, a model call's word is no tool result, and a
+task failed for the infrastructure is found."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from noeta.core.store import LateResult, StoredEvent
+from tests.cluster.counters import infrastructure_failures, late_result_fates, late_result_ratio
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def log(task: str, *entries: tuple[str, dict[str, Any]]) -> list[StoredEvent]:
+    return [StoredEvent(task, seq, kind, data, NOW) for seq, (kind, data) in enumerate(entries, 1)]
+
+
+def kept(task: str, call: str) -> LateResult:
+    return LateResult(task, call, "the result", False, 1, "w1", NOW)
+
+
+def finished(call: str, recovery: str) -> tuple[str, dict[str, Any]]:
+    return ("ToolFinished", {"call_id": call, "content": "x", "recovery": recovery})
+
+
+def test_each_fate_of_a_late_result_is_counted() -> None:
+    logs = {
+        "a": log("a", finished("c1", "late"), finished("c2", "unknown"), finished("c3", "recover")),
+        "b": log(
+            "b",
+            finished("c1", "unknown"),
+            ("ToolResultCorrected", {"call_id": "c1", "content": "x", "from_epoch": 1}),
+        ),
+    }
+    results = {
+        "a": [kept("a", c) for c in ("c1", "c2", "c3", "noeta model call not sent, epoch 1")],
+        "b": [kept("b", "c1")],
+    }
+    output = "task a: the result of c9 came after its claim was gone and could not be kept"
+    fates = late_result_fates(logs, results, output)
+    assert dict(+fates) == {
+        "recorded late": 1,
+        "corrected": 1,
+        "settled unknown": 1,
+        "settled by recover": 1,
+        "never kept": 1,
+    }
+    ratio = late_result_ratio(fates)
+    assert ratio.startswith("2 of 4 reached the log (50 %)")
+    assert "1 settled by the tool's own recover or re-run, not counted" in ratio
+
+
+def test_a_failure_for_the_infrastructure_is_found() -> None:
+    infra = "infrastructure: the workers running this call were lost 10 times (...)"
+    logs = {
+        "a": log("a", ("TurnEnded", {"outcome": "failed", "error": infra})),
+        "b": log("b", ("TurnEnded", {"outcome": "failed", "error": "llm_error: the model"})),
+    }
+    (found,) = infrastructure_failures(logs)
+    assert found.startswith("a: TurnEnded infrastructure:")
