@@ -18,6 +18,9 @@ _PATTERNS = {
     "conflicts refused": re.compile(r"conflict on task "),
     "adopted claims (lost claim reply)": re.compile(r"adopted task "),
     "commit-unknowns": re.compile(r"may or may not have landed|outcome is unknown"),
+    # noeta/core/runner/grace.py (ADR-0084)
+    "graces waited for a live worker's result": re.compile(r"lives on; waiting up to"),
+    "graces that ended with no result": re.compile(r"no result for \S+ within the grace"),
 }
 RECOVERY = {
     "recover": "calls settled by recover",
@@ -155,9 +158,11 @@ def late_result_ratio(fates: Counter[str]) -> str:
     lost = fates["settled unknown"] + fates["never kept"]
     apart = sum(n for fate, n in fates.items() if fate.startswith("settled by"))
     share = f"{100 * handed / (handed + lost):.0f} %" if handed + lost else "n/a"
-    parts = ", ".join(f"{n} {fate}" for fate, n in sorted(fates.items()) if n)
-    return f"{handed} of {handed + lost} reached the log ({share}); {parts or 'none'}" + (
-        f" ({apart} settled by the tool's own recover or re-run, not counted)" if apart else ""
+    return (
+        f"{handed} of {handed + lost} reached the log as the real result ({share}): "
+        f"{fates['recorded late']} recorded late, {fates['corrected']} corrected, "
+        f"{fates['settled unknown']} settled unknown, {fates['never kept']} never kept; "
+        f"{apart} more settled by the tool's own recover or re-run"
     )
 
 
