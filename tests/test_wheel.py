@@ -70,6 +70,10 @@ def test_a_wheel_built_from_a_checkout_without_symlinks_migrates(
         check=True,
     )
     (wheel,) = built.glob("noeta-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "noeta/_sql/postgres/0001_create_tasks.sql" in names
+    assert "noeta/_sql/postgres/functions/noeta_fence.sql" in names
+    assert not [name for name in names if name.startswith("queue/")]
     unpacked = tmp_path / "unpacked"
     zipfile.ZipFile(wheel).extractall(unpacked)
     # The unpacked wheel comes first on the path (before this venv's editable noeta), this
