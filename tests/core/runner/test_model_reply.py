@@ -1,0 +1,216 @@
+"""A model reply that came but could not be recorded is handed over (ADR-0081, issue 26
+item 2): its worker keeps it beside the log, and the next claimer records it instead of
+sending the request again, only for the very call and request it answers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from noeta.backends.models.scripted import ScriptedProvider
+from noeta.backends.stores.postgres import PostgresStore, migrate_database
+from noeta.core import events
+from noeta.core.errors import Conflict, StoreError
+from noeta.core.model import ModelReply, Provider, Text
+from noeta.core.runner import model_reply
+from noeta.core.runner.task import TaskRunner
+from noeta.core.store import Claim, LateResult, NewEvent, Store, StoredEvent
+from noeta.testing.fault_proxy import FaultProxy
+from tests.cluster.processes import APPENDS
+
+from .test_runner import LEASE, Fixed, create, script
+
+
+@pytest.fixture
+async def direct(postgres_url: str) -> AsyncIterator[Store]:
+    await migrate_database(postgres_url)
+    store = await PostgresStore.open(postgres_url)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def proxy(direct: Store, postgres_url: str) -> Iterator[FaultProxy]:
+    parts = conninfo_to_dict(postgres_url)
+    proxy = FaultProxy(str(parts["host"]), int(parts["port"]), cut_functions=APPENDS)
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+async def proxied(postgres_url: str, proxy: FaultProxy) -> AsyncIterator[Store]:
+    dsn = make_conninfo(postgres_url, host="127.0.0.1", port=str(proxy.port))
+    store = await PostgresStore.open(dsn, deadline_seconds=5.0, max_connections=1)
+    yield store
+    await store.close()
+
+
+@dataclass
+class Answering:
+    """The provider: counts the requests it gets, and does `meanwhile` (a fault) once it
+    has answered the first, before its worker can record the reply."""
+
+    inner: Provider
+    meanwhile: Callable[[], Awaitable[None]] | None = None
+    name: str = "scripted"
+    bodies: list[bytes] = field(default_factory=list)
+
+    def encode_request(self, request: Any) -> bytes:
+        return self.inner.encode_request(request)
+
+    async def send(self, body: bytes) -> ModelReply:
+        self.bodies.append(body)
+        reply = await self.inner.send(body)
+        if self.meanwhile is not None and len(self.bodies) == 1:
+            await self.meanwhile()
+        return reply
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def answering(model: str, meanwhile: Callable[[], Awaitable[None]] | None = None) -> Answering:
+    return Answering(ScriptedProvider.from_file(model.split(":", 1)[1]), meanwhile)
+
+
+async def types_of(store: Store) -> list[str]:
+    return [e.type for e in await store.read_log("t")]
+
+
+async def replies_in(store: Store) -> list[Any]:
+    return [e.data["content"] for e in await store.read_log("t") if e.type == "ModelReplied"]  # type: ignore[index]
+
+
+async def test_a_reply_whose_append_was_cut_is_recorded_by_the_next_claimer_unsent(
+    direct: Store, proxied: Store, proxy: FaultProxy, tmp_path: Path
+) -> None:
+    model = script(tmp_path, {"text": "the kept answer"}, {"text": "sent twice"})
+    await create(direct, "t", model, prompt="go")
+
+    async def cut_the_reply_append() -> None:
+        proxy.cut_statement(before=True)  # the append never reaches the server
+
+    provider = answering(model, cut_the_reply_append)
+    first = await proxied.claim_task("first", "t", LEASE)
+    assert first is not None
+    with pytest.raises(StoreError):
+        await TaskRunner(proxied, Fixed(provider)).run(first)
+    assert proxy.statements_cut["before"] == 1
+    assert await types_of(direct) == ["TaskCreated", "ModelCalled"]
+    (kept,) = await direct.late_results("t")
+    assert (kept.call_id, kept.epoch, kept.worker) == ("noeta model reply, epoch 1", 1, "first")
+    # The first worker's claim is freed by the test (as a lapse would), not by a race.
+    assert await direct.release(first)
+    heir = await direct.claim_task("heir", "t", LEASE)
+    assert heir is not None
+    result = await TaskRunner(direct, Fixed(provider)).run(heir)
+    assert (result.state.finished, result.state.last_answer) == ("done", "the kept answer")
+    assert len(provider.bodies) == 1  # the request was sent once, by the first worker
+    assert await types_of(direct) == [
+        "TaskCreated",
+        "ModelCalled",
+        "ModelReplied",
+        "TurnEnded",
+        "TaskFinished",
+    ]  # not a cut: no ModelCallCut
+    log = await direct.read_log("t")
+    assert log[2].epoch == heir.epoch  # through the heir's fence
+
+
+async def test_a_reply_that_came_after_a_takeover_is_recorded_by_the_heir(
+    direct: Store, tmp_path: Path
+) -> None:
+    model = script(tmp_path, {"text": "the kept answer"}, {"text": "sent twice"})
+    await create(direct, "t", model, prompt="go")
+    claims: list[Claim] = []
+
+    async def taken_over() -> None:
+        # The lease lapsed while the model answered, and another worker took the task.
+        assert await direct.release(claims[0])
+        heir = await direct.claim_task("heir", "t", LEASE)
+        assert heir is not None
+        claims.append(heir)
+
+    provider = answering(model, taken_over)
+    first = await direct.claim_task("first", "t", LEASE)
+    assert first is not None
+    claims.append(first)
+    with pytest.raises(Conflict):
+        await TaskRunner(direct, Fixed(provider)).run(first)
+    result = await TaskRunner(direct, Fixed(provider)).run(claims[1])
+    assert (result.state.finished, result.state.last_answer) == ("done", "the kept answer")
+    assert len(provider.bodies) == 1
+    assert await replies_in(direct) == [[{"type": "text", "text": "the kept answer"}]]
+    assert "ModelCallCut" not in await types_of(direct)
+
+
+async def open_call(store: Store, model: str, request_sha256: str) -> tuple[Claim, StoredEvent]:
+    """Task t whose claim (epoch 2: epoch 1 wrote nothing) wrote a ModelCalled, then let
+    go of the task without a reply."""
+    await create(store, "t", model, prompt="go")
+    idle = await store.claim_task("idle", "t", LEASE)
+    assert idle is not None and await store.release(idle)
+    claim = await store.claim_task("w", "t", LEASE)
+    assert claim is not None and claim.epoch == 2
+    called = events.ModelCalled(request_sha256)
+    await store.append(claim, 1, [NewEvent(*events.encode(called))])
+    assert await store.release(claim)
+    (stored,) = await store.read_log("t", after_seq=1)
+    return claim, stored
+
+
+def kept(epoch: int, request_sha256: str, text: str = "a stale answer") -> LateResult:
+    _, data = events.encode(events.ModelReplied((Text(text),), "end_turn"))
+    content = json.dumps({"request_sha256": request_sha256, "reply": data})
+    return LateResult("t", model_reply.kept_reply_call_id(epoch), content, False, epoch, "w")
+
+
+@pytest.mark.parametrize("which", ["another request", "another epoch"])
+async def test_a_kept_reply_to_another_call_is_not_used(
+    direct: Store, tmp_path: Path, which: str
+) -> None:
+    model = script(tmp_path, {"text": "sent again"})
+    sent = answering(model)
+    claim, _ = await open_call(direct, model, "ab" * 32)
+    assert await direct.keep_late_result(
+        kept(1, "ab" * 32) if which == "another epoch" else kept(claim.epoch, "cd" * 32)
+    )
+    heir = await direct.claim_task("heir", "t", LEASE)
+    assert heir is not None
+    result = await TaskRunner(direct, Fixed(sent)).run(heir)
+    assert (result.state.finished, result.state.last_answer) == ("done", "sent again")
+    assert len(sent.bodies) == 1
+    log = await direct.read_log("t")
+    cuts = [(e.data["epoch"], e.data["cause"]) for e in log if e.type == "ModelCallCut"]  # type: ignore[index]
+    assert cuts == [(2, "worker_lost")]
+
+
+def stored_call(epoch: int, request_sha256: str) -> StoredEvent:
+    _, data = events.encode(events.ModelCalled(request_sha256))
+    return StoredEvent("t", 2, "ModelCalled", data, datetime.now(UTC), epoch, "w")
+
+
+def test_the_kept_reply_chosen_is_the_one_for_the_calls_epoch_and_request() -> None:
+    called = stored_call(3, "ab" * 32)
+    fits = kept(3, "ab" * 32, "fits")
+    assert model_reply.kept_for(called, [kept(2, "ab" * 32), fits]) == events.ModelReplied(
+        (Text("fits"),), "end_turn"
+    )
+    assert model_reply.kept_for(called, [kept(3, "cd" * 32)]) is None
+    assert model_reply.kept_for(called, [kept(2, "ab" * 32)]) is None
+    # Keyed for epoch 3 but kept by another epoch's claim: not the call's own worker.
+    forged = LateResult("t", fits.call_id, fits.content, False, 2, "w")
+    assert model_reply.kept_for(called, [forged]) is None
+    unreadable = LateResult("t", fits.call_id, "not json", False, 3, "w")
+    assert model_reply.kept_for(called, [unreadable]) is None
+    # A tool's late result is never taken for a reply.
+    tool = LateResult("t", "call-1", fits.content, False, 3, "w")
+    assert model_reply.kept_for(called, [tool]) is None
