@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -19,6 +19,7 @@ from noeta.backends.stores.postgres import PostgresStore, migrate_database
 from noeta.core import events
 from noeta.core.errors import Conflict, StoreError
 from noeta.core.model import ModelReply, Provider, Text
+from noeta.core.model_limits import ModelLimiter
 from noeta.core.runner import model_reply
 from noeta.core.runner.task import TaskRunner
 from noeta.core.store import Claim, LateResult, NewEvent, Store, StoredEvent
@@ -86,7 +87,8 @@ async def types_of(store: Store) -> list[str]:
 
 
 async def replies_in(store: Store) -> list[Any]:
-    return [e.data["content"] for e in await store.read_log("t") if e.type == "ModelReplied"]  # type: ignore[index]
+    log = await store.read_log("t")
+    return [cast(dict[str, Any], e.data)["content"] for e in log if e.type == "ModelReplied"]
 
 
 async def test_a_reply_whose_append_was_cut_is_recorded_by_the_next_claimer_unsent(
@@ -130,6 +132,8 @@ async def test_a_reply_that_came_after_a_takeover_is_recorded_by_the_heir(
 ) -> None:
     model = script(tmp_path, {"text": "the kept answer"}, {"text": "sent twice"})
     await create(direct, "t", model, prompt="go")
+    assert isinstance(direct, ModelLimiter)
+    await direct.set_model_limit("scripted/model", rpm=1000, tpm=None)
     claims: list[Claim] = []
 
     async def taken_over() -> None:
@@ -150,6 +154,8 @@ async def test_a_reply_that_came_after_a_takeover_is_recorded_by_the_heir(
     assert len(provider.bodies) == 1
     assert await replies_in(direct) == [[{"type": "text", "text": "the kept answer"}]]
     assert "ModelCallCut" not in await types_of(direct)
+    (limit,) = await direct.model_limits()
+    assert limit.calls == 1  # the heir took no budget: it called nothing
 
 
 async def open_call(store: Store, model: str, request_sha256: str) -> tuple[Claim, StoredEvent]:
@@ -189,8 +195,8 @@ async def test_a_kept_reply_to_another_call_is_not_used(
     assert (result.state.finished, result.state.last_answer) == ("done", "sent again")
     assert len(sent.bodies) == 1
     log = await direct.read_log("t")
-    cuts = [(e.data["epoch"], e.data["cause"]) for e in log if e.type == "ModelCallCut"]  # type: ignore[index]
-    assert cuts == [(2, "worker_lost")]
+    cuts = [cast(dict[str, Any], e.data) for e in log if e.type == "ModelCallCut"]
+    assert [(cut["epoch"], cut["cause"]) for cut in cuts] == [(2, "worker_lost")]
 
 
 def stored_call(epoch: int, request_sha256: str) -> StoredEvent:
