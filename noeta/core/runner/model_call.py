@@ -103,7 +103,6 @@ async def _send(
         await run.settle([closed], EndTurn("failed", error=f"llm_error: {failed.error}"))
         return
     step.replied(reply)
-    await model_budget.replied(run.store, budget, reply.usage)
     replied = ev.ModelReplied(
         reply.content,
         reply.stop_reason,
@@ -112,11 +111,13 @@ async def _send(
         reply.response_id,
     )
     try:
+        await model_budget.replied(run.store, budget, reply.usage)
         await failpoints.hit("model.after_reply")
         await model_reply.record(run, replied)
     except (StoreError, asyncio.CancelledError):
-        # The reply came, but this claim cannot record it: kept for the next claimer,
-        # which records it rather than sending the request again (ADR-0081).
+        # The reply came, but this claim cannot record it (or was cancelled for its
+        # loss meanwhile): kept for the next claimer, which records it rather than
+        # sending the request again (ADR-0081).
         await model_reply.keep(run, request_sha256, replied)
         raise
 
