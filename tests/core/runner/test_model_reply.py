@@ -22,11 +22,11 @@ from noeta.core.model import ModelReply, Provider, Text
 from noeta.core.model_limits import ModelLimiter
 from noeta.core.runner import model_reply
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Claim, LateResult, NewEvent, Store, StoredEvent
+from noeta.core.store import Claim, LateResult, Store, StoredEvent
 from noeta.testing.fault_proxy import FaultProxy
 from tests.cluster.processes import APPENDS
 
-from .test_runner import LEASE, Fixed, create, script
+from .test_runner import LEASE, Crash, CrashingProvider, Fixed, create, script
 
 
 @pytest.fixture
@@ -158,19 +158,19 @@ async def test_a_reply_that_came_after_a_takeover_is_recorded_by_the_heir(
     assert limit.calls == 1  # the heir took no budget: it called nothing
 
 
-async def open_call(store: Store, model: str, request_sha256: str) -> tuple[Claim, StoredEvent]:
-    """Task t whose claim (epoch 2: epoch 1 wrote nothing) wrote a ModelCalled, then let
-    go of the task without a reply."""
+async def cut_call(store: Store, model: str, provider: CrashingProvider) -> str:
+    """Task t whose claim of epoch 2 (epoch 1 wrote nothing) sent its request and died
+    before the reply; returns the request's sha256, as its ModelCalled recorded it."""
     await create(store, "t", model, prompt="go")
     idle = await store.claim_task("idle", "t", LEASE)
     assert idle is not None and await store.release(idle)
     claim = await store.claim_task("w", "t", LEASE)
     assert claim is not None and claim.epoch == 2
-    called = events.ModelCalled(request_sha256)
-    await store.append(claim, 1, [NewEvent(*events.encode(called))])
-    assert await store.release(claim)
-    (stored,) = await store.read_log("t", after_seq=1)
-    return claim, stored
+    with pytest.raises(Crash):
+        await TaskRunner(store, Fixed(provider)).run(claim)
+    assert await store.release(claim)  # as a lapse would
+    (called,) = [e for e in await store.read_log("t") if e.type == "ModelCalled"]
+    return str(cast(dict[str, Any], called.data)["request_sha256"])
 
 
 def kept(epoch: int, request_sha256: str, text: str = "a stale answer") -> LateResult:
@@ -179,23 +179,32 @@ def kept(epoch: int, request_sha256: str, text: str = "a stale answer") -> LateR
     return LateResult("t", model_reply.kept_reply_call_id(epoch), content, False, epoch, "w")
 
 
-@pytest.mark.parametrize("which", ["another request", "another epoch"])
-async def test_a_kept_reply_to_another_call_is_not_used(
+KEPT_FOR = {
+    "its own": lambda sha256: kept(2, sha256),  # the control: this one is used
+    "another request": lambda sha256: kept(2, "cd" * 32),
+    "another epoch": lambda sha256: kept(1, sha256),
+}
+
+
+@pytest.mark.parametrize("which", KEPT_FOR)
+async def test_only_a_reply_kept_for_the_call_itself_is_used_else_the_request_is_resent_as_it_was(
     direct: Store, tmp_path: Path, which: str
 ) -> None:
     model = script(tmp_path, {"text": "sent again"})
-    sent = answering(model)
-    claim, _ = await open_call(direct, model, "ab" * 32)
-    assert await direct.keep_late_result(
-        kept(1, "ab" * 32) if which == "another epoch" else kept(claim.epoch, "cd" * 32)
-    )
+    provider = CrashingProvider(ScriptedProvider.from_file(model.split(":", 1)[1]), crashes=1)
+    request_sha256 = await cut_call(direct, model, provider)
+    assert await direct.keep_late_result(KEPT_FOR[which](request_sha256))
     heir = await direct.claim_task("heir", "t", LEASE)
     assert heir is not None
-    result = await TaskRunner(direct, Fixed(sent)).run(heir)
-    assert (result.state.finished, result.state.last_answer) == ("done", "sent again")
-    assert len(sent.bodies) == 1
+    result = await TaskRunner(direct, Fixed(provider)).run(heir)
     log = await direct.read_log("t")
     cuts = [cast(dict[str, Any], e.data) for e in log if e.type == "ModelCallCut"]
+    if which == "its own":
+        assert (result.state.finished, result.state.last_answer) == ("done", "a stale answer")
+        assert len(provider.bodies) == 1 and cuts == []
+        return
+    assert (result.state.finished, result.state.last_answer) == ("done", "sent again")
+    assert len(provider.bodies) == 2 and provider.bodies[1] == provider.bodies[0]
     assert [(cut["epoch"], cut["cause"]) for cut in cuts] == [(2, "worker_lost")]
 
 
