@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from noeta.core.errors import ConfigError
+from noeta.core.runner.model_reply import KEPT_REPLY_PREFIX
 from noeta.core.store import LateResult, StoredEvent, TaskRecord
 
 if TYPE_CHECKING:
@@ -90,6 +91,8 @@ def event_line(event: StoredEvent) -> str:
 def late_result_fate(result: LateResult, log: list[StoredEvent]) -> str:
     """What became of a late result, read from the log: the log is the truth, the kept
     result only a hint (ADR-040)."""
+    if result.call_id.startswith(KEPT_REPLY_PREFIX):
+        return _kept_reply_fate(result, log)
     settled = ""
     for event in log:
         data = event.data if isinstance(event.data, dict) else {}
@@ -106,6 +109,22 @@ def late_result_fate(result: LateResult, log: list[StoredEvent]) -> str:
     if settled:
         return f"not used: {settled}"
     return "not recorded yet: the call's next claimer will record it"
+
+
+def _kept_reply_fate(result: LateResult, log: list[StoredEvent]) -> str:
+    """A model reply its worker kept (ADR-0081): what closed the call of its epoch."""
+    called = max(
+        (e.seq for e in log if e.type == "ModelCalled" and e.epoch == result.epoch), default=0
+    )
+    closing = ("ModelReplied", "ModelCallCut")
+    closed = next((e for e in log if e.seq > called and e.type in closing), None)
+    if not called or closed is None:
+        return "not recorded yet: the call's next claimer will record it"
+    if closed.type == "ModelReplied" and closed.epoch != result.epoch:
+        return f"recorded at seq {closed.seq}"
+    if closed.type == "ModelReplied":
+        return f"not used: its own run recorded the reply at seq {closed.seq}"
+    return f"not used: the call was found cut at seq {closed.seq} and sent again"
 
 
 def late_result_json(result: LateResult, log: list[StoredEvent]) -> dict[str, Any]:
