@@ -10,6 +10,7 @@ import statistics
 from collections import Counter
 from datetime import datetime
 
+from noeta.core.runner.model_cuts import NOT_SENT_PREFIX
 from noeta.core.store import LateResult, StoredEvent
 
 # Worker log lines (noeta/worker/worker.py); asctime is the local clock.
@@ -176,4 +177,30 @@ def infrastructure_failures(logs: dict[str, list[StoredEvent]]) -> list[str]:
             error = str(data.get("error") or "")
             if event.type in ("TurnEnded", "TaskFinished") and error.startswith("infrastructure:"):
                 found.append(f"{task_id}: {event.type} {error[:160]}")
+    return found
+
+
+def requests_sent_twice_by_one_process(
+    logs: dict[str, list[StoredEvent]],
+    kept: dict[str, list[LateResult]],
+    starts: list[tuple[str, float]],
+) -> list[str]:
+    """Model requests one worker process sent twice: two `ModelCalled` of one task with
+    the same request bytes, written under one worker name within one life of its process
+    (between two of its starts, by the wall clock the server shares). A call its worker
+    kept word it never sent (ADR-0080) is not counted."""
+    found = []
+    for task_id, log in logs.items():
+        unsent = {r.epoch for r in kept.get(task_id, []) if r.call_id.startswith(NOT_SENT_PREFIX)}
+        seen: set[tuple[str, float, object]] = set()
+        for event in log:
+            data = event.data if isinstance(event.data, dict) else {}
+            if event.type != "ModelCalled" or event.owner is None or event.epoch in unsent:
+                continue
+            at = event.created_at.timestamp()
+            lives = [t for name, t in starts if name == event.owner and t <= at]
+            key = (event.owner, max(lives, default=0.0), data.get("request_sha256"))
+            if key in seen:
+                found.append(f"{task_id}: seq {event.seq} by {event.owner}")
+            seen.add(key)
     return found

@@ -167,6 +167,7 @@ async def verdict(
     kept = {record.id: await store.late_results(record.id) for record in records}
     fates = counters.late_result_fates(logs, kept, output)
     infrastructure = counters.infrastructure_failures(logs)
+    twice = counters.requests_sent_twice_by_one_process(logs, kept, cluster.starts)
     problems += [f"failed for infrastructure: {each}" for each in infrastructure]
     seen.update(counted(await store.read_inbox(OUTBOX, untaken_only=False), cluster.scratch))
     if not any(r.status.finished for r in records) or not sum(chaos.landed.values()):
@@ -184,6 +185,9 @@ async def verdict(
     print(f"takeover time: {counters.percentiles(counters.takeover_seconds(logs, output))}")
     print(f"late tool results: {counters.late_result_ratio(fates)}")
     print(f"tasks or turns failed for infrastructure: {len(infrastructure)}")
+    print(f"model requests sent twice by one worker process: {len(twice)}")
+    for each in twice[:10]:
+        print(f"  sent twice: {each}")
     for each in short:
         print(f"MINIMUM CHAOS NOT MET: {each}")
     if problems:

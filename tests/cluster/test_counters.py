@@ -8,7 +8,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from noeta.core.store import LateResult, StoredEvent
-from tests.cluster.counters import infrastructure_failures, late_result_fates, late_result_ratio
+from tests.cluster.counters import (
+    infrastructure_failures,
+    late_result_fates,
+    late_result_ratio,
+    requests_sent_twice_by_one_process,
+)
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -61,3 +66,23 @@ def test_a_failure_for_the_infrastructure_is_found() -> None:
     }
     (found,) = infrastructure_failures(logs)
     assert found.startswith("a: TurnEnded infrastructure:")
+
+
+def called(seq: int, epoch: int, owner: str, at: float, sha: str = "ab") -> StoredEvent:
+    moment = datetime.fromtimestamp(at, UTC)
+    return StoredEvent("t", seq, "ModelCalled", {"request_sha256": sha}, moment, epoch, owner)
+
+
+def test_a_request_sent_twice_by_one_process_is_found() -> None:
+    starts = [("w1", 100.0), ("w2", 100.0), ("w1", 200.0)]  # w1 restarted at 200
+    logs = {
+        "t": [
+            called(1, 1, "w1", 150.0),
+            called(2, 2, "w2", 160.0),  # another worker: a takeover's re-send
+            called(3, 3, "w1", 210.0),  # w1's next process: a re-send, not one process's
+            called(4, 4, "w1", 220.0),  # the same process again: sent twice
+            called(5, 5, "w1", 230.0),  # kept word it was never sent: not counted
+        ]
+    }
+    kept = {"t": [LateResult("t", "noeta model call not sent, epoch 5", "x", False, 5, "w1")]}
+    assert requests_sent_twice_by_one_process(logs, kept, starts) == ["t: seq 4 by w1"]
