@@ -70,12 +70,7 @@ class PostgresLateResults(PostgresConnection):
         deadline = loop.time() + seconds
         params = {"task": task_id, "call": call_id}
         try:
-            connection = await psycopg.AsyncConnection.connect(
-                self._dsn,
-                autocommit=True,
-                application_name="noeta-grace",
-                connect_timeout=max(1, round(self.deadline_seconds)),
-            )
+            connection = await self._listening_connection("noeta-grace")
         except psycopg.Error as error:
             raise store_error(error, self.where, write=False, broken=True) from None
         try:
