@@ -112,7 +112,7 @@ def late_result_fate(result: LateResult, log: list[StoredEvent]) -> str:
 
 
 def _kept_reply_fate(result: LateResult, log: list[StoredEvent]) -> str:
-    """A model reply its worker kept (ADR-0081): what closed the call of its epoch."""
+    """A model reply its worker kept (ADR-0082): what closed the call of its epoch."""
     called = max(
         (e.seq for e in log if e.type == "ModelCalled" and e.epoch == result.epoch), default=0
     )

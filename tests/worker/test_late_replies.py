@@ -1,5 +1,5 @@
 """A model reply that comes after its claim was gone is handed over, not sent for again
-(ADR-0081): real `noeta worker` processes and a fake provider at the wire; the worker is
+(ADR-0082): real `noeta worker` processes and a fake provider at the wire; the worker is
 held after the reply by a `pause` failpoint while its lease lapses and another worker
 takes the task over, so the order of events is the test's, never a race."""
 

@@ -117,7 +117,7 @@ async def _send(
     except (StoreError, asyncio.CancelledError):
         # The reply came, but this claim cannot record it (or was cancelled for its
         # loss meanwhile): kept for the next claimer, which records it rather than
-        # sending the request again (ADR-0081).
+        # sending the request again (ADR-0082).
         await model_reply.keep(run, request_sha256, replied)
         raise
 

@@ -1,7 +1,7 @@
 """Why an earlier claim's model call got no reply (ADR-0080): its worker was lost, or it
 lived on and only the call was cut, or it never sent the request. Told apart here, with
 the store's I/O, and recorded as `ModelCallCut`: the kernel weighs its caps on that. A
-reply its worker kept (ADR-0081) is recorded instead: the call was not cut."""
+reply its worker kept (ADR-0082) is recorded instead: the call was not cut."""
 
 from __future__ import annotations
 

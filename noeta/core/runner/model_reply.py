@@ -1,4 +1,4 @@
-"""A model reply reaches the log (ADR-0081): recorded with what follows it, by the claim
+"""A model reply reaches the log (ADR-0082): recorded with what follows it, by the claim
 that sent the request, or, when that claim was gone before it landed, kept beside the log
 and recorded by the next claimer instead of sending the request again."""
 

@@ -1,4 +1,4 @@
-"""A model reply that came but could not be recorded is handed over (ADR-0081, issue 26
+"""A model reply that came but could not be recorded is handed over (ADR-0082, issue 26
 item 2): its worker keeps it beside the log, and the next claimer records it instead of
 sending the request again, only for the very call and request it answers."""
 
