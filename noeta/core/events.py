@@ -116,7 +116,7 @@ class ToolFinished:
 @dataclass(frozen=True, slots=True)
 class ToolResultCorrected:
     """A call settled "outcome unknown" did finish: its result, kept by the worker of epoch
-    `from_epoch` after the call was settled, recorded by a later claimer (ADR-0084). The
+    `from_epoch` after the call was settled, recorded by a later claimer (ADR-0083). The
     settled result stays in the log; the model is told of this one with its next request."""
 
     call_id: str

@@ -12,7 +12,7 @@ append.before_commit, append.after_commit, cron.after_fire (the scheduler, after
 slot it handles), run.after_create (`noeta run`, between creating its task and claiming
 it), model.after_called, model.after_reply (the reply came, not yet recorded),
 tool.after_started, tool.before_finished, tool.grace_wait (a claimer about to wait for a
-half-done call's result, ADR-0084), subtask.before_launch, subtask.after_launch,
+half-done call's result, ADR-0083), subtask.before_launch, subtask.after_launch,
 subtask.before_handback_taken, subtask.before_finish, subtask.after_finish (a child's
 finishing append),
 hooks.before_on_event, hooks.before_wait.

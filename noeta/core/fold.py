@@ -62,7 +62,7 @@ JOB_LOST = (
 )
 
 # Said with the next request after a late result came for a call settled "outcome unknown"
-# (ADR-0084): the earlier result stays in the conversation, this one follows it.
+# (ADR-0083): the earlier result stays in the conversation, this one follows it.
 RESULT_CORRECTED = (
     "[noeta] Correction: tool call {call_id} was reported to you as interrupted, its outcome "
     "unknown. It did run to its end: its result came after the call was settled. Its {kind}:"
@@ -125,7 +125,7 @@ class TaskState:
     model_calls_unsent: int = 0
     model_call_open: int = 0  # the seq of a ModelCalled not yet replied to nor found cut
     # Calls settled "outcome unknown" with no correction yet: a claimer looks for their
-    # late results before its next model call (ADR-0084).
+    # late results before its next model call (ADR-0083).
     settled_unknown: tuple[str, ...] = ()
 
     def starts(self, call_id: str) -> int:

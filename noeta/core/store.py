@@ -232,7 +232,7 @@ class Store(Protocol):
     ) -> LateResult | None:
         """The late result kept for this call, waiting up to `seconds` (the worker's
         clock) for one to be kept; None if none was by then. PostgreSQL is woken by the
-        keep's NOTIFY (noeta_late_result); sqlite polls (ADR-0084)."""
+        keep's NOTIFY (noeta_late_result); sqlite polls (ADR-0083)."""
         ...
 
     async def put_snapshot(self, snapshot: Snapshot) -> None: ...

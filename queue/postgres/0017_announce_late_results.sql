@@ -1,4 +1,4 @@
--- A kept late result is announced (ADR-0084): a claimer about to settle a half-done call
+-- A kept late result is announced (ADR-0083): a claimer about to settle a half-done call
 -- "outcome unknown", whose worker is known alive, waits a short grace for the call's
 -- result on LISTEN noeta_late_result instead of polling. The payload is the task id
 -- alone: any role may LISTEN, so no content is ever sent.

@@ -19,7 +19,7 @@ _PATTERNS = {
     "conflicts refused": re.compile(r"conflict on task "),
     "adopted claims (lost claim reply)": re.compile(r"adopted task "),
     "commit-unknowns": re.compile(r"may or may not have landed|outcome is unknown"),
-    # noeta/core/runner/grace.py (ADR-0084)
+    # noeta/core/runner/grace.py (ADR-0083)
     "graces waited for a live worker's result": re.compile(r"lives on; waiting up to"),
     "graces that ended with no result": re.compile(r"no result for \S+ within the grace"),
 }

@@ -1,4 +1,4 @@
-"""LISTEN noeta_late_result (migration 0017, ADR-0084): a kept late result announces its
+"""LISTEN noeta_late_result (migration 0017, ADR-0083): a kept late result announces its
 task's id, so a claimer waiting out its grace wakes when the row lands, not when its
 grace ends; a keep that adds nothing (the call kept before) says nothing."""
 

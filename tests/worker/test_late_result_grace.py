@@ -1,4 +1,4 @@
-"""The grace and the correction (ADR-0084): a claimer that finds a call half done waits a
+"""The grace and the correction (ADR-0083): a claimer that finds a call half done waits a
 bounded grace for its result when the call's worker is known alive, settles at once when
 it is dead, and tells the model of a result that comes after the call was settled.
 

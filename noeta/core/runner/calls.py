@@ -4,7 +4,7 @@ A half-done call (ToolStarted, no ToolFinished) is settled in this order: the re
 own run kept when its claim was gone (a late result, ADR-040); the tool's own `recover`,
 given the same idempotency key; a re-run, if the tool is `retry_safe` and has started
 fewer than `tool.MAX_ATTEMPTS` times; the result its worker keeps within a short grace,
-if that worker is known alive (ADR-0084); else an error result saying its outcome is
+if that worker is known alive (ADR-0083); else an error result saying its outcome is
 unknown.
 Recovered calls do not pass the gates again: they were allowed when they ran.
 """
@@ -168,7 +168,7 @@ async def recover_calls(run: RunContext, calls: tuple[tuple[ToolCall, int], ...]
                 await _record_or_keep(run, call, output, "rerun")
                 step.finished(output.content, output.is_error, "rerun")
             continue
-        # Its worker may live on and return the result in a moment (ADR-0084).
+        # Its worker may live on and return the result in a moment (ADR-0083).
         late = await grace.wait_for_result(run, call)
         if late is not None:
             await _record_late(run, call, late)

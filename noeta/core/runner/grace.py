@@ -1,4 +1,4 @@
-"""The grace and the correction (ADR-0084): before settling a half-done call "outcome
+"""The grace and the correction (ADR-0083): before settling a half-done call "outcome
 unknown", a claimer waits a short, bounded grace for its result when the call's worker is
 known alive; a result that comes after the settle is recorded as a correction, and the
 model is told of it with its next request. The settled result is never rewritten."""

@@ -1,4 +1,4 @@
-"""Whether an earlier claim's worker lived on (ADR-0080, ADR-0084): it still holds a live
+"""Whether an earlier claim's worker lived on (ADR-0080, ADR-0083): it still holds a live
 claim on another task that it had, and wrote under, by a given moment. No worker registry
 exists: the claims table and the logs are all a claimer knows of another worker."""
 

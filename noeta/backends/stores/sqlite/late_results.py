@@ -23,7 +23,7 @@ SELECT task_id, call_id, content, is_error, epoch, worker, created_at FROM late_
  WHERE task_id = ? ORDER BY created_at, call_id"""
 
 
-# sqlite has no NOTIFY: a claimer waiting out its grace (ADR-0084) looks this often.
+# sqlite has no NOTIFY: a claimer waiting out its grace (ADR-0083) looks this often.
 GRACE_POLL_SECONDS = 0.1
 
 
