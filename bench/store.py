@@ -6,7 +6,7 @@ On one PostgreSQL server (fsync on: every number is a real, flushed commit) it m
    appends one small event at a time with the right expected_seq (`Store.append`). The
    limit is pgbench running the same work as one plain SQL statement (lock and check the
    task row, insert the event, bump last_seq); pgbench also runs
-   `SELECT noeta_append_events(...)`, what noeta sends for an append of events alone,
+   `SELECT noeta_append_and_continue(...)`, what noeta sends for an append of events alone,
    so that the plpgsql function's own cost shows separately.
 2. Claims/s at 1, 2, 4 and 8 clients: `Store.claim` on a queue of ready tasks, against
    pgbench running noeta's CLAIM_NEXT_TASK statement itself.
@@ -76,8 +76,8 @@ RETURNING t.last_seq AS seq \\gset
 """
 
 PGBENCH_FUNCTION = """
-SELECT noeta_append_events('{prefix}' || :client_id, 1, :seq, ARRAY['bench.step'],
-    ARRAY['["step",1]']) AS seq \\gset
+SELECT noeta_append_and_continue('{prefix}' || :client_id, 1, :seq,
+    '[["bench.step", "[\\"step\\",1]"]]'::jsonb) AS seq \\gset
 """
 
 PGBENCH_CLAIM = (
@@ -315,7 +315,9 @@ async def append_table(bench: Bench) -> None:
         rows[-1].append(f"{function / plain:.2f}")
         print(f"  appends, {n} client(s): done", flush=True)
     headers = ["clients", "noeta/s", "pgbench 1-stmt/s", "ratio", "target"]
-    table("Fenced appends/s", [*headers, "pgbench noeta_append_events()/s", "fn/1-stmt"], rows)
+    table(
+        "Fenced appends/s", [*headers, "pgbench noeta_append_and_continue()/s", "fn/1-stmt"], rows
+    )
 
 
 async def claim_table(bench: Bench) -> None:

@@ -72,7 +72,7 @@ END
 $helpers$;
 
 -- Layer 2: exactly what the code does to each table (noeta/backends/stores/postgres/,
--- queue/postgres/0005_create_store_functions.sql), and nothing where it does nothing.
+-- queue/postgres/functions/), and nothing where it does nothing.
 DO $grants$
 DECLARE
     v_worker text := current_setting('noeta.grant_worker');

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from noeta.core.errors import ConfigError
 from noeta.core.ports.store import LateResult, StoredEvent, TaskRecord
+from noeta.core.ports.store_values import KEPT_REPLY_PREFIX
 
 if TYPE_CHECKING:
     from noeta.redaction import Scrubber
@@ -90,15 +91,40 @@ def event_line(event: StoredEvent) -> str:
 def late_result_fate(result: LateResult, log: list[StoredEvent]) -> str:
     """What became of a late result, read from the log: the log is the truth, the kept
     result only a hint (ADR-040)."""
+    if result.call_id.startswith(KEPT_REPLY_PREFIX):
+        return _kept_reply_fate(result, log)
+    settled = ""
     for event in log:
         data = event.data if isinstance(event.data, dict) else {}
-        if event.type != "ToolFinished" or data.get("call_id") != result.call_id:
+        if data.get("call_id") != result.call_id:
+            continue
+        if event.type == "ToolResultCorrected" and data.get("from_epoch") == result.epoch:
+            return f"recorded as a correction at seq {event.seq}, after {settled}"
+        if event.type != "ToolFinished" or settled:
             continue
         if data.get("recovery") == "late" and data.get("from_epoch") == result.epoch:
             return f"recorded at seq {event.seq}"
         how = data.get("recovery") or "recorded by its own run"
-        return f"not used: the call was settled at seq {event.seq} ({how})"
+        settled = f"the call was settled at seq {event.seq} ({how})"
+    if settled:
+        return f"not used: {settled}"
     return "not recorded yet: the call's next claimer will record it"
+
+
+def _kept_reply_fate(result: LateResult, log: list[StoredEvent]) -> str:
+    """A model reply its worker kept (ADR-0082): what closed the call of its epoch."""
+    called = max(
+        (e.seq for e in log if e.type == "ModelCalled" and e.epoch == result.epoch), default=0
+    )
+    closing = ("ModelReplied", "ModelCallCut")
+    closed = next((e for e in log if e.seq > called and e.type in closing), None)
+    if not called or closed is None:
+        return "not recorded yet: the call's next claimer will record it"
+    if closed.type == "ModelReplied" and closed.epoch != result.epoch:
+        return f"recorded at seq {closed.seq}"
+    if closed.type == "ModelReplied":
+        return f"not used: its own run recorded the reply at seq {closed.seq}"
+    return f"not used: the call was found cut at seq {closed.seq} and sent again"
 
 
 def late_result_json(result: LateResult, log: list[StoredEvent]) -> dict[str, Any]:

@@ -160,7 +160,10 @@ async def _late_results(site: Site, task_id: str) -> str:
             f"{kept_result.call_id}: {kind} from epoch {kept_result.epoch} on {kept_result.worker}"
         )
         items.append(f"<li>{h(said)}<pre>{h(kept_result.content[:2000])}</pre></li>")
-    note = "results tools returned after their claim was gone (a hint; the log is the truth)"
+    note = (
+        "tool results and model replies that came after their claim was gone"
+        " (a hint; the log is the truth)"
+    )
     return f'<h2>late results</h2><p class="muted">{h(note)}</p><ul>{"".join(items)}</ul>'
 
 

@@ -1,15 +1,15 @@
 """The cluster checks can fail: deliberate faults in a copy of the store's SQL, applied one
 at a time, each of which a cluster run must catch (`make cluster-mutants`).
 
-A mutant takes the latest definition of one function from queue/postgres/*.sql, changes
-one exact fragment (which must occur exactly once, so a mutant can never silently be the
-original), and re-creates the function on the run's schema after migrating.
+A mutant takes one function's file, queue/postgres/functions/<name>.sql (its current
+definition, as CREATE OR REPLACE), changes one exact fragment (which must occur exactly
+once, so a mutant can never silently be the original), and re-creates the function on the
+run's schema after migrating.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psycopg
 
-QUEUE = Path(__file__).parents[2] / "queue" / "postgres"
+FUNCTIONS = Path(__file__).parents[2] / "queue" / "postgres" / "functions"
 
 
 @dataclass(frozen=True)
@@ -51,19 +51,15 @@ MUTANTS = {
 
 
 def mutated_sql(name: str) -> str:
-    """The mutant's function, as CREATE OR REPLACE, from a copy of the shipped SQL."""
+    """The mutant's function, as CREATE OR REPLACE, from a copy of its file."""
     mutant = MUTANTS[name]
-    pattern = re.compile(
-        rf"CREATE (?:OR REPLACE )?FUNCTION {mutant.function}\(.*?END \$\$;", re.DOTALL
-    )
-    found = [m for path in sorted(QUEUE.glob("*.sql")) for m in pattern.findall(path.read_text())]
-    if not found:
-        raise LookupError(f"mutant {name}: no function {mutant.function} in {QUEUE}")
-    latest = found[-1]
-    if latest.count(mutant.original) != 1:
+    path = FUNCTIONS / f"{mutant.function}.sql"
+    if not path.is_file():
+        raise LookupError(f"mutant {name}: no file {path}")
+    definition = path.read_text(encoding="utf-8")
+    if definition.count(mutant.original) != 1:
         raise LookupError(f"mutant {name}: {mutant.original.strip()!r} is not in it once")
-    body = latest.replace(mutant.original, mutant.mutated)
-    return re.sub(r"^CREATE (?:OR REPLACE )?FUNCTION", "CREATE OR REPLACE FUNCTION", body)
+    return definition.replace(mutant.original, mutant.mutated)
 
 
 def apply_mutant(url: str, name: str) -> None:

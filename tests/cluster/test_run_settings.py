@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster.mutants import MUTANTS, QUEUE, mutated_sql
+from tests.cluster.mutants import FUNCTIONS, MUTANTS, mutated_sql
 from tests.cluster.run import BadSetting, settings
 
 
@@ -35,10 +35,10 @@ def test_settings_read_the_seed_the_size_and_the_mutant() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_each_mutant_changes_the_shipped_function_it_names(name: str) -> None:
+def test_each_mutant_is_its_functions_file_with_one_fragment_changed(name: str) -> None:
     mutant = MUTANTS[name]
     sql = mutated_sql(name)
     assert sql.startswith(f"CREATE OR REPLACE FUNCTION {mutant.function}(")
     assert mutant.original not in sql and mutant.mutated in sql
-    shipped = "".join(path.read_text() for path in QUEUE.glob("*.sql"))
-    assert mutant.original in shipped
+    current = (FUNCTIONS / f"{mutant.function}.sql").read_text(encoding="utf-8")
+    assert sql == current.replace(mutant.original, mutant.mutated)

@@ -1,9 +1,9 @@
 """The numbered SQL migrations shipped with noeta, and the check of a database against them.
 
-The files live in `queue/<dialect>/NNNN_name.sql` in the repository and inside the wheel
-as `noeta/_sql/<dialect>/` (a symlink in the source tree). Both dialects carry the same
-numbers and names. Each store applies them in one locked transaction and records them in
-`noeta_migrations`.
+The files live in `queue/<dialect>/NNNN_name.sql` in the repository; the wheel ships
+`queue/` as `noeta/_sql/` (pyproject.toml), and noeta run from a checkout (an editable
+install) reads `queue/` beside the package. Both dialects carry the same numbers and names.
+Each store applies them in one locked transaction and records them in `noeta_migrations`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Literal
 
 from noeta.core.errors import SchemaMismatch
@@ -27,9 +29,21 @@ class Migration:
     sql: str
 
 
+def sql_folder() -> Traversable:
+    """`noeta/_sql` in an installed wheel, else the checkout's `queue/` noeta runs from."""
+    package = resources.files("noeta")
+    shipped = package.joinpath("_sql")
+    if shipped.is_dir():
+        return shipped
+    checkout = Path(str(package)).parent / "queue"
+    if (checkout / "postgres").is_dir():
+        return checkout
+    raise RuntimeError(f"noeta's SQL is missing: neither {shipped} nor {checkout} is a folder")
+
+
 def load_migrations(dialect: Dialect) -> list[Migration]:
     """Every migration of `dialect`, in version order."""
-    folder = resources.files("noeta").joinpath("_sql", dialect)
+    folder = sql_folder().joinpath(dialect)
     found = []
     for entry in folder.iterdir():
         match = _FILE_NAME.match(entry.name)

@@ -60,6 +60,9 @@ class TaskState:
     model_workers_lost: int = 0
     model_calls_unsent: int = 0
     model_call_open: int = 0  # the seq of a ModelCalled not yet replied to nor found cut
+    # Calls settled "outcome unknown" with no correction yet: a claimer looks for their
+    # late results before its next model call (ADR-0083).
+    settled_unknown: tuple[str, ...] = ()
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)

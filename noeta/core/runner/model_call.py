@@ -1,27 +1,25 @@
 """One model call: `ModelCalled` is durable before the request leaves; then the reply, or
 the failure after the provider retries, is recorded (ending the turn in the same append
-when the reply ends it)."""
+when the reply ends it); a reply this claim cannot record is kept for the next claimer."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
 from noeta.core import failpoints
-from noeta.core.errors import CommitUnknown, NoetaError, StoreUnavailable
+from noeta.core.errors import CommitUnknown, NoetaError, StoreError, StoreUnavailable
 from noeta.core.ports.model import Provider, ProviderError
 from noeta.core.ports.model_limits import ModelBudget, ModelBudgetHeld, ModelBudgetWait
-from noeta.core.ports.store import Claim, Store
 from noeta.core.ports.tool import Tool, spec_of
-from noeta.core.retry import ModelCallFailed, Sleep, send_with_retries
+from noeta.core.retry import ModelCallFailed, send_with_retries
 from noeta.core.rules import events as ev
-from noeta.core.rules.fold import LoggedEvent, fold
-from noeta.core.rules.next_action import EndTurn, FinishTask, next_action
+from noeta.core.rules.next_action import EndTurn
 from noeta.core.rules.request import build_request
-from noeta.core.rules.task_state import TaskState
-from noeta.core.runner import model_budget, model_cuts
+from noeta.core.runner import model_budget, model_cuts, model_reply
 from noeta.observability import metrics, tracing
 
 
@@ -32,38 +30,14 @@ class Providers(Protocol):
         ...
 
 
-class ModelCallContext(Protocol):
+class ModelCallContext(model_reply.ReplyContext, Protocol):
     """What a model call needs of the task's run (the loop in task.py is the one)."""
-
-    @property
-    def task_id(self) -> str: ...
-
-    @property
-    def state(self) -> TaskState: ...
-
-    @property
-    def trace(self) -> tracing.Attempt: ...
 
     @property
     def providers(self) -> Providers: ...
 
     @property
     def tools(self) -> Mapping[str, Tool]: ...
-
-    @property
-    def sleep(self) -> Sleep: ...
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def claim(self) -> Claim: ...
-
-    async def append(
-        self, new_events: Sequence[ev.Event], *, budget: ModelBudget | None = None
-    ) -> None: ...
-
-    async def settle(self, prefix: list[ev.Event], action: EndTurn | FinishTask) -> None: ...
 
 
 async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None:
@@ -104,7 +78,7 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
                 seconds = await model_budget.wait_in_claim(run.store, run.sleep, run.task_id, held)
                 metrics.model_budget_wait(provider.name, model_name, held.limit, seconds)
         await failpoints.hit("model.after_called")
-        await _send(run, provider, model_name, body, step, budget)
+        await _send(run, provider, model_name, body, step, budget, called.request_sha256)
 
 
 async def _send(
@@ -114,6 +88,7 @@ async def _send(
     body: bytes,
     step: tracing.Step,
     budget: ModelBudget | None,
+    request_sha256: str,
 ) -> None:
     async def throttled(retry_after: float | None) -> None:
         await model_budget.throttled(run.store, provider.name, model_name, retry_after)
@@ -128,7 +103,6 @@ async def _send(
         await run.settle([closed], EndTurn("failed", error=f"llm_error: {failed.error}"))
         return
     step.replied(reply)
-    await model_budget.replied(run.store, budget, reply.usage)
     replied = ev.ModelReplied(
         reply.content,
         reply.stop_reason,
@@ -136,13 +110,16 @@ async def _send(
         reply.provider_stop_reason,
         reply.response_id,
     )
-    # A reply that ends the turn ends it in the same append (and a one-shot task with
-    # it): nothing happens outside between them, so nothing is lost by joining them.
-    following = next_action(fold([LoggedEvent(run.state.last_seq + 1, replied)], run.state))
-    if isinstance(following, EndTurn):
-        await run.settle([replied], following)
-    else:
-        await run.append([replied])
+    try:
+        await model_budget.replied(run.store, budget, reply.usage)
+        await failpoints.hit("model.after_reply")
+        await model_reply.record(run, replied)
+    except (StoreError, asyncio.CancelledError):
+        # The reply came, but this claim cannot record it (or was cancelled for its
+        # loss meanwhile): kept for the next claimer, which records it rather than
+        # sending the request again (ADR-0082).
+        await model_reply.keep(run, request_sha256, replied)
+        raise
 
 
 def _error_type(error: ProviderError) -> str:

@@ -1,6 +1,7 @@
 """Why an earlier claim's model call got no reply (ADR-0080): its worker was lost, or it
 lived on and only the call was cut, or it never sent the request. Told apart here, with
-the store's I/O, and recorded as `ModelCallCut`: the kernel weighs its caps on that."""
+the store's I/O, and recorded as `ModelCallCut`: the kernel weighs its caps on that. A
+reply its worker kept (ADR-0082) is recorded instead: the call was not cut."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import logging
 from noeta.core.ports.store import Claim, LateResult, Store, StoredEvent
 from noeta.core.retry import Sleep
 from noeta.core.rules import events as ev
-from noeta.core.runner import late_results
-from noeta.core.runner.context import RunContext
+from noeta.core.runner import late_results, model_reply
+from noeta.core.runner.liveness import lived_on
+from noeta.core.runner.model_reply import ReplyContext
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +26,6 @@ NOT_SENT_WORD = (
     "[noeta] The append that recorded this model call had an unknown outcome, so its "
     "worker did not send the request (ADR-0080)."
 )
-
-# How many of a worker's other live claims are read (their logs up to the call) to see
-# whether it lived on: one is enough, a few cover claims made moments before the cut.
-LIVED_ON_CLAIMS_READ = 3
 
 _SAID = {
     "worker_lost": "its worker was lost",
@@ -53,10 +51,16 @@ async def keep_word_not_sent(store: Store, sleep: Sleep, claim: Claim) -> None:
     await late_results.keep_shielded(store, sleep, word)
 
 
-async def record_why_cut(run: RunContext, seq: int) -> None:
+async def record_why_cut(run: ReplyContext, seq: int) -> None:
     (called, *_) = await run.store.read_log(run.task_id, after_seq=seq - 1)
     assert called.seq == seq and called.type == "ModelCalled", called
-    cause = await why_cut(run.store, run.task_id, called)
+    kept = await run.store.late_results(run.task_id)
+    # The reply came but its worker could not record it: not a cut, and not sent again.
+    replied = model_reply.kept_for(called, kept)
+    if replied is not None:
+        await model_reply.record_kept(run, replied, called.epoch)
+        return
+    cause = await why_cut(run.store, run.task_id, called, kept)
     log.warning(
         "task %s: the model call of epoch %d got no reply (%s)",
         run.task_id,
@@ -66,32 +70,15 @@ async def record_why_cut(run: RunContext, seq: int) -> None:
     await run.append([ev.ModelCallCut(called.epoch, cause)])
 
 
-async def why_cut(store: Store, task_id: str, called: StoredEvent) -> ev.CutCause:
+async def why_cut(
+    store: Store, task_id: str, called: StoredEvent, kept: list[LateResult] | None = None
+) -> ev.CutCause:
     """Why: "not_sent" if its worker kept word so; "call" if its worker lived on through
-    the cut; else "worker_lost"."""
-    kept = {(late.call_id, late.epoch) for late in await store.late_results(task_id)}
-    if (not_sent_call_id(called.epoch), called.epoch) in kept:
+    the cut; else "worker_lost". `kept`: the task's late results, if read already."""
+    if kept is None:
+        kept = await store.late_results(task_id)
+    if (not_sent_call_id(called.epoch), called.epoch) in {(k.call_id, k.epoch) for k in kept}:
         return "not_sent"
-    if called.owner is not None and await _lived_on(store, task_id, called.owner, called):
+    if called.owner is not None and await lived_on(store, task_id, called.owner, called.created_at):
         return "call"
     return "worker_lost"
-
-
-async def _lived_on(store: Store, task_id: str, worker: str, called: StoredEvent) -> bool:
-    """Whether `worker` holds a live claim on another task that it had, and wrote under,
-    by the time of the call: a worker restarted under the same name (a fixed --name, a
-    pod's) holds only claims made after. A claim with nothing written by then is not
-    counted (the cut is taken for the worker's loss: the bigger cap, never the model's)."""
-    now = await store.clock()
-    live = [
-        claim
-        for claim in await store.owned_by(worker)
-        if claim.task_id != task_id and claim.lease_until > now
-    ]
-    for claim in live[:LIVED_ON_CLAIMS_READ]:
-        for event in await store.read_log(claim.task_id):
-            if event.created_at > called.created_at:
-                break
-            if event.epoch == claim.epoch and event.owner == worker:
-                return True
-    return False

@@ -28,7 +28,6 @@ from noeta.core.ports.store import (
     Finish,
     InboxEntry,
     LoadedTask,
-    NewEvent,
     Store,
     TaskStatus,
     Wait,
@@ -61,11 +60,11 @@ from noeta.core.rules.next_action import (
 )
 from noeta.core.rules.task_id import workspace_folder
 from noeta.core.rules.task_state import TaskState
-from noeta.core.runner import calls, children, model_call, model_cuts, taking
+from noeta.core.runner import calls, children, grace, model_call, model_cuts, taking
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookPlugins, Hooks
 from noeta.core.runner.writing import RunWriter, describe
-from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
+from noeta.core.task import LoadAttempts
 from noeta.core.task_loading import load_for_run, snapshot_version
 from noeta.observability import tracing
 
@@ -242,7 +241,9 @@ class _Run(RunWriter):
                             )
                             return RunResult("left_for_newer", self.state)
                         case LeaveUnreadable(reason=reason):
-                            if await self._give_up_loading(f"unreadable_log: {reason}"):
+                            if await self.give_up_loading(
+                                f"unreadable_log: {reason}", self.runner.load_attempts
+                            ):
                                 return RunResult("finished", self.state)
                             return RunResult("unreadable", self.state)
                         case AwaitAnswer(call_id=call_id):
@@ -308,6 +309,8 @@ class _Run(RunWriter):
         if isinstance(action, FindWhyCut):
             await model_cuts.record_why_cut(self, action.seq)
         else:
+            # A late result for a call settled "outcome unknown" is told before the call.
+            await grace.record_corrections(self)
             # Its jobs live only as long as this claim: a budget wait keeps it rather
             # than handing the task back.
             await model_call.call_model(self, keep_claim=self._has_jobs())
@@ -365,35 +368,9 @@ class _Run(RunWriter):
                 self.pending.append(ev.PluginsPinned(pins))  # lands with the first append
             case LeavePluginMissing(missing=missing):
                 names = ", ".join(f"{pin.name} ({pin.source} {pin.version})" for pin in missing)
-                if await self._give_up_loading(f"plugin_missing: this worker lacks {names}"):
+                if await self.give_up_loading(
+                    f"plugin_missing: this worker lacks {names}", self.runner.load_attempts
+                ):
                     return RunResult("finished", self.state)
                 return RunResult("plugin_missing", self.state)
         return None
-
-    async def _give_up_loading(self, error: str) -> bool:
-        """Count a claim that could not run the task; after LOAD_ATTEMPTS, fail it.
-
-        It writes nothing before that: a worker that can run the task may claim it.
-        """
-        # The fold may have stopped early: the log's real end is in the task row.
-        record = await self.store.get_task(self.task_id)
-        last_seq = record.last_seq if record else self.state.last_seq
-        attempts = self.runner.load_attempts.failed(self.task_id, last_seq)
-        log.warning(
-            "task %s: cannot run it (%s), claim %d of %d",
-            self.task_id,
-            error,
-            attempts,
-            LOAD_ATTEMPTS,
-        )
-        if attempts < LOAD_ATTEMPTS:
-            return False
-        finish = ev.TaskFinished("failed", error=error)
-        encoded = [NewEvent(*ev.encode(finish))]
-        # What the fold got to (the parent link is the log's second event) is told too.
-        tell = await self._finishing("failed", error)
-        await self.store.append(
-            self.claim, last_seq, encoded, deliveries=tell, next_state=Finish(TaskStatus.FAILED)
-        )
-        self.runner.load_attempts.forget(self.task_id)
-        return True

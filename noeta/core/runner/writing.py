@@ -30,6 +30,7 @@ from noeta.core.rules.next_action import EndTurn, FinishTask, next_action, on_in
 from noeta.core.rules.task_state import TaskState
 from noeta.core.runner import model_budget
 from noeta.core.runner.plugin_hooks import HookFailed, Hooks
+from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
 from noeta.observability import tracing
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,34 @@ class RunWriter:
             await self.append(finished, next_state=_finish_state(following))
         else:
             await self.append(new_events)
+
+    async def give_up_loading(self, error: str, load_attempts: LoadAttempts) -> bool:
+        """Count a claim that could not run the task; after LOAD_ATTEMPTS, fail it.
+
+        It writes nothing before that: a worker that can run the task may claim it.
+        """
+        # The fold may have stopped early: the log's real end is in the task row.
+        record = await self.store.get_task(self.task_id)
+        last_seq = record.last_seq if record else self.state.last_seq
+        attempts = load_attempts.failed(self.task_id, last_seq)
+        log.warning(
+            "task %s: cannot run it (%s), claim %d of %d",
+            self.task_id,
+            error,
+            attempts,
+            LOAD_ATTEMPTS,
+        )
+        if attempts < LOAD_ATTEMPTS:
+            return False
+        finish = ev.TaskFinished("failed", error=error)
+        encoded = [NewEvent(*ev.encode(finish))]
+        # What the fold got to (the parent link is the log's second event) is told too.
+        tell = await self._finishing("failed", error)
+        await self.store.append(
+            self.claim, last_seq, encoded, deliveries=tell, next_state=Finish(TaskStatus.FAILED)
+        )
+        load_attempts.forget(self.task_id)
+        return True
 
 
 async def save_snapshot(store: Store, task_id: str, version: str, state: TaskState) -> None:

@@ -2,7 +2,7 @@
 composed of one class per concern, each beside its SQL.
 
 Every operation is one statement in autocommit (its own transaction, one round trip);
-the multi-step writes are the functions of `queue/postgres/0005_create_store_functions.sql`.
+the multi-step writes are the functions in `queue/postgres/functions/`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Creating tasks and the fenced append on PostgreSQL: the statements call the functions
-of `queue/postgres/0005_create_store_functions.sql` and `0009_…`, which hold the checks."""
+in `queue/postgres/functions/` (`noeta_fence`, `noeta_append`…), which hold the checks."""
 
 from __future__ import annotations
 

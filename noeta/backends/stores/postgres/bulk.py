@@ -1,5 +1,5 @@
 """Bulk creation on PostgreSQL: a batch of tasks in one statement (`noeta_create_tasks`,
-queue/postgres/0014), one transaction and one NOTIFY per queue, all or none."""
+queue/postgres/functions/), one transaction and one NOTIFY per queue, all or none."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Shared model-call limits on PostgreSQL: the statements call the functions of
-`queue/postgres/0010_model_limits.sql`, which hold the budget's rules (ADR-0075)."""
+"""Shared model-call limits on PostgreSQL: the statements call the functions in
+`queue/postgres/functions/` (`noeta_append_model_called`…), which hold the budget's
+rules (ADR-0075)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Pruning finished tasks on PostgreSQL: batch after batch of `noeta_prune_finished`
-(queue/postgres/0014), each its own short transaction, on one session that holds the
+(queue/postgres/functions/), each its own short transaction, on one session that holds the
 schema's prune lock so that a second prune says so instead of racing the first."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 `SqliteStore` is composed of one class per concern, each beside its SQL.
 
 Every write is one BEGIN IMMEDIATE transaction with its checks inside; the checks and
-writes mirror `queue/postgres/0005_create_store_functions.sql` step for step.
+writes mirror the functions in `queue/postgres/functions/` step for step.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Creating tasks and the fenced append on sqlite: the checks and writes mirror
-`queue/postgres/0005_create_store_functions.sql` step for step, under the write lock."""
+the functions in `queue/postgres/functions/` step for step, under the write lock."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Shared model-call limits on sqlite: the budget's rules of PostgreSQL's
-`noeta_append_model_called` (queue/postgres/0010_model_limits.sql), step for step, in the
+`noeta_append_model_called` (queue/postgres/functions/), step for step, in the
 client under the append's write lock; times in microseconds."""
 
 from __future__ import annotations

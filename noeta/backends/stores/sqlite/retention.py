@@ -25,7 +25,7 @@ from noeta.core.ports.retention import (
 from noeta.core.ports.store import check_key
 from noeta.core.rules.subtasks import possible_parent_ids
 
-# The family rule of queue/postgres/0014 (noeta_may_prune): no live parent, no live
+# The family rule of queue/postgres/functions/noeta_may_prune.sql: no live parent, no live
 # subtask. Ids compare bytewise here (BINARY), so a parent's subtasks are one PK range.
 PRUNABLE = """
   FROM tasks t

@@ -1,0 +1,16 @@
+CREATE OR REPLACE FUNCTION noeta_append_and_continue(p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_now timestamptz := noeta_fence(p_task, p_epoch, p_expected_seq);
+    v_seq bigint := p_expected_seq + jsonb_array_length(p_events);
+BEGIN
+    INSERT INTO events (task_id, seq, type, data, epoch, owner)
+        SELECT p_task, p_expected_seq + e.ord, e.pair->>0, e.pair->>1, p_epoch,
+               (SELECT owner FROM tasks WHERE id = p_task)
+          FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord);
+    UPDATE tasks SET last_seq = v_seq, status = 'running', updated_at = v_now
+     WHERE id = p_task;
+    RETURN v_seq;
+END $function$;

@@ -1,0 +1,26 @@
+CREATE OR REPLACE FUNCTION noeta_create_task(p_id text, p_queue text, p_ready timestamp with time zone, p_types text[], p_data text[])
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    RETURN noeta_create_task(p_id, p_queue, p_ready, p_types, p_data, NULL, 0);
+END $function$;
+
+CREATE OR REPLACE FUNCTION noeta_create_task(p_id text, p_queue text, p_ready timestamp with time zone, p_types text[], p_data text[], p_key text, p_priority integer)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq,
+                       concurrency_key, priority)
+        VALUES (p_id, p_queue, 'ready', p_ready, coalesce(p_ready, clock_timestamp()),
+                coalesce(cardinality(p_types), 0), p_key, p_priority)
+        ON CONFLICT (id) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO events (task_id, seq, type, data)
+        SELECT p_id, e.ord, e.type, e.data
+          FROM unnest(p_types, p_data) WITH ORDINALITY AS e(type, data, ord);
+    RETURN true;
+END $function$;

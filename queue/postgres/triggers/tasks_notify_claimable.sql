@@ -1,0 +1,1 @@
+CREATE TRIGGER tasks_notify_claimable AFTER UPDATE OF claimable_at, status ON tasks FOR EACH ROW WHEN ((new.status = ANY (ARRAY['ready'::text, 'waiting'::text])) AND new.claimable_at <= clock_timestamp()) EXECUTE FUNCTION noeta_notify_claimable();

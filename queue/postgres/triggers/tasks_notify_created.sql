@@ -1,0 +1,1 @@
+CREATE TRIGGER tasks_notify_created AFTER INSERT ON tasks REFERENCING NEW TABLE AS created FOR EACH STATEMENT EXECUTE FUNCTION noeta_notify_created();

@@ -1,0 +1,2 @@
+-- The PostgreSQL twin drops noeta_append_events, which had no caller. sqlite has no
+-- functions: nothing to change here.
