@@ -9,8 +9,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from noeta.core.errors import ConfigError
-from noeta.core.runner.model_reply import KEPT_REPLY_PREFIX
 from noeta.core.store import LateResult, StoredEvent, TaskRecord
+from noeta.core.store_values import KEPT_REPLY_PREFIX
 
 if TYPE_CHECKING:
     from noeta.redaction import Scrubber

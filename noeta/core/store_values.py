@@ -232,6 +232,14 @@ class Snapshot:
     data: bytes
 
 
+# A late result that answers no tool call (ADR-0082): a model reply its worker kept, keyed
+# by the epoch of the claim that sent the request (that claim's run ends with the failed
+# append, so its one open ModelCalled is the call the reply answers). No provider's tool
+# call id holds a space, so it never answers a tool. Here, not in the runner: `noeta show`
+# names it without importing the runner.
+KEPT_REPLY_PREFIX = "noeta model reply, epoch "
+
+
 @dataclass(frozen=True, slots=True)
 class LateResult:
     """A tool's result that came back after its claim was gone, kept outside the log.

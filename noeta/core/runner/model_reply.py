@@ -16,14 +16,10 @@ from noeta.core.next_action import EndTurn, FinishTask, next_action
 from noeta.core.retry import Sleep
 from noeta.core.runner import late_results
 from noeta.core.store import Claim, LateResult, Store, StoredEvent
+from noeta.core.store_values import KEPT_REPLY_PREFIX
 from noeta.observability import tracing
 
 log = logging.getLogger(__name__)
-
-# A reply is kept as a late result keyed by the epoch of the claim that sent the request:
-# that claim's run ends with the failed append, so its one open ModelCalled is the call
-# the reply answers. No provider's tool call id holds a space, so it never answers a tool.
-KEPT_REPLY_PREFIX = "noeta model reply, epoch "
 
 
 class ReplyContext(Protocol):
