@@ -1,0 +1,2 @@
+-- The PostgreSQL twin narrows when tasks_mark_finished runs (issue 28 item 1). sqlite's
+-- trigger (tasks_drop_held_slots_when_finished) already runs only on finishing.
