@@ -93,6 +93,12 @@ async def measure(dsn: str, tasks: int) -> None:
         ids = [f"{QUEUE}-{n}" for n in range(tasks)]
         later = await bench.value("SELECT clock_timestamp() + interval '1 hour'")
         await bench.create(ids, QUEUE, bench.ok_model, ready_at=later)
+        created = "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname = %s"
+
+        async def counted() -> bool:  # the creations' statistics are in, before the reset
+            return bool(await bench.value(created, ("noeta_create_task",)) >= tasks)
+
+        await bench.until(counted, "the creations are counted", 60)
         async with bench.workers(["cost-w"], QUEUE, concurrency=8):
             await bench.admin.execute("SELECT public.pg_stat_statements_reset()")
             await bench.admin.execute("SELECT pg_stat_reset()")

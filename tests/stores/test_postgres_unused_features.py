@@ -8,7 +8,11 @@ from typing import Any
 
 import psycopg
 
-from noeta.backends.stores.postgres import migrate_database
+from noeta.backends.stores.postgres import PostgresStore, migrate_database
+from noeta.core.model import Usage
+from noeta.core.model_limits import ModelBudget, limit_keys
+from noeta.core.runner import model_budget
+from noeta.core.store import NewEvent, NewTask
 
 # A move to `status` as the stores make it: a claimed task has an owner and a lease.
 MOVE = """
@@ -17,6 +21,7 @@ UPDATE tasks SET status = %(status)s, claimable_at = NULL,
        lease_until = CASE WHEN %(status)s IN ('running', 'holding') THEN now() END
  WHERE id = 't'
 """
+CALLED = [NewEvent("ModelCalled", {"request_hash": "h"})]
 CALLS = """
 SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE funcname = %s
 """
@@ -44,3 +49,32 @@ async def test_the_finishing_trigger_runs_only_when_a_task_finishes_or_leaves_fi
         await conn.execute(MOVE, {"status": "ready"})
         assert await calls(conn, "noeta_mark_finished") == 2
         assert (await (await conn.execute(finished)).fetchone()) == (False,)
+
+
+class CountedCorrections(PostgresStore):
+    """The real store, counting the token corrections the runner sends it."""
+
+    corrections = 0
+
+    async def model_call_used(self, budget: ModelBudget, tokens: int) -> None:
+        self.corrections += 1
+        await super().model_call_used(budget, tokens)
+
+
+async def test_a_reply_no_limit_applied_to_sends_no_token_correction(postgres_url: str) -> None:
+    await migrate_database(postgres_url)
+    store = await CountedCorrections.open(postgres_url)
+    try:
+        usage = Usage(input_tokens=7, output_tokens=5)  # not the estimate: 12 != 100
+        for task_id, limited in (("a", False), ("b", True)):
+            if limited:  # the control: a limit on the call, its correction is sent
+                await store.set_model_limit("fake/*", None, 1_000_000)
+            await store.create_task(NewTask(task_id, [NewEvent("created", {})]))
+            claim = await store.claim_task("w", task_id, 60.0)
+            assert claim is not None
+            budget = ModelBudget(limit_keys("fake", "m1"), 100)
+            await model_budget.writer(store, budget)(claim, 1, CALLED)
+            await model_budget.replied(store, budget, usage)
+            assert store.corrections == (1 if limited else 0)
+    finally:
+        await store.close()
