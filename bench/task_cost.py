@@ -18,7 +18,7 @@ import shutil
 from typing import Any
 
 import psycopg
-from worker import Bench, fresh_bench  # the sibling module (bench/ is on sys.path)
+from worker import Bench, fresh_bench, next_xid  # the sibling module (bench/ is on sys.path)
 
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 
@@ -59,21 +59,29 @@ async def snapshot(bench: Bench) -> dict[str, Any]:
         "functions": await bench.rows(FUNCTIONS),
         "tables": await bench.rows(TABLES),
         "commits": await bench.value(COMMITS),
+        "writes": await next_xid(bench),
     }
 
 
 def report(after: dict[str, Any], before: dict[str, Any], tasks: int) -> None:
     per = float(tasks)
     print(f"\nper task ({tasks} one-shot tasks, 1 worker):")
-    print(f"  commits (pg_stat_database.xact_commit, all sessions): "
-          f"{(after['commits'] - before['commits']) / per:.2f}")
+    print(
+        f"  commits (pg_stat_database.xact_commit, all sessions): "
+        f"{(after['commits'] - before['commits']) / per:.2f}"
+    )
+    # Transaction ids assigned: the committing writes, each a WAL flush (less the release).
+    writes = (after["writes"] - before["writes"] - 1) / per
+    print(f"  WAL-flushing commits (transaction ids assigned): {writes:.2f}")
     worker = [(q, c) for q, c in after["statements"] if not any(o in q for o in OWN)]
     print(f"  statements sent: {sum(c for _, c in worker) / per:.2f}")
     for query, calls in worker:
         if calls >= tasks / 20:
             print(f"    {calls / per:5.2f}  {' '.join(query.split())[:100]}")
     # The bench's release (one UPDATE of every task) ran the claimable trigger once a task.
-    functions = [(n, c - tasks if n == "noeta_notify_claimable" else c) for n, c in after["functions"]]
+    functions = [
+        (n, c - tasks if n == "noeta_notify_claimable" else c) for n, c in after["functions"]
+    ]
     runs = sum(c for _, c in functions)
     print(f"  plpgsql function and trigger runs: {runs / per:.2f}")
     for name, calls in functions:
@@ -81,11 +89,13 @@ def report(after: dict[str, Any], before: dict[str, Any], tasks: int) -> None:
     earlier = {row[0]: row for row in before["tables"]}
     print("  (less the bench's release: one noeta_notify_claimable and one non-HOT update a task)")
     print("  rows: table, inserted, updated, of them not HOT, deleted, indexes")
-    for name, ins, upd, hot, dele, indexes in after["tables"]:
-        was = earlier.get(name, (name, 0, 0, 0, 0, indexes))
-        ins, upd, hot, dele = ins - was[1], upd - was[2], hot - was[3], dele - was[4]
-        print(f"    {name:20} {ins / per:5.2f} {upd / per:5.2f} {(upd - hot) / per:5.2f}"
-              f" {dele / per:5.2f}  {indexes}")
+    for name, *counts, indexes in after["tables"]:
+        was = earlier.get(name, (name, 0, 0, 0, 0, indexes))[1:5]
+        ins, upd, hot, deleted = (now - then for now, then in zip(counts, was, strict=True))
+        print(
+            f"    {name:20} {ins / per:5.2f} {upd / per:5.2f} {(upd - hot) / per:5.2f}"
+            f" {deleted / per:5.2f}  {indexes}"
+        )
 
 
 async def measure(dsn: str, tasks: int) -> None:

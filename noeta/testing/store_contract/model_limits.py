@@ -43,9 +43,7 @@ class ModelLimitContract:
         assert [e.type for e in await store.read_log("a")] == ["created", "ModelCalled"]
         assert await _limiter(store).model_limits() == []
 
-    async def test_the_append_says_whether_a_limit_applied_to_the_call(
-        self, store: Store
-    ) -> None:
+    async def test_the_append_says_whether_a_limit_applied_to_the_call(self, store: Store) -> None:
         limiter = _limiter(store)
         unlimited = ModelBudget(KEYS, 100)
         assert await limiter.append_model_called(await _claimed(store, "a"), 1, CALLED, unlimited)
