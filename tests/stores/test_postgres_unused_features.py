@@ -78,3 +78,25 @@ async def test_a_reply_no_limit_applied_to_sends_no_token_correction(postgres_ur
             assert store.corrections == (1 if limited else 0)
     finally:
         await store.close()
+
+
+async def test_creating_a_task_runs_no_pruned_id_check_until_ids_are_kept(
+    postgres_url: str,
+) -> None:
+    await migrate_database(postgres_url)
+    insert = "INSERT INTO tasks (id, queue, status) VALUES (%s, 'q', 'ready')"
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+        await conn.execute("SET track_functions = 'all'")
+        async with conn.transaction():
+            await conn.execute(insert, ("never-pruned",))
+            assert await calls(conn, "noeta_skip_pruned_id") == 0
+        # The control: once a prune keeps a pruned id, every create checks it again.
+        await conn.execute(MOVE.replace("'t'", "'never-pruned'"), {"status": "done"})
+        prune = "SELECT tasks_pruned FROM noeta_prune_finished(clock_timestamp(), NULL, 10, true)"
+        assert (await (await conn.execute(prune)).fetchone()) == (1,)
+        async with conn.transaction():
+            await conn.execute(insert, ("never-pruned",))  # taken: skipped, not created
+            await conn.execute(insert, ("new",))
+            assert await calls(conn, "noeta_skip_pruned_id") == 2
+        ids = await (await conn.execute("SELECT id FROM tasks ORDER BY id")).fetchall()
+        assert ids == [("new",)]
