@@ -100,6 +100,7 @@ def report(after: dict[str, Any], before: dict[str, Any], tasks: int) -> None:
 
 async def measure(dsn: str, tasks: int) -> None:
     async with fresh_bench(dsn) as bench:
+        await bench.admin.execute("SELECT pg_stat_reset()")  # the migration's own runs
         ids = [f"{QUEUE}-{n}" for n in range(tasks)]
         later = await bench.value("SELECT clock_timestamp() + interval '1 hour'")
         await bench.create(ids, QUEUE, bench.ok_model, ready_at=later)
@@ -109,6 +110,11 @@ async def measure(dsn: str, tasks: int) -> None:
             return bool(await bench.value(created, ("noeta_create_task",)) >= tasks)
 
         await bench.until(counted, "the creations are counted", 60)
+        functions = await bench.rows(FUNCTIONS)
+        print(f"\nper create ({tasks} tasks created one by one through the Store API):")
+        print(f"  plpgsql function and trigger runs: {sum(c for _, c in functions) / tasks:.2f}")
+        for name, calls in functions:
+            print(f"    {calls / tasks:5.2f}  {name}")
         async with bench.workers(["cost-w"], QUEUE, concurrency=8):
             await bench.admin.execute("SELECT public.pg_stat_statements_reset()")
             await bench.admin.execute("SELECT pg_stat_reset()")
