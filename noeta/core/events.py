@@ -114,6 +114,18 @@ class ToolFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolResultCorrected:
+    """A call settled "outcome unknown" did finish: its result, kept by the worker of epoch
+    `from_epoch` after the call was settled, recorded by a later claimer (ADR-0083). The
+    settled result stays in the log; the model is told of this one with its next request."""
+
+    call_id: str
+    content: str
+    is_error: bool
+    from_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class ToolWaiting:
     """A gate asked a person about this call: it waits, not half done, for the answer."""
 
@@ -261,6 +273,7 @@ Event = (
     | ModelFailed
     | ToolStarted
     | ToolFinished
+    | ToolResultCorrected
     | ToolWaiting
     | ToolAnswered
     | PluginsPinned
@@ -290,6 +303,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ModelFailed,
         ToolStarted,
         ToolFinished,
+        ToolResultCorrected,
         ToolWaiting,
         ToolAnswered,
         PluginsPinned,

@@ -33,6 +33,7 @@ from noeta.core.events import (
     TaskFinished,
     ToolAnswered,
     ToolFinished,
+    ToolResultCorrected,
     ToolStarted,
     ToolWaiting,
     TurnEnded,
@@ -58,6 +59,14 @@ JOB_LOST = (
     "[noeta] Background job {job_id} was lost: the worker running it lost this task "
     "(it stopped, or was cut off) and the job was stopped with it. It may have run in "
     "part. Check its effects before running it again."
+)
+
+# Said with the next request after a late result came for a call settled "outcome unknown"
+# (ADR-0083): the earlier result stays in the conversation, this one follows it.
+RESULT_CORRECTED = (
+    "[noeta] Correction: tool call {call_id} was reported to you as interrupted, its outcome "
+    "unknown. It did run to its end: its result came after the call was settled. Its {kind}:"
+    "\n{content}"
 )
 
 
@@ -115,6 +124,9 @@ class TaskState:
     model_workers_lost: int = 0
     model_calls_unsent: int = 0
     model_call_open: int = 0  # the seq of a ModelCalled not yet replied to nor found cut
+    # Calls settled "outcome unknown" with no correction yet: a claimer looks for their
+    # late results before its next model call (ADR-0083).
+    settled_unknown: tuple[str, ...] = ()
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)
@@ -132,6 +144,7 @@ class _Folding:
     model_workers_lost: int
     model_calls_unsent: int
     model_call_open: int
+    settled_unknown: tuple[str, ...]
     replies: int
     truncated_in_row: int
     empty_in_row: int
@@ -225,7 +238,9 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             _open_turn(f, text)
         case ModelCalled() | ModelCallCut() | ModelReplied() | ModelFailed():
             _apply_model(f, event)
-        case ToolStarted() | ToolFinished() | ToolWaiting() | ToolAnswered():
+        case (
+            ToolStarted() | ToolFinished() | ToolResultCorrected() | ToolWaiting() | ToolAnswered()
+        ):
             _apply_tool(f, event)
         case PluginsPinned(pins=pins):
             f.pins = pins
@@ -259,7 +274,8 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
 
 
 def _apply_tool(
-    f: _Folding, event: ToolStarted | ToolFinished | ToolWaiting | ToolAnswered
+    f: _Folding,
+    event: ToolStarted | ToolFinished | ToolResultCorrected | ToolWaiting | ToolAnswered,
 ) -> None:
     match event:
         case ToolStarted(call_id=call_id, trace=trace):
@@ -267,11 +283,18 @@ def _apply_tool(
             f.trace = trace or f.trace
         case ToolFinished(call_id=call_id, content=content, is_error=is_error):
             f.started.pop(call_id, None)
+            if event.recovery == "unknown":
+                f.settled_unknown = (*f.settled_unknown, call_id)
             f.results.append(ToolResult(call_id, content, is_error))
             if f.job:
                 _end_job_call(f, content, is_error)
             elif len(f.results) == len(f.calls):
                 _hand_results_to_model(f)
+        case ToolResultCorrected(call_id=call_id, content=content, is_error=is_error):
+            f.settled_unknown = tuple(c for c in f.settled_unknown if c != call_id)
+            kind = "error" if is_error else "result"
+            note = RESULT_CORRECTED.format(call_id=call_id, kind=kind, content=content)
+            f.messages.append(Message("user", (Text(note),)))
         case ToolWaiting(call_id=call_id, input=input, question=question):
             f.waiting_call, f.waiting_question = call_id, question
             f.waiting_input = tuple(input.items())

@@ -227,6 +227,14 @@ class Store(Protocol):
         """The late results kept for a task, in the order they were kept."""
         ...
 
+    async def wait_for_late_result(
+        self, task_id: str, call_id: str, seconds: float
+    ) -> LateResult | None:
+        """The late result kept for this call, waiting up to `seconds` (the worker's
+        clock) for one to be kept; None if none was by then. PostgreSQL is woken by the
+        keep's NOTIFY (noeta_late_result); sqlite polls (ADR-0083)."""
+        ...
+
     async def put_snapshot(self, snapshot: Snapshot) -> None: ...
 
     async def get_snapshot(self, task_id: str, version: str) -> Snapshot | None: ...

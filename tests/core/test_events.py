@@ -26,6 +26,7 @@ from noeta.core.events import (
     TaskFinished,
     ToolAnswered,
     ToolFinished,
+    ToolResultCorrected,
     ToolStarted,
     ToolWaiting,
     TurnEnded,
@@ -68,6 +69,7 @@ EXAMPLES = [
     SubtaskReturned("t.c4.1", "done", 8),
     PluginRecord("notify", {"through": 12}),
     ModelCallCut(3, "worker_lost"),
+    ToolResultCorrected("c1", "the real result", False, 2),
     TurnEnded("failed", "", "llm_error: x"),
     TaskFinished("done", "4", ""),
 ]

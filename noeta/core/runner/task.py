@@ -46,7 +46,15 @@ from noeta.core.next_action import (
 )
 from noeta.core.pin import Pin
 from noeta.core.retry import Sleep
-from noeta.core.runner import calls, children, model_budget, model_call, model_cuts, taking
+from noeta.core.runner import (
+    calls,
+    children,
+    grace,
+    model_budget,
+    model_call,
+    model_cuts,
+    taking,
+)
 from noeta.core.runner.log import load_for_run, save_snapshot, snapshot_version
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookFailed, HookPlugins, Hooks
@@ -320,6 +328,8 @@ class _Run:
         if isinstance(action, FindWhyCut):
             await model_cuts.record_why_cut(self, action.seq)
         else:
+            # A late result for a call settled "outcome unknown" is told before the call.
+            await grace.record_corrections(self)
             # Its jobs live only as long as this claim: a budget wait keeps it rather
             # than handing the task back.
             await model_call.call_model(self, keep_claim=self._has_jobs())

@@ -52,12 +52,7 @@ class PostgresWakeups(PostgresConnection):
     async def _listen(self, statement: str) -> AsyncIterator[str]:
         while True:
             try:
-                connection = await psycopg.AsyncConnection.connect(
-                    self._dsn,
-                    autocommit=True,
-                    application_name="noeta-listen",
-                    connect_timeout=max(1, round(self.deadline_seconds)),
-                )
+                connection = await self._listening_connection("noeta-listen")
             except psycopg.OperationalError:
                 await asyncio.sleep(self.deadline_seconds)
                 continue
