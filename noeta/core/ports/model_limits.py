@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -45,6 +45,14 @@ class ModelLimit:
     throttled: int = 0  # 429s the provider answered calls under this limit
 
 
+@dataclass(slots=True)
+class BudgetTaken:
+    """What the append that took a budget found. Until an append says no limit applied,
+    one may have: the reply's real tokens are then sent to correct the estimate."""
+
+    by_a_limit: bool = True
+
+
 @dataclass(frozen=True, slots=True)
 class ModelBudget:
     """What a model call takes of the limits: one call and an estimate of its tokens, from
@@ -55,6 +63,8 @@ class ModelBudget:
     # The task's background jobs run under its claim: a refusal must not end it (that
     # would stop them). It keeps the claim, holds the slot, and raises ModelBudgetHeld.
     keep_claim: bool = False
+    # Set by the append: with no limit on the call, no correction is sent (issue 28).
+    taken: BudgetTaken = field(default_factory=BudgetTaken, compare=False)
 
 
 class ModelBudgetWait(StoreError):
@@ -93,11 +103,13 @@ class ModelLimiter(Protocol):
         nothing is appended and the task is ready again at the moment the budget allows,
         which is reserved for it (its next attempt takes it without waiting again). With
         `budget.keep_claim`, a refusal raises `ModelBudgetHeld` instead and leaves the
-        claim as it was (running, its lease), the moment reserved all the same."""
+        claim as it was (running, its lease), the moment reserved all the same. Sets
+        `budget.taken.by_a_limit` to whether any limit applied."""
         ...
 
     async def model_call_used(self, budget: ModelBudget, tokens: int) -> None:
-        """Correct the tokens taken at the call (the estimate) by the reply's real use."""
+        """Correct the tokens taken at the call (the estimate) by the reply's real use.
+        Called only where the append found a limit on the call (`budget.taken`)."""
         ...
 
     async def model_call_throttled(self, keys: Sequence[str], retry_after: float | None) -> None:

@@ -20,11 +20,6 @@ from noeta.core.rules.task_id import check_concurrency_key, check_task_id
 DEFAULT_QUEUE = "default"
 # The dedupe key of a cancel request (`noeta cancel`): it wakes a task whatever it waits on.
 CANCEL_KEY = "cancel"
-# A model reply is kept as a late result keyed by the epoch of the claim that sent the
-# request (ADR-0082): that claim's run ends with the failed append, so its one open
-# ModelCalled is the call the reply answers. No provider's tool call id holds a space, so
-# it never answers a tool. Readers (`noeta show`, the web) tell such a result by it.
-KEPT_REPLY_PREFIX = "noeta model reply, epoch "
 # Ids, queue names, event types and dedupe keys are indexed: btree keys fail past ~2.7 kB.
 MAX_KEY_CHARS = 512
 # A task's priority within its queue: higher is claimed first, then by due time. A small
@@ -241,6 +236,14 @@ class Snapshot:
     version: str
     seq: int  # the log seq the snapshot folds through
     data: bytes
+
+
+# A late result that answers no tool call (ADR-0082): a model reply its worker kept, keyed
+# by the epoch of the claim that sent the request (that claim's run ends with the failed
+# append, so its one open ModelCalled is the call the reply answers). No provider's tool
+# call id holds a space, so it never answers a tool. Here, not in the runner: `noeta show`
+# names it without importing the runner.
+KEPT_REPLY_PREFIX = "noeta model reply, epoch "
 
 
 @dataclass(frozen=True, slots=True)

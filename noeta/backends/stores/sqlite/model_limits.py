@@ -87,9 +87,11 @@ class SqliteModelLimits(SqliteConnection):
             connection.execute(DROP_HOLD, (claim.task_id,))
             pause: tuple[int, str] | None = None
             slot, slot_key = now, ""
+            budget.taken.by_a_limit = False
             for key, rpm, tpm, requests_at, tokens_at, paused_until in connection.execute(
                 READ_LIMITS, (keys,)
             ):
+                budget.taken.by_a_limit = True
                 paused = paused_until is not None and paused_until > now
                 if paused and (pause is None or paused_until > pause[0]):
                     pause = (paused_until, key)
