@@ -41,6 +41,7 @@ class Cluster:
     server: ClusterServer
     store: Store
     started: float = field(default_factory=time.monotonic)
+    started_wall: float = field(default_factory=time.time)  # the timeline's zero, on the wall
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     scheduler: subprocess.Popen[bytes] | None = None
     proxies: dict[str, FaultProxy] = field(default_factory=dict)
@@ -122,5 +123,8 @@ class Cluster:
             proxy.stop()
         self.proxies.clear()
 
+    def worker_logs(self) -> list[Path]:
+        return sorted(self.scratch.glob("*.log"))
+
     def worker_output(self) -> str:
-        return "".join(path.read_text(errors="replace") for path in self.scratch.glob("*.log"))
+        return "".join(path.read_text(errors="replace") for path in self.worker_logs())

@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 from noeta.backends.stores import open_store
-from tests.cluster import counters
+from tests.cluster import counters, takeovers
 from tests.cluster.checks import check
 from tests.cluster.fanout import OUTBOX
 from tests.cluster.faults import Chaos
@@ -186,6 +186,13 @@ async def verdict(
     print(f"late tool results: {counters.late_result_ratio(fates)}")
     print(f"tasks or turns failed for infrastructure: {len(infrastructure)}")
     print(f"model requests sent twice by one worker process: {len(twice)}")
+    lines = takeovers.claims(cluster.worker_logs())
+    faults = [(cluster.started_wall + at, what) for at, what in cluster.timeline]
+    alone = takeovers.unexplained(lines, faults)
+    share = f"{100 * len(alone) / len(lines):.1f} %" if lines else "-"
+    print(f"takeovers no fault explains: {len(alone)} of {len(lines)} claims ({share})")
+    for each in alone[:10]:
+        print(f"  unexplained: {each}")
     for each in twice[:10]:
         print(f"  sent twice: {each}")
     for each in short:
