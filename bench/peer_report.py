@@ -44,7 +44,11 @@ RUN_HEADERS += ["commits/job", "other", "load1", ""]
 
 
 def run_cells(r: Result) -> list[str]:
-    shown = f"{r.values[0]:,.0f}/s" if r.kind != "pickup" else f"{median(r.values):.2f} ms"
+    shown = f"{r.values[0]:,.0f}/s"
+    if r.kind == "pickup":
+        shown = f"{median(r.values):.2f} ms" + (
+            f" (p99 {p99(r.values):.1f})" if r.values[1:] else ""
+        )
     worker, server = (f"{r.cpu[0]:.2f}", f"{r.cpu[1]:.2f}") if r.cpu else ("", "")
     wal = "" if r.wal is None else f"{r.wal / 1024:.1f}"
     commits = "" if r.commits is None else f"{r.commits:.2f}"
