@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 
-from noeta.core.tool import ToolContext
+from noeta.core.ports.tool import ToolContext
 from noeta.plugins.core import Bash
 from noeta.plugins.core.confinement import Confinement
 from noeta.plugins.core.landlock import Availability, kernel_availability

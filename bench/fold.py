@@ -27,11 +27,12 @@ from functools import partial
 
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.backends.stores.postgres import PostgresStore
-from noeta.core import events as ev
-from noeta.core.fold import LoggedEvent, fold
-from noeta.core.model import Text, ToolCall, Usage
-from noeta.core.runner.log import load_state, save_snapshot, snapshot_version, to_logged
-from noeta.core.store import NewEvent, NewTask, Store
+from noeta.core.ports.model import Text, ToolCall, Usage
+from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.rules import events as ev
+from noeta.core.rules.fold import LoggedEvent, fold
+from noeta.core.runner.writing import save_snapshot
+from noeta.core.task_loading import load_state, snapshot_version, to_logged
 from noeta.testing.postgres import with_search_path
 
 SIZES = (10_000, 100_000)

@@ -18,8 +18,8 @@ from common import fresh_schema  # the sibling module (bench/ is on sys.path)
 
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.backends.stores.postgres import PostgresStore
-from noeta.core.queue_settings import QueueChange, Rate
-from noeta.core.store import Finish, NewEvent, NewTask
+from noeta.core.ports.queue_settings import QueueChange, Rate
+from noeta.core.ports.store import Finish, NewEvent, NewTask
 
 KINDS = {  # statement kind: a fragment of its text
     "create": "noeta_create_task(",

@@ -33,9 +33,10 @@ from noeta.backends.stores.postgres.appends import (
     APPEND_EVENTS_ONLY,
 )
 from noeta.backends.stores.postgres.claims import CLAIM_NEXT_TASK
-from noeta.core import events, payload
 from noeta.core.errors import ConfigError
-from noeta.core.store import NewTask
+from noeta.core.ports import payload
+from noeta.core.ports.store import NewTask
+from noeta.core.rules import events
 
 LEASE = 30
 # Tasks made in SQL, this many per statement, through the function create_task calls.

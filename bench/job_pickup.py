@@ -19,7 +19,7 @@ from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.client.job_tasks import job_task
 from noeta.config import load_config
-from noeta.core.tool import Tool
+from noeta.core.ports.tool import Tool
 from noeta.plugins.toolbox import Toolbox
 
 STEPS = ("created", "notified", "claimed", "loaded", "appending", "started")

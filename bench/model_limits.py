@@ -31,9 +31,9 @@ from pathlib import Path
 from common import fresh_schema, parser, server  # the sibling module (bench/ is on sys.path)
 
 from noeta.backends.stores.postgres import PostgresStore
-from noeta.core import events
-from noeta.core.model_limits import ModelBudget, limit_keys
-from noeta.core.store import NewEvent, NewTask
+from noeta.core.ports.model_limits import ModelBudget, limit_keys
+from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.rules import events
 from noeta.testing.fake_providers import FakeAnthropic
 
 MODEL = "fake-model"

@@ -25,8 +25,9 @@ from job_baselines import create_many
 
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
 from noeta.client.job_tasks import job_task
-from noeta.core import events, payload
-from noeta.core.store import NewEvent, NewTask
+from noeta.core.ports import payload
+from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.rules import events
 
 URL = os.environ.get("PEER_URL", "")
 QUEUE = "bench"

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import fresh_schema, parser, server
 
 from noeta.backends.stores.postgres import PostgresStore
-from noeta.core.store import NewEvent, NewTask
+from noeta.core.ports.store import NewEvent, NewTask
 
 RATIO_TARGET = 1.1
 LEASE = 3600.0

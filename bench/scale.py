@@ -44,8 +44,9 @@ from common import parser, server
 from worker import DRAIN_STATS, LATENCIES, PAUSE, Bench, fresh_bench, ms, table, verdict
 
 from noeta.backends.stores.postgres import PostgresStore
-from noeta.core import events, payload
-from noeta.core.store import Claim
+from noeta.core.ports import payload
+from noeta.core.ports.store import Claim
+from noeta.core.rules import events
 
 CLAIM_RATIO = 1.10  # claim latency with 1M tasks / empty, at most
 DRAIN_RATIO = 0.95  # drain with 1M tasks / empty, at least

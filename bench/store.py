@@ -46,7 +46,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores.embedded_access import install_dir
 from noeta.backends.stores.postgres import CLAIM_NEXT_TASK, PostgresStore
-from noeta.core.store import Claim, NewEvent, NewTask
+from noeta.core.ports.store import Claim, NewEvent, NewTask
 
 CLIENTS = (1, 2, 4, 8)
 LEASE = 3600.0  # no claim lapses during a run

@@ -32,8 +32,8 @@ from common import fresh_schema, parser, server
 
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.client import AsyncClient, Submission
-from noeta.core import events
-from noeta.core.store import NewEvent, NewTask
+from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.rules import events
 
 PRODUCERS = 8
 BATCH_TARGET = 10_000.0  # tasks/s, one submit_many of 10,000

@@ -30,11 +30,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
-from noeta.core import events
-from noeta.core.payload import JSONValue
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.ports.tool import ToolContext, ToolFlags, ToolOutput
+from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import NewEvent, NewTask
-from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
 from noeta.observability import export, instruments, metrics, observed, tracing
 
 STEPS = 9

@@ -59,8 +59,8 @@ from common import fresh_schema, parser, server  # the sibling module (bench/ is
 from first_renewal import first_renewal_figures
 
 from noeta.backends.stores.postgres import PostgresStore
-from noeta.core import events
-from noeta.core.store import NewEvent, NewTask
+from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.rules import events
 
 Worker = subprocess.Popen[bytes]
 TOOL_CALLS = 100

@@ -20,12 +20,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from noeta.core import events
-from noeta.core.fold import LoggedEvent
-from noeta.core.hooks import TaskView
-from noeta.core.payload import JSONValue
-from noeta.core.store import Delivery
-from noeta.core.tool import Tool
+from noeta.core.ports.hooks import TaskView
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import Delivery
+from noeta.core.ports.tool import Tool
+from noeta.core.rules import events
+from noeta.core.rules.fold import LoggedEvent
 
 
 class NotifyPlugin:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
         TaskFailed,
         UnknownTask,
     )
-    from noeta.core.tool import ToolContext, ToolError
+    from noeta.core.ports.tool import ToolContext, ToolError
     from noeta.plugins.function_tools import tool
 
 __all__ = [
@@ -59,8 +59,8 @@ _HOME = {
     "TaskCancelled": "noeta.core.errors",
     "TaskFailed": "noeta.core.errors",
     "UnknownTask": "noeta.core.errors",
-    "ToolContext": "noeta.core.tool",
-    "ToolError": "noeta.core.tool",
+    "ToolContext": "noeta.core.ports.tool",
+    "ToolError": "noeta.core.ports.tool",
     "tool": "noeta.plugins.function_tools",
 }
 

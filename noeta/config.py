@@ -26,7 +26,7 @@ from noeta.core.errors import ConfigError
 from noeta.plugins.loading import PluginSpec
 
 if TYPE_CHECKING:  # built only from a config file that has gates
-    from noeta.core.gates import GateRule
+    from noeta.core.rules.gates import GateRule
 
 CONFIG_ENV = "NOETA_CONFIG"
 _GATE_KEYS = {"tool", "field", "pattern", "outside_workspace", "action", "reason", "set"}
@@ -135,7 +135,7 @@ def _plugin(path: str, item: Any, line: int) -> PluginSpec:
 
 def _gate(path: str, item: Any, line: int) -> GateRule:
     from noeta import yamlfile
-    from noeta.core.gates import GateRule
+    from noeta.core.rules.gates import GateRule
 
     def fail(message: str) -> ConfigError:
         return ConfigError(f"{path}, line {line}: gate: {message}")

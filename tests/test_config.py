@@ -11,7 +11,7 @@ import yaml
 
 from noeta.config import load_config
 from noeta.core.errors import ConfigError
-from noeta.core.model_choice import is_allowed
+from noeta.core.rules.model_choice import is_allowed
 
 ROOT = Path(__file__).resolve().parent.parent
 

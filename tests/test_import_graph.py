@@ -122,3 +122,26 @@ def test_the_graph_sees_type_checking_relative_and_function_imports(tmp_path: Pa
     assert graph["pkg.top"] == {"pkg.sub.leaf"}
     assert graph["pkg.alone"] == {"pkg.top", "pkg.sub.leaf"}
     assert cycles(graph) == [frozenset({"pkg.top", "pkg.sub.leaf"})]
+
+
+def test_the_readers_of_a_task_do_not_import_the_runner() -> None:
+    """The client and the web pages read a task's state through the kernel's read side
+    (noeta.core.task_loading); running a task is not theirs (issue 27, item 3)."""
+    graph = import_graph(PACKAGE)
+    readers = [name for name in graph if name.startswith(("noeta.client", "noeta.web"))]
+    reaching = {
+        name: sorted(target for target in graph[name] if target.startswith("noeta.core.runner"))
+        for name in readers
+    }
+    assert not {name: targets for name, targets in reaching.items() if targets}
+
+
+def test_the_pure_rules_import_only_the_ports_the_errors_and_each_other() -> None:
+    """noeta/core/rules/ is the kernel's pure part: what it may import is the ports
+    (noeta/core/ports/), the error tree and other rules (issue 27, item 2)."""
+    graph = import_graph(PACKAGE)
+    allowed = ("noeta.core.ports", "noeta.core.rules", "noeta.core.errors")
+    rules = [name for name in graph if name.startswith("noeta.core.rules.")]
+    assert len(rules) > 10
+    outside = {name: sorted(t for t in graph[name] if not t.startswith(allowed)) for name in rules}
+    assert not {name: targets for name, targets in outside.items() if targets}

@@ -14,7 +14,7 @@ import click
 from noeta.cli.options import config_option, json_option, store_option
 
 if TYPE_CHECKING:  # cron parsing (croniter, YAML) only for the commands that read files
-    from noeta.core.store import CronFireRecord
+    from noeta.core.ports.store import CronFireRecord
     from noeta.scheduler.cronfile import Schedule
 
 _files = click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))

@@ -12,10 +12,10 @@ import click
 
 from noeta.cli.options import json_option, store_option
 from noeta.core.errors import ConfigError
-from noeta.core.retention import DEFAULT_BATCH_SIZE
+from noeta.core.ports.retention import DEFAULT_BATCH_SIZE
 
 if TYPE_CHECKING:
-    from noeta.core.retention import PruneCounts
+    from noeta.core.ports.retention import PruneCounts
 
 
 @click.group()
@@ -76,7 +76,7 @@ def prune(
     """Remove finished tasks (done, failed, cancelled) with their logs, inbox, snapshots,
     late results and cron history, online, in small batches. A subtask whose parent is
     live, and a task with a live subtask, are kept. Refused while another prune runs."""
-    from noeta.core.retention import parse_duration
+    from noeta.core.ports.retention import parse_duration
 
     older_than = parse_duration(age)
     counts = asyncio.run(_prune(store, older_than, queue, dry_run, forget_ids, batch_size))
@@ -93,13 +93,13 @@ async def _prune(
     batch_size: int,
 ) -> PruneCounts:
     from noeta.backends.stores import open_store
-    from noeta.core.retention import Pruning
 
     store = await open_store(url, application_name="noeta-prune", max_connections=2)
     try:
-        if not isinstance(store, Pruning):
+        pruning = store.capabilities.pruning
+        if pruning is None:
             raise ConfigError(f"this store ({type(store).__name__}) cannot prune")
-        return await store.prune_finished(
+        return await pruning.prune_finished(
             older_than,
             queue=queue,
             forget_ids=forget_ids,

@@ -11,8 +11,8 @@ import click
 
 from noeta.cli.options import json_option, store_option
 from noeta.core.errors import ConfigError
-from noeta.core.model_limits import ModelLimit, ModelLimiter, check_limit
-from noeta.core.store import Store
+from noeta.core.ports.model_limits import ModelLimit, ModelLimiter, check_limit
+from noeta.core.ports.store import Store
 
 _key = click.argument("key", metavar="PROVIDER[/MODEL]")
 
@@ -111,10 +111,11 @@ async def _open(url: str | None, *, reads_only: bool = False) -> tuple[Store, Mo
     from noeta.backends.stores import open_store
 
     store = await open_store(url, application_name="noeta-limit", start_embedded=not reads_only)
-    if not isinstance(store, ModelLimiter):
+    limiter = store.capabilities.model_limits
+    if limiter is None:
         await store.close()
         raise ConfigError("this store keeps no model limits")
-    return store, store
+    return store, limiter
 
 
 async def _set(url: str | None, key: str, rpm: int | None, tpm: int | None) -> None:

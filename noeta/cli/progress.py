@@ -9,9 +9,10 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from noeta.core import events as ev
-from noeta.core.fold import LoggedEvent, TaskState, fold
-from noeta.core.next_action import (
+from noeta.core.retry import ModelRetry
+from noeta.core.rules import events as ev
+from noeta.core.rules.fold import LoggedEvent, fold
+from noeta.core.rules.next_action import (
     Action,
     AwaitAnswer,
     AwaitMessage,
@@ -27,7 +28,7 @@ from noeta.core.next_action import (
     Stop,
     next_action,
 )
-from noeta.core.retry import ModelRetry
+from noeta.core.rules.task_state import TaskState
 
 SEPARATOR = " | "  # ASCII: a terminal set to LANG=C must be able to print it
 # Events that start a new activity even when the words stay the same (a second model

@@ -12,8 +12,8 @@ import click
 
 from noeta.cli.options import json_option, store_option
 from noeta.core.errors import ConfigError
-from noeta.core.queue_settings import QueueChange, QueueOverview, QueueSettings, parse_rate
-from noeta.core.store import check_key
+from noeta.core.ports.queue_settings import QueueChange, QueueOverview, QueueSettings, parse_rate
+from noeta.core.ports.store import check_key
 
 
 @click.group()

@@ -26,8 +26,8 @@ from noeta.core.errors import ConfigError, NoetaError
 if TYPE_CHECKING:  # `noeta run --help` imports neither the runner nor the tools
     from noeta.cli.status_line import NoStatus
     from noeta.config import Config
+    from noeta.core.ports.store import Claim, Store
     from noeta.core.runner.task import RunResult, TaskRunner
-    from noeta.core.store import Claim, Store
 
 RUN_LEASE_SECONDS = 30.0
 # The queue `noeta run` creates its task in. No worker serves it unless told to, so none
@@ -85,9 +85,9 @@ def run(
     from noeta.backends.models.registry import stored_spec
     from noeta.cli.status_line import open_status
     from noeta.config import load_config
-    from noeta.core.store import check_lease
-    from noeta.core.store_values import check_text
-    from noeta.core.task_id import check_task_id
+    from noeta.core.ports.store import check_lease
+    from noeta.core.ports.store_values import check_text
+    from noeta.core.rules.task_id import check_task_id
 
     check_text("prompt", prompt)  # before anything is written: the client's check
     check_lease(lease_seconds)
@@ -129,9 +129,10 @@ async def _run(
     from noeta import observability
     from noeta.backends.models.registry import ProviderRegistry, check_script
     from noeta.backends.stores import open_store, resolve_url
-    from noeta.core import events, failpoints
-    from noeta.core.model_limits import ModelBudgetWait
-    from noeta.core.store import NewEvent, NewTask
+    from noeta.core import failpoints
+    from noeta.core.ports.model_limits import ModelBudgetWait
+    from noeta.core.ports.store import NewEvent, NewTask
+    from noeta.core.rules import events
     from noeta.observability import observed
     from noeta.plugins.tool_environment import PASSED_NAMES
     from noeta.plugins.toolbox import Toolbox

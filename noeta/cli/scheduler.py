@@ -15,6 +15,7 @@ from noeta.cli.options import check_store_url, config_option, store_option
 from noeta.core.errors import ConfigError
 
 if TYPE_CHECKING:  # `noeta scheduler --help` reads no cron file
+    from noeta.core.ports.store import Store
     from noeta.scheduler.cronfile import Schedule
 
 log = logging.getLogger("noeta.scheduler")
@@ -43,7 +44,7 @@ def scheduler(
     """Fire the cron files' schedules, once per slot however many schedulers run, and wake
     idle workers when a timer falls due; with --retain, prune finished tasks. Runs until
     SIGTERM or SIGINT."""
-    from noeta.core.retention import parse_duration
+    from noeta.core.ports.retention import parse_duration
     from noeta.scheduler.cronfile import load_cron_files
 
     retention = parse_duration(retain) if retain is not None else None
@@ -127,15 +128,15 @@ async def _serve(
     log.info("scheduler: stopped")
 
 
-async def _retain(store: object, older_than: timedelta, stop: asyncio.Event) -> None:
-    from noeta.core.retention import Pruning
+async def _retain(store: Store, older_than: timedelta, stop: asyncio.Event) -> None:
     from noeta.scheduler.retention import Retention
 
-    if not isinstance(store, Pruning):
+    pruning = store.capabilities.pruning
+    if pruning is None:
         log.error("retention: this store (%s) cannot prune", type(store).__name__)
         return
     log.info("retention: pruning tasks finished more than %s ago", older_than)
-    await Retention(store, older_than).run(stop)
+    await Retention(pruning, older_than).run(stop)
 
 
 def _check_plugins(schedules: Sequence[Schedule], tools_by_plugin: Mapping[str, object]) -> None:

@@ -11,14 +11,16 @@ import os
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import replace
 from typing import Any, TextIO, TypeVar
 
 import click
 
 from noeta.cli.progress import TaskProgress, Written, fit
-from noeta.core import events as ev
+from noeta.core.ports.store import Claim, NewEvent, NewTask, Store
+from noeta.core.ports.store_capabilities import StoreCapabilities
 from noeta.core.retry import MODEL_RETRY_ATTRIBUTE, ModelRetry
-from noeta.core.store import Claim, NewEvent, NewTask, Store
+from noeta.core.rules import events as ev
 
 TICK_SECONDS = 0.125  # redraws of a ticking time: 8 a second, from memory, no store read
 CLEAR = "\r\x1b[K"  # to the line's start, then erase to its end
@@ -182,6 +184,12 @@ class FollowedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """The inner store's; its model-limited appends come here, to be shown."""
+        inner = self.inner.capabilities
+        return inner if inner.model_limits is None else replace(inner, model_limits=self)
+
     async def create_task(self, task: NewTask) -> bool:
         created = await self.inner.create_task(task)
         if created:
@@ -199,7 +207,9 @@ class FollowedStore:
         self, claim: Claim, expected_seq: int, events: Sequence[NewEvent], budget: Any
     ) -> int:
         """The ModelCalled append within the shared limits (ADR-0075), shown the same."""
-        last: int = await self.inner.append_model_called(claim, expected_seq, events, budget)  # type: ignore[attr-defined]
+        limiter = self.inner.capabilities.model_limits
+        assert limiter is not None  # `capabilities` offers this only then
+        last = await limiter.append_model_called(claim, expected_seq, events, budget)
         self._show(expected_seq, events, claim.epoch)
         return last
 

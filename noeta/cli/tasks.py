@@ -26,13 +26,13 @@ from noeta.cli.text import (
     task_json,
 )
 from noeta.core.errors import ConfigError
-from noeta.core.store import DEFAULT_QUEUE, TaskStatus, check_key
-from noeta.core.store_values import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
-from noeta.core.task_id import check_concurrency_key
+from noeta.core.ports.store import DEFAULT_QUEUE, TaskStatus, check_key
+from noeta.core.ports.store_values import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
+from noeta.core.rules.task_id import check_concurrency_key
 
 if TYPE_CHECKING:  # each command imports the client (and the drivers) when it runs
     from noeta.client import TaskHandle
-    from noeta.core.store import LateResult, StoredEvent, TaskRecord
+    from noeta.core.ports.store import LateResult, StoredEvent, TaskRecord
 
 
 # The client calls that only read: with no store given, they join a running embedded

@@ -9,8 +9,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from noeta.core.errors import ConfigError
-from noeta.core.runner.model_reply import KEPT_REPLY_PREFIX
-from noeta.core.store import LateResult, StoredEvent, TaskRecord
+from noeta.core.ports.store import LateResult, StoredEvent, TaskRecord
+from noeta.core.ports.store_values import KEPT_REPLY_PREFIX
 
 if TYPE_CHECKING:
     from noeta.redaction import Scrubber
@@ -93,14 +93,21 @@ def late_result_fate(result: LateResult, log: list[StoredEvent]) -> str:
     result only a hint (ADR-040)."""
     if result.call_id.startswith(KEPT_REPLY_PREFIX):
         return _kept_reply_fate(result, log)
+    settled = ""
     for event in log:
         data = event.data if isinstance(event.data, dict) else {}
-        if event.type != "ToolFinished" or data.get("call_id") != result.call_id:
+        if data.get("call_id") != result.call_id:
+            continue
+        if event.type == "ToolResultCorrected" and data.get("from_epoch") == result.epoch:
+            return f"recorded as a correction at seq {event.seq}, after {settled}"
+        if event.type != "ToolFinished" or settled:
             continue
         if data.get("recovery") == "late" and data.get("from_epoch") == result.epoch:
             return f"recorded at seq {event.seq}"
         how = data.get("recovery") or "recorded by its own run"
-        return f"not used: the call was settled at seq {event.seq} ({how})"
+        settled = f"the call was settled at seq {event.seq} ({how})"
+    if settled:
+        return f"not used: {settled}"
     return "not recorded yet: the call's next claimer will record it"
 
 

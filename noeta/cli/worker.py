@@ -58,7 +58,7 @@ def worker(
 ) -> None:
     """Claim tasks from the queues and run them until SIGTERM or SIGINT."""
     from noeta import observability
-    from noeta.core.store import check_key, check_lease
+    from noeta.core.ports.store import check_key, check_lease
     from noeta.worker.worker import WorkerSettings
 
     make_non_dumpable()  # first: the tools it runs must not read its environment or memory

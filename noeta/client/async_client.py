@@ -9,58 +9,53 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from noeta.client import job_tasks
+from noeta.client import job_tasks, messages, task_logs
+from noeta.client.submissions import (
+    DEFAULT_MODEL,
+    Submission,
+    agent_task,
+    in_batch,
+    new_id,
+    with_batch_defaults,
+)
+from noeta.client.task_logs import TailedEvent
 from noeta.client.waiting import FinishWatcher
-from noeta.core import events
-from noeta.core.bulk import BulkCreate, check_distinct_ids
 from noeta.core.errors import (
     ConfigError,
     Conflict,
     NoetaError,
-    PayloadError,
     TaskCancelled,
     TaskFailed,
-    UnknownTask,
 )
-from noeta.core.payload import JSONValue
-from noeta.core.queue_settings import (
+from noeta.core.ports.bulk import check_distinct_ids
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.queue_settings import (
     QueueChange,
     QueueOverview,
     Rate,
     parse_rate,
     queue_settings_store,
 )
-from noeta.core.store import (
-    CANCEL_KEY,
+from noeta.core.ports.store import (
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
-    Delivery,
-    NewEvent,
     NewTask,
     Store,
-    StoredEvent,
     TaskRecord,
     TaskStatus,
     check_key,
 )
-from noeta.core.store_values import check_text
-from noeta.core.task_id import check_task_id
+from noeta.core.ports.store_values import check_text
 from noeta.plugins.function_tools import REGISTERED, FunctionTool
 
 if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqueue
     from noeta.config import Config
-
-TAIL_POLL_SECONDS = 0.5  # how often a followed log is read for new events
-
-# Without a model given (or NOETA_MODEL for the CLI): the model a task is given.
-DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +67,6 @@ class TaskHandle:
 
     def __str__(self) -> str:
         return self.id
-
-
-@dataclass(frozen=True, slots=True)
-class TailedEvent:
-    """One event of a task's log, decoded (`UnknownEvent`: written by a newer noeta)."""
-
-    seq: int
-    event: events.Event | events.UnknownEvent
-    stored: StoredEvent
 
 
 TaskRef = str | TaskHandle
@@ -171,7 +157,7 @@ class AsyncClient:
         `priority` 0-9 (higher claimed first)."""
         item = Submission(prompt, model, queue, id, interactive, tools, key, priority)
         names = await self._tool_names(config) if tools is None else ()
-        task = _agent_task(item, names)
+        task = agent_task(item, names)
         await self._create(task)
         return TaskHandle(task.id, task.queue)
 
@@ -193,18 +179,19 @@ class AsyncClient:
         batch with an error naming its index (from 0) and id.
         """
         batch = [
-            _submission(item, Submission("", model, queue, key=key, priority=priority))
+            with_batch_defaults(item, Submission("", model, queue, key=key, priority=priority))
             for item in tasks
         ]
         needs_names = any(item.tools is None for item in batch)
         names = await self._tool_names(config) if needs_names else ()
-        built = [_in_batch(index, item, names) for index, item in enumerate(batch)]
+        built = [in_batch(index, item, names) for index, item in enumerate(batch)]
         check_distinct_ids(built)
         store = await self.store()
-        if not isinstance(store, BulkCreate):
+        bulk = store.capabilities.bulk
+        if bulk is None:
             raise ConfigError(f"this store ({type(store).__name__}) cannot create in bulk")
         try:
-            await store.create_tasks(built)
+            await bulk.create_tasks(built)
         except Conflict as error:
             index = next(i for i, task in enumerate(built) if task.id == error.task_id)
             raise ConfigError(
@@ -230,7 +217,7 @@ class AsyncClient:
         tool = await self._job_tool(job)
         checked = job_tasks.job_input(tool, input)
         check_key("queue name", queue)
-        task_id = _new_id(id)
+        task_id = new_id(id)
         store = await self.store()
         now = await store.clock() if delay is not None else datetime.now().astimezone()
         start = job_tasks.ready_at(now, run_at, delay)
@@ -308,7 +295,7 @@ class AsyncClient:
         watcher = await self._finish_watcher()
         record = await watcher.wait_finished(task_id, timeout)
         async with watcher.reads:  # the same bound as the waits' reads
-            finished = await self._finish_event(task_id)
+            finished = await task_logs.finish_event(await self.store(), task_id)
         if record.status is TaskStatus.CANCELLED:
             raise TaskCancelled(task_id)
         if record.status is TaskStatus.FAILED:
@@ -324,22 +311,9 @@ class AsyncClient:
             raise NoetaError(f"task {_id(task)} is not a job: its answer is not JSON") from None
         return value
 
-    async def _finish_event(self, task_id: str) -> events.TaskFinished | None:
-        store = await self.store()
-        record = await store.get_task(task_id)
-        after = max(0, record.last_seq - 1) if record else 0
-        for stored in reversed(await store.read_log(task_id, after)):
-            event = events.decode(stored.type, stored.data)
-            if isinstance(event, events.TaskFinished):
-                return event
-        return None
-
     async def get(self, task: TaskRef) -> TaskRecord:
         """The task's row now (its status, queue, owner); UnknownTask if there is none."""
-        record = await (await self.store()).get_task(_id(task))
-        if record is None:
-            raise UnknownTask(_id(task))
-        return record
+        return await task_logs.task_row(await self.store(), _id(task))
 
     async def tasks(
         self,
@@ -370,155 +344,31 @@ class AsyncClient:
         store = await self.store()
         task_id = check_key("task id", _id(task))
         await self.get(task_id)
-        found = []
-        for stored in await store.read_log(task_id):
-            if stored.type != "SubtaskLaunched":
-                continue
-            launched = events.decode(stored.type, stored.data)
-            if isinstance(launched, events.SubtaskLaunched):
-                record = await store.get_task(launched.child_id)
-                if record is not None:
-                    found.append((launched.description, record))
-        return found
+        return await task_logs.launched_subtasks(store, task_id)
 
     async def tail(
         self, task: TaskRef, *, after: int = 0, follow: bool = True
     ) -> AsyncGenerator[TailedEvent, None]:
         """The task's events after seq `after`; following, new ones until it finishes."""
         store = await self.store()
-        task_id = _id(task)
-        while True:
-            # The status is read before the log: once it says finished, the read that
-            # follows holds the last event.
-            record = await self.get(task_id)
-            for stored in await store.read_log(task_id, after):
-                yield TailedEvent(stored.seq, events.decode(stored.type, stored.data), stored)
-                after = stored.seq
-            if not follow or record.status.finished:
-                return
-            await asyncio.sleep(TAIL_POLL_SECONDS)
+        async for event in task_logs.tail(store, _id(task), after, follow):
+            yield event
 
     # --- talking to a task -----------------------------------------------------------
 
     async def send(self, task: TaskRef, text: str, *, key: str | None = None) -> bool:
         """Send an interactive task a message; False if one with `key` was sent already."""
-        task_id = _id(task)
-        key = check_key("message id", key) if key is not None else uuid.uuid4().hex
-        check_text("message", text)
-        if not text.strip():
-            raise ConfigError("a message needs some text")
-        store = await self.store()
-        record = await self.get(task_id)
-        if record.status.finished:
-            raise NoetaError(f"task {task_id} is {record.status}; it takes no more messages")
-        first = (await store.read_log(task_id))[:1]
-        created = events.decode(first[0].type, first[0].data) if first else None
-        if not (isinstance(created, events.TaskCreated) and created.interactive):
-            raise NoetaError(
-                f"task {task_id} is one-shot: it takes no messages "
-                "(submit it --interactive to converse)"
-            )
-        return await store.deliver(Delivery(task_id, {"text": text}, f"message:{key}"))
+        return await messages.send(self.store, _id(task), text, key)
 
     async def cancel(self, task: TaskRef) -> bool:
         """Ask for the task to stop; False if that was asked already."""
-        task_id = _id(task)
-        record = await self.get(task_id)
-        if record.status.finished:
-            raise NoetaError(f"task {task_id} is already {record.status}")
-        store = await self.store()
-        return await store.deliver(Delivery(task_id, {"kind": "cancel"}, CANCEL_KEY))
+        return await messages.cancel(self.store, _id(task))
 
     async def answer(self, task: TaskRef, call: str, decision: str, *, note: str = "") -> None:
         """Allow or deny the call a gate stopped the task to ask a person about."""
-        from noeta.core.runner.log import load_state, snapshot_version
-        from noeta.core.runner.task import answer_key
-
-        if decision not in ("allow", "deny"):
-            raise ConfigError(f"decision must be allow or deny, not {decision!r}")
-        check_text("call id", call)
-        check_text("note", note)
-        task_id = _id(task)
-        await self.get(task_id)
-        store = await self.store()
-        state = await load_state(store, task_id, snapshot_version())
-        if state.waiting_call != call:
-            waits = f" (it waits on call {state.waiting_call})" if state.waiting_call else ""
-            raise NoetaError(f"task {task_id} is not waiting for an answer on call {call}{waits}")
-        payload: dict[str, JSONValue] = {
-            "kind": "answer",
-            "call_id": call,
-            "decision": decision,
-            "note": note,
-        }
-        if not await store.deliver(Delivery(task_id, payload, dedupe_key=answer_key(call))):
-            raise NoetaError(f"call {call} of task {task_id} was answered already")
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """One task of a `submit_many` batch: `submit`'s arguments; None takes the batch's."""
-
-    prompt: str = ""
-    model: str | None = None
-    queue: str | None = None
-    id: str | None = None
-    interactive: bool = False
-    tools: Sequence[str] | None = None  # None: every tool the config's plugins offer
-    key: str | None = None  # its concurrency key (a tenant), as `submit`'s
-    priority: int | None = None
-
-
-def _submission(item: Submission | str, batch: Submission) -> Submission:
-    """`item` with what it leaves unset taken from `batch`'s model, queue, key, priority."""
-    if isinstance(item, str):
-        return replace(batch, prompt=item)
-    return replace(
-        item,
-        model=batch.model if item.model is None else item.model,
-        queue=batch.queue if item.queue is None else item.queue,
-        key=batch.key if item.key is None else item.key,
-        priority=batch.priority if item.priority is None else item.priority,
-    )
-
-
-def _agent_task(item: Submission, config_tools: tuple[str, ...]) -> NewTask:
-    """The checked task `submit` creates: a prompt (unless interactive), a queue name and
-    id the store can hold, a model spec of a known form (the worker holds the API keys:
-    only the form is checked), a relative `scripted:` path made absolute, as the worker
-    that reads it runs elsewhere. Without tools of its own, it gets `config_tools`."""
-    from noeta.backends.models.registry import stored_spec
-
-    check_text("prompt", item.prompt)
-    if not item.prompt.strip() and not item.interactive:
-        raise ConfigError("a one-shot task needs a prompt (or submit it --interactive)")
-    queue = check_key("queue name", DEFAULT_QUEUE if item.queue is None else item.queue)
-    task_id = _new_id(item.id)
-    created = events.TaskCreated(
-        model=stored_spec(check_text("model spec", item.model or DEFAULT_MODEL)),
-        prompt=item.prompt if item.prompt.strip() else "",
-        interactive=item.interactive,
-        tools=tuple(item.tools) if item.tools is not None else config_tools,
-    )
-    priority = DEFAULT_PRIORITY if item.priority is None else item.priority
-    first = [NewEvent(*events.encode(created))]
-    return NewTask(task_id, first, queue=queue, concurrency_key=item.key, priority=priority)
-
-
-def _in_batch(index: int, item: Submission, config_tools: tuple[str, ...]) -> NewTask:
-    """`_agent_task`, its error naming the item's place in the batch (and id, if given)."""
-    try:
-        return _agent_task(item, config_tools)
-    except (ConfigError, PayloadError) as error:
-        named = f" (id {item.id!r})" if item.id is not None else ""
-        raise type(error)(
-            f"task {index} of the batch{named}: {error}; nothing of the batch was written"
-        ) from None
+        messages.check_answer(call, decision, note)
+        await messages.answer(self.store, _id(task), call, decision, note)
 
 
 def _id(task: TaskRef) -> str:
     return check_text("task id", task.id if isinstance(task, TaskHandle) else task)
-
-
-def _new_id(given: str | None) -> str:
-    return check_task_id(given) if given is not None else uuid.uuid4().hex[:12]

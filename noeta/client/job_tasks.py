@@ -8,11 +8,11 @@ import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from noeta.core import events
 from noeta.core.errors import ConfigError, PayloadError
-from noeta.core.payload import JSONValue
-from noeta.core.store import NewEvent, NewTask
-from noeta.core.tool_input import input_problem
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.rules import events
+from noeta.core.rules.tool_input import input_problem
 from noeta.plugins.function_tools import REGISTERED, FunctionTool
 from noeta.plugins.loading import module_pin
 

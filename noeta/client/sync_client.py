@@ -15,7 +15,8 @@ from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from noeta.client.async_client import AsyncClient, TailedEvent, TaskRef
+from noeta.client.async_client import AsyncClient, TaskRef
+from noeta.client.task_logs import TailedEvent
 
 if TYPE_CHECKING:
     from noeta.config import Config

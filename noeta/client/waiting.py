@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from noeta.core.errors import ResultTimeout, UnknownTask
-from noeta.core.store import Store, TaskRecord
+from noeta.core.ports.store import Store, TaskRecord
 
 # Without notices a poll is all there is; with them it only covers a lost notice.
 POLL_SECONDS = 0.2
@@ -28,7 +28,7 @@ class FinishWatcher:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._notices: Callable[[], AsyncIterator[str]] | None = getattr(store, "finishes", None)
+        self._notices = store.capabilities.finishes
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()

@@ -11,9 +11,10 @@ is one dictionary lookup on an empty dict. Points: claim.after_commit,
 append.before_commit, append.after_commit, cron.after_fire (the scheduler, after each
 slot it handles), run.after_create (`noeta run`, between creating its task and claiming
 it), model.after_called, model.after_reply (the reply came, not yet recorded),
-tool.after_started, tool.before_finished,
-subtask.before_launch, subtask.after_launch, subtask.before_handback_taken,
-subtask.before_finish, subtask.after_finish (a child's finishing append),
+tool.after_started, tool.before_finished, tool.grace_wait (a claimer about to wait for a
+half-done call's result, ADR-0083), subtask.before_launch, subtask.after_launch,
+subtask.before_handback_taken, subtask.before_finish, subtask.after_finish (a child's
+finishing append),
 hooks.before_on_event, hooks.before_wait.
 """
 

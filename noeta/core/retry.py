@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from noeta.core.model import ModelReply, Provider, ProviderError
+from noeta.core.ports.model import ModelReply, Provider, ProviderError
 
 DEFAULT_MAX_ATTEMPTS = 9
 BACKOFF_CAP_SECONDS = 30.0

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from noeta.observability import names
 
 if TYPE_CHECKING:
-    from noeta.core.store import Store
+    from noeta.core.ports.store import Store
 
 # Seconds between the worker's queue-depth readings (one cheap statement each).
 QUEUE_DEPTH_SECONDS = 15.0
@@ -155,11 +155,10 @@ async def measure_queue_depth(store: Store, queues: Sequence[str]) -> None:
 async def _measure_queue_load(sink: MetricSink, store: Store, queues: Sequence[str]) -> None:
     """Live claims per queue (and per busiest concurrency key, ADR-0073) and the tasks a
     limit holds back, from the store's queue overview; 0 for a queue it does not list."""
-    from noeta.core.queue_settings import QueueSettingsStore
-
-    if not isinstance(store, QueueSettingsStore):
+    settings = store.capabilities.queue_settings
+    if settings is None:
         return
-    found = {o.queue: o for o in await store.queue_overview(queues)}
+    found = {o.queue: o for o in await settings.queue_overview(queues)}
     running: dict[tuple[str, str | None], int] = {}
     waiting: dict[str, int] = {}
     for queue in queues:

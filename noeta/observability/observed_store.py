@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from noeta.core.errors import CommitUnknown, Conflict
-from noeta.core.model_limits import ModelBudget, ModelLimiter
-from noeta.core.store import (
+from noeta.core.ports.model_limits import ModelBudget
+from noeta.core.ports.store import (
     Claim,
     ClaimedTask,
     Continue,
@@ -33,6 +34,7 @@ from noeta.core.store import (
     TaskRecord,
     TaskStatus,
 )
+from noeta.core.ports.store_capabilities import StoreCapabilities
 from noeta.observability import metrics, tracing
 
 
@@ -71,6 +73,12 @@ class ObservedStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """The inner store's; its model-limited appends come here, to be observed."""
+        inner = self.inner.capabilities
+        return inner if inner.model_limits is None else replace(inner, model_limits=self)
 
     async def create_task(self, task: NewTask) -> bool:
         with _observing("create_task", None):
@@ -153,7 +161,8 @@ class ObservedStore:
         self, claim: Claim, expected_seq: int, events: Sequence[NewEvent], budget: ModelBudget
     ) -> int:
         with _observing("append", claim.task_id):
-            limiter: ModelLimiter = self.inner  # type: ignore[assignment]
+            limiter = self.inner.capabilities.model_limits
+            assert limiter is not None  # `capabilities` offers this only then
             return await limiter.append_model_called(claim, expected_seq, events, budget)
 
     async def deliver(self, delivery: Delivery) -> bool:

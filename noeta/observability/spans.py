@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Link, Span, SpanKind
 
 from noeta.core.errors import StoreError
-from noeta.core.fold import TaskState
-from noeta.core.model import ToolCall
-from noeta.core.store import Claim
+from noeta.core.ports.model import ToolCall
+from noeta.core.ports.store import Claim
+from noeta.core.rules.task_state import TaskState
 from noeta.observability import metrics, tracing
 from noeta.observability import names as n
 from noeta.observability.span_record import SpanRecord

@@ -10,8 +10,8 @@ from typing import Any, Protocol
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from noeta.core.fold import TaskState
-from noeta.core.model import ModelReply, ToolCall
+from noeta.core.ports.model import ModelReply, ToolCall
+from noeta.core.rules.task_state import TaskState
 from noeta.observability import metrics, tracing
 from noeta.observability import names as n
 

@@ -10,7 +10,7 @@ from typing import Any
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Tracer
 
-from noeta.core.fold import TaskState
+from noeta.core.rules.task_state import TaskState
 from noeta.observability import names as n
 from noeta.observability.span_record import SpanRecord
 from noeta.observability.steps import chat_attributes, mark_error, tool_attributes, under

@@ -17,9 +17,9 @@ from noeta.observability import metrics
 from noeta.redaction import MIN_PASSED_SECRET_CHARS, Scrubber, ScrubbingFilter
 
 if TYPE_CHECKING:
-    from noeta.core.fold import TaskState
-    from noeta.core.model import ModelReply, ToolCall
-    from noeta.core.store import Claim
+    from noeta.core.ports.model import ModelReply, ToolCall
+    from noeta.core.ports.store import Claim
+    from noeta.core.rules.task_state import TaskState
 
 # A store call timed before its attempt span existed: (operation, start ns, end ns).
 StoreCall = tuple[str, int, int]

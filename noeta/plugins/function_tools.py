@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints, overload
 
-from noeta.core.payload import JSONValue
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.core.retry import (
     BACKOFF_CAP_SECONDS,
     FIRST_BACKOFF_SECONDS,
@@ -27,7 +28,6 @@ from noeta.core.retry import (
     backoff_seconds,
     with_retries,
 )
-from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -18,8 +18,8 @@ from types import ModuleType
 from typing import Any, Literal
 
 from noeta.core.errors import ConfigError
-from noeta.core.payload import JSONValue
-from noeta.core.plugin import Pin, Plugin, params_hash
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.plugin import Pin, Plugin, params_hash
 from noeta.plugins.function_tools import FunctionsPlugin, tools_in
 
 ENTRY_POINT_GROUP = "noeta.plugins"

@@ -1,8 +1,7 @@
 """The MCP plugin: the tools (and resource reads) of MCP servers run over stdio, as noeta tools.
 
 Every `tools/call` carries the call's idempotency key in `_meta`, under `IDEMPOTENCY_META_KEY`.
-A server that dies is started again at the next call, at most `MAX_RESTARTS` times, with
-backoff; the call it died in is reported with the words of an unknown outcome.
+Each server's process, its restarts and its requests are `mcp_server.McpServer`'s.
 """
 
 from __future__ import annotations
@@ -11,53 +10,29 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
 import re
-import tempfile
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from typing import TextIO, TypeVar, cast
+from collections.abc import Mapping, Sequence
+from typing import cast
 
-import anyio
-from anyio.abc import Process
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from mcp import ClientSession, StdioServerParameters, stdio_client, types
-from mcp.shared.exceptions import MCPError
+from mcp import types
 
-from noeta.core.errors import NoetaError
-from noeta.core.payload import JSONValue
-from noeta.core.tool import OUTCOME_UNKNOWN, Tool, ToolContext, ToolError, ToolFlags, ToolOutput
-from noeta.plugins.tool_environment import passed_names, tool_environment
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import Tool, ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.plugins.mcp_server import (
+    DEFAULT_TIMEOUT_SECONDS,
+    McpServer,
+    McpServerError,
+    ServerConfig,
+)
+from noeta.plugins.tool_environment import passed_names
 
 IDEMPOTENCY_META_KEY = "idempotency_key"  # `_meta` key holding `<task id>:<call id>`
-DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TOOL_NAME = 64
-STDERR_TAIL_BYTES = 4096
-MAX_RESTARTS = 5  # per server, for the life of the process: a server that keeps dying stays down
-RESTART_BACKOFF_SECONDS = (0.0, 1.0, 2.0, 5.0, 10.0)  # after the 1st, 2nd, ... crash
 _UNSAFE_NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9_-]")
-_CONNECTION_CLOSED = types.CONNECTION_CLOSED
-_Result = TypeVar("_Result")
 
 log = logging.getLogger("noeta.plugins.mcp")
-
-
-class McpServerError(NoetaError):
-    """A configured MCP server could not be started or listed."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServerConfig:
-    command: str
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] | None = None  # set for the server, over its allowlisted environment
-    cwd: str | None = None
-    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS  # per call
-    start_timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS  # launch, handshake and listing
-    pass_env: tuple[str, ...] = ()  # worker variables this server sees (e.g. a token)
 
 
 def plugin(params: dict[str, JSONValue]) -> McpPlugin:
@@ -114,7 +89,7 @@ class McpPlugin:
     name = "mcp"
 
     def __init__(self, servers: Mapping[str, ServerConfig]) -> None:
-        self._servers = [_Server(name, config) for name, config in servers.items()]
+        self._servers = [McpServer(name, config) for name, config in servers.items()]
         self._tools: list[Tool] | None = None
 
     async def start(self) -> None:
@@ -124,7 +99,7 @@ class McpPlugin:
             )
             if errors := [str(outcome) for outcome in outcomes if outcome is not None]:
                 raise McpServerError("\n".join(errors))
-            tools = [tool for server in self._servers for tool in server.noeta_tools()]
+            tools = [tool for server in self._servers for tool in server_tools(server)]
             if len({tool.name for tool in tools}) < len(tools):
                 raise McpServerError("two MCP tools have the same name once sanitized")
             self._tools = tools
@@ -151,191 +126,22 @@ def tool_name(server: str, tool: str) -> str:
     return f"{name[: MAX_TOOL_NAME - 9]}_{digest}"
 
 
-@dataclass(eq=False)
-class _Server:
-    name: str
-    config: ServerConfig
-    session: ClientSession | None = None
-    listed_tools: list[types.Tool] = field(default_factory=list)
-    resources: list[types.Resource] = field(default_factory=list)
-    _process: Process | None = None  # the SDK's private process handle, if we could see it
-    _stderr: TextIO | None = None  # the server's stderr, kept for error messages
-    _stop: asyncio.Event = field(default_factory=asyncio.Event)
-    _task: asyncio.Task[None] | None = None
-    _crashes: int = 0
-    _crashed_at: float = 0.0  # time.monotonic() of the last crash
-    _dead: bool = False  # it died (or its session ended) since it was last started
-    _restarting: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    async def start(self) -> None:
-        self._stderr = stderr = cast(TextIO, tempfile.TemporaryFile("w+"))  # noqa: SIM115
-        self._stop = asyncio.Event()
-        ready = asyncio.get_running_loop().create_future()
-        serve = self._serve(ready, stderr)
-        self._task = asyncio.create_task(serve, name=f"mcp server {self.name}")
-        await ready
-
-    async def _serve(self, ready: asyncio.Future[None], stderr: TextIO) -> None:
-        """Hold the transport and session open until `close()`; report how starting went."""
-        params = StdioServerParameters(
-            command=self.config.command, args=list(self.config.args),
-            env={**tool_environment(None, self.config.pass_env), **(self.config.env or {})},
-            cwd=self.config.cwd,
-        )  # fmt: skip
-        try:
-            async with AsyncExitStack() as stack:
-                transport = stdio_client(params, errlog=stderr)
-                read, write = await stack.enter_async_context(transport)
-                self._process = _process_of(transport)
-                session = await stack.enter_async_context(ClientSession(read, write))
-                with anyio.fail_after(self.config.start_timeout_seconds):
-                    await self._list(session, await session.initialize())
-                self.session = session
-                ready.set_result(None)
-                await self._stop.wait()
-        except Exception as error:
-            while isinstance(error, ExceptionGroup) and len(error.exceptions) == 1:
-                error = error.exceptions[0]  # anyio's task groups wrap what went wrong
-            if not ready.done():
-                ready.set_exception(McpServerError(self._start_failure(error)))
-        finally:
-            self.session = None
-
-    async def _list(self, session: ClientSession, info: types.InitializeResult) -> None:
-        page = types.PaginatedRequestParams
-        tools = await session.list_tools()
-        self.listed_tools = list(tools.tools)
-        while tools.next_cursor is not None:
-            tools = await session.list_tools(params=page(cursor=tools.next_cursor))
-            self.listed_tools += tools.tools
-        if info.capabilities.resources is None:
-            return
-        resources = await session.list_resources()
-        self.resources = list(resources.resources)
-        while resources.next_cursor is not None:
-            resources = await session.list_resources(params=page(cursor=resources.next_cursor))
-            self.resources += resources.resources
-
-    async def close(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            if self.session is None:
-                self._task.cancel()  # still starting: abandon the handshake
-            await asyncio.wait([self._task])
-        if self._stderr is not None:
-            self._stderr.close()
-
-    def noeta_tools(self) -> list[Tool]:
-        """Its tools; one whose input schema is not a valid JSON Schema object is left out
-        (logged): every call to it would fail, and no input could be checked against it."""
-        tools: list[Tool] = []
-        for tool in self.listed_tools:
-            problem = _schema_problem(tool.input_schema)
-            if problem:
-                log.warning(
-                    "mcp server %r: tool %r left out: its input schema is invalid (%s)",
-                    self.name,
-                    tool.name,
-                    problem,
-                )
-            else:
-                tools.append(_CallTool(self, tool))
-        return [*tools, _ReadResourceTool(self)] if self.resources else tools
-
-    def _start_failure(self, error: Exception) -> str:
-        why = str(error) or type(error).__name__
-        if isinstance(error, FileNotFoundError):
-            why = f"command not found: {self.config.command!r}"
-        elif isinstance(error, TimeoutError):
-            why = f"no MCP handshake within {self.config.start_timeout_seconds:g} s"
-        elif isinstance(error, MCPError) and error.code == _CONNECTION_CLOSED:
-            why = self._ended()
-        return f"mcp server {self.name!r} failed to start: {why}"
-
-    def _ended(self) -> str:
-        code = self._process.returncode if self._process else None
-        status = "it exited" if code is None else f"it exited with code {code}"
-        status += f" (signal {-code})" if code is not None and code < 0 else ""
-        return status + (f"; last stderr lines:\n{tail}" if (tail := self._stderr_tail()) else "")
-
-    def _stderr_tail(self) -> str:
-        if self._stderr is None or self._stderr.closed:
-            return ""
-        descriptor = self._stderr.fileno()
-        size = os.fstat(descriptor).st_size
-        data = os.pread(descriptor, STDERR_TAIL_BYTES, max(0, size - STDERR_TAIL_BYTES))
-        return "\n".join(data.decode(errors="replace").strip().splitlines()[-10:])
-
-    async def request(
-        self, what: str, send: Callable[[ClientSession], Awaitable[_Result]]
-    ) -> _Result:
-        """Run one request against the session, turning each failure into a `ToolError`."""
-        session = await self._running_session()
-        try:
-            with anyio.fail_after(self.config.timeout_seconds):
-                return await send(session)
-        except TimeoutError:
-            raise ToolError(
-                f"{what} on mcp server {self.name!r} timed out after "
-                f"{self.config.timeout_seconds:g} s; it may still take effect"
-            ) from None
-        except MCPError as error:
-            if error.code == _CONNECTION_CLOSED:
-                if self._process is not None:  # its exit code lands shortly after the EOF
-                    with anyio.move_on_after(1):
-                        await self._process.wait()
-                ended = self._ended()
-                self._crashed(f"during {what}: {ended}")
-                # The server may have acted before it died: say so as recovery would.
-                raise ToolError(
-                    f"mcp server {self.name!r} died during this call ({ended}). {OUTCOME_UNKNOWN}"
-                ) from None
-            raise ToolError(f"{what} on mcp server {self.name!r} failed: {error}") from None
-
-    def _crashed(self, how: str) -> None:
-        if self._dead:
-            return  # one crash, seen by several calls
-        self._dead = True
-        self._crashes += 1
-        self._crashed_at = time.monotonic()
-        log.warning(
-            "mcp server %r crashed %s (crash %d; restarted at the next call, at most %d times)",
-            self.name,
-            how,
-            self._crashes,
-            MAX_RESTARTS,
-        )
-
-    async def _running_session(self) -> ClientSession:
-        """The live session, starting the server again first if it died (bounded)."""
-        exited = self._process is not None and self._process.returncode is not None
-        if self.session is None or exited:
-            self._crashed(f"between calls: {self._ended()}")
-        async with self._restarting:
-            if self._dead:
-                await self._restart()
-        if self.session is None:
-            raise ToolError(f"mcp server {self.name!r} is not running")
-        return self.session
-
-    async def _restart(self) -> None:
-        if self._crashes > MAX_RESTARTS:
-            raise ToolError(
-                f"mcp server {self.name!r} is gone: it crashed {self._crashes} times, "
-                "and is not started again until the worker restarts"
+def server_tools(server: McpServer) -> list[Tool]:
+    """Its tools; one whose input schema is not a valid JSON Schema object is left out
+    (logged): every call to it would fail, and no input could be checked against it."""
+    tools: list[Tool] = []
+    for tool in server.listed_tools:
+        problem = _schema_problem(tool.input_schema)
+        if problem:
+            log.warning(
+                "mcp server %r: tool %r left out: its input schema is invalid (%s)",
+                server.name,
+                tool.name,
+                problem,
             )
-        backoff = RESTART_BACKOFF_SECONDS[min(self._crashes, len(RESTART_BACKOFF_SECONDS)) - 1]
-        await asyncio.sleep(max(0.0, self._crashed_at + backoff - time.monotonic()))
-        await self.close()
-        try:
-            await self.start()
-        except McpServerError as error:
-            self._crashed_at = time.monotonic()
-            self._crashes += 1
-            log.warning("mcp server %r: restart failed: %s", self.name, error)
-            raise ToolError(str(error)) from None
-        self._dead = False
-        log.warning("mcp server %r restarted after crash %d", self.name, self._crashes)
+        else:
+            tools.append(_CallTool(server, tool))
+    return [*tools, _ReadResourceTool(server)] if server.resources else tools
 
 
 def _schema_problem(schema: object) -> str:
@@ -350,19 +156,12 @@ def _schema_problem(schema: object) -> str:
     return ""
 
 
-def _process_of(transport: object) -> Process | None:
-    """The SDK keeps its server process private; peek at it only to report its exit code."""
-    frame = getattr(getattr(transport, "gen", None), "ag_frame", None)
-    process = cast(dict[str, object], getattr(frame, "f_locals", {})).get("process")
-    return process if isinstance(process, Process) else None
-
-
 class _CallTool:
     """One remote tool; not retry_safe, since a remote tool may have side effects."""
 
     flags = ToolFlags(retry_safe=False)
 
-    def __init__(self, server: _Server, tool: types.Tool) -> None:
+    def __init__(self, server: McpServer, tool: types.Tool) -> None:
         self.server, self.remote_name = server, tool.name
         self.name = tool_name(server.name, tool.name)
         self.description = tool.description or tool.title or tool.name
@@ -390,7 +189,7 @@ class _ReadResourceTool:
         "required": ["uri"],
     }
 
-    def __init__(self, server: _Server) -> None:
+    def __init__(self, server: McpServer) -> None:
         self.server = server
         self.name = tool_name(server.name, "read_resource")
         listed = "\n".join(

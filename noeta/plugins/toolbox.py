@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 
 from noeta.config import Config
 from noeta.core.errors import ConfigError
-from noeta.core.pin import Pin
-from noeta.core.tool import Tool
+from noeta.core.ports.pin import Pin
+from noeta.core.ports.tool import Tool
 from noeta.plugins.core.confinement import check_tools_at_start
 from noeta.plugins.loading import LoadedPlugin, load, pins_of
 
 if TYPE_CHECKING:  # only what runs tasks needs the runner; `noeta submit` lists tool names
-    from noeta.core.gates import Gate, GateRule
+    from noeta.core.ports.store import Store
+    from noeta.core.rules.gates import Gate, GateRule
     from noeta.core.runner.model_call import Providers
     from noeta.core.runner.task import TaskRunner
-    from noeta.core.store import Store
 
 
 @dataclass

@@ -16,10 +16,10 @@ from typing import Any, Literal
 from noeta import yamlfile
 from noeta.backends.models.registry import stored_spec
 from noeta.core.errors import ConfigError, PayloadError
-from noeta.core.payload import JSONValue
-from noeta.core.store import DEFAULT_PRIORITY, DEFAULT_QUEUE, check_key
-from noeta.core.store_values import MAX_PRIORITY
-from noeta.core.task_id import check_concurrency_key, check_task_id
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import DEFAULT_PRIORITY, DEFAULT_QUEUE, check_key
+from noeta.core.ports.store_values import MAX_PRIORITY
+from noeta.core.rules.task_id import check_concurrency_key, check_task_id
 from noeta.scheduler import slots
 
 Overlap = Literal["skip", "allow"]

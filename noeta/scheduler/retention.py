@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from noeta.core.errors import StoreError
-from noeta.core.retention import PruneRunning, Pruning
+from noeta.core.ports.retention import PruneRunning, Pruning
 
 log = logging.getLogger("noeta.scheduler")
 

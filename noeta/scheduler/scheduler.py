@@ -21,10 +21,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from noeta.client import job_tasks
-from noeta.core import events, failpoints
+from noeta.core import failpoints
 from noeta.core.errors import ConfigError, NoetaError, StoreError
-from noeta.core.retry import backoff_seconds
-from noeta.core.store import (
+from noeta.core.ports.store import (
     CronFire,
     Delivery,
     FireOutcome,
@@ -33,6 +32,8 @@ from noeta.core.store import (
     Store,
     cron_message_key,
 )
+from noeta.core.retry import backoff_seconds
+from noeta.core.rules import events
 from noeta.scheduler.cronfile import JobAction, MessageAction, Schedule, TaskAction
 from noeta.scheduler.slots import next_slot, slots_between
 

@@ -13,7 +13,7 @@ import asyncio
 import sys
 
 from noeta.backends.stores import open_store
-from noeta.core.store import Finish, NewEvent
+from noeta.core.ports.store import Finish, NewEvent
 
 RACE_QUEUE = "race"
 

@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self, cast
 
-from noeta.core.model import ToolCall
+from noeta.core.ports.model import ToolCall
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from noeta.core.errors import NoetaError
-from noeta.core.store import TaskRecord, TaskStatus
+from noeta.core.ports.store import TaskRecord, TaskStatus
 from noeta.web import task_page, timeline
 from noeta.web.site import PageError, Site, not_found, whole_number
 
@@ -101,9 +101,9 @@ class LiveFeed:
         self._tasks.append(asyncio.create_task(self._listen()))
 
     async def _listen(self) -> None:
-        store = await self._site.store()
-        sources: list[Callable[[], AsyncGenerator[str, None]]] = [
-            getattr(store, name) for name in ("finishes", "wakeups") if hasattr(store, name)
+        capabilities = (await self._site.store()).capabilities
+        sources = [
+            source for source in (capabilities.finishes, capabilities.wakeups) if source is not None
         ]
         listeners = [asyncio.create_task(self._forward(source)) for source in sources]
         try:

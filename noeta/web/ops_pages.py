@@ -10,8 +10,8 @@ from datetime import UTC
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from noeta.core.store import CronFireRecord
-from noeta.core.store_views import MAX_PAGE, HeldClaim
+from noeta.core.ports.store import CronFireRecord
+from noeta.core.ports.store_views import MAX_PAGE, HeldClaim
 from noeta.scheduler.slots import next_slot, zone
 from noeta.web.render import h, link, page, status_badge, table, url, utc
 from noeta.web.site import Site

@@ -12,8 +12,8 @@ from starlette.responses import HTMLResponse
 
 from noeta.client import AsyncClient
 from noeta.core.errors import ConfigError
-from noeta.core.store import Store
-from noeta.core.store_views import StoreViews
+from noeta.core.ports.store import Store
+from noeta.core.ports.store_views import StoreViews
 from noeta.scheduler.cronfile import Schedule
 from noeta.web.render import h, link, page
 from noeta.web.security import CsrfTokens, Sessions, new_token
@@ -45,10 +45,10 @@ class Site:
         return await self.client.store()
 
     async def views(self) -> StoreViews:
-        store = await self.client.store()
-        if not isinstance(store, StoreViews):
+        views = (await self.client.store()).capabilities.views
+        if views is None:
             raise ConfigError("this store offers no views for noeta web")
-        return store
+        return views
 
 
 def whole_number(text: str | None) -> int | None:

@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from noeta.core.errors import NoetaError, UnknownTask
-from noeta.core.store import TaskRecord, TaskStatus, check_key
-from noeta.core.store_views import COUNT_CAP, StatusCount, TaskCursor
+from noeta.core.ports.store import TaskRecord, TaskStatus, check_key
+from noeta.core.ports.store_views import COUNT_CAP, StatusCount, TaskCursor
 from noeta.web.render import h, link, page, status_badge, table, url, utc
 from noeta.web.site import PageError, Site
 

@@ -11,9 +11,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from noeta.core.errors import UnknownTask
-from noeta.core.runner.log import load_state, snapshot_version
-from noeta.core.store import TaskRecord, TaskStatus
-from noeta.core.store_views import LogEntry
+from noeta.core.ports.store import TaskRecord, TaskStatus
+from noeta.core.ports.store_views import LogEntry
+from noeta.core.task_loading import load_state, snapshot_version
 from noeta.web import timeline
 from noeta.web.render import form, h, link, page, scrubbed, status_badge, url, utc
 from noeta.web.site import PageError, Site, not_found, session_of, whole_number

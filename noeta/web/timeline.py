@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from noeta.core.store_views import LogEntry
+from noeta.core.ports.store_views import LogEntry
 from noeta.observability.span_record import SpanRecord
 from noeta.web.render import clock_time, folded, h, json_text, link, url
 
@@ -127,6 +127,16 @@ def _describe(
             return "tool", title, text(json_text(data.get("input")))
         case "ToolFinished":
             return _tool_finished(entry, data, context, text)
+        case "ToolResultCorrected":
+            # Never a rewrite: the settled "unknown" stays above; this says what it was.
+            badge = (
+                '<span class="badge recovered">'
+                + h(f"corrected: the result came late (epoch {data.get('from_epoch')})")
+                + "</span>"
+            )
+            css = "error" if data.get("is_error") else "tool"
+            title = f"tool result corrected ({data.get('call_id')})"
+            return css, title, badge + text(str(data.get("content") or ""))
         case "ToolWaiting":
             question = f"asks: {data.get('question')}"
             return (

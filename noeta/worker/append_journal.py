@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import IO, Any, cast
 
-from noeta.core.store import Claim, Continue, Delivery, NewEvent, NewTask, NextState, Store
+from noeta.core.ports.store import Claim, Continue, Delivery, NewEvent, NewTask, NextState, Store
 
 ENV = "NOETA_APPEND_JOURNAL"
 

@@ -11,9 +11,9 @@ import logging
 from collections.abc import Callable
 
 from noeta.core.errors import StoreError
+from noeta.core.ports.store import Claim, ClaimKey, Delivery, Store
+from noeta.core.ports.tool import BackgroundJob
 from noeta.core.retry import NO_JITTER, GaveUp, backoff_seconds, with_retries
-from noeta.core.store import Claim, ClaimKey, Delivery, Store
-from noeta.core.tool import BackgroundJob
 from noeta.plugins.core.bash import run_job
 
 log = logging.getLogger("noeta.worker.jobs")

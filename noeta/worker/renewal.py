@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 
 from noeta.core.errors import StoreError
+from noeta.core.ports.store import Claim, ClaimKey, Store
 from noeta.core.retry import backoff_seconds
-from noeta.core.store import Claim, ClaimKey, Store
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ log = logging.getLogger("noeta.worker")
 # imports anything after the worker's first claim, so a new lazy import is listed here.
 RUN_IMPORTS = (
     "encodings.utf_8_sig",  # a YAML file's decoding (noeta/yamlfile.py)
-    "jsonschema",  # a tool input's first check (noeta/core/tool_input.py)
+    "jsonschema",  # a tool input's first check (noeta/core/rules/tool_input.py)
     "noeta.backends.models.anthropic",  # the providers, and httpx
     "noeta.backends.models.openai",
     "noeta.backends.models.scripted",  # and yaml

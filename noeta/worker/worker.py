@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from noeta.core import failpoints, wakeups
+from noeta.core import failpoints
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
+from noeta.core.ports.store import CANCEL_KEY, MAX_CLAIM_BATCH, Claim, ClaimKey, LoadedTask, Store
 from noeta.core.retry import backoff_seconds
+from noeta.core.rules import wakeups
 from noeta.core.runner.task import RunResult, TaskRunner
-from noeta.core.store import CANCEL_KEY, MAX_CLAIM_BATCH, Claim, ClaimKey, LoadedTask, Store
 from noeta.observability import metrics, tracing
 from noeta.worker.jobs import JobManager
 from noeta.worker.renewal import Renewer
@@ -113,7 +114,7 @@ class Worker:
 
     async def _listen(self) -> None:
         """Wake the claim loop when a store says a task became claimable in our queues."""
-        notifications = getattr(self.store, "wakeups", None)
+        notifications = self.store.capabilities.wakeups
         if notifications is None:
             return  # sqlite: the poll alone
         listening = False

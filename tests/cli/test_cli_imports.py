@@ -22,7 +22,7 @@ from noeta.cli.main import cli
 HEAVY = (
     "noeta.worker",
     "noeta.core.runner",
-    "noeta.core.fold",
+    "noeta.core.rules.fold",
     "noeta.backends.models.anthropic",
     "noeta.backends.models.openai",
     "noeta.observability.export",

@@ -90,8 +90,8 @@ def test_bad_input_is_one_line_and_changes_nothing(
 async def take_the_budget(store_url: str) -> None:
     """One call under `scripted/*`, made here: the next one must wait its slot."""
     from noeta.backends.stores import open_store
-    from noeta.core.model_limits import ModelBudget, ModelLimiter
-    from noeta.core.store import NewEvent, NewTask
+    from noeta.core.ports.model_limits import ModelBudget, ModelLimiter
+    from noeta.core.ports.store import NewEvent, NewTask
 
     store = await open_store(store_url)
     try:

@@ -6,9 +6,9 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from noeta.cli.progress import TaskProgress, Written, elapsed, fit
-from noeta.core import events as ev
-from noeta.core.model import Text, ToolCall
+from noeta.core.ports.model import Text, ToolCall
 from noeta.core.retry import ModelRetry
+from noeta.core.rules import events as ev
 
 
 def progress_of(*log: ev.Event, epochs: tuple[tuple[int, str], ...] = ()) -> TaskProgress:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.core.store import NewEvent, NewTask
+from noeta.core.ports.store import NewEvent, NewTask
 
 NOETA = str(Path(sys.executable).parent / "noeta")
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from noeta.backends.stores import open_store
 from noeta.cli.progress import TaskProgress
 from noeta.cli.status_line import CLEAR, StatusLine
-from noeta.core import events
-from noeta.core.store import NewEvent, NewTask
+from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.rules import events
 
 
 async def test_a_fault_in_the_line_never_fails_an_append_that_landed(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.core import events
-from noeta.core.store import Finish, NewEvent, TaskStatus
+from noeta.core.ports.store import Finish, NewEvent, TaskStatus
+from noeta.core.rules import events
 from tests.cli.test_run import EXAMPLE, noeta, one_line_error
 
 CORE_TOOLS = [

@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 
 import noeta
-from noeta.core.tool import ToolContext
+from noeta.core.ports.tool import ToolContext
 
 
 def ledger() -> Path:

@@ -13,9 +13,9 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.client import AsyncClient
-from noeta.core import events
 from noeta.core.errors import TaskCancelled
-from noeta.core.store import CANCEL_KEY, Delivery, NewEvent, NewTask, Store
+from noeta.core.ports.store import CANCEL_KEY, Delivery, NewEvent, NewTask, Store
+from noeta.core.rules import events
 from tests.client import jobs_for_tests
 from tests.worker.conftest import WorkerProcess
 

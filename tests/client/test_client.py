@@ -11,8 +11,8 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.client import AsyncClient
-from noeta.core import events
 from noeta.core.errors import NoetaError, TaskCancelled, TaskFailed
+from noeta.core.rules import events
 from tests.client import jobs_for_tests
 from tests.worker.conftest import WorkerProcess
 

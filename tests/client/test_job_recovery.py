@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from noeta.client import AsyncClient
-from noeta.core import events
 from noeta.core.errors import TaskFailed
-from noeta.core.tool import OUTCOME_UNKNOWN
+from noeta.core.ports.tool import OUTCOME_UNKNOWN
+from noeta.core.rules import events
 from tests.client import jobs_for_tests
 from tests.worker.conftest import WorkerProcess, lapse_the_lease
 

@@ -13,8 +13,8 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.client import AsyncClient, Client, Submission
-from noeta.core import events
 from noeta.core.errors import ConfigError, PayloadError
+from noeta.core.rules import events
 from tests.worker.conftest import WorkerProcess
 
 

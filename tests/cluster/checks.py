@@ -8,7 +8,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from noeta.core.store import InboxEntry, Store, StoredEvent, TaskStatus
+from noeta.core.ports.store import InboxEntry, Store, StoredEvent, TaskStatus
 from tests.cluster.fanout import CANCELLED_PARENT, OUTBOX
 from tests.cluster.hook_checks import check_notifications
 from tests.cluster.invariants import check_log

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from noeta.core.store import InboxEntry, StoredEvent
+from noeta.core.ports.store import InboxEntry, StoredEvent
 from tests.cluster.fanout import OUTBOX
 
 EVENTS = "events.log"  # the plugin's ledger: "<task> <seq> <type>" per event it was given

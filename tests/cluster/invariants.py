@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from noeta.core.store import CANCEL_KEY, InboxEntry, StoredEvent
+from noeta.core.ports.store import CANCEL_KEY, InboxEntry, StoredEvent
 
 # Events that take an inbox entry, and the field naming it.
 _TAKES = {

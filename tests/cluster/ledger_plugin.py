@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import Tool, ToolContext, ToolFlags, ToolOutput
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import Tool, ToolContext, ToolFlags, ToolOutput
 
 
 class Record:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from psycopg.conninfo import make_conninfo
 
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 from noeta.testing.fault_proxy import FaultProxy
 from tests.cluster.server import ClusterServer, host_and_port
 
@@ -45,6 +45,8 @@ class Cluster:
     scheduler: subprocess.Popen[bytes] | None = None
     proxies: dict[str, FaultProxy] = field(default_factory=dict)
     timeline: list[tuple[float, str]] = field(default_factory=list)
+    # (worker name, wall-clock time it was started): which process life an event is of.
+    starts: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def env(self) -> dict[str, str]:
@@ -85,6 +87,7 @@ class Cluster:
             "NOETA_APPEND_JOURNAL": str(self.scratch / f"journal-{name}"),
         }
         output = (self.scratch / f"{name}.log").open("a")
+        self.starts.append((name, time.time()))
         self.workers[name] = subprocess.Popen(
             command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=REPOSITORY
         )

@@ -164,6 +164,11 @@ async def verdict(
     output = cluster.worker_output()
     chaos.landed["claim-commit-unknown"] = output.count(CLAIM_REPLY_LOST)
     seen = counters.count(logs, output)
+    kept = {record.id: await store.late_results(record.id) for record in records}
+    fates = counters.late_result_fates(logs, kept, output)
+    infrastructure = counters.infrastructure_failures(logs)
+    twice = counters.requests_sent_twice_by_one_process(logs, kept, cluster.starts)
+    problems += [f"failed for infrastructure: {each}" for each in infrastructure]
     seen.update(counted(await store.read_inbox(OUTBOX, untaken_only=False), cluster.scratch))
     if not any(r.status.finished for r in records) or not sum(chaos.landed.values()):
         problems.append("the run did nothing: no task finished or no fault landed")
@@ -178,6 +183,11 @@ async def verdict(
     print("faults landed: " + ", ".join(f"{n} {k}" for k, n in sorted(chaos.landed.items())))
     print("counted: " + ", ".join(f"{n} {what}" for what, n in seen.items()))
     print(f"takeover time: {counters.percentiles(counters.takeover_seconds(logs, output))}")
+    print(f"late tool results: {counters.late_result_ratio(fates)}")
+    print(f"tasks or turns failed for infrastructure: {len(infrastructure)}")
+    print(f"model requests sent twice by one worker process: {len(twice)}")
+    for each in twice[:10]:
+        print(f"  sent twice: {each}")
     for each in short:
         print(f"MINIMUM CHAOS NOT MET: {each}")
     if problems:

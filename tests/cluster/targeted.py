@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from noeta.core.errors import Conflict
-from noeta.core.store import NewEvent
+from noeta.core.ports.store import NewEvent
 from tests.cluster.processes import LEASE, Cluster
 from tests.cluster.workload import Workload
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from noeta.core.store import CANCEL_KEY, InboxEntry, StoredEvent
+from noeta.core.ports.store import CANCEL_KEY, InboxEntry, StoredEvent
 from tests.cluster.invariants import check_log
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from noeta.core import subtasks
-from noeta.core.store import InboxEntry, StoredEvent, TaskStatus
+from noeta.core.ports.store import InboxEntry, StoredEvent, TaskStatus
+from noeta.core.rules import subtasks
 from tests.cluster import fanout
 from tests.cluster.hook_checks import on_event_gaps
 from tests.cluster.tree_checks import check_trees, worktrees_left

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from noeta.core import subtasks
-from noeta.core.store import InboxEntry, StoredEvent, TaskStatus
+from noeta.core.ports.store import InboxEntry, StoredEvent, TaskStatus
+from noeta.core.rules import subtasks
 from tests.cluster.fanout import GitFailed, git, root_of
 
 Logs = dict[str, list[StoredEvent]]

@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from noeta.core import events
 from noeta.core.errors import StoreError
-from noeta.core.store import CANCEL_KEY, Delivery, NewEvent, NewTask, Store
+from noeta.core.ports.store import CANCEL_KEY, Delivery, NewEvent, NewTask, Store
+from noeta.core.rules import events
 from tests.cluster import fanout
 
 SCRIPTS = Path(__file__).parent / "scripted"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from noeta.core import snapshot
-from noeta.core.conversation import Conversation
-from noeta.core.events import ModelReplied, TaskCreated, ToolFinished, ToolStarted
-from noeta.core.fold import LoggedEvent, fold
-from noeta.core.model import Message, Text, ToolCall
+from noeta.core.ports.model import Message, Text, ToolCall
+from noeta.core.rules import snapshot
+from noeta.core.rules.conversation import Conversation
+from noeta.core.rules.events import ModelReplied, TaskCreated, ToolFinished, ToolStarted
+from noeta.core.rules.fold import LoggedEvent, fold
 
 
 def long_log(turns: int) -> list[LoggedEvent]:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from noeta.core import payload, snapshot
-from noeta.core.events import (
+from noeta.core.ports import payload
+from noeta.core.ports.model import Text, ToolCall, Usage
+from noeta.core.ports.pin import Pin
+from noeta.core.rules import snapshot
+from noeta.core.rules.events import (
     EVENT_TYPES,
     CallRequested,
     JobFinished,
@@ -26,6 +29,7 @@ from noeta.core.events import (
     TaskFinished,
     ToolAnswered,
     ToolFinished,
+    ToolResultCorrected,
     ToolStarted,
     ToolWaiting,
     TurnEnded,
@@ -35,9 +39,7 @@ from noeta.core.events import (
     decode,
     encode,
 )
-from noeta.core.fold import LoggedEvent, fold
-from noeta.core.model import Text, ToolCall, Usage
-from noeta.core.pin import Pin
+from noeta.core.rules.fold import LoggedEvent, fold
 
 EXAMPLES = [
     TaskCreated("scripted:x.yaml", "prompt \x00 with NUL", True, "system", 100, ("Bash", "Read")),
@@ -68,6 +70,7 @@ EXAMPLES = [
     SubtaskReturned("t.c4.1", "done", 8),
     PluginRecord("notify", {"through": 12}),
     ModelCallCut(3, "worker_lost"),
+    ToolResultCorrected("c1", "the real result", False, 2),
     TurnEnded("failed", "", "llm_error: x"),
     TaskFinished("done", "4", ""),
 ]

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from noeta.core.fold import fold
-from noeta.core.model import ToolCall
-from noeta.core.next_action import next_action
-from noeta.core.runner.log import to_logged
-from noeta.core.store import StoredEvent
+from noeta.core.ports.model import ToolCall
+from noeta.core.ports.store import StoredEvent
+from noeta.core.rules.fold import fold
+from noeta.core.rules.next_action import next_action
+from noeta.core.task_loading import to_logged
 
 LOGS = Path(__file__).parent / "logs"
 NAMES = sorted(path.stem for path in LOGS.glob("*.jsonl"))

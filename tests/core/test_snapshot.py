@@ -11,8 +11,10 @@ import marshal
 import zlib
 from pathlib import Path
 
-from noeta.core import snapshot
-from noeta.core.events import (
+from noeta.core.ports.model import ToolCall
+from noeta.core.ports.plugin import Pin
+from noeta.core.rules import snapshot
+from noeta.core.rules.events import (
     ModelCalled,
     ModelReplied,
     PluginsPinned,
@@ -21,9 +23,8 @@ from noeta.core.events import (
     ToolStarted,
     WakeupScheduled,
 )
-from noeta.core.fold import LoggedEvent, TaskState, fold
-from noeta.core.model import ToolCall
-from noeta.core.plugin import Pin
+from noeta.core.rules.fold import LoggedEvent, fold
+from noeta.core.rules.task_state import TaskState
 
 WRITTEN_BEFORE_THE_PIN_TYPE = Path(__file__).parent / "snapshots" / "pins_and_wakeups.bin"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from noeta.core.errors import PayloadError
+from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.rules.task_id import MAX_TASK_ID_CHARS, check_task_id, workspace_folder
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import NewEvent, NewTask
-from noeta.core.task_id import MAX_TASK_ID_CHARS, check_task_id, workspace_folder
 
 
 def short(value: object) -> str:

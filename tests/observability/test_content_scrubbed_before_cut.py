@@ -9,10 +9,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from noeta.backends.models.registry import ProviderRegistry
-from noeta.core.payload import JSONValue
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import Store
+from noeta.core.ports.tool import ToolContext, ToolFlags, ToolOutput
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Store
-from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
 from noeta.observability import export
 from noeta.observability.steps import MAX_CONTENT_CHARS
 

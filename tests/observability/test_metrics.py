@@ -12,11 +12,11 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
-from noeta.core import events
 from noeta.core.errors import Conflict
-from noeta.core.queue_settings import QueueChange, queue_settings_store
+from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
+from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import NewEvent, NewTask, Store
 from noeta.observability import instruments, metrics, observed
 
 

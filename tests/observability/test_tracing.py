@@ -17,11 +17,11 @@ from opentelemetry.trace import StatusCode
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
-from noeta.core import events
-from noeta.core.payload import JSONValue
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import Claim, NewEvent, NewTask, Store
+from noeta.core.ports.tool import ToolContext, ToolFlags, ToolOutput
+from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Claim, NewEvent, NewTask, Store
-from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
 from noeta.observability import export, observed, tracing
 from noeta.observability.span_record import SpanRecord
 

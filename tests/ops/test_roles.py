@@ -26,7 +26,7 @@ from psycopg import errors, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores import open_store
-from noeta.core.store import Finish, NewEvent, NewTask, Store
+from noeta.core.ports.store import Finish, NewEvent, NewTask, Store
 from noeta.testing.command_line import store_in_environment
 from noeta.testing.store_contract import StoreContract
 from noeta.testing.store_contract.retention import RetentionContract

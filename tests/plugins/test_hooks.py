@@ -17,11 +17,11 @@ import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
-from noeta.core import events
-from noeta.core.fold import LoggedEvent
-from noeta.core.hooks import TaskView
+from noeta.core.ports.hooks import TaskView
+from noeta.core.ports.store import Delivery, NewEvent, NewTask, Store
+from noeta.core.rules import events
+from noeta.core.rules.fold import LoggedEvent
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Delivery, NewEvent, NewTask, Store
 from noeta.plugins.loading import PluginSpec, load
 
 REPOSITORY = Path(__file__).parents[2]

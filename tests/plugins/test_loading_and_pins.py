@@ -13,8 +13,8 @@ from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
 from noeta.config import load_config
 from noeta.core.errors import ConfigError
+from noeta.core.ports.store import Store
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Store
 from noeta.core.task import LOAD_ATTEMPTS
 from noeta.plugins.loading import PluginSpec, load, pins_of
 from tests.core.runner.test_runner import create, script
@@ -91,7 +91,7 @@ async def test_pins_are_logged_at_first_start_and_again_when_they_change(
     changed = pins_of([load(PluginSpec("module", "greeter_plugin", {"greeting": "yo"}))])
     claim = await store.claim_task("w", "t", 60)
     assert claim is None  # waiting for a message; give it one
-    from noeta.core.store import Delivery
+    from noeta.core.ports.store import Delivery
 
     await store.deliver(Delivery("t", {"text": "hi"}))
     claim = await store.claim_task("w", "t", 60)
@@ -108,8 +108,8 @@ async def test_a_worker_lacking_a_pinned_plugin_writes_nothing_then_fails_the_ta
     pins = pins_of([load(PluginSpec("module", "greeter_plugin"))])
     claim = await store.claim_task("w", "t", 60)
     assert claim is not None
-    from noeta.core import events
-    from noeta.core.store import NewEvent
+    from noeta.core.ports.store import NewEvent
+    from noeta.core.rules import events
 
     await store.append(claim, 1, [NewEvent(*events.encode(events.PluginsPinned(pins)))])
     await store.release(claim)

@@ -10,8 +10,8 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.core.errors import ConfigError
-from noeta.core.queue_settings import QueueChange, queue_settings_store
-from noeta.core.store import Store
+from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
+from noeta.core.ports.store import Store
 from noeta.scheduler.cronfile import JobAction, TaskAction, load_cron_files
 from noeta.scheduler.scheduler import Scheduler, check_job_schedules
 from tests.client import jobs_for_tests

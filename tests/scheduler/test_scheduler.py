@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.core.store import FireOutcome, Store
+from noeta.core.ports.store import FireOutcome, Store
 from noeta.scheduler.cronfile import MessageAction, Schedule, TaskAction
 from noeta.scheduler.scheduler import MISSED_AFTER, Scheduler, task_id_for
 from noeta.testing.store_contract import created

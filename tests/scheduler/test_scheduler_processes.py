@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from noeta.core import events
-from noeta.core.store import FireOutcome, NewEvent, NewTask, Store
+from noeta.core.ports.store import FireOutcome, NewEvent, NewTask, Store
+from noeta.core.rules import events
 from noeta.scheduler.scheduler import task_id_for
 from tests.worker.conftest import (
     NoetaProcess,

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.core.retention import Pruning
-from noeta.core.store import Finish, NewEvent, Store
+from noeta.core.ports.retention import Pruning
+from noeta.core.ports.store import Finish, NewEvent, Store
 from noeta.testing.store_contract.fixtures import LEASE, created
 
 

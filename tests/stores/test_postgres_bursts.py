@@ -12,7 +12,7 @@ import pytest
 
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
 from noeta.core.errors import CommitUnknown, StoreUnavailable
-from noeta.core.store import NewEvent
+from noeta.core.ports.store import NewEvent
 from noeta.testing.store_contract import LEASE, created
 
 

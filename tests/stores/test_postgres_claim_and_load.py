@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from noeta.backends.stores.postgres.claimed import claimed_tasks
-from noeta.core.store import Snapshot
+from noeta.core.ports.store import Snapshot
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -18,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from noeta.backends.stores.embedded import EmbeddedPostgres
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
-from noeta.core.store import NewEvent
+from noeta.core.ports.store import NewEvent
 from noeta.testing.store_contract import LEASE, created
 from tests.worker.test_store_outage import private_server
 

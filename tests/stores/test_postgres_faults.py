@@ -14,7 +14,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
 from noeta.core.errors import CommitUnknown, StoreUnavailable
-from noeta.core.store import Delivery, NewEvent
+from noeta.core.ports.store import Delivery, NewEvent
 from noeta.testing.fault_proxy import FaultProxy
 from noeta.testing.store_contract import created
 

@@ -10,7 +10,7 @@ import pytest
 
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.core.errors import Conflict
-from noeta.core.store import Finish, NewEvent, TaskStatus
+from noeta.core.ports.store import Finish, NewEvent, TaskStatus
 from noeta.testing.store_contract import created
 
 

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.core.model_limits import ModelLimiter
+from noeta.core.ports.model_limits import ModelLimiter
 
 WAITING_ON_A_LOCK = """
 SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %(like)s

@@ -9,7 +9,7 @@ import asyncio
 import psycopg
 
 from noeta.backends.stores import open_store
-from noeta.core.store import Finish, NewEvent
+from noeta.core.ports.store import Finish, NewEvent
 from noeta.testing.store_contract.fixtures import created
 from noeta.testing.store_contract.retention import finish
 

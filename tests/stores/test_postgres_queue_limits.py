@@ -10,8 +10,8 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.backends.stores.postgres import CLAIM_NEXT_TASK
-from noeta.core.queue_settings import QueueChange, queue_settings_store
-from noeta.core.store import TaskStatus
+from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
+from noeta.core.ports.store import TaskStatus
 from noeta.testing.store_contract.fixtures import LEASE, created
 
 # (The start of the claim statement: pg_stat_activity keeps only its first kilobyte.)

@@ -11,7 +11,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores.postgres import PostgresStore
-from noeta.core.store import Delivery, NewEvent, NewTask, Wait
+from noeta.core.ports.store import Delivery, NewEvent, NewTask, Wait
 from noeta.testing.store_contract import created
 
 

@@ -13,7 +13,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
 from noeta.core.errors import CommitUnknown
-from noeta.core.store import Claim, NewEvent
+from noeta.core.ports.store import Claim, NewEvent
 from noeta.testing.fault_proxy import FaultProxy
 from noeta.testing.pg_frames import FrontendReader
 from noeta.testing.store_contract import created

@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from noeta.backends.stores import open_store
 from noeta.core.errors import Conflict
-from noeta.core.store import (
+from noeta.core.ports.store import (
     Claim,
     Delivery,
     Finish,

@@ -10,8 +10,8 @@ from starlette.testclient import TestClient
 
 from noeta.backends.stores import open_store
 from noeta.client import AsyncClient
-from noeta.core import events
-from noeta.core.store import Claim, NewEvent, NewTask, NextState, Store, Wait
+from noeta.core.ports.store import Claim, NewEvent, NewTask, NextState, Store, Wait
+from noeta.core.rules import events
 from noeta.web.app import create_app
 from noeta.web.site import Site
 

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from noeta.core import events
-from noeta.core.model import ToolCall
-from noeta.core.store import CANCEL_KEY, Store, Wait
+from noeta.core.ports.model import ToolCall
+from noeta.core.ports.store import CANCEL_KEY, Store, Wait
+from noeta.core.rules import events
 from tests.cli.test_nondumpable import shared_dir, unprivileged_prefix
 from tests.web.conftest import TOKEN, task_with_log
 from tests.web.test_actions import form_fields

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 from starlette.testclient import TestClient
 
-from noeta.core import events
-from noeta.core.model import ToolCall
-from noeta.core.store import CANCEL_KEY, Store, Wait
+from noeta.core.ports.model import ToolCall
+from noeta.core.ports.store import CANCEL_KEY, Store, Wait
+from noeta.core.rules import events
 from noeta.web.security import CsrfTokens
 from tests.web.conftest import TOKEN, task_with_log
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import noeta
-from noeta.core.store import TaskStatus
+from noeta.core.ports.store import TaskStatus
 from noeta.testing.command_line import store_in_environment
 from tests.web.cdp import Chromium, find_chromium
 

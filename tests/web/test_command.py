@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from noeta.core import events
-from noeta.core.store import Finish, Store
+from noeta.core.ports.store import Finish, Store
+from noeta.core.rules import events
 from noeta.testing.command_line import store_in_environment
 from tests.web.conftest import TOKEN, encoded, task_with_log
 

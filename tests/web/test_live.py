@@ -17,8 +17,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from noeta.client import AsyncClient
-from noeta.core import events
-from noeta.core.store import Finish, Store, TaskStatus
+from noeta.core.ports.store import Finish, Store, TaskStatus
+from noeta.core.rules import events
 from noeta.web.live import LiveFeed
 from noeta.web.site import Site
 from tests.web.conftest import TOKEN, encoded, task_with_log

@@ -14,9 +14,9 @@ from starlette.testclient import TestClient
 
 from noeta.backends.stores import open_store
 from noeta.client import AsyncClient
-from noeta.core import events
-from noeta.core.model import Text, ToolCall, Usage
-from noeta.core.store import Store
+from noeta.core.ports.model import Text, ToolCall, Usage
+from noeta.core.ports.store import Store
+from noeta.core.rules import events
 from noeta.observability.span_record import SpanRecord
 from noeta.scheduler.cronfile import MessageAction, Schedule
 from noeta.web.app import create_app
@@ -239,7 +239,7 @@ async def test_a_model_request_re_sent_after_a_takeover_is_marked(
 async def test_a_nul_in_one_stored_prompt_leaves_the_text_search_working(
     store: Store, web: Callable[..., TestClient]
 ) -> None:
-    from noeta.core.store import NewTask
+    from noeta.core.ports.store import NewTask
 
     created = events.TaskCreated(model="scripted:x.yaml", prompt="odd \x00 prompt")
     assert await store.create_task(NewTask("with-nul", encoded(created)))
@@ -248,3 +248,18 @@ async def test_a_nul_in_one_stored_prompt_leaves_the_text_search_working(
     found = http.get("/tasks", params={"text": "findable"})
     assert found.status_code == 200 and "findable" in found.text
     assert "with-nul" in http.get("/tasks", params={"text": "odd"}).text
+
+
+async def test_a_correction_shows_beside_the_unknown_it_corrects(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    from noeta.core.ports.tool import OUTCOME_UNKNOWN
+
+    unknown = events.ToolFinished("c7", OUTCOME_UNKNOWN, True, recovery="unknown")
+    corrected = events.ToolResultCorrected("c7", "<the real result>", False, 1)
+    await task_with_log(store, "corrected", [unknown, corrected])
+    page = web().get("/tasks/corrected").text
+    assert "outcome unknown: it may or may not have happened" in page  # never rewritten
+    assert "tool result corrected (c7)" in page
+    assert "corrected: the result came late (epoch 1)" in page
+    assert "&lt;the real result&gt;" in page

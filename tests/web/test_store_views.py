@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.core import events
-from noeta.core.store import NewTask, Store, TaskStatus
-from noeta.core.store_views import StoreViews, TaskCursor
+from noeta.core.ports.store import NewTask, Store, TaskStatus
+from noeta.core.ports.store_views import StoreViews, TaskCursor
+from noeta.core.rules import events
 from tests.web.conftest import encoded
 
 

@@ -16,9 +16,9 @@ import psycopg
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.core import events
-from noeta.core.store import NewEvent, NewTask, Store
-from noeta.core.task_id import workspace_folder
+from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.rules import events
+from noeta.core.rules.task_id import workspace_folder
 
 
 class NoetaProcess:

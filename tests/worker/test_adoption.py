@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 
 from .conftest import WorkerProcess, add_task, log_types, status_of, until, workspace_of
 

@@ -10,7 +10,7 @@ import pytest
 
 from noeta.backends.stores.sqlite import SqliteStore
 from noeta.core.errors import Conflict
-from noeta.core.store import NewEvent
+from noeta.core.ports.store import NewEvent
 from noeta.testing.store_contract import created
 from noeta.worker.append_journal import ENV, journaled
 

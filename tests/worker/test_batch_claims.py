@@ -16,7 +16,7 @@ import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.config import Config
-from noeta.core.store import ClaimedTask, LoadedTask, Store
+from noeta.core.ports.store import ClaimedTask, LoadedTask, Store
 from noeta.plugins.toolbox import Toolbox
 from noeta.worker.worker import Worker, WorkerSettings
 

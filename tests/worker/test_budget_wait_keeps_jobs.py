@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from noeta.core.model_limits import ModelLimiter
-from noeta.core.store import Store
+from noeta.core.ports.model_limits import ModelLimiter
+from noeta.core.ports.store import Store
 
 from .conftest import WorkerProcess, add_task, log_types, status_of, until, workspace_of
 

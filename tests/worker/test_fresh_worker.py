@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 
 from .conftest import WorkerProcess, add_task, status_of, until
 

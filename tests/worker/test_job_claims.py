@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 
 from .conftest import (
     WorkerProcess,

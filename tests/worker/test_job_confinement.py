@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 from noeta.plugins.core.landlock import kernel_availability
 
 from .conftest import WorkerProcess, add_task, status_of, until

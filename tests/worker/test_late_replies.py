@@ -9,8 +9,8 @@ import signal
 from collections.abc import Callable
 from typing import Any, cast
 
-from noeta.core import events
-from noeta.core.store import NewEvent, NewTask, Store
+from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.rules import events
 from noeta.testing.fake_providers import FakeAnthropic, Reply
 from noeta.testing.otlp_receiver import OtlpReceiver
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from noeta.core.store import Store
-from noeta.core.tool import OUTCOME_UNKNOWN
+from noeta.core.ports.store import Store
+from noeta.core.ports.tool import OUTCOME_UNKNOWN
 
 from .conftest import (
     WorkerProcess,

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from noeta.core import events, subtasks
-from noeta.core.store import NewEvent, NewTask, Store
+from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.rules import events, subtasks
 from tests.core.runner.test_subtasks import agent, git, git_workspace
 
 from .conftest import WorkerProcess, status_of, until

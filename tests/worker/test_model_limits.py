@@ -9,9 +9,9 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from noeta.core import events
-from noeta.core.model_limits import ModelLimiter
-from noeta.core.store import NewEvent, NewTask, Store
+from noeta.core.ports.model_limits import ModelLimiter
+from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.rules import events
 from noeta.testing.fake_providers import FakeAnthropic
 
 from .conftest import WorkerProcess, log_types, status_of, until

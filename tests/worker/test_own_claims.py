@@ -17,8 +17,8 @@ import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.config import Config
-from noeta.core.store import Claim, ClaimedTask, ClaimKey, Store
-from noeta.core.task_id import workspace_folder
+from noeta.core.ports.store import Claim, ClaimedTask, ClaimKey, Store
+from noeta.core.rules.task_id import workspace_folder
 from noeta.plugins.toolbox import Toolbox
 from noeta.worker.worker import Worker, WorkerSettings
 

@@ -10,7 +10,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 from noeta.testing.otlp_receiver import OtlpReceiver
 
 from .conftest import WorkerProcess, add_task, status_of, until

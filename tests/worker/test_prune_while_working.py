@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 
 from noeta.client import AsyncClient, Submission
-from noeta.core.retention import PruneCounts, Pruning
-from noeta.core.store import Delivery, NewEvent, Snapshot, Store, Wait
+from noeta.core.ports.retention import PruneCounts, Pruning
+from noeta.core.ports.store import Delivery, NewEvent, Snapshot, Store, Wait
 from noeta.testing.store_contract.bulk import bulk
 from noeta.testing.store_contract.fixtures import LEASE, created
 from noeta.testing.store_contract.retention import finish

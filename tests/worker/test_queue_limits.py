@@ -19,9 +19,9 @@ from typing import Any
 
 import psycopg
 
-from noeta.core import events
-from noeta.core.queue_settings import QueueChange, queue_settings_store
-from noeta.core.store import NewEvent, NewTask, Store
+from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
+from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.rules import events
 
 from .conftest import WorkerProcess, status_of, until
 

@@ -11,7 +11,7 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.core.errors import StoreUnavailable
-from noeta.core.store import Claim, Store
+from noeta.core.ports.store import Claim, Store
 from noeta.testing.store_contract import created
 from noeta.worker.renewal import Renewer
 

@@ -14,8 +14,8 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
-from noeta.core.store import Claim, Store
-from noeta.core.tool import BackgroundJob
+from noeta.core.ports.store import Claim, Store
+from noeta.core.ports.tool import BackgroundJob
 from noeta.testing.postgres import TEST_SETTINGS
 from noeta.worker.jobs import JobManager
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 from tests.worker.conftest import NoetaProcess, add_task, status_of, until
 
 SECRET = "hunter2-on-argv"

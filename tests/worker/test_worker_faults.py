@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 
 from .conftest import (
     WorkerProcess,
@@ -314,12 +314,16 @@ async def test_a_connection_killed_under_an_append_is_a_lost_claim(
         row = admin.execute(waiting).fetchone()
         assert row is not None
         admin.execute("SELECT pg_terminate_backend(%s)", (row[0],))
-
-        async def noticed() -> bool:
-            return "task t: claim lost (lost the connection" in worker.log()
-
-        await until(noticed, "the worker treats the claim as lost")
+        # Released at once: the cut append was the model reply's, and the worker keeps the
+        # reply for the next claimer (ADR-0082) before it reports the claim lost; the
+        # keep's row in late_results takes a key-share lock on this very task row.
         blocker.rollback()
+
+    async def noticed() -> bool:
+        return "task t: claim lost (lost the connection" in worker.log()
+
+    await until(noticed, "the worker treats the claim as lost")
+    assert "noeta model reply, epoch 1 came after epoch 1's claim was gone; kept" in worker.log()
     # It gave the claim up; the store still records it until its lease lapses.
     assert await lapse_the_lease(postgres_url, "t") == 1
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict
 
-from noeta.core import events
-from noeta.core.store import NewEvent, NewTask, Store
+from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.rules import events
 from noeta.observability.span_record import SpanRecord
 from noeta.testing.fake_providers import FakeOpenAI, HttpError
 from noeta.testing.otlp_receiver import OtlpReceiver, ReceivedSpan

@@ -7,8 +7,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from noeta.core import events
-from noeta.core.store import NewEvent, NewTask, Store
+from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.rules import events
 from tests.worker.conftest import WorkerProcess, status_of, until
 
 

@@ -1,1 +1,1 @@
-"""Adapters for the model port (`noeta.core.model.Provider`), one module per LLM API."""
+"""Adapters for the model port (`noeta.core.ports.model.Provider`), one module per LLM API."""

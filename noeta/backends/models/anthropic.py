@@ -17,7 +17,7 @@ from noeta.backends.models.wire import (
     member,
 )
 from noeta.core.errors import ConfigError
-from noeta.core.model import (
+from noeta.core.ports.model import (
     Block,
     Message,
     ModelReply,

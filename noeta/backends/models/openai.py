@@ -20,7 +20,7 @@ from noeta.backends.models.wire import (
     member,
 )
 from noeta.core.errors import ConfigError
-from noeta.core.model import (
+from noeta.core.ports.model import (
     Message,
     ModelReply,
     ModelRequest,

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from noeta.core.errors import ConfigError
-from noeta.core.model import Provider
+from noeta.core.ports.model import Provider
 
 KNOWN = ("anthropic", "openai", "scripted")
 

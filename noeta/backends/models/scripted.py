@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from noeta import yamlfile
 from noeta.core.errors import ConfigError
-from noeta.core.model import (
+from noeta.core.ports.model import (
     Message,
     ModelReply,
     ModelRequest,

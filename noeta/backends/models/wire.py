@@ -15,7 +15,7 @@ from typing import TypeVar
 import httpx
 
 from noeta.core.errors import ConfigError, PayloadError
-from noeta.core.model import ModelReply, ProviderError
+from noeta.core.ports.model import ModelReply, ProviderError
 
 T = TypeVar("T")
 

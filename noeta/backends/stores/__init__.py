@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from noeta.backends.stores.migrations import Migration
 from noeta.backends.stores.urls import check_postgres_url
 from noeta.core.errors import ConfigError, StoreUnavailable
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 
 STORE_ENV = "NOETA_STORE"
 _POSTGRES_SCHEMES = ("postgresql", "postgres")

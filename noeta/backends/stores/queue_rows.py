@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from noeta.core.queue_settings import QueueChange, QueueOverview, QueueSettings, Rate
-from noeta.core.store import check_key
+from noeta.core.ports.queue_settings import QueueChange, QueueOverview, QueueSettings, Rate
+from noeta.core.ports.store import check_key
 
 TOP_KEYS = 5  # the busiest keys of a queue an overview names
 

@@ -3,7 +3,9 @@
 A half-done call (ToolStarted, no ToolFinished) is settled in this order: the result its
 own run kept when its claim was gone (a late result, ADR-040); the tool's own `recover`,
 given the same idempotency key; a re-run, if the tool is `retry_safe` and has started
-fewer than `tool.MAX_ATTEMPTS` times; else an error result saying its outcome is unknown.
+fewer than `tool.MAX_ATTEMPTS` times; the result its worker keeps within a short grace,
+if that worker is known alive (ADR-0083); else an error result saying its outcome is
+unknown.
 Recovered calls do not pass the gates again: they were allowed when they ran.
 """
 
@@ -13,15 +15,12 @@ import asyncio
 import inspect
 import logging
 
-from noeta.core import failpoints, subtasks, wakeups
+from noeta.core import failpoints
 from noeta.core.errors import StoreError
-from noeta.core.events import JobStarted, ToolFinished, ToolStarted, ToolWaiting, WakeupScheduled
-from noeta.core.gates import Ask, Deny, decide
-from noeta.core.model import ToolCall
-from noeta.core.payload import JSONValue
-from noeta.core.runner import children, late_results
-from noeta.core.runner.context import RunContext
-from noeta.core.tool import (
+from noeta.core.ports.model import ToolCall
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import LateResult
+from noeta.core.ports.tool import (
     MAX_ATTEMPTS,
     OUTCOME_UNKNOWN,
     RecoverableTool,
@@ -31,7 +30,18 @@ from noeta.core.tool import (
     ToolOutput,
     Wakeup,
 )
-from noeta.core.tool_input import input_problem
+from noeta.core.rules import subtasks, wakeups
+from noeta.core.rules.events import (
+    JobStarted,
+    ToolFinished,
+    ToolStarted,
+    ToolWaiting,
+    WakeupScheduled,
+)
+from noeta.core.rules.gates import Ask, Deny, decide
+from noeta.core.rules.tool_input import input_problem
+from noeta.core.runner import children, grace, late_results
+from noeta.core.runner.context import RunContext
 
 log = logging.getLogger(__name__)
 
@@ -142,12 +152,7 @@ async def recover_calls(run: RunContext, calls: tuple[tuple[ToolCall, int], ...]
     for call, starts in calls:
         late = kept.get(call.id)
         if late is not None:
-            # The call did run to its end: its result is recorded, marked with the epoch
-            # that ran it, through this claim's fence (a hint is never the log's truth).
-            with run.trace.tool(call, run.state, "late") as step:
-                handed_over = ToolFinished(call.id, late.content, late.is_error, "late", late.epoch)
-                await run.append_settling([handed_over])
-                step.finished(late.content, late.is_error, "late")
+            await _record_late(run, call, late)
             continue
         tool = run.tools.get(call.name)
         ctx = _context(run, call)
@@ -170,9 +175,23 @@ async def recover_calls(run: RunContext, calls: tuple[tuple[ToolCall, int], ...]
                 await _record_or_keep(run, call, output, "rerun")
                 step.finished(output.content, output.is_error, "rerun")
             continue
+        # Its worker may live on and return the result in a moment (ADR-0083).
+        late = await grace.wait_for_result(run, call)
+        if late is not None:
+            await _record_late(run, call, late)
+            continue
         with run.trace.tool(call, run.state, "unknown") as step:
             await run.append_settling([ToolFinished(call.id, OUTCOME_UNKNOWN, True, "unknown")])
             step.finished(OUTCOME_UNKNOWN, True, "unknown")
+
+
+async def _record_late(run: RunContext, call: ToolCall, late: LateResult) -> None:
+    """The call did run to its end: its result is recorded, marked with the epoch that
+    ran it, through this claim's fence (a hint is never the log's truth)."""
+    with run.trace.tool(call, run.state, "late") as step:
+        handed_over = ToolFinished(call.id, late.content, late.is_error, "late", late.epoch)
+        await run.append_settling([handed_over])
+        step.finished(late.content, late.is_error, "late")
 
 
 async def _execute(tool: Tool, call: ToolCall, ctx: ToolContext) -> ToolOutput:

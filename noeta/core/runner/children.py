@@ -12,14 +12,15 @@ from __future__ import annotations
 import logging
 import os
 
-from noeta.core import events as ev
-from noeta.core import failpoints, model_choice, subtasks
-from noeta.core.model import ToolCall
-from noeta.core.next_action import AwaitSubtasks
+from noeta.core import failpoints
+from noeta.core.ports.model import ToolCall
+from noeta.core.ports.store import CANCEL_KEY, Delivery, InboxEntry, NewEvent, NewTask, Wait
+from noeta.core.ports.tool import LaunchingTool, SubtaskRequest, ToolContext, ToolError
+from noeta.core.rules import events as ev
+from noeta.core.rules import model_choice, subtasks
+from noeta.core.rules.next_action import AwaitSubtasks
+from noeta.core.rules.task_id import workspace_folder
 from noeta.core.runner.context import RunContext
-from noeta.core.store import CANCEL_KEY, Delivery, InboxEntry, NewEvent, NewTask, Wait
-from noeta.core.task_id import workspace_folder
-from noeta.core.tool import LaunchingTool, SubtaskRequest, ToolContext, ToolError
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from noeta.core.events import Event
-from noeta.core.fold import TaskState
-from noeta.core.gates import Gate
+from noeta.core.ports.store import Claim, Continue, Delivery, NewTask, NextState, Store
+from noeta.core.ports.tool import Jobs, Tool
 from noeta.core.retry import Sleep
-from noeta.core.store import Claim, Continue, Delivery, NewTask, NextState, Store
-from noeta.core.tool import Jobs, Tool
+from noeta.core.rules.events import Event
+from noeta.core.rules.gates import Gate
+from noeta.core.rules.task_state import TaskState
 from noeta.observability import tracing
 
 

@@ -12,11 +12,11 @@ import logging
 import random
 
 from noeta.core.errors import CommitUnknown, NoetaError, StoreUnavailable
-from noeta.core.model import ToolCall
+from noeta.core.ports.model import ToolCall
+from noeta.core.ports.store import LateResult, Store
+from noeta.core.ports.tool import ToolOutput
 from noeta.core.retry import GaveUp, Sleep, backoff_seconds, with_retries
 from noeta.core.runner.context import RunContext
-from noeta.core.store import LateResult, Store
-from noeta.core.tool import ToolOutput
 
 log = logging.getLogger(__name__)
 

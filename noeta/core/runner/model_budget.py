@@ -8,17 +8,16 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from noeta.core.errors import StoreError
-from noeta.core.model import Usage
-from noeta.core.model_limits import (
+from noeta.core.ports.model import Usage
+from noeta.core.ports.model_limits import (
     ModelBudget,
     ModelBudgetHeld,
-    ModelLimiter,
     estimate_tokens,
     limit_keys,
 )
+from noeta.core.ports.store import Claim, Continue, Delivery, NewEvent, NewTask, NextState, Store
+from noeta.core.ports.store_values import Finish
 from noeta.core.retry import Sleep
-from noeta.core.store import Claim, Continue, Delivery, NewEvent, NewTask, NextState, Store
-from noeta.core.store_values import Finish
 from noeta.observability import metrics
 
 log = logging.getLogger(__name__)
@@ -45,7 +44,7 @@ def budget_for(
 ) -> ModelBudget | None:
     """The budget a call of `body` takes; None where the store keeps no limits.
     `keep_claim`: a refusal keeps the claim (its background jobs need it)."""
-    if not isinstance(store, ModelLimiter):
+    if store.capabilities.model_limits is None:
         return None
     return ModelBudget(limit_keys(provider, model), estimate_tokens(body), keep_claim)
 
@@ -70,9 +69,9 @@ def writer(store: Store, budget: ModelBudget | None) -> Append:
 
     A plugin's `before_append` that sends deliveries with the call makes an append the
     budgeted one cannot carry: that one goes unbudgeted (and is logged)."""
-    if budget is None or not isinstance(store, ModelLimiter):
+    limiter = store.capabilities.model_limits
+    if budget is None or limiter is None:
         return store.append
-    limiter: ModelLimiter = store
 
     async def append_within_budget(
         claim: Claim,
@@ -102,10 +101,13 @@ def writer(store: Store, budget: ModelBudget | None) -> Append:
 
 async def replied(store: Store, budget: ModelBudget | None, usage: Usage) -> None:
     """Move the tokens taken at the call (an estimate) to the reply's real use. Advice
-    to the limits, not the task's record: a store error here is logged, not raised."""
-    if budget is not None and isinstance(store, ModelLimiter):
+    to the limits, not the task's record: a store error here is logged, not raised.
+    Where the append found no limit on the call, there is nothing to correct: no
+    statement is sent."""
+    limiter = store.capabilities.model_limits
+    if budget is not None and budget.taken.by_a_limit and limiter is not None:
         try:
-            await store.model_call_used(budget, usage.input_tokens + usage.output_tokens)
+            await limiter.model_call_used(budget, usage.input_tokens + usage.output_tokens)
         except StoreError as error:
             log.warning(
                 "model limits %s: the reply's tokens not counted (%s)", budget.keys[0], error
@@ -116,8 +118,9 @@ async def throttled(store: Store, provider: str, model: str, retry_after: float 
     """A 429: counted, and with a Retry-After every worker holds off until then (a store
     error here is logged: the call's own retry goes on)."""
     metrics.model_throttled(provider, model)
-    if isinstance(store, ModelLimiter):
+    limiter = store.capabilities.model_limits
+    if limiter is not None:
         try:
-            await store.model_call_throttled(limit_keys(provider, model), retry_after)
+            await limiter.model_call_throttled(limit_keys(provider, model), retry_after)
         except StoreError as error:
             log.warning("model limits %s/%s: the 429 not shared (%s)", provider, model, error)

@@ -10,16 +10,16 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
-from noeta.core import events as ev
 from noeta.core import failpoints
 from noeta.core.errors import CommitUnknown, NoetaError, StoreError, StoreUnavailable
-from noeta.core.model import Provider, ProviderError
-from noeta.core.model_limits import ModelBudget, ModelBudgetHeld, ModelBudgetWait
-from noeta.core.next_action import EndTurn
-from noeta.core.request import build_request
+from noeta.core.ports.model import Provider, ProviderError
+from noeta.core.ports.model_limits import ModelBudget, ModelBudgetHeld, ModelBudgetWait
+from noeta.core.ports.tool import Tool, spec_of
 from noeta.core.retry import ModelCallFailed, send_with_retries
+from noeta.core.rules import events as ev
+from noeta.core.rules.next_action import EndTurn
+from noeta.core.rules.request import build_request
 from noeta.core.runner import model_budget, model_cuts, model_reply
-from noeta.core.tool import Tool, spec_of
 from noeta.observability import metrics, tracing
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import logging
 
-from noeta.core import events as ev
+from noeta.core.ports.store import Claim, LateResult, Store, StoredEvent
 from noeta.core.retry import Sleep
+from noeta.core.rules import events as ev
 from noeta.core.runner import late_results, model_reply
+from noeta.core.runner.liveness import lived_on
 from noeta.core.runner.model_reply import ReplyContext
-from noeta.core.store import Claim, LateResult, Store, StoredEvent
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +26,6 @@ NOT_SENT_WORD = (
     "[noeta] The append that recorded this model call had an unknown outcome, so its "
     "worker did not send the request (ADR-0080)."
 )
-
-# How many of a worker's other live claims are read (their logs up to the call) to see
-# whether it lived on: one is enough, a few cover claims made moments before the cut.
-LIVED_ON_CLAIMS_READ = 3
 
 _SAID = {
     "worker_lost": "its worker was lost",
@@ -82,26 +79,6 @@ async def why_cut(
         kept = await store.late_results(task_id)
     if (not_sent_call_id(called.epoch), called.epoch) in {(k.call_id, k.epoch) for k in kept}:
         return "not_sent"
-    if called.owner is not None and await _lived_on(store, task_id, called.owner, called):
+    if called.owner is not None and await lived_on(store, task_id, called.owner, called.created_at):
         return "call"
     return "worker_lost"
-
-
-async def _lived_on(store: Store, task_id: str, worker: str, called: StoredEvent) -> bool:
-    """Whether `worker` holds a live claim on another task that it had, and wrote under,
-    by the time of the call: a worker restarted under the same name (a fixed --name, a
-    pod's) holds only claims made after. A claim with nothing written by then is not
-    counted (the cut is taken for the worker's loss: the bigger cap, never the model's)."""
-    now = await store.clock()
-    live = [
-        claim
-        for claim in await store.owned_by(worker)
-        if claim.task_id != task_id and claim.lease_until > now
-    ]
-    for claim in live[:LIVED_ON_CLAIMS_READ]:
-        for event in await store.read_log(claim.task_id):
-            if event.created_at > called.created_at:
-                break
-            if event.epoch == claim.epoch and event.owner == worker:
-                return True
-    return False

@@ -9,21 +9,18 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
-from noeta.core import events as ev
-from noeta.core.fold import LoggedEvent, TaskState, fold
-from noeta.core.model_limits import ModelBudget
-from noeta.core.next_action import EndTurn, FinishTask, next_action
+from noeta.core.ports.model_limits import ModelBudget
+from noeta.core.ports.store import Claim, LateResult, Store, StoredEvent
+from noeta.core.ports.store_values import KEPT_REPLY_PREFIX
 from noeta.core.retry import Sleep
+from noeta.core.rules import events as ev
+from noeta.core.rules.fold import LoggedEvent, fold
+from noeta.core.rules.next_action import EndTurn, FinishTask, next_action
+from noeta.core.rules.task_state import TaskState
 from noeta.core.runner import late_results
-from noeta.core.store import Claim, LateResult, Store, StoredEvent
 from noeta.observability import tracing
 
 log = logging.getLogger(__name__)
-
-# A reply is kept as a late result keyed by the epoch of the claim that sent the request:
-# that claim's run ends with the failed append, so its one open ModelCalled is the call
-# the reply answers. No provider's tool call id holds a space, so it never answers a tool.
-KEPT_REPLY_PREFIX = "noeta model reply, epoch "
 
 
 class ReplyContext(Protocol):

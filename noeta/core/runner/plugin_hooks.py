@@ -11,11 +11,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from noeta.core import events as ev
 from noeta.core.errors import NoetaError
-from noeta.core.fold import LoggedEvent, TaskState
-from noeta.core.hooks import BeforeAppend, DeliveredThrough, OnEvent, TaskView, mark_problem
-from noeta.core.store import Delivery, StoredEvent
+from noeta.core.ports.hooks import BeforeAppend, DeliveredThrough, OnEvent, TaskView, mark_problem
+from noeta.core.ports.store import Delivery, StoredEvent
+from noeta.core.rules import events as ev
+from noeta.core.rules.fold import LoggedEvent
+from noeta.core.rules.task_state import TaskState
 
 T = TypeVar("T")
 

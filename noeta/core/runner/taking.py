@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from noeta.core import events as ev
+from noeta.core.ports.store import InboxEntry
+from noeta.core.rules import events as ev
 from noeta.core.runner.context import RunContext
-from noeta.core.store import InboxEntry
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,27 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from noeta.core import events as ev
-from noeta.core import failpoints, wakeups
 from noeta.core.errors import NoetaError, StoreError
-from noeta.core.fold import LoggedEvent, TaskState, fold
-from noeta.core.gates import Gate
-from noeta.core.model_limits import ModelBudget
-from noeta.core.next_action import (
+from noeta.core.ports.pin import Pin
+from noeta.core.ports.store import (
+    DEFAULT_QUEUE,
+    Claim,
+    Delivery,
+    Finish,
+    InboxEntry,
+    LoadedTask,
+    Store,
+    TaskStatus,
+    Wait,
+    WaitHolding,
+)
+from noeta.core.ports.store_values import answer_key
+from noeta.core.ports.tool import Jobs, Tool
+from noeta.core.retry import Sleep
+from noeta.core.rules import events as ev
+from noeta.core.rules import wakeups
+from noeta.core.rules.gates import Gate
+from noeta.core.rules.next_action import (
     AwaitAnswer,
     AwaitMessage,
     AwaitSubtasks,
@@ -44,42 +58,20 @@ from noeta.core.next_action import (
     next_action,
     on_internal_error,
 )
-from noeta.core.pin import Pin
-from noeta.core.retry import Sleep
-from noeta.core.runner import calls, children, model_budget, model_call, model_cuts, taking
-from noeta.core.runner.log import load_for_run, save_snapshot, snapshot_version
+from noeta.core.rules.task_id import workspace_folder
+from noeta.core.rules.task_state import TaskState
+from noeta.core.runner import calls, children, grace, model_call, model_cuts, taking
 from noeta.core.runner.model_call import Providers
-from noeta.core.runner.plugin_hooks import HookFailed, HookPlugins, Hooks
-from noeta.core.store import (
-    DEFAULT_QUEUE,
-    Claim,
-    Continue,
-    Delivery,
-    Finish,
-    InboxEntry,
-    LoadedTask,
-    NewEvent,
-    NewTask,
-    NextState,
-    Store,
-    TaskStatus,
-    Wait,
-    WaitHolding,
-)
-from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
-from noeta.core.task_id import workspace_folder
-from noeta.core.tool import Jobs, Tool
+from noeta.core.runner.plugin_hooks import HookPlugins, Hooks
+from noeta.core.runner.writing import RunWriter, describe
+from noeta.core.task import LoadAttempts
+from noeta.core.task_loading import load_for_run, snapshot_version
 from noeta.observability import tracing
 
 log = logging.getLogger(__name__)
 
 
 CANCEL_CHECK_SECONDS = 2.0
-
-
-def answer_key(call_id: str) -> str:
-    """The dedupe key of a person's answer to an asked call (`noeta answer`)."""
-    return f"answer:{call_id}"
 
 
 Outcome = Literal[
@@ -148,9 +140,8 @@ class TaskRunner:
         return result
 
 
-class _Run:
-    """One claim's run of a task (the RunContext of calls.py); `state` always equals the
-    fold of what landed."""
+class _Run(RunWriter):
+    """One claim's run of a task (the RunContext of calls.py); the appends are RunWriter's."""
 
     def __init__(
         self,
@@ -160,24 +151,20 @@ class _Run:
         version: str,
         trace: tracing.Attempt = tracing.NO_ATTEMPT,
     ) -> None:
+        super().__init__(
+            runner.store,
+            claim,
+            state,
+            version,
+            Hooks(runner.hook_plugins),
+            runner.snapshot_every,
+            trace,
+        )
         self.runner = runner
-        self.trace = trace
-        self.store = runner.store
-        self.claim = claim
-        self.state = state
-        self.version = version
-        self.snapshot_seq = state.last_seq
-        # Events that ride with the next append (pins: no round trip of their own).
-        self.pending: list[ev.Event] = []
         self.cancel_checked_at = -math.inf
         self._queue = ""
-        self.hooks = Hooks(runner.hook_plugins)
 
     # --- the RunContext the steps in calls.py see ---------------------------------------
-
-    @property
-    def task_id(self) -> str:
-        return self.claim.task_id
 
     @property
     def tools(self) -> Mapping[str, Tool]:
@@ -226,7 +213,7 @@ class _Run:
     def _burst(self, action: object) -> contextlib.AbstractAsyncContextManager[None]:
         """A step that only reads and writes the store runs on one store connection; one
         that calls a model or runs tools takes one per statement (none held meanwhile)."""
-        holding = getattr(self.store, "holding", None)  # PostgreSQL's; sqlite has none
+        holding = self.store.capabilities.holding  # PostgreSQL's; sqlite has none
         if holding is None or isinstance(action, CallModel | RunTools | RecoverCalls):
             return contextlib.nullcontext()
         burst: contextlib.AbstractAsyncContextManager[None] = holding()
@@ -254,7 +241,9 @@ class _Run:
                             )
                             return RunResult("left_for_newer", self.state)
                         case LeaveUnreadable(reason=reason):
-                            if await self._give_up_loading(f"unreadable_log: {reason}"):
+                            if await self.give_up_loading(
+                                f"unreadable_log: {reason}", self.runner.load_attempts
+                            ):
                                 return RunResult("finished", self.state)
                             return RunResult("unreadable", self.state)
                         case AwaitAnswer(call_id=call_id):
@@ -312,7 +301,7 @@ class _Run:
                     raise
                 except Exception as error:  # a bug in the runner or a plugin: capped (SPEC §6)
                     log.exception("task %s: internal error", self.task_id)
-                    await self.settle([], on_internal_error(self.state, _describe(error)))
+                    await self.settle([], on_internal_error(self.state, describe(error)))
             if self.state.finished:
                 return RunResult("finished", self.state)
 
@@ -320,114 +309,11 @@ class _Run:
         if isinstance(action, FindWhyCut):
             await model_cuts.record_why_cut(self, action.seq)
         else:
+            # A late result for a call settled "outcome unknown" is told before the call.
+            await grace.record_corrections(self)
             # Its jobs live only as long as this claim: a budget wait keeps it rather
             # than handing the task back.
             await model_call.call_model(self, keep_claim=self._has_jobs())
-
-    # --- writing ----------------------------------------------------------------------
-
-    async def append(
-        self,
-        new_events: Sequence[ev.Event],
-        *,
-        take: Sequence[int] = (),
-        deliveries: Sequence[Delivery] = (),
-        new_tasks: Sequence[NewTask] = (),
-        next_state: NextState = Continue(),
-        budget: ModelBudget | None = None,
-    ) -> None:
-        if isinstance(next_state, Finish):
-            # A task never ends with a job unaccounted for: the worker stops it with the
-            # claim once this lands (SPEC §3), so the log says so here.
-            self.pending += [ev.JobStopped(job_id) for job_id in self.state.jobs]
-        new_events = [*self.pending, *new_events]
-        self.pending = []
-        if self.hooks.on_event and isinstance(next_state, Wait | WaitHolding):
-            if new_events:
-                # A wait hands the task back only once every on_event ran and its records
-                # landed: the events first, under the claim, then the wait.
-                await self.append(new_events, take=take, deliveries=deliveries, new_tasks=new_tasks)
-                await self.append([], next_state=next_state)
-                return
-            await failpoints.hit("hooks.before_wait")
-        records, enqueued = await self.hooks.before_append(self.task_id, self.state, new_events)
-        new_events += records
-        deliveries = [*deliveries, *enqueued]
-        encoded = [NewEvent(*ev.encode(event)) for event in new_events]
-        finished = next((e for e in new_events if isinstance(e, ev.TaskFinished)), None)
-        if finished is not None:
-            report = finished.answer if finished.status == "done" else finished.error
-            deliveries = [
-                *deliveries,
-                *children.finish_deliveries(self, finished.status, report),
-            ]
-            await children.before_finish(self)
-        await failpoints.hit("append.before_commit")
-        last_seq = await model_budget.writer(self.store, budget)(
-            self.claim,
-            self.state.last_seq,
-            encoded,
-            take=take,
-            deliveries=deliveries,
-            new_tasks=new_tasks,
-            next_state=next_state,
-        )
-        await failpoints.hit("append.after_commit")
-        if finished is not None and self.state.parent:
-            await failpoints.hit("subtask.after_finish")
-        first = self.state.last_seq + 1
-        logged = [LoggedEvent(first + i, event) for i, event in enumerate(new_events)]
-        self.state = fold(logged, self.state)
-        assert self.state.last_seq == last_seq, (self.state.last_seq, last_seq)
-        self.trace.appended(self.state)
-        if self.state.last_seq - self.snapshot_seq >= self.runner.snapshot_every:
-            await save_snapshot(self.store, self.task_id, self.version, self.state)
-            self.snapshot_seq = self.state.last_seq
-        if self.hooks.on_event:
-            await failpoints.hit("hooks.before_on_event")
-            written = await self.hooks.on_events(self.task_id, self.state, logged)
-            await self._append_hook_writes(*written)
-
-    async def _redeliver(self) -> None:
-        """Events after a plugin's progress mark, delivered again (at least once)."""
-        try:
-            written = await self.hooks.redeliver(
-                self.task_id, self.state, lambda mark: self.store.read_log(self.task_id, mark)
-            )
-        except HookFailed as error:
-            log.error("task %s: %s", self.task_id, error)
-            await self.settle([], on_internal_error(self.state, _describe(error)))
-            return
-        await self._append_hook_writes(*written)
-
-    async def _append_hook_writes(self, records: list[ev.Event], sent: list[Delivery]) -> None:
-        if not (records or sent):
-            return
-        if self.state.finished:
-            # Nothing lands after a finish: a final event's writes belong in before_append.
-            log.warning("task %s: on_event wrote after the task finished; dropped", self.task_id)
-            return
-        await self.append(records, deliveries=sent)
-
-    async def settle(self, prefix: list[ev.Event], action: EndTurn | FinishTask) -> None:
-        """Append the end of a turn and, when that ends a one-shot task, its finish too."""
-        if isinstance(action, EndTurn):
-            turn_ended = ev.TurnEnded(action.outcome, action.answer, action.error)  # type: ignore[arg-type]
-            await self.append_settling([*prefix, turn_ended])
-            return
-        await self.append([*prefix, _finished(action)], next_state=_finish_state(action))
-
-    async def append_settling(self, new_events: Sequence[ev.Event]) -> None:
-        """Append `new_events` and, when they end the task (a one-shot task's last turn, a
-        job's result), its TaskFinished in the same append: one round trip, not two."""
-        first = self.state.last_seq + 1
-        after = fold([LoggedEvent(first + i, e) for i, e in enumerate(new_events)], self.state)
-        following = next_action(after)
-        if isinstance(following, FinishTask):
-            finished = [*new_events, _finished(following)]
-            await self.append(finished, next_state=_finish_state(following))
-        else:
-            await self.append(new_events)
 
     # --- steps ------------------------------------------------------------------------
 
@@ -443,6 +329,11 @@ class _Run:
         CANCEL_CHECK_SECONDS: one read fewer per step, and a cancel still lands in seconds
         (a cancel already in the inbox at the claim's load is seen at the first step)."""
         return time.monotonic() - self.cancel_checked_at >= CANCEL_CHECK_SECONDS
+
+    async def _finishing(self, status: str, report: str) -> list[Delivery]:
+        deliveries = children.finish_deliveries(self, status, report)
+        await children.before_finish(self)
+        return deliveries
 
     def _has_jobs(self) -> bool:
         return bool(taking.jobs_running_here(self))
@@ -477,48 +368,9 @@ class _Run:
                 self.pending.append(ev.PluginsPinned(pins))  # lands with the first append
             case LeavePluginMissing(missing=missing):
                 names = ", ".join(f"{pin.name} ({pin.source} {pin.version})" for pin in missing)
-                if await self._give_up_loading(f"plugin_missing: this worker lacks {names}"):
+                if await self.give_up_loading(
+                    f"plugin_missing: this worker lacks {names}", self.runner.load_attempts
+                ):
                     return RunResult("finished", self.state)
                 return RunResult("plugin_missing", self.state)
         return None
-
-    async def _give_up_loading(self, error: str) -> bool:
-        """Count a claim that could not run the task; after LOAD_ATTEMPTS, fail it.
-
-        It writes nothing before that: a worker that can run the task may claim it.
-        """
-        # The fold may have stopped early: the log's real end is in the task row.
-        record = await self.store.get_task(self.task_id)
-        last_seq = record.last_seq if record else self.state.last_seq
-        attempts = self.runner.load_attempts.failed(self.task_id, last_seq)
-        log.warning(
-            "task %s: cannot run it (%s), claim %d of %d",
-            self.task_id,
-            error,
-            attempts,
-            LOAD_ATTEMPTS,
-        )
-        if attempts < LOAD_ATTEMPTS:
-            return False
-        finish = ev.TaskFinished("failed", error=error)
-        encoded = [NewEvent(*ev.encode(finish))]
-        # What the fold got to (the parent link is the log's second event) is told too.
-        tell = children.finish_deliveries(self, "failed", error)
-        await children.before_finish(self)
-        await self.store.append(
-            self.claim, last_seq, encoded, deliveries=tell, next_state=Finish(TaskStatus.FAILED)
-        )
-        self.runner.load_attempts.forget(self.task_id)
-        return True
-
-
-def _finished(finish: FinishTask) -> ev.TaskFinished:
-    return ev.TaskFinished(finish.status, finish.answer, finish.error)  # type: ignore[arg-type]
-
-
-def _finish_state(finish: FinishTask) -> NextState:
-    return Finish(TaskStatus(finish.status))
-
-
-def _describe(error: Exception) -> str:
-    return f"{type(error).__name__}: {error}"[:2000]

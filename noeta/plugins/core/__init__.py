@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from noeta.core.model import ToolSpec
-from noeta.core.payload import JSONValue
-from noeta.core.tool import Tool
+from noeta.core.ports.model import ToolSpec
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import Tool
 from noeta.plugins.core.agent import Agent
 from noeta.plugins.core.bash import (
     DEFAULT_OUTPUT_CAP_CHARS,

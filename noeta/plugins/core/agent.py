@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import os
 
-from noeta.core import subtasks
-from noeta.core.payload import JSONValue
-from noeta.core.task_id import workspace_folder
-from noeta.core.tool import SubtaskRequest, ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import SubtaskRequest, ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.core.rules import subtasks
+from noeta.core.rules.task_id import workspace_folder
 from noeta.plugins.core import worktrees
 from noeta.plugins.core.confinement import Confinement
 from noeta.plugins.core.worktrees import Worktrees

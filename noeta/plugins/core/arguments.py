@@ -6,8 +6,8 @@ as `timeout` for `timeout_seconds`) is refused by name rather than silently igno
 
 from __future__ import annotations
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import ToolError
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import ToolError
 
 
 class Arguments:

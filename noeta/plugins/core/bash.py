@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import BackgroundJob, ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import BackgroundJob, ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
 from noeta.plugins.core.confinement import Confinement
 from noeta.plugins.core.sandbox import proxy_environment, serve_proxy

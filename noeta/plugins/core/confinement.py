@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from noeta.core.errors import ConfigError
-from noeta.core.tool import ToolError
+from noeta.core.ports.tool import ToolError
 from noeta.plugins.core import landlock, sandbox
 from noeta.plugins.core.landlock import Availability
 from noeta.plugins.core.sandbox import NETWORK_MODES, Bubblewrap, Limits, View

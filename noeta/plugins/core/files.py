@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
 from noeta.plugins.core.workspace import confine, open_confined, workspace_root
 

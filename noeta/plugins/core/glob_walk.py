@@ -10,7 +10,7 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
 
-from noeta.core.tool import ToolError
+from noeta.core.ports.tool import ToolError
 
 Segments = tuple[str, ...]
 Parts = tuple[str, ...]

@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from noeta.core.tool import ToolError
+from noeta.core.ports.tool import ToolError
 from noeta.plugins.core.workspace import confine, open_confined, relative_name, walk_files
 
 BINARY_PROBE_BYTES = 8192  # as git and grep do: a NUL in the first block means binary

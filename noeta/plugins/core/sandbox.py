@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from noeta.core.tool import ToolError
+from noeta.core.ports.tool import ToolError
 from noeta.plugins.core import sandbox_init
 from noeta.plugins.core.landlock import Availability
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
 from noeta.plugins.core.glob_walk import TimeLimitReached, matching_entries, pattern_segments
 from noeta.plugins.core.workspace import check_relative, confine, workspace_root

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from noeta.core.model import ToolSpec
-from noeta.core.payload import JSONValue
-from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.core.ports.model import ToolSpec
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
 
 DEFAULT_RESULTS = 5

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput, Wakeup
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import ToolContext, ToolError, ToolFlags, ToolOutput, Wakeup
 from noeta.plugins.core.arguments import Arguments
 
 MAX_DELAY_SECONDS = 366 * 24 * 3600.0

@@ -16,8 +16,8 @@ import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import ToolContext, ToolError, ToolFlags, ToolOutput
 from noeta.plugins.core.arguments import Arguments
 from noeta.plugins.core.web_access import AddressRefused, FetchPolicy
 

@@ -14,7 +14,7 @@ import signal
 import stat
 from collections.abc import Sequence
 
-from noeta.core.tool import ToolError
+from noeta.core.ports.tool import ToolError
 from noeta.plugins.core.confinement import Confinement, linked_worktree, shared_git_dir
 from noeta.plugins.core.sandbox import View
 

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from noeta.core.bulk import BulkCreate
 from noeta.core.errors import Conflict, PayloadError
-from noeta.core.queue_settings import QueueChange, queue_settings_store
-from noeta.core.store import NewEvent, NewTask, Store
+from noeta.core.ports.bulk import BulkCreate
+from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
+from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.testing.store_contract.fixtures import LEASE, created
 
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from noeta.core.errors import Conflict
-from noeta.core.store import (
+from noeta.core.ports.store import (
     Delivery,
     NewEvent,
     Snapshot,

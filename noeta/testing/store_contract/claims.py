@@ -12,7 +12,7 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.core.errors import ConfigError
-from noeta.core.store import (
+from noeta.core.ports.store import (
     NewEvent,
     NewTask,
     Store,

@@ -7,8 +7,8 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from noeta.backends.stores import open_store
-from noeta.core.queue_settings import QueueChange, queue_settings_store
-from noeta.core.store import (
+from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
+from noeta.core.ports.store import (
     CronFire,
     Delivery,
     Finish,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import pytest
 
 from noeta.core.errors import StoreUnavailable
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 from noeta.testing.store_contract.fixtures import LEASE, created
 
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from noeta.core.errors import Conflict
-from noeta.core.store import (
+from noeta.core.ports.store import (
     Delivery,
     Finish,
     NewEvent,

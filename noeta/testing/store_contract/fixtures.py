@@ -10,7 +10,7 @@ from datetime import datetime
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.core.store import Claim, NewEvent, NewTask, Store
+from noeta.core.ports.store import Claim, NewEvent, NewTask, Store
 
 LEASE = 30.0
 SHORT_LEASE = 0.3

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from noeta.core.errors import Conflict, UnknownTask
-from noeta.core.store import (
+from noeta.core.ports.store import (
     CANCEL_KEY,
     Delivery,
     NewEvent,

@@ -3,10 +3,12 @@ next claimer (ADR-040). First kept wins; the log and the task row are never touc
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from noeta.core.errors import Conflict, PayloadError, StoreUnavailable, UnknownTask
-from noeta.core.store import Finish, LateResult, NewEvent, Store
+from noeta.core.ports.store import Finish, LateResult, NewEvent, Store
 from noeta.testing.store_contract.fixtures import LEASE, SHORT_LEASE, created, eventually_claim
 
 
@@ -68,6 +70,26 @@ class LateResultContract:
         content = "nul \x00 surrogate \udcff emoji \U0001f600 " + "x" * 100_000
         assert await store.keep_late_result(late(content=content, is_error=False))
         assert (await store.late_results("a"))[0].content == content
+
+    async def test_a_wait_for_a_late_result_finds_one_kept_before(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        assert await store.keep_late_result(late("c1", "kept"))
+        found = await store.wait_for_late_result("a", "c1", 0.0)
+        assert found is not None and (found.call_id, found.content) == ("c1", "kept")
+
+    async def test_a_wait_for_a_late_result_ends_with_none_when_none_comes(
+        self, store: Store
+    ) -> None:
+        await store.create_task(created("a"))
+        assert await store.keep_late_result(late("c2", "another call's"))
+        assert await store.wait_for_late_result("a", "c1", 0.2) is None
+
+    async def test_a_wait_for_a_late_result_finds_one_kept_meanwhile(self, store: Store) -> None:
+        await store.create_task(created("a"))
+        waiting = asyncio.ensure_future(store.wait_for_late_result("a", "c1", 600.0))
+        assert await store.keep_late_result(late("c1", "kept meanwhile"))
+        found = await asyncio.wait_for(waiting, 60)  # a hang's bound, not a timing check
+        assert found is not None and found.content == "kept meanwhile"
 
     async def test_a_late_result_for_an_unknown_task_is_refused(self, store: Store) -> None:
         with pytest.raises(UnknownTask):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from noeta.core.errors import PayloadError, UnknownTask
-from noeta.core.payload import JSONValue
-from noeta.core.store import (
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import (
     Delivery,
     NewEvent,
     Snapshot,

@@ -10,8 +10,13 @@ from datetime import timedelta
 import pytest
 
 from noeta.core.errors import ConfigError, Conflict
-from noeta.core.model_limits import ModelBudget, ModelBudgetHeld, ModelBudgetWait, ModelLimiter
-from noeta.core.store import Claim, NewEvent, Store, TaskStatus
+from noeta.core.ports.model_limits import (
+    ModelBudget,
+    ModelBudgetHeld,
+    ModelBudgetWait,
+    ModelLimiter,
+)
+from noeta.core.ports.store import Claim, NewEvent, Store, TaskStatus
 from noeta.testing.store_contract.fixtures import (
     LEASE,
     created,
@@ -42,6 +47,16 @@ class ModelLimitContract:
         assert await _limiter(store).append_model_called(claim, 1, CALLED, budget) == 2
         assert [e.type for e in await store.read_log("a")] == ["created", "ModelCalled"]
         assert await _limiter(store).model_limits() == []
+
+    async def test_the_append_says_whether_a_limit_applied_to_the_call(self, store: Store) -> None:
+        limiter = _limiter(store)
+        unlimited = ModelBudget(KEYS, 100)
+        assert await limiter.append_model_called(await _claimed(store, "a"), 1, CALLED, unlimited)
+        assert unlimited.taken.by_a_limit is False  # so no token correction is sent
+        await limiter.set_model_limit("fake/m1", None, 1_000_000)
+        limited = ModelBudget(KEYS, 100)
+        assert await limiter.append_model_called(await _claimed(store, "b"), 1, CALLED, limited)
+        assert limited.taken.by_a_limit is True
 
     async def test_over_budget_writes_nothing_and_hands_back_at_the_slot(
         self, store: Store

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 
 from noeta.core.errors import ConfigError, PayloadError
-from noeta.core.queue_settings import QueueChange, Rate, queue_settings_store
-from noeta.core.store import Claim, Finish, NewEvent, Store, TaskStatus, Wait, WaitHolding
+from noeta.core.ports.queue_settings import QueueChange, Rate, queue_settings_store
+from noeta.core.ports.store import Claim, Finish, NewEvent, Store, TaskStatus, Wait, WaitHolding
 from noeta.testing.store_contract.fixtures import LEASE, SHORT_LEASE, created
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from noeta.core.retention import PruneCounts, Pruning
-from noeta.core.store import (
+from noeta.core.ports.retention import PruneCounts, Pruning
+from noeta.core.ports.store import (
     CronFire,
     Delivery,
     Finish,

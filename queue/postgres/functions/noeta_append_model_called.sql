@@ -1,4 +1,4 @@
-CREATE OR REPLACE FUNCTION noeta_append_model_called(p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb, p_keys text[], p_tokens bigint, OUT seq bigint, OUT retry_at timestamp with time zone, OUT limit_key text)
+CREATE OR REPLACE FUNCTION noeta_append_model_called(p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb, p_keys text[], p_tokens bigint, OUT seq bigint, OUT retry_at timestamp with time zone, OUT limit_key text, OUT limited boolean)
  RETURNS record
  LANGUAGE plpgsql
 AS $function$
@@ -31,6 +31,9 @@ BEGIN
             v_slot_key := l.key;
         END IF;
     END LOOP;
+    -- Told to the caller: where no limit applies, the reply's real tokens need no
+    -- correction, and it sends none (issue 28).
+    limited := v_limited;
     IF v_limited THEN  -- no limit applies, no slot is held (clearing a limit drops them)
         DELETE FROM model_limit_holds h WHERE h.task_id = p_task
             RETURNING h.until, h.limit_key INTO v_hold, v_hold_key;

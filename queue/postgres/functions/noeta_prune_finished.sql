@@ -19,6 +19,20 @@ BEGIN
     tasks_pruned := 0;
     events_pruned := 0;
     more := false;
+    -- The first prune that keeps ids turns on the check of kept ids at every create
+    -- (0018: off while none is kept). First, before any row lock: the table lock it
+    -- takes waits for every write in flight, so no create misses an id kept here.
+    IF p_keep_ids AND EXISTS (SELECT FROM pg_trigger
+                               WHERE tgrelid = 'tasks'::regclass
+                                 AND tgname = 'tasks_keep_pruned_ids_taken'
+                                 AND tgenabled = 'D') THEN
+        IF NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = 'tasks'::regclass),
+                           'MEMBER') THEN  -- as the DELETE below would say
+            RAISE EXCEPTION 'permission denied for table tasks'
+                  USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        ALTER TABLE tasks ENABLE TRIGGER tasks_keep_pruned_ids_taken;
+    END IF;
     WITH picked AS MATERIALIZED (
         SELECT t.id, t.finished_at, t.last_seq FROM tasks t
          WHERE t.finished_at < p_before

@@ -1,1 +1,1 @@
-CREATE TRIGGER tasks_mark_finished BEFORE UPDATE OF status ON tasks FOR EACH ROW WHEN (old.status IS DISTINCT FROM new.status) EXECUTE FUNCTION noeta_mark_finished();
+CREATE TRIGGER tasks_mark_finished BEFORE UPDATE OF status ON tasks FOR EACH ROW WHEN (old.status IS DISTINCT FROM new.status AND ((new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text])) OR (old.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text])))) EXECUTE FUNCTION noeta_mark_finished();

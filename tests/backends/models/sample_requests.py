@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from noeta.core.model import (
+from noeta.core.ports.model import (
     Message,
     ModelRequest,
     ProviderError,

@@ -10,11 +10,20 @@ from dataclasses import replace
 import pytest
 
 from noeta.backends.models.anthropic import AnthropicProvider
-from noeta.core import events, payload
 from noeta.core.errors import ConfigError
-from noeta.core.fold import LoggedEvent, fold
-from noeta.core.model import Message, ModelReply, ProviderError, Text, ToolCall, ToolSpec, Usage
-from noeta.core.request import build_request
+from noeta.core.ports import payload
+from noeta.core.ports.model import (
+    Message,
+    ModelReply,
+    ProviderError,
+    Text,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from noeta.core.rules import events
+from noeta.core.rules.fold import LoggedEvent, fold
+from noeta.core.rules.request import build_request
 from noeta.testing.fake_providers import Drop, FakeAnthropic, HttpError, RawBody, Reply, Stall
 from tests.backends.models.sample_requests import (
     API_KEY,

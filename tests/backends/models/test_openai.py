@@ -10,7 +10,15 @@ import pytest
 
 from noeta.backends.models.openai import OpenAIProvider
 from noeta.core.errors import ConfigError
-from noeta.core.model import Message, ModelReply, ProviderError, Text, ToolCall, ToolResult, Usage
+from noeta.core.ports.model import (
+    Message,
+    ModelReply,
+    ProviderError,
+    Text,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 from noeta.testing.fake_providers import Drop, FakeOpenAI, HttpError, RawBody, Reply, Stall
 from tests.backends.models.sample_requests import (
     API_KEY,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
-from noeta.core.payload import JSONValue
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import ToolContext, ToolFlags, ToolOutput
 from noeta.core.runner.task import TaskRunner
-from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
 from tests.core.runner.predecessor import LEASE, free_the_dead_predecessors_claims
 
 

@@ -9,7 +9,7 @@ process works towards its failpoint (issue 25, item 27).
 
 from __future__ import annotations
 
-from noeta.core.store import Store
+from noeta.core.ports.store import Store
 
 LEASE = 600.0  # never lapses during a test; the next process frees it instead
 

@@ -11,8 +11,8 @@ import sys
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
+from noeta.core.ports.tool import Tool
 from noeta.core.runner.task import TaskRunner
-from noeta.core.tool import Tool
 from noeta.plugins.core import Agent, Write
 from tests.core.runner.predecessor import LEASE, free_the_dead_predecessors_claims
 

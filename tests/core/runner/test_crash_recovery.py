@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.core import events
-from noeta.core.store import NewEvent, NewTask
-from noeta.core.texts import MAX_MODEL_ATTEMPTS, MAX_WORKERS_LOST
-from noeta.core.tool import MAX_ATTEMPTS, OUTCOME_UNKNOWN
+from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.ports.tool import MAX_ATTEMPTS, OUTCOME_UNKNOWN
+from noeta.core.rules import events
+from noeta.core.rules.texts import MAX_MODEL_ATTEMPTS, MAX_WORKERS_LOST
 
 REPOSITORY = Path(__file__).parents[3]
 

@@ -15,9 +15,9 @@ import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
-from noeta.core.gates import GateRule
+from noeta.core.ports.store import Delivery, Store
+from noeta.core.rules.gates import GateRule
 from noeta.core.runner.task import RunResult, TaskRunner
-from noeta.core.store import Delivery, Store
 
 from .test_runner import Echo, create, run_once, script
 
@@ -119,8 +119,8 @@ async def test_answering_a_call_that_does_not_wait_is_a_clear_error(
 
 
 def test_a_gate_on_paths_outside_the_workspace(tmp_path: Path) -> None:
-    from noeta.core.gates import Ask, decide
-    from noeta.core.tool import ToolContext
+    from noeta.core.ports.tool import ToolContext
+    from noeta.core.rules.gates import Ask, decide
 
     rule = GateRule("ask", tool="Write", field_name="path", outside_workspace=True)
     ctx = ToolContext("t", "c", workspace=str(tmp_path))

@@ -19,10 +19,10 @@ from noeta.backends.models.anthropic import AnthropicProvider
 from noeta.backends.models.openai import OpenAIProvider
 from noeta.backends.stores import open_store
 from noeta.config import Config
-from noeta.core import events
-from noeta.core.model import Provider, ToolCall
+from noeta.core.ports.model import Provider, ToolCall
+from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import NewEvent, NewTask, Store
 from noeta.plugins.toolbox import Toolbox
 from noeta.testing.fake_providers import FakeAnthropic, FakeOpenAI, HttpError, Reply, Stall
 

@@ -11,10 +11,10 @@ import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
-from noeta.core import events
+from noeta.core.ports.store import Claim, NewEvent, NewTask, Store
+from noeta.core.ports.tool import OUTCOME_UNKNOWN
+from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Claim, NewEvent, NewTask, Store
-from noeta.core.tool import OUTCOME_UNKNOWN
 from tests.core.runner.test_runner import LEASE, Echo
 
 CALL = events.CallRequested("job", "Echo", {"text": "hi"})

@@ -15,8 +15,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
 from noeta.core.errors import Conflict
+from noeta.core.ports.store import Claim, LateResult, Store
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Claim, LateResult, Store
 from noeta.testing.fault_proxy import FaultProxy
 from noeta.testing.store_contract import SHORT_LEASE, eventually_claim
 

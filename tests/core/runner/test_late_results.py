@@ -16,10 +16,10 @@ import pytest
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
 from noeta.core.errors import Conflict
-from noeta.core.payload import JSONValue
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import Claim, LateResult, Store
+from noeta.core.ports.tool import OUTCOME_UNKNOWN, ToolContext, ToolFlags, ToolOutput
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Claim, LateResult, Store
-from noeta.core.tool import OUTCOME_UNKNOWN, ToolContext, ToolFlags, ToolOutput
 from noeta.testing.store_contract import SHORT_LEASE, eventually_claim
 
 from .test_runner import create, script

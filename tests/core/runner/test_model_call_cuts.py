@@ -13,11 +13,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.models.scripted import ScriptedProvider
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
-from noeta.core import events
 from noeta.core.errors import CommitUnknown
+from noeta.core.ports.store import NewEvent, Store, StoredEvent
+from noeta.core.rules import events
 from noeta.core.runner import model_cuts
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import NewEvent, Store, StoredEvent
 from noeta.testing.fault_proxy import FaultProxy
 from tests.cluster.processes import APPENDS
 

@@ -16,13 +16,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.models.scripted import ScriptedProvider
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
-from noeta.core import events
 from noeta.core.errors import Conflict, StoreError
-from noeta.core.model import ModelReply, Provider, Text
-from noeta.core.model_limits import ModelLimiter
+from noeta.core.ports.model import ModelReply, Provider, Text
+from noeta.core.ports.model_limits import ModelLimiter
+from noeta.core.ports.store import Claim, LateResult, Store, StoredEvent
+from noeta.core.rules import events
 from noeta.core.runner import model_reply
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Claim, LateResult, Store, StoredEvent
 from noeta.testing.fault_proxy import FaultProxy
 from tests.cluster.processes import APPENDS
 

@@ -14,14 +14,18 @@ import pytest
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.models.scripted import ScriptedProvider
 from noeta.backends.stores import open_store
-from noeta.core import events
-from noeta.core.model import ModelReply, Provider, ProviderError
-from noeta.core.payload import JSONValue
+from noeta.core.ports.model import ModelReply, Provider, ProviderError
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.store import Delivery, NewEvent, NewTask, Store, StoredEvent
+from noeta.core.ports.tool import ToolContext, ToolFlags, ToolOutput
 from noeta.core.retry import BACKOFF_CAP_SECONDS, DEFAULT_MAX_ATTEMPTS
+from noeta.core.rules import events
+from noeta.core.rules.texts import (
+    MAX_MODEL_ATTEMPTS,
+    MAX_WORKERS_LOST,
+    MODEL_KEPT_BEING_INTERRUPTED,
+)
 from noeta.core.runner.task import RunResult, TaskRunner
-from noeta.core.store import Delivery, NewEvent, NewTask, Store, StoredEvent
-from noeta.core.texts import MAX_MODEL_ATTEMPTS, MAX_WORKERS_LOST, MODEL_KEPT_BEING_INTERRUPTED
-from noeta.core.tool import ToolContext, ToolFlags, ToolOutput
 
 LEASE = 60.0
 
@@ -374,7 +378,7 @@ async def test_a_snapshot_is_written_and_resuming_from_it_equals_folding_it_all(
     await create(store, "t", script(tmp_path, *replies), prompt="go", tools=("Echo",))
     runner = TaskRunner(store, ProviderRegistry(), {"Echo": Echo()}, snapshot_every=4)
     result = await run_once(runner, store, "t")
-    from noeta.core.runner.log import load_state, snapshot_version
+    from noeta.core.task_loading import load_state, snapshot_version
 
     version = snapshot_version()
     snap = await store.get_snapshot("t", version)

@@ -15,9 +15,9 @@ import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
+from noeta.core.ports.store import Store, TaskStatus
+from noeta.core.ports.tool import Tool
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Store, TaskStatus
-from noeta.core.tool import Tool
 from noeta.plugins.core import Agent, Write
 from tests.core.runner.test_subtasks import (
     agent,

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from noeta.backends.stores import open_store
-from noeta.core import events, subtasks
-from noeta.core.store import NewEvent, NewTask
+from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.rules import events, subtasks
 from tests.core.runner.test_subtasks import agent, git, git_workspace, script
 
 REPOSITORY = Path(__file__).parents[3]

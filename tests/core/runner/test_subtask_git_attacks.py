@@ -15,10 +15,10 @@ import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
-from noeta.core import events
+from noeta.core.ports.store import NewEvent, NewTask, Store, TaskStatus
+from noeta.core.ports.tool import Tool
+from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import NewEvent, NewTask, Store, TaskStatus
-from noeta.core.tool import Tool
 from noeta.plugins.core import Agent, Bash, Write
 from noeta.plugins.core.confinement import Confinement
 

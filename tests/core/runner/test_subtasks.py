@@ -14,10 +14,10 @@ import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
-from noeta.core import events, subtasks
+from noeta.core.ports.store import CANCEL_KEY, Delivery, NewEvent, NewTask, Store, TaskStatus
+from noeta.core.ports.tool import Tool
+from noeta.core.rules import events, subtasks
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import CANCEL_KEY, Delivery, NewEvent, NewTask, Store, TaskStatus
-from noeta.core.tool import Tool
 from noeta.plugins.core import Agent, Write
 
 LEASE = 60.0

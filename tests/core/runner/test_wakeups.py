@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from noeta.backends.models.registry import ProviderRegistry
+from noeta.core.ports.store import Claim, Store
+from noeta.core.rules.wakeups import MAX_WAKEUPS
 from noeta.core.runner.task import TaskRunner
-from noeta.core.store import Claim, Store
-from noeta.core.wakeups import MAX_WAKEUPS
 from noeta.plugins.core import ScheduleWakeup
 from tests.core.runner.test_runner import LEASE, create, run_once, script, store, types
 

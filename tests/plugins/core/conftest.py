@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from noeta.core.tool import ToolContext
+from noeta.core.ports.tool import ToolContext
 
 
 @pytest.fixture

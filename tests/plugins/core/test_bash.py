@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from noeta.core.payload import JSONValue, decode, encode
-from noeta.core.tool import ToolContext, ToolError
+from noeta.core.ports.payload import JSONValue, decode, encode
+from noeta.core.ports.tool import ToolContext, ToolError
 from noeta.plugins.core import Bash
 from noeta.plugins.core.bash import OutputCapture
 from noeta.plugins.core.confinement import Confinement

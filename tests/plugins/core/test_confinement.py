@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from noeta.core.errors import ConfigError
-from noeta.core.tool import ToolContext, ToolError, ToolOutput
+from noeta.core.ports.tool import ToolContext, ToolError, ToolOutput
 from noeta.plugins.core import Bash, plugin
 from noeta.plugins.core.bash import run_job
 from noeta.plugins.core.confinement import Confinement, check_tools_at_start

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import ToolContext, ToolError, ToolOutput
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import ToolContext, ToolError, ToolOutput
 from noeta.plugins.core import Edit, Read, Write
 from noeta.plugins.core.files import MAX_READ_CHARS
 

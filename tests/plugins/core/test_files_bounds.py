@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from noeta.core.tool import ToolContext, ToolError
+from noeta.core.ports.tool import ToolContext, ToolError
 from noeta.plugins.core import Edit, Read
 from noeta.plugins.core.files import MAX_EDIT_BYTES, MAX_READ_CHARS
 
@@ -22,7 +22,7 @@ SPARSE_BYTES = 600 * 10**6
 # Run in a child process, so that its peak memory (ru_maxrss) is the Read's alone.
 CHILD = """
 import asyncio, json, resource, sys
-from noeta.core.tool import ToolContext
+from noeta.core.ports.tool import ToolContext
 from noeta.plugins.core import Read
 
 async def main():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from noeta.core.tool import ToolContext, ToolError
+from noeta.core.ports.tool import ToolContext, ToolError
 from noeta.plugins.core import Glob
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from jsonschema import Draft202012Validator
 
-from noeta.core.payload import JSONValue, encode
-from noeta.core.plugin import Plugin
+from noeta.core.ports.payload import JSONValue, encode
+from noeta.core.ports.plugin import Plugin
 from noeta.plugins.core import Bash, CorePlugin, WebFetch, plugin
 
 RETRY_SAFE = {"Read", "Glob", "Grep", "WebFetch", "TodoWrite", "ScheduleWakeup", "ToolSearch"}

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from noeta.core.tool import ToolContext, ToolOutput
+from noeta.core.ports.tool import ToolContext, ToolOutput
 from noeta.plugins.core import Bash
 from noeta.plugins.core.bash import run_job
 from noeta.plugins.core.confinement import Confinement
@@ -128,7 +128,7 @@ def test_nothing_a_command_started_outlives_its_worker(workspace: Path) -> None:
     os.mkfifo(ready)
     program = (
         "import asyncio\n"
-        "from noeta.core.tool import ToolContext\n"
+        "from noeta.core.ports.tool import ToolContext\n"
         "from noeta.plugins.core import Bash\n"
         f"command = {daemons(mark)!r} + ' > out.txt; echo ready > ready; sleep {mark}'\n"
         f"ctx = ToolContext('task-1', 'call-1', workspace={str(workspace)!r})\n"
@@ -317,7 +317,7 @@ def test_a_fork_bomb_and_a_memory_hog_stop_at_the_limits() -> None:
     (workspace / "forks.py").write_text(forks)
     program = (
         "import asyncio\n"
-        "from noeta.core.tool import ToolContext\n"
+        "from noeta.core.ports.tool import ToolContext\n"
         "from noeta.plugins.core import Bash\n"
         "from noeta.plugins.core.confinement import Confinement\n"
         "from noeta.plugins.core.sandbox import Limits\n"

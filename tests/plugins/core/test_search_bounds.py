@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from noeta.core.tool import ToolContext, ToolError
+from noeta.core.ports.tool import ToolContext, ToolError
 from noeta.plugins.core import Glob, Grep
 
 

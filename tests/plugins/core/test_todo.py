@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import ToolContext, ToolError
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import ToolContext, ToolError
 from noeta.plugins.core import TodoWrite
 from noeta.plugins.core.todo import MAX_ITEMS
 

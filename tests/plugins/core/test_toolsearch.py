@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from noeta.core.model import ToolSpec
-from noeta.core.tool import ToolContext, ToolError
+from noeta.core.ports.model import ToolSpec
+from noeta.core.ports.tool import ToolContext, ToolError
 from noeta.plugins.core import ToolSearch
 
 DEFERRED = [

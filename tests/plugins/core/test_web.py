@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from noeta.core.tool import ToolContext, ToolError
+from noeta.core.ports.tool import ToolContext, ToolError
 from noeta.plugins.core import WebFetch
 
 PAGE = b"""<!doctype html><html><head><title>Hi</title>

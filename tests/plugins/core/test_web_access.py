@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpcore
 import pytest
 
-from noeta.core.tool import ToolContext, ToolError
+from noeta.core.ports.tool import ToolContext, ToolError
 from noeta.plugins.core import WebFetch, plugin
 from noeta.plugins.core.web_access import FetchPolicy
 from noeta.plugins.core.web_transport import GuardedBackend

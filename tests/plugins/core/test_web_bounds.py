@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from noeta.core.tool import ToolContext, ToolError
+from noeta.core.ports.tool import ToolContext, ToolError
 from noeta.plugins.core import WebFetch
 
 LOCAL = ("127.0.0.1",)
@@ -90,7 +90,7 @@ def base_url() -> Iterator[str]:
 # Run in a child process, so that its peak memory (ru_maxrss) is the fetch's alone.
 CHILD = """
 import asyncio, json, resource, sys
-from noeta.core.tool import ToolContext, ToolError
+from noeta.core.ports.tool import ToolContext, ToolError
 from noeta.plugins.core import WebFetch
 import httpx, httpcore  # imported before the baseline: their size is not the fetch's
 

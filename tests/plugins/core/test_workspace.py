@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import Tool, ToolContext, ToolError
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import Tool, ToolContext, ToolError
 from noeta.plugins.core import Bash, Edit, Glob, Grep, Read, Write
 
 Call = Callable[[str], dict[str, JSONValue]]

@@ -13,9 +13,9 @@ from typing import cast
 
 import pytest
 
-from noeta.core.payload import JSONValue
-from noeta.core.tool import OUTCOME_UNKNOWN, Tool, ToolContext, ToolError
-from noeta.plugins import mcp as mcp_plugin
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.tool import OUTCOME_UNKNOWN, Tool, ToolContext, ToolError
+from noeta.plugins import mcp_server
 from noeta.plugins.mcp import McpPlugin, McpServerError, plugin, tool_name
 from tests.worker.conftest import until
 
@@ -216,8 +216,8 @@ async def test_a_server_killed_mid_call_is_an_unknown_outcome_and_restarted(
 async def test_a_server_that_keeps_crashing_is_not_restarted_for_ever(
     started: McpPlugin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mcp_plugin, "RESTART_BACKOFF_SECONDS", (0.0,))  # the bound, not the wait
-    for _ in range(mcp_plugin.MAX_RESTARTS + 1):
+    monkeypatch.setattr(mcp_server, "RESTART_BACKOFF_SECONDS", (0.0,))  # the bound, not the wait
+    for _ in range(mcp_server.MAX_RESTARTS + 1):
         assert "died during this call" in str(await kill_mid_call(started, tmp_path / "began"))
     with pytest.raises(ToolError, match=r"is gone: it crashed 6 times, and is not started again"):
         await by_name(started)["mcp__test__add"].run({"a": 1, "b": 2}, CTX)

@@ -27,6 +27,7 @@ from noeta.backends.stores.postgres.session import SessionLimits, startup_option
 from noeta.backends.stores.postgres.views import PostgresViews
 from noeta.backends.stores.postgres.wakeups import PostgresWakeups
 from noeta.core.errors import StoreUnavailable
+from noeta.core.ports.store_capabilities import StoreCapabilities
 
 __all__ = [
     "CLAIM_NEXT_TASK",
@@ -53,6 +54,20 @@ class PostgresStore(
     PostgresQueues,
 ):
     """A `Store` on one PostgreSQL database (or schema, via the URL's search_path)."""
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Every optional port: bursts on one connection and LISTEN are PostgreSQL's."""
+        return StoreCapabilities(
+            bulk=self,
+            queue_settings=self,
+            views=self,
+            pruning=self,
+            model_limits=self,
+            holding=self.holding,
+            wakeups=self.wakeups,
+            finishes=self.finishes,
+        )
 
     @classmethod
     async def open(

@@ -9,8 +9,8 @@ from datetime import datetime
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.backends.stores.postgres.inbox import dedupe_key
-from noeta.core import payload
-from noeta.core.store import (
+from noeta.core.ports import payload
+from noeta.core.ports.store import (
     Claim,
     Continue,
     Delivery,

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from noeta.backends.stores.postgres.appends import encode_task
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.core.bulk import check_distinct_ids
 from noeta.core.errors import Conflict
-from noeta.core.store import NewTask
+from noeta.core.ports.bulk import check_distinct_ids
+from noeta.core.ports.store import NewTask
 
 CREATE_TASKS = """
 SELECT noeta_create_tasks(

@@ -7,8 +7,8 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from noeta.backends.stores.postgres.inbox import inbox_entry
-from noeta.core import payload
-from noeta.core.store import (
+from noeta.core.ports import payload
+from noeta.core.ports.store import (
     Claim,
     ClaimedTask,
     InboxEntry,

@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.core.store import Claim, ClaimedTask, check_key, check_lease
+from noeta.core.ports.store import Claim, ClaimedTask, check_key, check_lease
 
 # Claim up to %(limit)s tasks, the highest priority first and then those due longest, each
 # with its own epoch and lease. A queue without settings is walked as before limits

@@ -85,6 +85,16 @@ class PostgresConnection:
     async def close(self) -> None:
         await self._pool.close()
 
+    async def _listening_connection(self, application_name: str) -> psycopg.AsyncConnection[Any]:
+        """A connection of its own, outside the pool, for a LISTEN: a pooled session must
+        never be left listening. Raises psycopg's error if it cannot connect."""
+        return await psycopg.AsyncConnection.connect(
+            self._dsn,
+            autocommit=True,
+            application_name=application_name,
+            connect_timeout=max(1, round(self.deadline_seconds)),
+        )
+
     @contextlib.asynccontextmanager
     async def holding(self) -> AsyncIterator[None]:
         """Run this task's store statements inside on one connection, taken from the pool

@@ -10,8 +10,8 @@ from typing import Any
 from noeta.backends.stores.postgres.appends import encode_task
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.backends.stores.postgres.inbox import dedupe_key
-from noeta.core import payload
-from noeta.core.store import (
+from noeta.core.ports import payload
+from noeta.core.ports.store import (
     CronFire,
     CronFireRecord,
     Delivery,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.core import payload
-from noeta.core.store import CANCEL_KEY, Delivery, InboxEntry, check_key
+from noeta.core.ports import payload
+from noeta.core.ports.store import CANCEL_KEY, Delivery, InboxEntry, check_key
 
 # noeta_deliver wakes a waiting task; a cancel also wakes a ready one due later (a delay,
 # a model-budget hand-back, a 429 pause), so that it ends now rather than at its due

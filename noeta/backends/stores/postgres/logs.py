@@ -8,8 +8,8 @@ from typing import Any
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.backends.stores.postgres.inbox import READ_INBOX, inbox_entry
-from noeta.core import payload
-from noeta.core.store import (
+from noeta.core.ports import payload
+from noeta.core.ports.store import (
     LoadedTask,
     Snapshot,
     StoredEvent,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from noeta.backends.stores.postgres.appends import events_json
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.core.model_limits import (
+from noeta.core.ports.model_limits import (
     ModelBudget,
     ModelBudgetHeld,
     ModelBudgetWait,
@@ -16,15 +16,15 @@ from noeta.core.model_limits import (
     check_limit,
     check_limit_key,
 )
-from noeta.core.store import Claim, NewEvent, check_append
+from noeta.core.ports.store import Claim, NewEvent, check_append
 
 APPEND_MODEL_CALLED = """
-SELECT seq, retry_at, limit_key FROM noeta_append_model_called(
+SELECT seq, retry_at, limit_key, limited FROM noeta_append_model_called(
     %(task)s, %(epoch)s, %(expected_seq)s, %(events)s::jsonb, %(keys)s::text[], %(tokens)s)
 """
 # The same append for a task whose jobs need its claim: a refusal keeps it (0015).
 APPEND_MODEL_CALLED_KEEPING_CLAIM = """
-SELECT seq, retry_at, limit_key FROM noeta_append_model_called_keeping_claim(
+SELECT seq, retry_at, limit_key, limited FROM noeta_append_model_called_keeping_claim(
     %(task)s, %(epoch)s, %(expected_seq)s, %(events)s::jsonb, %(keys)s::text[], %(tokens)s)
 """
 MODEL_TOKENS_USED = "SELECT noeta_model_tokens_used(%(keys)s::text[], %(delta)s)"
@@ -65,7 +65,7 @@ class PostgresModelLimits(PostgresConnection):
         statement = APPEND_MODEL_CALLED_KEEPING_CLAIM if budget.keep_claim else APPEND_MODEL_CALLED
         row = await self._write(statement, params, task_id=claim.task_id)
         assert row is not None
-        seq, retry_at, limit_key = row
+        seq, retry_at, limit_key, budget.taken.by_a_limit = row
         if seq is None and budget.keep_claim:
             raise ModelBudgetHeld(claim.task_id, limit_key, retry_at)
         if seq is None:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, overviews
-from noeta.core.queue_settings import QueueChange, QueueOverview, QueueSettings
-from noeta.core.store import check_key
+from noeta.core.ports.queue_settings import QueueChange, QueueOverview, QueueSettings
+from noeta.core.ports.store import check_key
 
 # What a queue holds now: claimable (due, not held) and live claims (running or holding,
 # lease not lapsed), from the rows of the claim index (every claimed row is in it). An

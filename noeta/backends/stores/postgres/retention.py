@@ -19,7 +19,7 @@ from noeta.backends.stores.postgres.connection import (
     store_error,
 )
 from noeta.core.errors import StoreError, StoreUnavailable
-from noeta.core.retention import (
+from noeta.core.ports.retention import (
     DEFAULT_BATCH_EVENTS,
     DEFAULT_BATCH_SIZE,
     REST_PER_BATCH,
@@ -27,7 +27,7 @@ from noeta.core.retention import (
     PruneRunning,
     check_batch_size,
 )
-from noeta.core.store import check_key
+from noeta.core.ports.store import check_key
 
 # A session lock, one per schema: held across the batches, freed by the server if the
 # pruning process dies.

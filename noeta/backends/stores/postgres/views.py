@@ -11,9 +11,9 @@ from typing import Any
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _task_record
-from noeta.core import payload
-from noeta.core.store import TaskRecord, TaskStatus
-from noeta.core.store_views import (
+from noeta.core.ports import payload
+from noeta.core.ports.store import TaskRecord, TaskStatus
+from noeta.core.ports.store_views import (
     COUNT_CAP,
     MAX_PAGE,
     HeldClaim,

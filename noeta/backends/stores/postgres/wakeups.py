@@ -5,13 +5,13 @@ and workers listen for them instead of polling; clients listen for finished task
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import datetime
 
 import psycopg
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.core.store import check_moment
+from noeta.core.ports.store import check_moment
 
 LISTEN_FOR_WAKEUPS = "LISTEN noeta_wake"
 LISTEN_FOR_FINISHES = "LISTEN noeta_finished"
@@ -39,25 +39,20 @@ SELECT clock.now,
 class PostgresWakeups(PostgresConnection):
     """Announcing due tasks, and listening for the announcements."""
 
-    def wakeups(self) -> AsyncIterator[str]:
+    def wakeups(self) -> AsyncGenerator[str, None]:
         """Queue names in which a task just became claimable (LISTEN noeta_wake), and "*"
         each time listening (re)starts. Reconnects after a lost connection."""
         return self._listen(LISTEN_FOR_WAKEUPS)
 
-    def finishes(self) -> AsyncIterator[str]:
+    def finishes(self) -> AsyncGenerator[str, None]:
         """Ids of tasks that just finished (LISTEN noeta_finished), and "*" each time
         listening (re)starts: a task finished before then was not announced."""
         return self._listen(LISTEN_FOR_FINISHES)
 
-    async def _listen(self, statement: str) -> AsyncIterator[str]:
+    async def _listen(self, statement: str) -> AsyncGenerator[str, None]:
         while True:
             try:
-                connection = await psycopg.AsyncConnection.connect(
-                    self._dsn,
-                    autocommit=True,
-                    application_name="noeta-listen",
-                    connect_timeout=max(1, round(self.deadline_seconds)),
-                )
+                connection = await self._listening_connection("noeta-listen")
             except psycopg.OperationalError:
                 await asyncio.sleep(self.deadline_seconds)
                 continue

@@ -26,7 +26,8 @@ from noeta.backends.stores.sqlite.retention import SqliteRetention
 from noeta.backends.stores.sqlite.schema import SqliteSchema
 from noeta.backends.stores.sqlite.views import SqliteViews
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
-from noeta.core.store import ClaimedTask, LoadedTask, check_claim_limit
+from noeta.core.ports.store import ClaimedTask, LoadedTask, check_claim_limit
+from noeta.core.ports.store_capabilities import StoreCapabilities
 
 __all__ = ["SqliteStore"]
 
@@ -47,6 +48,13 @@ class SqliteStore(
     SqliteQueues,
 ):
     """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """No bursts on one connection and no announcements: a waiter polls."""
+        return StoreCapabilities(
+            bulk=self, queue_settings=self, views=self, pruning=self, model_limits=self
+        )
 
     async def claim_and_load(
         self,

@@ -17,8 +17,8 @@ from noeta.backends.stores.sqlite.encoding import (
 )
 from noeta.backends.stores.sqlite.inbox import insert_delivery
 from noeta.core.errors import Conflict, UnknownTask
-from noeta.core.payload import encode
-from noeta.core.store import (
+from noeta.core.ports.payload import encode
+from noeta.core.ports.store import (
     Claim,
     Continue,
     Delivery,

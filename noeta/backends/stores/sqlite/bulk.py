@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from noeta.backends.stores.sqlite.appends import insert_task
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import encode_task
-from noeta.core.bulk import check_distinct_ids
 from noeta.core.errors import Conflict
-from noeta.core.store import NewTask
+from noeta.core.ports.bulk import check_distinct_ids
+from noeta.core.ports.store import NewTask
 
 
 class SqliteBulk(SqliteConnection):

@@ -8,8 +8,8 @@ from collections.abc import Collection, Mapping, Sequence
 
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import from_micros, lease_micros, now_micros
-from noeta.core.payload import encode
-from noeta.core.store import Claim, check_key
+from noeta.core.ports.payload import encode
+from noeta.core.ports.store import Claim, check_key
 
 # The queue list is bound as one JSON array, so the query stays one constant. Each queue's
 # first claimable row is found in its own part of tasks_claimable_by_priority (a backlog

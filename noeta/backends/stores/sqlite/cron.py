@@ -18,7 +18,7 @@ from noeta.backends.stores.sqlite.encoding import (
     to_micros,
 )
 from noeta.backends.stores.sqlite.inbox import SELECT_TASK_STATUS, insert_delivery
-from noeta.core.store import (
+from noeta.core.ports.store import (
     CronFire,
     CronFireRecord,
     Delivery,

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from noeta.core.payload import encode
-from noeta.core.store import (
+from noeta.core.ports.payload import encode
+from noeta.core.ports.store import (
     Continue,
     Delivery,
     Finish,

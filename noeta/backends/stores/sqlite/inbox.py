@@ -8,8 +8,8 @@ import sqlite3
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import EncodedDelivery, encode_delivery, from_micros
 from noeta.core.errors import UnknownTask
-from noeta.core.payload import decode
-from noeta.core.store import CANCEL_KEY, Delivery, InboxEntry
+from noeta.core.ports.payload import decode
+from noeta.core.ports.store import CANCEL_KEY, Delivery, InboxEntry
 
 SELECT_TASK_STATUS = "SELECT status, wake_prefix FROM tasks WHERE id = ?"
 INSERT_INBOX_ENTRY = """

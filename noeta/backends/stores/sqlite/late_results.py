@@ -3,14 +3,15 @@ claimer (ADR-040). The log and the task row are never touched."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import from_micros
 from noeta.backends.stores.sqlite.inbox import SELECT_TASK_STATUS
-from noeta.core import payload
 from noeta.core.errors import UnknownTask
-from noeta.core.store import LateResult, check_late_result
+from noeta.core.ports import payload
+from noeta.core.ports.store import LateResult, check_late_result
 
 # The first result for a call is kept (DO NOTHING): the hint never changes once written.
 KEEP_LATE_RESULT = """
@@ -20,6 +21,10 @@ ON CONFLICT (task_id, call_id) DO NOTHING"""
 READ_LATE_RESULTS = """
 SELECT task_id, call_id, content, is_error, epoch, worker, created_at FROM late_results
  WHERE task_id = ? ORDER BY created_at, call_id"""
+
+
+# sqlite has no NOTIFY: a claimer waiting out its grace (ADR-0083) looks this often.
+GRACE_POLL_SECONDS = 0.1
 
 
 class SqliteLateResults(SqliteConnection):
@@ -54,3 +59,17 @@ class SqliteLateResults(SqliteConnection):
                 LateResult(task, call_id, text, bool(is_error), epoch, worker, from_micros(created))
             )
         return results
+
+    async def wait_for_late_result(
+        self, task_id: str, call_id: str, seconds: float
+    ) -> LateResult | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while True:
+            for result in await self.late_results(task_id):
+                if result.call_id == call_id:
+                    return result
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            await asyncio.sleep(min(GRACE_POLL_SECONDS, left))

@@ -8,8 +8,15 @@ from datetime import datetime
 from noeta.backends.stores.sqlite.encoding import from_micros, now_micros, task_record
 from noeta.backends.stores.sqlite.inbox import SELECT_TASK_STATUS, SqliteInbox
 from noeta.core.errors import ConfigError, UnknownTask
-from noeta.core.payload import decode
-from noeta.core.store import LoadedTask, Snapshot, StoredEvent, TaskRecord, TaskStatus, check_key
+from noeta.core.ports.payload import decode
+from noeta.core.ports.store import (
+    LoadedTask,
+    Snapshot,
+    StoredEvent,
+    TaskRecord,
+    TaskStatus,
+    check_key,
+)
 
 READ_LOG = """
 SELECT task_id, seq, type, data, created_at, epoch, owner FROM events

@@ -15,7 +15,7 @@ from noeta.backends.stores.sqlite.appends import (
 )
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import encode_events, from_micros, now_micros
-from noeta.core.model_limits import (
+from noeta.core.ports.model_limits import (
     ModelBudget,
     ModelBudgetHeld,
     ModelBudgetWait,
@@ -23,7 +23,7 @@ from noeta.core.model_limits import (
     check_limit,
     check_limit_key,
 )
-from noeta.core.store import Claim, NewEvent, check_append
+from noeta.core.ports.store import Claim, NewEvent, check_append
 
 MINUTE_MICROS = 60_000_000
 
@@ -87,9 +87,11 @@ class SqliteModelLimits(SqliteConnection):
             connection.execute(DROP_HOLD, (claim.task_id,))
             pause: tuple[int, str] | None = None
             slot, slot_key = now, ""
+            budget.taken.by_a_limit = False
             for key, rpm, tpm, requests_at, tokens_at, paused_until in connection.execute(
                 READ_LIMITS, (keys,)
             ):
+                budget.taken.by_a_limit = True
                 paused = paused_until is not None and paused_until > now
                 if paused and (pause is None or paused_until > pause[0]):
                     pause = (paused_until, key)

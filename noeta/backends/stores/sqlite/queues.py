@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, overviews
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import now_micros
-from noeta.core.payload import JSONValue, encode
-from noeta.core.queue_settings import QueueChange, QueueOverview, QueueSettings
-from noeta.core.store import check_key
+from noeta.core.ports.payload import JSONValue, encode
+from noeta.core.ports.queue_settings import QueueChange, QueueOverview, QueueSettings
+from noeta.core.ports.store import check_key
 
 _NAMED = "(json_array_length(:queues) = 0 OR {column} IN (SELECT value FROM json_each(:queues)))"
 QUEUE_OVERVIEW = f"""

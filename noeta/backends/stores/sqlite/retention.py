@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import now_micros
-from noeta.core.retention import (
+from noeta.core.ports.retention import (
     DEFAULT_BATCH_EVENTS,
     DEFAULT_BATCH_SIZE,
     REST_PER_BATCH,
@@ -22,8 +22,8 @@ from noeta.core.retention import (
     PruneRunning,
     check_batch_size,
 )
-from noeta.core.store import check_key
-from noeta.core.subtasks import possible_parent_ids
+from noeta.core.ports.store import check_key
+from noeta.core.rules.subtasks import possible_parent_ids
 
 # The family rule of queue/postgres/functions/noeta_may_prune.sql: no live parent, no live
 # subtask. Ids compare bytewise here (BINARY), so a parent's subtasks are one PK range.

@@ -8,9 +8,9 @@ from typing import Any
 
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import from_micros, task_record, to_micros
-from noeta.core import payload
-from noeta.core.store import TaskRecord, TaskStatus
-from noeta.core.store_views import (
+from noeta.core.ports import payload
+from noeta.core.ports.store import TaskRecord, TaskStatus
+from noeta.core.ports.store_views import (
     COUNT_CAP,
     MAX_PAGE,
     HeldClaim,

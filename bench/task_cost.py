@@ -1,0 +1,151 @@
+"""What one one-shot agent task costs PostgreSQL, counted, not timed: statements the
+worker sends, functions and triggers run, commits, rows written (and how many updates
+were not HOT, each of which adds an entry to every index of the table), per task.
+
+Run:  .venv/bin/python bench/task_cost.py [--tasks N]
+It starts a private embedded PostgreSQL (fsync on, pg_stat_statements loaded,
+track_functions=all), creates N tasks (scripted model, one reply), then starts one
+`noeta worker` with no queue settings, no model limits and no retention, resets the
+statistics, releases the tasks and reads the statistics once they are done. The counts
+do not depend on the machine's load: run it on two checkouts to compare them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+from typing import Any
+
+import psycopg
+from worker import Bench, fresh_bench, next_xid  # the sibling module (bench/ is on sys.path)
+
+from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
+
+QUEUE = "cost"
+# The bench's own statements, left out of the worker's.
+OWN = ("pg_stat", "count(*) FROM tasks", "UPDATE tasks SET ready_at = NULL", "pg_snapshot")
+STATEMENTS = """
+SELECT query, calls FROM public.pg_stat_statements
+ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ ORDER BY calls DESC
+"""
+FUNCTIONS = """
+SELECT funcname, calls FROM pg_stat_user_functions WHERE schemaname = current_schema()
+ ORDER BY calls DESC, funcname
+"""
+TABLES = """
+SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del,
+       (SELECT count(*) FROM pg_index i WHERE i.indrelid = t.relid)
+  FROM pg_stat_user_tables t WHERE schemaname = current_schema() AND n_tup_ins + n_tup_upd > 0
+ ORDER BY relname
+"""
+# Other sessions of this database: the worker's, until they have ended (and, ending,
+# reported their statistics).
+OTHERS = """
+SELECT count(*) FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid()
+   AND backend_type = 'client backend' AND application_name <> 'bench-submit'
+"""
+COMMITS = """
+SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()
+"""
+
+
+async def snapshot(bench: Bench) -> dict[str, Any]:
+    await bench.admin.execute("SELECT pg_stat_force_next_flush()")
+    return {
+        "statements": await bench.rows(STATEMENTS),
+        "functions": await bench.rows(FUNCTIONS),
+        "tables": await bench.rows(TABLES),
+        "commits": await bench.value(COMMITS),
+        "writes": await next_xid(bench),
+    }
+
+
+def report(after: dict[str, Any], before: dict[str, Any], tasks: int) -> None:
+    per = float(tasks)
+    print(f"\nper task ({tasks} one-shot tasks, 1 worker):")
+    print(
+        f"  commits (pg_stat_database.xact_commit, all sessions): "
+        f"{(after['commits'] - before['commits']) / per:.2f}"
+    )
+    # Transaction ids assigned: the committing writes, each a WAL flush (less the release).
+    writes = (after["writes"] - before["writes"] - 1) / per
+    print(f"  WAL-flushing commits (transaction ids assigned): {writes:.2f}")
+    worker = [(q, c) for q, c in after["statements"] if not any(o in q for o in OWN)]
+    print(f"  statements sent: {sum(c for _, c in worker) / per:.2f}")
+    for query, calls in worker:
+        if calls >= tasks / 20:
+            print(f"    {calls / per:5.2f}  {' '.join(query.split())[:100]}")
+    # The bench's release (one UPDATE of every task) ran the claimable trigger once a task.
+    functions = [
+        (n, c - tasks if n == "noeta_notify_claimable" else c) for n, c in after["functions"]
+    ]
+    runs = sum(c for _, c in functions)
+    print(f"  plpgsql function and trigger runs: {runs / per:.2f}")
+    for name, calls in functions:
+        print(f"    {calls / per:5.2f}  {name}")
+    earlier = {row[0]: row for row in before["tables"]}
+    print("  (less the bench's release: one noeta_notify_claimable and one non-HOT update a task)")
+    print("  rows: table, inserted, updated, of them not HOT, deleted, indexes")
+    for name, *counts, indexes in after["tables"]:
+        was = earlier.get(name, (name, 0, 0, 0, 0, indexes))[1:5]
+        ins, upd, hot, deleted = (now - then for now, then in zip(counts, was, strict=True))
+        print(
+            f"    {name:20} {ins / per:5.2f} {upd / per:5.2f} {(upd - hot) / per:5.2f}"
+            f" {deleted / per:5.2f}  {indexes}"
+        )
+
+
+async def measure(dsn: str, tasks: int) -> None:
+    async with fresh_bench(dsn) as bench:
+        await bench.admin.execute("SELECT pg_stat_reset()")  # the migration's own runs
+        ids = [f"{QUEUE}-{n}" for n in range(tasks)]
+        later = await bench.value("SELECT clock_timestamp() + interval '1 hour'")
+        await bench.create(ids, QUEUE, bench.ok_model, ready_at=later)
+        created = "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname = %s"
+
+        async def counted() -> bool:  # the creations' statistics are in, before the reset
+            return bool(await bench.value(created, ("noeta_create_task",)) >= tasks)
+
+        await bench.until(counted, "the creations are counted", 60)
+        functions = await bench.rows(FUNCTIONS)
+        print(f"\nper create ({tasks} tasks created one by one through the Store API):")
+        print(f"  plpgsql function and trigger runs: {sum(c for _, c in functions) / tasks:.2f}")
+        for name, calls in functions:
+            print(f"    {calls / tasks:5.2f}  {name}")
+        async with bench.workers(["cost-w"], QUEUE, concurrency=8):
+            await bench.admin.execute("SELECT public.pg_stat_statements_reset()")
+            await bench.admin.execute("SELECT pg_stat_reset()")
+            before = await snapshot(bench)
+            release = "UPDATE tasks SET ready_at = NULL, claimable_at = clock_timestamp()"
+            await bench.admin.execute(f"{release} WHERE queue = %s", (QUEUE,))
+            await bench.finished(QUEUE, ids, within=600)
+
+        async def ended() -> bool:
+            return bool(await bench.value(OTHERS) == 0)
+
+        await bench.until(ended, "the worker's sessions end", 60)
+        after = await snapshot(bench)
+        report(after, before, tasks)
+
+
+def main() -> None:
+    arguments = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    arguments.add_argument("--tasks", type=int, default=1000)
+    tasks = arguments.parse_args().tasks
+    settings = {"shared_preload_libraries": "pg_stat_statements", "track_functions": "all"}
+    embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
+    try:
+        dsn = embedded.start()
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        asyncio.run(measure(dsn, tasks))
+    finally:
+        embedded.stop()
+        shutil.rmtree(embedded.root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The model port: a provider-neutral request and reply, and the `Provider` protocol.
+
+A request is assembled from the log alone, and a provider turns it into wire bytes
+deterministically (`encode_request`), so the request re-sent after a crash is byte for
+byte the one sent before and the provider's prompt cache still hits. One `send` is one
+HTTP attempt; retries are noeta's (`noeta.core.retry`), never an SDK's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from noeta.core.errors import NoetaError
+from noeta.core.ports.payload import JSONValue
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """The model asks for a tool: `id` is the provider's call id, unique in the task."""
+
+    id: str
+    name: str
+    input: dict[str, JSONValue]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    call_id: str
+    content: str
+    is_error: bool = False
+
+
+Block = Text | ToolCall | ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Literal["user", "assistant"]
+    content: tuple[Block, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, JSONValue]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    model: str  # the provider's model name, without the provider prefix
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int = 4096
+    # How many replies the task has had: not sent by HTTP providers, but it lets the
+    # scripted model answer deterministically from the request alone.
+    replies_so_far: int = 0
+
+
+# Why a reply stopped, in noeta's words: the turn's rules depend on it.
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    content: tuple[Text | ToolCall, ...]
+    stop_reason: StopReason
+    usage: Usage = field(default_factory=Usage)
+    provider_stop_reason: str = ""  # as the provider said it, for the log
+    response_id: str = ""
+
+
+class ProviderError(NoetaError):
+    """One attempt failed. `retryable` says whether another attempt may succeed.
+
+    Messages never hold an API key or a request body.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+        reason: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+        # What the retry log line says: the status or the kind of failure, never the
+        # provider's own words (a compatible server may quote the request back).
+        self.reason = reason or (f"HTTP {status}" if status else "failed")
+
+
+class Provider(Protocol):
+    """One LLM API. Chosen by the prefix of a model spec (`anthropic:`, `openai:`, …)."""
+
+    name: str  # the GenAI semantic-convention provider name, e.g. "anthropic", "openai"
+
+    def encode_request(self, request: ModelRequest) -> bytes:
+        """The exact request body; the same request always gives the same bytes."""
+        ...
+
+    async def send(self, body: bytes) -> ModelReply:
+        """One attempt. Raises `ProviderError` for anything but a usable reply."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,392 @@
+"""The events of a task's log: one frozen dataclass each, and their versioned encoding.
+
+An event is stored as its class name (the store's event type) and a JSON object holding
+`"v"` (its encoding version) and its fields. An event type, or a version, that this code
+does not know was written by a newer noeta: `decode` returns `UnknownEvent`, and the
+worker leaves the task to a newer worker instead of guessing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from noeta.core.ports.model import Text, ToolCall, Usage
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.pin import Pin
+
+ENCODING_VERSION = 1
+
+CutCause = Literal["worker_lost", "call", "not_sent"]
+TurnOutcome = Literal["answered", "no_answer", "failed"]
+FinishStatus = Literal["done", "failed", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCreated:
+    """The task's configuration; a one-shot task's prompt opens its first turn."""
+
+    model: str  # a model spec: "anthropic:<model>", "openai:<model>", "scripted:<file>"
+    prompt: str = ""
+    interactive: bool = False
+    system: str = ""
+    max_tokens: int = 4096
+    tools: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CallRequested:
+    """The task is a plain job: this one tool call, run under the tool recovery contract,
+    and its result is the task's (the log's second event, written with its creation).
+    A new event type, so a noeta that predates jobs leaves the task to a newer one."""
+
+    call_id: str
+    name: str
+    input: dict[str, JSONValue]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageTaken:
+    """A message taken from the inbox; the append that records it marks the entry taken."""
+
+    inbox_id: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCalled:
+    """Appended before the request is sent; `request_sha256` identifies the exact bytes."""
+
+    request_sha256: str
+    trace: str = ""  # the call's span record (noeta.observability.span_record); "" untraced
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallCut:
+    """Why the open ModelCalled got no reply, recorded by the claimer that finds it (ADR-0080):
+    "worker_lost" (its worker held no live claim: it died, froze or lost the store),
+    "call" (its worker lived on, only this call was cut), "not_sent" (the worker kept word
+    that the request never left). Only "call" counts towards the model's cap."""
+
+    epoch: int  # the claim that wrote the ModelCalled
+    cause: CutCause
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReplied:
+    content: tuple[Text | ToolCall, ...]
+    stop_reason: str  # noeta's StopReason
+    usage: Usage = field(default_factory=Usage)
+    provider_stop_reason: str = ""
+    response_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailed:
+    """The provider kept failing (or refused for good): closes the open ModelCalled."""
+
+    error: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    """Appended before the tool runs, with the call as actually executed."""
+
+    call_id: str
+    name: str
+    input: dict[str, JSONValue]
+    trace: str = ""  # the call's span record (noeta.observability.span_record); "" untraced
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    call_id: str
+    content: str
+    is_error: bool = False
+    # How a half-done call was settled: "late" (the result its own run kept when its
+    # claim was gone, ADR-040), "recover", "rerun", "unknown"; "" it was not half done.
+    recovery: str = ""
+    # With "late": the epoch whose claim ran the call. 0 otherwise, and in logs written
+    # before the field existed (a field with a default: old logs decode unchanged).
+    from_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultCorrected:
+    """A call settled "outcome unknown" did finish: its result, kept by the worker of epoch
+    `from_epoch` after the call was settled, recorded by a later claimer (ADR-0083). The
+    settled result stays in the log; the model is told of this one with its next request."""
+
+    call_id: str
+    content: str
+    is_error: bool
+    from_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolWaiting:
+    """A gate asked a person about this call: it waits, not half done, for the answer."""
+
+    call_id: str
+    name: str
+    input: dict[str, JSONValue]  # as it will run if allowed (after any rewrite)
+    question: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAnswered:
+    """The answer, taken from the inbox in the same append."""
+
+    call_id: str
+    decision: Literal["allow", "deny"]
+    note: str = ""
+    inbox_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PluginsPinned:
+    """The plugins this task runs with; each pin is stored as its four strings."""
+
+    pins: tuple[Pin, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobStarted:
+    """A background job, recorded with the call that started it, before it runs."""
+
+    job_id: str
+    command: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobFinished:
+    """A job's result, taken from the inbox; it opens a turn, like a message."""
+
+    job_id: str
+    exit_code: int | None
+    output: str
+    inbox_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobLost:
+    """The worker running a job lost the task; the model is told, once."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobStopped:
+    """The task ended (cancelled, or failed) while a job of its ran: the job is stopped
+    with the claim, and recorded so with the end, before it; no turn is opened."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WakeupScheduled:
+    """The model asked to be woken at `due` (UTC, ISO 8601, store clock) with `prompt`;
+    recorded with the ScheduleWakeup call's result. Its id is that call's id."""
+
+    wakeup_id: str
+    due: str
+    prompt: str
+
+
+@dataclass(frozen=True, slots=True)
+class WokenUp:
+    """A wake-up fell due and opens a turn with its prompt: appended once, under the claim."""
+
+    wakeup_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskOf:
+    """A subtask's second event, written with its creation: whose `Agent` call made it."""
+
+    parent: str
+    call_id: str
+    depth: int  # 1 for a child of a top-level task
+    trace: str = ""  # the parent's Agent call span record: the child's trace links to it
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskLaunched:
+    """The `Agent` call's wait: appended with the child's creation, in one append. The
+    call's result comes later, with the child's handback."""
+
+    call_id: str
+    child_id: str
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskReturned:
+    """A child's handback, taken from the inbox in the same append; while the call still
+    waits for it, its ToolFinished (the report) rides in that append too."""
+
+    child_id: str
+    status: str  # the child's final status: "done", "failed", "cancelled"
+    inbox_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PluginRecord:
+    """A record a plugin wrote in a hook, appended with the events it belongs to; the
+    plugin's latest record is its state (e.g. its progress mark), `TaskView.mark`."""
+
+    plugin: str
+    data: JSONValue
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    outcome: TurnOutcome
+    answer: str = ""
+    error: str = ""  # "llm_error: …", "llm_truncated: …", "internal_error: …"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFinished:
+    status: FinishStatus
+    answer: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownEvent:
+    """An event this version cannot decode: written by a newer noeta."""
+
+    type: str
+    version: int
+
+
+Event = (
+    TaskCreated
+    | CallRequested
+    | MessageTaken
+    | ModelCalled
+    | ModelCallCut
+    | ModelReplied
+    | ModelFailed
+    | ToolStarted
+    | ToolFinished
+    | ToolResultCorrected
+    | ToolWaiting
+    | ToolAnswered
+    | PluginsPinned
+    | JobStarted
+    | JobFinished
+    | JobLost
+    | JobStopped
+    | WakeupScheduled
+    | WokenUp
+    | SubtaskOf
+    | SubtaskLaunched
+    | SubtaskReturned
+    | PluginRecord
+    | TurnEnded
+    | TaskFinished
+)
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (
+        TaskCreated,
+        CallRequested,
+        MessageTaken,
+        ModelCalled,
+        ModelCallCut,
+        ModelReplied,
+        ModelFailed,
+        ToolStarted,
+        ToolFinished,
+        ToolResultCorrected,
+        ToolWaiting,
+        ToolAnswered,
+        PluginsPinned,
+        JobStarted,
+        JobFinished,
+        JobLost,
+        JobStopped,
+        WakeupScheduled,
+        WokenUp,
+        SubtaskOf,
+        SubtaskLaunched,
+        SubtaskReturned,
+        PluginRecord,
+        TurnEnded,
+        TaskFinished,
+    )
+}
+
+
+def encode(event: Event) -> tuple[str, dict[str, JSONValue]]:
+    """The store's (type, data) for an event."""
+    data: dict[str, JSONValue] = {"v": ENCODING_VERSION}
+    for each in dataclasses.fields(event):
+        data[each.name] = _to_json(getattr(event, each.name))
+    return type(event).__name__, data
+
+
+def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
+    """The event for a stored (type, data); `UnknownEvent` if a newer noeta wrote it.
+
+    Raises ValueError for data that is malformed for a type this version knows.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"{event_type} data is not an object")
+    version = data.get("v")
+    if not isinstance(version, int):
+        raise ValueError(f"{event_type} data has no encoding version")
+    cls = EVENT_TYPES.get(event_type)
+    if cls is None or version > ENCODING_VERSION:
+        return UnknownEvent(event_type, version)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    try:
+        values = {
+            name: _FROM_JSON.get((cls, name), _same)(data[name]) for name in fields if name in data
+        }
+        return cls(**values)
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"{event_type} data is malformed: {error}") from None
+
+
+def _to_json(value: Any) -> JSONValue:
+    if isinstance(value, tuple):
+        return [_to_json(item) for item in value]
+    if isinstance(value, Text):
+        return {"type": "text", "text": value.text}
+    if isinstance(value, ToolCall):
+        return {"type": "tool_call", "id": value.id, "name": value.name, "input": value.input}
+    if isinstance(value, Pin):
+        return list(value.as_tuple())
+    if isinstance(value, Usage):
+        return {name: getattr(value, name) for name in Usage.__dataclass_fields__}
+    return value  # type: ignore[no-any-return]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _blocks(value: Any) -> tuple[Text | ToolCall, ...]:
+    blocks: list[Text | ToolCall] = []
+    for block in value:
+        if block["type"] == "text":
+            blocks.append(Text(block["text"]))
+        elif block["type"] == "tool_call":
+            blocks.append(ToolCall(block["id"], block["name"], block["input"]))
+        else:
+            raise TypeError(f"unknown content block {block['type']!r}")
+    return tuple(blocks)
+
+
+_FROM_JSON: dict[tuple[type, str], Any] = {
+    (ModelReplied, "content"): _blocks,
+    (ModelReplied, "usage"): lambda value: Usage(**value),
+    (TaskCreated, "tools"): tuple,
+    (PluginsPinned, "pins"): lambda value: tuple(Pin(*pin) for pin in value),
+}

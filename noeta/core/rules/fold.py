@@ -1,0 +1,390 @@
+"""`fold(events) -> TaskState`: everything a worker needs to know about a task, from its log.
+
+Pure: no I/O, no clock, no randomness. Recovery is folding: a claimer that finds a
+ModelCalled without a reply, or a ToolStarted without a finish, learns it here.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import assert_never
+
+from noeta.core.ports.model import Message, Text, ToolCall, ToolResult
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.pin import Pin
+from noeta.core.rules.conversation import extend
+from noeta.core.rules.events import (
+    CallRequested,
+    Event,
+    JobFinished,
+    JobLost,
+    JobStarted,
+    JobStopped,
+    MessageTaken,
+    ModelCallCut,
+    ModelCalled,
+    ModelFailed,
+    ModelReplied,
+    PluginRecord,
+    PluginsPinned,
+    SubtaskLaunched,
+    SubtaskOf,
+    SubtaskReturned,
+    TaskCreated,
+    TaskFinished,
+    ToolAnswered,
+    ToolFinished,
+    ToolResultCorrected,
+    ToolStarted,
+    ToolWaiting,
+    TurnEnded,
+    UnknownEvent,
+    WakeupScheduled,
+    WokenUp,
+)
+from noeta.core.rules.task_state import TaskState
+
+# Said to the model, from the fold, after a reply cut off by the output limit: being
+# derived from the log, it is part of the byte-identical request on a re-send.
+CONTINUE_AFTER_TRUNCATION = (
+    "[noeta] Your previous reply was cut off by the output token limit. "
+    "Continue exactly where it stopped."
+)
+
+
+WOKEN_UP = "[noeta] Your scheduled wake-up ({due}) is due. You asked to be told: {prompt}"
+
+JOB_LOST = (
+    "[noeta] Background job {job_id} was lost: the worker running it lost this task "
+    "(it stopped, or was cut off) and the job was stopped with it. It may have run in "
+    "part. Check its effects before running it again."
+)
+
+# Said with the next request after a late result came for a call settled "outcome unknown"
+# (ADR-0083): the earlier result stays in the conversation, this one follows it.
+RESULT_CORRECTED = (
+    "[noeta] Correction: tool call {call_id} was reported to you as interrupted, its outcome "
+    "unknown. It did run to its end: its result came after the call was settled. Its {kind}:"
+    "\n{content}"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEvent:
+    """An event with its place in the log."""
+
+    seq: int
+    event: Event | UnknownEvent
+
+
+class _Folding:
+    """The mutable builder behind `fold`: every event costs O(1), so a fold is linear."""
+
+    # TaskState's scalar fields, copied in and out by name (see _SCALARS).
+    config: TaskCreated | None
+    last_seq: int
+    turn: int
+    turn_open: bool
+    model_attempts: int
+    model_workers_lost: int
+    model_calls_unsent: int
+    model_call_open: int
+    settled_unknown: tuple[str, ...]
+    replies: int
+    truncated_in_row: int
+    empty_in_row: int
+    internal_errors_in_row: int
+    last_answer: str
+    last_turn_outcome: str
+    last_turn_error: str
+    finished: str
+    waiting_call: str
+    waiting_input: tuple[tuple[str, JSONValue], ...]
+    waiting_question: str
+    approved: tuple[tuple[str, tuple[tuple[str, JSONValue], ...]], ...]
+    pins: tuple[Pin, ...]
+    jobs: tuple[str, ...]
+    wakeups: tuple[tuple[str, str, str], ...]
+    newer_event: str
+    unreadable: str
+    trace: str
+    parent: str
+    parent_call: str
+    parent_trace: str
+    depth: int
+    children: int
+    turn_children: int
+    subtasks: tuple[tuple[str, str, int], ...]
+    plugin_records: tuple[tuple[str, JSONValue], ...]
+    job: str
+
+    def __init__(self, start: TaskState) -> None:
+        for name in _SCALARS:
+            setattr(self, name, getattr(start, name))
+        self.history = start.messages  # never copied: a snapshot's may be unbuilt
+        self.messages: list[Message] = []  # what this fold adds
+        self.calls = start.calls
+        self.started = dict(start.started)
+        self.results = list(start.results)
+        self.taken = set(start.taken_inbox)
+
+    def state(self) -> TaskState:
+        scalars = {name: getattr(self, name) for name in _SCALARS}
+        return TaskState(
+            **scalars,
+            messages=extend(self.history, self.messages),
+            calls=self.calls,
+            started=tuple(self.started.items()),
+            results=tuple(self.results),
+            taken_inbox=frozenset(self.taken),
+        )
+
+
+_COLLECTIONS = {"messages", "calls", "started", "results", "taken_inbox"}
+_SCALARS = tuple(name for name in TaskState.__dataclass_fields__ if name not in _COLLECTIONS)
+assert set(_SCALARS) == set(_Folding.__annotations__), "_Folding must mirror TaskState"
+
+
+def fold(events: Iterable[LoggedEvent], start: TaskState | None = None) -> TaskState:
+    """Fold `events` (in seq order, following `start` if given) into a state."""
+    f = _Folding(start or TaskState())
+    # A long log makes many small objects and no cycles: without this pause the cyclic
+    # GC rescans the growing conversation again and again, and folding stops being linear.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for logged in events:
+            if f.newer_event or f.unreadable:
+                break
+            if logged.seq != f.last_seq + 1:
+                f.unreadable = f"the log jumps from seq {f.last_seq} to {logged.seq}"
+                break
+            f.last_seq = logged.seq
+            _apply(f, logged.event)
+        return f.state()
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
+    """One event's effect on the builder."""
+    match event:
+        case UnknownEvent(type=event_type):
+            f.newer_event = event_type
+        case TaskCreated(prompt=prompt):
+            f.config = event
+            if prompt:
+                _open_turn(f, prompt)
+        case CallRequested():
+            _request_call(f, event)
+        case MessageTaken(inbox_id=inbox_id, text=text):
+            f.taken.add(inbox_id)
+            _open_turn(f, text)
+        case ModelCalled() | ModelCallCut() | ModelReplied() | ModelFailed():
+            _apply_model(f, event)
+        case (
+            ToolStarted() | ToolFinished() | ToolResultCorrected() | ToolWaiting() | ToolAnswered()
+        ):
+            _apply_tool(f, event)
+        case PluginsPinned(pins=pins):
+            f.pins = pins
+        case JobStarted(job_id=job_id):
+            f.jobs = (*f.jobs, job_id)
+        case JobFinished() | JobLost() | JobStopped():
+            _end_job(f, event)
+        case WakeupScheduled() | WokenUp():
+            _apply_wakeup(f, event)
+        case SubtaskOf() | SubtaskLaunched() | SubtaskReturned():
+            _apply_subtask(f, event)
+        case PluginRecord(plugin=plugin, data=data):
+            others = tuple(record for record in f.plugin_records if record[0] != plugin)
+            f.plugin_records = (*others, (plugin, data))
+        case TurnEnded(outcome=outcome, answer=answer, error=error):
+            internal = error.startswith("internal_error")
+            f.turn_open = False
+            _reset_model_attempts(f)
+            f.truncated_in_row = f.empty_in_row = 0
+            f.calls = ()
+            f.internal_errors_in_row = f.internal_errors_in_row + 1 if internal else 0
+            f.last_answer, f.last_turn_outcome, f.last_turn_error = answer, outcome, error
+            f.started.clear()
+            f.results.clear()
+            f.approved, f.waiting_call, f.waiting_input = (), "", ()
+        case TaskFinished(status=status):
+            f.finished = status
+            f.turn_open = False
+        case _:
+            assert_never(event)
+
+
+def _apply_tool(
+    f: _Folding,
+    event: ToolStarted | ToolFinished | ToolResultCorrected | ToolWaiting | ToolAnswered,
+) -> None:
+    match event:
+        case ToolStarted(call_id=call_id, trace=trace):
+            f.started[call_id] = f.started.get(call_id, 0) + 1
+            f.trace = trace or f.trace
+        case ToolFinished(call_id=call_id, content=content, is_error=is_error):
+            f.started.pop(call_id, None)
+            if event.recovery == "unknown":
+                f.settled_unknown = (*f.settled_unknown, call_id)
+            f.results.append(ToolResult(call_id, content, is_error))
+            if f.job:
+                _end_job_call(f, content, is_error)
+            elif len(f.results) == len(f.calls):
+                _hand_results_to_model(f)
+        case ToolResultCorrected(call_id=call_id, content=content, is_error=is_error):
+            f.settled_unknown = tuple(c for c in f.settled_unknown if c != call_id)
+            kind = "error" if is_error else "result"
+            note = RESULT_CORRECTED.format(call_id=call_id, kind=kind, content=content)
+            f.messages.append(Message("user", (Text(note),)))
+        case ToolWaiting(call_id=call_id, input=input, question=question):
+            f.waiting_call, f.waiting_question = call_id, question
+            f.waiting_input = tuple(input.items())
+        case ToolAnswered(call_id=call_id, decision=decision, note=note, inbox_id=inbox_id):
+            f.taken.add(inbox_id)
+            if decision == "allow":
+                f.approved = (*f.approved, (call_id, f.waiting_input))
+            else:
+                denial = f"A person denied this call{': ' + note if note else '.'}"
+                f.results.append(ToolResult(call_id, denial, True))
+            f.waiting_call, f.waiting_input, f.waiting_question = "", (), ""
+            if len(f.results) == len(f.calls):
+                _hand_results_to_model(f)
+
+
+def _apply_wakeup(f: _Folding, event: WakeupScheduled | WokenUp) -> None:
+    match event:
+        case WakeupScheduled(wakeup_id=wakeup_id, due=due, prompt=prompt):
+            # ISO 8601 in UTC sorts as time does: the first pending is the next due.
+            f.wakeups = tuple(sorted((*f.wakeups, (wakeup_id, due, prompt)), key=_due))
+        case WokenUp(wakeup_id=wakeup_id):
+            woken = next((w for w in f.wakeups if w[0] == wakeup_id), None)
+            if woken is None:
+                f.unreadable = f"WokenUp {wakeup_id} has no pending wake-up"
+                return
+            f.wakeups = tuple(w for w in f.wakeups if w[0] != wakeup_id)
+            _open_turn(f, WOKEN_UP.format(due=woken[1], prompt=woken[2]))
+
+
+def _apply_subtask(f: _Folding, event: SubtaskOf | SubtaskLaunched | SubtaskReturned) -> None:
+    match event:
+        case SubtaskOf(parent=parent, call_id=call_id, depth=depth, trace=trace):
+            f.parent, f.parent_call, f.depth, f.parent_trace = parent, call_id, depth, trace
+        case SubtaskLaunched(call_id=call_id, child_id=child_id):
+            # The call is not half done: it waits for the child's handback.
+            f.started.pop(call_id, None)
+            f.subtasks = (*f.subtasks, (call_id, child_id, f.replies))
+            f.children += 1
+            f.turn_children += 1
+        case SubtaskReturned(child_id=child_id, inbox_id=inbox_id):
+            f.taken.add(inbox_id)
+            f.subtasks = tuple(s for s in f.subtasks if s[1] != child_id)
+
+
+def _due(wakeup: tuple[str, str, str]) -> str:
+    return wakeup[1]
+
+
+def _end_job(f: _Folding, event: JobFinished | JobLost | JobStopped) -> None:
+    """A job's end, once: a result or a loss opens a turn to tell the model; a job
+    stopped because its task ended tells no one."""
+    f.jobs = tuple(job for job in f.jobs if job != event.job_id)
+    match event:
+        case JobFinished(job_id=job_id, exit_code=code, output=output, inbox_id=inbox_id):
+            f.taken.add(inbox_id)
+            ended = "was killed" if code is None else f"exited with code {code}"
+            _open_turn(f, f"[noeta] Background job {job_id} {ended}. Its output:\n{output}")
+        case JobLost(job_id=job_id):
+            _open_turn(f, JOB_LOST.format(job_id=job_id))
+        case JobStopped():
+            pass
+
+
+def _open_turn(f: _Folding, text: str) -> None:
+    f.messages.append(Message("user", (Text(text),)))
+    f.turn += 1
+    f.turn_open = True
+    f.turn_children = 0
+
+
+def _apply_model(
+    f: _Folding, event: ModelCalled | ModelCallCut | ModelReplied | ModelFailed
+) -> None:
+    match event:
+        case ModelCalled(trace=trace):
+            f.model_attempts += 1
+            f.model_call_open = f.last_seq
+            f.trace = trace or f.trace
+        case ModelCallCut(cause=cause):
+            # Why the open call got no reply (ADR-0080): only a "call" cut is the model's.
+            f.model_call_open = 0
+            f.model_workers_lost += cause == "worker_lost"
+            f.model_calls_unsent += cause == "not_sent"
+        case ModelReplied():
+            _take_reply(f, event)
+        case ModelFailed():
+            _reset_model_attempts(f)
+
+
+def _reset_model_attempts(f: _Folding) -> None:
+    f.model_attempts = f.model_workers_lost = f.model_calls_unsent = f.model_call_open = 0
+
+
+def _take_reply(f: _Folding, reply: ModelReplied) -> None:
+    _reset_model_attempts(f)
+    f.replies += 1
+    # A blank block (older logs hold some) is left out: Anthropic refuses it re-sent.
+    texts = tuple(
+        block for block in reply.content if isinstance(block, Text) and block.text.strip()
+    )
+    calls = tuple(block for block in reply.content if isinstance(block, ToolCall))
+    if reply.stop_reason == "max_tokens":
+        # A cut-off reply's tool calls may be incomplete: keep its text, ask to go on.
+        if texts:
+            f.messages.append(Message("assistant", texts))
+        f.messages.append(Message("user", (Text(CONTINUE_AFTER_TRUNCATION),)))
+        f.truncated_in_row += 1
+        f.calls = ()
+        return
+    if not texts and not calls:
+        # Nothing to keep: an empty assistant message is not a valid request either.
+        f.empty_in_row += 1
+        f.calls = ()
+        return
+    f.messages.append(Message("assistant", texts + calls))
+    f.results.clear()
+    f.truncated_in_row = f.empty_in_row = 0
+    f.calls = calls
+    f.last_answer = "\n".join(block.text for block in texts)
+
+
+def _request_call(f: _Folding, event: CallRequested) -> None:
+    """A plain job: one turn whose only step is the call (no model, no message)."""
+    f.job = event.name
+    f.turn += 1
+    f.turn_open = True
+    f.calls = (ToolCall(event.call_id, event.name, event.input),)
+
+
+def _end_job_call(f: _Folding, content: str, is_error: bool) -> None:
+    """A plain job's call settled: its result (or error, "outcome unknown" included) is
+    the turn's, so the task finishes with it."""
+    f.turn_open = False
+    f.calls = ()
+    f.results.clear()
+    f.last_turn_outcome = "failed" if is_error else "answered"
+    f.last_answer, f.last_turn_error = ("", content) if is_error else (content, "")
+
+
+def _hand_results_to_model(f: _Folding) -> None:
+    """Every call of the reply is settled: its results go back to the model, in call order."""
+    order = {call.id: index for index, call in enumerate(f.calls)}
+    results = sorted(f.results, key=lambda result: order.get(result.call_id, len(order)))
+    f.messages.append(Message("user", tuple(results)))
+    f.results.clear()
+    f.calls = ()

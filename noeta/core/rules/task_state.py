@@ -1,0 +1,68 @@
+"""`TaskState`: what a worker knows of a task, folded from its log (`fold.py` builds it).
+
+A plain frozen value: snapshots store it, `next_action` reads it, the runner keeps it current.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from noeta.core.ports.model import Message, ToolCall, ToolResult
+from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.pin import Pin
+from noeta.core.rules.events import TaskCreated
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    config: TaskCreated | None = None
+    last_seq: int = 0
+    messages: Sequence[Message] = ()  # the conversation the next request is built from
+    turn: int = 0  # turns started so far
+    turn_open: bool = False
+    model_attempts: int = 0  # ModelCalled without a reply, in the open turn
+    replies: int = 0  # ModelReplied events in the whole log
+    truncated_in_row: int = 0
+    empty_in_row: int = 0
+    internal_errors_in_row: int = 0  # turns in a row that failed with internal_error
+    calls: tuple[ToolCall, ...] = ()  # the last reply's tool calls, in order
+    started: tuple[tuple[str, int], ...] = ()  # (call id, starts) of unfinished calls
+    results: tuple[ToolResult, ...] = ()  # finished calls of the last reply
+    last_answer: str = ""
+    last_turn_outcome: str = ""
+    last_turn_error: str = ""
+    finished: str = ""  # "", or the final status
+    taken_inbox: frozenset[int] = frozenset()
+    waiting_call: str = ""  # a call stopped for a person's answer
+    waiting_input: tuple[tuple[str, JSONValue], ...] = ()
+    waiting_question: str = ""
+    approved: tuple[tuple[str, tuple[tuple[str, JSONValue], ...]], ...] = ()  # allowed asks
+    pins: tuple[Pin, ...] = ()
+    jobs: tuple[str, ...] = ()  # background jobs started and not yet finished or lost
+    wakeups: tuple[tuple[str, str, str], ...] = ()  # (id, due, prompt) pending, by due time
+    newer_event: str = ""  # the type of an event from a newer noeta: stop here
+    unreadable: str = ""  # why the log cannot be folded (a gap in seq, …)
+    trace: str = ""  # the latest span record in the log: how a claimer continues the trace
+    parent: str = ""  # the task whose Agent call made this one ("" for a top-level task)
+    parent_call: str = ""
+    parent_trace: str = ""  # the span record of the parent's Agent call (for a link)
+    depth: int = 0  # 0 for a top-level task
+    children: int = 0  # subtasks launched over the task's life
+    turn_children: int = 0  # subtasks launched in the open (or last) turn
+    # Launched and not yet handed back: (call id, child id, the reply that made the call).
+    subtasks: tuple[tuple[str, str, int], ...] = ()
+    plugin_records: tuple[tuple[str, JSONValue], ...] = ()  # each plugin's latest record
+    job: str = ""  # a plain job's tool name ("" for an agent task): its call's result ends it
+    # Of the model_attempts, those a claimer found cut by the worker's loss, or never sent
+    # (ADR-0080); the rest count towards the model's cap. Last: a snapshot's scalars are
+    # positional, and an older snapshot loads with these at their defaults.
+    model_workers_lost: int = 0
+    model_calls_unsent: int = 0
+    model_call_open: int = 0  # the seq of a ModelCalled not yet replied to nor found cut
+    # Calls settled "outcome unknown" with no correction yet: a claimer looks for their
+    # late results before its next model call (ADR-0083).
+    settled_unknown: tuple[str, ...] = ()
+
+    def starts(self, call_id: str) -> int:
+        return dict(self.started).get(call_id, 0)

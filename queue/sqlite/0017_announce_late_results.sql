@@ -1,0 +1,3 @@
+-- The PostgreSQL twin announces a kept late result (NOTIFY noeta_late_result, ADR-0083).
+-- sqlite has no NOTIFY: a claimer waiting out its grace polls late_results
+-- (stores/sqlite/late_results.py). Nothing to change here.

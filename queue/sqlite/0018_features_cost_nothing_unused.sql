@@ -1,0 +1,4 @@
+-- The PostgreSQL twin narrows when tasks_mark_finished runs (issue 28 item 1). sqlite's
+-- trigger (tasks_drop_held_slots_when_finished) already runs only on finishing.
+-- The PostgreSQL twin also turns its pruned-id check at every create off until a prune
+-- keeps an id; sqlite's trigger stays as it is (a WHEN probe, no function to run).

@@ -1,0 +1,102 @@
+"""Features cost nothing where they are unused: a claim or an append of a task that is not
+finishing runs no finishing trigger, and a model call no limit applies to sends no token
+correction. Counted with track_functions in the test's own transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from noeta.backends.stores.postgres import PostgresStore, migrate_database
+from noeta.core.ports.model import Usage
+from noeta.core.ports.model_limits import ModelBudget, limit_keys
+from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.runner import model_budget
+
+# A move to `status` as the stores make it: a claimed task has an owner and a lease.
+MOVE = """
+UPDATE tasks SET status = %(status)s, claimable_at = NULL,
+       owner = CASE WHEN %(status)s IN ('running', 'holding') THEN 'w' END,
+       lease_until = CASE WHEN %(status)s IN ('running', 'holding') THEN now() END
+ WHERE id = 't'
+"""
+CALLED = [NewEvent("ModelCalled", {"request_hash": "h"})]
+CALLS = """
+SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE funcname = %s
+"""
+
+
+async def calls(conn: psycopg.AsyncConnection[Any], function: str) -> int:
+    return int((await (await conn.execute(CALLS, (function,))).fetchone() or (0,))[0])
+
+
+async def test_the_finishing_trigger_runs_only_when_a_task_finishes_or_leaves_finished(
+    postgres_url: str,
+) -> None:
+    await migrate_database(postgres_url)
+    async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
+        await conn.execute("SET track_functions = 'all'")
+        await conn.execute("INSERT INTO tasks (id, queue, status) VALUES ('t', 'q', 'ready')")
+        for status in ("running", "waiting", "ready", "running"):  # claims, waits, hand-backs
+            await conn.execute(MOVE, {"status": status})
+        assert await calls(conn, "noeta_mark_finished") == 0
+        await conn.execute(MOVE, {"status": "done"})
+        assert await calls(conn, "noeta_mark_finished") == 1
+        finished = "SELECT finished_at IS NOT NULL FROM tasks WHERE id = 't'"
+        assert (await (await conn.execute(finished)).fetchone()) == (True,)
+        # Leaving a finished state (a task resumed) clears it, by the same trigger.
+        await conn.execute(MOVE, {"status": "ready"})
+        assert await calls(conn, "noeta_mark_finished") == 2
+        assert (await (await conn.execute(finished)).fetchone()) == (False,)
+
+
+class CountedCorrections(PostgresStore):
+    """The real store, counting the token corrections the runner sends it."""
+
+    corrections = 0
+
+    async def model_call_used(self, budget: ModelBudget, tokens: int) -> None:
+        self.corrections += 1
+        await super().model_call_used(budget, tokens)
+
+
+async def test_a_reply_no_limit_applied_to_sends_no_token_correction(postgres_url: str) -> None:
+    await migrate_database(postgres_url)
+    store = await CountedCorrections.open(postgres_url)
+    try:
+        usage = Usage(input_tokens=7, output_tokens=5)  # not the estimate: 12 != 100
+        for task_id, limited in (("a", False), ("b", True)):
+            if limited:  # the control: a limit on the call, its correction is sent
+                await store.set_model_limit("fake/*", None, 1_000_000)
+            await store.create_task(NewTask(task_id, [NewEvent("created", {})]))
+            claim = await store.claim_task("w", task_id, 60.0)
+            assert claim is not None
+            budget = ModelBudget(limit_keys("fake", "m1"), 100)
+            await model_budget.writer(store, budget)(claim, 1, CALLED)
+            await model_budget.replied(store, budget, usage)
+            assert store.corrections == (1 if limited else 0)
+    finally:
+        await store.close()
+
+
+async def test_creating_a_task_runs_no_pruned_id_check_until_ids_are_kept(
+    postgres_url: str,
+) -> None:
+    await migrate_database(postgres_url)
+    insert = "INSERT INTO tasks (id, queue, status) VALUES (%s, 'q', 'ready')"
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+        await conn.execute("SET track_functions = 'all'")
+        async with conn.transaction():
+            await conn.execute(insert, ("never-pruned",))
+            assert await calls(conn, "noeta_skip_pruned_id") == 0
+        # The control: once a prune keeps a pruned id, every create checks it again.
+        await conn.execute(MOVE.replace("'t'", "'never-pruned'"), {"status": "done"})
+        prune = "SELECT tasks_pruned FROM noeta_prune_finished(clock_timestamp(), NULL, 10, true)"
+        assert (await (await conn.execute(prune)).fetchone()) == (1,)
+        async with conn.transaction():
+            await conn.execute(insert, ("never-pruned",))  # taken: skipped, not created
+            await conn.execute(insert, ("new",))
+            assert await calls(conn, "noeta_skip_pruned_id") == 2
+        ids = await (await conn.execute("SELECT id FROM tasks ORDER BY id")).fetchall()
+        assert ids == [("new",)]
