@@ -1,6 +1,7 @@
 """The peers' side of bench/peers.py: reset, bulk enqueue, worker and pickup probe for
 Procrastinate, PgQueuer and DBOS (run under the peers' own venv, never noeta's), and the
-same for noeta (run under noeta's venv; its worker is a real `noeta worker`).
+same for noeta's agent task and plain job (run under noeta's venv; their worker is a
+real `noeta worker`).
 
 Ported from the perf-anchor harness (shared/peers-bench/py/peers.py and noeta_peer.py):
 each job is a no-op that records "t0 t_start" in a file (noeta: the first durable step,
@@ -273,9 +274,9 @@ def main() -> None:
     if options.peer in PEERS:
         step = PEERS[options.peer][options.command]
     else:  # noeta's own steps import noeta: only under noeta's venv
-        from peer_noeta import NOETA
+        from peer_noeta import NOETA, NOETA_JOB
 
-        step = NOETA[options.command]
+        step = (NOETA_JOB if options.peer == "noeta-job" else NOETA)[options.command]
     if options.command == "reset":
         outcome = step()
     elif options.command == "enqueue":

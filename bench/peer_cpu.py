@@ -10,6 +10,8 @@ from pathlib import Path
 from worker import machine_cpu
 
 TICK = os.sysconf("SC_CLK_TCK")
+# (time, jobs done, workers' CPU s, server's CPU s, machine busy and total jiffies, ours)
+Sample = tuple[float, int, float, float, int, int, float]
 
 
 def stat(pid: int) -> list[str] | None:
@@ -35,6 +37,12 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def own_cpu(pid: int) -> float:
+    """CPU seconds of `pid` alone."""
+    fields = stat(pid)
+    return (int(fields[11]) + int(fields[12])) / TICK if fields else 0.0
+
+
 def tree_cpu(pid: int) -> float:
     """CPU seconds of `pid`, its live descendants and the children it reaped."""
     total, todo, seen = 0, [pid], set()
@@ -56,7 +64,8 @@ class CpuWindow:
 
     workers: list[int]
     server: int | None
-    samples: list[tuple[float, int, float, float, int, int, float]] = field(default_factory=list)
+    poll_backend: int | None = None  # the bench's own connection: counted as ours
+    samples: list[Sample] = field(default_factory=list)
 
     @property
     def done(self) -> int:
@@ -65,20 +74,35 @@ class CpuWindow:
     def sample(self, done: int) -> None:
         own = os.times()
         workers = sum(tree_cpu(pid) for pid in self.workers)
-        server = tree_cpu(self.server) if self.server else 0.0
+        poll = own_cpu(self.poll_backend) if self.poll_backend else 0.0
+        server = (tree_cpu(self.server) - poll) if self.server else 0.0
         busy, total = machine_cpu()
         now = own.elapsed
         # This process and the children it reaped (the pickup probe's process).
-        ours = own.user + own.system + own.children_user + own.children_system
+        ours = own.user + own.system + own.children_user + own.children_system + poll
         self.samples.append((now, done, workers, server, busy, total, ours))
 
-    def other_cores(self, jobs: int) -> float | None:
-        """Cores used by neither the workers, the server nor this process, between the
-        polls that saw 10 % and 90 % of `jobs` done (the whole drain if too short)."""
+    def span(self, jobs: int) -> tuple[Sample, Sample]:
+        """The polls that saw 10 % and 90 % of `jobs` done, so that the workers' start-up
+        and shutdown stay out; the first and last poll when that is too short."""
         first = next((s for s in self.samples if s[1] >= 0.1 * jobs), None)
         last = next((s for s in self.samples if s[1] >= 0.9 * jobs), None)
-        if first is None or last is None or last[0] - first[0] < 0.2:
+        if first is None or last is None or last[0] - first[0] < 0.2 or last[1] <= first[1]:
             first, last = self.samples[0], self.samples[-1]
+        return first, last
+
+    def per_job(self, jobs: int) -> tuple[float, float] | None:
+        """CPU milliseconds per job done in the span: the workers' process trees, and the
+        whole PostgreSQL server's (every backend but the bench's own poll)."""
+        first, last = self.span(jobs)
+        done = last[1] - first[1]
+        if done <= 0:
+            return None
+        return (last[2] - first[2]) * 1000 / done, (last[3] - first[3]) * 1000 / done
+
+    def other_cores(self, jobs: int) -> float | None:
+        """Cores used by neither the workers, the server nor this process, in the span."""
+        first, last = self.span(jobs)
         seconds = last[0] - first[0]
         if seconds <= 0:
             return None

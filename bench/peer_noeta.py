@@ -1,9 +1,11 @@
-"""noeta's side of bench/peers.py, under noeta's own venv: a migrated schema, one-shot
-tasks filled in SQL (ready now, or due in a day), and the idle-pickup probe.
+"""noeta's side of bench/peers.py, under noeta's own venv: a migrated schema, tasks filled
+in SQL (ready now, or due in a day), and the idle-pickup probe, for two kinds of work.
 
-A noeta job is a one-shot scripted task (examples/hello.yaml, no tools: a claim, a load
-and two fenced appends of five events); it "starts" at its first durable step, the
-PluginsPinned event its claimer appends, as read from the log (the database clock).
+"noeta": a one-shot scripted agent task (examples/hello.yaml, no tools: a claim, a load
+and two fenced appends of five events); it starts at its first durable step, the
+PluginsPinned event its claimer appends. "noeta-job": a plain job, the `@noeta.tool`
+no-op of bench/noop_job.py (a claim, the ToolStarted append, the finishing append); it
+starts at ToolStarted. Both read from the log (the database clock).
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ import asyncio
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import noop_job  # the sibling modules (bench/ is on sys.path)
 import psycopg
-import scale_fill as fill  # the sibling module (bench/ is on sys.path)
+import scale_fill as fill
+from job_baselines import create_many
 
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
+from noeta.client.job_tasks import job_task
 from noeta.core.ports import payload
 from noeta.core.ports.store import NewEvent, NewTask
 from noeta.core.rules import events
@@ -34,8 +40,9 @@ SELECT extract(epoch FROM min(created_at))::float8 FROM events WHERE type = 'Plu
 DONE = "SELECT count(*) FROM tasks WHERE status = 'done'"
 PICKED_UP = """
 SELECT task_id, extract(epoch FROM created_at)::float8 FROM events
- WHERE type = 'PluginsPinned' AND task_id = ANY(%s)
+ WHERE type = %s AND task_id = ANY(%s)
 """
+NOW_PLUS = "SELECT clock_timestamp() + make_interval(secs => %s)"
 
 
 def first_event() -> tuple[str, str]:
@@ -73,18 +80,49 @@ class LogTail:
         return self.seen
 
 
-async def probe(count: int, log: str, within: float = 60) -> dict[str, list[float]]:
-    """Create a task, wait until the idle worker logs it done, pause, repeat; then
+async def enqueue_jobs(count: int, future: bool) -> None:
+    """`count` no-op jobs made in SQL through the function create_task calls."""
+    prefix = f"{'later' if future else 'now'}{time.time_ns() % 10**9}-"
+    async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as admin:
+        later = None
+        if future:
+            cursor = await admin.execute(NOW_PLUS, (86_400.0,))
+            later = ((await cursor.fetchone()) or (None,))[0]
+        template = job_task("x", noop_job.noop, {}, QUEUE, later)  # type: ignore[arg-type]
+        await create_many(admin, template, prefix, count)
+        await admin.execute("ANALYZE")
+
+
+def agent_task(task_id: str) -> NewTask:
+    return NewTask(task_id, [NewEvent(*events.encode(events.TaskCreated(MODEL, "go")))], QUEUE)
+
+
+def job(task_id: str) -> NewTask:
+    return job_task(task_id, noop_job.noop, {}, QUEUE, None)  # type: ignore[arg-type]
+
+
+async def probe(count: int, log: str) -> dict[str, list[float]]:
+    """Create an agent task, wait until the idle worker logs it done, pause, repeat; then
     pickup = PluginsPinned - the moment create_task returned."""
+    return await probe_with(agent_task, "PluginsPinned", count, log)
+
+
+async def probe_jobs(count: int, log: str) -> dict[str, list[float]]:
+    """The same with no-op jobs: pickup = ToolStarted - the moment create_task returned."""
+    return await probe_with(job, "ToolStarted", count, log)
+
+
+async def probe_with(
+    make: Callable[[str], NewTask], started_by: str, count: int, log: str, within: float = 60
+) -> dict[str, list[float]]:
     store = await PostgresStore.open(URL, application_name="bench-probe", max_connections=1)
     created: dict[str, float] = {}
     deadline = time.time() + within
-    first = [NewEvent(*events.encode(events.TaskCreated(MODEL, "go")))]
     tail = LogTail(log)
     try:
         for n in range(count):
             task_id = f"probe{os.getpid()}-{n}"
-            await store.create_task(NewTask(task_id, first, QUEUE))
+            await store.create_task(make(task_id))
             created[task_id] = time.time()
             while f"task {task_id}: ".encode() not in tail.read():
                 if time.time() > deadline:
@@ -96,9 +134,10 @@ async def probe(count: int, log: str, within: float = 60) -> dict[str, list[floa
     finally:
         await store.close()
     async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as admin:
-        cursor = await admin.execute(PICKED_UP, (list(created),))
+        cursor = await admin.execute(PICKED_UP, (started_by, list(created)))
         started: dict[str, Any] = dict(await cursor.fetchall())
     return {"pickup_ms": [(started[t] - c) * 1000 for t, c in created.items() if t in started]}
 
 
 NOETA = {"reset": reset, "enqueue": enqueue, "probe": probe}
+NOETA_JOB = {"reset": reset, "enqueue": enqueue_jobs, "probe": probe_jobs}

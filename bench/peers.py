@@ -1,15 +1,23 @@
 """Compare noeta with Procrastinate, PgQueuer and DBOS on the same PostgreSQL, in rounds.
 
 Per round, for each system (the order rotates each round): reset its database; drain N
-no-op jobs enqueued up front with 1 (and, unless --quick, 2) worker processes (noeta: a
-one-shot scripted task, 2 fenced appends of 5 events; its real `noeta worker`
---concurrency 8); the same drain with a backlog of B jobs due in a day inserted first;
-and idle pickup (enqueue one job, wait for its start, pause 20-500 ms, repeat).
-Rate = (jobs - 1) / (last start - first start); a noeta job starts at its first durable
-step (PluginsPinned, read from its log). During every drain the CPU of the workers and of
-the whole PostgreSQL server (/proc) is sampled against the machine's: `other` is the cores
-that anything else used meanwhile; a run with other > 0.25 cores is flagged noisy and left
-out of the medians while a quiet run of the same kind exists.
+no-op jobs enqueued up front with 1 (and, unless --quick, 2) worker processes; the same
+drain with a backlog of B jobs due in a day inserted first; and idle pickup (enqueue one
+job, wait for its start, pause 20-500 ms, repeat). noeta runs twice: "noeta", a one-shot
+scripted agent task (2 fenced appends of 5 events; `noeta worker --concurrency 8`), which
+starts at its first durable step (PluginsPinned); and "noeta-job", the plain no-op job
+(`@noeta.tool`, bench/noop_job.py; --concurrency 16), like for like with the peers' no-op
+jobs, which starts at ToolStarted. Rate = (jobs - 1) / (last start - first start).
+
+During every drain the CPU of the workers' process trees and of the whole PostgreSQL
+server (/proc: every backend but the bench's own poll) is sampled against the machine's,
+between the polls that saw 10 % and 90 % done: CPU ms per job for each, and `other`, the
+cores anything else used meanwhile; a run with other > 0.25 cores is flagged noisy and
+left out of the medians while a quiet run of the same kind exists. Commits per job: the
+database's xact_commit, the poll's own left out.
+A drain fails when a worker exits or no job is done for STALL seconds (never on its total
+time: a slow system is measured, not cut short); a failure is printed, the round goes on,
+and the run exits 1 with one line naming them.
 
 The peers run under their own venv (never noeta's dependencies): `make bench-peers`
 creates .venv-peers (pip install procrastinate pgqueuer dbos asyncpg) and runs this file.
@@ -26,13 +34,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -40,55 +47,35 @@ from urllib.parse import quote
 import psycopg
 from common import parser, server
 from peer_cpu import CpuWindow, postmaster_of
-from worker import ms, table
+from peer_report import NOETA, Result, Sizes, load, report, run_line
 
 HERE = Path(__file__).resolve().parent
 PEERS_PYTHON = HERE.parent / ".venv-peers" / "bin" / "python"
-ALL = ("noeta", "procrastinate", "pgqueuer", "dbos")
-DATABASE = {"noeta": "peers_noeta", "procrastinate": "peers_procrastinate"}
-DATABASE |= {"pgqueuer": "peers_pgqueuer", "dbos": "peers_dbos"}
-CONCURRENCY = {"noeta": 8, "procrastinate": 10, "pgqueuer": 0, "dbos": 0}  # 0: its default
+ALL = ("noeta", "noeta-job", "procrastinate", "pgqueuer", "dbos")
+DATABASE = {"noeta": "peers_noeta", "noeta-job": "peers_noeta_job"}
+DATABASE |= {"procrastinate": "peers_procrastinate", "pgqueuer": "peers_pgqueuer"}
+DATABASE |= {"dbos": "peers_dbos"}
+# 0: its default. noeta-job as bench/jobs.py runs plain jobs.
+CONCURRENCY = {"noeta": 8, "noeta-job": 16, "procrastinate": 10, "pgqueuer": 0, "dbos": 0}
+NOETA_DONE = "SELECT count(*) FROM tasks WHERE status = 'done'"
 DONE = {
-    "noeta": "SELECT count(*) FROM tasks WHERE status = 'done'",
+    "noeta": NOETA_DONE,
+    "noeta-job": NOETA_DONE,
     "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
     "pgqueuer": "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'",
     "dbos": "SELECT count(*) FROM dbos.workflow_status WHERE status = 'SUCCESS'"
     " AND name = 'noop_wf'",
 }
-NOETA_STARTS = """
-SELECT extract(epoch FROM created_at)::float8 FROM events WHERE type = 'PluginsPinned'
-"""
+NOETA_STARTS = "SELECT extract(epoch FROM created_at)::float8 FROM events WHERE type = %s"
+STARTED_BY = {"noeta": "PluginsPinned", "noeta-job": "ToolStarted"}
 VERSIONS = """import importlib.metadata as m
 print("; ".join(f"{p} {m.version(p)}" for p in ("procrastinate", "pgqueuer", "dbos")))"""
-NOISY = 0.25  # cores used by anything else during a run
-
-
-@dataclass(frozen=True)
-class Sizes:
-    jobs: int
-    backlog: int
-    pickups: int
-    rounds: int
-    processes: tuple[int, ...]
+STALL = 120.0  # seconds without a job done before a drain is called failed
+POLL = 0.05
 
 
 FULL = Sizes(5000, 200_000, 50, 3, (1, 2))
 QUICK = Sizes(1000, 20_000, 15, 1, (1,))
-
-
-@dataclass
-class Result:
-    peer: str
-    kind: str  # "drain 1", "drain 2", "backlog 1", "pickup"
-    values: list[float]  # a rate (one value) or pickup milliseconds
-    other: float | None
-    load: float
-    wal: float | None = None  # WAL bytes per job over the drain
-    commits: float | None = None  # transactions committed in the database per job
-
-    @property
-    def noisy(self) -> bool:
-        return self.other is not None and self.other > NOISY
 
 
 class Peers:
@@ -98,6 +85,8 @@ class Peers:
         self.dsn, self.peers_python = dsn, peers_python
         self.scratch = Path(tempfile.mkdtemp(prefix="noeta-bench-peers-"))
         self.started: list[subprocess.Popen[bytes]] = []
+        self.jobs_config = self.scratch / "jobs.yaml"
+        self.jobs_config.write_text("plugins:\n  - module: noop_job\n")
         with psycopg.connect(dsn, autocommit=True) as admin:
             have = {row[0] for row in admin.execute("SELECT datname FROM pg_database")}
             for name in DATABASE.values():
@@ -116,10 +105,15 @@ class Peers:
     def env(self, peer: str) -> dict[str, str]:
         home = str(self.scratch / "noeta-home")
         extra = {"PEER_URL": self.url(peer), "NOETA_HOME": home, "NOETA_FAILPOINTS": ""}
+        if peer in NOETA:
+            extra["NOETA_STORE"] = self.url(peer)
+        if peer == "noeta-job":  # its worker loads the no-op job's module as a plugin
+            path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+            extra |= {"NOETA_CONFIG": str(self.jobs_config), "PYTHONPATH": path}
         return {**{k: v for k, v in os.environ.items() if k != "NOETA_CONFIG"}, **extra}
 
     def python(self, peer: str) -> str:
-        return sys.executable if peer == "noeta" else str(self.peers_python)
+        return sys.executable if peer in NOETA else str(self.peers_python)
 
     def step(self, peer: str, *args: str, timeout: float = 600) -> Any:
         command = [self.python(peer), str(HERE / "peer_adapters.py"), *args, "--peer", peer]
@@ -134,8 +128,9 @@ class Peers:
         return json.loads(found[-1]) if found else None
 
     def worker(self, peer: str, index: int, record: Path) -> subprocess.Popen[bytes]:
-        if peer == "noeta":
-            command = [sys.executable, "-m", "noeta", "worker", "--store", self.url(peer)]
+        if peer in NOETA:
+            # The URL (its password) in the environment: never on a command line.
+            command = [sys.executable, "-m", "noeta", "worker"]
             command += ["--queues", "bench", "--concurrency", str(CONCURRENCY[peer])]
             command += ["--name", f"w{index}"]
         else:
@@ -162,9 +157,10 @@ class Peers:
                 process.wait(10)
 
     def starts(self, peer: str, records: Sequence[Path]) -> list[float]:
-        if peer == "noeta":
+        if peer in NOETA:
             with psycopg.connect(self.url(peer), autocommit=True) as connection:
-                return [row[0] for row in connection.execute(NOETA_STARTS)]
+                rows = connection.execute(NOETA_STARTS, (STARTED_BY[peer],))
+                return [row[0] for row in rows]
         found: list[float] = []
         for record in records:
             if record.exists():
@@ -178,29 +174,46 @@ class Peers:
         self.step(peer, "enqueue", "--n", str(sizes.jobs))
         records = [self.scratch / f"{peer}-{time.time_ns()}-{i}.rec" for i in range(processes)]
         load = os.getloadavg()[0]
+        kind = f"{'backlog' if backlog else 'drain'} {processes}"
         with psycopg.connect(self.url(peer), autocommit=True) as poll:
             wal, commits = counters(poll)
             workers = [self.worker(peer, i, record) for i, record in enumerate(records)]
-            window = CpuWindow([w.pid for w in workers], self.postmaster)
+            window = CpuWindow([w.pid for w in workers], self.postmaster, poll.info.backend_pid)
+            polls, exited = 0, False
             try:
-                deadline = time.monotonic() + 300
-                while time.monotonic() < deadline:
+                progress = time.monotonic()
+                while time.monotonic() - progress < STALL:
+                    asked = time.monotonic()
                     row = poll.execute(DONE[peer]).fetchone()
+                    # A count that is slow (a big backlog) is asked less often: the
+                    # bench's own query keeps to a small share of one core.
+                    pause = max(POLL, 5 * (time.monotonic() - asked))
+                    polls += 1
+                    before = window.done
                     window.sample(int(row[0]) if row else 0)
-                    if window.done >= sizes.jobs or any(w.poll() is not None for w in workers):
+                    if window.done > before:
+                        progress = time.monotonic()
+                    exited = any(w.poll() is not None for w in workers)
+                    if window.done >= sizes.jobs or exited:
                         break
-                    time.sleep(0.05)
+                    time.sleep(pause)
             finally:
                 self.stop(workers)
             time.sleep(1)  # the workers' backends report their commits as they exit
             wal_after, commits_after = counters(poll)
         if window.done < sizes.jobs:
-            raise RuntimeError(f"{peer}: {window.done} of {sizes.jobs} jobs done")
+            why = (
+                f"a worker exited: {last_line(records)}"
+                if exited
+                else f"none done in {STALL:.0f} s"
+            )
+            raise RuntimeError(f"{peer} {kind}: {window.done} of {sizes.jobs} jobs done ({why})")
         starts = sorted(self.starts(peer, records))
         rate = (len(starts) - 1) / (starts[-1] - starts[0])
-        kind = f"{'backlog' if backlog else 'drain'} {processes}"
-        per_job = (wal_after - wal) / window.done, (commits_after - commits) / window.done
-        return Result(peer, kind, [rate], window.other_cores(sizes.jobs), load, *per_job)
+        # Each poll is a transaction of this database: not the system's.
+        per_job = (wal_after - wal) / window.done, (commits_after - commits - polls) / window.done
+        other, cpu = window.other_cores(sizes.jobs), window.per_job(sizes.jobs)
+        return Result(peer, kind, [rate], other, load, *per_job, cpu=cpu)
 
     def pickup(self, peer: str, sizes: Sizes) -> Result:
         self.step(peer, "reset")
@@ -209,7 +222,7 @@ class Peers:
         worker = self.worker(peer, 0, record)
         try:
             # noeta's probe tails its worker's log; the others' record file
-            tail = str(record.with_suffix(".log") if peer == "noeta" else record)
+            tail = str(record.with_suffix(".log") if peer in NOETA else record)
             self.step(peer, "probe", "--n", "3", "--record", tail)  # warm-up, and ready
             window = CpuWindow([worker.pid], self.postmaster)
             window.sample(0)
@@ -217,8 +230,20 @@ class Peers:
             window.sample(sizes.pickups)
         finally:
             self.stop([worker])
-        other = window.other_cores(sizes.pickups)
-        return Result(peer, "pickup", found["pickup_ms"], other, load)
+        if len(found["pickup_ms"]) < sizes.pickups:
+            got = f"{len(found['pickup_ms'])} of {sizes.pickups}"
+            raise RuntimeError(f"{peer} pickup: {got} jobs started ({last_line([record])})")
+        other, cpu = window.other_cores(sizes.pickups), window.per_job(sizes.pickups)
+        return Result(peer, "pickup", found["pickup_ms"], other, load, cpu=cpu)
+
+
+def last_line(records: Sequence[Path]) -> str:
+    """The last line a worker logged (why it exited), to name in the failure."""
+    for record in records:
+        log = record.with_suffix(".log")
+        if log.exists() and (lines := log.read_text(errors="replace").strip().splitlines()):
+            return lines[-1][:200]
+    return "no log"
 
 
 WAL_AND_COMMITS = """
@@ -234,88 +259,31 @@ def counters(connection: psycopg.Connection[Any]) -> tuple[float, float]:
     return (float(row[0]), float(row[1])) if row else (0.0, 0.0)
 
 
-def rounds(peers: Peers, sizes: Sizes, names: Sequence[str], count: int) -> Iterator[Result]:
+def rounds(
+    peers: Peers, sizes: Sizes, names: Sequence[str], count: int, failures: list[str]
+) -> Iterator[Result]:
+    """Every measurement of every round; one that fails is named in `failures` and the
+    others still run (a failed drain does not cost the pickup its figures)."""
     for number in range(count):
         order = [*names[number % len(names) :], *names[: number % len(names)]]
         print(f"round {number + 1}: {', '.join(order)}; load {load()}", flush=True)
         for peer in order:
-            try:
-                for processes in sizes.processes:
-                    yield peers.drain(peer, sizes, processes, 0)
-                yield peers.drain(peer, sizes, 1, sizes.backlog)
-                yield peers.pickup(peer, sizes)
-            except Exception as error:  # a benchmark reports a failure and goes on
-                print(f"  {peer}: FAILED: {error}", flush=True)
-            finally:
-                peers.stop(peers.started)
-
-
-def load() -> str:
-    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def chosen(results: Sequence[Result], peer: str, kind: str) -> list[Result]:
-    """The quiet runs of a kind, or all of them when none was quiet."""
-    runs = [r for r in results if r.peer == peer and r.kind == kind]
-    return [r for r in runs if not r.noisy] or runs
-
-
-def median_rate(results: Sequence[Result], peer: str, kind: str) -> float | None:
-    runs = chosen(results, peer, kind)
-    return statistics.median(r.values[0] for r in runs) if runs else None
-
-
-def report(results: Sequence[Result], sizes: Sizes, names: Sequence[str]) -> None:
-    rows = []
-    for r in results:
-        shown = f"{r.values[0]:,.0f}/s" if r.kind != "pickup" else ms(median_ms(r.values) / 1e3)
-        other = "" if r.other is None else f"{r.other:.2f}"
-        wal = "" if r.wal is None else f"{r.wal / 1024:.1f}"
-        commits = "" if r.commits is None else f"{r.commits:.2f}"
-        row = [r.peer, r.kind, shown, wal, commits, other, f"{r.load:.2f}"]
-        rows.append([*row, "noisy" if r.noisy else ""])
-    table(
-        "Runs (other: cores used by anything else)",
-        ["system", "run", "value", "WAL KiB/job", "commits/job", "other", "load1", ""],
-        rows,
-    )
-    kinds = [f"drain {p}" for p in sizes.processes]
-    headers = ["system", *[f"{k} jobs/s" for k in kinds], "backlog ÷ empty", "pickup ms", "p99"]
-    rows, summary = [], {}
-    for peer in names:
-        rates = [median_rate(results, peer, k) for k in kinds]
-        backlog, empty = median_rate(results, peer, "backlog 1"), rates[0]
-        ratio = backlog / empty if backlog and empty else None
-        picks = [v for r in chosen(results, peer, "pickup") for v in r.values]
-        pick = (median_ms(picks), p99(picks)) if len(picks) > 1 else None
-        summary[peer] = (rates, pick)
-        row = [peer, *[f"{r:,.0f}" if r else "-" for r in rates]]
-        row += [f"{ratio:.2f}" if ratio else "-"]
-        rows.append(row + ([f"{pick[0]:.2f}", f"{pick[1]:.1f}"] if pick else ["-", "-"]))
-    if "noeta" in summary:
-        mine, my_pick = summary["noeta"]
-        for peer in names:
-            rates, pick = summary[peer]
-            if peer == "noeta":
-                continue
-            row = [f"noeta ÷ {peer}"]
-            row += [f"{a / b:.2f}" if a and b else "-" for a, b in zip(mine, rates, strict=True)]
-            row += ["", f"{my_pick[0] / pick[0]:.2f}" if my_pick and pick else "-", ""]
-            rows.append(row)
-    title = (
-        f"Medians of the quiet runs (of all runs of a kind if none was quiet):"
-        f" {sizes.jobs:,} no-op jobs, backlog {sizes.backlog:,} due in"
-        f" a day, {sizes.pickups} pickups a round; load {load()}"
-    )
-    table(title, headers, rows)
-
-
-def median_ms(values: Sequence[float]) -> float:
-    return statistics.median(values)
-
-
-def p99(values: Sequence[float]) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[98]
+            measurements: list[tuple[str, Callable[[], Result]]] = [
+                (f"drain {p}", partial(peers.drain, peer, sizes, p, 0)) for p in sizes.processes
+            ]
+            measurements.append(("backlog 1", partial(peers.drain, peer, sizes, 1, sizes.backlog)))
+            measurements.append(("pickup", partial(peers.pickup, peer, sizes)))
+            for kind, measure in measurements:
+                try:
+                    result = measure()
+                except Exception as error:  # a benchmark reports a failure and goes on
+                    failures.append(f"round {number + 1} {peer} {kind}")
+                    print(f"  {peer} {kind}: FAILED: {error}", flush=True)
+                    continue
+                finally:
+                    peers.stop(peers.started)
+                print(f"  {run_line(result)}", flush=True)
+                yield result
 
 
 def main() -> None:
@@ -327,20 +295,24 @@ def main() -> None:
     names = [n.strip() for n in options.peers.split(",") if n.strip()]
     if unknown := set(names) - set(ALL):
         sys.exit(f"unknown system(s): {', '.join(sorted(unknown))} (choose from {', '.join(ALL)})")
-    if set(names) - {"noeta"} and not options.peers_python.exists():
+    if set(names) - set(NOETA) and not options.peers_python.exists():
         sys.exit(f"no {options.peers_python}: run `make bench-peers` (it creates it)")
     sizes = QUICK if options.quick else FULL
-    if set(names) - {"noeta"}:
+    if set(names) - set(NOETA):
         versions = [str(options.peers_python), "-c", VERSIONS]
         print(subprocess.run(versions, capture_output=True, text=True, check=False).stdout.strip())
+    failures: list[str] = []
     with server(options.dsn) as dsn:
         peers = Peers(dsn, options.peers_python)
         try:
-            results = list(rounds(peers, sizes, names, options.rounds or sizes.rounds))
+            count = options.rounds or sizes.rounds
+            results = list(rounds(peers, sizes, names, count, failures))
         finally:
             peers.stop(peers.started)
             shutil.rmtree(peers.scratch, ignore_errors=True)
     report(results, sizes, names)
+    if failures:
+        sys.exit(f"bench-peers: {len(failures)} run(s) failed: {'; '.join(failures)}")
 
 
 if __name__ == "__main__":
