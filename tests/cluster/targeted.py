@@ -9,7 +9,9 @@ wrong seq; only the expected-seq check refuses it, as no key collides.
 And one run of each recovery path, so a short run shows them all: a worker killed inside
 a tool call (failpoint) whose next claimer settles it by recover (Record), by re-run
 (Pause) or as outcome unknown (Bash), the recovering claim's reply lost (adopted), and a
-worker killed while its background job runs (the job is recorded lost). And the subagent
+worker killed while its background job runs (the job is recorded lost), and a worker
+killed after its model reply came, before it could record or keep it (the one request no
+hand-over spares: its next claimer sends it again). And the subagent
 paths: a parent's worker killed right after a launch (its next claimer takes the parent
 over while the subagents work), and a parent cancelled while its subagents work (their
 handbacks land in a finished inbox; each removes its own worktree).
@@ -57,6 +59,7 @@ async def run_targeted(cluster: Cluster, workload: Workload) -> None:
     for path in ("recover", "rerun", "unknown"):
         await killed_in_a_tool(cluster, workload, path)
     await job_lost(cluster, workload)
+    await killed_after_the_reply(cluster, workload)
     await subtask_takeover(cluster, workload)
     await cancelled_mid_fanout(cluster, workload)
 
@@ -114,6 +117,24 @@ async def killed_in_a_tool(cluster: Cluster, workload: Workload, path: str) -> N
     cluster.start_worker("tool-recover", queues=QUEUE, failpoints=lost)
     await until(lambda: _finished(cluster, task), 60, f"{task} finishes")
     cluster.kill(cluster.workers.pop("tool-recover"))
+
+
+KILLED_AFTER_REPLY = "model.after_reply=kill@1"
+
+
+async def killed_after_the_reply(cluster: Cluster, workload: Workload) -> None:
+    # Random chaos rarely lands here now: a reply whose append is cut is kept and handed
+    # over (ADR-0082), so the re-send path needs its own run.
+    task = "resend-000"
+    workload.kinds[task] = "tools"
+    await workload.create(task, queue=QUEUE)
+    cluster.start_worker("reply-crash", queues=QUEUE, failpoints=KILLED_AFTER_REPLY)
+    crashing = cluster.workers.pop("reply-crash")
+    await asyncio.to_thread(crashing.wait, 60)
+    cluster.note(f"{task}: worker killed after its model reply came (failpoint)")
+    cluster.start_worker("reply-heir", queues=QUEUE)
+    await until(lambda: _finished(cluster, task), 60, f"{task} finishes")
+    cluster.kill(cluster.workers.pop("reply-heir"))
 
 
 async def job_lost(cluster: Cluster, workload: Workload) -> None:
