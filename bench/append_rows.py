@@ -5,7 +5,8 @@ On one PostgreSQL server (fsync on) it makes two scratch schemas, each migrated 
 own migrations: the first keeps today's `events` (its primary key and its foreign key to
 tasks, as every noeta schema has them) and appends through the real
 noeta_append_and_continue / noeta_append_and_finish; the second adds `event_batches`
-(bench/event_batches.py) and the same two functions with one INSERT of one row. The
+(bench/event_batches.py) and the same two functions with one INSERT of one row (the
+client sends the types and the events' texts joined into one JSON array). The
 appends replayed are those of real tasks (bench/append_mix.py: a `noeta worker` runs a
 one-shot scripted agent task and a task of 100 TodoWrite calls; their logs, grouped by
 inserting transaction). Each appender, on its own connection, creates a task already
@@ -13,12 +14,14 @@ claimed with its first events, then sends the task's appends one transaction eac
 
 Per workload and per layout: rows, heap (with TOAST) and index bytes per task; WAL bytes
 per task (pg_current_wal_lsn before and after a phase, a CHECKPOINT before each so both
-pay the same full-page images); tasks/s and append latency with 1 and N appenders; the
-readers' statements (a whole log, from a seq, one event by seq, a web log page), whose
-answers are checked equal on both layouts; prune (DELETE of finished tasks' events in
-batches). Rounds interleave the layouts (A B, then B A) so the machine's load hits both
-alike. Autovacuum is off on the scratch tables (it would write WAL into either phase);
-each workload is vacuumed and analysed before its reads.
+pay the same full-page images; without them too, where pg_walinspect can be installed);
+the server CPU of the appenders' backends (/proc, a local server only: unlike times, it
+hardly moves with the machine's load); tasks/s and append latency with 1 and N appenders;
+the readers' statements (a whole log, from a seq, one event by seq, a web log page), whose
+answers are checked equal on both layouts, their latency and the reading backend's CPU;
+prune (DELETE of finished tasks' events in batches). Rounds interleave the layouts (A B,
+then B A) so the machine's load hits both alike. Autovacuum is off on the scratch tables
+(it would write WAL into either phase); each workload is vacuumed before its reads.
 
 Run:  .venv/bin/python bench/append_rows.py [--dsn DSN] [--quick] [--rounds N]
 Without --dsn or NOETA_TEST_POSTGRES_DSN it starts a private embedded PostgreSQL in a
@@ -35,6 +38,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -42,20 +46,13 @@ from append_mix import Workload, real_workloads  # sibling modules (bench/ is on
 from append_rows_figures import Appending, Figures, report
 from common import parser, server
 from event_batches import LAYOUTS, SETUP, Layout
+from worker import cpu_seconds
 
 from noeta.backends.stores.postgres import migrate_database
 from noeta.testing.postgres import with_search_path
 
 READ_REPEATS = 3  # each read, on each task sampled
 PAGE = 50  # events per web log page read
-# The functions a task's writes call, on either layout (pg_stat_user_functions).
-WRITE_FUNCTIONS = (
-    "rows_create_task",
-    "noeta_append_and_continue",
-    "noeta_append_and_finish",
-    "batch_append_and_continue",
-    "batch_append_and_finish",
-)
 BATCH_EVENTS = 2000  # events per prune batch (a one-shot task's log: ~6)
 
 
@@ -103,16 +100,19 @@ class Side:
         )
         return total, int(images or 0)
 
-    async def write_seconds(self) -> float:
-        """The time the server spent in this schema's write functions so far (their
-        total_time, with track_functions on in the appenders' sessions): no commit in it."""
-        await self.admin.execute("SELECT pg_stat_clear_snapshot()")
-        milliseconds = await self.value(
-            "SELECT coalesce(sum(total_time), 0) FROM pg_stat_user_functions"
-            " WHERE schemaname = current_schema() AND funcname = ANY (%s)",
-            (list(WRITE_FUNCTIONS),),
-        )
-        return float(milliseconds) / 1e3
+    def backend_cpu(self) -> float | None:
+        return server_cpu([self.admin.info.backend_pid])
+
+
+def server_cpu(backends: Sequence[int]) -> float | None:
+    """The CPU seconds these server backends used so far, if the server runs on this
+    machine (their /proc entries are postgres processes), else None."""
+    try:
+        if not all(b"postgres" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in backends):
+            return None
+        return sum(cpu_seconds(pid) for pid in backends)
+    except OSError:
+        return None
 
 
 @contextlib.asynccontextmanager
@@ -185,9 +185,6 @@ async def append_phase(
                     latencies.append(time.perf_counter() - began)
 
     try:
-        for connection in connections:
-            with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
-                await connection.execute("SET track_functions = 'pl'")
         # A task per connection first, not counted: its functions compiled, its
         # statements prepared (psycopg prepares one at its fifth run), as in a worker.
         warm = [[f"{tasks[0]}-warm-{n}" for n in range(5)] for tasks in ids]
@@ -195,13 +192,13 @@ async def append_phase(
             *(appender(c, t, False) for c, t in zip(connections, warm, strict=True))
         )
         await side.admin.execute("CHECKPOINT")
-        lsn, spent = await side.lsn(), await side.write_seconds()
+        backends = [connection.info.backend_pid for connection in connections]
+        lsn, cpu = await side.lsn(), server_cpu(backends)
         began = time.perf_counter()
         await asyncio.gather(*(appender(c, t) for c, t in zip(connections, ids, strict=True)))
         seconds = time.perf_counter() - began
         wal, images = await side.wal_since(lsn)
-        for connection in connections:  # their function statistics, flushed when idle
-            await connection.execute("SELECT pg_stat_force_next_flush()")
+        cpu_after = server_cpu(backends)
     finally:
         for connection in connections:
             await connection.close()
@@ -210,7 +207,10 @@ async def append_phase(
     summed.seconds += seconds
     summed.wal += wal
     summed.images = None if images is None or summed.images is None else summed.images + images
-    summed.server_seconds += await side.write_seconds() - spent
+    if cpu is None or cpu_after is None or summed.server_cpu is None:
+        summed.server_cpu = None
+    else:
+        summed.server_cpu += cpu_after - cpu
     summed.latencies += latencies
 
 
@@ -255,6 +255,7 @@ async def read_side(
                     began = time.perf_counter()
                     rows = await side.rows(statement, params)
                     elapsed = time.perf_counter() - began
+                    figures[side.layout.name].read_count += 1
                     if number:  # the first task warms the plans up
                         figures[side.layout.name].reads.setdefault(name, []).append(elapsed)
                     answers[side.layout.name] = comparable(name, rows)
@@ -322,7 +323,12 @@ async def measure(
     for side in pair:
         figures[side.layout.name].storage = await storage(side)
     step = max(1, len(made) // (sizes.reads + 1))
+    cpu = [side.backend_cpu() for side in pair]
     await read_side(pair, workload, made[::step][: sizes.reads + 1], figures)
+    for side, before in zip(pair, cpu, strict=True):
+        after = side.backend_cpu()
+        if before is not None and after is not None:
+            figures[side.layout.name].read_cpu = after - before
     await prune_side(pair, workload, made, figures)
     for side in pair:
         await side.admin.execute("TRUNCATE tasks CASCADE")

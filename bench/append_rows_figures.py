@@ -20,7 +20,7 @@ class Appending:
     seconds: float = 0.0
     wal: int = 0
     images: int | None = 0  # None: pg_walinspect is not installed
-    server_seconds: float = 0.0  # in the write functions, commits excluded
+    server_cpu: float | None = 0.0  # its backends' (None: not a local server)
     latencies: list[float] = field(default_factory=list)
 
 
@@ -32,6 +32,8 @@ class Figures:
     reads: dict[str, list[float]] = field(default_factory=dict)
     storage: dict[str, float] = field(default_factory=dict)
     prune: list[tuple[int, float, int]] = field(default_factory=list)  # tasks, s, WAL
+    read_count: int = 0
+    read_cpu: float | None = None  # the reading backend's, all reads
 
 
 def median_ms(values: Sequence[float]) -> float:
@@ -65,11 +67,12 @@ def report(
                     (f.appending[n].wal - (f.appending[n].images or 0)) / f.appending[n].tasks
                 ),
             )
-        line(
-            f"server ms in the write functions, {n}",
-            lambda f, n=n: 1e3 * f.appending[n].server_seconds / f.appending[n].tasks,
-            "{:.3f}",
-        )
+        if today.appending[n].server_cpu is not None:
+            line(
+                f"server CPU ms (its backends), {n}",
+                lambda f, n=n: 1e3 * (f.appending[n].server_cpu or 0) / f.appending[n].tasks,
+                "{:.3f}",
+            )
         line(
             f"tasks/s, {n}", lambda f, n=n: f.appending[n].tasks / f.appending[n].seconds, "{:,.1f}"
         )
@@ -77,6 +80,12 @@ def report(
         line(f"append ms p95, {n}", lambda f, n=n: p95_ms(f.appending[n].latencies), "{:.3f}")
     for name in ("whole log", "from a seq", "one event", "log page"):
         line(f"read {name} ms median", lambda f, name=name: median_ms(f.reads[name]), "{:.3f}")
+    if today.read_cpu is not None:
+        line(
+            "read server CPU ms per read",
+            lambda f: 1e3 * (f.read_cpu or 0) / f.read_count,
+            "{:.3f}",
+        )
     line(
         "prune ms per task",
         lambda f: 1e3 * sum(p[1] for p in f.prune) / sum(p[0] for p in f.prune),
