@@ -49,6 +49,7 @@ from event_batches import LAYOUTS, SETUP, Layout
 from worker import cpu_seconds
 
 from noeta.backends.stores.postgres import migrate_database
+from noeta.core.ports import payload
 from noeta.testing.postgres import with_search_path
 
 READ_REPEATS = 3  # each read, on each task sampled
@@ -335,6 +336,28 @@ async def measure(
     return figures
 
 
+# Texts the events table keeps exactly (ASCII JSON, noeta/core/ports/payload.py) that a
+# JSON split could change: a NUL, a lone surrogate, escapes, a nested array.
+AWKWARD = [
+    ("Awkward", payload.encode({"text": "nul \x00 here", "lone": "\ud800", "n": [1, [2]]})),
+    ("Awkward", payload.encode({"text": 'quote " backslash \\ tab \t', "e": "\u00e9"})),
+]
+
+
+async def check_awkward_payloads(pair: Sequence[Side]) -> None:
+    """A log of awkward texts reads back the same, text for text, from both layouts."""
+    for side in pair:
+        created = {"task": "awkward", **side.layout.encode(AWKWARD[:1])}
+        await side.admin.execute(side.layout.create, created)
+        appended = {"task": "awkward", "seq": 1, **side.layout.encode(AWKWARD)}
+        await side.admin.execute(side.layout.append_and_finish, appended)
+        read = await side.rows(side.layout.read_log, {"task": "awkward", "after": 0})
+        if [(row[2], row[3]) for row in read] != [AWKWARD[0], *AWKWARD]:
+            raise RuntimeError(f"{side.layout.name} changed an awkward text")
+        await side.admin.execute("TRUNCATE tasks CASCADE")
+    print("  awkward texts (NUL, a lone surrogate, escapes) read back exactly from both")
+
+
 async def run(dsn: str, sizes: Sizes) -> None:
     print("running a one-shot task and a 100-TodoWrite task on a real worker for the mix...")
     workloads = await real_workloads(dsn)
@@ -342,6 +365,7 @@ async def run(dsn: str, sizes: Sizes) -> None:
         print(f"  {workload.name}: {workload.describe()}")
     per_phase = {workloads[0].name: sizes.one_shot_tasks, workloads[1].name: sizes.tool_tasks}
     async with sides(dsn) as pair:
+        await check_awkward_payloads(pair)
         for workload in workloads:
             figures = await measure(pair, workload, per_phase[workload.name], sizes)
             report(workload, figures, sizes.appenders, sizes.rounds)
