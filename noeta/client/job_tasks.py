@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 
+from noeta.client.submissions import new_id
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.ports.payload import JSONValue
-from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.ports.store import NewEvent, NewTask, check_key
 from noeta.core.rules import events
 from noeta.core.rules.tool_input import input_problem
 from noeta.plugins.function_tools import REGISTERED, FunctionTool
@@ -81,3 +83,29 @@ def job_task(
     pinned = events.PluginsPinned((module_pin(tool.module),))
     log = [NewEvent(*events.encode(event)) for event in (created, call, pinned)]
     return NewTask(task_id, log, queue=queue, ready_at=start)
+
+
+def job_batch(
+    tool: FunctionTool,
+    inputs: Iterable[Mapping[str, object] | None],
+    *,
+    queue: str,
+    start: datetime | None,
+    key: str | None,
+    priority: int,
+) -> list[NewTask]:
+    """The tasks of an `enqueue_many` batch, their ids made here (a resend after a lost
+    reply sends the same ones), every input checked first: a bad one raises
+    naming its index (from 0), before anything is written."""
+    check_key("queue name", queue)
+    batch: list[NewTask] = []
+    for index, input in enumerate(inputs):
+        try:
+            checked = job_input(tool, input)
+        except PayloadError as error:
+            raise PayloadError(
+                f"job {index} of the batch: {error}; nothing of the batch was written"
+            ) from None
+        task = job_task(new_id(None), tool, checked, queue, start)
+        batch.append(replace(task, concurrency_key=key, priority=priority))
+    return batch
