@@ -16,8 +16,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from noeta.client import job_tasks, messages, task_logs
-from noeta.client.creating import TaskExists, create_all_once, create_once
+from noeta.client.creating import create_all_once, create_once
 from noeta.client.handles import TaskHandle
+from noeta.client.in_flight import CallsInFlight, tracked
 from noeta.client.submissions import (
     DEFAULT_MODEL,
     Submission,
@@ -85,6 +86,7 @@ class AsyncClient:
         self._store: Store | None = None
         self._watcher: FinishWatcher | None = None  # what result() waits with, one listener
         self._opening = asyncio.Lock()
+        self._calls = CallsInFlight()
 
     async def __aenter__(self) -> AsyncClient:
         await self.store()
@@ -114,6 +116,7 @@ class AsyncClient:
             return self._store
 
     async def close(self) -> None:
+        await self._calls.cancel_the_rest()
         if self._watcher is not None:
             watcher, self._watcher = self._watcher, None
             await watcher.close()
@@ -135,6 +138,7 @@ class AsyncClient:
 
     # --- creating tasks --------------------------------------------------------------
 
+    @tracked
     async def submit(
         self,
         prompt: str,
@@ -157,6 +161,7 @@ class AsyncClient:
         await self._create(task)
         return TaskHandle(task.id, task.queue)
 
+    @tracked
     async def submit_many(
         self,
         tasks: Iterable[Submission | str],
@@ -185,6 +190,7 @@ class AsyncClient:
         await self._create_all(built, "task")
         return [TaskHandle(task.id, task.queue) for task in built]
 
+    @tracked
     async def enqueue(
         self,
         job: str,
@@ -210,6 +216,7 @@ class AsyncClient:
         await self._create(replace(task, concurrency_key=key, priority=priority))
         return TaskHandle(task_id, queue)
 
+    @tracked
     async def enqueue_many(
         self,
         job: str,
@@ -253,15 +260,7 @@ class AsyncClient:
         bulk = store.capabilities.bulk
         if bulk is None:
             raise ConfigError(f"this store ({type(store).__name__}) cannot create in bulk")
-        try:
-            await create_all_once(store, bulk, batch)
-        except TaskExists as error:
-            index = next(i for i, task in enumerate(batch) if task.id == error.task_id)
-            raise TaskExists(
-                f"{kind} {index} of the batch (id {error.task_id!r}): {error}; nothing of "
-                "the batch was written",
-                error.task_id,
-            ) from None
+        await create_all_once(store, bulk, batch, kind)
 
     async def _tool_names(self, config: str | Config | None) -> tuple[str, ...]:
         from noeta.plugins.toolbox import Toolbox
@@ -308,6 +307,7 @@ class AsyncClient:
 
     # --- results ---------------------------------------------------------------------
 
+    @tracked
     async def result(self, task: TaskRef, *, timeout: float | None = None) -> str:  # noqa: ASYNC109 (Celery's get(timeout=), the issue's API)
         """The task's answer once it is done (a job's: its result as JSON text).
 

@@ -49,9 +49,12 @@ async def create_once(store: Store, task: NewTask) -> None:
     raise AssertionError("unreachable")
 
 
-async def create_all_once(store: Store, bulk: BulkCreate, tasks: Sequence[NewTask]) -> None:
-    """Create every task in one transaction; raises TaskExists naming the first taken id.
-    The batch is all or nothing, so one task of it found to be ours means all landed."""
+async def create_all_once(
+    store: Store, bulk: BulkCreate, tasks: Sequence[NewTask], kind: str = "task"
+) -> None:
+    """Create every task in one transaction; raises TaskExists naming the first taken id
+    and its index in the batch ("<kind> 3 of the batch"). The batch is all or nothing,
+    so one task of it found to be ours means all landed."""
     for resend in range(RESENDS + 1):
         try:
             await bulk.create_tasks(tasks)
@@ -60,13 +63,15 @@ async def create_all_once(store: Store, bulk: BulkCreate, tasks: Sequence[NewTas
             await _before_resend(error, resend, [task.id for task in tasks])
             continue
         except Conflict as error:
-            taken = next((task for task in tasks if task.id == error.task_id), None)
-            if taken is None:
+            index = next((i for i, task in enumerate(tasks) if task.id == error.task_id), None)
+            if index is None:
                 raise
-            if resend > 0 and await _is_ours(store, taken):
+            if resend > 0 and await _is_ours(store, tasks[index]):
                 return
             raise TaskExists(
-                "a task with this id exists already (or existed and was pruned)", taken.id
+                f"{kind} {index} of the batch (id {error.task_id!r}): a task with this id "
+                "exists already (or existed and was pruned); nothing of the batch was written",
+                error.task_id,
             ) from None
     raise AssertionError("unreachable")
 

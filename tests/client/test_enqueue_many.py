@@ -5,7 +5,10 @@ jobs. And a client whose own pool is full says so, not "cannot reach PostgreSQL"
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,8 @@ from tests.client import jobs_for_tests
 from tests.worker.conftest import WorkerProcess
 
 assert jobs_for_tests
+
+REPOSITORY = Path(__file__).parents[2]
 
 
 async def test_a_batch_of_jobs_is_written_at_once_and_run(
@@ -87,3 +92,18 @@ async def test_a_full_pool_says_so_and_how_to_size_it(postgres_url: str) -> None
 
 async def _migrate(url: str) -> None:
     await (await open_store(url, migrate=True)).close()
+
+
+async def test_closing_with_calls_in_flight_says_so_in_one_line(postgres_url: str) -> None:
+    await _migrate(postgres_url)
+    program = [sys.executable, "-m", "tests.client.closing_under_load", postgres_url]
+    ran = await asyncio.to_thread(
+        subprocess.run, program, capture_output=True, text=True, cwd=REPOSITORY, check=False
+    )
+    assert ran.returncode == 1
+    lines = ran.stderr.splitlines()
+    assert lines[-1].startswith("noeta.core.errors.PayloadError: ")  # the program's own error
+    said = [line for line in lines if "call(s) in flight: cancelled them" in line]
+    assert len(said) == 1, ran.stderr[-2000:]
+    assert "during asyncio.run() shutdown" not in ran.stderr
+    assert ran.stderr.count("Traceback") == 1 and len(lines) < 40, ran.stderr[-2000:]
