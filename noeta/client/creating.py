@@ -38,11 +38,13 @@ async def create_once(store: Store, task: NewTask) -> None:
         try:
             if await store.create_task(task):
                 return
+            # Taken. After a lost reply, by the write that lost it? (The read may fail
+            # as the write did: then send again.)
+            if resend > 0 and await _is_ours(store, task):
+                return
         except (CommitUnknown, StoreUnavailable) as error:
             await _before_resend(error, resend, [task.id])
             continue
-        if resend > 0 and await _is_ours(store, task):
-            return  # the lost reply's write landed: this is the task it made
         raise TaskExists(
             f"a task with id {task.id!r} exists already (or existed and was pruned)", task.id
         )
@@ -59,20 +61,26 @@ async def create_all_once(
         try:
             await bulk.create_tasks(tasks)
             return
+        except Conflict as error:
+            refused = error
         except (CommitUnknown, StoreUnavailable) as error:
             await _before_resend(error, resend, [task.id for task in tasks])
             continue
-        except Conflict as error:
-            index = next((i for i, task in enumerate(tasks) if task.id == error.task_id), None)
-            if index is None:
-                raise
+        taken = refused.task_id
+        index = next((i for i, task in enumerate(tasks) if task.id == taken), None)
+        if index is None:
+            raise refused
+        try:
             if resend > 0 and await _is_ours(store, tasks[index]):
                 return
-            raise TaskExists(
-                f"{kind} {index} of the batch (id {error.task_id!r}): a task with this id "
-                "exists already (or existed and was pruned); nothing of the batch was written",
-                error.task_id,
-            ) from None
+        except (CommitUnknown, StoreUnavailable) as error:
+            await _before_resend(error, resend, [task.id for task in tasks])
+            continue
+        raise TaskExists(
+            f"{kind} {index} of the batch (id {taken!r}): a task with this id "
+            "exists already (or existed and was pruned); nothing of the batch was written",
+            taken,
+        )
     raise AssertionError("unreachable")
 
 
