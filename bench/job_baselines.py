@@ -107,6 +107,7 @@ def _append(statement: str, expected: int, appended: tuple[events.Event, ...], n
         "wake_prefix": None, "new_ids": [], "new_queues": [], "new_ready": [],
         "new_counts": [], "new_types": [], "new_data": [], "deliver_tasks": [],
         "deliver_keys": [], "deliver_payloads": [],
+        "events": json.dumps([list(pair) for pair in zip(types, data, strict=True)]),
     }  # fmt: skip
     return _render(statement, values)
 
@@ -196,7 +197,8 @@ async def bare_pickups(url: str, queue: str, enqueue: Any, ids: list[str], pause
                 async for _ in notified:
                     while row := await (await worker.execute(CLAIM_NEXT_TASK, params)).fetchone():
                         start = {"task": row[0], "epoch": row[1], "expected_seq": 3}
-                        appended = {**start, "types": types, "data": data}
+                        pairs = [list(pair) for pair in zip(types, data, strict=True)]
+                        appended = {**start, "events": json.dumps(pairs)}
                         await worker.execute(APPEND_EVENTS_ONLY, appended)
                         left -= 1
                     if left == 0:

@@ -41,6 +41,12 @@ MUTANTS = {
         "    IF false THEN",
         "the fence without its epoch check",
     ),
+    "batch-no-epoch-check": Mutant(
+        "noeta_append_batch",
+        "        IF t.owner_epoch <> i.epoch THEN",
+        "        IF false THEN",
+        "the group commit's batch without one row's epoch check",
+    ),
     "delivery-not-taken": Mutant(
         "noeta_append",
         "    IF cardinality(p_take) > 0 THEN",

@@ -29,6 +29,7 @@ APPENDS = (
     "noeta_append",
     "noeta_append_and_continue",
     "noeta_append_and_finish",
+    "noeta_append_batch",
     "noeta_append_model_called",
     "noeta_append_model_called_keeping_claim",
 )

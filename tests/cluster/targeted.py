@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from noeta.core.errors import Conflict
-from noeta.core.ports.store import NewEvent
+from noeta.core.ports.store import Claim, NewEvent
 from tests.cluster.processes import LEASE, Cluster
 from tests.cluster.workload import Workload
 
@@ -196,19 +196,33 @@ async def fence_window(cluster: Cluster, workload: Workload) -> None:
     record = await store.get_task(task)
     assert record is not None
     try:  # the right seq, no (task, seq) taken: only the epoch check can refuse it
-        await store.append(old, record.last_seq, [NewEvent("ModelCalled", {})])
-    except Conflict as refused:
-        cluster.note("fence window: fence-old's append under the old epoch was refused")
-        # Counted with the workers' refusals (counters.py reads every *.log here).
-        with (cluster.scratch / "fence-old.log").open("a") as output:
-            output.write(f"conflict on task {task}: {refused.reason} (fence window)\n")
-    else:
-        cluster.note("fence window: fence-old's append under the old epoch LANDED")
-        raise ScenarioFailed("targeted scenario: a stale owner's append landed after a takeover")
+        await _stale_appends(cluster, old, record.last_seq)
     finally:
         new.send_signal(signal.SIGCONT)
     await until(lambda: _finished(cluster, task), 60, "the fence task finishes")
     cluster.kill(cluster.workers.pop("fence-new"))
+
+
+async def _stale_appends(cluster: Cluster, old: Claim, seq: int) -> None:
+    """The old owner's append, sent twice at once: the first goes alone (noeta_fence),
+    the second, arriving while it is in flight, as a row of a group commit's batch
+    (noeta_append_batch, ADR-0086): each path's epoch check must refuse it."""
+    outcomes = await asyncio.gather(
+        *(cluster.store.append(old, seq, [NewEvent("ModelCalled", {})]) for _ in range(2)),
+        return_exceptions=True,
+    )
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, Conflict):
+            raise outcome
+        if not isinstance(outcome, Conflict):
+            cluster.note("fence window: fence-old's append under the old epoch LANDED")
+            raise ScenarioFailed(
+                "targeted scenario: a stale owner's append landed after a takeover"
+            )
+        cluster.note("fence window: fence-old's append under the old epoch was refused")
+        # Counted with the workers' refusals (counters.py reads every *.log here).
+        with (cluster.scratch / "fence-old.log").open("a") as output:
+            output.write(f"conflict on task {old.task_id}: {outcome.reason} (fence window)\n")
 
 
 async def _paused(process: subprocess.Popen[bytes]) -> bool:

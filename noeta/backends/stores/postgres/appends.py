@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
+from noeta.backends.stores.postgres.group_commit import LeanAppend
 from noeta.backends.stores.postgres.inbox import dedupe_key
 from noeta.core.ports import payload
 from noeta.core.ports.store import (
@@ -92,19 +94,10 @@ class PostgresAppends(PostgresConnection):
     ) -> int:
         check_append(events, take)
         if not (take or deliveries or new_tasks) and isinstance(next_state, Continue | Finish):
-            lean = {
-                "task": claim.task_id,
-                "epoch": claim.epoch,
-                "expected_seq": expected_seq,
-                "events": events_json(events),
-            }
-            statement = APPEND_EVENTS_ONLY
+            lean = LeanAppend(claim.task_id, claim.epoch, expected_seq, events_json(events))
             if isinstance(next_state, Finish):
-                statement, lean["status"] = APPEND_FINISHING, next_state.status.value
-            row = await self._write(statement, lean, task_id=claim.task_id)
-            assert row is not None
-            appended: int = row[0]
-            return appended
+                lean = replace(lean, status=next_state.status.value)
+            return await self._group_commit.append(lean, lambda: self._append_alone(lean))
         types, data = _encode_events(events)
         new_types: list[str] = []
         new_data: list[str] = []
@@ -143,6 +136,21 @@ class PostgresAppends(PostgresConnection):
         assert row is not None
         last_seq: int = row[0]
         return last_seq
+
+    async def _append_alone(self, lean: LeanAppend) -> int:
+        """A lean append in its own statement, as it goes when no other is in flight."""
+        params = {
+            "task": lean.task_id,
+            "epoch": lean.epoch,
+            "expected_seq": lean.expected_seq,
+            "events": lean.events,
+            "status": lean.status,
+        }
+        statement = APPEND_EVENTS_ONLY if lean.status is None else APPEND_FINISHING
+        row = await self._write(statement, params, task_id=lean.task_id)
+        assert row is not None
+        appended: int = row[0]
+        return appended
 
 
 def encode_task(task: NewTask) -> tuple[list[str], list[str]]:

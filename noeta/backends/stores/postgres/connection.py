@@ -23,6 +23,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from noeta.backends.stores.postgres.group_commit import GroupCommit
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable, UnknownTask
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ class PostgresConnection:
         self._dsn = dsn  # for the LISTEN connection, which cannot come from the pool
         self.where = where
         self.deadline_seconds = deadline_seconds
+        self._group_commit = GroupCommit(self._write_many)
 
     async def close(self) -> None:
         await self._pool.close()

@@ -4,10 +4,12 @@ rules (ADR-0075)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from noeta.backends.stores.postgres.appends import events_json
 from noeta.backends.stores.postgres.connection import PostgresConnection
+from noeta.backends.stores.postgres.group_commit import LeanAppend
 from noeta.core.ports.model_limits import (
     ModelBudget,
     ModelBudgetHeld,
@@ -54,11 +56,25 @@ class PostgresModelLimits(PostgresConnection):
         self, claim: Claim, expected_seq: int, events: Sequence[NewEvent], budget: ModelBudget
     ) -> int:
         check_append(events, ())
+        encoded = events_json(events)
+        # Where no limit applies, the ModelCalled append is a plain continue: it shares the
+        # group commit; where one does, the batch leaves it out and it goes alone.
+        lean = LeanAppend(
+            claim.task_id, claim.epoch, expected_seq, encoded, model_keys=json.dumps(budget.keys)
+        )
+        budget.taken.by_a_limit = False
+        return await self._group_commit.append(
+            lean, lambda: self._append_model_called_alone(claim, expected_seq, encoded, budget)
+        )
+
+    async def _append_model_called_alone(
+        self, claim: Claim, expected_seq: int, events: str, budget: ModelBudget
+    ) -> int:
         params = {
             "task": claim.task_id,
             "epoch": claim.epoch,
             "expected_seq": expected_seq,
-            "events": events_json(events),
+            "events": events,
             "keys": list(budget.keys),
             "tokens": budget.tokens,
         }

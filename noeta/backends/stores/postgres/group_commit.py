@@ -1,0 +1,161 @@
+"""Durable group commit (ADR-0086): the lean appends of a worker's concurrent runs share
+one statement and one commit (`noeta_append_batch`); each run awaits the commit that
+carries its write, and a row the fence refuses is refused to its run alone."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from noeta.core.errors import CommitUnknown, Conflict, StoreError, UnknownTask
+
+# One batch in flight at a time: the writes that arrive while it commits go together as
+# the next (natural batching: no timer, no added latency for a write that comes alone).
+BATCH_CAP = 64
+
+APPEND_BATCH = """
+SELECT item, appended_seq, refusal_code, refusal_message FROM noeta_append_batch(
+    %(tasks)s::text[], %(epochs)s::bigint[], %(expected_seqs)s::bigint[],
+    %(events)s::text[]::jsonb[], %(statuses)s::text[], %(model_keys)s::text[]::jsonb[])
+"""
+
+
+@dataclass(frozen=True)
+class LeanAppend:
+    """One run's lean append: events only, then keep running (`status` None) or finish.
+    `model_keys` (a JSON array) marks a ModelCalled append, which goes alone where a
+    model limit applies to it."""
+
+    task_id: str
+    epoch: int
+    expected_seq: int
+    events: str  # the jsonb array of [type, data], as `events_json` encodes it
+    status: str | None = None
+    model_keys: str | None = None
+
+
+class _SendAlone:
+    """The batch left this append out (a limit applies to the model call): send it alone."""
+
+
+_SEND_ALONE = _SendAlone()
+_Queued = tuple[LeanAppend, "asyncio.Future[int | _SendAlone]"]
+RunBatch = Callable[[str, dict[str, Any]], Awaitable[list[tuple[Any, ...]]]]
+
+
+class GroupCommit:
+    """Coalesces concurrent lean appends on one event loop. The first write goes at once,
+    as the statement it would be alone; writes that arrive while a write is in flight
+    queue, and go as one batch (up to `BATCH_CAP`) the moment it is done."""
+
+    def __init__(self, run_batch: RunBatch) -> None:
+        self._run_batch = run_batch
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._in_flight = False
+        self._queued: list[_Queued] = []
+        self._senders: set[asyncio.Task[None]] = set()
+
+    async def append(self, item: LeanAppend, alone: Callable[[], Awaitable[int]]) -> int:
+        """The appended seq, once the commit carrying `item` is durable; `alone` is the
+        statement the append is when it goes by itself."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        if loop is not self._loop:  # a store used from a second loop: nothing to share
+            return await alone()
+        if not self._in_flight:
+            self._in_flight = True
+            try:
+                return await alone()
+            finally:
+                self._in_flight = False
+                self._send_queued()
+        queued: _Queued = (item, loop.create_future())
+        self._queued.append(queued)
+        try:
+            outcome = await queued[1]
+        except asyncio.CancelledError:
+            if queued in self._queued:  # not sent: it never will be
+                self._queued.remove(queued)
+            raise
+        if isinstance(outcome, _SendAlone):
+            return await alone()
+        return outcome
+
+    def _send_queued(self) -> None:
+        if self._in_flight or not self._queued or self._loop is None:
+            return
+        batch, self._queued = self._queued[:BATCH_CAP], self._queued[BATCH_CAP:]
+        self._in_flight = True
+        sender = self._loop.create_task(self._send(batch))
+        self._senders.add(sender)  # a reference, or the loop may collect it mid-flight
+        sender.add_done_callback(self._senders.discard)
+
+    async def _send(self, batch: list[_Queued]) -> None:
+        try:
+            rows = await self._run_batch(APPEND_BATCH, batch_params([item for item, _ in batch]))
+        except StoreError as error:
+            # The statement failed whole: every run in it gets what a lone write gets.
+            for _, future in batch:
+                _settle(future, error=_own_copy(error))
+        except BaseException:
+            for _, future in batch:  # cancelled mid-statement (the store closing)
+                _settle(future, error=CommitUnknown("the batch carrying this write was cut"))
+            raise
+        else:
+            by_item = {row[0]: row[1:] for row in rows}
+            for position, (item, future) in enumerate(batch, start=1):
+                seq, code, reason = by_item[position]
+                _settle(future, **_outcome(item, seq, code, reason))
+        finally:
+            self._in_flight = False
+            self._send_queued()
+
+
+def batch_params(items: Sequence[LeanAppend]) -> dict[str, Any]:
+    """The parallel arrays `noeta_append_batch` takes, in the items' order."""
+    return {
+        "tasks": [item.task_id for item in items],
+        "epochs": [item.epoch for item in items],
+        "expected_seqs": [item.expected_seq for item in items],
+        "events": [item.events for item in items],
+        "statuses": [item.status for item in items],
+        "model_keys": [item.model_keys for item in items],
+    }
+
+
+def _outcome(item: LeanAppend, seq: int | None, code: str | None, reason: str | None) -> Any:
+    if code is None:
+        assert seq is not None
+        return {"result": seq}
+    if code == "limited":
+        return {"result": _SEND_ALONE}
+    if code == "NT404":
+        return {"error": UnknownTask(reason or item.task_id)}
+    return {"error": Conflict(item.task_id, reason or code)}
+
+
+def _settle(
+    future: asyncio.Future[int | _SendAlone],
+    result: int | _SendAlone | None = None,
+    error: BaseException | None = None,
+) -> None:
+    if future.done():  # its run was cancelled while the batch was in flight
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        assert result is not None
+        future.set_result(result)
+
+
+def _own_copy(error: StoreError) -> StoreError:
+    """Each run raises its own exception object (a shared one would collect every run's
+    traceback)."""
+    try:
+        return copy.copy(error)
+    except TypeError:
+        return error

@@ -1,0 +1,85 @@
+-- Durable group commit (issue 28 item 2, ADR-0086): the lean appends of a worker's
+-- concurrent runs (continue, finish, and the ModelCalled append where no limit applies)
+-- go in one statement and one commit. Each row is fenced on its own and a refusal is
+-- returned as that row's code and message, never raised: one row's refusal aborts
+-- nothing else. No EXCEPTION block per row (each would be a subtransaction).
+CREATE OR REPLACE FUNCTION noeta_append_batch(p_tasks text[], p_epochs bigint[], p_expected_seqs bigint[], p_events jsonb[], p_statuses text[], p_model_keys jsonb[])
+ RETURNS TABLE(item integer, appended_seq bigint, refusal_code text, refusal_message text)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    i record;
+    t record;
+    v_now timestamptz;
+BEGIN
+    -- The rows are locked in task-id order: two batches naming the same tasks (a stale
+    -- claim's and its successor's) wait for each other, never in a cycle.
+    FOR i IN SELECT u.ord::integer AS ord, u.task, u.epoch, u.expected_seq, u.events,
+                    u.status, u.model_keys
+               FROM unnest(p_tasks, p_epochs, p_expected_seqs, p_events, p_statuses,
+                           p_model_keys)
+                    WITH ORDINALITY AS u(task, epoch, expected_seq, events, status,
+                                         model_keys, ord)
+              ORDER BY u.task, u.ord LOOP
+        item := i.ord;
+        appended_seq := NULL;
+        refusal_code := NULL;
+        refusal_message := NULL;
+        IF i.status IS NOT NULL AND i.status NOT IN ('done', 'failed', 'cancelled') THEN
+            RAISE EXCEPTION 'noeta_append_batch: % is not a finished status', i.status;
+        END IF;
+        -- A model call a limit applies to is not the batch's: the caller sends it alone
+        -- (noeta_append_model_called), which takes the budget. Where none applies, the
+        -- ModelCalled append is a plain continue.
+        IF i.model_keys IS NOT NULL AND EXISTS (
+               SELECT 1 FROM model_limits m
+                WHERE m.key IN (SELECT jsonb_array_elements_text(i.model_keys))) THEN
+            refusal_code := 'limited';
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        -- The fence, as noeta_fence checks it, with its messages; told, not raised.
+        SELECT owner, owner_epoch, status, lease_until, last_seq INTO t
+          FROM tasks WHERE id = i.task FOR UPDATE;
+        IF NOT FOUND THEN
+            refusal_code := 'NT404';
+            refusal_message := i.task;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        v_now := clock_timestamp();
+        IF t.owner_epoch <> i.epoch THEN
+            refusal_code := 'NT409';
+            refusal_message := format(
+                'claimed again since (epoch %s, this claim has %s)', t.owner_epoch, i.epoch);
+        ELSIF t.status NOT IN ('running', 'holding') THEN
+            refusal_code := 'NT409';
+            refusal_message := format('not held by this claim (status %s)', t.status);
+        ELSIF t.lease_until <= v_now THEN
+            refusal_code := 'NT409';
+            refusal_message := 'the lease has expired';
+        ELSIF t.last_seq <> i.expected_seq THEN
+            refusal_code := 'NT409';
+            refusal_message := format(
+                'the log ends at seq %s, not %s', t.last_seq, i.expected_seq);
+        END IF;
+        IF refusal_code IS NOT NULL THEN
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        appended_seq := i.expected_seq + jsonb_array_length(i.events);
+        INSERT INTO events (task_id, seq, type, data, epoch, owner)
+            SELECT i.task, i.expected_seq + e.ord, e.pair->>0, e.pair->>1, i.epoch, t.owner
+              FROM jsonb_array_elements(i.events) WITH ORDINALITY AS e(pair, ord);
+        IF i.status IS NULL THEN
+            UPDATE tasks SET last_seq = appended_seq, status = 'running', updated_at = v_now
+             WHERE id = i.task;
+        ELSE
+            UPDATE tasks SET last_seq = appended_seq, status = i.status, lease_until = NULL,
+                   ready_at = NULL, claimable_at = NULL, updated_at = v_now
+             WHERE id = i.task;
+            PERFORM pg_notify('noeta_finished', i.task);
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END $function$;

@@ -1,0 +1,3 @@
+-- The PostgreSQL twin adds noeta_append_batch, the group commit of concurrent appends
+-- (ADR-0086). sqlite's store writes on one connection, one statement at a time: nothing
+-- to batch, nothing to change.

@@ -1,0 +1,218 @@
+"""Durable group commit (ADR-0086): concurrent lean appends share a statement and a
+commit; each row is fenced on its own; a batch cut by a fault tells every run in it what a
+lone write would be told, once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import psycopg
+import pytest
+
+from noeta.backends.stores.embedded import EmbeddedPostgres
+from noeta.backends.stores.postgres import PostgresStore, migrate_database
+from noeta.core.errors import CommitUnknown, Conflict, StoreUnavailable
+from noeta.core.ports.model_limits import ModelBudget
+from noeta.core.ports.store import Claim, Finish, NewEvent, TaskStatus
+from noeta.testing.store_contract import LEASE, created
+from tests.worker.test_store_outage import private_server
+
+__all__ = ["private_server"]  # the fixture
+
+RUNS = 12
+
+# The transactions that wrote each task's events past its first: xmin is the writing
+# transaction's id, so one commit shared by several appends shows as one id.
+WRITING_TRANSACTIONS = """
+SELECT count(DISTINCT xmin::text) FROM events WHERE task_id = ANY (%s) AND seq > 1
+"""
+BATCH_WAITING_ON_A_LOCK = """
+SELECT pid FROM pg_stat_activity
+ WHERE query LIKE '%%noeta_append_batch(%%' AND wait_event_type = 'Lock'
+"""
+
+
+@pytest.fixture
+async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
+    await migrate_database(postgres_url)
+    opened = await PostgresStore.open(postgres_url, max_connections=4)
+    yield opened
+    await opened.close()
+
+
+async def claimed(store: PostgresStore, ids: Sequence[str]) -> dict[str, Claim]:
+    for task_id in ids:
+        await store.create_task(created(task_id))
+    claims = [await store.claim("w", ["default"], LEASE) for _ in ids]
+    return {claim.task_id: claim for claim in claims if claim is not None}
+
+
+async def writing_transactions(url: str, ids: Sequence[str]) -> int:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
+        row = await (await connection.execute(WRITING_TRANSACTIONS, [list(ids)])).fetchone()
+    assert row is not None
+    count: int = row[0]
+    return count
+
+
+async def test_concurrent_appends_share_one_commit_after_the_first(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    ids = [f"t{n:02}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    seqs = await asyncio.gather(
+        *(store.append(claims[i], 1, [NewEvent("step", i), NewEvent("step", 2)]) for i in ids)
+    )
+    assert seqs == [3] * RUNS
+    # The first went alone; the others, arriving while it was in flight, in one batch.
+    assert await writing_transactions(postgres_url, ids) == 2
+    for task_id in ids:
+        log = await store.read_log(task_id)
+        assert [(e.seq, e.type, e.data) for e in log[1:]] == [(2, "step", task_id), (3, "step", 2)]
+
+
+async def test_a_batched_finish_is_announced_and_finishes_the_task(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    ids = [f"f{n:02}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as listener:
+        await listener.execute("LISTEN noeta_finished")
+        finish = Finish(TaskStatus.DONE)
+        await asyncio.gather(
+            *(store.append(claims[i], 1, [NewEvent("done", i)], next_state=finish) for i in ids)
+        )
+        announced: set[str] = set()
+        async for notice in listener.notifies():
+            announced.add(notice.payload)
+            if announced == set(ids):
+                break
+    assert await writing_transactions(postgres_url, ids) == 2
+    for task_id in ids:
+        task = await store.get_task(task_id)
+        assert task is not None and task.status is TaskStatus.DONE
+
+
+async def test_a_lost_claim_in_a_batch_is_refused_to_its_run_alone(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    ids = [f"s{n:02}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    lost = ids[5]  # not the first: it goes in the batch
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other:
+        await other.execute(  # taken over by another worker, as a lapsed lease's claim does
+            "UPDATE tasks SET owner = 'w2', owner_epoch = owner_epoch + 1 WHERE id = %s", [lost]
+        )
+    outcomes = await asyncio.gather(
+        *(store.append(claims[i], 1, [NewEvent("step", i)]) for i in ids),
+        return_exceptions=True,
+    )
+    refused = {i: o for i, o in zip(ids, outcomes, strict=True) if isinstance(o, BaseException)}
+    assert list(refused) == [lost]
+    assert isinstance(refused[lost], Conflict)
+    assert "claimed again since" in str(refused[lost])
+    written = [i for i in ids if i != lost]
+    assert all(o == 2 for i, o in zip(ids, outcomes, strict=True) if i != lost)
+    assert [e.seq for e in await store.read_log(lost)] == [1]
+    assert await writing_transactions(postgres_url, written) == 2
+
+
+async def test_model_calls_share_the_commit_unless_a_limit_applies(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    ids = [f"m{n:02}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    budgets = {
+        i: ModelBudget(("fake/limited",) if i == ids[3] else ("fake/free",), 10) for i in ids
+    }
+    await store.set_model_limit("fake/limited", 1000, None)
+    seqs = await asyncio.gather(
+        *(
+            store.append_model_called(claims[i], 1, [NewEvent("ModelCalled", i)], budgets[i])
+            for i in ids
+        )
+    )
+    assert seqs == [2] * RUNS
+    # The limited call left the batch and went alone, taking its budget.
+    assert [i for i in ids if budgets[i].taken.by_a_limit] == [ids[3]]
+    [limit] = await store.model_limits()
+    assert limit.calls == 1
+    assert await writing_transactions(postgres_url, [i for i in ids if i != ids[3]]) == 2
+
+
+async def test_a_batch_whose_session_is_terminated_tells_each_run_once(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    ids = [f"k{n:02}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    async with await psycopg.AsyncConnection.connect(postgres_url) as blocker:
+        # One row of the batch is locked: the batch waits there, mid-statement.
+        await blocker.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", [ids[-1]])
+        runs = [asyncio.ensure_future(store.append(claims[i], 1, [NewEvent("s", i)])) for i in ids]
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            pid = await _backend_of_waiting_batch(admin)
+            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        outcomes = await asyncio.gather(*runs, return_exceptions=True)
+        await blocker.rollback()
+    assert outcomes[0] == 2  # the first went alone, before the batch
+    for outcome in outcomes[1:]:
+        assert isinstance(outcome, CommitUnknown | StoreUnavailable)
+    assert len({id(outcome) for outcome in outcomes[1:]}) == RUNS - 1  # each its own
+    for task_id in ids[1:]:  # the statement never committed: nothing of it landed
+        assert [e.seq for e in await store.read_log(task_id)] == [1]
+    # The store goes on: the next appends are written.
+    assert await store.append(claims[ids[1]], 1, [NewEvent("s", 1)]) == 2
+
+
+@pytest.fixture
+async def private_store(private_server: EmbeddedPostgres) -> AsyncIterator[PostgresStore]:
+    store = await PostgresStore.open(private_server.start(), migrate=True, deadline_seconds=5)
+    yield store
+    await store.close()
+
+
+async def test_a_batch_cut_by_a_server_restart_gets_what_a_lone_write_gets(
+    private_server: EmbeddedPostgres, private_store: PostgresStore
+) -> None:
+    url = private_server.start()  # already running: its URL
+    ids = [f"r{n:02}" for n in range(RUNS)]
+    claims = await claimed(private_store, ids)
+    blocker = await psycopg.AsyncConnection.connect(url)
+    await blocker.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", [ids[-1]])
+    runs = [
+        asyncio.ensure_future(private_store.append(claims[i], 1, [NewEvent("s", i)])) for i in ids
+    ]
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+        await _backend_of_waiting_batch(admin)
+    await asyncio.to_thread(private_server.stop, mode="fast")
+    outcomes = await asyncio.gather(*runs, return_exceptions=True)
+    await blocker.close()
+    assert outcomes[0] == 2
+    for outcome in outcomes[1:]:
+        assert isinstance(outcome, CommitUnknown | StoreUnavailable)
+    await asyncio.to_thread(private_server.start)
+    for task_id in ids[1:]:
+        assert [e.seq for e in await _read_log_once_back(private_store, task_id)] == [1]
+
+
+async def _backend_of_waiting_batch(admin: psycopg.AsyncConnection[object]) -> int:
+    """The pid of the batch statement once it waits on the locked row (polled: the
+    batch's session is another process)."""
+    for _ in range(2000):
+        rows = await (await admin.execute(BATCH_WAITING_ON_A_LOCK)).fetchall()
+        if rows:
+            pid: int = rows[0][0]  # type: ignore[index]
+            return pid
+        await asyncio.sleep(0.005)
+    raise AssertionError("no batch statement ever waited on the locked row")
+
+
+async def _read_log_once_back(store: PostgresStore, task_id: str) -> list[object]:
+    """The log, once the pool has replaced the sessions the restart ended."""
+    for _ in range(200):
+        try:
+            return list(await store.read_log(task_id))
+        except StoreUnavailable:
+            await asyncio.sleep(0.05)
+    raise AssertionError("the store never answered again")
