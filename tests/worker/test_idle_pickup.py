@@ -34,7 +34,10 @@ SELECT query, calls FROM public.pg_stat_statements
  WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
    AND query NOT LIKE '%%pg_stat%%' AND query NOT LIKE 'SELECT id, queue, status, %%'
 """
-CLAIM_TEXT = "owner_epoch = t.owner_epoch + 1"  # in every claim statement, and only there
+# In every claim statement and only there (the server shows constants as $n).
+CLAIM_TEXT = "owner_epoch = t.owner_epoch +"
+# seconds_until_due's, alone: the registration holds the same text.
+SECONDS_UNTIL_DUE_TEXT = "claimable_at > now()"
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +104,14 @@ async def test_one_submit_wakes_one_of_the_idle_workers(
     await until(lambda: settled(url, IDLE_WORKERS, IDLE_WORKERS), "every worker waits again")
     counts = await statements(url)
     claims = sum(calls for query, calls in counts.items() if CLAIM_TEXT in query)
-    looks = sum(calls for query, calls in counts.items() if "SECONDS_UNTIL" in query.upper())
+    looks = sum(
+        calls
+        for query, calls in counts.items()
+        if SECONDS_UNTIL_DUE_TEXT in query and "idle_workers" not in query
+    )
     # The woken one: its claim, the claim after its run, and the one after registering.
     # Before, each of the idle workers claimed and asked seconds_until_due per NOTIFY.
-    assert claims <= 3, counts
+    assert 1 <= claims <= 3, counts
     assert looks == 0, counts
     # In all: the create, those 3 claims, the task's 2 appends, the registration.
     assert sum(counts.values()) <= 7, counts
