@@ -1,8 +1,8 @@
 """Idle wake-ups and PostgreSQL's notify lock (issue 28 item 4, ADR-0087), on real
 `noeta worker` processes and a private PostgreSQL (fsync on) with pg_stat_statements.
 
-1. Statements per submit with 1 and with 50 idle workers (--concurrency 1, --poll 300:
-   no poll falls inside): tasks submitted one at a time, each run to done and every worker
+1. Statements per submit with 1 and with 50 idle workers (--concurrency 1, --poll 300 and
+   --lease 3600: no poll and no registration's refresh falls inside): tasks submitted one at a time, each run to done and every worker
    idle again before the next; the server counts the statements (pg_stat_statements).
 2. A depth-target run of no-op jobs: producers, one create per job, keep DEPTH jobs
    queued for SECONDS while worker processes drain them; jobs/s, and how many backends
@@ -15,6 +15,7 @@ To compare another checkout's code in the same way:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import statistics
@@ -79,7 +80,12 @@ async def settled(bench: Bench, workers: int) -> bool:
 async def statements_per_submit(bench: Bench, idle: int) -> list[str]:
     names = [f"idle{idle}-w{n}" for n in range(idle)]
     queue = f"idle{idle}"
-    async with bench.workers(names, queue, concurrency=1, poll=300.0):
+    async with contextlib.AsyncExitStack() as started:
+        for first in range(0, idle, 10):  # ten at a time: each batch is up within a minute
+            batch = names[first : first + 10]
+            await started.enter_async_context(
+                bench.workers(batch, queue, concurrency=1, lease=3600.0, poll=300.0)
+            )
         await bench.until(lambda: settled(bench, idle), "every worker waits idle", 300)
         await bench.admin.execute("SELECT public.pg_stat_statements_reset()")
         for n in range(SUBMITS):
@@ -92,6 +98,7 @@ async def statements_per_submit(bench: Bench, idle: int) -> list[str]:
         by_kind[kind_of(query)] = by_kind.get(kind_of(query), 0) + calls
     total = sum(by_kind.values())
     shown = ", ".join(f"{kind} {calls / SUBMITS:.1f}" for kind, calls in sorted(by_kind.items()))
+    print(f"  {idle} idle: {total / SUBMITS:.1f} statements per submit ({shown})", flush=True)
     return [str(idle), f"{total / SUBMITS:.1f}", shown]
 
 
