@@ -55,7 +55,7 @@ SELECT query, calls FROM public.pg_stat_statements
 """
 KINDS = {  # a statement's kind, by a fragment only it holds
     "claim": "owner_epoch = t.owner_epoch +",
-    "register idle": "idle_workers (channel",  # it holds seconds_until_due's text too
+    "register idle": "noeta_register_idle(",  # it holds seconds_until_due's text too
     "seconds_until_due": "claimable_at > now()",
     "create": "noeta_create_task(",
 }
@@ -189,7 +189,8 @@ def main() -> None:
     options.add_argument("--seconds", type=float, default=20.0)
     chosen = options.parse_args()
     idle_counts = (1, 10) if chosen.quick else (1, 50)
-    settings = {"shared_preload_libraries": "pg_stat_statements"}
+    # 50 workers hold 4 connections each (a pool of concurrency + 2, and their LISTEN).
+    settings = {"shared_preload_libraries": "pg_stat_statements", "max_connections": "300"}
     embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
     try:
         dsn = chosen.dsn or embedded.start()

@@ -55,17 +55,19 @@ class IdleRegistration:
         LISTEN is in force (a call before it would be lost)."""
         return self._listening and time.monotonic() >= self._registered_until
 
-    async def register(self, poll_seconds: float) -> None:
-        """Register; the claim after this one decides whether the worker is idle."""
+    async def register(self, poll_seconds: float) -> bool:
+        """Register; whether to claim before waiting (a task is claimable now: one whose
+        creator committed between the worker's last claim and this registration)."""
         try:
             due = await self._store.wait_idle(self.channel, self._queues, self._lease)
         except StoreError as error:
             log.warning("could not register as idle (%s); polling meanwhile", error)
             self._registered_until = time.monotonic() + poll_seconds
-            return
+            return True
         # Refreshed at half a lease: never expired while this worker is alive and idle.
         self._registered_until = time.monotonic() + self._lease / 2
         self._due_at = None if due is None else time.monotonic() + due
+        return due == 0
 
     def wait_seconds(self, poll_seconds: float) -> float:
         """How long to wait for a call: the poll, or less if something falls due first

@@ -112,8 +112,8 @@ class Worker:
                 if self.registration is not None:
                     await self._keep_registration(started)
                     if not started and self.registration.needed and not self._claim_failures:
-                        await self.registration.register(self.settings.poll_seconds)
-                        continue  # the claim that decides this worker is idle comes after
+                        if await self.registration.register(self.settings.poll_seconds):
+                            continue  # a task became claimable before the registration
                 if not started:
                     await self._idle(stopping)
         finally:

@@ -151,8 +151,9 @@ async def test_a_create_committing_after_the_registration_is_seen_by_the_next_cl
     store: PostgresStore, postgres_url: str
 ) -> None:
     """The lost wake-up: a creator looked for idle workers before the registration was
-    visible, and commits after it. The registration waits for that creator to commit,
-    so the worker's next claim sees its task."""
+    visible, and commits after the worker's claim found nothing. The registration waits
+    for that creator to commit, then tells the worker to claim again, and the claim sees
+    its task."""
     async with await psycopg.AsyncConnection.connect(postgres_url) as creator:
         await creator.execute(  # its trigger looks now: nobody idle, nobody woken
             "SELECT noeta_create_task('raced', 'race', NULL, ARRAY['created'], ARRAY['{}'])"
@@ -168,8 +169,8 @@ async def test_a_create_committing_after_the_registration_is_seen_by_the_next_cl
                 raise AssertionError("the registration never waited for the creator")
         assert not registering.done()
         await creator.commit()
-    await registering
-    claim = await store.claim("w", ["race"], 30)  # the claim that decides it is idle
+    assert await registering == 0  # claim before waiting: a task is claimable now
+    claim = await store.claim("w", ["race"], 30)
     assert claim is not None and claim.task_id == "raced"
 
 

@@ -119,14 +119,14 @@ async def test_one_submit_wakes_one_of_the_idle_workers(
     looks = sum(
         calls
         for query, calls in counts.items()
-        if SECONDS_UNTIL_DUE_TEXT in query and "idle_workers" not in query
+        if SECONDS_UNTIL_DUE_TEXT in query and "noeta_register_idle" not in query
     )
-    # The woken one: its claim, the claim after its run, and the one after registering.
-    # Before, each of the idle workers claimed and asked seconds_until_due per NOTIFY.
-    assert 1 <= claims <= 3, counts
+    # The woken one: its claim, and the claim after its run that found nothing. Before,
+    # each of the idle workers claimed and asked seconds_until_due per NOTIFY.
+    assert claims == 2, counts
     assert looks == 0, counts
-    # In all: the create, those 3 claims, the task's 2 appends, the registration.
-    assert sum(counts.values()) <= 7, counts
+    # In all: the create, those 2 claims, the task's 2 appends, the registration.
+    assert sum(counts.values()) == 6, counts
 
 
 async def test_a_killed_registered_worker_strands_no_task(

@@ -21,9 +21,10 @@ class IdleWorkers(Protocol):
         self, channel: str, queues: Sequence[str], lease_seconds: float
     ) -> float | None:
         """Register as idle for `lease_seconds` (committed on return): a task made
-        claimable from now on wakes one registered worker; one made before, the next
-        claim sees. Returns the seconds until a task of `queues` falls due or a lease of
-        theirs lapses (nobody announces those), None if none will."""
+        claimable from now on wakes one registered worker. Returns 0 if a task of
+        `queues` is claimable now (one made before the registration: claim before
+        waiting), else the seconds until one falls due or a lease of theirs lapses
+        (nobody announces those), None if none will."""
         ...
 
     async def stop_waiting(self, channel: str) -> None:

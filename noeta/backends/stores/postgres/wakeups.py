@@ -43,22 +43,13 @@ SELECT clock.now,
   FROM clock
 """
 
-# The exclusive side of noeta_wake_idle's lock: a creator that looked for idle workers
-# before this registration commits, commits before it; the worker's next claim sees its
-# task. One that looks after sees this row. Rows of killed workers (expired) go here too.
-# Also returns what seconds_until_due would: the same round trip.
+# noeta_register_idle takes the exclusive side of noeta_wake_idle's lock: a creator that
+# looked for idle workers before this registration has committed by the time it checks
+# whether a task is claimable now; one that looks after sees the registration. 0 seconds
+# if a task is claimable now (claim before waiting), else what seconds_until_due says.
 REGISTER_IDLE = f"""
-WITH locked AS (
-    SELECT pg_advisory_xact_lock(hashtextextended('noeta.wake:' || current_schema(), 0))
-),
-expired AS (DELETE FROM idle_workers WHERE expires_at <= clock_timestamp()),
-registered AS (
-    INSERT INTO idle_workers (channel, queues, expires_at)
-    SELECT %(channel)s, %(queues)s::text[], clock_timestamp() + make_interval(secs => %(lease)s)
-      FROM locked
-    ON CONFLICT (channel) DO UPDATE SET queues = excluded.queues, expires_at = excluded.expires_at
-)
-SELECT ({SECONDS_UNTIL_DUE})
+SELECT CASE WHEN noeta_register_idle(%(channel)s, %(queues)s::text[], %(lease)s) THEN 0
+            ELSE ({SECONDS_UNTIL_DUE}) END
 """
 
 LEAVE_IDLE = "DELETE FROM idle_workers WHERE channel = %(channel)s"
