@@ -2,8 +2,9 @@
 `noeta worker` processes and a private PostgreSQL (fsync on) with pg_stat_statements.
 
 1. Statements per submit with 1 and with 50 idle workers (--concurrency 1, --poll 300 and
-   --lease 3600: no poll and no registration's refresh falls inside): tasks submitted one at a time, each run to done and every worker
-   idle again before the next; the server counts the statements (pg_stat_statements).
+   --lease 3600: no poll and no registration's refresh falls inside): tasks submitted one
+   at a time, each run to done and every worker idle again before the next; the server
+   counts the statements (pg_stat_statements).
 2. A depth-target run of no-op jobs: producers, one create per job, keep DEPTH jobs
    queued for SECONDS while worker processes drain them; jobs/s, and how many backends
    wait in `Lock:object` (the notify lock), sampled from pg_stat_activity every 50 ms.

@@ -111,9 +111,13 @@ class Worker:
                     self._slots.release()
                 if self.registration is not None:
                     await self._keep_registration(started)
-                    if not started and self.registration.needed and not self._claim_failures:
-                        if await self.registration.register(self.settings.poll_seconds):
-                            continue  # a task became claimable before the registration
+                    if (
+                        not started
+                        and self.registration.needed
+                        and not self._claim_failures
+                        and await self.registration.register(self.settings.poll_seconds)
+                    ):
+                        continue  # a task became claimable before the registration
                 if not started:
                     await self._idle(stopping)
         finally:
