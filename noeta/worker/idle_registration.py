@@ -32,6 +32,7 @@ class IdleRegistration:
         # Monotonic; 0: not registered, or woken (the waking took the registration).
         self._registered_until = 0.0
         self._due_at: float | None = None  # monotonic
+        self._calls = 0  # heard so far: one during a registration may have taken it
 
     async def listen(self) -> None:
         """Wake the claim loop for each call on this worker's channel."""
@@ -42,6 +43,7 @@ class IdleRegistration:
             # our registration to wake us. Either way: claim, and register again if idle.
             self._listening = self._listening or heard == "*"
             self._registered_until = 0.0
+            self._calls += 1
             self._wake()
 
     @property
@@ -58,15 +60,20 @@ class IdleRegistration:
     async def register(self, poll_seconds: float) -> bool:
         """Register; whether to claim before waiting (a task is claimable now: one whose
         creator committed between the worker's last claim and this registration)."""
+        calls = self._calls
         try:
             due = await self._store.wait_idle(self.channel, self._queues, self._lease)
         except StoreError as error:
             log.warning("could not register as idle (%s); polling meanwhile", error)
             self._registered_until = time.monotonic() + poll_seconds
             return True
+        self._due_at = None if due is None else time.monotonic() + due
+        if calls != self._calls:
+            # A call came while registering (its notice can outrun the statement's
+            # answer): the row it took is gone, so this registration is not in force.
+            return True
         # Refreshed at half a lease: never expired while this worker is alive and idle.
         self._registered_until = time.monotonic() + self._lease / 2
-        self._due_at = None if due is None else time.monotonic() + due
         return due == 0
 
     def wait_seconds(self, poll_seconds: float) -> float:
