@@ -13,6 +13,8 @@ database clock's (events.created_at).
    jobs enqueued one at a time 75 ms apart; latency = ToolStarted - TaskCreated.
    Again beside the 200,000 future jobs. Then where that time goes, step by step
    (bench/job_pickup.py: the create's commit, the NOTIFY, the claim, the load, ToolStarted).
+4. Enqueue through the client: `enqueue_many` of 10,000 jobs in one call, beside
+   `enqueue` one at a time (awaited in turn), in the same run (wall clock, perf_counter).
 
 Beside each, in the same run on the same server (bench/job_baselines.py): pgbench running
 noeta's own statements for a job (claim, ToolStarted, the finish), and the bare claim +
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +40,7 @@ from job_baselines import bare_pickups, create_many, job_script, pgbench_jobs_pe
 from job_pickup import STEPS, pickup_steps
 from worker import PAUSE, Bench, fresh_bench, ms, table, verdict
 
+from noeta.client import AsyncClient
 from noeta.client.job_tasks import job_task
 
 BENCH = Path(__file__).parent
@@ -46,6 +50,7 @@ PROCRASTINATE = (624.0, 750.0)
 PGQUEUER = (5195.0, 5965.0)
 LATENCY_TARGET_MS = 1.5
 BACKLOG_KEEPS = 0.95
+BULK_TARGET = 10_000.0  # jobs/s written by enqueue_many (issue 29)
 
 DRAIN = """
 SELECT extract(epoch FROM max(e.created_at) FILTER (WHERE e.type = 'TaskFinished')
@@ -65,10 +70,12 @@ class Sizes:
     drain: int
     latency: int
     future: int
+    bulk: int = 10_000
+    one_by_one: int = 500
 
 
 FULL = Sizes(5000, 100, 200_000)
-QUICK = Sizes(400, 15, 20_000)
+QUICK = Sizes(400, 15, 20_000, bulk=10_000, one_by_one=100)
 CONCURRENCY = 16  # per worker process; pgbench runs as many connections
 
 
@@ -158,8 +165,10 @@ async def run(dsn: str, sizes: Sizes) -> None:
         await jobs.future(sizes.future)
         pickups["future"] = await measure_pickups(jobs, "future", sizes.latency)
         await measure_drains(jobs, "future", sizes.drain, rates)
+        enqueued = await measure_enqueues(bench.dsn, sizes)
     drain_table(sizes, rates)
     pickup_table(sizes, pickups)
+    enqueue_table(enqueued)
     title = "Where an idle pickup goes (empty case; in one process: the store, the runner and"
     title += " LISTEN, no worker loop), median ms after the step before"
     table(title, list(STEPS), [[ms(step) for step in steps]])
@@ -181,6 +190,39 @@ async def measure_pickups(jobs: JobBench, case: str, count: int) -> tuple[list[f
         noeta = await jobs.pickups(case, count)
     await jobs.bare_pickups(f"warm-{case}", 5)
     return noeta, await jobs.bare_pickups(case, count)
+
+
+async def measure_enqueues(dsn: str, sizes: Sizes) -> list[tuple[str, int, float]]:
+    """(how, jobs, jobs/s) of the client's enqueue_many and of enqueue one at a time. The
+    jobs are due an hour ahead (nobody runs them); the batch twice, the second counted."""
+    measured = []
+    async with AsyncClient(dsn) as client:
+        inputs: list[dict[str, object]] = [{}] * sizes.bulk
+        for _ in range(2):  # the first warms the statement, the pool, the imports
+            started = time.perf_counter()
+            await client.enqueue_many("noop", inputs, queue="enqueued", delay=3600)
+            seconds = time.perf_counter() - started
+        measured.append(("enqueue_many, one call", sizes.bulk, sizes.bulk / seconds))
+        started = time.perf_counter()
+        for _ in range(sizes.one_by_one):
+            await client.enqueue("noop", {}, queue="enqueued", delay=3600)
+        seconds = time.perf_counter() - started
+        measured.append(("enqueue, one at a time", sizes.one_by_one, sizes.one_by_one / seconds))
+    for how, count, rate in measured:
+        print(f"  {how}: {count:,} jobs, {rate:,.0f} jobs/s", flush=True)
+    return measured
+
+
+def enqueue_table(measured: list[tuple[str, int, float]]) -> None:
+    bulk_rate = measured[0][2]
+    rows = [
+        [how, f"{count:,}", f"{rate:,.0f}", f"{bulk_rate / rate:.1f}x"]
+        for how, count, rate in measured
+    ]
+    rows[0].append(f"≥{BULK_TARGET:,.0f}/s  {verdict(bulk_rate >= BULK_TARGET)}")
+    rows[1].append("")
+    title = "Enqueue through the client (jobs due an hour ahead; wall clock of the calls)"
+    table(title, ["how", "jobs", "jobs/s", "batch is", "target"], rows)
 
 
 def drain_table(sizes: Sizes, rates: dict[tuple[str, int], tuple[float, float, float]]) -> None:

@@ -1,6 +1,8 @@
 """noeta's Python client: `AsyncClient`, and `Client` for code without an event loop."""
 
-from noeta.client.async_client import AsyncClient, TaskHandle
+from noeta.client.async_client import AsyncClient
+from noeta.client.celery_calls import use_client
+from noeta.client.handles import TaskHandle
 from noeta.client.job_tasks import UnknownJob
 from noeta.client.submissions import Submission
 from noeta.client.sync_client import Client
@@ -13,4 +15,5 @@ __all__ = [
     "TailedEvent",
     "TaskHandle",
     "UnknownJob",
+    "use_client",
 ]

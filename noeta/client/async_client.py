@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from noeta.client import job_tasks, messages, task_logs
+from noeta.client.creating import create_all_once, create_once
+from noeta.client.handles import TaskHandle
+from noeta.client.in_flight import CallsInFlight, tracked
 from noeta.client.submissions import (
     DEFAULT_MODEL,
     Submission,
@@ -28,7 +31,6 @@ from noeta.client.task_logs import TailedEvent
 from noeta.client.waiting import FinishWatcher
 from noeta.core.errors import (
     ConfigError,
-    Conflict,
     NoetaError,
     TaskCancelled,
     TaskFailed,
@@ -58,17 +60,6 @@ if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqu
     from noeta.config import Config
 
 
-@dataclass(frozen=True, slots=True)
-class TaskHandle:
-    """A task this client made; anywhere a task is asked for, its id does as well."""
-
-    id: str
-    queue: str = DEFAULT_QUEUE
-
-    def __str__(self) -> str:
-        return self.id
-
-
 TaskRef = str | TaskHandle
 
 
@@ -80,8 +71,13 @@ class AsyncClient:
         config: str | Config | None = None,
         application_name: str = "noeta-client",
         start_embedded: bool = True,
+        max_connections: int = 10,
     ) -> None:
+        """`max_connections`: the client's pool; calls beyond it wait for a connection
+        (up to the store's deadline), so many concurrent calls want a bigger pool, or
+        `enqueue_many` (one connection for a whole batch)."""
         self._url = store
+        self._max_connections = max_connections
         self._config = config
         self._application_name = application_name
         # False for what only reads: no URL and no embedded server running is an error,
@@ -90,6 +86,7 @@ class AsyncClient:
         self._store: Store | None = None
         self._watcher: FinishWatcher | None = None  # what result() waits with, one listener
         self._opening = asyncio.Lock()
+        self._calls = CallsInFlight()
 
     async def __aenter__(self) -> AsyncClient:
         await self.store()
@@ -113,11 +110,13 @@ class AsyncClient:
                     self._url,
                     application_name=self._application_name,
                     start_embedded=self._start_embedded,
+                    max_connections=self._max_connections,
                 )
                 self._watcher = FinishWatcher(self._store)
             return self._store
 
     async def close(self) -> None:
+        await self._calls.cancel_the_rest()
         if self._watcher is not None:
             watcher, self._watcher = self._watcher, None
             await watcher.close()
@@ -139,6 +138,7 @@ class AsyncClient:
 
     # --- creating tasks --------------------------------------------------------------
 
+    @tracked
     async def submit(
         self,
         prompt: str,
@@ -161,6 +161,7 @@ class AsyncClient:
         await self._create(task)
         return TaskHandle(task.id, task.queue)
 
+    @tracked
     async def submit_many(
         self,
         tasks: Iterable[Submission | str],
@@ -186,20 +187,10 @@ class AsyncClient:
         names = await self._tool_names(config) if needs_names else ()
         built = [in_batch(index, item, names) for index, item in enumerate(batch)]
         check_distinct_ids(built)
-        store = await self.store()
-        bulk = store.capabilities.bulk
-        if bulk is None:
-            raise ConfigError(f"this store ({type(store).__name__}) cannot create in bulk")
-        try:
-            await bulk.create_tasks(built)
-        except Conflict as error:
-            index = next(i for i, task in enumerate(built) if task.id == error.task_id)
-            raise ConfigError(
-                f"task {index} of the batch (id {error.task_id!r}): a task with this id "
-                "exists already (or existed and was pruned); nothing of the batch was written"
-            ) from None
+        await self._create_all(built, "task")
         return [TaskHandle(task.id, task.queue) for task in built]
 
+    @tracked
     async def enqueue(
         self,
         job: str,
@@ -225,6 +216,35 @@ class AsyncClient:
         await self._create(replace(task, concurrency_key=key, priority=priority))
         return TaskHandle(task_id, queue)
 
+    @tracked
+    async def enqueue_many(
+        self,
+        job: str,
+        inputs: Iterable[Mapping[str, object] | None],
+        *,
+        queue: str = DEFAULT_QUEUE,
+        run_at: datetime | None = None,
+        delay: float | None = None,
+        key: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+    ) -> list[TaskHandle]:
+        """Create one job per input in one statement and one transaction, all or none.
+
+        Every input is checked against the function's schema first: a bad one fails the
+        batch, named by its index (from 0), and nothing is written. Safe to call again
+        with the same arguments only if it raised: a lost reply is resent by the client
+        with the same ids, never making duplicates.
+        """
+        tool = await self._job_tool(job)
+        store = await self.store()
+        now = await store.clock() if delay is not None else datetime.now().astimezone()
+        start = job_tasks.ready_at(now, run_at, delay)
+        batch = job_tasks.job_batch(
+            tool, inputs, queue=queue, start=start, key=key, priority=priority
+        )
+        await self._create_all(batch, "job")
+        return [TaskHandle(task.id, task.queue) for task in batch]
+
     async def _job_tool(self, name: str) -> FunctionTool:
         """The decorated function named `name`: imported already, or by the config's
         plugins (the CLI knows a job only through them)."""
@@ -233,10 +253,14 @@ class AsyncClient:
         return job_tasks.job_tool(name)
 
     async def _create(self, task: NewTask) -> None:
-        if not await (await self.store()).create_task(task):
-            raise ConfigError(
-                f"a task with id {task.id!r} exists already (or existed and was pruned)"
-            )
+        await create_once(await self.store(), task)
+
+    async def _create_all(self, batch: list[NewTask], kind: str) -> None:
+        store = await self.store()
+        bulk = store.capabilities.bulk
+        if bulk is None:
+            raise ConfigError(f"this store ({type(store).__name__}) cannot create in bulk")
+        await create_all_once(store, bulk, batch, kind)
 
     async def _tool_names(self, config: str | Config | None) -> tuple[str, ...]:
         from noeta.plugins.toolbox import Toolbox
@@ -283,6 +307,7 @@ class AsyncClient:
 
     # --- results ---------------------------------------------------------------------
 
+    @tracked
     async def result(self, task: TaskRef, *, timeout: float | None = None) -> str:  # noqa: ASYNC109 (Celery's get(timeout=), the issue's API)
         """The task's answer once it is done (a job's: its result as JSON text).
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
+from noeta.client.input_checks import surely_valid
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.ports.payload import JSONValue
-from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.ports.store import NewEvent, NewTask, check_key
 from noeta.core.rules import events
 from noeta.core.rules.tool_input import input_problem
 from noeta.plugins.function_tools import REGISTERED, FunctionTool
@@ -81,3 +83,69 @@ def job_task(
     pinned = events.PluginsPinned((module_pin(tool.module),))
     log = [NewEvent(*events.encode(event)) for event in (created, call, pinned)]
     return NewTask(task_id, log, queue=queue, ready_at=start)
+
+
+def job_batch(
+    tool: FunctionTool,
+    inputs: Iterable[Mapping[str, object] | None],
+    *,
+    queue: str,
+    start: datetime | None,
+    key: str | None,
+    priority: int,
+) -> list[NewTask]:
+    """The tasks of an `enqueue_many` batch, their ids made here (a resend after a lost
+    reply sends the same ones), every input checked first: a bad one raises naming its
+    index (from 0), before anything is written. The events every job shares (its
+    creation, the pin) are made once: a batch of 10,000 is built in a fraction of a
+    second."""
+    check_key("queue name", queue)
+    checked = _checked_batch(tool, [dict(input or {}) for input in inputs])
+    first = job_task("shared", tool, {}, queue, start)
+    created, call, pinned = first.events
+    call_data = call.data
+    assert isinstance(call_data, dict)  # an encoded event is an object
+    return [
+        NewTask(
+            task_id,
+            [created, NewEvent(call.type, {**call_data, "input": input}), pinned],
+            queue=queue,
+            ready_at=start,
+            concurrency_key=key,
+            priority=priority,
+        )
+        for task_id, input in zip(new_ids(len(checked)), checked, strict=True)
+    ]
+
+
+def new_ids(count: int) -> list[str]:
+    """`count` task ids of the form `enqueue` makes (12 random hex digits), from one read
+    of the system's randomness."""
+    random = os.urandom(6 * count).hex()
+    return [random[at : at + 12] for at in range(0, 12 * count, 12)]
+
+
+def _checked_batch(
+    tool: FunctionTool, inputs: list[dict[str, object]]
+) -> list[dict[str, JSONValue]]:
+    """Every input as `job_input` checks it: through JSON once for the whole batch, the
+    schema by the quick check, and by jsonschema where that is not sure (its message)."""
+    try:
+        passed: list[dict[str, JSONValue]] = json.loads(json.dumps(inputs, allow_nan=False))
+    except (TypeError, ValueError):
+        return [_checked_in_batch(tool, index, input) for index, input in enumerate(inputs)]
+    return [
+        input if surely_valid(tool.input_schema, input) else _checked_in_batch(tool, index, input)
+        for index, input in enumerate(passed)
+    ]
+
+
+def _checked_in_batch(
+    tool: FunctionTool, index: int, input: Mapping[str, object] | None
+) -> dict[str, JSONValue]:
+    try:
+        return job_input(tool, input)
+    except PayloadError as error:
+        raise PayloadError(
+            f"job {index} of the batch: {error}; nothing of the batch was written"
+        ) from None

@@ -12,10 +12,12 @@ import functools
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
+from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from noeta.client.async_client import AsyncClient, TaskRef
+from noeta.client.handles import TaskHandle
 from noeta.client.task_logs import TailedEvent
 
 if TYPE_CHECKING:
@@ -39,6 +41,33 @@ def _blocking(
     return blocking
 
 
+def _made_one(
+    method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, TaskHandle]],
+) -> Callable[Concatenate[Client, P], TaskHandle]:
+    """`_blocking`, the handle it returns able to `get()` its result through this Client."""
+
+    def made(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        return replace(self._run(method(self._client, *args, **kwargs)), results=self)
+
+    functools.update_wrapper(made, method)
+    made.__qualname__ = f"Client.{method.__name__}"
+    return made
+
+
+def _made_many(
+    method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, list[TaskHandle]]],
+) -> Callable[Concatenate[Client, P], list[TaskHandle]]:
+    """`_made_one` for a batch."""
+
+    def made(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> list[TaskHandle]:
+        handles = self._run(method(self._client, *args, **kwargs))
+        return [replace(handle, results=self) for handle in handles]
+
+    functools.update_wrapper(made, method)
+    made.__qualname__ = f"Client.{method.__name__}"
+    return made
+
+
 class Client:
     def __init__(
         self,
@@ -47,11 +76,12 @@ class Client:
         config: str | Config | None = None,
         application_name: str = "noeta-client",
         start_embedded: bool = True,
+        max_connections: int = 10,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        made = _make(store, config, application_name, start_embedded)
+        made = _make(store, config, application_name, start_embedded, max_connections)
         self._client = self._run(made)
         # A script that never calls close() (the Celery habit) still closes the store
         # and the loop: when the Client is collected, or at the latest at interpreter
@@ -87,9 +117,10 @@ class Client:
 
     # Every other call is the AsyncClient's, awaited on the loop (tests/client/
     # test_one_client.py checks no public method is left out).
-    submit = _blocking(AsyncClient.submit)
-    submit_many = _blocking(AsyncClient.submit_many)
-    enqueue = _blocking(AsyncClient.enqueue)
+    submit = _made_one(AsyncClient.submit)
+    submit_many = _made_many(AsyncClient.submit_many)
+    enqueue = _made_one(AsyncClient.enqueue)
+    enqueue_many = _made_many(AsyncClient.enqueue_many)
     set_queue = _blocking(AsyncClient.set_queue)
     clear_queue = _blocking(AsyncClient.clear_queue)
     queues = _blocking(AsyncClient.queues)
@@ -140,7 +171,17 @@ def _close_quietly(
 
 
 async def _make(
-    store: str | None, config: str | Config | None, name: str, start_embedded: bool
+    store: str | None,
+    config: str | Config | None,
+    name: str,
+    start_embedded: bool,
+    max_connections: int,
 ) -> AsyncClient:
     # Made on its loop: its lock belongs to that loop.
-    return AsyncClient(store, config=config, application_name=name, start_embedded=start_embedded)
+    return AsyncClient(
+        store,
+        config=config,
+        application_name=name,
+        start_embedded=start_embedded,
+        max_connections=max_connections,
+    )

@@ -15,9 +15,19 @@ import json
 import random
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints, overload
+from datetime import datetime
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    TypeVar,
+    get_args,
+    get_origin,
+    get_type_hints,
+    overload,
+)
 
 from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.tool import ToolContext, ToolError, ToolFlags, ToolOutput
@@ -28,6 +38,9 @@ from noeta.core.retry import (
     backoff_seconds,
     with_retries,
 )
+
+if TYPE_CHECKING:
+    from noeta.client.handles import TaskHandle
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -124,6 +137,41 @@ class FunctionTool:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calling the decorated name calls the function itself, as before decorating."""
         return self.function(*args, **kwargs)
+
+    # Celery's call site (noeta.client.celery_calls): enqueue a call as a plain job.
+
+    def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
+        """Enqueue this call as a job, as Celery's `delay`; `handle.get()` waits for it."""
+        from noeta.client.celery_calls import apply_async
+
+        return apply_async(self, args, kwargs)
+
+    def apply_async(
+        self,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: float | None = None,
+        eta: datetime | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        priority: int | None = None,
+    ) -> TaskHandle:
+        """Enqueue a call as Celery's `apply_async`: to start `countdown` seconds from
+        now or at `eta`, on `queue`, with a concurrency `key` and a `priority` (0-9)."""
+        from noeta.client.celery_calls import apply_async
+        from noeta.core.ports.store import DEFAULT_PRIORITY, DEFAULT_QUEUE
+
+        return apply_async(
+            self,
+            tuple(args or ()),
+            kwargs,
+            countdown=countdown,
+            eta=eta,
+            queue=DEFAULT_QUEUE if queue is None else queue,
+            key=key,
+            priority=DEFAULT_PRIORITY if priority is None else priority,
+        )
 
 
 @overload

@@ -4,6 +4,9 @@ against a real store and a real `noeta worker` configured as the app's README sa
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,3 +81,28 @@ async def test_the_receipt_job_is_sent_once(
         }
     sent = [json.loads(line) for line in (tmp_path / "outbox.jsonl").read_text().splitlines()]
     assert sent == [{"key": "r7:job", "order": "o-7", "cents": 1250}]
+
+
+def test_the_celery_style_example_runs_on_two_workers(store: str, tmp_path: Path) -> None:
+    env = {"NOETA_CONFIG": str(REPOSITORY / "examples/app/noeta.yaml")}
+    workers = [WorkerProcess(store, name, tmp_path, poll=0.1, env=env) for name in ("w1", "w2")]
+    picture = tmp_path / "cat.png"
+    picture.write_bytes(bytes(range(256)) * 64)
+    try:
+        ran = subprocess.run(
+            [sys.executable, "-m", "examples.celery_style", str(picture)],
+            cwd=REPOSITORY,
+            env={**os.environ, "NOETA_STORE": store},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        for worker in workers:
+            worker.stop()
+    assert ran.returncode == 0, ran.stderr
+    widths = [json.loads(line.split(": ", 1)[1])["width"] for line in ran.stdout.splitlines()]
+    assert widths == [4, 8, 16, 32, 64]
+    for width in (4, 8, 16, 32, 64):
+        assert (tmp_path / f"cat.w{width}.png").read_bytes() == picture.read_bytes()[: width * 16]

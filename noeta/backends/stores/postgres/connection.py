@@ -182,10 +182,26 @@ class PostgresConnection:
         try:
             connection: psycopg.AsyncConnection[Any] = await self._pool.getconn()
         except PoolTimeout as error:
-            raise StoreUnavailable(f"cannot reach PostgreSQL at {self.where}") from error
+            raise StoreUnavailable(self._why_no_connection()) from error
         except psycopg.Error as error:  # PoolClosed: this store was closed
             raise StoreUnavailable(f"PostgreSQL at {self.where}: {reason(error)}") from None
         return connection
+
+    def _why_no_connection(self) -> str:
+        """Why no connection came within the deadline: every one this pool may open was
+        busy (its own load: say how to size it), or a new one could not be opened."""
+        stats = self._pool.get_stats()
+        size, most = stats.get("pool_size", 0), stats.get("pool_max", 0)
+        if most and size >= most:
+            waiting = stats.get("requests_waiting", 0)
+            return (
+                f"this process's pool of {most} connection(s) to PostgreSQL at {self.where} "
+                f"is full: all were busy for {self.deadline_seconds:g}s, {waiting} more "
+                "call(s) waiting. Send fewer calls at once (enqueue_many writes a batch on "
+                "one connection) or give the pool more (Client(max_connections=N), within "
+                "the server's max_connections)"
+            )
+        return f"cannot reach PostgreSQL at {self.where}"
 
 
 class _Rerun(StoreError):
