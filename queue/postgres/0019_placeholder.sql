@@ -1,0 +1,1 @@
+-- local placeholder for groupcommit's 0019 (never committed here)
