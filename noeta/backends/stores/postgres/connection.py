@@ -196,10 +196,11 @@ class PostgresConnection:
             waiting = stats.get("requests_waiting", 0)
             return (
                 f"this process's pool of {most} connection(s) to PostgreSQL at {self.where} "
-                f"is full: all were busy for {self.deadline_seconds:g}s, {waiting} more "
-                "call(s) waiting. Send fewer calls at once (enqueue_many writes a batch on "
-                "one connection) or give the pool more (Client(max_connections=N), within "
-                "the server's max_connections)"
+                f"is full: all were in use for {self.deadline_seconds:g}s and {waiting} more "
+                "call(s) waited. PostgreSQL may be slow or unreachable, or the process sends "
+                "more calls at once than its pool holds (enqueue_many writes a batch on one "
+                "connection; a Client takes max_connections=N, within the server's "
+                "max_connections)"
             )
         return f"cannot reach PostgreSQL at {self.where}"
 
