@@ -1,1 +1,0 @@
--- local placeholder for groupcommit's 0019 (never committed here)
