@@ -111,7 +111,12 @@ BEGIN
             -- too) inserts and deletes limits: settings, not the log.
             ('model_limits',      'SELECT, INSERT, UPDATE, DELETE'),
             -- A held slot is inserted by the refusing append, deleted by the next attempt.
-            ('model_limit_holds', 'SELECT, INSERT, DELETE'))
+            ('model_limit_holds', 'SELECT, INSERT, DELETE'),
+            -- An idle worker registers (upsert) and leaves; a create, a task made
+            -- claimable or the scheduler takes a row to wake that worker (ADR-0087).
+            ('idle_workers',      'SELECT, INSERT, UPDATE, DELETE'),
+            -- `result()` marks a task awaited; the finishing append deletes the mark.
+            ('finish_waiters',    'SELECT, INSERT, DELETE'))
         SELECT c.relname AS name, d.privileges
           FROM pg_class AS c
           LEFT JOIN declared AS d ON d.name = c.relname

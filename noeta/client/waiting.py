@@ -29,6 +29,8 @@ class FinishWatcher:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._notices = store.capabilities.finishes
+        # Where a finish is announced only once awaited (PostgreSQL, ADR-0087).
+        self._await_finish = store.capabilities.await_finish
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
@@ -72,15 +74,33 @@ class FinishWatcher:
         heard: asyncio.Event,
         every: float,
     ) -> TaskRecord:
+        marked = self._await_finish is None
         while True:
             heard.clear()
-            record = await self._read(task_id)
-            if record.status.finished:
-                return record
+            if not marked and self._listening.is_set():
+                # Once listening: from the mark on, this task's finish is announced.
+                marked = True
+                if await self._mark(task_id):
+                    return await self._read(task_id)  # it finished before the mark
+            else:
+                record = await self._read(task_id)
+                if record.status.finished:
+                    return record
             if deadline is not None and deadline - time.monotonic() <= 0:
                 raise ResultTimeout(task_id, within or 0.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(heard.wait(), _bounded(every, deadline))
+
+    async def _mark(self, task_id: str) -> bool:
+        """Mark the task awaited, once listening: its finish from now on is announced.
+        Whether it has finished already."""
+        if self._await_finish is None:
+            return False
+        async with self.reads:
+            finished = await self._await_finish(task_id)
+        if finished is None:
+            raise UnknownTask(task_id)
+        return finished
 
     async def _read(self, task_id: str) -> TaskRecord:
         async with self.reads:

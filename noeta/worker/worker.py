@@ -34,6 +34,7 @@ from noeta.core.retry import backoff_seconds
 from noeta.core.rules import wakeups
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.observability import metrics, tracing
+from noeta.worker.idle_registration import IdleRegistration
 from noeta.worker.jobs import JobManager
 from noeta.worker.renewal import Renewer
 from noeta.worker.warmup import warm_up
@@ -71,6 +72,12 @@ class Worker:
         self._stopping = False
         self._background: set[asyncio.Future[None]] = set()
         self._claim_failures = 0  # store errors in a row while claiming: the backoff
+        idle_workers = store.capabilities.idle_workers
+        self.registration = (
+            None
+            if idle_workers is None
+            else IdleRegistration(idle_workers, settings.queues, settings.lease_seconds, self.wake)
+        )
 
     def wake(self) -> None:
         """Something may have become claimable: look now rather than at the next poll."""
@@ -102,6 +109,15 @@ class Worker:
                 started = await self._claim(slots)
                 for _ in range(slots - started):
                     self._slots.release()
+                if self.registration is not None:
+                    await self._keep_registration(started)
+                    if (
+                        not started
+                        and self.registration.needed
+                        and not self._claim_failures
+                        and await self.registration.register(self.settings.poll_seconds)
+                    ):
+                        continue  # a task became claimable before the registration
                 if not started:
                     await self._idle(stopping)
         finally:
@@ -114,6 +130,9 @@ class Worker:
 
     async def _listen(self) -> None:
         """Wake the claim loop when a store says a task became claimable in our queues."""
+        if self.registration is not None:
+            await self.registration.listen()  # one worker woken per task (ADR-0087)
+            return
         notifications = self.store.capabilities.wakeups
         if notifications is None:
             return  # sqlite: the poll alone
@@ -124,6 +143,13 @@ class Worker:
                 log.info("listening for wake-ups")
             if queue == "*" or queue in self.settings.queues:
                 self.wake()
+
+    async def _keep_registration(self, started: int) -> None:
+        """A registered worker that the poll (not a call) has just filled leaves the
+        registry: a call to it now would wait for a slot while another worker idles."""
+        assert self.registration is not None
+        if started and self._slots.locked() and self.registration.registered:
+            await self.registration.leave()
 
     async def _measure_queues(self) -> None:
         """Queue depth for the metric: one cheap count now and then, only if exported."""
@@ -322,6 +348,8 @@ class Worker:
         timeout = self.settings.poll_seconds
         if self._claim_failures:
             timeout = self._backoff()  # a wake-up (the listener reconnecting) cuts it short
+        elif self.registration is not None:  # its registration said when, in its round trip
+            timeout = self.registration.wait_seconds(timeout)
         else:
             with contextlib.suppress(StoreError):
                 due = await self.store.seconds_until_due(self.settings.queues)
@@ -348,6 +376,8 @@ class Worker:
         """Hand every running or adopted task back to ready at once (a holding wait keeps
         its claim)."""
         self._stopping = True
+        if self.registration is not None:
+            await self.registration.leave()
         entries = list(self.running.values())
         for _, task in entries:
             task.cancel()

@@ -52,6 +52,8 @@ DECLARED = {
     "pruned_task_ids": {"SELECT"},  # only the owner prunes (ADR-0066)
     "model_limits": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # settings, not the log
     "model_limit_holds": {"SELECT", "INSERT", "DELETE"},
+    "idle_workers": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # registered, woken (ADR-0087)
+    "finish_waiters": {"SELECT", "INSERT", "DELETE"},  # marked by result(), taken by the finish
 }
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 

@@ -18,7 +18,8 @@ async def test_each_store_says_which_optional_ports_it_has(store_url: str) -> No
         for port in ("bulk", "queue_settings", "views", "pruning", "model_limits"):
             assert getattr(offered, port) is store, port
         listens = not store_url.startswith("sqlite")
-        for feature in ("holding", "wakeups", "finishes"):
+        # sqlite polls: no wake-ups, no one woken worker, no awaited finish (ADR-0087).
+        for feature in ("holding", "wakeups", "finishes", "idle_workers", "await_finish"):
             assert (getattr(offered, feature) is not None) == listens, feature
     finally:
         await store.close()

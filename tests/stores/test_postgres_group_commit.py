@@ -72,22 +72,29 @@ async def test_concurrent_appends_share_one_commit_after_the_first(
         assert [(e.seq, e.type, e.data) for e in log[1:]] == [(2, "step", task_id), (3, "step", 2)]
 
 
-async def test_a_batched_finish_is_announced_and_finishes_the_task(
+async def test_a_batched_finish_is_announced_to_its_waiters_alone_and_finishes_the_task(
     store: PostgresStore, postgres_url: str
 ) -> None:
     ids = [f"f{n:02}" for n in range(RUNS)]
+    awaited = set(ids[::2])  # a result() marks its task (ADR-0087); the others: no notice
     claims = await claimed(store, ids)
+    for task_id in awaited:
+        assert await store.await_finish(task_id) is False
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as listener:
         await listener.execute("LISTEN noeta_finished")
         finish = Finish(TaskStatus.DONE)
         await asyncio.gather(
             *(store.append(claims[i], 1, [NewEvent("done", i)], next_state=finish) for i in ids)
         )
-        announced: set[str] = set()
+        # Committed after every finish: notices come in commit order, so by the sentinel
+        # every finish's notice (if any) has come.
+        await listener.execute("SELECT pg_notify('noeta_finished', 'sentinel')")
+        announced: list[str] = []
         async for notice in listener.notifies():
-            announced.add(notice.payload)
-            if announced == set(ids):
+            if notice.payload == "sentinel":
                 break
+            announced.append(notice.payload)
+    assert sorted(announced) == sorted(awaited)
     assert await writing_transactions(postgres_url, ids) == 2
     for task_id in ids:
         task = await store.get_task(task_id)

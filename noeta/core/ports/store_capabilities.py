@@ -12,6 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 from noeta.core.ports.bulk import BulkCreate
+from noeta.core.ports.idle_workers import AwaitFinish, IdleWorkers
 from noeta.core.ports.model_limits import ModelLimiter
 from noeta.core.ports.queue_settings import QueueSettingsStore
 from noeta.core.ports.retention import Pruning
@@ -35,4 +36,6 @@ class StoreCapabilities:
     model_limits: ModelLimiter | None = None  # the model budgets' store
     holding: Holding | None = None  # a burst on one connection
     wakeups: Notices | None = None  # queues in which a task became claimable
-    finishes: Notices | None = None  # tasks that just finished
+    finishes: Notices | None = None  # tasks that just finished (awaited ones, if await_finish)
+    idle_workers: IdleWorkers | None = None  # one woken worker per task (ADR-0087)
+    await_finish: AwaitFinish | None = None  # a task's finish announced only once awaited

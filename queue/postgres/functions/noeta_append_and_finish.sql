@@ -16,6 +16,6 @@ BEGIN
     UPDATE tasks SET last_seq = v_seq, status = p_status, lease_until = NULL,
            ready_at = NULL, claimable_at = NULL, updated_at = v_now
      WHERE id = p_task;
-    PERFORM pg_notify('noeta_finished', p_task);
+    PERFORM noeta_announce_finish(p_task);
     RETURN v_seq;
 END $function$;

@@ -73,7 +73,7 @@ BEGIN
             UPDATE tasks SET last_seq = appended_seq, status = i.status, lease_until = NULL,
                    ready_at = NULL, claimable_at = NULL, updated_at = v_now
              WHERE id = i.task;
-            PERFORM pg_notify('noeta_finished', i.task);
+            PERFORM noeta_announce_finish(i.task);
         END IF;
         RETURN NEXT;
     END LOOP;

@@ -3,6 +3,6 @@ CREATE OR REPLACE FUNCTION noeta_notify_claimable()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    PERFORM pg_notify('noeta_wake', NEW.queue);
+    PERFORM noeta_wake_idle(NEW.queue, 1);
     RETURN NULL;
 END $function$;

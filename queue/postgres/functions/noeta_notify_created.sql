@@ -3,9 +3,10 @@ CREATE OR REPLACE FUNCTION noeta_notify_created()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    PERFORM pg_notify('noeta_wake', due.queue)
-       FROM (SELECT DISTINCT queue FROM created
+    PERFORM noeta_wake_idle(due.queue, due.tasks)
+       FROM (SELECT queue, count(*)::integer AS tasks FROM created
               WHERE status IN ('ready', 'waiting')
-                AND claimable_at <= clock_timestamp()) AS due;
+                AND claimable_at <= clock_timestamp()
+              GROUP BY queue) AS due;
     RETURN NULL;
 END $function$;

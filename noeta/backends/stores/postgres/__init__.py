@@ -67,6 +67,8 @@ class PostgresStore(
             holding=self.holding,
             wakeups=self.wakeups,
             finishes=self.finishes,
+            idle_workers=self,
+            await_finish=self.await_finish,
         )
 
     @classmethod

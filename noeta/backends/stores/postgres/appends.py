@@ -42,10 +42,10 @@ SELECT noeta_append(
 """
 
 # An append that finishes its task also tells clients waiting on it (`result`), on
-# channel noeta_finished with the task id as payload. The NOTIFY is in the append's own
-# statement: sent at its commit, never for a refused append, no extra round trip.
+# channel noeta_finished with the task id as payload, if one waits (ADR-0087). In the
+# append's own statement: at its commit, never for a refused append, no extra round trip.
 APPEND_EVENTS_ANNOUNCING_FINISH = f"""
-SELECT appended.seq, pg_notify('noeta_finished', %(task)s)
+SELECT appended.seq, noeta_announce_finish(%(task)s)
   FROM ({APPEND_EVENTS}) AS appended(seq)
 """
 

@@ -44,8 +44,8 @@ SELECT queue, concurrency_key, count(*) FROM tasks
  ORDER BY 1, 3 DESC, 2
 """
 
-# A field sent as NULL stays as it was. A new rate starts with a full bucket. Idle workers
-# are woken (channel noeta_wake, the queue's name) unless the queue is left paused: a
+# A field sent as NULL stays as it was. A new rate starts with a full bucket. Every idle
+# worker of the queue is woken (noeta_wake_idle) unless the queue is left paused: a
 # resumed or raised queue is claimed at once, not at the next poll.
 SET_QUEUE = f"""
 WITH kept AS (
@@ -63,14 +63,14 @@ WITH kept AS (
         updated_at = clock_timestamp()
     RETURNING s.queue, {_SETTINGS_COLUMNS}
 ), woken AS (
-    SELECT pg_notify('noeta_wake', queue) FROM kept WHERE NOT paused
+    SELECT noeta_wake_idle(queue, 2147483647) FROM kept WHERE NOT paused
 )
 SELECT kept.queue, {_SETTINGS_COLUMNS}, (SELECT count(*) FROM woken) FROM kept
 """
 
 CLEAR_QUEUE = """
 WITH cleared AS (DELETE FROM queue_settings WHERE queue = %(queue)s RETURNING queue)
-SELECT queue, pg_notify('noeta_wake', queue) IS NULL FROM cleared
+SELECT queue, noeta_wake_idle(queue, 2147483647) IS NULL FROM cleared
 """
 
 

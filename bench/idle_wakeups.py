@@ -1,0 +1,209 @@
+"""Idle wake-ups and PostgreSQL's notify lock (issue 28 item 4, ADR-0087), on real
+`noeta worker` processes and a private PostgreSQL (fsync on) with pg_stat_statements.
+
+1. Statements per submit with 1 and with 50 idle workers (--concurrency 1, --poll 300 and
+   --lease 3600: no poll and no registration's refresh falls inside): tasks submitted one
+   at a time, each run to done and every worker idle again before the next; the server
+   counts the statements (pg_stat_statements).
+2. A depth-target run of no-op jobs: producers, one create per job, keep DEPTH jobs
+   queued for SECONDS while worker processes drain them; jobs/s, and how many backends
+   wait in `Lock:object` (the notify lock), sampled from pg_stat_activity every 50 ms.
+
+To compare another checkout's code in the same way:
+    PYTHONPATH=<checkout> .venv/bin/python bench/idle_wakeups.py   (always exits 0)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import noop_job  # the sibling module: bench/ is on sys.path
+import psycopg
+from common import fresh_schema, parser
+from worker import Bench, table
+
+from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
+from noeta.backends.stores.postgres import PostgresStore
+from noeta.client.job_tasks import job_task
+
+BENCH = Path(__file__).parent
+SUBMITS = 10
+# Whether every worker listens and has ended its last statement.
+SETTLED = """
+SELECT count(*) FILTER (WHERE a.application_name = 'noeta-listen'),
+       count(DISTINCT a.application_name) FILTER (WHERE a.application_name LIKE 'noeta-worker:%%'),
+       coalesce(bool_and(a.state = 'idle')
+                FILTER (WHERE a.application_name LIKE 'noeta-worker:%%'), true)
+  FROM pg_stat_activity AS a WHERE a.datname = current_database()
+"""
+# And, where registrations exist (ADR-0087), has registered as idle again.
+HAS_REGISTRY = "SELECT to_regclass('idle_workers') IS NOT NULL"
+REGISTERED = "SELECT count(*) FROM idle_workers"
+# The bench's own statements (its reads of pg_stat_*, of tasks) are left out.
+STATEMENTS = """
+SELECT query, calls FROM public.pg_stat_statements
+ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND query NOT LIKE '%%pg_stat%%' AND query NOT LIKE '%%FROM tasks WHERE id = ANY%%'
+   AND query NOT LIKE '%%count(*) FROM tasks%%' AND query <> 'SELECT clock_timestamp()'
+   AND query NOT LIKE '%%to_regclass%%' AND query NOT LIKE 'SELECT count(*) FROM idle_workers%%'
+"""
+KINDS = {  # a statement's kind, by a fragment only it holds
+    "claim": "owner_epoch = t.owner_epoch +",
+    "register idle": "noeta_register_idle(",  # it holds seconds_until_due's text too
+    "seconds_until_due": "claimable_at > now()",
+    "create": "noeta_create_task(",
+}
+LOCK_OBJECT = """
+SELECT count(*) FROM pg_stat_activity
+ WHERE wait_event_type = 'Lock' AND wait_event = 'object' AND datname = current_database()
+"""
+DONE = "SELECT count(*) FROM tasks WHERE queue = %s AND status = 'done'"
+QUEUED = "SELECT count(*) FROM tasks WHERE queue = %s AND status = 'ready'"
+
+
+def kind_of(query: str) -> str:
+    return next((kind for kind, part in KINDS.items() if part in query), "task's own")
+
+
+async def settled(bench: Bench, workers: int) -> bool:
+    listening, named, idle = (await bench.rows(SETTLED))[0]
+    registered = await bench.value(REGISTERED) if await bench.value(HAS_REGISTRY) else workers
+    return bool(listening == named == workers and idle and registered == workers)
+
+
+async def statements_per_submit(bench: Bench, idle: int) -> list[str]:
+    names = [f"idle{idle}-w{n}" for n in range(idle)]
+    queue = f"idle{idle}"
+    async with contextlib.AsyncExitStack() as started:
+        for first in range(0, idle, 10):  # ten at a time: each batch is up within a minute
+            batch = names[first : first + 10]
+            await started.enter_async_context(
+                bench.workers(batch, queue, concurrency=1, lease=3600.0, poll=300.0)
+            )
+        await bench.until(lambda: settled(bench, idle), "every worker waits idle", 300)
+        await bench.admin.execute("SELECT public.pg_stat_statements_reset()")
+        for n in range(SUBMITS):
+            await bench.create([f"{queue}-{n}"], queue, bench.ok_model)
+            await bench.finished(queue, [f"{queue}-{n}"])
+            await bench.until(lambda: settled(bench, idle), "every worker waits again", 300)
+        counts = await bench.rows(STATEMENTS)
+    by_kind: dict[str, int] = {}
+    for query, calls in counts:
+        by_kind[kind_of(query)] = by_kind.get(kind_of(query), 0) + calls
+    total = sum(by_kind.values())
+    shown = ", ".join(f"{kind} {calls / SUBMITS:.1f}" for kind, calls in sorted(by_kind.items()))
+    print(f"  {idle} idle: {total / SUBMITS:.1f} statements per submit ({shown})", flush=True)
+    return [str(idle), f"{total / SUBMITS:.1f}", shown]
+
+
+async def depth_target(
+    bench: Bench, processes: int, concurrency: int, depth: int, seconds: float
+) -> list[str]:
+    queue = f"depth{processes}x{concurrency}"
+    config = bench.scratch / "jobs.yaml"
+    config.write_text("plugins:\n  - module: noop_job\n")
+    pythonpath = os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))
+    env = {"NOETA_CONFIG": str(config), "PYTHONPATH": pythonpath}
+    names = [f"{queue}-w{n}" for n in range(processes)]
+    made = 0
+    stop = asyncio.Event()
+
+    async def produce(producer: int) -> None:
+        nonlocal made
+        store = await PostgresStore.open(bench.dsn, application_name="bench-producer")
+        try:
+            while not stop.is_set():
+                if made % 50 == 0 and await bench.value(QUEUED, (queue,)) > depth:
+                    await asyncio.sleep(0.02)
+                    continue
+                made += 1
+                job = job_task(f"{queue}-{producer}-{made}", noop_job.noop, {}, queue, None)  # type: ignore[arg-type]
+                await store.create_task(job)
+        finally:
+            await store.close()
+
+    async with bench.workers(names, queue, concurrency=concurrency, env=env):
+        producers = [asyncio.create_task(produce(n)) for n in range(4)]
+        samples: list[int] = []
+        started = time.monotonic()
+        done_before = await bench.value(DONE, (queue,))
+        async with await psycopg.AsyncConnection.connect(bench.dsn, autocommit=True) as sampler:
+            while time.monotonic() - started < seconds:
+                row = await (await sampler.execute(LOCK_OBJECT)).fetchone()
+                samples.append(int(row[0]) if row else 0)
+                await asyncio.sleep(0.05)
+        done = await bench.value(DONE, (queue,)) - done_before
+        elapsed = time.monotonic() - started
+        stop.set()
+        await asyncio.gather(*producers)
+    return [
+        f"{processes} x {concurrency}",
+        str(depth),
+        f"{done / elapsed:,.0f}",
+        f"{statistics.mean(samples):.2f}",
+        str(max(samples)),
+    ]
+
+
+async def run(dsn: str, idle_counts: Sequence[int], seconds: float) -> None:
+    rows = []
+    for idle in idle_counts:
+        async with fresh_schema(dsn) as (url, admin):
+            store = await PostgresStore.open(url, application_name="bench-submit")
+            bench = Bench(url, admin, store)
+            try:
+                rows.append(await statements_per_submit(bench, idle))
+            finally:
+                bench.kill_all()
+                await store.close()
+                shutil.rmtree(bench.scratch, ignore_errors=True)
+    table(
+        f"Statements per submit (all sessions, {SUBMITS} submits, one at a time)",
+        ["idle workers", "statements", "by kind (per submit)"],
+        rows,
+    )
+    async with fresh_schema(dsn) as (url, admin):
+        store = await PostgresStore.open(url, application_name="bench-submit")
+        bench = Bench(url, admin, store)
+        try:
+            plateau = [await depth_target(bench, 4, 16, 200, seconds)]
+        finally:
+            bench.kill_all()
+            await store.close()
+            shutil.rmtree(bench.scratch, ignore_errors=True)
+    table(
+        f"Depth-target no-op jobs ({seconds:g} s; 4 producers, one create per job)",
+        ["processes x slots", "depth", "jobs/s", "Lock:object mean", "max"],
+        plateau,
+    )
+
+
+def main() -> None:
+    options = parser(__doc__)
+    options.add_argument("--seconds", type=float, default=20.0)
+    chosen = options.parse_args()
+    idle_counts = (1, 10) if chosen.quick else (1, 50)
+    # 50 workers hold 4 connections each (a pool of concurrency + 2, and their LISTEN).
+    settings = {"shared_preload_libraries": "pg_stat_statements", "max_connections": "300"}
+    embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
+    try:
+        dsn = chosen.dsn or embedded.start()
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
+        asyncio.run(run(dsn, idle_counts, chosen.seconds))
+    except Exception as error:  # a bench reports, it does not fail the make target
+        print(f"bench failed: {error!r}")
+    finally:
+        embedded.stop()
+        shutil.rmtree(embedded.root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

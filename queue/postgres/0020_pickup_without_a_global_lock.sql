@@ -1,0 +1,224 @@
+-- Pickup without a global lock (issue 28 item 4, ADR-0087).
+--
+-- A NOTIFY makes its transaction's commit take a database-wide lock, held through the
+-- commit's WAL flush: sent on every create and every finish, it serialised every
+-- committing transaction (the plateau at ~230 jobs/s). Now a create wakes only workers
+-- that wait, one per task, each on its own channel; a finish is announced only to a
+-- client that waits for it. Nobody waiting: no NOTIFY at all.
+
+-- Workers with a free slot whose last claim found nothing, each listening on `channel`
+-- (its own). A create, a task made claimable again, or the scheduler's timer takes one
+-- row per task (noeta_wake_idle) and notifies that channel alone. `expires_at` (a lease
+-- ahead, refreshed while the worker idles): a killed worker's row stops being picked.
+CREATE TABLE idle_workers (
+    channel    text PRIMARY KEY,
+    queues     text[] NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+
+-- Tasks a client waits on (`result()`): their finish is announced (noeta_finished), and
+-- the row deleted. The mark is written under the task row's lock (ADR-0087).
+CREATE TABLE finish_waiters (
+    task_id text PRIMARY KEY
+);
+
+CREATE OR REPLACE FUNCTION noeta_wake_idle(p_queue text, p_count integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_channel text;
+    v_woken integer := 0;
+BEGIN
+    -- Shared: creators never wait on each other. A worker going idle takes it exclusively
+    -- with its registration, so either this sees the registration, or this transaction
+    -- has committed before the worker's next claim looks (ADR-0087).
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('noeta.wake:' || current_schema(), 0));
+    -- The most recently refreshed first: a dead worker's row, never refreshed, comes last.
+    FOR v_channel IN
+        DELETE FROM idle_workers WHERE channel IN (
+            SELECT channel FROM idle_workers
+             WHERE queues @> ARRAY[p_queue] AND expires_at > clock_timestamp()
+             ORDER BY expires_at DESC LIMIT p_count FOR UPDATE SKIP LOCKED)
+        RETURNING channel
+    LOOP
+        PERFORM pg_notify(v_channel, p_queue);
+        v_woken := v_woken + 1;
+    END LOOP;
+    RETURN v_woken;
+END $function$;
+
+CREATE OR REPLACE FUNCTION noeta_notify_created()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM noeta_wake_idle(due.queue, due.tasks)
+       FROM (SELECT queue, count(*)::integer AS tasks FROM created
+              WHERE status IN ('ready', 'waiting')
+                AND claimable_at <= clock_timestamp()
+              GROUP BY queue) AS due;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION noeta_notify_claimable()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM noeta_wake_idle(NEW.queue, 1);
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION noeta_announce_finish(p_task text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    -- Called after the finishing UPDATE of the task's row, whose lock a waiter's mark
+    -- also takes: a mark is either seen here or saw the task finished (ADR-0087).
+    DELETE FROM finish_waiters WHERE task_id = p_task;
+    IF FOUND THEN
+        PERFORM pg_notify('noeta_finished', p_task);
+    END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION noeta_append_and_finish(p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb, p_status text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_now timestamptz := noeta_fence(p_task, p_epoch, p_expected_seq);
+    v_seq bigint := p_expected_seq + jsonb_array_length(p_events);
+BEGIN
+    IF p_status NOT IN ('done', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'noeta_append_and_finish: % is not a finished status', p_status;
+    END IF;
+    INSERT INTO events (task_id, seq, type, data, epoch, owner)
+        SELECT p_task, p_expected_seq + e.ord, e.pair->>0, e.pair->>1, p_epoch,
+               (SELECT owner FROM tasks WHERE id = p_task)
+          FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord);
+    UPDATE tasks SET last_seq = v_seq, status = p_status, lease_until = NULL,
+           ready_at = NULL, claimable_at = NULL, updated_at = v_now
+     WHERE id = p_task;
+    PERFORM noeta_announce_finish(p_task);
+    RETURN v_seq;
+END $function$;
+
+
+CREATE OR REPLACE FUNCTION noeta_register_idle(p_channel text, p_queues text[], p_lease double precision)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_now timestamptz;
+BEGIN
+    -- The exclusive side of noeta_wake_idle's lock: waits for every creator that looked
+    -- for idle workers before this registration, and holds new ones off until it commits
+    -- (then they see it).
+    PERFORM pg_advisory_xact_lock(hashtextextended('noeta.wake:' || current_schema(), 0));
+    v_now := clock_timestamp();
+    DELETE FROM idle_workers WHERE expires_at <= v_now;  -- killed workers'
+    INSERT INTO idle_workers (channel, queues, expires_at)
+        VALUES (p_channel, p_queues, v_now + make_interval(secs => p_lease))
+        ON CONFLICT (channel) DO UPDATE
+        SET queues = excluded.queues, expires_at = excluded.expires_at;
+    -- A statement after the lock, so a snapshot holding those creators' tasks: true if
+    -- one of these queues has a task claimable now (claim before waiting). The claim's
+    -- walk, per queue and priority down the claim index: a probe with clock_timestamp()
+    -- (volatile) or a generic plan's parameter scanned the whole table (94 ms beside
+    -- 200,000 future tasks, all of it holding creators off).
+    RETURN EXISTS (
+        SELECT 1 FROM unnest(p_queues) AS q(queue)
+         CROSS JOIN LATERAL (SELECT t.priority FROM tasks AS t
+                              WHERE t.queue = q.queue AND t.claimable_at IS NOT NULL
+                              ORDER BY t.priority DESC LIMIT 1) AS top
+         CROSS JOIN generate_series(top.priority, 0, -1) AS p(priority)
+         CROSS JOIN LATERAL (SELECT 1 FROM tasks AS t
+                              WHERE t.queue = q.queue AND t.priority = p.priority
+                                AND t.claimable_at <= v_now
+                              ORDER BY t.claimable_at LIMIT 1) AS found);
+END $function$;
+
+-- The batch append (0019) announces a finish by the same one rule as the lean and the
+-- full append: only to a client awaiting it.
+CREATE OR REPLACE FUNCTION noeta_append_batch(p_tasks text[], p_epochs bigint[], p_expected_seqs bigint[], p_events jsonb[], p_statuses text[], p_model_keys jsonb[])
+ RETURNS TABLE(item integer, appended_seq bigint, refusal_code text, refusal_message text)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    i record;
+    t record;
+    v_now timestamptz;
+BEGIN
+    -- The rows are locked in task-id order: two batches naming the same tasks (a stale
+    -- claim's and its successor's) wait for each other, never in a cycle.
+    FOR i IN SELECT u.ord::integer AS ord, u.task, u.epoch, u.expected_seq, u.events,
+                    u.status, u.model_keys
+               FROM unnest(p_tasks, p_epochs, p_expected_seqs, p_events, p_statuses,
+                           p_model_keys)
+                    WITH ORDINALITY AS u(task, epoch, expected_seq, events, status,
+                                         model_keys, ord)
+              ORDER BY u.task, u.ord LOOP
+        item := i.ord;
+        appended_seq := NULL;
+        refusal_code := NULL;
+        refusal_message := NULL;
+        IF i.status IS NOT NULL AND i.status NOT IN ('done', 'failed', 'cancelled') THEN
+            RAISE EXCEPTION 'noeta_append_batch: % is not a finished status', i.status;
+        END IF;
+        -- A model call a limit applies to is not the batch's: the caller sends it alone
+        -- (noeta_append_model_called), which takes the budget. Where none applies, the
+        -- ModelCalled append is a plain continue.
+        IF i.model_keys IS NOT NULL AND EXISTS (
+               SELECT 1 FROM model_limits m
+                WHERE m.key IN (SELECT jsonb_array_elements_text(i.model_keys))) THEN
+            refusal_code := 'limited';
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        -- The fence, as noeta_fence checks it, with its messages; told, not raised.
+        SELECT owner, owner_epoch, status, lease_until, last_seq INTO t
+          FROM tasks WHERE id = i.task FOR UPDATE;
+        IF NOT FOUND THEN
+            refusal_code := 'NT404';
+            refusal_message := i.task;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        v_now := clock_timestamp();
+        IF t.owner_epoch <> i.epoch THEN
+            refusal_code := 'NT409';
+            refusal_message := format(
+                'claimed again since (epoch %s, this claim has %s)', t.owner_epoch, i.epoch);
+        ELSIF t.status NOT IN ('running', 'holding') THEN
+            refusal_code := 'NT409';
+            refusal_message := format('not held by this claim (status %s)', t.status);
+        ELSIF t.lease_until <= v_now THEN
+            refusal_code := 'NT409';
+            refusal_message := 'the lease has expired';
+        ELSIF t.last_seq <> i.expected_seq THEN
+            refusal_code := 'NT409';
+            refusal_message := format(
+                'the log ends at seq %s, not %s', t.last_seq, i.expected_seq);
+        END IF;
+        IF refusal_code IS NOT NULL THEN
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        appended_seq := i.expected_seq + jsonb_array_length(i.events);
+        INSERT INTO events (task_id, seq, type, data, epoch, owner)
+            SELECT i.task, i.expected_seq + e.ord, e.pair->>0, e.pair->>1, i.epoch, t.owner
+              FROM jsonb_array_elements(i.events) WITH ORDINALITY AS e(pair, ord);
+        IF i.status IS NULL THEN
+            UPDATE tasks SET last_seq = appended_seq, status = 'running', updated_at = v_now
+             WHERE id = i.task;
+        ELSE
+            UPDATE tasks SET last_seq = appended_seq, status = i.status, lease_until = NULL,
+                   ready_at = NULL, claimable_at = NULL, updated_at = v_now
+             WHERE id = i.task;
+            PERFORM noeta_announce_finish(i.task);
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END $function$;

@@ -1,0 +1,2 @@
+-- The PostgreSQL twin wakes one idle worker per task and announces a finish only to a
+-- client waiting for it (ADR-0087). sqlite has no NOTIFY: its workers and clients poll.
