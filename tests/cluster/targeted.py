@@ -24,6 +24,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from noeta.core.errors import Conflict
@@ -69,16 +70,14 @@ KILLED_AFTER_LAUNCH = "subtask.after_launch=kill@1"
 
 async def subtask_takeover(cluster: Cluster, workload: Workload) -> None:
     task = "fanout-000"
-    workload.kinds[task] = "agents"
     workload.in_git.add(task)
-    await workload.create(task, queue=QUEUE)
-    cluster.start_worker("launch-crash", queues=QUEUE, failpoints=KILLED_AFTER_LAUNCH)
-    crashing = cluster.workers.pop("launch-crash")
-    await asyncio.to_thread(crashing.wait, 60)
-    cluster.note(f"{task}: worker killed right after launching a subagent (failpoint)")
-    cluster.start_worker("launch-heir", queues=QUEUE)
-    await until(lambda: _tree_finished(cluster, task), 90, f"{task} and its subagents finish")
-    cluster.kill(cluster.workers.pop("launch-heir"))
+    await crash_then_heir(
+        cluster,
+        workload,
+        Crash(task, "agents", KILLED_AFTER_LAUNCH, "killed right after launching a subagent"),
+        finished=lambda: _tree_finished(cluster, task),
+        within=90,
+    )
 
 
 async def cancelled_mid_fanout(cluster: Cluster, workload: Workload) -> None:
@@ -104,19 +103,45 @@ async def _tree_finished(cluster: Cluster, root: str) -> bool:
     return bool(tree) and all(r.status.finished for r in tree)
 
 
-async def killed_in_a_tool(cluster: Cluster, workload: Workload, path: str) -> None:
-    task = f"{path}-000"
-    workload.kinds[task] = path
+@dataclass(frozen=True)
+class Crash:
+    """A worker that dies at a failpoint inside one task, for its heir to finish."""
+
+    task: str
+    kind: str  # the workload's kind of task
+    failpoint: str
+    where: str  # the note's words: "killed ..."
+
+
+async def crash_then_heir(
+    cluster: Cluster,
+    workload: Workload,
+    crash: Crash,
+    *,
+    heir_failpoints: str = "",
+    finished: Callable[[], Awaitable[bool]] | None = None,
+    within: float = 60,
+) -> None:
+    """Create the task, run it on a worker that kills itself at the failpoint, then start
+    an heir and wait until the task (or what `finished` names) is done."""
+    task = crash.task
+    workload.kinds[task] = crash.kind
     await workload.create(task, queue=QUEUE)
-    cluster.start_worker("tool-crash", queues=QUEUE, failpoints=KILLED_IN_TOOL)
-    crashing = cluster.workers.pop("tool-crash")
+    cluster.start_worker(f"{task}-crash", queues=QUEUE, failpoints=crash.failpoint)
+    crashing = cluster.workers.pop(f"{task}-crash")
     await asyncio.to_thread(crashing.wait, 60)
-    cluster.note(f"{task}: worker killed inside its tool call (failpoint)")
+    cluster.note(f"{task}: worker {crash.where} (failpoint)")
+    cluster.start_worker(f"{task}-heir", queues=QUEUE, failpoints=heir_failpoints)
+    done = finished or (lambda: _finished(cluster, task))
+    await until(done, within, f"{task} finishes")
+    cluster.kill(cluster.workers.pop(f"{task}-heir"))
+
+
+async def killed_in_a_tool(cluster: Cluster, workload: Workload, path: str) -> None:
+    crash = Crash(f"{path}-000", path, KILLED_IN_TOOL, "killed inside its tool call")
     # The recovering worker's claim reply is lost: it must adopt the task to run it.
     lost = CLAIM_REPLY_LOST if path == "recover" else ""
-    cluster.start_worker("tool-recover", queues=QUEUE, failpoints=lost)
-    await until(lambda: _finished(cluster, task), 60, f"{task} finishes")
-    cluster.kill(cluster.workers.pop("tool-recover"))
+    await crash_then_heir(cluster, workload, crash, heir_failpoints=lost)
 
 
 KILLED_AFTER_REPLY = "model.after_reply=kill@1"
@@ -125,16 +150,8 @@ KILLED_AFTER_REPLY = "model.after_reply=kill@1"
 async def killed_after_the_reply(cluster: Cluster, workload: Workload) -> None:
     # Random chaos rarely lands here now: a reply whose append is cut is kept and handed
     # over (ADR-0082), so the re-send path needs its own run.
-    task = "resend-000"
-    workload.kinds[task] = "tools"
-    await workload.create(task, queue=QUEUE)
-    cluster.start_worker("reply-crash", queues=QUEUE, failpoints=KILLED_AFTER_REPLY)
-    crashing = cluster.workers.pop("reply-crash")
-    await asyncio.to_thread(crashing.wait, 60)
-    cluster.note(f"{task}: worker killed after its model reply came (failpoint)")
-    cluster.start_worker("reply-heir", queues=QUEUE)
-    await until(lambda: _finished(cluster, task), 60, f"{task} finishes")
-    cluster.kill(cluster.workers.pop("reply-heir"))
+    crash = Crash("resend-000", "tools", KILLED_AFTER_REPLY, "killed after its model reply came")
+    await crash_then_heir(cluster, workload, crash)
 
 
 async def job_lost(cluster: Cluster, workload: Workload) -> None:

@@ -75,19 +75,32 @@ async def job_started(pidfile: Path) -> None:
     await until(written, "the job writes its pid")
 
 
+async def job_running(
+    store: Store,
+    postgres_url: str,
+    tmp_path: Path,
+    workers: Callable[..., WorkerProcess],
+    failpoint: str,
+) -> tuple[WorkerProcess, str]:
+    """Task "t" starts a background job (it writes its pid, then waits) on a worker with
+    `failpoint`; returns the worker and the job's process name."""
+    pidfile, name = workspace_of(tmp_path, "t") / "job.pid", job_name(tmp_path)
+    replies = (job_writing_its_pid(name), {"text": "Waiting."}, {"text": "Lost; I'll check."})
+    await add_task(store, tmp_path, "t", *replies)
+    worker = workers(postgres_url, "w", lease=LONG_LEASE, failpoints=failpoint)
+    await job_started(pidfile)
+    return worker, name
+
+
 async def test_a_job_is_stopped_when_its_append_is_refused_and_recorded_lost_once(
     store: Store,
     postgres_url: str,
     tmp_path: Path,
     workers: Callable[..., WorkerProcess],
 ) -> None:
-    pidfile, name = workspace_of(tmp_path, "t") / "job.pid", job_name(tmp_path)
-    replies = (job_writing_its_pid(name), {"text": "Waiting."}, {"text": "Lost; I'll check."})
-    await add_task(store, tmp_path, "t", *replies)
     # Frozen right after the next model call is recorded, until this test lets it go.
     failpoint = "model.after_called=pause@2"
-    worker = workers(postgres_url, "w", lease=LONG_LEASE, failpoints=failpoint)
-    await job_started(pidfile)
+    worker, name = await job_running(store, postgres_url, tmp_path, workers, failpoint)
     await until(worker.paused, "the worker freezes after its second model call")
     assert running(name)  # the test sees the job: it can see it stop
     # Its lease lapses while it is frozen; another claimer takes the task over (epoch 2)
@@ -107,13 +120,9 @@ async def test_a_job_is_stopped_when_its_claim_ends_in_an_unknown_commit_and_rec
     tmp_path: Path,
     workers: Callable[..., WorkerProcess],
 ) -> None:
-    pidfile, name = workspace_of(tmp_path, "t") / "job.pid", job_name(tmp_path)
-    replies = (job_writing_its_pid(name), {"text": "Waiting."}, {"text": "Lost; I'll check."})
-    await add_task(store, tmp_path, "t", *replies)
     # The second model call's record landed, but the worker cannot know it did.
     failpoint = "model.after_called=raise(CommitUnknown)@2"
-    worker = workers(postgres_url, "w", lease=LONG_LEASE, failpoints=failpoint)
-    await job_started(pidfile)
+    worker, name = await job_running(store, postgres_url, tmp_path, workers, failpoint)
     await job_stopped(worker, name)
     # The worker gave the claim up; the store still records it until its lease lapses.
     assert await lapse_the_lease(postgres_url, "t") == 1

@@ -28,11 +28,14 @@ from .conftest import (
     until,
     workspace_of,
 )
-from .test_late_results import noeta_show
-
-# Longer than a test runs: no lease lapses by itself; the test lapses the frozen one's.
-LONG_LEASE = 600
-EFFECT = "echo once >> effect; echo the-real-result"
+from .test_late_results import (
+    EFFECT,
+    FROZEN_AFTER_TOOL,
+    LONG_LEASE,
+    kept,
+    noeta_show,
+    t_runs_its_tool_and_freezes,
+)
 
 
 def bash(call_id: str, command: str, **more: Any) -> dict[str, Any]:
@@ -43,10 +46,6 @@ async def log_of(store: Store, task_id: str) -> list[dict[str, Any]]:
     return [{"type": e.type, **cast(dict[str, Any], e.data)} for e in await store.read_log(task_id)]
 
 
-async def kept(store: Store, task_id: str = "t") -> bool:
-    return bool(await store.late_results(task_id))
-
-
 async def busy_elsewhere_then_frozen_after_its_tool(
     store: Store, url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> tuple[WorkerProcess, Path]:
@@ -55,18 +54,13 @@ async def busy_elsewhere_then_frozen_after_its_tool(
     recording it, t's lease lapsed meanwhile."""
     long_call = bash("o1", "sleep 590", timeout_seconds=595)
     await add_task(store, tmp_path, "other", {"tool_calls": [long_call]}, {"text": "done"})
-    late = workers(url, "late", lease=LONG_LEASE, failpoints="tool.before_finished=pause")
+    late = workers(url, "late", lease=LONG_LEASE, failpoints=FROZEN_AFTER_TOOL)
 
     async def other_running() -> bool:
         return "ToolStarted" in await log_types(store, "other")
 
     await until(other_running, "the worker runs the other task's call")
-    await add_task(store, tmp_path, "t", {"tool_calls": [bash("c1", EFFECT)]}, {"text": "done"})
-    await until(late.paused, "t's tool returns and its worker freezes before recording it")
-    effect = workspace_of(tmp_path, "t") / "effect"
-    assert effect.read_text() == "once\n"
-    assert await lapse_the_lease(url, "t") == 1
-    return late, effect
+    return late, await t_runs_its_tool_and_freezes(store, url, tmp_path, late)
 
 
 async def test_a_claimer_waits_for_the_result_of_a_worker_known_alive(

@@ -29,6 +29,8 @@ from .conftest import (
 # Longer than a test runs: no lease lapses by itself while a worker makes its way to its
 # failpoint on a loaded machine; the test lapses the frozen worker's (lapse_the_lease).
 LONG_LEASE = 600
+FROZEN_AFTER_TOOL = "tool.before_finished=pause"
+EFFECT = "echo once >> effect; echo the-real-result"  # one side effect, then the result
 
 
 async def frozen_after_its_tool(
@@ -36,20 +38,26 @@ async def frozen_after_its_tool(
 ) -> tuple[WorkerProcess, Path]:
     """A worker that ran a Bash call (one side effect) and froze before recording it, its
     lease lapsed meanwhile: the task is anyone's to claim."""
-    effect = workspace_of(tmp_path, "t") / "effect"
-    command = "echo once >> effect; echo the-real-result"
-    call = {"id": "c1", "name": "Bash", "input": {"command": command}}
+    late = workers(postgres_url, "late", lease=LONG_LEASE, failpoints=FROZEN_AFTER_TOOL)
+    return late, await t_runs_its_tool_and_freezes(store, postgres_url, tmp_path, late)
+
+
+async def t_runs_its_tool_and_freezes(
+    store: Store, postgres_url: str, tmp_path: Path, late: WorkerProcess
+) -> Path:
+    """Task "t" runs its Bash call on `late` (started with FROZEN_AFTER_TOOL), which
+    freezes before recording it; t's lease is lapsed. Returns the effect's file."""
+    call = {"id": "c1", "name": "Bash", "input": {"command": EFFECT}}
     await add_task(store, tmp_path, "t", {"tool_calls": [call]}, {"text": "done"})
-    failpoint = "tool.before_finished=pause"
-    late = workers(postgres_url, "late", lease=LONG_LEASE, failpoints=failpoint)
-    await until(late.paused, "the tool returns and its worker freezes before recording it")
+    await until(late.paused, "t's tool returns and its worker freezes before recording it")
+    effect = workspace_of(tmp_path, "t") / "effect"
     assert effect.read_text() == "once\n"  # the call took effect
     assert await lapse_the_lease(postgres_url, "t") == 1
-    return late, effect
+    return effect
 
 
-async def kept(store: Store) -> bool:
-    return bool(await store.late_results("t"))
+async def kept(store: Store, task_id: str = "t") -> bool:
+    return bool(await store.late_results(task_id))
 
 
 async def test_a_result_that_comes_too_late_is_handed_to_the_next_claimer(
