@@ -147,6 +147,10 @@ def _job_arguments(text: str | None) -> dict[str, object]:
 async def _submit(url: str | None, config: str | None, prompt: str, **options: Any) -> TaskHandle:
     from noeta.client import AsyncClient
 
+    if config is not None:  # read only to refuse a --config that cannot be: no plugin starts
+        from noeta.config import load_config
+
+        load_config(config)
     async with AsyncClient(url, config=config, application_name="noeta-submit") as client:
         return await client.submit(prompt, **options)
 

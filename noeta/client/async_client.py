@@ -152,12 +152,12 @@ class AsyncClient:
         key: str | None = None,
         priority: int = DEFAULT_PRIORITY,
     ) -> TaskHandle:
-        """Create an agent task; `tools` default to every tool the config's plugins offer.
-        `key` is its concurrency key (a tenant: counted against its queue's per-key limit),
-        `priority` 0-9 (higher claimed first)."""
+        """Create an agent task; `tools` default to every tool of the plugins its worker
+        pins (no plugin is started here: `config` is not read, kept for callers that pass
+        it). `key` is its concurrency key (a tenant: counted against its queue's per-key
+        limit), `priority` 0-9 (higher claimed first)."""
         item = Submission(prompt, model, queue, id, interactive, tools, key, priority)
-        names = await self._tool_names(config) if tools is None else ()
-        task = agent_task(item, names)
+        task = agent_task(item)
         await self._create(task)
         return TaskHandle(task.id, task.queue)
 
@@ -183,9 +183,7 @@ class AsyncClient:
             with_batch_defaults(item, Submission("", model, queue, key=key, priority=priority))
             for item in tasks
         ]
-        needs_names = any(item.tools is None for item in batch)
-        names = await self._tool_names(config) if needs_names else ()
-        built = [in_batch(index, item, names) for index, item in enumerate(batch)]
+        built = [in_batch(index, item) for index, item in enumerate(batch)]
         check_distinct_ids(built)
         await self._create_all(built, "task")
         return [TaskHandle(task.id, task.queue) for task in built]
@@ -249,7 +247,7 @@ class AsyncClient:
         """The decorated function named `name`: imported already, or by the config's
         plugins (the CLI knows a job only through them)."""
         if name not in REGISTERED and self._config is not None:
-            await self._tool_names(None)  # loading the plugins imports their modules
+            self._import_plugins()  # importing their modules registers their functions
         return job_tasks.job_tool(name)
 
     async def _create(self, task: NewTask) -> None:
@@ -262,21 +260,15 @@ class AsyncClient:
             raise ConfigError(f"this store ({type(store).__name__}) cannot create in bulk")
         await create_all_once(store, bulk, batch, kind)
 
-    async def _tool_names(self, config: str | Config | None) -> tuple[str, ...]:
-        from noeta.plugins.toolbox import Toolbox
-
-        # Started and closed again: some plugins (MCP) only know their tools once started.
-        toolbox = await Toolbox.open(self._settings(config))
-        try:
-            return tuple(toolbox.tools)
-        finally:
-            await toolbox.close()
-
-    def _settings(self, config: str | Config | None) -> Config:
+    def _import_plugins(self) -> None:
+        """Import and build the config's plugins, starting none (an MCP server stays
+        unstarted: a client runs no tool)."""
         from noeta.config import Config, load_config
+        from noeta.plugins.loading import load
 
-        chosen = config if config is not None else self._config
-        return chosen if isinstance(chosen, Config) else load_config(chosen)
+        config = self._config
+        for spec in (config if isinstance(config, Config) else load_config(config)).plugins:
+            load(spec)
 
     # --- queue settings (ADR-0073) ----------------------------------------------------
 

@@ -27,7 +27,7 @@ class Submission:
     queue: str | None = None
     id: str | None = None
     interactive: bool = False
-    tools: Sequence[str] | None = None  # None: every tool the config's plugins offer
+    tools: Sequence[str] | None = None  # None: every tool of its worker's plugins
     key: str | None = None  # its concurrency key (a tenant), as `submit`'s
     priority: int | None = None
 
@@ -45,11 +45,12 @@ def with_batch_defaults(item: Submission | str, batch: Submission) -> Submission
     )
 
 
-def agent_task(item: Submission, config_tools: tuple[str, ...]) -> NewTask:
+def agent_task(item: Submission) -> NewTask:
     """The checked task `submit` creates: a prompt (unless interactive), a queue name and
     id the store can hold, a model spec of a known form (the worker holds the API keys:
     only the form is checked), a relative `scripted:` path made absolute, as the worker
-    that reads it runs elsewhere. Without tools of its own, it gets `config_tools`."""
+    that reads it runs elsewhere. Without tools of its own, it gets every tool of the
+    plugins its worker pins: no plugin is started (an MCP server) to learn their names."""
     from noeta.backends.models.registry import stored_spec
 
     check_text("prompt", item.prompt)
@@ -61,17 +62,17 @@ def agent_task(item: Submission, config_tools: tuple[str, ...]) -> NewTask:
         model=stored_spec(check_text("model spec", item.model or DEFAULT_MODEL)),
         prompt=item.prompt if item.prompt.strip() else "",
         interactive=item.interactive,
-        tools=tuple(item.tools) if item.tools is not None else config_tools,
+        tools=tuple(item.tools) if item.tools is not None else None,
     )
     priority = DEFAULT_PRIORITY if item.priority is None else item.priority
     first = [NewEvent(*events.encode(created))]
     return NewTask(task_id, first, queue=queue, concurrency_key=item.key, priority=priority)
 
 
-def in_batch(index: int, item: Submission, config_tools: tuple[str, ...]) -> NewTask:
+def in_batch(index: int, item: Submission) -> NewTask:
     """`agent_task`, its error naming the item's place in the batch (and id, if given)."""
     try:
-        return agent_task(item, config_tools)
+        return agent_task(item)
     except (ConfigError, PayloadError) as error:
         named = f" (id {item.id!r})" if item.id is not None else ""
         raise type(error)(

@@ -98,7 +98,12 @@ def _describe(
             facts = f"model {data.get('model')}" + (
                 " · interactive" if data.get("interactive") else ""
             )
-            tools = ", ".join(str(t) for t in data.get("tools") or []) or "none"
+            listed = data.get("tools", [])
+            tools = (
+                "its worker's plugins' (all)"
+                if listed is None
+                else ", ".join(str(t) for t in listed or []) or "none"
+            )
             body = f"<div>{h(facts)} · tools: {h(tools)}</div>"
             return "", "created", body + text(data.get("prompt") or "")
         case "PluginsPinned":

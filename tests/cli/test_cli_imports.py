@@ -88,10 +88,10 @@ def test_submit_and_tasks_against_a_store_import_no_runner_tools_or_http(
         assert loaded(names, (*HEAVY, "yaml", "croniter")) == []
         # A store URL is given: nothing of the embedded server is needed.
         assert loaded(names, ("noeta.backends.stores.embedded",)) == []
-    # submit lists the built-in tools' names; none of them is run, so none of their
-    # HTTP stack, schemas or sandbox is loaded (WebFetch imports httpx when it fetches).
-    assert "noeta.plugins.core.web" in submitted
-    assert loaded(listed, ("noeta.plugins.core", "noeta.plugins.toolbox", "noeta.config")) == []
+    # A task submitted without tools gets its worker's (ADR-0088): submit loads no plugin.
+    plugins = ("noeta.plugins.core", "noeta.plugins.toolbox", "noeta.plugins.mcp")
+    assert loaded(submitted, plugins) == []
+    assert loaded(listed, (*plugins, "noeta.config")) == []
 
 
 def test_the_table_summary_is_each_commands_own_first_sentence() -> None:

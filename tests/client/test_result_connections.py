@@ -1,5 +1,5 @@
 """Waiting for results costs a client one LISTEN connection, however many calls wait:
-300 `result()` calls at once hold at most 2 connections beyond the client's own (counted
+500 `result()` calls at once hold at most 2 connections beyond the client's own (counted
 by the server, in pg_stat_activity), and every result arrives."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.worker.conftest import WorkerProcess, until
 
 assert jobs_for_tests  # imported: its decorated functions are what enqueue can name
 
-WAITING = 300
+WAITING = 500
 NAME = "noeta-waits-test"
 
 
@@ -36,7 +36,7 @@ async def connections_of(url: str, name: str) -> int:
     return int(row[0])
 
 
-async def test_300_results_awaited_at_once_share_one_listener(
+async def test_500_results_awaited_at_once_share_one_listener(
     postgres_url: str, job_workers: Callable[..., WorkerProcess]
 ) -> None:
     await (await open_store(postgres_url, migrate=True)).close()

@@ -87,14 +87,14 @@ async def test_a_taken_id_writes_nothing_and_is_named(client: AsyncClient) -> No
     assert [record.id for record in await client.tasks()] == ["taken"]
 
 
-async def test_a_relative_script_is_made_absolute_and_tools_come_from_the_config(
+async def test_a_relative_script_is_made_absolute_and_tools_are_the_workers(
     client: AsyncClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     (handle,) = await client.submit_many(["hi"], model="scripted:model.yaml")
     created = await created_event(client, handle.id)
     assert created.model == f"scripted:{tmp_path / 'model.yaml'}"
-    assert "Read" in created.tools  # the default config's core tools
+    assert created.tools is None  # every tool its worker's plugins offer
 
 
 def test_the_sync_client_submits_a_batch(store_url: str) -> None:

@@ -115,3 +115,17 @@ def test_a_snapshot_round_trips_the_folded_state() -> None:
     state = fold(logged)
     assert state.messages and state.started == () and state.taken_inbox == frozenset({3})
     assert snapshot.load(snapshot.dump(state)) == state
+
+
+def test_a_task_created_with_its_workers_tools_is_read_only_by_a_noeta_that_knows_it() -> None:
+    created = TaskCreated(model="scripted:x", prompt="hi", tools=None)
+    kind, data = encode(created)
+    assert data["v"] == 2 and data["tools"] is None
+    assert decode(kind, data) == created
+    assert created.tool_names(["Read", "Bash"]) == ("Read", "Bash")
+    # Its own list (as before, version 1) stays its own on any worker.
+    listed = TaskCreated(model="scripted:x", tools=("Read",))
+    assert encode(listed)[1]["v"] == 1
+    assert listed.tool_names(["Read", "Bash"]) == ("Read",)
+    # A noeta that read only version 1 saw a version 2 event as a newer noeta's.
+    assert isinstance(decode(kind, {**data, "v": 3}), UnknownEvent)

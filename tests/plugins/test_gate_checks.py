@@ -1,4 +1,4 @@
-"""Gates fail closed at start-up: one that could never fire stops worker, run and submit.
+"""Gates fail closed at start-up: one that could never fire stops worker and run.
 
 A gate naming a tool that is not loaded or a field the tool does not have would silently
 never match; the deployment learns at start-up, in one line naming the file and the gate.
@@ -47,8 +47,9 @@ async def test_a_gate_that_cannot_fire_stops_the_toolbox(
     assert str(raised.value).startswith(f"{config}, line 3: {expected}"), raised.value
 
 
-@pytest.mark.parametrize("command", ["run", "submit", "worker"])
-def test_worker_run_and_submit_stop_with_one_line(tmp_path: Path, command: str) -> None:
+# `noeta submit` loads no plugin (ADR-0088), so it checks no gate: the worker does.
+@pytest.mark.parametrize("command", ["run", "worker"])
+def test_worker_and_run_stop_with_one_line(tmp_path: Path, command: str) -> None:
     config = tmp_path / "noeta.yaml"
     config.write_text(
         "gates:\n  - {tool: Write, field: path, outside_workspace: true, action: ask}\n"
@@ -56,7 +57,6 @@ def test_worker_run_and_submit_stop_with_one_line(tmp_path: Path, command: str) 
     store = f"sqlite:///{tmp_path / 'noeta.db'}"
     arguments = {
         "run": ["run", "hi", "--model", f"scripted:{EXAMPLE}"],
-        "submit": ["submit", "hi"],
         "worker": ["worker"],
     }[command]
     result = noeta(*arguments, "--config", str(config), store=store)

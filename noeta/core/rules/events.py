@@ -9,6 +9,7 @@ worker leaves the task to a newer worker instead of guessing.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,6 +18,9 @@ from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.pin import Pin
 
 ENCODING_VERSION = 1
+# A TaskCreated whose tools are its worker's (tools null) is version 2, so a noeta that
+# predates it leaves the task to a newer one instead of running it with no tools.
+WORKER_TOOLS_VERSION = 2
 
 CutCause = Literal["worker_lost", "call", "not_sent"]
 TurnOutcome = Literal["answered", "no_answer", "failed"]
@@ -32,7 +36,13 @@ class TaskCreated:
     interactive: bool = False
     system: str = ""
     max_tokens: int = 4096
-    tools: tuple[str, ...] = ()
+    # The tools the model may call; None: every tool of the plugins its worker pins
+    # (what `submit` gives a task without tools of its own, starting no plugin to ask).
+    tools: tuple[str, ...] | None = ()
+
+    def tool_names(self, worker_tools: Iterable[str]) -> tuple[str, ...]:
+        """The tools the task may call, on a worker that has `worker_tools` (in order)."""
+        return tuple(worker_tools) if self.tools is None else self.tools
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,7 +335,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 def encode(event: Event) -> tuple[str, dict[str, JSONValue]]:
     """The store's (type, data) for an event."""
-    data: dict[str, JSONValue] = {"v": ENCODING_VERSION}
+    data: dict[str, JSONValue] = {"v": _version_of(event)}
     for each in dataclasses.fields(event):
         data[each.name] = _to_json(getattr(event, each.name))
     return type(event).__name__, data
@@ -342,7 +352,8 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
     if not isinstance(version, int):
         raise ValueError(f"{event_type} data has no encoding version")
     cls = EVENT_TYPES.get(event_type)
-    if cls is None or version > ENCODING_VERSION:
+    newest = WORKER_TOOLS_VERSION if cls is TaskCreated else ENCODING_VERSION
+    if cls is None or version > newest:
         return UnknownEvent(event_type, version)
     fields = {f.name for f in dataclasses.fields(cls)}
     try:
@@ -352,6 +363,12 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
         return cls(**values)
     except (KeyError, TypeError) as error:
         raise ValueError(f"{event_type} data is malformed: {error}") from None
+
+
+def _version_of(event: Event) -> int:
+    if isinstance(event, TaskCreated) and event.tools is None:
+        return WORKER_TOOLS_VERSION
+    return ENCODING_VERSION
 
 
 def _to_json(value: Any) -> JSONValue:
@@ -387,6 +404,6 @@ def _blocks(value: Any) -> tuple[Text | ToolCall, ...]:
 _FROM_JSON: dict[tuple[type, str], Any] = {
     (ModelReplied, "content"): _blocks,
     (ModelReplied, "usage"): lambda value: Usage(**value),
-    (TaskCreated, "tools"): tuple,
+    (TaskCreated, "tools"): lambda value: None if value is None else tuple(value),
     (PluginsPinned, "pins"): lambda value: tuple(Pin(*pin) for pin in value),
 }

@@ -242,4 +242,4 @@ def _context(run: RunContext, call: ToolCall) -> ToolContext:
 
 def _enabled(run: RunContext) -> tuple[str, ...]:
     config = run.state.config
-    return config.tools if config is not None else ()
+    return config.tool_names(run.tools) if config is not None else ()

@@ -75,7 +75,8 @@ async def _problem(run: RunContext, request: SubtaskRequest) -> str:
         if trouble:
             return f"Agent cannot use the model {request.model!r}: {trouble}"
     if request.tools is not None:
-        foreign = [name for name in request.tools if name not in config.tools]
+        mine = config.tool_names(run.tools)
+        foreign = [name for name in request.tools if name not in mine]
         if foreign:
             return (
                 f"a subagent gets a subset of this task's tools; it has no "

@@ -50,7 +50,8 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
     except NoetaError as error:
         await run.settle([], EndTurn("failed", error=f"llm_error: {error}"))
         return
-    tool_specs = tuple(spec_of(run.tools[name]) for name in config.tools if name in run.tools)
+    names = config.tool_names(run.tools)
+    tool_specs = tuple(spec_of(run.tools[name]) for name in names if name in run.tools)
     request = build_request(run.state, model_name, tool_specs)
     body = provider.encode_request(request)
     # The span ends once the call's outcome is in the log; cut short, the next claimer

@@ -354,3 +354,20 @@ def test_a_call_id_with_dots_is_hashed_so_the_parent_is_the_id_before_the_last_t
     child = subtasks.child_id("p", "call.with.dots", 1)
     assert child.startswith("p.c") and child.count(".") == 2
     assert child.rsplit(".", 2)[0] == "p"
+
+
+async def test_a_task_with_its_workers_tools_gives_a_subagent_a_subset_of_them(
+    store: Store, tmp_path: Path
+) -> None:
+    child = script(tmp_path, {"text": "wrote"})
+    calls = [
+        agent("a", "x", tools=["Write"], model=child),
+        agent("b", "y", tools=["Write", "Bash"], model=child),
+    ]
+    parent = script(tmp_path, {"tool_calls": calls}, {"text": "ok"})
+    await create(store, "p", parent, tools=None)  # the worker's: Agent and Write
+    await run_all(store, runner(store))
+    finished = finished_calls(await log_of(store, "p"))
+    assert finished["a"] == ("wrote", False)
+    assert finished["b"][1] and "it has no 'Bash'" in finished["b"][0]
+    assert await status(store, "p") == TaskStatus.DONE

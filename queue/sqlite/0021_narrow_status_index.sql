@@ -1,0 +1,3 @@
+-- The PostgreSQL twin narrows tasks_by_status to the rows neither claimed nor done (issue
+-- 28 item 1: an index entry less at each claim and each finish). sqlite has no HOT
+-- updates to lose nor a store shared by many writers; its index stays as it is.
