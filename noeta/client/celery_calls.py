@@ -15,7 +15,7 @@ from noeta.client.handles import TaskHandle
 from noeta.client.sync_client import Client
 from noeta.core.errors import ConfigError
 from noeta.core.ports.store import DEFAULT_PRIORITY, DEFAULT_QUEUE
-from noeta.plugins.function_tools import FunctionTool
+from noeta.plugins.function_tools import FunctionTool, install_call_site
 
 
 class _Default:
@@ -77,3 +77,6 @@ def apply_async(
     return default_client().enqueue(
         tool.name, input, queue=queue, run_at=eta, delay=countdown, key=key, priority=priority
     )
+
+
+install_call_site(apply_async)

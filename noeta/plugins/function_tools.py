@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import inspect
 import json
 import random
@@ -138,13 +139,13 @@ class FunctionTool:
         """Calling the decorated name calls the function itself, as before decorating."""
         return self.function(*args, **kwargs)
 
-    # Celery's call site (noeta.client.celery_calls): enqueue a call as a plain job.
+    # Celery's call site: enqueue a call as a plain job, through the function the client
+    # installs (noeta/client/celery_calls.py).
 
     def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
         """Enqueue this call as a job, as Celery's `delay`; `handle.get()` waits for it."""
-        from noeta.client.celery_calls import apply_async
-
-        return apply_async(self, args, kwargs)
+        enqueue: TaskHandle = _call_site()(self, args, kwargs)
+        return enqueue
 
     def apply_async(
         self,
@@ -159,10 +160,9 @@ class FunctionTool:
     ) -> TaskHandle:
         """Enqueue a call as Celery's `apply_async`: to start `countdown` seconds from
         now or at `eta`, on `queue`, with a concurrency `key` and a `priority` (0-9)."""
-        from noeta.client.celery_calls import apply_async
         from noeta.core.ports.store import DEFAULT_PRIORITY, DEFAULT_QUEUE
 
-        return apply_async(
+        enqueued: TaskHandle = _call_site()(
             self,
             tuple(args or ()),
             kwargs,
@@ -172,6 +172,24 @@ class FunctionTool:
             key=key,
             priority=DEFAULT_PRIORITY if priority is None else priority,
         )
+        return enqueued
+
+
+# The client installs the function `delay` and `apply_async` enqueue through: a plugin
+# module does not depend on the client (it would be an import cycle: the client loads
+# plugins); the client depends on it and fills this slot when it is imported.
+_installed_call_site: list[Callable[..., Any]] = []
+
+
+def install_call_site(enqueue: Callable[..., Any]) -> None:
+    """Set how a `@noeta.tool` function's `delay`/`apply_async` enqueue a call."""
+    _installed_call_site[:] = [enqueue]
+
+
+def _call_site() -> Callable[..., Any]:
+    if not _installed_call_site:
+        importlib.import_module("noeta.client")  # its celery_calls module installs it
+    return _installed_call_site[0]
 
 
 @overload
