@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 
 import noeta
@@ -85,3 +86,19 @@ def broken(reason: str) -> None:
 async def too_slow() -> None:
     """Never done within its time limit."""
     await asyncio.Event().wait()
+
+
+def gate_of(ledger: Path, pid: int) -> Path:
+    """The file that lets the gated functions of worker process `pid` return."""
+    return ledger.with_name(f"open-{pid}")
+
+
+@noeta.tool
+def waits_for_its_gate(n: int) -> int:
+    """Runs until the test opens its worker's gate: mid-run for as long as a test needs.
+    Neither safe to repeat nor findable afterwards: a cut-off run is "outcome unknown"."""
+    record(f"start {n} {os.getpid()}")
+    while not gate_of(ledger(), os.getpid()).exists():
+        time.sleep(0.01)  # the function's own work; the test waits on the ledger
+    record(f"done {n} {os.getpid()}")
+    return n

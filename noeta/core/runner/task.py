@@ -75,7 +75,13 @@ CANCEL_CHECK_SECONDS = 2.0
 
 
 Outcome = Literal[
-    "finished", "waiting", "holding", "left_for_newer", "unreadable", "plugin_missing"
+    "finished",
+    "waiting",
+    "holding",
+    "left_for_newer",
+    "unreadable",
+    "plugin_missing",
+    "handed_back",
 ]
 
 
@@ -106,6 +112,9 @@ class TaskRunner:
     plugins: Sequence[object] = ()
     # What an Agent call may name besides its task's own model (ADR-0076).
     subagent_models: tuple[str, ...] = ()
+    # Set by a worker's warm shutdown: a run finishes the step it is in, starts no other
+    # model call or tool, and hands its task back ("handed_back") for the worker to release.
+    draining: bool = False
 
     def __post_init__(self) -> None:
         self.hook_plugins = HookPlugins.of(self.plugins)
@@ -228,6 +237,10 @@ class _Run(RunWriter):
             await self._redeliver()
         while True:
             action = next_action(self.state)
+            if self.runner.draining and isinstance(
+                action, CallModel | FindWhyCut | RunTools | RecoverCalls
+            ):
+                return RunResult("handed_back", self.state)
             async with self._burst(action):
                 try:
                     match action:
