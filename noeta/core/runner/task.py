@@ -229,17 +229,14 @@ class _Run(RunWriter):
         return burst
 
     async def loop(self) -> RunResult:
-        if self.runner.pins is not None:
-            stop = await self._check_pins(self.runner.pins)
-            if stop is not None:
-                return stop
+        stop = await self._check_pins(self.runner.pins)
+        if stop is not None:
+            return stop
         if self.hooks.on_event and not self.state.finished:
             await self._redeliver()
         while True:
             action = next_action(self.state)
-            if self.runner.draining and isinstance(
-                action, CallModel | FindWhyCut | RunTools | RecoverCalls
-            ):
+            if self._handing_back_before(action):
                 return RunResult("handed_back", self.state)
             async with self._burst(action):
                 try:
@@ -318,6 +315,13 @@ class _Run(RunWriter):
             if self.state.finished:
                 return RunResult("finished", self.state)
 
+    def _handing_back_before(self, action: object) -> bool:
+        """A draining worker's run starts no model call or tool: the step it was in has
+        ended (its result recorded), and the task goes back to another worker."""
+        return self.runner.draining and isinstance(
+            action, CallModel | FindWhyCut | RunTools | RecoverCalls
+        )
+
     async def _model_step(self, action: CallModel | FindWhyCut) -> None:
         if isinstance(action, FindWhyCut):
             await model_cuts.record_why_cut(self, action.seq)
@@ -375,7 +379,9 @@ class _Run(RunWriter):
         await self.append([ev.WokenUp(self.state.wakeups[0][0])])
         return True
 
-    async def _check_pins(self, available: tuple[Pin, ...]) -> RunResult | None:
+    async def _check_pins(self, available: tuple[Pin, ...] | None) -> RunResult | None:
+        if available is None:
+            return None  # not checked (tests, `noeta run` alone)
         match check_pins(self.state, available):
             case PinPlugins(pins=pins):
                 self.pending.append(ev.PluginsPinned(pins))  # lands with the first append
