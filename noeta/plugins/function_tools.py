@@ -221,7 +221,9 @@ def tool(
             target,
             name=name or target.__name__,
             description=inspect.cleandoc(target.__doc__ or target.__name__),
-            flags=ToolFlags(retry_safe=retry_safe),
+            flags=ToolFlags(
+                retry_safe=retry_safe, runs_in_a_thread=not inspect.iscoroutinefunction(target)
+            ),
             recover=recover,
             policy=policy,
         )

@@ -102,3 +102,11 @@ def waits_for_its_gate(n: int) -> int:
         time.sleep(0.01)  # the function's own work; the test waits on the ledger
     record(f"done {n} {os.getpid()}")
     return n
+
+
+@noeta.tool
+async def waits_until_stopped(n: int) -> int:
+    """An async function that never ends by itself: only a cancellation stops it."""
+    record(f"start {n} {os.getpid()}")
+    await asyncio.Event().wait()
+    return n

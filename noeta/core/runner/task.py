@@ -61,6 +61,7 @@ from noeta.core.rules.next_action import (
 from noeta.core.rules.task_id import workspace_folder
 from noeta.core.rules.task_state import TaskState
 from noeta.core.runner import calls, children, grace, model_call, model_cuts, taking
+from noeta.core.runner.cancelling import CANCEL_CHECK_SECONDS
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookPlugins, Hooks
 from noeta.core.runner.writing import RunWriter, describe
@@ -69,9 +70,6 @@ from noeta.core.task_loading import load_for_run, snapshot_version
 from noeta.observability import tracing
 
 log = logging.getLogger(__name__)
-
-
-CANCEL_CHECK_SECONDS = 2.0
 
 
 Outcome = Literal[
