@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -109,4 +110,29 @@ async def waits_until_stopped(n: int) -> int:
     """An async function that never ends by itself: only a cancellation stops it."""
     record(f"start {n} {os.getpid()}")
     await asyncio.Event().wait()
+    return n
+
+
+def _alive(pid: str, thread: str) -> bool:
+    return Path(f"/proc/{pid}/task/{thread}").exists()
+
+
+@noeta.tool(max_attempts=3, time_limit=1, first_backoff=0.01)
+def outlives_its_limit() -> None:
+    """Runs far past its time limit; each attempt records whether an earlier one still
+    runs (its process and thread still exist): a ledger of copies at once."""
+    if ledger().exists():
+        for line in ledger().read_text().splitlines():
+            _, pid, thread = line.split()[:3]
+            if _alive(pid, thread):
+                record(f"overlap {pid} {thread}")
+    record(f"attempt {os.getpid()} {threading.get_native_id()}")
+    time.sleep(60)  # the function's own work, never done within its limit
+
+
+@noeta.tool(time_limit=600)
+def sleeps_in_its_process(n: int) -> int:
+    """A sync function with a time limit (so in a process of its own) that a cancel stops."""
+    record(f"start {os.getpid()} {threading.get_native_id()}")
+    time.sleep(600)  # the function's own work; only a cancel ends it
     return n

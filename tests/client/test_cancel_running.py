@@ -68,3 +68,20 @@ async def test_a_running_sync_job_cannot_be_stopped_and_says_it_finished(
     assert error == "cancelled while running: it had finished"
     assert content == "7"  # what it did is in the log
     assert [line.split()[0] for line in await ledger_lines(ledger)] == ["start", "done"]
+
+
+async def test_a_running_sync_job_with_a_time_limit_is_stopped_in_its_process(
+    client: AsyncClient, postgres_url: str, job_workers: Callable[..., WorkerProcess], ledger: Path
+) -> None:
+    task = (await client.enqueue("sleeps_in_its_process", {"n": 1})).id
+    worker = job_workers(postgres_url, "w", lease=600)
+    await until(lambda: ledger_lines(ledger), "the function runs")
+    (started,) = await ledger_lines(ledger)
+    pid = int(started.split()[1])
+    assert pid != worker.process.pid  # a process of its own
+    assert await client.cancel(task)
+    with pytest.raises(TaskCancelled):
+        await client.result(task, timeout=60)
+    _, error = await finished_events(client, task)
+    assert error == "cancelled while running: stopped"
+    assert not await asyncio.to_thread(Path(f"/proc/{pid}").exists)  # stopped and reaped
