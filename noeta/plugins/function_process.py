@@ -82,6 +82,11 @@ def _context(ctx: ToolContext) -> dict[str, str]:
 
 
 def _main() -> None:
+    from noeta.cli.nondumpable import make_non_dumpable
+
+    # Its environment holds the worker's secrets, as the worker's does (the function may
+    # need them); exec made it dumpable again, so before the job's module is imported.
+    make_non_dumpable()
     from noeta.plugins.function_tools import REGISTERED, call_with_context
 
     request = json.load(sys.stdin)

@@ -5,6 +5,8 @@ per key, mid-run, after the side effect (a marker file says it happened)."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import os
 import signal
 import threading
@@ -136,3 +138,10 @@ def sleeps_in_its_process(n: int) -> int:
     record(f"start {os.getpid()} {threading.get_native_id()}")
     time.sleep(600)  # the function's own work; only a cancel ends it
     return n
+
+
+@noeta.tool(time_limit=60)
+def dumpable() -> int:
+    """Whether its process may be read by others of its user (prctl PR_GET_DUMPABLE)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    return int(libc.prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE

@@ -27,3 +27,13 @@ async def test_attempts_past_the_limit_never_overlap(
     assert "after 3 attempt(s): ran past its time limit of 1s" in failed.value.error
     lines = (await asyncio.to_thread(ledger.read_text)).splitlines()
     assert [line.split()[0] for line in lines] == ["attempt"] * 3  # one copy at a time
+
+
+async def test_a_jobs_own_process_is_not_dumpable(
+    client: AsyncClient, postgres_url: str, job_workers: Callable[..., WorkerProcess]
+) -> None:
+    # It has the worker's environment (the store's password, the providers' keys): like
+    # the worker, other processes of its user may not read it (SECURITY.md).
+    task = (await client.enqueue("dumpable")).id
+    job_workers(postgres_url, "w", lease=600)
+    assert await client.job_result(task, timeout=60) == 0
