@@ -32,7 +32,7 @@ COMMANDS: dict[str, LazyCommand] = {
     ),
     "cancel": LazyCommand(
         "noeta.cli.tasks:cancel",
-        "Ask for task TASK_ID to stop: the worker that runs it next finishes it as cancelled.",
+        "Ask for task TASK_ID to stop: it ends cancelled, a running async call stopped.",
     ),
     "cron": LazyCommand(
         "noeta.cli.cron:cron", "Cron files: the schedules `noeta scheduler` fires."

@@ -319,9 +319,15 @@ async def _tail(
 @click.argument("task_id")
 @store_option
 def cancel(task_id: str, store: str | None) -> None:
-    """Ask for task TASK_ID to stop: the worker that runs it next finishes it as cancelled."""
+    """Ask for task TASK_ID to stop: it ends cancelled, a running async call stopped.
+
+    A call running now is cancelled if it is async; a sync function in its thread cannot
+    be stopped and runs to its end. The task's finish says which: "cancelled while
+    running: stopped" or "…: it had finished".
+    """
     requested = asyncio.run(_client_call(store, "noeta-cancel", "cancel", task_id))
-    click.echo("cancel requested" if requested else "cancel already requested")
+    said = "cancel requested" if requested else "cancel already requested"
+    click.echo(f"{said}; `noeta show {task_id}` tells what it stopped")
 
 
 @click.command()

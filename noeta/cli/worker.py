@@ -47,6 +47,16 @@ if TYPE_CHECKING:  # `noeta worker --help` imports neither the worker nor its to
     show_default=True,
     help="Seconds between claim attempts while idle (the safety net under PostgreSQL's wake-ups).",
 )
+@click.option(
+    "--grace",
+    "grace_seconds",
+    type=bounds.GRACE,
+    default=30.0,
+    show_default=True,
+    help="Seconds a SIGTERM lets running jobs and tool calls finish before their tasks are"
+    " handed back (a second SIGTERM hands them back at once). Keep systemd's TimeoutStopSec"
+    " or Kubernetes' terminationGracePeriodSeconds a few seconds above it.",
+)
 def worker(
     store: str | None,
     queues: str,
@@ -55,6 +65,7 @@ def worker(
     config: str | None,
     name: str | None,
     poll_seconds: float,
+    grace_seconds: float,
 ) -> None:
     """Claim tasks from the queues and run them until SIGTERM or SIGINT."""
     from noeta import observability
@@ -73,6 +84,7 @@ def worker(
         concurrency=concurrency,
         lease_seconds=lease_seconds,
         poll_seconds=poll_seconds,
+        grace_seconds=grace_seconds,
     )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -92,13 +104,18 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
     from noeta.worker.append_journal import journaled
     from noeta.worker.worker import Worker
 
-    stop = asyncio.Event()
+    stop, hand_back = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
 
     def on_signal() -> None:
+        said = logging.getLogger("noeta.worker").info
+        if hand_back.is_set():
+            os._exit(1)  # a third signal: leave at once; leases will lapse
         if stop.is_set():
-            os._exit(1)  # a second signal: leave at once; leases will lapse
-        logging.getLogger("noeta.worker").info("stopping: handing running tasks back")
+            said("stopping: handing running tasks back now")
+            hand_back.set()
+            return
+        said("stopping: claiming nothing more; running steps may finish (--grace)")
         stop.set()
 
     for number in (signal.SIGTERM, signal.SIGINT):
@@ -125,10 +142,16 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
         settings.lease_seconds,
         ", ".join(p.pin.name for p in toolbox.plugins),
     )
+    worker = Worker(store, runner, settings)
     try:
-        await Worker(store, runner, settings).run(stop)
+        await worker.run(stop, hand_back)
     finally:
         await providers.close()
         await store.close()
         await toolbox.close()
         observability.shutdown()  # export what is queued
+    if worker.cut_off:
+        # A sync function cut off may run on in its thread, which nothing can stop and
+        # asyncio.run would wait for: its task is handed back, so leave without it.
+        logging.shutdown()
+        os._exit(0)

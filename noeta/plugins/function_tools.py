@@ -39,6 +39,7 @@ from noeta.core.retry import (
     backoff_seconds,
     with_retries,
 )
+from noeta.plugins.function_process import run_attempt
 
 if TYPE_CHECKING:
     from noeta.client.handles import TaskHandle
@@ -84,10 +85,13 @@ class FunctionTool:
         self.input_schema: dict[str, JSONValue] = input_schema_of(function)
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
+        limit = self.policy.time_limit
+
         async def attempt() -> Any:
-            return await asyncio.wait_for(
-                self._call(self.function, input, ctx), self.policy.time_limit
-            )
+            if limit is not None and not inspect.iscoroutinefunction(self.function):
+                # A thread past its limit cannot be stopped: a process can (ADR-0090).
+                return await run_attempt(self.module, self.name, input, ctx, limit)
+            return await asyncio.wait_for(self._call(self.function, input, ctx), limit)
 
         try:
             value = await with_retries(
@@ -125,9 +129,7 @@ class FunctionTool:
     async def _call(
         self, function: Callable[..., Any], input: dict[str, JSONValue], ctx: ToolContext
     ) -> Any:
-        arguments: dict[str, Any] = dict(input)
-        if "ctx" in inspect.signature(function).parameters:
-            arguments["ctx"] = ctx
+        arguments = _arguments(function, input, ctx)
         if inspect.iscoroutinefunction(function):
             return await function(**arguments)
         result = await asyncio.to_thread(functools.partial(function, **arguments))
@@ -239,7 +241,11 @@ def tool(
             target,
             name=name or target.__name__,
             description=inspect.cleandoc(target.__doc__ or target.__name__),
-            flags=ToolFlags(retry_safe=retry_safe),
+            flags=ToolFlags(
+                retry_safe=retry_safe,
+                # With a time limit a sync function runs in a process, which can be stopped.
+                runs_in_a_thread=not inspect.iscoroutinefunction(target) and time_limit is None,
+            ),
             recover=recover,
             policy=policy,
         )
@@ -262,6 +268,23 @@ class FunctionsPlugin:
 
     def tools(self) -> Sequence[FunctionTool]:
         return self._tools
+
+
+def _arguments(
+    function: Callable[..., Any], input: dict[str, JSONValue], ctx: ToolContext
+) -> dict[str, Any]:
+    arguments: dict[str, Any] = dict(input)
+    if "ctx" in inspect.signature(function).parameters:
+        arguments["ctx"] = ctx
+    return arguments
+
+
+def call_with_context(
+    function: Callable[..., Any], input: dict[str, JSONValue], ctx: ToolContext
+) -> Any:
+    """Call a sync function with its input (and `ctx` if it takes one): in a job's own
+    process (noeta.plugins.function_process)."""
+    return function(**_arguments(function, input, ctx))
 
 
 def tools_in(module: types.ModuleType) -> list[FunctionTool]:

@@ -10,7 +10,11 @@
 | CommitUnknown                         | a lost claim; during a claim: adopt what the store    |
 |                                       | records as ours that we are not running (renewed      |
 |                                       | while they wait for a slot)                           |
-| SIGTERM / SIGINT                      | release every running task to ready at once, exit 0   |
+| SIGTERM / SIGINT (`stop`)             | claim nothing more; each run ends the step it is in   |
+|                                       | (a job's function, a tool call) within the grace and  |
+|                                       | hands its task back; what is left at the grace's end  |
+|                                       | or at `hand_back` (a second signal) is cut off and    |
+|                                       | released at once, exit 0                              |
 
 Every map here is keyed by the claim (task id, epoch): this worker may claim a task again
 while what it held for the previous epoch is still being let go.
@@ -37,6 +41,7 @@ from noeta.observability import metrics, tracing
 from noeta.worker.idle_registration import IdleRegistration
 from noeta.worker.jobs import JobManager
 from noeta.worker.renewal import Renewer
+from noeta.worker.shutdown import drain
 from noeta.worker.warmup import warm_up
 
 log = logging.getLogger("noeta.worker")
@@ -49,6 +54,9 @@ class WorkerSettings:
     concurrency: int = 4
     lease_seconds: float = 30.0
     poll_seconds: float = 1.0  # the safety net under wake-ups
+    # How long a stopping worker lets running steps finish (`noeta worker --grace`, 30 s);
+    # 0: hand every running task back at once.
+    grace_seconds: float = 0.0
 
 
 class Worker:
@@ -70,6 +78,10 @@ class Worker:
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._wake = asyncio.Event()
         self._stopping = False
+        self._handing_back = False
+        # The claims whose step the stop cut off (it did not end within the grace): a sync
+        # function among them may run on in its thread, which nothing can stop.
+        self.cut_off: list[Claim] = []
         self._background: set[asyncio.Future[None]] = set()
         self._claim_failures = 0  # store errors in a row while claiming: the backoff
         idle_workers = store.capabilities.idle_workers
@@ -83,8 +95,9 @@ class Worker:
         """Something may have become claimable: look now rather than at the next poll."""
         self._wake.set()
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Claim and run tasks until `stop` is set; then hand every running task back."""
+    async def run(self, stop: asyncio.Event, hand_back: asyncio.Event | None = None) -> None:
+        """Claim and run tasks until `stop` is set; then let running steps finish within
+        the grace (or until `hand_back` is set) and hand every running task back."""
         await warm_up()  # before the first claim: nothing a claim starts waits on imports
         renewing = asyncio.create_task(self.renewer.run(), name="noeta-renewal")
         listening = asyncio.create_task(self._listen(), name="noeta-wakeups")
@@ -122,7 +135,7 @@ class Worker:
                     await self._idle(stopping)
         finally:
             stopping.cancel()
-            await self._shut_down()
+            await self._shut_down(hand_back)
             for background in (renewing, listening, measuring, watching):
                 background.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -256,6 +269,8 @@ class Worker:
             result = await self.runner.run(claim, loaded)
             log.info("task %s: %s", claim.task_id, result.state.finished or result.outcome)
             holding = result.outcome == "holding"
+            if result.outcome == "handed_back":
+                await self._release(claim, "its step done")
             if holding:
                 self.holding[claim.key] = claim
                 due = wakeups.next_due(result.state)
@@ -289,7 +304,7 @@ class Worker:
 
     def _lost(self, claim: Claim) -> None:
         entry = self.running.get(claim.key)
-        if entry is not None and not self._stopping:
+        if entry is not None and not self._handing_back:
             log.warning("task %s: claim lost; cancelling its step", claim.task_id)
             tracing.claim_lost(claim.task_id)  # its spans are the next claimer's to report
             entry[1].cancel()
@@ -372,13 +387,17 @@ class Worker:
         wait = backoff_seconds(self._claim_failures, None, random.random())
         return min(wait, self.settings.lease_seconds)
 
-    async def _shut_down(self) -> None:
-        """Hand every running or adopted task back to ready at once (a holding wait keeps
-        its claim)."""
+    async def _shut_down(self, hand_back: asyncio.Event | None) -> None:
+        """Let running steps end within the grace, then hand back every running or adopted
+        task at once (a holding wait keeps its claim)."""
         self._stopping = True
         if self.registration is not None:
             await self.registration.leave()
+        self.runner.draining = True  # each run hands its task back after its step
         entries = list(self.running.values())
+        await drain([task for _, task in entries], self.settings.grace_seconds, hand_back)
+        self._handing_back = True
+        self.cut_off = [claim for claim, task in entries if not task.done()]
         for _, task in entries:
             task.cancel()
         for _, task in entries:
@@ -387,13 +406,18 @@ class Worker:
         waiting = list(self.adopted.values())
         self.adopted.clear()
         for claim in [claim for claim, _ in entries] + waiting:
-            try:
-                if await self.store.release(claim):
-                    log.info("released task %s", claim.task_id)
-            except StoreError as error:
-                log.warning(
-                    "could not release task %s (%s); its lease will lapse", claim.task_id, error
-                )
+            cut = "its step cut off" if claim in self.cut_off else "not started"
+            await self._release(claim, cut)
         # Holding waits keep their claim (they lapse with the lease); their jobs cannot
         # outlive this process, so the next claimer will record them as lost.
         await self.jobs.stop_all()
+
+    async def _release(self, claim: Claim, why: str) -> None:
+        """Hand the claim's task back to ready (nothing if it is no longer ours)."""
+        try:
+            if await self.store.release(claim):
+                log.info("handed back task %s (%s)", claim.task_id, why)
+        except StoreError as error:
+            log.warning(
+                "could not release task %s (%s); its lease will lapse", claim.task_id, error
+            )

@@ -397,9 +397,10 @@ def following(task_id: str, store: str) -> Iterator[subprocess.Popen[str]]:
 
 def test_cancel_delivers_one_request(sqlite_store: str) -> None:
     submit("--interactive", "--id", "chat", store=sqlite_store)
-    assert noeta("cancel", "chat", store=sqlite_store).stdout == "cancel requested\n"
+    told = "; `noeta show chat` tells what it stopped\n"
+    assert noeta("cancel", "chat", store=sqlite_store).stdout == "cancel requested" + told
     again = noeta("cancel", "chat", store=sqlite_store)
-    assert again.returncode == 0 and again.stdout == "cancel already requested\n"
+    assert again.returncode == 0 and again.stdout == "cancel already requested" + told
     assert asyncio.run(inbox(sqlite_store, "chat")) == [("cancel", {"kind": "cancel"})]
 
 

@@ -5,8 +5,12 @@ per key, mid-run, after the side effect (a marker file says it happened)."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 import noeta
@@ -85,3 +89,59 @@ def broken(reason: str) -> None:
 async def too_slow() -> None:
     """Never done within its time limit."""
     await asyncio.Event().wait()
+
+
+def gate_of(ledger: Path, pid: int) -> Path:
+    """The file that lets the gated functions of worker process `pid` return."""
+    return ledger.with_name(f"open-{pid}")
+
+
+@noeta.tool
+def waits_for_its_gate(n: int) -> int:
+    """Runs until the test opens its worker's gate: mid-run for as long as a test needs.
+    Neither safe to repeat nor findable afterwards: a cut-off run is "outcome unknown"."""
+    record(f"start {n} {os.getpid()}")
+    while not gate_of(ledger(), os.getpid()).exists():
+        time.sleep(0.01)  # the function's own work; the test waits on the ledger
+    record(f"done {n} {os.getpid()}")
+    return n
+
+
+@noeta.tool
+async def waits_until_stopped(n: int) -> int:
+    """An async function that never ends by itself: only a cancellation stops it."""
+    record(f"start {n} {os.getpid()}")
+    await asyncio.Event().wait()
+    return n
+
+
+def _alive(pid: str, thread: str) -> bool:
+    return Path(f"/proc/{pid}/task/{thread}").exists()
+
+
+@noeta.tool(max_attempts=3, time_limit=1, first_backoff=0.01)
+def outlives_its_limit() -> None:
+    """Runs far past its time limit; each attempt records whether an earlier one still
+    runs (its process and thread still exist): a ledger of copies at once."""
+    if ledger().exists():
+        for line in ledger().read_text().splitlines():
+            _, pid, thread = line.split()[:3]
+            if _alive(pid, thread):
+                record(f"overlap {pid} {thread}")
+    record(f"attempt {os.getpid()} {threading.get_native_id()}")
+    time.sleep(60)  # the function's own work, never done within its limit
+
+
+@noeta.tool(time_limit=600)
+def sleeps_in_its_process(n: int) -> int:
+    """A sync function with a time limit (so in a process of its own) that a cancel stops."""
+    record(f"start {os.getpid()} {threading.get_native_id()}")
+    time.sleep(600)  # the function's own work; only a cancel ends it
+    return n
+
+
+@noeta.tool(time_limit=60)
+def dumpable() -> int:
+    """Whether its process may be read by others of its user (prctl PR_GET_DUMPABLE)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    return int(libc.prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE

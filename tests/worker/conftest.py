@@ -84,12 +84,14 @@ class WorkerProcess(NoetaProcess):
         queues: str = "default",
         env: Mapping[str, str] | None = None,
         config: Path | None = None,
+        grace: float | None = None,
     ) -> None:
         # The URL (with its password) in the environment: a worker refuses it in argv.
         env = {**(env or {}), "NOETA_STORE": url}
         arguments = ["worker", "--lease", str(lease), "--name", name]
         arguments += ["--concurrency", str(concurrency), "--poll", str(poll)]
         arguments += ["--queues", queues, *(["--config", str(config)] if config else [])]
+        arguments += ["--grace", str(grace)] if grace is not None else []
         super().__init__(arguments, name, folder, failpoints=failpoints, env=env)
 
 

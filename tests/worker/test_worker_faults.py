@@ -105,12 +105,12 @@ async def test_a_frozen_worker_wakes_to_find_its_claim_gone_and_writes_nothing(
     assert finished[0]["recovery"] == "unknown"  # type: ignore[index]
 
 
-async def test_sigterm_hands_running_tasks_back_at_once(
+async def test_sigterm_with_no_grace_hands_running_tasks_back_at_once(
     store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> None:
     long_sleep = {"tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": "sleep 60"}}]}
     await add_task(store, tmp_path, "t", long_sleep, {"text": "done"})
-    first = workers(postgres_url, "first", lease=30)
+    first = workers(postgres_url, "first", lease=30, grace=0)
 
     async def tool_started() -> bool:
         return "ToolStarted" in await log_types(store, "t")
@@ -119,7 +119,7 @@ async def test_sigterm_hands_running_tasks_back_at_once(
     first.signal(signal.SIGTERM)
     assert await first.exit_code(within=20) == 0
     assert await status_of(store, "t") == "ready"  # released, not left to a 30 s lease
-    assert "released task t" in first.log()
+    assert "handed back task t (its step cut off)" in first.log()
     workers(postgres_url, "second", lease=30)
 
     async def done() -> bool:

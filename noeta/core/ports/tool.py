@@ -26,6 +26,9 @@ class ToolFlags:
     # The tool launches subtasks (Agent): the runner checks the limits before it runs,
     # gives it the child's id, and creates the child with the call's wait.
     launches_subtasks: bool = False
+    # A sync function run in a thread (`@noeta.tool` on a def): a cancel cannot stop it, so
+    # the runner lets it end and records that it had finished (issue 29 item 4).
+    runs_in_a_thread: bool = False
 
 
 @dataclass(frozen=True, slots=True)

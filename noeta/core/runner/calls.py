@@ -19,7 +19,7 @@ from noeta.core import failpoints
 from noeta.core.errors import StoreError
 from noeta.core.ports.model import ToolCall
 from noeta.core.ports.payload import JSONValue
-from noeta.core.ports.store import LateResult
+from noeta.core.ports.store import Finish, LateResult, TaskStatus
 from noeta.core.ports.tool import (
     MAX_ATTEMPTS,
     OUTCOME_UNKNOWN,
@@ -33,6 +33,7 @@ from noeta.core.ports.tool import (
 from noeta.core.rules import subtasks, wakeups
 from noeta.core.rules.events import (
     JobStarted,
+    TaskFinished,
     ToolFinished,
     ToolStarted,
     ToolWaiting,
@@ -40,7 +41,8 @@ from noeta.core.rules.events import (
 )
 from noeta.core.rules.gates import Ask, Deny, decide
 from noeta.core.rules.tool_input import input_problem
-from noeta.core.runner import children, grace, late_results
+from noeta.core.runner import cancelling, children, grace, late_results
+from noeta.core.runner.cancelling import CancelledWhileRunning
 from noeta.core.runner.context import RunContext
 
 log = logging.getLogger(__name__)
@@ -76,8 +78,14 @@ async def run_tools(run: RunContext, calls: tuple[ToolCall, ...]) -> None:
         with run.trace.tool(call, run.state) as step:
             await run.append([ToolStarted(call.id, call.name, call.input, step.record)])
             await failpoints.hit("tool.after_started")
-            output = await _execute(tool, call, _context(run, call))
+            output, cancelled = await cancelling.run_unless_cancelled(
+                run, tool, call, _context(run, call), _execute
+            )
             await failpoints.hit("tool.before_finished")
+            if cancelled is not None:
+                await _record_cancelled(run, call, output, cancelled)
+                step.finished(output.content, output.is_error)
+                return  # the task is finished: no later call of the reply runs
             await _record_or_keep(run, call, output)
             step.finished(output.content, output.is_error)
 
@@ -89,6 +97,22 @@ async def _record_or_keep(
     keep it beside the log for the next claimer instead of throwing it away."""
     try:
         await _record(run, call, output, recovery)
+    except (StoreError, asyncio.CancelledError):
+        await late_results.keep(run, call, output)
+        raise
+
+
+async def _record_cancelled(
+    run: RunContext, call: ToolCall, output: ToolOutput, cancelled: CancelledWhileRunning
+) -> None:
+    """The call's result (or that it was stopped) and the task's cancelled finish land
+    together, taking the cancel: the log says what the cancel found."""
+    finished = ToolFinished(call.id, output.content, output.is_error)
+    ended = TaskFinished("cancelled", error=cancelled.outcome)
+    try:
+        await run.append(
+            [finished, ended], take=[cancelled.entry_id], next_state=Finish(TaskStatus.CANCELLED)
+        )
     except (StoreError, asyncio.CancelledError):
         await late_results.keep(run, call, output)
         raise

@@ -61,6 +61,7 @@ from noeta.core.rules.next_action import (
 from noeta.core.rules.task_id import workspace_folder
 from noeta.core.rules.task_state import TaskState
 from noeta.core.runner import calls, children, grace, model_call, model_cuts, taking
+from noeta.core.runner.cancelling import CANCEL_CHECK_SECONDS
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookPlugins, Hooks
 from noeta.core.runner.writing import RunWriter, describe
@@ -71,11 +72,14 @@ from noeta.observability import tracing
 log = logging.getLogger(__name__)
 
 
-CANCEL_CHECK_SECONDS = 2.0
-
-
 Outcome = Literal[
-    "finished", "waiting", "holding", "left_for_newer", "unreadable", "plugin_missing"
+    "finished",
+    "waiting",
+    "holding",
+    "left_for_newer",
+    "unreadable",
+    "plugin_missing",
+    "handed_back",
 ]
 
 
@@ -106,6 +110,9 @@ class TaskRunner:
     plugins: Sequence[object] = ()
     # What an Agent call may name besides its task's own model (ADR-0076).
     subagent_models: tuple[str, ...] = ()
+    # Set by a worker's warm shutdown: a run finishes the step it is in, starts no other
+    # model call or tool, and hands its task back ("handed_back") for the worker to release.
+    draining: bool = False
 
     def __post_init__(self) -> None:
         self.hook_plugins = HookPlugins.of(self.plugins)
@@ -220,14 +227,15 @@ class _Run(RunWriter):
         return burst
 
     async def loop(self) -> RunResult:
-        if self.runner.pins is not None:
-            stop = await self._check_pins(self.runner.pins)
-            if stop is not None:
-                return stop
+        stop = await self._check_pins(self.runner.pins)
+        if stop is not None:
+            return stop
         if self.hooks.on_event and not self.state.finished:
             await self._redeliver()
         while True:
             action = next_action(self.state)
+            if self._handing_back_before(action):
+                return RunResult("handed_back", self.state)
             async with self._burst(action):
                 try:
                     match action:
@@ -305,6 +313,13 @@ class _Run(RunWriter):
             if self.state.finished:
                 return RunResult("finished", self.state)
 
+    def _handing_back_before(self, action: object) -> bool:
+        """A draining worker's run starts no model call or tool: the step it was in has
+        ended (its result recorded), and the task goes back to another worker."""
+        return self.runner.draining and isinstance(
+            action, CallModel | FindWhyCut | RunTools | RecoverCalls
+        )
+
     async def _model_step(self, action: CallModel | FindWhyCut) -> None:
         if isinstance(action, FindWhyCut):
             await model_cuts.record_why_cut(self, action.seq)
@@ -362,7 +377,9 @@ class _Run(RunWriter):
         await self.append([ev.WokenUp(self.state.wakeups[0][0])])
         return True
 
-    async def _check_pins(self, available: tuple[Pin, ...]) -> RunResult | None:
+    async def _check_pins(self, available: tuple[Pin, ...] | None) -> RunResult | None:
+        if available is None:
+            return None  # not checked (tests, `noeta run` alone)
         match check_pins(self.state, available):
             case PinPlugins(pins=pins):
                 self.pending.append(ev.PluginsPinned(pins))  # lands with the first append
