@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import importlib
 import json
 import os
 import pickle
@@ -36,7 +35,7 @@ async def run_attempt(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        __name__,
+        "noeta.plugins.function_child",
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         start_new_session=True,  # its own group: what it started goes with it
@@ -79,31 +78,3 @@ def _context(ctx: ToolContext) -> dict[str, str]:
         "workspace": ctx.workspace,
         "subtask_id": ctx.subtask_id,
     }
-
-
-def _main() -> None:
-    from noeta.cli.nondumpable import make_non_dumpable
-
-    # Its environment holds the worker's secrets, as the worker's does (the function may
-    # need them); exec made it dumpable again, so before the job's module is imported.
-    make_non_dumpable()
-    from noeta.plugins.function_tools import REGISTERED, call_with_context
-
-    request = json.load(sys.stdin)
-    importlib.import_module(request["module"])
-    tool = REGISTERED[request["name"]]
-    ctx = ToolContext(**request["ctx"])
-    try:
-        value = call_with_context(tool.function, request["input"], ctx)
-        reply = json.dumps({"value": value}, ensure_ascii=False, allow_nan=False)
-    except Exception as error:
-        try:
-            pickled = pickle.dumps(error)
-        except Exception:
-            pickled = pickle.dumps(RuntimeError(f"{type(error).__name__}: {error}"))
-        reply = json.dumps({"error": base64.b64encode(pickled).decode()})
-    sys.stdout.write(reply)
-
-
-if __name__ == "__main__":
-    _main()

@@ -141,6 +141,13 @@ def sleeps_in_its_process(n: int) -> int:
 
 
 @noeta.tool(time_limit=60)
+def chatty(n: int) -> int:
+    """Prints as it works, as jobs do: its own process's stdout is not its reply's."""
+    print("working on", n, '{"value": -1}')
+    return n * 2
+
+
+@noeta.tool(time_limit=60)
 def dumpable() -> int:
     """Whether its process may be read by others of its user (prctl PR_GET_DUMPABLE)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c"))

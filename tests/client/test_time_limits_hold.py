@@ -37,3 +37,11 @@ async def test_a_jobs_own_process_is_not_dumpable(
     task = (await client.enqueue("dumpable")).id
     job_workers(postgres_url, "w", lease=600)
     assert await client.job_result(task, timeout=60) == 0
+
+
+async def test_a_job_in_its_own_process_may_print(
+    client: AsyncClient, postgres_url: str, job_workers: Callable[..., WorkerProcess]
+) -> None:
+    task = (await client.enqueue("chatty", {"n": 21})).id
+    job_workers(postgres_url, "w", lease=600)
+    assert await client.job_result(task, timeout=60) == 42
