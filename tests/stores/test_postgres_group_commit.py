@@ -72,6 +72,22 @@ async def test_concurrent_appends_share_one_commit_after_the_first(
         assert [(e.seq, e.type, e.data) for e in log[1:]] == [(2, "step", task_id), (3, "step", 2)]
 
 
+AWKWARD = 'a "quote", a \\ backslash, \\u0000 as text, a NUL \x00, \u00e9, \U0001f600, \n'
+
+
+async def test_awkward_texts_in_a_batch_are_stored_exactly(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    ids = [f"a{n:02}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    data = {i: {"text": f"{AWKWARD}{i}", "list": [AWKWARD, 1.5, None]} for i in ids}
+    await asyncio.gather(*(store.append(claims[i], 1, [NewEvent("step", data[i])]) for i in ids))
+    assert await writing_transactions(postgres_url, ids) == 2  # the batch carried them
+    for task_id in ids:
+        (_, step) = await store.read_log(task_id)
+        assert step.data == data[task_id]
+
+
 async def test_a_batched_finish_is_announced_to_its_waiters_alone_and_finishes_the_task(
     store: PostgresStore, postgres_url: str
 ) -> None:

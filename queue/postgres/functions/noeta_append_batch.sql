@@ -1,4 +1,4 @@
-CREATE OR REPLACE FUNCTION noeta_append_batch(p_tasks text[], p_epochs bigint[], p_expected_seqs bigint[], p_events jsonb[], p_statuses text[], p_model_keys jsonb[])
+CREATE OR REPLACE FUNCTION noeta_append_batch(p_items jsonb)
  RETURNS TABLE(item integer, appended_seq bigint, refusal_code text, refusal_message text)
  LANGUAGE plpgsql
 AS $function$
@@ -9,13 +9,16 @@ DECLARE
 BEGIN
     -- The rows are locked in task-id order: two batches naming the same tasks (a stale
     -- claim's and its successor's) wait for each other, never in a cycle.
-    FOR i IN SELECT u.ord::integer AS ord, u.task, u.epoch, u.expected_seq, u.events,
-                    u.status, u.model_keys
-               FROM unnest(p_tasks, p_epochs, p_expected_seqs, p_events, p_statuses,
-                           p_model_keys)
-                    WITH ORDINALITY AS u(task, epoch, expected_seq, events, status,
-                                         model_keys, ord)
-              ORDER BY u.task, u.ord LOOP
+    -- One JSON array of items (one parameter: no array of texts to escape per character
+    -- in the client); an item without "status" keeps running, one without "model_keys"
+    -- is no model call.
+    FOR i IN SELECT u.ord::integer AS ord, u.item->>'task' AS task,
+                    (u.item->>'epoch')::bigint AS epoch,
+                    (u.item->>'expected_seq')::bigint AS expected_seq,
+                    u.item->'events' AS events, u.item->>'status' AS status,
+                    u.item->'model_keys' AS model_keys
+               FROM jsonb_array_elements(p_items) WITH ORDINALITY AS u(item, ord)
+              ORDER BY task, u.ord LOOP
         item := i.ord;
         appended_seq := NULL;
         refusal_code := NULL;

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +18,8 @@ from noeta.core.errors import CommitUnknown, Conflict, StoreError, UnknownTask
 BATCH_CAP = 64
 
 APPEND_BATCH = """
-SELECT item, appended_seq, refusal_code, refusal_message FROM noeta_append_batch(
-    %(tasks)s::text[], %(epochs)s::bigint[], %(expected_seqs)s::bigint[],
-    %(events)s::text[]::jsonb[], %(statuses)s::text[], %(model_keys)s::text[]::jsonb[])
+SELECT item, appended_seq, refusal_code, refusal_message
+  FROM noeta_append_batch(%(items)s::jsonb)
 """
 
 
@@ -116,15 +116,24 @@ class GroupCommit:
 
 
 def batch_params(items: Sequence[LeanAppend]) -> dict[str, Any]:
-    """The parallel arrays `noeta_append_batch` takes, in the items' order."""
-    return {
-        "tasks": [item.task_id for item in items],
-        "epochs": [item.epoch for item in items],
-        "expected_seqs": [item.expected_seq for item in items],
-        "events": [item.events for item in items],
-        "statuses": [item.status for item in items],
-        "model_keys": [item.model_keys for item in items],
-    }
+    """The one JSON array `noeta_append_batch` takes, in the items' order. Its parts are
+    JSON already (the events, the model keys) and joined as text: a parameter of arrays
+    of texts would have psycopg escape every quote of every event in Python."""
+    parts = []
+    for item in items:
+        part = (
+            f'{{"task":{_JSON(item.task_id)},"epoch":{item.epoch:d},'
+            f'"expected_seq":{item.expected_seq:d},"events":{item.events}'
+        )
+        if item.status is not None:
+            part += f',"status":{_JSON(item.status)}'
+        if item.model_keys is not None:
+            part += f',"model_keys":{item.model_keys}'
+        parts.append(part + "}")
+    return {"items": "[" + ",".join(parts) + "]"}
+
+
+_JSON = json.JSONEncoder(ensure_ascii=True).encode
 
 
 def _outcome(item: LeanAppend, seq: int | None, code: str | None, reason: str | None) -> Any:
