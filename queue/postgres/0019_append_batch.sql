@@ -81,7 +81,9 @@ BEGIN
             UPDATE tasks SET last_seq = appended_seq, status = i.status, lease_until = NULL,
                    ready_at = NULL, claimable_at = NULL, updated_at = v_now
              WHERE id = i.task;
-            PERFORM pg_notify('noeta_finished', i.task);
+            -- Announced only to a client awaiting it. noeta_announce_finish comes with
+            -- 0020: plpgsql resolves a call when it runs, not when it is created.
+            PERFORM noeta_announce_finish(i.task);
         END IF;
         RETURN NEXT;
     END LOOP;
