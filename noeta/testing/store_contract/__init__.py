@@ -19,6 +19,7 @@ from noeta.testing.store_contract.fixtures import (
     StoreFixtures,
     created,
     eventually_claim,
+    take_over,
 )
 from noeta.testing.store_contract.inbox import InboxContract
 from noeta.testing.store_contract.late_results import LateResultContract
@@ -27,7 +28,7 @@ from noeta.testing.store_contract.model_limits import ModelLimitContract
 from noeta.testing.store_contract.queue_limits import QueueLimitContract
 from noeta.testing.store_contract.retention import RetentionContract
 
-__all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim"]
+__all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim", "take_over"]
 
 
 class StoreContract(

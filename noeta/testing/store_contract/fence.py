@@ -16,7 +16,13 @@ from noeta.core.ports.store import (
     TaskStatus,
     WaitHolding,
 )
-from noeta.testing.store_contract.fixtures import LEASE, SHORT_LEASE, created, eventually_claim
+from noeta.testing.store_contract.fixtures import (
+    LEASE,
+    SHORT_LEASE,
+    created,
+    eventually_claim,
+    take_over,
+)
 
 
 class FenceContract:
@@ -47,10 +53,10 @@ class FenceContract:
         """The store writes each event's epoch and owner (the cluster run's invariants read
         them); the client passes neither. Created events were appended under no claim."""
         await store.create_task(created("a"))
-        old = await store.claim("w1", ["default"], SHORT_LEASE)
+        old = await store.claim("w1", ["default"], LEASE)
         assert old is not None
         assert await store.append(old, 1, [NewEvent("light", {})]) == 2
-        new = await eventually_claim(store, "w2", ["default"])
+        new = await take_over(store, old, "w2")
         child = created("child")
         finish = Finish(TaskStatus.DONE)
         await store.append(new, 2, [NewEvent("x", 1), NewEvent("y", 2)], new_tasks=[child])
@@ -151,10 +157,10 @@ class FenceContract:
 
     async def test_a_lapsed_holding_claim_is_taken_over(self, store: Store) -> None:
         await store.create_task(created("a"))
-        claim = await store.claim("w", ["default"], SHORT_LEASE)
+        claim = await store.claim("w", ["default"], LEASE)
         assert claim is not None
         await store.append(claim, 1, [NewEvent("job-started", {})], next_state=WaitHolding())
-        taken = await eventually_claim(store, "w2", ["default"])
+        taken = await take_over(store, claim, "w2")
         assert taken.task_id == "a" and taken.epoch == claim.epoch + 1
         with pytest.raises(Conflict):
             await store.append(claim, 2, [NewEvent("job-finished", {})])

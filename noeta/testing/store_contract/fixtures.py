@@ -20,6 +20,17 @@ def created(task_id: str, queue: str = "default", **kwargs: object) -> NewTask:
     return NewTask(task_id, [NewEvent("created", {"id": task_id})], queue=queue, **kwargs)  # type: ignore[arg-type]
 
 
+async def take_over(
+    store: Store, held: Claim, worker: str = "heir", queue: str = "default"
+) -> Claim:
+    """Claim `held`'s task as `worker` once its lease runs out, the lease cut short only
+    now: a test that claims with a long lease and takes over here never races the steps
+    before (a short lease from the claim on can run out before them on a loaded machine)."""
+    renewed = await store.renew([held], SHORT_LEASE)
+    assert held.task_id in renewed, "the claim was lost before the takeover"
+    return await eventually_claim(store, worker, [queue])
+
+
 async def eventually_claim(
     store: Store, worker: str, queues: list[str], within: float = 10.0
 ) -> Claim:

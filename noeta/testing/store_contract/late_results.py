@@ -9,7 +9,11 @@ import pytest
 
 from noeta.core.errors import Conflict, PayloadError, StoreUnavailable, UnknownTask
 from noeta.core.ports.store import Finish, LateResult, NewEvent, Store
-from noeta.testing.store_contract.fixtures import LEASE, SHORT_LEASE, created, eventually_claim
+from noeta.testing.store_contract.fixtures import (
+    LEASE,
+    created,
+    take_over,
+)
 
 
 def late(
@@ -23,10 +27,10 @@ class LateResultContract:
 
     async def test_a_worker_whose_claim_was_taken_over_keeps_its_result(self, store: Store) -> None:
         await store.create_task(created("a"))
-        stale = await store.claim("w1", ["default"], SHORT_LEASE)
+        stale = await store.claim("w1", ["default"], LEASE)
         assert stale is not None
         await store.append(stale, 1, [NewEvent("tool-started", {"call_id": "c1"})])
-        heir = await eventually_claim(store, "w2", ["default"])
+        heir = await take_over(store, stale, "w2")
         with pytest.raises(Conflict):
             await store.append(stale, 2, [NewEvent("tool-finished", {"call_id": "c1"})])
         # The append was refused; the result is still kept, without a claim.

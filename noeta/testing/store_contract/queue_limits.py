@@ -70,9 +70,10 @@ class QueueLimitContract:
     async def test_a_lapsed_lease_frees_its_slot_and_is_not_renewed(self, store: Store) -> None:
         await queue_settings_store(store).set_queue("q", QueueChange(concurrency=1))
         await created_in_order(store, [("a", None, 0), ("b", None, 0)])
-        a = await store.claim("w", ["q"], SHORT_LEASE)
+        a = await store.claim("w", ["q"], LEASE)
         assert a is not None and a.task_id == "a"
         assert await store.claim("w", ["q"], LEASE) is None
+        a = (await store.renew([a], SHORT_LEASE))["a"]  # now it may lapse
         # The store's clock decides the lapse: no event says it happened.
         while await store.clock() <= a.lease_until:  # noqa: ASYNC110
             await asyncio.sleep(SHORT_LEASE / 4)

@@ -18,7 +18,7 @@ from noeta.core.errors import Conflict
 from noeta.core.ports.store import Claim, LateResult, Store
 from noeta.core.runner.task import TaskRunner
 from noeta.testing.fault_proxy import FaultProxy
-from noeta.testing.store_contract import SHORT_LEASE, eventually_claim
+from noeta.testing.store_contract import LEASE, take_over
 
 from .test_late_results import CALL, Charge, _nothing, finished_calls
 from .test_runner import create, script
@@ -74,12 +74,12 @@ async def test_a_late_result_kept_across_an_outage_reaches_the_next_claimer(
         direct, "t", script(tmp_path, CALL, {"text": "done"}), prompt="go", tools=("Charge",)
     )
     await proxied.late_results("t")  # the proxied pool's one connection is open
-    first = await direct.claim("first", ["default"], SHORT_LEASE)
+    first = await direct.claim("first", ["default"], LEASE)
     assert first is not None
     heirs: list[Claim] = []
 
     async def taken_over_then_the_store_drops() -> None:
-        heirs.append(await eventually_claim(direct, "heir", ["default"]))
+        heirs.append(await take_over(direct, first))
         proxy.drop_all()  # every connection to the store is reset: the keep's first fails
 
     charge.meanwhile = taken_over_then_the_store_drops

@@ -20,7 +20,7 @@ from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.store import Claim, LateResult, Store
 from noeta.core.ports.tool import OUTCOME_UNKNOWN, ToolContext, ToolFlags, ToolOutput
 from noeta.core.runner.task import TaskRunner
-from noeta.testing.store_contract import SHORT_LEASE, eventually_claim
+from noeta.testing.store_contract import LEASE, eventually_claim, take_over
 
 from .test_runner import create, script
 
@@ -63,7 +63,7 @@ async def started(store: Store, tmp_path: Path) -> tuple[TaskRunner, Charge, Cla
     await create(
         store, "t", script(tmp_path, CALL, {"text": "done"}), prompt="go", tools=("Charge",)
     )
-    claim = await store.claim("first", ["default"], SHORT_LEASE)
+    claim = await store.claim("first", ["default"], LEASE)
     assert claim is not None
     return runner, charge, claim
 
@@ -75,7 +75,7 @@ async def test_a_result_refused_for_a_taken_over_claim_is_handed_to_the_heir(
     heirs: list[Claim] = []
 
     async def taken_over() -> None:
-        heirs.append(await eventually_claim(store, "heir", ["default"]))
+        heirs.append(await take_over(store, first))
 
     charge.meanwhile = taken_over
     with pytest.raises(Conflict):
@@ -109,7 +109,7 @@ async def test_a_result_for_a_call_already_settled_is_kept_and_ignored(
     runner, charge, first = await started(store, tmp_path)
 
     async def taken_over_and_settled() -> None:
-        heir = await eventually_claim(store, "heir", ["default"])
+        heir = await take_over(store, first)
         assert (await runner.run(heir)).state.finished == "done"
 
     charge.meanwhile = taken_over_and_settled
@@ -177,7 +177,7 @@ async def test_a_keep_cut_short_by_the_claims_loss_still_lands(
     heirs: list[Claim] = []
 
     async def taken_over() -> None:
-        heirs.append(await eventually_claim(store, "heir", ["default"]))
+        heirs.append(await take_over(store, first))
 
     charge.meanwhile = taken_over
     cancelling.run = running = asyncio.ensure_future(runner.run(first))
