@@ -10,7 +10,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from noeta.client import AsyncClient, Client, Submission, TailedEvent, TaskHandle, UnknownJob
+    from noeta.client import (
+        AsyncClient,
+        Client,
+        ForkRefused,
+        Submission,
+        TailedEvent,
+        TaskHandle,
+        UnknownJob,
+    )
     from noeta.core.errors import (
         ConfigError,
         NoetaError,
@@ -28,6 +36,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ConfigError",
+    "ForkRefused",
     "NoetaError",
     "PayloadError",
     "ResultTimeout",
@@ -47,6 +56,7 @@ __all__ = [
 _HOME = {
     "AsyncClient": "noeta.client",
     "Client": "noeta.client",
+    "ForkRefused": "noeta.client.forking",
     "Submission": "noeta.client",
     "TailedEvent": "noeta.client",
     "TaskHandle": "noeta.client",

@@ -41,6 +41,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "noeta.cli.db:db",
         "The store's schema, and the embedded PostgreSQL server in $NOETA_HOME.",
     ),
+    "fork": LazyCommand(
+        "noeta.cli.fork:fork",
+        "Fork task TASK_ID after step --at: a new task runs on from there; print its id.",
+    ),
     "limit": LazyCommand(
         "noeta.cli.limits:limit",
         "Shared model-call limits: requests and tokens per minute, for every worker at once.",

@@ -250,6 +250,42 @@ class AsyncClient:
             self._import_plugins()  # importing their modules registers their functions
         return job_tasks.job_tool(name)
 
+    @tracked
+    async def fork(
+        self,
+        task: TaskRef,
+        at: int,
+        *,
+        id: str | None = None,
+        message: str | None = None,
+        reply: str | Mapping[str, object] | None = None,
+        model: str | None = None,
+        queue: str | None = None,
+    ) -> TaskHandle:
+        """A new task whose log is `task`'s through seq `at` plus one change: a new user
+        `message` (where a turn ended), a `reply` replacing the model's at `at` (JSON, as
+        `ModelReplied` stores it), or another `model` for the calls that follow. Nothing
+        before `at` runs again. ForkRefused names the fork points near a seq that is not
+        one (ADR-0091)."""
+        from noeta.backends.models.registry import stored_spec
+        from noeta.client import forking  # the fold: kept out of commands that need none
+
+        forking.check_one_change(message, reply)
+        change = forking.ForkChange(
+            message=None if message is None else check_text("message", message),
+            reply=None if reply is None else forking.parse_reply(_json_text(reply)),
+            model=None if model is None else stored_spec(check_text("model spec", model)),
+        )
+        new = await forking.fork(
+            await self.store(),
+            check_key("task id", _id(task)),
+            at,
+            new_id=new_id(id),
+            queue=None if queue is None else check_key("queue name", queue),
+            change=change,
+        )
+        return TaskHandle(new.id, new.queue)
+
     async def _create(self, task: NewTask) -> None:
         await create_once(await self.store(), task)
 
@@ -385,6 +421,10 @@ class AsyncClient:
         """Allow or deny the call a gate stopped the task to ask a person about."""
         messages.check_answer(call, decision, note)
         await messages.answer(self.store, _id(task), call, decision, note)
+
+
+def _json_text(value: str | Mapping[str, object]) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _id(task: TaskRef) -> str:

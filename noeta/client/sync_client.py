@@ -120,6 +120,7 @@ class Client:
     submit = _made_one(AsyncClient.submit)
     submit_many = _made_many(AsyncClient.submit_many)
     enqueue = _made_one(AsyncClient.enqueue)
+    fork = _made_one(AsyncClient.fork)
     enqueue_many = _made_many(AsyncClient.enqueue_many)
     set_queue = _blocking(AsyncClient.set_queue)
     clear_queue = _blocking(AsyncClient.clear_queue)

@@ -105,6 +105,12 @@ def _describe(
                 else ", ".join(str(t) for t in listed or []) or "none"
             )
             body = f"<div>{h(facts)} · tools: {h(tools)}</div>"
+            source = data.get("forked_from")
+            if isinstance(source, str) and source:
+                at = h(data.get("forked_at"))
+                body += (
+                    f"<div>forked from {link(url(f'/tasks/{source}'), source)} at seq {at}</div>"
+                )
             return "", "created", body + text(data.get("prompt") or "")
         case "PluginsPinned":
             pins = [pin for pin in data.get("pins") or [] if isinstance(pin, list)]

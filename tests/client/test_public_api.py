@@ -13,6 +13,7 @@ PUBLIC = [
     "AsyncClient",
     "Client",
     "ConfigError",
+    "ForkRefused",
     "NoetaError",
     "PayloadError",
     "ResultTimeout",

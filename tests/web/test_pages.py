@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from noeta.backends.stores import open_store
 from noeta.client import AsyncClient
 from noeta.core.ports.model import Text, ToolCall, Usage
-from noeta.core.ports.store import Store
+from noeta.core.ports.store import NewTask, Store
 from noeta.core.rules import events
 from noeta.observability.span_record import SpanRecord
 from noeta.scheduler.cronfile import MessageAction, Schedule
@@ -263,3 +263,12 @@ async def test_a_correction_shows_beside_the_unknown_it_corrects(
     assert "tool result corrected (c7)" in page
     assert "corrected: the result came late (epoch 1)" in page
     assert "&lt;the real result&gt;" in page
+
+
+async def test_a_fork_links_to_the_task_it_was_forked_from(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    forked = events.TaskCreated(model="scripted:x", prompt="go", forked_from="src<1>", forked_at=3)
+    assert await store.create_task(NewTask("fork", encoded(forked)))
+    page = web().get("/tasks/fork").text
+    assert 'forked from <a href="/tasks/src%3C1%3E">src&lt;1&gt;</a> at seq 3' in page

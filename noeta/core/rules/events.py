@@ -39,6 +39,10 @@ class TaskCreated:
     # The tools the model may call; None: every tool of the plugins its worker pins
     # (what `submit` gives a task without tools of its own, starting no plugin to ask).
     tools: tuple[str, ...] | None = ()
+    # A fork's source: the task and the seq its log was copied through (ADR-0091); "" and
+    # 0 otherwise, and then not stored (a TaskCreated without a fork encodes as before).
+    forked_from: str = ""
+    forked_at: int = 0
 
     def tool_names(self, worker_tools: Iterable[str]) -> tuple[str, ...]:
         """The tools the task may call, on a worker that has `worker_tools` (in order)."""
@@ -337,7 +341,10 @@ def encode(event: Event) -> tuple[str, dict[str, JSONValue]]:
     """The store's (type, data) for an event."""
     data: dict[str, JSONValue] = {"v": _version_of(event)}
     for each in dataclasses.fields(event):
-        data[each.name] = _to_json(getattr(event, each.name))
+        value = getattr(event, each.name)
+        if (type(event), each.name) in _STORED_ONLY_WHEN_SET and value == each.default:
+            continue
+        data[each.name] = _to_json(value)
     return type(event).__name__, data
 
 
@@ -363,6 +370,11 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
         return cls(**values)
     except (KeyError, TypeError) as error:
         raise ValueError(f"{event_type} data is malformed: {error}") from None
+
+
+# Fields added after logs existed, stored only when set: every log without them encodes
+# byte for byte as before (the golden logs), and an older noeta ignores them.
+_STORED_ONLY_WHEN_SET = {(TaskCreated, "forked_from"), (TaskCreated, "forked_at")}
 
 
 def _version_of(event: Event) -> int:
