@@ -41,6 +41,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "noeta.cli.db:db",
         "The store's schema, and the embedded PostgreSQL server in $NOETA_HOME.",
     ),
+    "export": LazyCommand(
+        "noeta.cli.replay:export",
+        "Write task logs as JSON lines: one event a line, as stored, byte for byte.",
+    ),
     "fork": LazyCommand(
         "noeta.cli.fork:fork",
         "Fork task TASK_ID after step --at: a new task runs on from there; print its id.",
@@ -52,6 +56,10 @@ COMMANDS: dict[str, LazyCommand] = {
     "queue": LazyCommand(
         "noeta.cli.queues:queue",
         "Queues' fleet-wide limits: concurrency, per key, rate, pause.",
+    ),
+    "replay": LazyCommand(
+        "noeta.cli.replay:replay",
+        "Fold task logs with this noeta and say where it parts from one; exit 1 if any.",
     ),
     "run": LazyCommand(
         "noeta.cli.run:run",

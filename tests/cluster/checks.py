@@ -1,6 +1,7 @@
 """The checks after the heal phase: statuses, side effects against the ledger, messages
-taken once, the log invariants of every task, subagent trees (tree_checks.py), the notify
-plugin's deliveries (hook_checks.py), and every acknowledged append durable."""
+taken once, the log invariants of every task, every log replayed with this code (issue
+30), subagent trees (tree_checks.py), the notify plugin's deliveries (hook_checks.py),
+and every acknowledged append durable."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from noeta.core.ports.store import InboxEntry, Store, StoredEvent, TaskStatus
+from noeta.core.rules.replay import replay
 from tests.cluster.fanout import CANCELLED_PARENT, OUTBOX
 from tests.cluster.hook_checks import check_notifications
 from tests.cluster.invariants import check_log
@@ -37,6 +39,9 @@ async def check(store: Store, workload: Workload, scratch: Path) -> list[str]:
             wanted = " or ".join(sorted(status.value for status in allowed))
             problems.append(f"{task_id}: ended {record.status.value}, not {wanted}")
         problems += [f"{task_id}: {problem}" for problem in check_log(log, inbox)]
+        parted = replay(log)  # issue 30: logs written under faults replay with this code
+        if parted is not None:
+            problems.append(f"{task_id}: replay parts from this code at {parted}")
         problems += [f"{task_id}: {problem}" for problem in side_effects(log, ledger, task_id)]
         if kind == "chat":
             keys = {entry.id: entry.dedupe_key for entry in inbox}
