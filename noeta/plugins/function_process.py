@@ -27,11 +27,23 @@ STOP_GRACE_SECONDS = 5.0
 
 
 async def run_attempt(
-    module: str, name: str, input: dict[str, JSONValue], ctx: ToolContext, limit: float
+    module: str,
+    name: str,
+    input: dict[str, JSONValue],
+    ctx: ToolContext,
+    limit: float | None,
+    soft_limit: float | None = None,
 ) -> Any:
-    """The function's return value, its exception re-raised, or TimeoutError past
-    `limit` seconds (once its process is gone)."""
-    request = {"module": module, "name": name, "input": input, "ctx": _context(ctx)}
+    """The function's return value, its exception re-raised (SoftTimeLimitExceeded past
+    `soft_limit`, unless it caught it), or TimeoutError past `limit` seconds (once its
+    process is gone)."""
+    request = {
+        "module": module,
+        "name": name,
+        "input": input,
+        "ctx": _context(ctx),
+        "soft_limit": soft_limit,
+    }
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -16,6 +16,7 @@ PUBLIC = [
     "NoetaError",
     "PayloadError",
     "ResultTimeout",
+    "SoftTimeLimitExceeded",
     "StoreError",
     "Submission",
     "TailedEvent",
