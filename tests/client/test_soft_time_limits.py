@@ -119,3 +119,22 @@ async def test_a_cancel_during_the_soft_limits_cleanup_still_cancels() -> None:
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
+
+
+@noeta.tool(soft_time_limit=0.2)
+async def async_with_only_a_soft_limit() -> str:
+    try:
+        await asyncio.Event().wait()
+    except noeta.SoftTimeLimitExceeded:
+        return "cleaned up"
+    return "woken"
+
+
+async def test_a_soft_limit_alone_reaches_an_async_function_in_the_callers_task() -> None:
+    # No hard limit: the call runs in the caller's own task (no wait_for task between),
+    # whose cancellation count must come back to what it was.
+    task = asyncio.current_task()
+    assert task is not None
+    output = await async_with_only_a_soft_limit.run({}, CTX)  # type: ignore[attr-defined]
+    assert output.content == '"cleaned up"'
+    assert task.cancelling() == 0
