@@ -144,7 +144,7 @@ class Forks:
         request = {"argv": argv, "env": dict(env), "log": str(log)}
         async with self.asking:
             self.process.stdin.write(json.dumps(request).encode() + b"\n")
-            pid = await asyncio.wait_for(self.started.get(), 60)
+            pid = await asyncio.wait_for(self.started.get(), 300)
         return ForkedWorker(pid, log, self._exit_of(pid))
 
     async def close(self) -> None:
