@@ -321,9 +321,10 @@ async def _tail(
 def cancel(task_id: str, store: str | None) -> None:
     """Ask for task TASK_ID to stop: it ends cancelled, a running async call stopped.
 
-    A call running now is cancelled if it is async; a sync function in its thread cannot
-    be stopped and runs to its end. The task's finish says which: "cancelled while
-    running: stopped" or "…: it had finished".
+    A call running now is cancelled if it is async; a sync function with a time limit (in
+    a process of its own) gets SIGTERM, then SIGKILL 5 s later; one in a thread cannot be
+    stopped and runs to its end. The task's finish says which: "cancelled while running:
+    stopped" or "…: it had finished".
     """
     requested = asyncio.run(_client_call(store, "noeta-cancel", "cancel", task_id))
     said = "cancel requested" if requested else "cancel already requested"

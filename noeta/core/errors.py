@@ -6,6 +6,7 @@
     ├── TaskFailed             the task a client waited on finished failed (its error)
     ├── TaskCancelled          the task a client waited on was cancelled
     ├── ResultTimeout          the task did not finish within the client's timeout
+    ├── SoftTimeLimitExceeded  raised inside a job's function at its soft_time_limit
     └── StoreError
         ├── Conflict           the claim was lost or the log moved on; nothing was written
         ├── StoreUnavailable   the store could not be reached; nothing was written
@@ -55,6 +56,11 @@ class ResultTimeout(NoetaError):
         super().__init__(f"task {task_id} did not finish within {timeout:g}s")
         self.task_id = task_id
         self.timeout = timeout
+
+
+class SoftTimeLimitExceeded(NoetaError):
+    """Raised inside a `@noeta.tool` function at its `soft_time_limit` (Celery's
+    exception of that name): time to clean up before `time_limit` stops it for real."""
 
 
 class StoreError(NoetaError):

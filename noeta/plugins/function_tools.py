@@ -40,6 +40,7 @@ from noeta.core.retry import (
     with_retries,
 )
 from noeta.plugins.function_process import run_attempt
+from noeta.plugins.soft_limits import within_soft_limit
 
 if TYPE_CHECKING:
     from noeta.client.handles import TaskHandle
@@ -60,6 +61,8 @@ class RetryPolicy:
     first_backoff: float = FIRST_BACKOFF_SECONDS
     backoff_cap: float = BACKOFF_CAP_SECONDS
     time_limit: float | None = None  # seconds per run; past it the run counts as failed
+    # Seconds per run before SoftTimeLimitExceeded is raised inside the function.
+    soft_time_limit: float | None = None
 
 
 class FunctionTool:
@@ -85,13 +88,16 @@ class FunctionTool:
         self.input_schema: dict[str, JSONValue] = input_schema_of(function)
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
-        limit = self.policy.time_limit
+        limit, soft_limit = self.policy.time_limit, self.policy.soft_time_limit
 
         async def attempt() -> Any:
-            if limit is not None and not inspect.iscoroutinefunction(self.function):
+            if not self.flags.runs_in_a_thread and not inspect.iscoroutinefunction(self.function):
                 # A thread past its limit cannot be stopped: a process can (ADR-0090).
-                return await run_attempt(self.module, self.name, input, ctx, limit)
-            return await asyncio.wait_for(self._call(self.function, input, ctx), limit)
+                return await run_attempt(self.module, self.name, input, ctx, limit, soft_limit)
+            call = self._call(self.function, input, ctx)
+            if soft_limit is not None:
+                call = within_soft_limit(call, soft_limit)
+            return await asyncio.wait_for(call, limit)
 
         try:
             value = await with_retries(
@@ -209,6 +215,7 @@ def tool(
     first_backoff: float = FIRST_BACKOFF_SECONDS,
     backoff_cap: float = BACKOFF_CAP_SECONDS,
     time_limit: float | None = None,
+    soft_time_limit: float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -224,17 +231,26 @@ def tool(
     first_backoff: float = FIRST_BACKOFF_SECONDS,
     backoff_cap: float = BACKOFF_CAP_SECONDS,
     time_limit: float | None = None,
+    soft_time_limit: float | None = None,
 ) -> Any:
     """Declare a function a tool: `@noeta.tool` or `@noeta.tool(retry_safe=True, …)`.
 
     `recover(ctx=…, **input)` finds what an interrupted run did (its result, or None);
     a function or recover taking `ctx` gets the `ToolContext` (its `idempotency_key`).
+    `soft_time_limit` raises `noeta.SoftTimeLimitExceeded` inside the function first;
+    `time_limit` stops it for real (a sync function with either runs in its own process).
     """
     if max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
-    if time_limit is not None and time_limit <= 0:
-        raise ValueError("time_limit must be positive")
-    policy = RetryPolicy(max_attempts, tuple(retry_on), first_backoff, backoff_cap, time_limit)
+    _check_limits(time_limit, soft_time_limit)
+    policy = RetryPolicy(
+        max_attempts=max_attempts,
+        retry_on=tuple(retry_on),
+        first_backoff=first_backoff,
+        backoff_cap=backoff_cap,
+        time_limit=time_limit,
+        soft_time_limit=soft_time_limit,
+    )
 
     def decorate(target: F) -> F:
         made = FunctionTool(
@@ -243,8 +259,11 @@ def tool(
             description=inspect.cleandoc(target.__doc__ or target.__name__),
             flags=ToolFlags(
                 retry_safe=retry_safe,
-                # With a time limit a sync function runs in a process, which can be stopped.
-                runs_in_a_thread=not inspect.iscoroutinefunction(target) and time_limit is None,
+                # With a time limit a sync function runs in a process, which can be stopped
+                # (and be sent SIGALRM for its soft limit).
+                runs_in_a_thread=not inspect.iscoroutinefunction(target)
+                and time_limit is None
+                and soft_time_limit is None,
             ),
             recover=recover,
             policy=policy,
@@ -257,6 +276,19 @@ def tool(
         return made  # type: ignore[return-value]
 
     return decorate if function is None else decorate(function)
+
+
+def _check_limits(time_limit: float | None, soft_time_limit: float | None) -> None:
+    # `not x > 0`, not `x <= 0`: NaN is neither, and no limit would ever hold.
+    if time_limit is not None and not time_limit > 0:
+        raise ValueError(f"time_limit must be positive, not {time_limit}")
+    if soft_time_limit is not None and not soft_time_limit > 0:
+        raise ValueError(f"soft_time_limit must be positive, not {soft_time_limit}")
+    if time_limit is not None and soft_time_limit is not None and soft_time_limit >= time_limit:
+        raise ValueError(
+            f"soft_time_limit must be below time_limit ({soft_time_limit} >= {time_limit}):"
+            " the exception comes first, then the stop"
+        )
 
 
 class FunctionsPlugin:

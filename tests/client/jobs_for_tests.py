@@ -152,3 +152,40 @@ def dumpable() -> int:
     """Whether its process may be read by others of its user (prctl PR_GET_DUMPABLE)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     return int(libc.prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+
+
+@noeta.tool(soft_time_limit=0.2, time_limit=600)
+def cleans_up_at_its_soft_limit() -> str:
+    """A sync function the soft limit interrupts; it catches it and cleans up in time."""
+    record(f"start {os.getpid()}")
+    try:
+        time.sleep(600)  # the function's own work, never done within its soft limit
+    except noeta.SoftTimeLimitExceeded:
+        record("cleaned up")
+        return "cleaned up"
+    return "slept"
+
+
+@noeta.tool(soft_time_limit=0.2, time_limit=600)
+def ignores_its_soft_limit_cleanup() -> None:
+    """A sync function that does not catch its soft limit: the run fails saying so."""
+    time.sleep(600)
+
+
+@noeta.tool(soft_time_limit=0.2)
+def has_only_a_soft_limit() -> str:
+    """A soft limit alone: the function still runs in a process of its own."""
+    try:
+        time.sleep(600)
+    except noeta.SoftTimeLimitExceeded:
+        return f"stopped softly in {os.getpid()}"
+    return "slept"
+
+
+@noeta.tool(time_limit=600)
+def ignores_sigterm(n: int) -> int:
+    """A sync function (in a process of its own) that ignores SIGTERM: only SIGKILL ends it."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    record(f"start {os.getpid()} {threading.get_native_id()}")
+    time.sleep(600)  # the function's own work; only SIGKILL ends it
+    return n

@@ -17,6 +17,7 @@ PUBLIC = [
     "NoetaError",
     "PayloadError",
     "ResultTimeout",
+    "SoftTimeLimitExceeded",
     "StoreError",
     "Submission",
     "TailedEvent",

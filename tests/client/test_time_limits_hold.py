@@ -11,7 +11,8 @@ import pytest
 
 from noeta.client import AsyncClient
 from noeta.core.errors import TaskFailed
-from tests.client import jobs_for_tests
+from noeta.core.ports.tool import ToolContext
+from tests.client import jobs_for_tests, slow_import_jobs
 from tests.worker.conftest import WorkerProcess
 
 assert jobs_for_tests  # imported: its decorated functions are what enqueue can name
@@ -45,3 +46,14 @@ async def test_a_job_in_its_own_process_may_print(
     task = (await client.enqueue("chatty", {"n": 21})).id
     job_workers(postgres_url, "w", lease=600)
     assert await client.job_result(task, timeout=60) == 42
+
+
+async def test_the_limit_counts_from_the_call_not_the_processs_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Under load an interpreter and a job's imports take seconds: a 2 s limit counted from
+    # the process's start would fail a function that is done at once, every time.
+    monkeypatch.setenv("NOETA_TEST_SLOW_IMPORT", "3")
+    tool = slow_import_jobs.quick_after_a_slow_import
+    output = await tool.run({}, ToolContext(task_id="t", call_id="c"))  # type: ignore[attr-defined]
+    assert output.content == '"done"'
