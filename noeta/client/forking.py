@@ -16,6 +16,7 @@ from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.store import NewEvent, NewTask, Store, StoredEvent
 from noeta.core.rules import events
 from noeta.core.rules.fold import LoggedEvent, fold
+from noeta.core.rules.next_action import EndTurn, FinishTask, Stop, next_action
 from noeta.core.rules.task_state import TaskState
 
 # Written with a task's creation, never split from its TaskCreated.
@@ -163,6 +164,23 @@ def _nearest(log: Sequence[StoredEvent], at: int) -> str:
     above = [seq for seq in valid if seq > at][:NEAREST_SHOWN]
     near = below + above
     return f"; fork points near it: {', '.join(map(str, near))}" if near else ""
+
+
+def last_good_step(log: Sequence[StoredEvent]) -> int | None:
+    """Where a retry of a failed or cancelled task forks: the last fork point from which
+    this code would do work (call the model, run a tool, end a turn with an answer), not
+    end the task or fail its turn again; None if there is none."""
+    good = None
+    state = TaskState()
+    for stored in log:
+        state = fold([LoggedEvent(stored.seq, _decoded(stored))], state)
+        if why_not_a_fork_point(state, log, stored.seq, ForkChange()):
+            continue
+        action = next_action(state)
+        failing = isinstance(action, EndTurn) and action.outcome == "failed"
+        if not isinstance(action, FinishTask | Stop) and not failing:
+            good = stored.seq
+    return good
 
 
 def fork_points(log: Sequence[StoredEvent]) -> list[int]:

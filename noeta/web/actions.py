@@ -1,6 +1,6 @@
 """What a person can do from a task's page: cancel it, send it a message, answer the gate
-that asked. Each is a POST whose CSRF token is checked first (ADR-0071); each answers
-with a page that says what was done, or why nothing was."""
+that asked, fork it from a step. Each is a POST whose CSRF token is checked first
+(ADR-0071); each answers with a page that says what was done, or why nothing was."""
 
 from __future__ import annotations
 
@@ -48,6 +48,26 @@ async def answer(site: Site, request: Request) -> HTMLResponse:
     call, decision = fields.get("call", ""), fields.get("decision", "")
     await _done(site.client.answer(task_id, call, decision, note=fields.get("note", "")), task_id)
     return _confirmed(task_id, f"call {call} answered: {decision}")
+
+
+async def fork(site: Site, request: Request) -> HTMLResponse:
+    task_id, fields = await _checked(site, request)
+    at = whole_number(fields.get("at"))
+    if at is None:
+        raise PageError(400, f"a fork point is a seq, not {fields.get('at')!r}")
+    message = fields.get("message", "").strip() or None
+    if message is not None and len(message) > MAX_TEXT_CHARS:
+        raise PageError(
+            400, f"the message is {len(message)} characters; the limit is {MAX_TEXT_CHARS}"
+        )
+    handle = await _done(site.client.fork(task_id, at, message=message), task_id)
+    new = link(url(f"/tasks/{handle.id}"), handle.id)
+    body = (
+        f'<p class="notice" id="confirmation">forked at seq {at}: task {new} runs on from '
+        f"there (nothing before it runs again)</p>"
+        f"<p>{link(url(f'/tasks/{task_id}'), 'back to the task')}</p>"
+    )
+    return HTMLResponse(page(f"Task {task_id}", body))
 
 
 async def _checked(site: Site, request: Request) -> tuple[str, dict[str, str]]:

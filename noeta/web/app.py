@@ -61,6 +61,7 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
             route("/tasks/{task_id}/cancel", actions.cancel, ("POST",)),
             route("/tasks/{task_id}/send", actions.send, ("POST",)),
             route("/tasks/{task_id}/answer", actions.answer, ("POST",)),
+            route("/tasks/{task_id}/fork", actions.fork, ("POST",)),
             route("/workers", ops_pages.workers_page),
             route("/cron", ops_pages.cron_page),
             Mount("/static", StaticFiles(directory=str(static)), name="static"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
@@ -36,6 +37,7 @@ async def task_page(site: Site, request: Request) -> HTMLResponse:
     if after > 0:  # the event before the page sets its epoch, owner and open calls
         for seen in await views.log_page(task_id, after_seq=after - 1, limit=1):
             timeline.render(task_id, [seen], context)
+    context.fork_form = _fork_form(site, session_of(request), task_id)
     entries = await views.log_page(
         task_id, after_seq=after, limit=LOG_PAGE_EVENTS, inline_chars=INLINE_CHARS
     )
@@ -60,6 +62,22 @@ async def _record(site: Site, task_id: str) -> TaskRecord:
         return await site.client.get(task_id)
     except UnknownTask:
         raise not_found(f"task with the id {task_id!r}") from None
+
+
+def _fork_form(site: Site, session: str, task_id: str) -> Callable[[int], str]:
+    """A step's "fork from here": a new task from the log through that step, optionally
+    with a message (ADR-0091); one token serves every step's form."""
+    path = f"/tasks/{task_id}/fork"
+    token = site.csrf.issue(session, path)
+
+    def fork_form(seq: int) -> str:
+        fields = (
+            f'<input type="hidden" name="at" value="{seq}">'
+            '<input name="message" placeholder="message (optional)" size="24">'
+        )
+        return form(url(path), token, fields, "fork from here", css="fork")
+
+    return fork_form
 
 
 def _int(text: str | None, what: str, *, default: int | None) -> int | None:

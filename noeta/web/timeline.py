@@ -6,6 +6,7 @@ needs from earlier events travels in `Context`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -37,6 +38,13 @@ class Context:
     last_request: str = ""  # the previous ModelCalled's, to tell a re-sent request
     tools_started: dict[str, datetime] = field(default_factory=dict)
     trace_id: str = ""
+    # The "fork from here" form of a step (a seq in, HTML out); None: the rows carry none
+    # (the live feed's, until the page is reloaded).
+    fork_form: Callable[[int], str] | None = None
+
+
+# The steps a fork usually starts from; the fork itself checks the boundary (ADR-0091).
+FORKABLE = frozenset({"ModelReplied", "ToolFinished", "TurnEnded"})
 
 
 def render(task_id: str, entries: list[LogEntry], context: Context) -> str:
@@ -57,6 +65,8 @@ def _item(task_id: str, entry: LogEntry, context: Context) -> str:
         css, kind, body = _describe(task_id, entry, data, context, raw)
     context.last_type = entry.type
     meta = f"#{entry.seq} · {clock_time(entry.created_at)} · epoch {entry.epoch}"
+    if context.fork_form is not None and entry.type in FORKABLE:
+        body += context.fork_form(entry.seq)
     return (
         f'{mark}<li class="{css}" data-seq="{entry.seq}"><span class="raw">'
         f'{link(raw, "raw")}</span><span class="kind">{h(kind)}</span>'

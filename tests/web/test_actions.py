@@ -123,3 +123,33 @@ async def test_on_loopback_a_foreign_host_is_refused(web: Callable[..., TestClie
     assert http.get("/tasks", headers={"Host": "127.0.0.1:8787"}).status_code == 200
     rebound = http.get("/tasks", headers={"Host": "evil.example:8787"})
     assert rebound.status_code == 403 and "only to its own address" in rebound.text
+
+
+async def test_a_step_is_forked_from_the_page(store: Store, web: Callable[..., TestClient]) -> None:
+    replied = [
+        events.ModelCalled("cd" * 32),
+        events.ModelReplied((ToolCall("c1", "Read", {"file_path": "a"}),), "tool_use"),
+        events.ToolStarted("c1", "Read", {"file_path": "a"}),
+        events.ToolFinished("c1", "contents of a"),
+    ]
+    await task_with_log(store, "source", replied)
+    http = web()
+    page = http.get("/tasks/source").text
+    fields = form_fields(page, "/tasks/source/fork")  # the first step's: the reply at seq 3
+    assert fields["at"] == "3"
+    done = http.post("/tasks/source/fork", data={**fields, "at": "5"})
+    assert done.status_code == 200 and "forked at seq 5" in done.text
+    new = re.search(r'href="/tasks/(\w+)"', done.text)
+    assert new is not None
+    forked = await store.read_log(new.group(1))
+    assert [e.type for e in forked] == [
+        "TaskCreated",
+        "ModelCalled",
+        "ModelReplied",
+        "ToolStarted",
+        "ToolFinished",
+    ]
+    cut = http.post("/tasks/source/fork", data={**fields, "at": "4"})
+    assert cut.status_code == 400 and "cut tool call c1 (Read) in half" in cut.text
+    bad = http.post("/tasks/source/fork", data={**fields, "at": "x"})
+    assert bad.status_code == 400 and "a fork point is a seq" in bad.text
