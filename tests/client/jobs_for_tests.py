@@ -152,3 +152,31 @@ def dumpable() -> int:
     """Whether its process may be read by others of its user (prctl PR_GET_DUMPABLE)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     return int(libc.prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+
+
+def _attempt_of(name: str, ctx: ToolContext) -> int:
+    """This attempt's number, from the ledger (each attempt records itself first)."""
+    line = f"{name} {ctx.task_id}"
+    done = ledger().read_text().splitlines() if ledger().exists() else []
+    record(line)
+    return 1 + done.count(line)
+
+
+@noeta.tool(max_attempts=3, retry_on=(ConnectionError,), backoff="fixed", backoff_base=3600)
+def refused_twice(ctx: ToolContext) -> int:
+    """Refused on its first two attempts, then returns the attempt's number. Its retries
+    wait an hour in the queue: the test brings each forward when it has seen the wait."""
+    attempt = _attempt_of("refused_twice", ctx)
+    if attempt <= 2:
+        raise ConnectionError(f"attempt {attempt} refused")
+    return attempt
+
+
+@noeta.tool(retry_safe=True, max_attempts=2, retry_on=(ConnectionError,), first_backoff=0.01)
+def refused_then_dies(ctx: ToolContext) -> int:
+    """Refused on its first attempt; its second kills its worker mid-run (once)."""
+    attempt = _attempt_of("refused_then_dies", ctx)
+    if attempt == 1:
+        raise ConnectionError("attempt 1 refused")
+    die_once(ctx.idempotency_key)
+    return attempt
