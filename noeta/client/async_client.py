@@ -200,16 +200,19 @@ class AsyncClient:
         delay: float | None = None,
         key: str | None = None,
         priority: int = DEFAULT_PRIORITY,
+        countdown: float | None = None,
+        eta: datetime | None = None,
     ) -> TaskHandle:
         """Create a plain job: one call of the function decorated `@noeta.tool` as `job`
-        (`key` and `priority` as for `submit`)."""
+        (`key` and `priority` as for `submit`). It may start `delay` (or, as Celery says,
+        `countdown`) seconds from now, or at `run_at` (`eta`): one of them at most."""
         tool = await self._job_tool(job)
         checked = job_tasks.job_input(tool, input)
         check_key("queue name", queue)
         task_id = new_id(id)
-        store = await self.store()
-        now = await store.clock() if delay is not None else datetime.now().astimezone()
-        start = job_tasks.ready_at(now, run_at, delay)
+        start = await job_tasks.start_time(
+            self.store, run_at=run_at, delay=delay, eta=eta, countdown=countdown
+        )
         task = job_tasks.job_task(task_id, tool, checked, queue, start)
         await self._create(replace(task, concurrency_key=key, priority=priority))
         return TaskHandle(task_id, queue)
@@ -225,6 +228,8 @@ class AsyncClient:
         delay: float | None = None,
         key: str | None = None,
         priority: int = DEFAULT_PRIORITY,
+        countdown: float | None = None,
+        eta: datetime | None = None,
     ) -> list[TaskHandle]:
         """Create one job per input in one statement and one transaction, all or none.
 
@@ -234,9 +239,9 @@ class AsyncClient:
         with the same ids, never making duplicates.
         """
         tool = await self._job_tool(job)
-        store = await self.store()
-        now = await store.clock() if delay is not None else datetime.now().astimezone()
-        start = job_tasks.ready_at(now, run_at, delay)
+        start = await job_tasks.start_time(
+            self.store, run_at=run_at, delay=delay, eta=eta, countdown=countdown
+        )
         batch = job_tasks.job_batch(
             tool, inputs, queue=queue, start=start, key=key, priority=priority
         )

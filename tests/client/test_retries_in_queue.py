@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -106,3 +106,13 @@ async def test_an_attempt_cut_by_a_crash_counts_towards_max_attempts(
     ] * 2
     log = await logged(client, task)
     assert sum(isinstance(event, events.ToolStarted) for event in log) == 2
+
+
+async def test_countdown_and_eta_put_the_start_ahead(client: AsyncClient) -> None:
+    clock = await (await client.store()).clock()
+    later = await client.enqueue("send_email", {"to": "a"}, countdown=3600)
+    planned = await client.enqueue("send_email", {"to": "b"}, eta=clock + timedelta(days=1))
+    batch = await client.enqueue_many("send_email", [{"to": "c"}], countdown=60)
+    assert (await client.get(later)).ready_at >= clock + timedelta(seconds=3600)
+    assert (await client.get(planned)).ready_at == clock + timedelta(days=1)
+    assert (await client.get(batch[0])).ready_at >= clock + timedelta(seconds=60)
