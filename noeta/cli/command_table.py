@@ -49,6 +49,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "noeta.cli.queues:queue",
         "Queues' fleet-wide limits: concurrency, per key, rate, pause.",
     ),
+    "retry": LazyCommand(
+        "noeta.cli.tasks:retry",
+        "Run failed or cancelled job TASK_ID again, as a new task; print its id.",
+    ),
     "run": LazyCommand(
         "noeta.cli.run:run",
         "Run a one-shot task in this process until it ends; print its answer.",

@@ -15,7 +15,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from noeta.client import job_tasks, messages, task_logs
+from noeta.client import job_retry, job_tasks, messages, task_logs
 from noeta.client.creating import create_all_once, create_once
 from noeta.client.handles import TaskHandle
 from noeta.client.in_flight import CallsInFlight, tracked
@@ -54,7 +54,6 @@ from noeta.core.ports.store import (
     check_key,
 )
 from noeta.core.ports.store_values import check_text
-from noeta.plugins.function_tools import REGISTERED, FunctionTool
 
 if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqueue
     from noeta.config import Config
@@ -206,7 +205,7 @@ class AsyncClient:
         """Create a plain job: one call of the function decorated `@noeta.tool` as `job`
         (`key` and `priority` as for `submit`). It may start `delay` (or, as Celery says,
         `countdown`) seconds from now, or at `run_at` (`eta`): one of them at most."""
-        tool = await self._job_tool(job)
+        tool = job_tasks.configured_job_tool(job, self._config)
         checked = job_tasks.job_input(tool, input)
         check_key("queue name", queue)
         task_id = new_id(id)
@@ -238,7 +237,7 @@ class AsyncClient:
         with the same arguments only if it raised: a lost reply is resent by the client
         with the same ids, never making duplicates.
         """
-        tool = await self._job_tool(job)
+        tool = job_tasks.configured_job_tool(job, self._config)
         start = await job_tasks.start_time(
             self.store, run_at=run_at, delay=delay, eta=eta, countdown=countdown
         )
@@ -247,13 +246,6 @@ class AsyncClient:
         )
         await self._create_all(batch, "job")
         return [TaskHandle(task.id, task.queue) for task in batch]
-
-    async def _job_tool(self, name: str) -> FunctionTool:
-        """The decorated function named `name`: imported already, or by the config's
-        plugins (the CLI knows a job only through them)."""
-        if name not in REGISTERED and self._config is not None:
-            self._import_plugins()  # importing their modules registers their functions
-        return job_tasks.job_tool(name)
 
     async def _create(self, task: NewTask) -> None:
         await create_once(await self.store(), task)
@@ -264,16 +256,6 @@ class AsyncClient:
         if bulk is None:
             raise ConfigError(f"this store ({type(store).__name__}) cannot create in bulk")
         await create_all_once(store, bulk, batch, kind)
-
-    def _import_plugins(self) -> None:
-        """Import and build the config's plugins, starting none (an MCP server stays
-        unstarted: a client runs no tool)."""
-        from noeta.config import Config, load_config
-        from noeta.plugins.loading import load
-
-        config = self._config
-        for spec in (config if isinstance(config, Config) else load_config(config)).plugins:
-            load(spec)
 
     # --- queue settings (ADR-0073) ----------------------------------------------------
 
@@ -385,6 +367,17 @@ class AsyncClient:
     async def cancel(self, task: TaskRef) -> bool:
         """Ask for the task to stop; False if that was asked already."""
         return await messages.cancel(self.store, _id(task))
+
+    async def retry(
+        self,
+        task: TaskRef,
+        *,
+        id: str | None = None,
+        key: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+    ) -> TaskHandle:
+        """Run a failed or cancelled job again, as a new task (its log names `task`)."""
+        return await job_retry.retry(self.store, _id(task), new_id(id), key=key, priority=priority)
 
     async def answer(self, task: TaskRef, call: str, decision: str, *, note: str = "") -> None:
         """Allow or deny the call a gate stopped the task to ask a person about."""

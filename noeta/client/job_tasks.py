@@ -8,6 +8,7 @@ import math
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from noeta.client.input_checks import surely_valid
 from noeta.core.errors import ConfigError, PayloadError
@@ -17,6 +18,9 @@ from noeta.core.rules import events
 from noeta.core.rules.tool_input import input_problem
 from noeta.plugins.function_tools import REGISTERED, FunctionTool
 from noeta.plugins.loading import module_pin
+
+if TYPE_CHECKING:  # the config (and YAML) only for what reads one
+    from noeta.config import Config
 
 JOB_CALL_ID = "job"  # the one call of a job task: its idempotency key is "<task id>:job"
 
@@ -39,6 +43,19 @@ def job_tool(name: str) -> FunctionTool:
     if tool is None:
         raise UnknownJob(name)
     return tool
+
+
+def configured_job_tool(name: str, config: str | Config | None) -> FunctionTool:
+    """The decorated function named `name`: imported already, or by the config's plugins
+    (the CLI knows a job only through them), imported and built, none started (an MCP
+    server stays unstarted: a client runs no tool)."""
+    if name not in REGISTERED and config is not None:
+        from noeta.config import Config, load_config
+        from noeta.plugins.loading import load
+
+        for spec in (config if isinstance(config, Config) else load_config(config)).plugins:
+            load(spec)  # importing their modules registers their functions
+    return job_tool(name)
 
 
 def job_input(tool: FunctionTool, input: Mapping[str, object] | None) -> dict[str, JSONValue]:

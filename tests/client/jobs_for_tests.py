@@ -180,3 +180,17 @@ def refused_then_dies(ctx: ToolContext) -> int:
         raise ConnectionError("attempt 1 refused")
     die_once(ctx.idempotency_key)
     return attempt
+
+
+@noeta.tool
+def fails_the_first_time(ctx: ToolContext) -> int:
+    """Fails the first time any task runs it (a bug since fixed), then returns how many
+    runs there were: what `noeta retry` is for."""
+    runs = 1 + sum(
+        line.startswith("fails_the_first_time ")
+        for line in (ledger().read_text().splitlines() if ledger().exists() else [])
+    )
+    record(f"fails_the_first_time {ctx.task_id}")
+    if runs == 1:
+        raise RuntimeError("the first run fails")
+    return runs

@@ -1,0 +1,50 @@
+"""`retry`: a failed or cancelled plain job run again as a new task (ADR-0091), with the
+same function, input, pin and queue; its CallRequested names the task it retries. A
+finished log never grows, so the retried task stays as it ended."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from noeta.client.creating import create_once
+from noeta.client.handles import TaskHandle
+from noeta.client.task_logs import task_row
+from noeta.core.errors import NoetaError
+from noeta.core.ports.store import NewEvent, NewTask, Store, TaskStatus
+from noeta.core.rules import events
+
+RETRYABLE = (TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+
+async def retry(
+    open_store: Callable[[], Awaitable[Store]],
+    task_id: str,
+    new_task_id: str,
+    *,
+    key: str | None,
+    priority: int,
+) -> TaskHandle:
+    """Create the job's retry as task `new_task_id`; a task that is not a failed or
+    cancelled plain job is refused with one line saying why."""
+    store = await open_store()
+    record = await task_row(store, task_id)
+    # A job's log starts with its creation, its call and its pin, written together.
+    first = [events.decode(stored.type, stored.data) for stored in await store.read_log(task_id)]
+    call = first[1] if len(first) > 1 else None
+    if not isinstance(call, events.CallRequested):
+        raise NoetaError(
+            f"task {task_id} is not a plain job: noeta retry runs a job again "
+            "(submit an agent task anew)"
+        )
+    if record.status not in RETRYABLE:
+        said = "ran to its end" if record.status is TaskStatus.DONE else "has not ended"
+        raise NoetaError(
+            f"task {task_id} is {record.status.value}: it {said}; only a failed or "
+            "cancelled job can be retried"
+        )
+    again = events.CallRequested(call.call_id, call.name, call.input, retry_of=task_id)
+    kept = [e for e in first[:3] if isinstance(e, events.TaskCreated | events.PluginsPinned)]
+    log = [NewEvent(*events.encode(event)) for event in (kept[0], again, *kept[1:])]
+    task = NewTask(new_task_id, log, queue=record.queue, concurrency_key=key, priority=priority)
+    await create_once(store, task)
+    return TaskHandle(new_task_id, record.queue)
