@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from noeta.client import AsyncClient
-from noeta.core.errors import TaskFailed
+from noeta.core.errors import TaskCancelled, TaskFailed
 from noeta.core.ports.store import TaskStatus
 from noeta.core.ports.tool import OUTCOME_UNKNOWN
 from noeta.core.rules import events
@@ -116,3 +116,15 @@ async def test_countdown_and_eta_put_the_start_ahead(client: AsyncClient) -> Non
     assert (await client.get(later)).ready_at >= clock + timedelta(seconds=3600)
     assert (await client.get(planned)).ready_at == clock + timedelta(days=1)
     assert (await client.get(batch[0])).ready_at >= clock + timedelta(seconds=60)
+
+
+async def test_a_cancel_wakes_a_job_waiting_for_its_retry(
+    client: AsyncClient, postgres_url: str, job_workers: Callable[..., WorkerProcess], ledger: Path
+) -> None:
+    task = (await client.enqueue("refused_twice")).id
+    job_workers(postgres_url, "w", poll=0.1, lease=LONG_LEASE)
+    await next_failed_attempt(client, task, 0)  # its retry is an hour away
+    assert await client.cancel(task)
+    with pytest.raises(TaskCancelled):
+        await client.result(task, timeout=60)
+    assert (await asyncio.to_thread(ledger.read_text)).splitlines() == [f"refused_twice {task}"]
