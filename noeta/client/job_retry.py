@@ -29,7 +29,10 @@ async def retry(
     store = await open_store()
     record = await task_row(store, task_id)
     # A job's log starts with its creation, its call and its pin, written together.
-    first = [events.decode(stored.type, stored.data) for stored in await store.read_log(task_id)]
+    try:
+        first = [events.decode(e.type, e.data) for e in (await store.read_log(task_id))[:3]]
+    except ValueError as error:
+        raise NoetaError(f"task {task_id} has a log this noeta cannot read: {error}") from None
     call = first[1] if len(first) > 1 else None
     if not isinstance(call, events.CallRequested):
         raise NoetaError(
