@@ -169,7 +169,7 @@ def refused_twice(ctx: ToolContext) -> int:
     attempt = _attempt_of("refused_twice", ctx)
     if attempt <= 2:
         raise ConnectionError(f"attempt {attempt} refused")
-    return attempt
+    return ctx.attempt  # the log's count, the same as the ledger's
 
 
 @noeta.tool(retry_safe=True, max_attempts=2, retry_on=(ConnectionError,), first_backoff=0.01)
@@ -194,3 +194,9 @@ def fails_the_first_time(ctx: ToolContext) -> int:
     if runs == 1:
         raise RuntimeError("the first run fails")
     return runs
+
+
+@noeta.tool(time_limit=60)
+def tells_its_attempt(ctx: ToolContext) -> int:
+    """Returns its attempt's number, in a process of its own (it has a time limit)."""
+    return ctx.attempt

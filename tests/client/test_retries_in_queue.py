@@ -128,3 +128,11 @@ async def test_a_cancel_wakes_a_job_waiting_for_its_retry(
     with pytest.raises(TaskCancelled):
         await client.result(task, timeout=60)
     assert (await asyncio.to_thread(ledger.read_text)).splitlines() == [f"refused_twice {task}"]
+
+
+async def test_a_job_in_its_own_process_knows_its_attempt(
+    client: AsyncClient, postgres_url: str, job_workers: Callable[..., WorkerProcess]
+) -> None:
+    task = await client.enqueue("tells_its_attempt")
+    job_workers(postgres_url, "w", poll=0.1, lease=LONG_LEASE)
+    assert await client.job_result(task, timeout=60) == 1
