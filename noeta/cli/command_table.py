@@ -61,6 +61,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "noeta.cli.replay:replay",
         "Fold task logs with this noeta and say where it parts from one; exit 1 if any.",
     ),
+    "retry": LazyCommand(
+        "noeta.cli.tasks:retry",
+        "Run failed or cancelled task TASK_ID again, as a new task; print its id.",
+    ),
     "run": LazyCommand(
         "noeta.cli.run:run",
         "Run a one-shot task in this process until it ends; print its answer.",

@@ -16,6 +16,7 @@ from noeta.core.rules.next_action import (
     Action,
     AwaitAnswer,
     AwaitMessage,
+    AwaitRetry,
     AwaitSubtasks,
     CallModel,
     EndTurn,
@@ -34,7 +35,12 @@ SEPARATOR = " | "  # ASCII: a terminal set to LANG=C must be able to print it
 # Events that start a new activity even when the words stay the same (a second model
 # call, a second run of the same tool): its elapsed time starts again.
 RESTARTS = (ev.ModelCalled, ev.ToolStarted)
-WAITS = (AwaitMessage, AwaitAnswer, AwaitSubtasks)  # what a worker hands a task back for
+WAITS = (
+    AwaitMessage,
+    AwaitAnswer,
+    AwaitSubtasks,
+    AwaitRetry,
+)  # what a worker hands a task back for
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +147,8 @@ class TaskProgress:
                 return "tool " + calls[0].name, True
             case RunTools():
                 return "tools done", False
+            case AwaitRetry(calls=calls, due=due):
+                return f"{calls[0].name}: attempt {state.attempts + 1} due {due}", True
             case AwaitAnswer(call_id=call_id):
                 name = next((c.name for c in state.calls if c.id == call_id), call_id)
                 return f"waiting for an answer about {name} (noeta answer)", True

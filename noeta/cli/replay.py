@@ -24,7 +24,13 @@ STATUSES = click.Choice([status.value for status in TaskStatus])
 @click.command()
 @click.argument("task_ids", nargs=-1)
 @click.option("--status", type=STATUSES, default=None, help="Every task with this status.")
-@click.option("--limit", type=click.IntRange(1, 1_000_000), default=1000, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1_000_000),
+    default=1000,
+    show_default=True,
+    help="At most this many tasks, the newest first.",
+)
 @store_option
 def export(task_ids: tuple[str, ...], status: str | None, limit: int, store: str | None) -> None:
     """Write task logs as JSON lines: one event a line, as stored, byte for byte.
@@ -48,7 +54,13 @@ def export(task_ids: tuple[str, ...], status: str | None, limit: int, store: str
 @click.argument("files", nargs=-1, type=click.File("r", encoding="utf-8"))
 @click.option("--task", "task_ids", multiple=True, help="A task of the store (repeatable).")
 @click.option("--status", type=STATUSES, default=None, help="Every task with this status.")
-@click.option("--limit", type=click.IntRange(1, 1_000_000), default=1000, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1_000_000),
+    default=1000,
+    show_default=True,
+    help="At most this many tasks, the newest first.",
+)
 @store_option
 def replay(
     files: tuple[TextIO, ...],

@@ -81,11 +81,22 @@ def event_line(event: StoredEvent) -> str:
     data = scrubbed(event.data)
     if isinstance(data, dict):
         data = {k: v for k, v in data.items() if k != "v"}
-    text = json.dumps(data, ensure_ascii=False)
+    text = attempt_words(data) if event.type == "AttemptFailed" else ""
+    text = text or json.dumps(data, ensure_ascii=False)
     if len(text) > 160:
         text = text[:157] + "..."
     at = event.created_at.isoformat()[11:23]
     return f"{event.seq:>5}  {at}  {event.type:<13} {text}"
+
+
+def attempt_words(data: Any) -> str:
+    """A job's failed attempt as a person reads it ("" for data not of that form)."""
+    try:
+        said = f"attempt {int(data['attempt'])} failed after {float(data['seconds']):.2f}s"
+        after = f"next at {data['retry_at']}" if data.get("retry_at") else "no attempt left"
+        return f"{said}: {data['error']}; {after}"
+    except (KeyError, TypeError, ValueError):
+        return ""
 
 
 def late_result_fate(result: LateResult, log: list[StoredEvent]) -> str:

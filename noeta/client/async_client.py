@@ -15,7 +15,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from noeta.client import job_tasks, messages, task_logs
+from noeta.client import job_retry, job_tasks, messages, task_logs
 from noeta.client.creating import create_all_once, create_once
 from noeta.client.handles import TaskHandle
 from noeta.client.in_flight import CallsInFlight, tracked
@@ -54,7 +54,6 @@ from noeta.core.ports.store import (
     check_key,
 )
 from noeta.core.ports.store_values import check_text
-from noeta.plugins.function_tools import REGISTERED, FunctionTool
 
 if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqueue
     from noeta.config import Config
@@ -200,16 +199,19 @@ class AsyncClient:
         delay: float | None = None,
         key: str | None = None,
         priority: int = DEFAULT_PRIORITY,
+        countdown: float | None = None,
+        eta: datetime | None = None,
     ) -> TaskHandle:
         """Create a plain job: one call of the function decorated `@noeta.tool` as `job`
-        (`key` and `priority` as for `submit`)."""
-        tool = await self._job_tool(job)
+        (`key` and `priority` as for `submit`). It may start `delay` (or, as Celery says,
+        `countdown`) seconds from now, or at `run_at` (`eta`): one of them at most."""
+        tool = job_tasks.configured_job_tool(job, self._config)
         checked = job_tasks.job_input(tool, input)
         check_key("queue name", queue)
         task_id = new_id(id)
-        store = await self.store()
-        now = await store.clock() if delay is not None else datetime.now().astimezone()
-        start = job_tasks.ready_at(now, run_at, delay)
+        start = await job_tasks.start_time(
+            self.store, run_at=run_at, delay=delay, eta=eta, countdown=countdown
+        )
         task = job_tasks.job_task(task_id, tool, checked, queue, start)
         await self._create(replace(task, concurrency_key=key, priority=priority))
         return TaskHandle(task_id, queue)
@@ -225,6 +227,8 @@ class AsyncClient:
         delay: float | None = None,
         key: str | None = None,
         priority: int = DEFAULT_PRIORITY,
+        countdown: float | None = None,
+        eta: datetime | None = None,
     ) -> list[TaskHandle]:
         """Create one job per input in one statement and one transaction, all or none.
 
@@ -233,22 +237,15 @@ class AsyncClient:
         with the same arguments only if it raised: a lost reply is resent by the client
         with the same ids, never making duplicates.
         """
-        tool = await self._job_tool(job)
-        store = await self.store()
-        now = await store.clock() if delay is not None else datetime.now().astimezone()
-        start = job_tasks.ready_at(now, run_at, delay)
+        tool = job_tasks.configured_job_tool(job, self._config)
+        start = await job_tasks.start_time(
+            self.store, run_at=run_at, delay=delay, eta=eta, countdown=countdown
+        )
         batch = job_tasks.job_batch(
             tool, inputs, queue=queue, start=start, key=key, priority=priority
         )
         await self._create_all(batch, "job")
         return [TaskHandle(task.id, task.queue) for task in batch]
-
-    async def _job_tool(self, name: str) -> FunctionTool:
-        """The decorated function named `name`: imported already, or by the config's
-        plugins (the CLI knows a job only through them)."""
-        if name not in REGISTERED and self._config is not None:
-            self._import_plugins()  # importing their modules registers their functions
-        return job_tasks.job_tool(name)
 
     @tracked
     async def fork(
@@ -295,16 +292,6 @@ class AsyncClient:
         if bulk is None:
             raise ConfigError(f"this store ({type(store).__name__}) cannot create in bulk")
         await create_all_once(store, bulk, batch, kind)
-
-    def _import_plugins(self) -> None:
-        """Import and build the config's plugins, starting none (an MCP server stays
-        unstarted: a client runs no tool)."""
-        from noeta.config import Config, load_config
-        from noeta.plugins.loading import load
-
-        config = self._config
-        for spec in (config if isinstance(config, Config) else load_config(config)).plugins:
-            load(spec)
 
     # --- queue settings (ADR-0073) ----------------------------------------------------
 
@@ -416,6 +403,18 @@ class AsyncClient:
     async def cancel(self, task: TaskRef) -> bool:
         """Ask for the task to stop; False if that was asked already."""
         return await messages.cancel(self.store, _id(task))
+
+    async def retry(
+        self,
+        task: TaskRef,
+        *,
+        id: str | None = None,
+        key: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+    ) -> TaskHandle:
+        """Run a failed or cancelled task again, as a new task: a job with its input (its
+        log names `task`), an agent task forked at its last good step."""
+        return await job_retry.retry(self.store, _id(task), new_id(id), key=key, priority=priority)
 
     async def answer(self, task: TaskRef, call: str, decision: str, *, note: str = "") -> None:
         """Allow or deny the call a gate stopped the task to ask a person about."""

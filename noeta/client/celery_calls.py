@@ -5,7 +5,6 @@ store of `NOETA_STORE`, the config of `NOETA_CONFIG`; `use_client` names another
 from __future__ import annotations
 
 import inspect
-import math
 import threading
 from collections.abc import Mapping
 from datetime import datetime
@@ -13,7 +12,6 @@ from typing import Any
 
 from noeta.client.handles import TaskHandle
 from noeta.client.sync_client import Client
-from noeta.core.errors import ConfigError
 from noeta.core.ports.store import DEFAULT_PRIORITY, DEFAULT_QUEUE
 from noeta.plugins.function_tools import FunctionTool, install_call_site
 
@@ -69,13 +67,9 @@ def apply_async(
 ) -> TaskHandle:
     """Enqueue one call of `tool` (Celery's `apply_async`): `countdown` seconds from now,
     or at `eta`, is when it may start."""
-    if countdown is not None and (not math.isfinite(countdown) or countdown < 0):
-        raise ConfigError(f"countdown must be zero or more seconds, not {countdown}")
-    if countdown is not None and eta is not None:
-        raise ConfigError("give countdown or eta, not both")
     input = call_input(tool, args, kwargs or {})
     return default_client().enqueue(
-        tool.name, input, queue=queue, run_at=eta, delay=countdown, key=key, priority=priority
+        tool.name, input, queue=queue, eta=eta, countdown=countdown, key=key, priority=priority
     )
 
 

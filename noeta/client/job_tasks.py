@@ -6,17 +6,21 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from noeta.client.input_checks import surely_valid
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.ports.payload import JSONValue
-from noeta.core.ports.store import NewEvent, NewTask, check_key
+from noeta.core.ports.store import NewEvent, NewTask, Store, check_key
 from noeta.core.rules import events
 from noeta.core.rules.tool_input import input_problem
 from noeta.plugins.function_tools import REGISTERED, FunctionTool
 from noeta.plugins.loading import module_pin
+
+if TYPE_CHECKING:  # the config (and YAML) only for what reads one
+    from noeta.config import Config
 
 JOB_CALL_ID = "job"  # the one call of a job task: its idempotency key is "<task id>:job"
 
@@ -41,6 +45,19 @@ def job_tool(name: str) -> FunctionTool:
     return tool
 
 
+def configured_job_tool(name: str, config: str | Config | None) -> FunctionTool:
+    """The decorated function named `name`: imported already, or by the config's plugins
+    (the CLI knows a job only through them), imported and built, none started (an MCP
+    server stays unstarted: a client runs no tool)."""
+    if name not in REGISTERED and config is not None:
+        from noeta.config import Config, load_config
+        from noeta.plugins.loading import load
+
+        for spec in (config if isinstance(config, Config) else load_config(config)).plugins:
+            load(spec)  # importing their modules registers their functions
+    return job_tool(name)
+
+
 def job_input(tool: FunctionTool, input: Mapping[str, object] | None) -> dict[str, JSONValue]:
     """The input as the log will hold it, checked against the function's schema."""
     given = dict(input or {})
@@ -55,20 +72,54 @@ def job_input(tool: FunctionTool, input: Mapping[str, object] | None) -> dict[st
     return checked
 
 
-def ready_at(now: datetime, run_at: datetime | None, delay: float | None) -> datetime | None:
-    """When the job may start: `run_at` (aware), `delay` seconds after `now` (the store's
-    clock), or at once."""
-    if run_at is not None and delay is not None:
-        raise ConfigError("give run_at or delay, not both")
+def ready_at(
+    now: datetime,
+    *,
+    run_at: datetime | None = None,
+    delay: float | None = None,
+    eta: datetime | None = None,
+    countdown: float | None = None,
+) -> datetime | None:
+    """When the job may start: at `eta` (Celery's name for `run_at`; aware), `countdown`
+    seconds (Celery's name for `delay`) after `now` (the store's clock), or at once. At
+    most one of the four: the one check for `enqueue`, `enqueue_many` and `apply_async`."""
+    given = {
+        name: value
+        for name, value in (("countdown", countdown), ("eta", eta), ("delay", delay))
+        if value is not None
+    }
     if run_at is not None:
-        if run_at.tzinfo is None or run_at.utcoffset() is None:
-            raise ConfigError("run_at needs a time zone (e.g. datetime.now(UTC))")
-        return run_at
-    if delay is not None:
-        if not math.isfinite(delay) or delay < 0:
-            raise ConfigError(f"delay must be zero or more seconds, not {delay}")
-        return now + timedelta(seconds=delay)
+        given["run_at"] = run_at
+    if len(given) > 1:
+        first, second = list(given)[:2]
+        raise ConfigError(f"give {first} or {second}, not both")
+    for name, value in given.items():
+        if isinstance(value, datetime):
+            if value.tzinfo is None or value.utcoffset() is None:
+                raise ConfigError(f"{name} needs a time zone (e.g. datetime.now(UTC))")
+            return value
+        if isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{name} must be zero or more seconds, not {value}")
+        return now + timedelta(seconds=value)
     return None
+
+
+async def start_time(
+    open_store: Callable[[], Awaitable[Store]],
+    *,
+    run_at: datetime | None,
+    delay: float | None,
+    eta: datetime | None,
+    countdown: float | None,
+) -> datetime | None:
+    """`ready_at`, checked before the store is opened; a start relative to now is on the
+    store's clock."""
+    local = datetime.now().astimezone()
+    start = ready_at(local, run_at=run_at, delay=delay, eta=eta, countdown=countdown)
+    if start is None or (delay is None and countdown is None):
+        return start
+    now = await (await open_store()).clock()
+    return ready_at(now, run_at=run_at, delay=delay, eta=eta, countdown=countdown)
 
 
 def job_task(

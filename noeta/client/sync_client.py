@@ -133,6 +133,7 @@ class Client:
     send = _blocking(AsyncClient.send)
     cancel = _blocking(AsyncClient.cancel)
     answer = _blocking(AsyncClient.answer)
+    retry = _made_one(AsyncClient.retry)
 
     def tail(self, task: TaskRef, *, after: int = 0, follow: bool = True) -> Iterator[TailedEvent]:
         events = self._client.tail(task, after=after, follow=follow)

@@ -117,10 +117,11 @@ def _outcome(out: bytes, returncode: int | None) -> Any:
     return reply["value"]
 
 
-def _context(ctx: ToolContext) -> dict[str, str]:
+def _context(ctx: ToolContext) -> dict[str, str | int]:
     return {
         "task_id": ctx.task_id,
         "call_id": ctx.call_id,
         "workspace": ctx.workspace,
         "subtask_id": ctx.subtask_id,
+        "attempt": ctx.attempt,
     }

@@ -1,9 +1,9 @@
 """`@noeta.tool`: a plain Python function as a tool, offered to a model or run as a job.
 
 The input schema comes from the type hints, the result is the return value as JSON, and
-the tool recovery contract is the one every tool has (`retry_safe`, `recover`). A failing
-run is retried in the same claim by its own policy (`max_attempts`, capped jittered
-backoff, `retry_on`, a `time_limit` per run) through `noeta.core.retry.with_retries`.
+the tool recovery contract is the one every tool has (`retry_safe`, `recover`). A job's
+failing attempt is retried by its own policy (`max_attempts`, `retry_on`, a backoff, a
+`time_limit` per attempt) through the queue (ADR-0094); a model's call, within the call.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import functools
 import importlib
 import inspect
 import json
+import math
 import random
+import time
 import types
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,22 +25,14 @@ from typing import (
     Any,
     Literal,
     TypeVar,
-    get_args,
-    get_origin,
-    get_type_hints,
     overload,
 )
 
 from noeta.core.ports.payload import JSONValue
-from noeta.core.ports.tool import ToolContext, ToolError, ToolFlags, ToolOutput
-from noeta.core.retry import (
-    BACKOFF_CAP_SECONDS,
-    FIRST_BACKOFF_SECONDS,
-    GaveUp,
-    backoff_seconds,
-    with_retries,
-)
+from noeta.core.ports.tool import FailedAttempt, ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.core.retry import BACKOFF_CAP_SECONDS, FIRST_BACKOFF_SECONDS, GaveUp, with_retries
 from noeta.plugins.function_process import run_attempt
+from noeta.plugins.function_schema import input_schema_of
 from noeta.plugins.soft_limits import within_soft_limit
 
 if TYPE_CHECKING:
@@ -51,18 +44,31 @@ F = TypeVar("F", bound=Callable[..., Any])
 REGISTERED: dict[str, FunctionTool] = {}
 
 
+Backoff = Literal["exponential", "fixed"]
+# A job's retry waits in the queue, its slot free: it may wait long (Celery's default cap).
+BACKOFF_MAX_SECONDS = 600.0
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How one run of a job is retried when the function raises (not after a crash:
-    that is the recovery contract's, `retry_safe` and `recover`)."""
+    """How a failing attempt is retried when the function raises one of `retry_on`. A
+    crash is the recovery contract's (`retry_safe`, `recover`); it counts as an attempt."""
 
     max_attempts: int = 1
     retry_on: tuple[type[BaseException], ...] = (Exception,)
-    first_backoff: float = FIRST_BACKOFF_SECONDS
-    backoff_cap: float = BACKOFF_CAP_SECONDS
-    time_limit: float | None = None  # seconds per run; past it the run counts as failed
-    # Seconds per run before SoftTimeLimitExceeded is raised inside the function.
+    backoff: Backoff = "exponential"
+    backoff_base: float = FIRST_BACKOFF_SECONDS  # the first wait (fixed: every wait)
+    backoff_max: float = BACKOFF_MAX_SECONDS
+    jitter: bool = True  # each wait drawn from its half to its whole: spread the herd
+    time_limit: float | None = None  # seconds per attempt; past it the attempt failed
+    # Seconds per attempt before SoftTimeLimitExceeded is raised inside the function.
     soft_time_limit: float | None = None
+
+    def wait_after(self, attempt: int, draw: float, cap: float = math.inf) -> float:
+        """Seconds from failed attempt `attempt` (1-based) to the next; `draw` in [0, 1)."""
+        growth = 1 if self.backoff == "fixed" else 2 ** min(attempt - 1, 64)
+        wait = min(self.backoff_max, cap, self.backoff_base * growth)
+        return wait * (0.5 + 0.5 * draw) if self.jitter else wait
 
 
 class FunctionTool:
@@ -88,38 +94,55 @@ class FunctionTool:
         self.input_schema: dict[str, JSONValue] = input_schema_of(function)
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
+        if ctx.attempt == 0:  # a model's call: retried within the call
+            return await self._run_within_call(input, ctx)
+        began = time.monotonic()
+        try:
+            value = await self._attempt(input, ctx)
+        except Exception as error:  # the attempt failed: logged, and retried or the end
+            return self._failed(error, ctx.attempt, time.monotonic() - began)
+        return ToolOutput(_as_json(self.name, value))
+
+    async def _attempt(self, input: dict[str, JSONValue], ctx: ToolContext) -> Any:
         limit, soft_limit = self.policy.time_limit, self.policy.soft_time_limit
+        if not self.flags.runs_in_a_thread and not inspect.iscoroutinefunction(self.function):
+            # A thread past its limit cannot be stopped: a process can (ADR-0090).
+            return await run_attempt(self.module, self.name, input, ctx, limit, soft_limit)
+        call = self._call(self.function, input, ctx)
+        if soft_limit is not None:
+            call = within_soft_limit(call, soft_limit)
+        return await asyncio.wait_for(call, limit)
 
-        async def attempt() -> Any:
-            if not self.flags.runs_in_a_thread and not inspect.iscoroutinefunction(self.function):
-                # A thread past its limit cannot be stopped: a process can (ADR-0090).
-                return await run_attempt(self.module, self.name, input, ctx, limit, soft_limit)
-            call = self._call(self.function, input, ctx)
-            if soft_limit is not None:
-                call = within_soft_limit(call, soft_limit)
-            return await asyncio.wait_for(call, limit)
+    def _failed(self, error: Exception, attempt: int, seconds: float) -> ToolOutput:
+        """A job's failed attempt: the next is due after the backoff if the policy retries
+        it and attempts are left; else the job ends with this error."""
+        reason = self._reason(error)
+        policy = self.policy
+        if isinstance(error, policy.retry_on) and attempt < policy.max_attempts:
+            wait = policy.wait_after(attempt, random.random())
+            said = f"{self.name} attempt {attempt} of {policy.max_attempts} failed: {reason}"
+            return ToolOutput(said, True, failed_attempt=FailedAttempt(reason, seconds, wait))
+        said = f"{self.name} failed after {attempt} attempt(s): {reason}"
+        return ToolOutput(said, True, failed_attempt=FailedAttempt(reason, seconds))
 
+    def _reason(self, error: BaseException) -> str:
+        if isinstance(error, TimeoutError):
+            return f"ran past its time limit of {self.policy.time_limit}s"
+        return f"{type(error).__name__}: {error}"
+
+    async def _run_within_call(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
+        """A model's call of the function: its attempts in this claim, the waits capped."""
         try:
             value = await with_retries(
-                attempt,
+                lambda: self._attempt(input, ctx),
                 Exception,
                 max_attempts=self.policy.max_attempts,
-                wait=lambda n, _: backoff_seconds(
-                    n,
-                    None,
-                    random.random(),
-                    first=self.policy.first_backoff,
-                    cap=self.policy.backoff_cap,
-                ),
+                wait=lambda n, _: self.policy.wait_after(n, random.random(), BACKOFF_CAP_SECONDS),
                 sleep=asyncio.sleep,
                 retryable=lambda error: isinstance(error, self.policy.retry_on),
             )
         except GaveUp as gave_up:
-            error = gave_up.error
-            if isinstance(error, TimeoutError):
-                reason = f"ran past its time limit of {self.policy.time_limit}s"
-            else:
-                reason = f"{type(error).__name__}: {error}"
+            reason = self._reason(gave_up.error)
             raise ToolError(
                 f"{self.name} failed after {gave_up.attempts} attempt(s): {reason}"
             ) from None
@@ -210,12 +233,16 @@ def tool(
     name: str | None = None,
     retry_safe: bool = False,
     recover: Callable[..., Any] | None = None,
-    max_attempts: int = 1,
+    max_attempts: int | None = None,
     retry_on: Sequence[type[BaseException]] = (Exception,),
-    first_backoff: float = FIRST_BACKOFF_SECONDS,
-    backoff_cap: float = BACKOFF_CAP_SECONDS,
+    backoff: Backoff = "exponential",
+    backoff_base: float | None = None,
+    backoff_max: float | None = None,
+    jitter: bool = True,
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
+    first_backoff: float | None = None,
+    backoff_cap: float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -226,30 +253,44 @@ def tool(
     name: str | None = None,
     retry_safe: bool = False,
     recover: Callable[..., Any] | None = None,
-    max_attempts: int = 1,
+    max_attempts: int | None = None,
     retry_on: Sequence[type[BaseException]] = (Exception,),
-    first_backoff: float = FIRST_BACKOFF_SECONDS,
-    backoff_cap: float = BACKOFF_CAP_SECONDS,
+    backoff: Backoff = "exponential",
+    backoff_base: float | None = None,
+    backoff_max: float | None = None,
+    jitter: bool = True,
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
+    first_backoff: float | None = None,
+    backoff_cap: float | None = None,
 ) -> Any:
     """Declare a function a tool: `@noeta.tool` or `@noeta.tool(retry_safe=True, …)`.
 
     `recover(ctx=…, **input)` finds what an interrupted run did (its result, or None);
     a function or recover taking `ctx` gets the `ToolContext` (its `idempotency_key`).
+    A job's attempt that raises one of `retry_on` runs again `backoff_base` seconds later
+    (`exponential`: doubling each time, up to `backoff_max`; `jitter`: drawn from half to
+    whole), waiting in the queue; `max_attempts` counts every start, crashes included.
+    `first_backoff` and `backoff_cap` are the old names of `backoff_base`, `backoff_max`.
     `soft_time_limit` raises `noeta.SoftTimeLimitExceeded` inside the function first;
     `time_limit` stops it for real (a sync function with either runs in its own process).
     """
-    if max_attempts < 1:
+    if max_attempts is not None and max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
     _check_limits(time_limit, soft_time_limit)
+    if backoff not in ("exponential", "fixed"):
+        raise ValueError(f"backoff must be exponential or fixed, not {backoff!r}")
+    base = _renamed("backoff_base", backoff_base, "first_backoff", first_backoff)
+    most = _renamed("backoff_max", backoff_max, "backoff_cap", backoff_cap)
     policy = RetryPolicy(
-        max_attempts=max_attempts,
-        retry_on=tuple(retry_on),
-        first_backoff=first_backoff,
-        backoff_cap=backoff_cap,
-        time_limit=time_limit,
-        soft_time_limit=soft_time_limit,
+        max_attempts or 1,
+        tuple(retry_on),
+        backoff,
+        FIRST_BACKOFF_SECONDS if base is None else base,
+        BACKOFF_MAX_SECONDS if most is None else most,
+        jitter,
+        time_limit,
+        soft_time_limit,
     )
 
     def decorate(target: F) -> F:
@@ -264,6 +305,7 @@ def tool(
                 runs_in_a_thread=not inspect.iscoroutinefunction(target)
                 and time_limit is None
                 and soft_time_limit is None,
+                max_attempts=max_attempts,  # unset: a crashed retry_safe call's default cap
             ),
             recover=recover,
             policy=policy,
@@ -289,6 +331,16 @@ def _check_limits(time_limit: float | None, soft_time_limit: float | None) -> No
             f"soft_time_limit must be below time_limit ({soft_time_limit} >= {time_limit}):"
             " the exception comes first, then the stop"
         )
+
+
+def _renamed(name: str, value: float | None, old_name: str, old: float | None) -> float | None:
+    """A backoff option given by its name or its old one (not both), checked."""
+    if value is not None and old is not None:
+        raise ValueError(f"give {name} or {old_name} (its old name), not both")
+    given = value if value is not None else old
+    if given is not None and not (math.isfinite(given) and given >= 0):
+        raise ValueError(f"{name} must be zero or more seconds, not {given}")
+    return given
 
 
 class FunctionsPlugin:
@@ -322,51 +374,6 @@ def call_with_context(
 def tools_in(module: types.ModuleType) -> list[FunctionTool]:
     """The tools a module's functions were decorated into, in definition order."""
     return [value for value in vars(module).values() if isinstance(value, FunctionTool)]
-
-
-def input_schema_of(function: Callable[..., Any]) -> dict[str, JSONValue]:
-    """A JSON schema of the function's parameters, from their type hints."""
-    hints = get_type_hints(function)
-    properties: dict[str, JSONValue] = {}
-    required: list[JSONValue] = []
-    for parameter in inspect.signature(function).parameters.values():
-        if parameter.name == "ctx":
-            continue
-        if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
-            raise TypeError(f"{function.__name__}: *{parameter.name} cannot come from JSON")
-        if parameter.name not in hints:
-            raise TypeError(f"{function.__name__}: parameter {parameter.name} has no type hint")
-        properties[parameter.name] = _schema(hints[parameter.name], function.__name__)
-        if parameter.default is parameter.empty:
-            required.append(parameter.name)
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
-_SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
-
-
-def _schema(hint: Any, where: str) -> dict[str, JSONValue]:
-    if hint in _SIMPLE:
-        return {"type": _SIMPLE[hint]}
-    if hint is type(None):
-        return {"type": "null"}
-    if hint is Any or hint is JSONValue:
-        return {}
-    origin, arguments = get_origin(hint), get_args(hint)
-    if origin in (list, tuple, Sequence) and arguments:
-        return {"type": "array", "items": _schema(arguments[0], where)}
-    if origin is dict and arguments and arguments[0] is str:
-        return {"type": "object", "additionalProperties": _schema(arguments[1], where)}
-    if origin in (types.UnionType, typing.Union):
-        return {"anyOf": [_schema(each, where) for each in arguments]}
-    if origin is Literal:
-        return {"enum": list(arguments)}
-    raise TypeError(f"{where}: the type {hint!r} has no JSON schema here")
 
 
 def _as_json(name: str, value: Any) -> str:

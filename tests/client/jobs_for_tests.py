@@ -189,3 +189,51 @@ def ignores_sigterm(n: int) -> int:
     record(f"start {os.getpid()} {threading.get_native_id()}")
     time.sleep(600)  # the function's own work; only SIGKILL ends it
     return n
+
+
+def _attempt_of(name: str, ctx: ToolContext) -> int:
+    """This attempt's number, from the ledger (each attempt records itself first)."""
+    line = f"{name} {ctx.task_id}"
+    done = ledger().read_text().splitlines() if ledger().exists() else []
+    record(line)
+    return 1 + done.count(line)
+
+
+@noeta.tool(max_attempts=3, retry_on=(ConnectionError,), backoff="fixed", backoff_base=3600)
+def refused_twice(ctx: ToolContext) -> int:
+    """Refused on its first two attempts, then returns the attempt's number. Its retries
+    wait an hour in the queue: the test brings each forward when it has seen the wait."""
+    attempt = _attempt_of("refused_twice", ctx)
+    if attempt <= 2:
+        raise ConnectionError(f"attempt {attempt} refused")
+    return ctx.attempt  # the log's count, the same as the ledger's
+
+
+@noeta.tool(retry_safe=True, max_attempts=2, retry_on=(ConnectionError,), first_backoff=0.01)
+def refused_then_dies(ctx: ToolContext) -> int:
+    """Refused on its first attempt; its second kills its worker mid-run (once)."""
+    attempt = _attempt_of("refused_then_dies", ctx)
+    if attempt == 1:
+        raise ConnectionError("attempt 1 refused")
+    die_once(ctx.idempotency_key)
+    return attempt
+
+
+@noeta.tool
+def fails_the_first_time(ctx: ToolContext) -> int:
+    """Fails the first time any task runs it (a bug since fixed), then returns how many
+    runs there were: what `noeta retry` is for."""
+    runs = 1 + sum(
+        line.startswith("fails_the_first_time ")
+        for line in (ledger().read_text().splitlines() if ledger().exists() else [])
+    )
+    record(f"fails_the_first_time {ctx.task_id}")
+    if runs == 1:
+        raise RuntimeError("the first run fails")
+    return runs
+
+
+@noeta.tool(time_limit=60)
+def tells_its_attempt(ctx: ToolContext) -> int:
+    """Returns its attempt's number, in a process of its own (it has a time limit)."""
+    return ctx.attempt

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 
@@ -22,6 +22,9 @@ async def sqlite_client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterat
         yield client
 
 
+SOON = datetime(2030, 1, 1, tzinfo=UTC)
+
+
 @pytest.mark.parametrize(
     ("job", "input", "options", "error", "message"),
     [
@@ -33,6 +36,18 @@ async def sqlite_client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterat
         ("charge", {"customer": "a", "cents": float("nan")}, {}, PayloadError, "not JSON"),
         ("send_email", {"to": "a"}, {"run_at": datetime(2030, 1, 1)}, ConfigError, "time zone"),
         ("send_email", {"to": "a"}, {"delay": -1}, ConfigError, "zero or more seconds"),
+        ("send_email", {"to": "a"}, {"countdown": -1}, ConfigError, "countdown must be zero or"),
+        ("send_email", {"to": "a"}, {"countdown": float("inf")}, ConfigError, "countdown must"),
+        ("send_email", {"to": "a"}, {"eta": datetime(2030, 1, 1)}, ConfigError, "eta needs a time"),
+        ("send_email", {"to": "a"}, {"countdown": 1, "eta": SOON}, ConfigError, "countdown or eta"),
+        (
+            "send_email",
+            {"to": "a"},
+            {"countdown": 1, "delay": 1},
+            ConfigError,
+            "countdown or delay",
+        ),
+        ("send_email", {"to": "a"}, {"eta": SOON, "run_at": SOON}, ConfigError, "eta or run_at"),
         ("send_email", {"to": "a"}, {"queue": ""}, PayloadError, "queue name"),
         ("send_email", {"to": "a"}, {"id": "../x"}, PayloadError, "task id"),
     ],

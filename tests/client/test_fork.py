@@ -19,7 +19,7 @@ from noeta.backends.stores import open_store
 from noeta.client import AsyncClient, ForkRefused
 from noeta.client.creating import TaskExists
 from noeta.client.forking import ForkChange, fork_points, forked_events
-from noeta.core.errors import UnknownTask
+from noeta.core.errors import NoetaError, UnknownTask
 from noeta.core.ports.store import NewEvent, NewTask, StoredEvent
 from noeta.core.rules import events
 from noeta.core.rules.fold import LoggedEvent, fold
@@ -214,3 +214,29 @@ def test_a_reply_file_is_checked(tmp_path: Path) -> None:
     )
     failed = run([NOETA, "fork", "t", "--at", "1", "--reply-file", str(reply), "--store", url])
     assert failed.returncode != 0 and 'a "content" list' in failed.stderr
+
+
+async def test_a_failed_agent_task_is_retried_from_its_last_good_step(
+    client: AsyncClient, tmp_path: Path
+) -> None:
+    store = await client.store()
+    cut = {"text": "and then", "stop": "max_tokens"}
+    model = script(tmp_path, cut, cut, cut, {"text": "never"})
+    await create(store, "t", model, prompt="go")
+    registry = ProviderRegistry()
+    runner = TaskRunner(store, registry, {})
+    assert (await run_once(runner, store, "t")).state.finished == "failed"
+    handle = await client.retry("t", id="again")
+    log, retried = await store.read_log("t"), await store.read_log("again")
+    at = retried[0].data["forked_at"]  # type: ignore[index]
+    # The last step from which this code would call the model again: after two truncations.
+    assert at == 5 and [e.type for e in log[:at]] == [e.type for e in retried]
+    result = await run_once(runner, store, handle.id)
+    assert result.state.last_turn_error.startswith("llm_truncated")  # the third, again
+    provider, _ = await registry.provider_for(model)
+    assert isinstance(provider, ScriptedProvider)
+    assert len(provider.requests) == 4  # the source's three and the retry's one
+    await create(store, "ok", script(tmp_path, {"text": "fine"}), prompt="go")
+    await run_once(runner, store, "ok")
+    with pytest.raises(NoetaError, match="task ok is done: it ran to its end"):
+        await client.retry("ok")

@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator
 
 from noeta.client.input_checks import surely_valid
 from noeta.core.ports.payload import JSONValue
-from noeta.plugins.function_tools import input_schema_of
+from noeta.plugins.function_schema import input_schema_of
 
 
 def everything(

@@ -10,6 +10,7 @@ from noeta.core.ports.pin import Pin
 from noeta.core.rules import snapshot
 from noeta.core.rules.events import (
     EVENT_TYPES,
+    AttemptFailed,
     CallRequested,
     JobFinished,
     JobLost,
@@ -66,6 +67,9 @@ EXAMPLES = [
     WokenUp("c3"),
     SubtaskOf("parent", "c4", 1),
     CallRequested("job", "charge", {"customer": "ada", "cents": 500}),
+    CallRequested("job", "charge", {"customer": "ada", "cents": 5}, retry_of="a1b2c3"),
+    AttemptFailed("job", 1, "ConnectionError: refused", 0.25, "2026-12-01T10:00:03.000+00:00"),
+    AttemptFailed("job", 3, "ConnectionError: refused", 0.25),
     SubtaskLaunched("c4", "t.c4.1", "look it up"),
     SubtaskReturned("t.c4.1", "done", 8),
     PluginRecord("notify", {"through": 12}),

@@ -29,6 +29,9 @@ class ToolFlags:
     # A sync function run in a thread (`@noeta.tool` on a def): a cancel cannot stop it, so
     # the runner lets it end and records that it had finished (issue 29 item 4).
     runs_in_a_thread: bool = False
+    # A retry_safe call is started at most this many times in all, crashes included
+    # (a job's `max_attempts`); None: MAX_ATTEMPTS.
+    max_attempts: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,9 @@ class ToolContext:
     workspace: str = ""
     # For a tool that launches subtasks: the id its child gets (the same on every attempt).
     subtask_id: str = ""
+    # A plain job's attempt, counted from its log (1 for the first); 0: not a job's call,
+    # so a failure the tool retries is retried within the call, not through the queue.
+    attempt: int = 0
 
     @property
     def idempotency_key(self) -> str:
@@ -80,12 +86,23 @@ class SubtaskRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class FailedAttempt:
+    """A job's attempt raised (`error`, after `seconds`): it is retried through the queue
+    `retry_in` seconds from now; None: no attempt is left, the output is the job's end."""
+
+    error: str
+    seconds: float
+    retry_in: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ToolOutput:
     content: str
     is_error: bool = False
     background: BackgroundJob | None = None
     wakeup: Wakeup | None = None
     subtask: SubtaskRequest | None = None
+    failed_attempt: FailedAttempt | None = None
 
 
 class Jobs(Protocol):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from noeta.core.ports.model import Text, ToolCall, Usage
 from noeta.core.ports.payload import JSONValue
@@ -58,6 +58,9 @@ class CallRequested:
     call_id: str
     name: str
     input: dict[str, JSONValue]
+    # The failed or cancelled job this one runs again (`noeta retry`); a record only, so
+    # a noeta that predates it may drop it and run the job all the same.
+    retry_of: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +128,20 @@ class ToolFinished:
     # With "late": the epoch whose claim ran the call. 0 otherwise, and in logs written
     # before the field existed (a field with a default: old logs decode unchanged).
     from_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFailed:
+    """An attempt of a plain job's call raised `error` after `seconds` (the worker's own
+    measure). With `retry_at` (UTC, ISO 8601, store clock) the call is run again then and
+    the task waits in the queue meanwhile, its slot free; "" means no attempt is left and
+    the call's ToolFinished lands with this. A new type: older workers leave the task."""
+
+    call_id: str
+    attempt: int  # 1-based, counted from the log's ToolStarted events of the call
+    error: str
+    seconds: float
+    retry_at: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +304,7 @@ Event = (
     | ModelFailed
     | ToolStarted
     | ToolFinished
+    | AttemptFailed
     | ToolResultCorrected
     | ToolWaiting
     | ToolAnswered
@@ -305,36 +323,7 @@ Event = (
     | TaskFinished
 )
 
-EVENT_TYPES: dict[str, type[Event]] = {
-    cls.__name__: cls
-    for cls in (
-        TaskCreated,
-        CallRequested,
-        MessageTaken,
-        ModelCalled,
-        ModelCallCut,
-        ModelReplied,
-        ModelFailed,
-        ToolStarted,
-        ToolFinished,
-        ToolResultCorrected,
-        ToolWaiting,
-        ToolAnswered,
-        PluginsPinned,
-        JobStarted,
-        JobFinished,
-        JobLost,
-        JobStopped,
-        WakeupScheduled,
-        WokenUp,
-        SubtaskOf,
-        SubtaskLaunched,
-        SubtaskReturned,
-        PluginRecord,
-        TurnEnded,
-        TaskFinished,
-    )
-}
+EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in get_args(Event)}
 
 
 def encode(event: Event) -> tuple[str, dict[str, JSONValue]]:
@@ -374,7 +363,11 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
 
 # Fields added after logs existed, stored only when set: every log without them encodes
 # byte for byte as before (the golden logs), and an older noeta ignores them.
-_STORED_ONLY_WHEN_SET = {(TaskCreated, "forked_from"), (TaskCreated, "forked_at")}
+_STORED_ONLY_WHEN_SET = {
+    (TaskCreated, "forked_from"),
+    (TaskCreated, "forked_at"),
+    (CallRequested, "retry_of"),
+}
 
 
 def _version_of(event: Event) -> int:

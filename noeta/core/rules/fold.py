@@ -16,6 +16,7 @@ from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.pin import Pin
 from noeta.core.rules.conversation import extend
 from noeta.core.rules.events import (
+    AttemptFailed,
     CallRequested,
     Event,
     JobFinished,
@@ -45,29 +46,13 @@ from noeta.core.rules.events import (
     WokenUp,
 )
 from noeta.core.rules.task_state import TaskState
+from noeta.core.rules.texts import JOB_LOST, RESULT_CORRECTED, WOKEN_UP
 
 # Said to the model, from the fold, after a reply cut off by the output limit: being
 # derived from the log, it is part of the byte-identical request on a re-send.
 CONTINUE_AFTER_TRUNCATION = (
     "[noeta] Your previous reply was cut off by the output token limit. "
     "Continue exactly where it stopped."
-)
-
-
-WOKEN_UP = "[noeta] Your scheduled wake-up ({due}) is due. You asked to be told: {prompt}"
-
-JOB_LOST = (
-    "[noeta] Background job {job_id} was lost: the worker running it lost this task "
-    "(it stopped, or was cut off) and the job was stopped with it. It may have run in "
-    "part. Check its effects before running it again."
-)
-
-# Said with the next request after a late result came for a call settled "outcome unknown"
-# (ADR-0083): the earlier result stays in the conversation, this one follows it.
-RESULT_CORRECTED = (
-    "[noeta] Correction: tool call {call_id} was reported to you as interrupted, its outcome "
-    "unknown. It did run to its end: its result came after the call was settled. Its {kind}:"
-    "\n{content}"
 )
 
 
@@ -119,6 +104,8 @@ class _Folding:
     subtasks: tuple[tuple[str, str, int], ...]
     plugin_records: tuple[tuple[str, JSONValue], ...]
     job: str
+    attempts: int
+    retry_at: str
 
     def __init__(self, start: TaskState) -> None:
         for name in _SCALARS:
@@ -186,7 +173,12 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
         case ModelCalled() | ModelCallCut() | ModelReplied() | ModelFailed():
             _apply_model(f, event)
         case (
-            ToolStarted() | ToolFinished() | ToolResultCorrected() | ToolWaiting() | ToolAnswered()
+            ToolStarted()
+            | ToolFinished()
+            | AttemptFailed()
+            | ToolResultCorrected()
+            | ToolWaiting()
+            | ToolAnswered()
         ):
             _apply_tool(f, event)
         case PluginsPinned(pins=pins):
@@ -222,12 +214,22 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
 
 def _apply_tool(
     f: _Folding,
-    event: ToolStarted | ToolFinished | ToolResultCorrected | ToolWaiting | ToolAnswered,
+    event: ToolStarted
+    | ToolFinished
+    | AttemptFailed
+    | ToolResultCorrected
+    | ToolWaiting
+    | ToolAnswered,
 ) -> None:
     match event:
         case ToolStarted(call_id=call_id, trace=trace):
             f.started[call_id] = f.started.get(call_id, 0) + 1
             f.trace = trace or f.trace
+            if f.job:
+                f.attempts, f.retry_at = f.attempts + 1, ""
+        case AttemptFailed(call_id=call_id, retry_at=retry_at):
+            f.started.pop(call_id, None)  # it ended: not half done
+            f.retry_at = retry_at
         case ToolFinished(call_id=call_id, content=content, is_error=is_error):
             f.started.pop(call_id, None)
             if event.recovery == "unknown":

@@ -49,6 +49,16 @@ class RecoverCalls:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitRetry:
+    """A plain job's attempt failed and its next is due at `due` (store clock): the task
+    waits in the queue meanwhile (its slot free), and whoever claims it then runs `calls`
+    (the job's one call), as `RunTools` does."""
+
+    calls: tuple[ToolCall, ...]
+    due: str  # UTC, ISO 8601
+
+
+@dataclass(frozen=True, slots=True)
 class AwaitAnswer:
     """A gate asked a person about this call: take the answer, or hand the task back."""
 
@@ -119,6 +129,7 @@ Action = (
     CallModel
     | FindWhyCut
     | AwaitAnswer
+    | AwaitRetry
     | RunTools
     | RecoverCalls
     | EndTurn
@@ -180,9 +191,13 @@ def _within_turn(state: TaskState) -> Action:
         return AwaitAnswer(state.waiting_call)
     if state.calls:
         started = dict(state.started)
+        if state.job:  # a job's starts are all its attempts: its max_attempts spans crashes
+            started = {call_id: state.attempts for call_id in started}
         half_done = tuple((call, started[call.id]) for call in state.calls if call.id in started)
         if half_done:
             return RecoverCalls(half_done)
+        if state.retry_at:
+            return AwaitRetry(state.calls, state.retry_at)
         finished = {result.call_id for result in state.results}
         waiting = tuple((c, child) for c, child, reply in state.subtasks if reply == state.replies)
         waiting_calls = {call_id for call_id, _ in waiting}

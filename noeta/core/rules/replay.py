@@ -42,7 +42,8 @@ RECORDS_NEXT: dict[type, frozenset[str]] = {
             "ModelCalled",
         }
     ),
-    actions.RecoverCalls: frozenset({"ToolFinished", "ToolStarted", "JobStopped"}),
+    actions.RecoverCalls: frozenset({"ToolFinished", "ToolStarted", "JobStopped", "AttemptFailed"}),
+    actions.AwaitRetry: frozenset({"ToolStarted", "ToolFinished"}),
     actions.AwaitAnswer: frozenset({"ToolAnswered"}),
     actions.AwaitSubtasks: frozenset({"SubtaskReturned", "ToolFinished"}),
     actions.EndTurn: frozenset(),
@@ -131,6 +132,8 @@ def _described(action: actions.Action) -> str:
             return "run " + (", ".join(c.name for c in calls) or "no more tools")
         case actions.RecoverCalls(calls=calls):
             return "settle the half-done " + ", ".join(c.name for c, _ in calls)
+        case actions.AwaitRetry(due=due):
+            return f"wait for the job's next attempt, due {due}"
         case actions.AwaitAnswer(call_id=call_id):
             return f"wait for the answer about call {call_id}"
         case actions.AwaitSubtasks():

@@ -63,6 +63,11 @@ class TaskState:
     # Calls settled "outcome unknown" with no correction yet: a claimer looks for their
     # late results before its next model call (ADR-0083).
     settled_unknown: tuple[str, ...] = ()
+    # A plain job's attempts: every ToolStarted of its call, those a crash cut included,
+    # so its max_attempts holds across workers; and when its next attempt is due (UTC
+    # ISO 8601, store clock; "" none waits).
+    attempts: int = 0
+    retry_at: str = ""
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)

@@ -30,3 +30,21 @@ EMPTY_REPLIES_LIMIT = 3  # in a row; then the turn ends without an answer
 
 # A bug in the runner or a plugin hook: the first fails the turn, the second the task.
 INTERNAL_ERRORS_LIMIT = 2
+
+# What the fold tells the model when a wake-up falls due, a background job is lost, or a
+# late result corrects a call settled "outcome unknown".
+WOKEN_UP = "[noeta] Your scheduled wake-up ({due}) is due. You asked to be told: {prompt}"
+
+JOB_LOST = (
+    "[noeta] Background job {job_id} was lost: the worker running it lost this task "
+    "(it stopped, or was cut off) and the job was stopped with it. It may have run in "
+    "part. Check its effects before running it again."
+)
+
+# Said with the next request after a late result came for a call settled "outcome unknown"
+# (ADR-0083): the earlier result stays in the conversation, this one follows it.
+RESULT_CORRECTED = (
+    "[noeta] Correction: tool call {call_id} was reported to you as interrupted, its outcome "
+    "unknown. It did run to its end: its result came after the call was settled. Its {kind}:"
+    "\n{content}"
+)

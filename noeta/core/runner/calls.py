@@ -41,7 +41,7 @@ from noeta.core.rules.events import (
 )
 from noeta.core.rules.gates import Ask, Deny, decide
 from noeta.core.rules.tool_input import input_problem
-from noeta.core.runner import cancelling, children, grace, late_results
+from noeta.core.runner import attempts, cancelling, children, grace, late_results
 from noeta.core.runner.cancelling import CancelledWhileRunning
 from noeta.core.runner.context import RunContext
 
@@ -121,6 +121,9 @@ async def _record_cancelled(
 async def _record(run: RunContext, call: ToolCall, output: ToolOutput, recovery: str = "") -> None:
     """Append the call's result; a background job it asked for is recorded with it and
     started only once that has landed (a crash before: no job; after: the log knows)."""
+    if output.failed_attempt is not None and run.state.job:
+        await attempts.record_failed(run, call, output, output.failed_attempt, recovery)
+        return
     if output.subtask is not None and not output.is_error:
         await children.launch(run, call, output.subtask, _context(run, call), recovery)
         return
@@ -189,12 +192,12 @@ async def recover_calls(run: RunContext, calls: tuple[tuple[ToolCall, int], ...]
                     step.finished(found.content, found.is_error, "recover")
                     continue
                 step.finished("not found by recover", False, "recover_missed")
-        if tool is not None and tool.flags.retry_safe and starts < MAX_ATTEMPTS:
+        if tool is not None and tool.flags.retry_safe and starts < _max_starts(tool):
             log.info("task %s: re-running %s (start %d)", run.task_id, call.id, starts + 1)
             with run.trace.tool(call, run.state, "rerun") as step:
                 await run.append([ToolStarted(call.id, call.name, call.input, step.record)])
                 await failpoints.hit("tool.after_started")
-                output = await _execute(tool, call, ctx)
+                output = await _execute(tool, call, _context(run, call))  # this start's
                 await failpoints.hit("tool.before_finished")
                 await _record_or_keep(run, call, output, "rerun")
                 step.finished(output.content, output.is_error, "rerun")
@@ -261,7 +264,13 @@ def _context(run: RunContext, call: ToolCall) -> ToolContext:
             child = subtasks.child_id(run.task_id, call.id, run.state.children + 1)
         except ValueError:
             child = ""  # refused before it runs (_launch_refusal)
-    return ToolContext(run.task_id, call.id, run.workspace, child)
+    attempt = run.state.attempts if run.state.job else 0  # a job's, counted in its log
+    return ToolContext(run.task_id, call.id, run.workspace, child, attempt)
+
+
+def _max_starts(tool: Tool) -> int:
+    """How many starts in all a retry_safe call may have (a job's own max_attempts)."""
+    return tool.flags.max_attempts or MAX_ATTEMPTS
 
 
 def _enabled(run: RunContext) -> tuple[str, ...]:

@@ -42,6 +42,7 @@ from noeta.core.rules.gates import Gate
 from noeta.core.rules.next_action import (
     AwaitAnswer,
     AwaitMessage,
+    AwaitRetry,
     AwaitSubtasks,
     CallModel,
     EndTurn,
@@ -221,7 +222,7 @@ class _Run(RunWriter):
         """A step that only reads and writes the store runs on one store connection; one
         that calls a model or runs tools takes one per statement (none held meanwhile)."""
         holding = self.store.capabilities.holding  # PostgreSQL's; sqlite has none
-        if holding is None or isinstance(action, CallModel | RunTools | RecoverCalls):
+        if holding is None or isinstance(action, CallModel | RunTools | RecoverCalls | AwaitRetry):
             return contextlib.nullcontext()
         burst: contextlib.AbstractAsyncContextManager[None] = holding()
         return burst
@@ -296,7 +297,7 @@ class _Run(RunWriter):
                             if await self._cancelled_before_step():
                                 return RunResult("finished", self.state)
                             await self._model_step(action)
-                        case RunTools(calls=to_run):
+                        case RunTools(calls=to_run) | AwaitRetry(calls=to_run):
                             # A cancel stops calls not yet started: a queued job's function
                             # never runs (Celery's revoke). One already started (RecoverCalls)
                             # is settled first, so nothing it made is left behind.
@@ -310,14 +311,14 @@ class _Run(RunWriter):
                 except Exception as error:  # a bug in the runner or a plugin: capped (SPEC §6)
                     log.exception("task %s: internal error", self.task_id)
                     await self.settle([], on_internal_error(self.state, describe(error)))
-            if self.state.finished:
-                return RunResult("finished", self.state)
+            if self.state.finished or self.waits:  # waits: a job's next attempt, slot free
+                return RunResult("finished" if self.state.finished else "waiting", self.state)
 
     def _handing_back_before(self, action: object) -> bool:
         """A draining worker's run starts no model call or tool: the step it was in has
         ended (its result recorded), and the task goes back to another worker."""
         return self.runner.draining and isinstance(
-            action, CallModel | FindWhyCut | RunTools | RecoverCalls
+            action, CallModel | FindWhyCut | RunTools | RecoverCalls | AwaitRetry
         )
 
     async def _model_step(self, action: CallModel | FindWhyCut) -> None:

@@ -60,6 +60,7 @@ class RunWriter:
         self.trace = trace
         # Events that ride with the next append (pins: no round trip of their own).
         self.pending: list[ev.Event] = []
+        self.waits = False  # the last append handed the task back to wait (claim released)
 
     @property
     def task_id(self) -> str:
@@ -113,6 +114,7 @@ class RunWriter:
             next_state=next_state,
         )
         await failpoints.hit("append.after_commit")
+        self.waits = isinstance(next_state, Wait)
         if finished is not None and self.state.parent:
             await failpoints.hit("subtask.after_finish")
         first = self.state.last_seq + 1
