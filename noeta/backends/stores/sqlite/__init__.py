@@ -65,6 +65,7 @@ class SqliteStore(
         limit: int = 1,
         snapshot_version: str,
         excluding: Collection[str] = (),
+        offers: Collection[str] | None = None,
     ) -> list[ClaimedTask]:
         """One claim after another, each read after it: sqlite has one writer at a time
         and no round trip to save. A claim already made is never dropped: past the first,
@@ -73,7 +74,9 @@ class SqliteStore(
         claimed: list[ClaimedTask] = []
         for _ in range(limit):
             try:
-                claim = await self.claim(worker, queues, lease_seconds, excluding=excluding)
+                claim = await self.claim(
+                    worker, queues, lease_seconds, excluding=excluding, offers=offers
+                )
             except StoreError:
                 if not claimed:
                     raise
