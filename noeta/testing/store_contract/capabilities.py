@@ -3,13 +3,16 @@ pinned, by name, and a claimer takes only the tasks whose needs it offers."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from noeta.core.ports.pin import Pin
 from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
 from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.ports.worker_registry import WorkerEntry, WorkerRegistry
 from noeta.core.rules import events
-from noeta.testing.store_contract.fixtures import LEASE
+from noeta.testing.store_contract.fixtures import LEASE, SHORT_LEASE, until_store_time
 
 
 def pinned(*names: str) -> NewEvent:
@@ -27,6 +30,12 @@ async def claimed_ids(store: Store, offers: list[str] | None, queue: str = "defa
         "w", [queue], LEASE, limit=10, snapshot_version="v", offers=offers
     )
     return {each.claim.task_id for each in batch}
+
+
+def registry_of(store: Store) -> WorkerRegistry:
+    registry = store.capabilities.workers
+    assert registry is not None
+    return registry
 
 
 class CapabilityContract:
@@ -74,3 +83,36 @@ class CapabilityContract:
         assert await claimed_ids(store, ["jobs_b"], "q") == {"b"}
         assert await claimed_ids(store, ["jobs_b"], "q") == set()
         assert await claimed_ids(store, ["jobs_a"], "q") == {"a"}
+
+    async def test_the_registry_holds_the_live_workers(self, store: Store) -> None:
+        registry = registry_of(store)
+        await registry.record_worker(WorkerEntry("w1", ("q",), ("jobs_a",)), LEASE)
+        await registry.record_worker(WorkerEntry("w2", ("q", "r"), None), LEASE)
+        await registry.record_worker(WorkerEntry("w1", ("q",), ("jobs_a", "jobs_b")), LEASE)
+        live = await registry.live_workers()
+        assert [(w.id, w.queues, w.offers) for w in live] == [
+            ("w1", ("q",), ("jobs_a", "jobs_b")),
+            ("w2", ("q", "r"), None),
+        ]
+        assert all(w.last_seen is not None for w in live)
+        await registry.remove_worker("w2")
+        assert [w.id for w in await registry.live_workers()] == ["w1"]
+
+    async def test_a_task_no_live_worker_can_run_is_reported(self, store: Store) -> None:
+        registry = registry_of(store)
+        await store.create_task(needing("a", "jobs_a", queue="q"))
+        await store.create_task(needing("b", "jobs_b", queue="q"))
+        await store.create_task(needing("free", queue="q"))
+        everything = ["a", "b", "free", "missing"]
+        assert await registry.unrunnable(everything) == {"a": ("jobs_a",), "b": ("jobs_b",)}
+        await registry.record_worker(WorkerEntry("w1", ("q",), ("jobs_a",)), LEASE)
+        await registry.record_worker(WorkerEntry("w2", ("other",), ("jobs_b",)), LEASE)
+        assert await registry.unrunnable(everything) == {"b": ("jobs_b",)}
+        await registry.record_worker(WorkerEntry("w3", ("q",), ("jobs_b",)), SHORT_LEASE)
+        assert await registry.unrunnable(everything) == {}
+        await until_store_time(store, (await store.clock()) + timedelta(seconds=SHORT_LEASE))
+        assert await registry.unrunnable(everything) == {"b": ("jobs_b",)}
+        claim = await store.claim_task("w", "a", LEASE, offers=["jobs_a"])
+        assert claim is not None
+        await registry.remove_worker("w1")
+        assert await registry.unrunnable(everything) == {"b": ("jobs_b",)}  # a runs

@@ -25,6 +25,7 @@ from noeta.backends.stores.sqlite.queues import SqliteQueues
 from noeta.backends.stores.sqlite.retention import SqliteRetention
 from noeta.backends.stores.sqlite.schema import SqliteSchema
 from noeta.backends.stores.sqlite.views import SqliteViews
+from noeta.backends.stores.sqlite.workers import SqliteWorkers
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 from noeta.core.ports.store import ClaimedTask, LoadedTask, check_claim_limit
 from noeta.core.ports.store_capabilities import StoreCapabilities
@@ -46,6 +47,7 @@ class SqliteStore(
     SqliteViews,
     SqliteModelLimits,
     SqliteQueues,
+    SqliteWorkers,
 ):
     """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""
 
@@ -53,7 +55,12 @@ class SqliteStore(
     def capabilities(self) -> StoreCapabilities:
         """No bursts on one connection and no announcements: a waiter polls."""
         return StoreCapabilities(
-            bulk=self, queue_settings=self, views=self, pruning=self, model_limits=self
+            bulk=self,
+            queue_settings=self,
+            views=self,
+            pruning=self,
+            model_limits=self,
+            workers=self,
         )
 
     async def claim_and_load(

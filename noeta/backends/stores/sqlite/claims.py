@@ -195,4 +195,4 @@ class SqliteClaims(SqliteConnection):
 
 def offers_json(offers: Collection[str] | None) -> str | None:
     """A claimer's offers as the claim binds them: a JSON array, or NULL for anything."""
-    return None if offers is None else encode(sorted(set(offers)))
+    return None if offers is None else encode([*sorted(set(offers))])
