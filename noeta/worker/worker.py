@@ -40,6 +40,7 @@ from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.observability import metrics, tracing
 from noeta.worker.idle_registration import IdleRegistration
 from noeta.worker.jobs import JobManager
+from noeta.worker.presence import Presence, offers_of
 from noeta.worker.renewal import Renewer
 from noeta.worker.shutdown import drain
 from noeta.worker.warmup import warm_up
@@ -84,6 +85,9 @@ class Worker:
         self.cut_off: list[Claim] = []
         self._background: set[asyncio.Future[None]] = set()
         self._claim_failures = 0  # store errors in a row while claiming: the backoff
+        # The plugin names this worker has: it claims only tasks that need no other.
+        self.offers = offers_of(runner.pins)
+        self.presence = Presence(store.capabilities.workers, settings, self.offers)
         idle_workers = store.capabilities.idle_workers
         self.registration = (
             None
@@ -103,6 +107,7 @@ class Worker:
         listening = asyncio.create_task(self._listen(), name="noeta-wakeups")
         measuring = asyncio.create_task(self._measure_queues(), name="noeta-queue-depth")
         watching = asyncio.create_task(self._watch_holding(), name="noeta-holding")
+        present = asyncio.create_task(self.presence.keep(), name="noeta-presence")
         stopping = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
@@ -136,10 +141,11 @@ class Worker:
         finally:
             stopping.cancel()
             await self._shut_down(hand_back)
-            for background in (renewing, listening, measuring, watching):
+            for background in (renewing, listening, measuring, watching, present):
                 background.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await background
+            await self.presence.leave()
 
     async def _listen(self) -> None:
         """Wake the claim loop when a store says a task became claimable in our queues."""
@@ -199,6 +205,7 @@ class Worker:
                 limit=slots,
                 snapshot_version=self.runner.snapshot_version,
                 excluding=self._own_tasks(),
+                offers=self.offers,
             )
             if claimed:
                 await failpoints.hit("claim.after_commit")
