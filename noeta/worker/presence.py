@@ -1,12 +1,13 @@
 """This worker's row in the live-worker registry (ADR-0091): what it serves and offers,
 refreshed every third of a lease, deleted when it stops. One statement a round, never
-one a task."""
+one a task; with `--unrunnable-after`, a second: the tasks that waited too long."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from noeta.core.errors import StoreError
@@ -33,10 +34,13 @@ class Presence:
         registry: WorkerRegistry | None,
         settings: WorkerSettings,
         offers: tuple[str, ...] | None,
+        give_up: Callable[[str], Awaitable[None]],
     ) -> None:
         self.registry = registry
         self.entry = WorkerEntry(settings.name, tuple(settings.queues), offers)
         self.lease_seconds = settings.lease_seconds
+        self.unrunnable_after = settings.unrunnable_after
+        self.give_up = give_up
 
     async def keep(self) -> None:
         """Record the row now and every third of a lease (cancel to stop): it lives a
@@ -46,6 +50,10 @@ class Presence:
         while True:
             try:
                 await self.registry.record_worker(self.entry, self.lease_seconds)
+                if self.unrunnable_after is not None:
+                    queues, after = self.entry.queues, self.unrunnable_after
+                    for task_id in await self.registry.overdue(queues, after):
+                        await self.give_up(task_id)
             except StoreError as error:  # the claim loop reports the store's state
                 log.debug("recording this worker: %s", error)
             await asyncio.sleep(self.lease_seconds / 3)

@@ -58,6 +58,9 @@ class WorkerSettings:
     # How long a stopping worker lets running steps finish (`noeta worker --grace`, 30 s);
     # 0: hand every running task back at once.
     grace_seconds: float = 0.0
+    # Seconds a task may wait with no live worker offering what it needs before this
+    # worker fails it plugin_missing (`--unrunnable-after`); None: it waits (ADR-0091).
+    unrunnable_after: float | None = None
 
 
 class Worker:
@@ -87,7 +90,7 @@ class Worker:
         self._claim_failures = 0  # store errors in a row while claiming: the backoff
         # The plugin names this worker has: it claims only tasks that need no other.
         self.offers = offers_of(runner.pins)
-        self.presence = Presence(store.capabilities.workers, settings, self.offers)
+        self.presence = Presence(store.capabilities.workers, settings, self.offers, self._give_up)
         idle_workers = store.capabilities.idle_workers
         self.registration = (
             None
@@ -255,6 +258,24 @@ class Worker:
             self.adopted[claim.key] = claim
             self._spawn(self._start_adopted(claim))
         return True
+
+    async def _give_up(self, task_id: str) -> None:
+        """No live worker offered what the task needs for `unrunnable_after`: claim it
+        whatever it needs, so its run fails it plugin_missing at once (ADR-0091)."""
+        if self._stopping or self._slots.locked():
+            return  # a slot comes free within a round or two: the task waits that long
+        await self._slots.acquire()
+        settings = self.settings
+        try:
+            claim = await self.store.claim_task(settings.name, task_id, settings.lease_seconds)
+        except BaseException:
+            self._slots.release()
+            raise
+        if claim is None:
+            self._slots.release()  # someone else took it meanwhile
+            return
+        self.runner.load_attempts.give_up_next(task_id)
+        self._start(claim)
 
     async def _start_adopted(self, claim: Claim) -> None:
         await self._slots.acquire()

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+# Tasks failed per round by a worker's `--unrunnable-after`: a backlog goes over rounds.
+OVERDUE_BATCH = 10
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerEntry:
@@ -35,6 +38,11 @@ class WorkerRegistry(Protocol):
     async def unrunnable(self, task_ids: Sequence[str]) -> Mapping[str, tuple[str, ...]]:
         """Of these tasks, those ready or waiting whose needs no one live worker serving
         their queue offers, each with its needs (a task missing: any worker can run it)."""
+        ...
+
+    async def overdue(self, queues: Sequence[str], seconds: float) -> list[str]:
+        """Up to OVERDUE_BATCH tasks of `queues`, due for more than `seconds`, that no
+        live worker serving their queue can run: the due longest first."""
         ...
 
 

@@ -116,3 +116,14 @@ class CapabilityContract:
         assert claim is not None
         await registry.remove_worker("w1")
         assert await registry.unrunnable(everything) == {"b": ("jobs_b",)}  # a runs
+
+    async def test_overdue_tasks_are_those_no_live_worker_ran_in_time(self, store: Store) -> None:
+        registry = registry_of(store)
+        await store.create_task(needing("a", "jobs_a", queue="q"))
+        await store.create_task(needing("b", "jobs_b", queue="q"))
+        await store.create_task(needing("free", queue="q"))
+        await store.create_task(needing("elsewhere", "jobs_b", queue="other"))
+        await registry.record_worker(WorkerEntry("w1", ("q",), ("jobs_a",)), LEASE)
+        assert await registry.overdue(["q"], 3600) == []  # not due that long
+        assert await registry.overdue(["q"], 0) == ["b"]
+        assert await registry.overdue(["q", "other"], 0) == ["b", "elsewhere"]

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.ports.store import check_key, check_lease
-from noeta.core.ports.worker_registry import WorkerEntry
+from noeta.core.ports.worker_registry import OVERDUE_BATCH, WorkerEntry
 
 RECORD_WORKER = """
 INSERT INTO workers AS w (id, queues, offers, last_seen, expires_at)
@@ -33,6 +33,20 @@ SELECT t.id, t.needs FROM tasks AS t
    AND NOT EXISTS (SELECT FROM workers AS w
                     WHERE w.expires_at > clock_timestamp() AND t.queue = ANY(w.queues)
                       AND (w.offers IS NULL OR t.needs <@ w.offers))
+"""
+
+# Walks the due rows of the queues (tasks_claimable_by_priority): only a worker run with
+# --unrunnable-after sends it, once a round.
+OVERDUE_TASKS = """
+SELECT t.id FROM tasks AS t
+ WHERE t.queue = ANY(%(queues)s::text[]) AND t.needs IS NOT NULL
+   AND t.claimable_at <= clock_timestamp() - make_interval(secs => %(seconds)s)
+   AND t.status IN ('ready', 'waiting')
+   AND NOT EXISTS (SELECT FROM workers AS w
+                    WHERE w.expires_at > clock_timestamp() AND t.queue = ANY(w.queues)
+                      AND (w.offers IS NULL OR t.needs <@ w.offers))
+ ORDER BY t.claimable_at
+ LIMIT %(limit)s
 """
 
 
@@ -66,3 +80,7 @@ class PostgresWorkers(PostgresConnection):
             return {}
         rows = await self._read(UNRUNNABLE_TASKS, {"ids": list(task_ids)})
         return {task_id: tuple(needs) for task_id, needs in rows}
+
+    async def overdue(self, queues: Sequence[str], seconds: float) -> list[str]:
+        params = {"queues": list(queues), "seconds": seconds, "limit": OVERDUE_BATCH}
+        return [task_id for (task_id,) in await self._read(OVERDUE_TASKS, params)]

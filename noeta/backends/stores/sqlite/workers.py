@@ -11,7 +11,7 @@ from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import from_micros, lease_micros, now_micros
 from noeta.core.ports.payload import encode
 from noeta.core.ports.store import check_key
-from noeta.core.ports.worker_registry import WorkerEntry
+from noeta.core.ports.worker_registry import OVERDUE_BATCH, WorkerEntry
 
 RECORD_WORKER = """
 INSERT INTO workers (id, queues, offers, started_at, last_seen, expires_at)
@@ -24,17 +24,24 @@ REMOVE_WORKER = "DELETE FROM workers WHERE id = ?"
 LIVE_WORKERS = """
 SELECT id, queues, offers, last_seen FROM workers WHERE expires_at > ? ORDER BY id"""
 # PostgreSQL's twin says why; "covers" is its `<@` over JSON arrays.
-UNRUNNABLE_TASKS = """
-SELECT t.id, t.needs FROM tasks AS t
- WHERE t.id IN (SELECT value FROM json_each(:ids)) AND t.needs IS NOT NULL
-   AND t.status IN ('ready', 'waiting')
-   AND NOT EXISTS (
+NO_LIVE_WORKER_CAN_RUN = """NOT EXISTS (
         SELECT 1 FROM workers AS w
          WHERE w.expires_at > :now
            AND t.queue IN (SELECT value FROM json_each(w.queues))
            AND (w.offers IS NULL OR NOT EXISTS (
                 SELECT 1 FROM json_each(t.needs) AS need
                  WHERE need.value NOT IN (SELECT value FROM json_each(w.offers)))))"""
+UNRUNNABLE_TASKS = f"""
+SELECT t.id, t.needs FROM tasks AS t
+ WHERE t.id IN (SELECT value FROM json_each(:ids)) AND t.needs IS NOT NULL
+   AND t.status IN ('ready', 'waiting') AND {NO_LIVE_WORKER_CAN_RUN}"""
+OVERDUE_TASKS = f"""
+SELECT t.id FROM tasks AS t
+ WHERE t.queue IN (SELECT value FROM json_each(:queues)) AND t.needs IS NOT NULL
+   AND t.claimable_at <= :now - :micros AND t.status IN ('ready', 'waiting')
+   AND {NO_LIVE_WORKER_CAN_RUN}
+ ORDER BY t.claimable_at
+ LIMIT :limit"""
 
 
 class SqliteWorkers(SqliteConnection):
@@ -81,3 +88,13 @@ class SqliteWorkers(SqliteConnection):
         values = {"ids": encode(list(task_ids)), "now": now_micros()}
         rows = await self._run(self._read_all, UNRUNNABLE_TASKS, values)
         return {task_id: tuple(json.loads(needs)) for task_id, needs in rows}
+
+    async def overdue(self, queues: Sequence[str], seconds: float) -> list[str]:
+        values = {
+            "queues": encode(list(queues)),
+            "now": now_micros(),
+            "micros": round(seconds * 1_000_000),
+            "limit": OVERDUE_BATCH,
+        }
+        rows = await self._run(self._read_all, OVERDUE_TASKS, values)
+        return [task_id for (task_id,) in rows]
