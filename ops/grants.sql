@@ -118,7 +118,7 @@ BEGIN
             -- `result()` marks a task awaited; the finishing append deletes the mark.
             ('finish_waiters',    'SELECT, INSERT, DELETE'),
             -- A worker records what it serves and offers (upsert, each round) and
-            -- deletes its row when it stops; `noeta tasks` reads them (ADR-0091).
+            -- deletes its row when it stops; `noeta tasks` reads them (ADR-0092).
             ('workers',           'SELECT, INSERT, UPDATE, DELETE'))
         SELECT c.relname AS name, d.privileges
           FROM pg_class AS c

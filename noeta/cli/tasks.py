@@ -257,7 +257,7 @@ def tasks(
 async def _tasks_and_waits(
     url: str | None, **filters: Any
 ) -> tuple[list[TaskRecord], Mapping[str, tuple[str, ...]]]:
-    """The tasks, and for each that no live worker can run, what it needs (ADR-0091)."""
+    """The tasks, and for each that no live worker can run, what it needs (ADR-0092)."""
     from noeta.client import AsyncClient
 
     async with AsyncClient(url, application_name="noeta-tasks", start_embedded=False) as client:

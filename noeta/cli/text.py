@@ -48,7 +48,7 @@ def task_json(record: TaskRecord) -> dict[str, Any]:
 
 async def unrunnable(store: Store, records: Sequence[TaskRecord]) -> Mapping[str, tuple[str, ...]]:
     """Of these tasks, the waiting ones no live worker can run, with what they need
-    (ADR-0091); nothing where the store keeps no registry of workers."""
+    (ADR-0092); nothing where the store keeps no registry of workers."""
     registry = store.capabilities.workers
     waiting = [r.id for r in records if r.status.value in ("ready", "waiting")]
     if registry is None or not waiting:

@@ -15,7 +15,7 @@ class LoadAttempts:
 
     counts: dict[tuple[str, int], int] = field(default_factory=dict)
     # Tasks whose next failed load fails them: they waited too long for a worker that
-    # could run them (ADR-0091), so another claim would only wait longer.
+    # could run them (ADR-0092), so another claim would only wait longer.
     given_up: set[str] = field(default_factory=set)
 
     def give_up_next(self, task_id: str) -> None:

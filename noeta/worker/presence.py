@@ -1,4 +1,4 @@
-"""This worker's row in the live-worker registry (ADR-0091): what it serves and offers,
+"""This worker's row in the live-worker registry (ADR-0092): what it serves and offers,
 refreshed every third of a lease, deleted when it stops. One statement a round, never
 one a task; with `--unrunnable-after`, a second: the tasks that waited too long."""
 

@@ -59,7 +59,7 @@ class WorkerSettings:
     # 0: hand every running task back at once.
     grace_seconds: float = 0.0
     # Seconds a task may wait with no live worker offering what it needs before this
-    # worker fails it plugin_missing (`--unrunnable-after`); None: it waits (ADR-0091).
+    # worker fails it plugin_missing (`--unrunnable-after`); None: it waits (ADR-0092).
     unrunnable_after: float | None = None
 
 
@@ -261,7 +261,7 @@ class Worker:
 
     async def _give_up(self, task_id: str) -> None:
         """No live worker offered what the task needs for `unrunnable_after`: claim it
-        whatever it needs, so its run fails it plugin_missing at once (ADR-0091)."""
+        whatever it needs, so its run fails it plugin_missing at once (ADR-0092)."""
         if self._stopping or self._slots.locked():
             return  # a slot comes free within a round or two: the task waits that long
         await self._slots.acquire()

@@ -1,4 +1,4 @@
--- Jobs go only to workers that can run them (issue 29 item 1, ADR-0091).
+-- Jobs go only to workers that can run them (issue 29 item 1, ADR-0092).
 --
 -- A worker that lacked a task's plugin claimed it anyway, held it a lease, and after
 -- three claims failed it plugin_missing while a worker that had the plugin sat idle. Now
@@ -10,7 +10,7 @@
 -- subtask, a cron fire, a worker's first append) keeps it without knowing of it. Names
 -- only: a plugin present at another version is pinned again by the claimer (ADR-023),
 -- so a worker with the name can run the task. Not indexed: the claim filters the rows
--- its walk reads (ADR-0091 says why, and what that costs).
+-- its walk reads (ADR-0092 says why, and what that costs).
 ALTER TABLE tasks ADD COLUMN needs text[];
 
 -- The live workers: what each serves and offers, refreshed by its periodic round (a third

@@ -1,4 +1,4 @@
--- Jobs go only to workers that can run them (issue 29 item 1, ADR-0091): the sqlite twin
+-- Jobs go only to workers that can run them (issue 29 item 1, ADR-0092): the sqlite twin
 -- of PostgreSQL's 0022. needs and offers are JSON arrays of plugin names (sqlite has no
 -- arrays); times are integer microseconds, as everywhere here.
 

@@ -65,7 +65,7 @@ async def test_result_refuses_an_unknown_task_and_a_zero_timeout(
 async def test_a_job_no_worker_has_fails_plugin_missing_when_told_to(
     postgres_url: str, job_workers: Callable[..., WorkerProcess]
 ) -> None:
-    """Only a worker run with --unrunnable-after gives such a job up (ADR-0091): without
+    """Only a worker run with --unrunnable-after gives such a job up (ADR-0092): without
     it the job waits for a worker that has its module (tests/client/test_mixed_fleet.py)."""
     store = await open_store(postgres_url, migrate=True)
     await store.close()

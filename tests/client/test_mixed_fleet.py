@@ -1,4 +1,4 @@
-"""A mixed fleet (issue 29 item 1, ADR-0091): three real workers with different job
+"""A mixed fleet (issue 29 item 1, ADR-0092): three real workers with different job
 modules. Each job runs on a worker that has its module and none fails plugin_missing; a
 job no worker can run waits, never claimed, and `noeta tasks` / `noeta show` say so; it
 runs once a worker that has its module starts."""

@@ -148,7 +148,7 @@ class Store(Protocol):
         in `excluding` is claimed (the claimer's own runs, whose leases may have lapsed
         while their renewal was held up: ADR-0079). `offers`: the plugin names the
         claimer has; a task that needs one it lacks is left for a worker that has it
-        (None: it runs anything; ADR-0091)."""
+        (None: it runs anything; ADR-0092)."""
         ...
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

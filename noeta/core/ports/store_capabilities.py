@@ -40,4 +40,4 @@ class StoreCapabilities:
     finishes: Notices | None = None  # tasks that just finished (awaited ones, if await_finish)
     idle_workers: IdleWorkers | None = None  # one woken worker per task (ADR-0087)
     await_finish: AwaitFinish | None = None  # a task's finish announced only once awaited
-    workers: WorkerRegistry | None = None  # the live workers and what they offer (ADR-0091)
+    workers: WorkerRegistry | None = None  # the live workers and what they offer (ADR-0092)

@@ -1,5 +1,5 @@
 """The live workers: what each serves and offers, kept by its periodic round, so a task
-that needs a plugin no live worker offers can say so (ADR-0091). Issue 31 grows it."""
+that needs a plugin no live worker offers can say so (ADR-0092). Issue 31 grows it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The contract for claims by capability (ADR-0091): a task needs the plugins it has
+"""The contract for claims by capability (ADR-0092): a task needs the plugins it has
 pinned, by name, and a claimer takes only the tasks whose needs it offers."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from noeta.core.ports.store import Claim, ClaimedTask, check_key, check_lease
 # function may offer one, which then only leaves its slot unused this once.
 # %(offers)s: the plugin names the claimer has; a task needing one it lacks is left to a
 # worker that has it (NULL: it offers anything, and the filter is one constant test).
-# The walk reads, and skips, the due rows it cannot run ahead of those it can: ADR-0091.
+# The walk reads, and skips, the due rows it cannot run ahead of those it can: ADR-0092.
 _CLAIM_DUE_TASKS = """
 WITH due AS MATERIALIZED (
     SELECT found.id, found.priority, found.claimable_at, found.taken_over, false AS limited

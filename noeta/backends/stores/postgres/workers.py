@@ -1,4 +1,4 @@
-"""The live workers on PostgreSQL (0022, ADR-0091): each worker's row, refreshed by its
+"""The live workers on PostgreSQL (0022, ADR-0092): each worker's row, refreshed by its
 round, and which waiting tasks no live worker can run."""
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ SELECT t.id, t.owner_epoch, t.status IN ('running', 'holding'), t.queue
 RATE_TOKENS = """min(s.rate_count, coalesce(s.rate_tokens, s.rate_count)
     + (:now - coalesce(s.rate_at, :now)) * s.rate_count / (s.rate_seconds * 1000000.0))"""
 # What a task needs (0022: a JSON array of plugin names) the claimer offers (:offers, a
-# JSON array; NULL: it runs anything). ADR-0091.
+# JSON array; NULL: it runs anything). ADR-0092.
 OFFERED = """:offers IS NULL OR x.needs IS NULL OR NOT EXISTS (
                 SELECT 1 FROM json_each(x.needs) AS need
                  WHERE need.value NOT IN (SELECT value FROM json_each(:offers)))"""

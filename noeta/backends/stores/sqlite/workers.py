@@ -1,4 +1,4 @@
-"""The live workers on sqlite (0022, ADR-0091), as PostgreSQL keeps them: queues and
+"""The live workers on sqlite (0022, ADR-0092), as PostgreSQL keeps them: queues and
 offers are JSON arrays, times integer microseconds."""
 
 from __future__ import annotations
