@@ -5,9 +5,10 @@
 -- a task says what it needs and the claim takes only what the claimer offers.
 
 -- The names of the plugins the task has pinned (a job: its function's module); NULL:
--- any worker may run it (nothing pinned yet). Kept by the trigger below from the task's
--- latest PluginsPinned event, so every path that writes one (a create, a bulk create, a
--- subtask, a cron fire, a worker's first append) keeps it without knowing of it. Names
+-- any worker may run it (nothing pinned yet). Written with the row by the creates
+-- (noeta_create_task, which subtasks and cron fires call too, and noeta_create_tasks),
+-- and kept by the trigger below when a claimer pins (an agent task's first append, a
+-- new version): a trigger's UPDATE per create made a bulk create 2.8x slower. Names
 -- only: a plugin present at another version is pinned again by the claimer (ADR-023),
 -- so a worker with the name can run the task. Not indexed: the claim filters the rows
 -- its walk reads (ADR-0092 says why, and what that costs).
@@ -39,9 +40,10 @@ BEGIN
     RETURN NULL;
 END $function$;
 
--- WHEN: any other event is never queued for the trigger, so an append pays nothing.
+-- WHEN: any other event is never queued for the trigger, so an append pays nothing;
+-- nor is a create's (epoch 0: the create wrote needs with the row).
 CREATE TRIGGER events_record_needs AFTER INSERT ON events FOR EACH ROW
-    WHEN (NEW.type = 'PluginsPinned') EXECUTE FUNCTION noeta_record_needs();
+    WHEN (NEW.type = 'PluginsPinned' AND NEW.epoch > 0) EXECUTE FUNCTION noeta_record_needs();
 
 -- The claim of a queue with settings takes only what the claimer offers (p_offers NULL:
 -- anything). The 3-argument form stays for callers that offer anything.
@@ -168,3 +170,112 @@ AS $function$
     SELECT * FROM noeta_claimable_under_limits(p_queue, p_limit, true)
 $function$;
 
+
+-- The creates write needs with the row (the function files, copied).
+CREATE OR REPLACE FUNCTION noeta_create_task(p_id text, p_queue text, p_ready timestamp with time zone, p_types text[], p_data text[])
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    RETURN noeta_create_task(p_id, p_queue, p_ready, p_types, p_data, NULL, 0);
+END $function$;
+
+CREATE OR REPLACE FUNCTION noeta_create_task(p_id text, p_queue text, p_ready timestamp with time zone, p_types text[], p_data text[], p_key text, p_priority integer)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    -- needs (0022, ADR-0092): the names its PluginsPinned event pins (a job's module),
+    -- written with the row: a trigger's UPDATE per create cost a bulk create 2.8x.
+    INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq,
+                       concurrency_key, priority, needs)
+        VALUES (p_id, p_queue, 'ready', p_ready, coalesce(p_ready, clock_timestamp()),
+                coalesce(cardinality(p_types), 0), p_key, p_priority,
+                (SELECT array_agg(DISTINCT pin ->> 0 ORDER BY pin ->> 0)
+                   FROM unnest(p_types, p_data) AS e(type, data)
+                  CROSS JOIN LATERAL json_array_elements(CASE WHEN e.type = 'PluginsPinned'
+                                                         THEN e.data::json -> 'pins' END) AS pin))
+        ON CONFLICT (id) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO events (task_id, seq, type, data)
+        SELECT p_id, e.ord, e.type, e.data
+          FROM unnest(p_types, p_data) WITH ORDINALITY AS e(type, data, ord);
+    RETURN true;
+END $function$;
+
+CREATE OR REPLACE FUNCTION noeta_create_tasks(p_ids text[], p_queues text[], p_ready timestamp with time zone[], p_counts integer[], p_event_task integer[], p_event_seq integer[], p_types text[], p_data text[])
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_created text[];
+    v_taken text;
+BEGIN
+    WITH inserted AS (
+        INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq, needs)
+            SELECT t.id, t.queue, 'ready', t.ready, coalesce(t.ready, clock_timestamp()),
+                   t.count, pinned.needs
+              FROM unnest(p_ids, p_queues, p_ready, p_counts)
+                   WITH ORDINALITY AS t(id, queue, ready, count, ord)
+              LEFT JOIN (SELECT e.task, array_agg(DISTINCT pin ->> 0 ORDER BY pin ->> 0)
+                           FROM unnest(p_event_task, p_types, p_data) AS e(task, type, data)
+                          CROSS JOIN LATERAL json_array_elements(
+                                CASE WHEN e.type = 'PluginsPinned'
+                                     THEN e.data::json -> 'pins' END) AS pin
+                          GROUP BY e.task) AS pinned(task, needs) ON pinned.task = t.ord
+            ON CONFLICT (id) DO NOTHING
+            RETURNING id)
+    SELECT array_agg(id) INTO v_created FROM inserted;
+    IF coalesce(cardinality(v_created), 0) <> coalesce(cardinality(p_ids), 0) THEN
+        SELECT t.id INTO v_taken
+          FROM unnest(p_ids) WITH ORDINALITY AS t(id, ord)
+         WHERE NOT EXISTS (SELECT 1 FROM unnest(v_created) AS made(id) WHERE made.id = t.id)
+         ORDER BY t.ord LIMIT 1;
+        -- None missing: an id was given twice (the client refuses that before sending).
+        RAISE EXCEPTION USING ERRCODE = 'NT409', MESSAGE = coalesce(v_taken, '?');
+    END IF;
+    INSERT INTO events (task_id, seq, type, data)
+        SELECT p_ids[e.task], e.seq, e.type, e.data
+          FROM unnest(p_event_task, p_event_seq, p_types, p_data) AS e(task, seq, type, data);
+    RETURN cardinality(v_created);
+END $function$;
+
+CREATE OR REPLACE FUNCTION noeta_create_tasks(p_ids text[], p_queues text[], p_ready timestamp with time zone[], p_counts integer[], p_event_task integer[], p_event_seq integer[], p_types text[], p_data text[], p_keys text[], p_priorities integer[])
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_created text[];
+    v_taken text;
+BEGIN
+    WITH inserted AS (
+        -- needs (0022, ADR-0092): the names each task's PluginsPinned event pins.
+        INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq,
+                           concurrency_key, priority, needs)
+            SELECT t.id, t.queue, 'ready', t.ready, coalesce(t.ready, clock_timestamp()),
+                   t.count, t.key, t.priority, pinned.needs
+              FROM unnest(p_ids, p_queues, p_ready, p_counts, p_keys, p_priorities)
+                   WITH ORDINALITY AS t(id, queue, ready, count, key, priority, ord)
+              LEFT JOIN (SELECT e.task, array_agg(DISTINCT pin ->> 0 ORDER BY pin ->> 0)
+                           FROM unnest(p_event_task, p_types, p_data) AS e(task, type, data)
+                          CROSS JOIN LATERAL json_array_elements(
+                                CASE WHEN e.type = 'PluginsPinned'
+                                     THEN e.data::json -> 'pins' END) AS pin
+                          GROUP BY e.task) AS pinned(task, needs) ON pinned.task = t.ord
+            ON CONFLICT (id) DO NOTHING
+            RETURNING id)
+    SELECT array_agg(id) INTO v_created FROM inserted;
+    IF coalesce(cardinality(v_created), 0) <> coalesce(cardinality(p_ids), 0) THEN
+        SELECT t.id INTO v_taken
+          FROM unnest(p_ids) WITH ORDINALITY AS t(id, ord)
+         WHERE NOT EXISTS (SELECT 1 FROM unnest(v_created) AS made(id) WHERE made.id = t.id)
+         ORDER BY t.ord LIMIT 1;
+        RAISE EXCEPTION USING ERRCODE = 'NT409', MESSAGE = coalesce(v_taken, '?');
+    END IF;
+    INSERT INTO events (task_id, seq, type, data)
+        SELECT p_ids[e.task], e.seq, e.type, e.data
+          FROM unnest(p_event_task, p_event_seq, p_types, p_data) AS e(task, seq, type, data);
+    RETURN cardinality(v_created);
+END $function$;
