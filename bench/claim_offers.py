@@ -57,7 +57,9 @@ async def create(url: str, prefix: str, count: int, module: str) -> None:
         await store.close()
 
 
-async def claim_seconds(connection: psycopg.AsyncConnection[Any], offers: list[str] | None) -> float:
+async def claim_seconds(
+    connection: psycopg.AsyncConnection[Any], offers: list[str] | None
+) -> float:
     params = {
         "worker": "bench",
         "queues": [QUEUE],
