@@ -16,7 +16,7 @@ import click
 LEASE_MIN_SECONDS, LEASE_MAX_SECONDS = 1.0, 3600.0
 POLL_MIN_SECONDS, POLL_MAX_SECONDS = 0.05, 300.0
 GRACE_MIN_SECONDS, GRACE_MAX_SECONDS = 0.0, 86400.0  # a day: a long job may be let finish
-UNRUNNABLE_MAX_SECONDS = 30 * 86400.0  # a month: longer is "never", the default
+UNRUNNABLE_MAX_SECONDS = 7 * 86400.0  # a week: longer is "never", the default
 CONCURRENCY_MAX = 1000
 
 
