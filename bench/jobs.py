@@ -15,6 +15,8 @@ database clock's (events.created_at).
    (bench/job_pickup.py: the create's commit, the NOTIFY, the claim, the load, ToolStarted).
 4. Enqueue through the client: `enqueue_many` of 10,000 jobs in one call, beside
    `enqueue` one at a time (awaited in turn), in the same run (wall clock, perf_counter).
+5. The claim with and without the capability filter, and past jobs its claimer cannot
+   run (bench/claim_offers.py, on the same server; ADR-0092).
 
 Beside each, in the same run on the same server (bench/job_baselines.py): pgbench running
 noeta's own statements for a job (claim, ToolStarted, the finish), and the bare claim +
@@ -34,7 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import noop_job  # the sibling module: bench/ is on sys.path
+import claim_offers  # the sibling modules: bench/ is on sys.path
+import noop_job
 from common import parser, server
 from job_baselines import bare_pickups, create_many, job_script, pgbench_jobs_per_second
 from job_pickup import STEPS, pickup_steps
@@ -172,6 +175,7 @@ async def run(dsn: str, sizes: Sizes) -> None:
     title = "Where an idle pickup goes (empty case; in one process: the store, the runner and"
     title += " LISTEN, no worker loop), median ms after the step before"
     table(title, list(STEPS), [[ms(step) for step in steps]])
+    await claim_offers.run(dsn, quick=sizes is QUICK)
 
 
 async def measure_drains(

@@ -116,7 +116,10 @@ BEGIN
             -- claimable or the scheduler takes a row to wake that worker (ADR-0087).
             ('idle_workers',      'SELECT, INSERT, UPDATE, DELETE'),
             -- `result()` marks a task awaited; the finishing append deletes the mark.
-            ('finish_waiters',    'SELECT, INSERT, DELETE'))
+            ('finish_waiters',    'SELECT, INSERT, DELETE'),
+            -- A worker records what it serves and offers (upsert, each round) and
+            -- deletes its row when it stops; `noeta tasks` reads them (ADR-0092).
+            ('workers',           'SELECT, INSERT, UPDATE, DELETE'))
         SELECT c.relname AS name, d.privileges
           FROM pg_class AS c
           LEFT JOIN declared AS d ON d.name = c.relname

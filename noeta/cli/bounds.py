@@ -16,6 +16,7 @@ import click
 LEASE_MIN_SECONDS, LEASE_MAX_SECONDS = 1.0, 3600.0
 POLL_MIN_SECONDS, POLL_MAX_SECONDS = 0.05, 300.0
 GRACE_MIN_SECONDS, GRACE_MAX_SECONDS = 0.0, 86400.0  # a day: a long job may be let finish
+UNRUNNABLE_MAX_SECONDS = 7 * 86400.0  # a week: longer is "never", the default
 CONCURRENCY_MAX = 1000
 
 
@@ -52,4 +53,5 @@ class Seconds(click.ParamType[float]):
 LEASE = Seconds(LEASE_MIN_SECONDS, LEASE_MAX_SECONDS, "a lease")
 POLL = Seconds(POLL_MIN_SECONDS, POLL_MAX_SECONDS, "the poll interval")
 GRACE = Seconds(GRACE_MIN_SECONDS, GRACE_MAX_SECONDS, "the grace")
+UNRUNNABLE_AFTER = Seconds(0.0, UNRUNNABLE_MAX_SECONDS, "--unrunnable-after")
 CONCURRENCY = click.IntRange(1, CONCURRENCY_MAX)

@@ -136,6 +136,7 @@ async def _run(
     from noeta.observability import observed
     from noeta.plugins.tool_environment import PASSED_NAMES
     from noeta.plugins.toolbox import Toolbox
+    from noeta.worker.presence import offers_of
 
     providers = ProviderRegistry()
     check_script(model)  # the person's own script: say in full what is wrong with it
@@ -154,7 +155,7 @@ async def _run(
         worker = f"run-{socket.gethostname()}-{os.getpid()}"
         runner = toolbox.runner(store, providers)
         while True:
-            claim = await store.claim_task(worker, task_id, lease)
+            claim = await store.claim_task(worker, task_id, lease, offers=offers_of(runner.pins))
             if claim is None:
                 raise NoetaError(f"task {task_id} was claimed by a worker before this process")
             try:

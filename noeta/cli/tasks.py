@@ -24,6 +24,9 @@ from noeta.cli.text import (
     late_result_line,
     read_text,
     task_json,
+    unrunnable,
+    waiting_json,
+    waiting_text,
 )
 from noeta.core.errors import ConfigError
 from noeta.core.ports.store import DEFAULT_QUEUE, TaskStatus, check_key
@@ -31,6 +34,8 @@ from noeta.core.ports.store_values import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PR
 from noeta.core.rules.task_id import check_concurrency_key
 
 if TYPE_CHECKING:  # each command imports the client (and the drivers) when it runs
+    from collections.abc import Mapping
+
     from noeta.client import TaskHandle
     from noeta.core.ports.store import LateResult, StoredEvent, TaskRecord
 
@@ -219,13 +224,12 @@ def tasks(
     """List tasks, newest first (with --parent: that task's subtasks, in launch order)."""
     if parent is not None:
         check_key("task id", parent)
-    records: list[TaskRecord] = asyncio.run(
-        _client_call(
-            store, "noeta-tasks", "tasks", status=status, queue=queue, parent=parent, limit=limit
-        )
+    records, waits = asyncio.run(
+        _tasks_and_waits(store, status=status, queue=queue, parent=parent, limit=limit)
     )
     if as_json:
-        click.echo(json.dumps([task_json(r) for r in records], ensure_ascii=False, indent=2))
+        document = [task_json(r) | waiting_json(waits.get(r.id)) for r in records]
+        click.echo(json.dumps(document, ensure_ascii=False, indent=2))
         return
     if not records:
         click.echo("no tasks")
@@ -236,7 +240,7 @@ def tasks(
         rows.append(
             (
                 record.id,
-                record.status.value,
+                record.status.value + waiting_text(waits.get(record.id)),
                 record.queue,
                 str(record.owner_epoch),
                 record.owner or "-",
@@ -248,6 +252,17 @@ def tasks(
         click.echo(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
+
+
+async def _tasks_and_waits(
+    url: str | None, **filters: Any
+) -> tuple[list[TaskRecord], Mapping[str, tuple[str, ...]]]:
+    """The tasks, and for each that no live worker can run, what it needs (ADR-0092)."""
+    from noeta.client import AsyncClient
+
+    async with AsyncClient(url, application_name="noeta-tasks", start_embedded=False) as client:
+        records: list[TaskRecord] = await client.tasks(**filters)
+        return records, await unrunnable(await client.store(), records)
 
 
 @click.command()
@@ -353,10 +368,10 @@ def retry(task_id: str, new_id: str | None, store: str | None) -> None:
 @store_option
 def show(task_id: str, as_json: bool, store: str | None) -> None:
     """Show a task: its state, its subtasks and their states, and its log."""
-    record, log, late, children = asyncio.run(_show(task_id, store))
+    record, log, late, children, waits = asyncio.run(_show(task_id, store))
     if as_json:
         document = {
-            "task": task_json(record),
+            "task": task_json(record) | waiting_json(waits.get(record.id)),
             "children": [task_json(child) | {"description": d} for d, child in children],
             "log": [json.loads(event_json(e)) for e in log],
             "late_results": [late_result_json(result, log) for result in late],
@@ -364,7 +379,8 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
         click.echo(json.dumps(document, ensure_ascii=False, indent=2))
         return
     click.echo(
-        f"task {record.id}  {record.status.value}  queue={record.queue}  "
+        f"task {record.id}  {record.status.value}{waiting_text(waits.get(record.id))}  "
+        f"queue={record.queue}  "
         f"epoch={record.owner_epoch}  owner={record.owner or '-'}"
     )
     for description, child in children:
@@ -380,7 +396,13 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
 
 async def _show(
     task_id: str, url: str | None
-) -> tuple[TaskRecord, list[StoredEvent], list[LateResult], list[tuple[str, TaskRecord]]]:
+) -> tuple[
+    TaskRecord,
+    list[StoredEvent],
+    list[LateResult],
+    list[tuple[str, TaskRecord]],
+    Mapping[str, tuple[str, ...]],
+]:
     from noeta.client import AsyncClient
 
     async with AsyncClient(url, application_name="noeta-show", start_embedded=False) as client:
@@ -389,4 +411,5 @@ async def _show(
         # Late results first: one kept after the log was read would look unrecorded.
         late = await store.late_results(task_id)
         log = await store.read_log(task_id)
-        return record, log, late, await client.children(task_id)
+        children = await client.children(task_id)
+        return record, log, late, children, await unrunnable(store, [record])

@@ -6,11 +6,13 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from noeta.core.errors import ConfigError
-from noeta.core.ports.store import LateResult, StoredEvent, TaskRecord
+from noeta.core.ports.store import LateResult, Store, StoredEvent, TaskRecord
 from noeta.core.ports.store_values import KEPT_REPLY_PREFIX
+from noeta.core.ports.worker_registry import no_worker_offers
 
 if TYPE_CHECKING:
     from noeta.redaction import Scrubber
@@ -42,6 +44,25 @@ def task_json(record: TaskRecord) -> dict[str, Any]:
         "created_at": record.created_at.isoformat(),
         "updated_at": record.updated_at.isoformat(),
     }
+
+
+async def unrunnable(store: Store, records: Sequence[TaskRecord]) -> Mapping[str, tuple[str, ...]]:
+    """Of these tasks, the waiting ones no live worker can run, with what they need
+    (ADR-0092); nothing where the store keeps no registry of workers."""
+    registry = store.capabilities.workers
+    waiting = [r.id for r in records if r.status.value in ("ready", "waiting")]
+    if registry is None or not waiting:
+        return {}
+    return await registry.unrunnable(waiting)
+
+
+def waiting_text(needs: tuple[str, ...] | None) -> str:
+    """After a task's status: what it waits for that no live worker has."""
+    return "" if needs is None else f" ({no_worker_offers(needs)})"
+
+
+def waiting_json(needs: tuple[str, ...] | None) -> dict[str, Any]:
+    return {} if needs is None else {"no_worker_offers": list(needs)}
 
 
 @functools.cache

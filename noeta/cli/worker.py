@@ -57,6 +57,14 @@ if TYPE_CHECKING:  # `noeta worker --help` imports neither the worker nor its to
     " handed back (a second SIGTERM hands them back at once). Keep systemd's TimeoutStopSec"
     " or Kubernetes' terminationGracePeriodSeconds a few seconds above it.",
 )
+@click.option(
+    "--unrunnable-after",
+    "unrunnable_after",
+    type=bounds.UNRUNNABLE_AFTER,
+    default=None,
+    help="Fail with plugin_missing a task of these queues that has waited this long while"
+    " no live worker offered a plugin it needs (default: it waits until one does; 0: now).",
+)
 def worker(
     store: str | None,
     queues: str,
@@ -66,6 +74,7 @@ def worker(
     name: str | None,
     poll_seconds: float,
     grace_seconds: float,
+    unrunnable_after: float | None,
 ) -> None:
     """Claim tasks from the queues and run them until SIGTERM or SIGINT."""
     from noeta import observability
@@ -85,6 +94,7 @@ def worker(
         lease_seconds=lease_seconds,
         poll_seconds=poll_seconds,
         grace_seconds=grace_seconds,
+        unrunnable_after=unrunnable_after,
     )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

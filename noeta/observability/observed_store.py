@@ -98,6 +98,7 @@ class ObservedStore:
         limit: int = 1,
         snapshot_version: str,
         excluding: Collection[str] = (),
+        offers: Collection[str] | None = None,
     ) -> list[ClaimedTask]:
         started = time.time_ns()
         with _observing("claim", None):
@@ -108,6 +109,7 @@ class ObservedStore:
                 limit=limit,
                 snapshot_version=snapshot_version,
                 excluding=excluding,
+                offers=offers,
             )
         for each in claimed:
             _claimed(each.claim, started)
@@ -119,10 +121,18 @@ class ObservedStore:
     async def queue_depth(self, queues: Sequence[str]) -> Mapping[str, int]:
         return await self.inner.queue_depth(queues)
 
-    async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
+    async def claim_task(
+        self,
+        worker: str,
+        task_id: str,
+        lease_seconds: float,
+        *,
+        offers: Collection[str] | None = None,
+    ) -> Claim | None:
         started = time.time_ns()
         with _observing("claim", None):
-            return _claimed(await self.inner.claim_task(worker, task_id, lease_seconds), started)
+            claim = await self.inner.claim_task(worker, task_id, lease_seconds, offers=offers)
+            return _claimed(claim, started)
 
     async def renew(self, claims: Sequence[Claim], lease_seconds: float) -> Mapping[str, Claim]:
         started = time.time_ns()

@@ -14,6 +14,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from noeta.core.errors import UnknownTask
 from noeta.core.ports.store import TaskRecord, TaskStatus
 from noeta.core.ports.store_views import LogEntry
+from noeta.core.ports.worker_registry import no_worker_offers
 from noeta.core.task_loading import load_state, snapshot_version
 from noeta.web import timeline
 from noeta.web.render import form, h, link, page, scrubbed, status_badge, url, utc
@@ -48,7 +49,8 @@ async def task_page(site: Site, request: Request) -> HTMLResponse:
     live = ""
     if not record.status.finished and last >= record.last_seq:
         live = f' data-live="{h(url(f"/tasks/{task_id}/live", after=last))}"'
-    body = facts(record) + _links(site, record, context.trace_id)
+    body = facts(record) + await _waiting_for(site, record)
+    body += _links(site, record, context.trace_id)
     body += await _actions(site, session_of(request), record, head)
     body += _pager(task_id, after, last, record.last_seq)
     body += f'<h2>log</h2><ol class="timeline" id="timeline">{items}</ol>'
@@ -110,6 +112,15 @@ def facts(record: TaskRecord) -> str:
     ]
     cells = "".join(f"<dt>{h(name)}</dt><dd>{value}</dd>" for name, value in shown)
     return f'<dl class="facts" id="task-facts" data-status="{h(record.status.value)}">{cells}</dl>'
+
+
+async def _waiting_for(site: Site, record: TaskRecord) -> str:
+    """What a ready or waiting task needs that no live worker offers (ADR-0092)."""
+    registry = (await site.store()).capabilities.workers
+    if registry is None or record.status not in (TaskStatus.READY, TaskStatus.WAITING):
+        return ""
+    needs = (await registry.unrunnable([record.id])).get(record.id)
+    return "" if needs is None else f'<p class="waiting">{h(no_worker_offers(needs))}</p>'
 
 
 def _links(site: Site, record: TaskRecord, trace_id: str) -> str:

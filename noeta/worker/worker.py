@@ -40,6 +40,7 @@ from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.observability import metrics, tracing
 from noeta.worker.idle_registration import IdleRegistration
 from noeta.worker.jobs import JobManager
+from noeta.worker.presence import Presence, offers_of
 from noeta.worker.renewal import Renewer
 from noeta.worker.shutdown import drain
 from noeta.worker.warmup import warm_up
@@ -57,6 +58,9 @@ class WorkerSettings:
     # How long a stopping worker lets running steps finish (`noeta worker --grace`, 30 s);
     # 0: hand every running task back at once.
     grace_seconds: float = 0.0
+    # Seconds a task may wait with no live worker offering what it needs before this
+    # worker fails it plugin_missing (`--unrunnable-after`); None: it waits (ADR-0092).
+    unrunnable_after: float | None = None
 
 
 class Worker:
@@ -84,6 +88,9 @@ class Worker:
         self.cut_off: list[Claim] = []
         self._background: set[asyncio.Future[None]] = set()
         self._claim_failures = 0  # store errors in a row while claiming: the backoff
+        # The plugin names this worker has: it claims only tasks that need no other.
+        self.offers = offers_of(runner.pins)
+        self.presence = Presence(store.capabilities.workers, settings, self.offers, self._give_up)
         idle_workers = store.capabilities.idle_workers
         self.registration = (
             None
@@ -103,6 +110,7 @@ class Worker:
         listening = asyncio.create_task(self._listen(), name="noeta-wakeups")
         measuring = asyncio.create_task(self._measure_queues(), name="noeta-queue-depth")
         watching = asyncio.create_task(self._watch_holding(), name="noeta-holding")
+        present = asyncio.create_task(self.presence.keep(), name="noeta-presence")
         stopping = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
@@ -136,10 +144,11 @@ class Worker:
         finally:
             stopping.cancel()
             await self._shut_down(hand_back)
-            for background in (renewing, listening, measuring, watching):
+            for background in (renewing, listening, measuring, watching, present):
                 background.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await background
+            await self.presence.leave()
 
     async def _listen(self) -> None:
         """Wake the claim loop when a store says a task became claimable in our queues."""
@@ -199,6 +208,7 @@ class Worker:
                 limit=slots,
                 snapshot_version=self.runner.snapshot_version,
                 excluding=self._own_tasks(),
+                offers=self.offers,
             )
             if claimed:
                 await failpoints.hit("claim.after_commit")
@@ -248,6 +258,24 @@ class Worker:
             self.adopted[claim.key] = claim
             self._spawn(self._start_adopted(claim))
         return True
+
+    async def _give_up(self, task_id: str) -> None:
+        """No live worker offered what the task needs for `unrunnable_after`: claim it
+        whatever it needs, so its run fails it plugin_missing at once (ADR-0092)."""
+        if self._stopping or self._slots.locked():
+            return  # a slot comes free within a round or two: the task waits that long
+        await self._slots.acquire()
+        settings = self.settings
+        try:
+            claim = await self.store.claim_task(settings.name, task_id, settings.lease_seconds)
+        except BaseException:
+            self._slots.release()
+            raise
+        if claim is None:
+            self._slots.release()  # someone else took it meanwhile
+            return
+        self.runner.load_attempts.give_up_next(task_id)
+        self._start(claim)
 
     async def _start_adopted(self, claim: Claim) -> None:
         await self._slots.acquire()

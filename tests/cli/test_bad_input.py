@@ -77,6 +77,12 @@ BAD_INPUTS: list[tuple[str, Setup, str, str]] = [
     ("a NaN poll", lambda d: ["worker", "--poll", "nan"], "", "between 0.05 and 300 seconds"),
     ("a negative grace", lambda d: ["worker", "--grace", "-1"], "", "between 0 and 86400 seconds"),
     ("a NaN grace", lambda d: ["worker", "--grace", "nan"], "", "between 0 and 86400 seconds"),
+    (
+        "a negative --unrunnable-after",
+        lambda d: ["worker", "--unrunnable-after", "-1"],
+        "",
+        "between 0 and 604800 seconds",
+    ),
     ("an unknown command", lambda d: ["frobnicate"], "", ""),
     ("an unknown option", lambda d: ["tasks", "--frob"], "", ""),
     ("an alias bomb in noeta.yaml", run_with_config(BOMB), "", "line 1, column 5: anchors and aliases"),

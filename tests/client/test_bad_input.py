@@ -77,14 +77,17 @@ async def test_result_refuses_an_unknown_task_and_a_zero_timeout(
         await sqlite_client.result(task, timeout=0.2)  # no worker runs it
 
 
-async def test_a_job_no_worker_has_fails_plugin_missing(
+async def test_a_job_no_worker_has_fails_plugin_missing_when_told_to(
     postgres_url: str, job_workers: Callable[..., WorkerProcess]
 ) -> None:
+    """Only a worker run with --unrunnable-after gives such a job up (ADR-0092): without
+    it the job waits for a worker that has its module (tests/client/test_mixed_fleet.py)."""
     store = await open_store(postgres_url, migrate=True)
     await store.close()
     async with AsyncClient(postgres_url) as client:
         task = await client.enqueue("archive", {"path": "a.txt"})
-        job_workers(postgres_url, "w", poll=0.1)  # it has jobs_for_tests, not jobs_elsewhere
+        # It has jobs_for_tests, not jobs_elsewhere; 0: give such a task up at once.
+        job_workers(postgres_url, "w", poll=0.1, unrunnable_after=0)
         with pytest.raises(TaskFailed, match="plugin_missing: this worker lacks "):
             await client.result(task, timeout=60)
         assert "ToolStarted" not in [tailed.stored.type async for tailed in client.tail(task)]

@@ -54,6 +54,7 @@ DECLARED = {
     "model_limit_holds": {"SELECT", "INSERT", "DELETE"},
     "idle_workers": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # registered, woken (ADR-0087)
     "finish_waiters": {"SELECT", "INSERT", "DELETE"},  # marked by result(), taken by the finish
+    "workers": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # each worker's row (ADR-0092)
 }
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 

@@ -41,7 +41,10 @@ PARAMS = {
     "limit": 1,
     "version": "v",
     "excluding": ["held-by-this-worker"],
+    "offers": None,
 }
+# A worker with plugins sends their names (ADR-0092): the walk is the same.
+OFFERING = {**PARAMS, "offers": ["core", "jobs_a", "jobs_b"]}
 
 
 def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,10 +54,13 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return nodes
 
 
-def explain(postgres_url: str, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+def explain(
+    postgres_url: str, statement: str, params: dict[str, Any], *, fill: bool = True
+) -> list[dict[str, Any]]:
     """The executed plan's nodes (EXPLAIN ANALYZE, rolled back: nothing is claimed)."""
     with psycopg.connect(postgres_url, autocommit=True) as connection:
-        connection.execute(FILL)
+        if fill:
+            connection.execute(FILL)
         with connection.transaction(force_rollback=True):
             row = connection.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", params)
             found = row.fetchone()
@@ -63,12 +69,13 @@ def explain(postgres_url: str, statement: str, params: dict[str, Any]) -> list[d
     return plan_nodes(document[0]["Plan"])
 
 
+@pytest.mark.parametrize("params", [PARAMS, OFFERING], ids=["offers-anything", "offers-some"])
 @pytest.mark.parametrize("statement", [CLAIM_NEXT_TASK, CLAIM_AND_LOAD, SECONDS_UNTIL_DUE])
 async def test_the_claim_reads_one_entry_of_its_queues_index(
-    postgres_url: str, statement: str
+    postgres_url: str, statement: str, params: dict[str, Any]
 ) -> None:
     await migrate_database(postgres_url)
-    nodes = explain(postgres_url, statement, PARAMS)
+    nodes = explain(postgres_url, statement, params)
     on_tasks = [n for n in nodes if n.get("Relation Name") == "tasks"]
     assert not any(n["Node Type"] == "Seq Scan" for n in on_tasks), on_tasks
     walks = [n for n in on_tasks if n.get("Index Name") == INDEX]
@@ -137,3 +144,26 @@ async def test_with_200000_waiting_the_claim_reads_one_entry_per_priority(
     assert buffers(walk) <= 4 * (high + 1), walk
     update = next(n for n in nodes if n["Node Type"] == "ModifyTable")
     assert update["Actual Rows"] == 1, update
+
+
+# Due before every task of FILL's 'default': jobs this claimer cannot run (ADR-0092).
+UNRUNNABLE_AHEAD = """
+INSERT INTO tasks (id, queue, status, claimable_at, needs)
+SELECT 'elsewhere-' || n, 'default', 'ready', now() - interval '1 day' + n * interval '1 ms',
+       ARRAY['jobs_nobody_offers']
+  FROM generate_series(1, 300) n
+"""
+
+
+async def test_the_claim_skips_in_its_walk_the_rows_it_cannot_run(postgres_url: str) -> None:
+    """The documented cost: what a task needs is not in the index, so the walk reads the
+    due rows ahead that its claimer cannot run, and only those."""
+    await migrate_database(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(UNRUNNABLE_AHEAD)
+    nodes = explain(postgres_url, CLAIM_NEXT_TASK, OFFERING)
+    walk = [n for n in nodes if n.get("Index Name") == INDEX][-1]
+    assert walk["Rows Removed by Filter"] == 300 and walk["Actual Rows"] == 1, walk
+    nodes = explain(postgres_url, CLAIM_NEXT_TASK, PARAMS, fill=False)  # runs anything
+    walk = [n for n in nodes if n.get("Index Name") == INDEX][-1]
+    assert walk.get("Rows Removed by Filter", 0) == 0 and walk["Actual Rows"] == 1, walk

@@ -36,7 +36,14 @@ async def test_a_claim_in_flight_is_counted_by_the_next_claimer(
         await queue_settings_store(store).set_queue("q", limits)
         for task_id in ("t0", "t1"):
             assert await store.create_task(created(task_id, "q", concurrency_key="k"))
-        params = {"queues": ["q"], "lease": LEASE, "worker": "first", "limit": 1, "excluding": []}
+        params = {
+            "queues": ["q"],
+            "lease": LEASE,
+            "worker": "first",
+            "limit": 1,
+            "excluding": [],
+            "offers": None,
+        }
         async with await psycopg.AsyncConnection.connect(postgres_url) as first:
             # The first claim is made and not yet committed: it holds the queue's lock.
             rows = await (await first.execute(CLAIM_NEXT_TASK, params)).fetchall()

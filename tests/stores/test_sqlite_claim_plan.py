@@ -18,6 +18,7 @@ async def test_the_claim_searches_each_queues_part_of_the_index(tmp_path: Path, 
     await (await SqliteStore.open(path)).close()
     with sqlite3.connect(path) as connection:
         values = {"now": 1, "queues": '["default", "mail"]', "excluding": '["held-here"]'}
+        values["offers"] = '["core", "jobs"]'  # a worker with plugins (ADR-0092)
         plan = [row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {query}", values)]
     searches = [step for step in plan if "tasks_claimable_by_priority" in step]
     assert searches and all("queue=?" in step for step in searches), plan

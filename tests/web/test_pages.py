@@ -272,3 +272,19 @@ async def test_a_fork_links_to_the_task_it_was_forked_from(
     assert await store.create_task(NewTask("fork", encoded(forked)))
     page = web().get("/tasks/fork").text
     assert 'forked from <a href="/tasks/src%3C1%3E">src&lt;1&gt;</a> at seq 3' in page
+
+
+async def test_a_task_no_live_worker_can_run_says_so_on_its_page(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    """ADR-0092: the page says what the task waits for; once a worker offers it, not."""
+    from noeta.core.ports.worker_registry import WorkerEntry
+    from noeta.testing.store_contract.capabilities import needing
+
+    await store.create_task(needing("job-1", "myjobs"))
+    http = web()
+    assert "no worker offers myjobs" in http.get("/tasks/job-1").text
+    registry = store.capabilities.workers
+    assert registry is not None
+    await registry.record_worker(WorkerEntry("w", ("default",), ("myjobs",)), 30)
+    assert "no worker offers" not in http.get("/tasks/job-1").text

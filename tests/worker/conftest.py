@@ -85,6 +85,7 @@ class WorkerProcess(NoetaProcess):
         env: Mapping[str, str] | None = None,
         config: Path | None = None,
         grace: float | None = None,
+        unrunnable_after: float | None = None,
     ) -> None:
         # The URL (with its password) in the environment: a worker refuses it in argv.
         env = {**(env or {}), "NOETA_STORE": url}
@@ -92,6 +93,8 @@ class WorkerProcess(NoetaProcess):
         arguments += ["--concurrency", str(concurrency), "--poll", str(poll)]
         arguments += ["--queues", queues, *(["--config", str(config)] if config else [])]
         arguments += ["--grace", str(grace)] if grace is not None else []
+        if unrunnable_after is not None:
+            arguments += ["--unrunnable-after", str(unrunnable_after)]
         super().__init__(arguments, name, folder, failpoints=failpoints, env=env)
 
 

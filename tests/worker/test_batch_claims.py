@@ -40,6 +40,7 @@ class RecordedCalls:
         limit: int = 1,
         snapshot_version: str,
         excluding: Collection[str] = (),
+        offers: Collection[str] | None = None,
     ) -> list[ClaimedTask]:
         claimed = await self._store.claim_and_load(
             worker,
@@ -48,6 +49,7 @@ class RecordedCalls:
             limit=limit,
             snapshot_version=snapshot_version,
             excluding=excluding,
+            offers=offers,
         )
         self.claims.append((limit, len(claimed)))
         return claimed

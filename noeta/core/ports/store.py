@@ -138,6 +138,7 @@ class Store(Protocol):
         limit: int = 1,
         snapshot_version: str,
         excluding: Collection[str] = (),
+        offers: Collection[str] | None = None,
     ) -> list[ClaimedTask]:
         """Claim up to `limit` (1 to 1,000) of the claimable tasks due longest, each with
         its own epoch and lease, and read each as `load` would: in one round trip where
@@ -145,7 +146,9 @@ class Store(Protocol):
         with `loaded` None: the claimer loads it. Each queue is walked in its own due
         order: a backlog in one queue does not slow the claims of another. No task named
         in `excluding` is claimed (the claimer's own runs, whose leases may have lapsed
-        while their renewal was held up: ADR-0079)."""
+        while their renewal was held up: ADR-0079). `offers`: the plugin names the
+        claimer has; a task that needs one it lacks is left for a worker that has it
+        (None: it runs anything; ADR-0092)."""
         ...
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:
@@ -158,8 +161,16 @@ class Store(Protocol):
         queue-depth metric); a queue with none is missing. One index-only count."""
         ...
 
-    async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
-        """Claim this task if it is claimable now (`noeta run` runs its own task)."""
+    async def claim_task(
+        self,
+        worker: str,
+        task_id: str,
+        lease_seconds: float,
+        *,
+        offers: Collection[str] | None = None,
+    ) -> Claim | None:
+        """Claim this task if it is claimable now and needs nothing `offers` lacks
+        (`noeta run` runs its own task)."""
         ...
 
     async def renew(self, claims: Sequence[Claim], lease_seconds: float) -> Mapping[str, Claim]:

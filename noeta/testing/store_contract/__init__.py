@@ -8,6 +8,7 @@ per concern (River's driver suite); a change to the `Store` protocol extends it 
 from __future__ import annotations
 
 from noeta.testing.store_contract.bulk import BulkContract
+from noeta.testing.store_contract.capabilities import CapabilityContract
 from noeta.testing.store_contract.claim_and_load import ClaimAndLoadContract
 from noeta.testing.store_contract.claims import ClaimContract
 from noeta.testing.store_contract.cron import CronContract
@@ -45,5 +46,6 @@ class StoreContract(
     RetentionContract,
     ModelLimitContract,
     QueueLimitContract,
+    CapabilityContract,
 ):
     """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""

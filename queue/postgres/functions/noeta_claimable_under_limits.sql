@@ -7,6 +7,13 @@ $function$;
 
 CREATE OR REPLACE FUNCTION noeta_claimable_under_limits(p_queue text, p_limit integer, p_charge boolean)
  RETURNS TABLE(id text, priority integer, claimable_at timestamp with time zone, taken_over boolean)
+ LANGUAGE sql
+AS $function$
+    SELECT * FROM noeta_claimable_under_limits(p_queue, p_limit, p_charge, NULL)
+$function$;
+
+CREATE OR REPLACE FUNCTION noeta_claimable_under_limits(p_queue text, p_limit integer, p_charge boolean, p_offers text[])
+ RETURNS TABLE(id text, priority integer, claimable_at timestamp with time zone, taken_over boolean)
  LANGUAGE plpgsql
 AS $function$
 #variable_conflict use_column
@@ -52,6 +59,7 @@ BEGIN
                   FROM tasks AS t
                  WHERE t.queue = p_queue AND t.priority = p.priority
                    AND t.claimable_at <= now()
+                   AND (p_offers IS NULL OR t.needs IS NULL OR t.needs <@ p_offers)
                  ORDER BY t.claimable_at
                  LIMIT v_room
                    FOR UPDATE SKIP LOCKED
@@ -80,6 +88,7 @@ BEGIN
                   FROM tasks AS t
                  WHERE t.queue = p_queue AND t.priority = p.priority
                    AND t.claimable_at <= now()
+                   AND (p_offers IS NULL OR t.needs IS NULL OR t.needs <@ p_offers)
                    AND coalesce((v_counts ->> t.concurrency_key)::integer, 0)
                        < s.per_key_concurrency
                  ORDER BY t.claimable_at

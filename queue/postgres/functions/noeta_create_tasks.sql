@@ -7,10 +7,17 @@ DECLARE
     v_taken text;
 BEGIN
     WITH inserted AS (
-        INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq)
+        INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq, needs)
             SELECT t.id, t.queue, 'ready', t.ready, coalesce(t.ready, clock_timestamp()),
-                   t.count
-              FROM unnest(p_ids, p_queues, p_ready, p_counts) AS t(id, queue, ready, count)
+                   t.count, pinned.needs
+              FROM unnest(p_ids, p_queues, p_ready, p_counts)
+                   WITH ORDINALITY AS t(id, queue, ready, count, ord)
+              LEFT JOIN (SELECT e.task, array_agg(DISTINCT pin ->> 0 ORDER BY pin ->> 0)
+                           FROM unnest(p_event_task, p_types, p_data) AS e(task, type, data)
+                          CROSS JOIN LATERAL json_array_elements(
+                                CASE WHEN e.type = 'PluginsPinned'
+                                     THEN e.data::json -> 'pins' END) AS pin
+                          GROUP BY e.task) AS pinned(task, needs) ON pinned.task = t.ord
             ON CONFLICT (id) DO NOTHING
             RETURNING id)
     SELECT array_agg(id) INTO v_created FROM inserted;
@@ -37,12 +44,19 @@ DECLARE
     v_taken text;
 BEGIN
     WITH inserted AS (
+        -- needs (0022, ADR-0092): the names each task's PluginsPinned event pins.
         INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq,
-                           concurrency_key, priority)
+                           concurrency_key, priority, needs)
             SELECT t.id, t.queue, 'ready', t.ready, coalesce(t.ready, clock_timestamp()),
-                   t.count, t.key, t.priority
+                   t.count, t.key, t.priority, pinned.needs
               FROM unnest(p_ids, p_queues, p_ready, p_counts, p_keys, p_priorities)
-                   AS t(id, queue, ready, count, key, priority)
+                   WITH ORDINALITY AS t(id, queue, ready, count, key, priority, ord)
+              LEFT JOIN (SELECT e.task, array_agg(DISTINCT pin ->> 0 ORDER BY pin ->> 0)
+                           FROM unnest(p_event_task, p_types, p_data) AS e(task, type, data)
+                          CROSS JOIN LATERAL json_array_elements(
+                                CASE WHEN e.type = 'PluginsPinned'
+                                     THEN e.data::json -> 'pins' END) AS pin
+                          GROUP BY e.task) AS pinned(task, needs) ON pinned.task = t.ord
             ON CONFLICT (id) DO NOTHING
             RETURNING id)
     SELECT array_agg(id) INTO v_created FROM inserted;

@@ -27,6 +27,7 @@ def claim_params(
     lease_seconds: float,
     limit: int,
     excluding: Collection[str] = (),
+    offers: Collection[str] | None = None,
 ) -> dict[str, Any]:
     check_lease(lease_seconds)
     check_key("worker name", worker)
@@ -38,6 +39,7 @@ def claim_params(
         "queues": distinct,
         "lease": lease_seconds,
         "limit": limit,
+        "offers": None if offers is None else sorted(set(offers)),
         "excluding": list(excluding),
     }
 

@@ -27,6 +27,9 @@ from noeta.core.ports.store import Claim, ClaimedTask, check_key, check_lease
 # row. SKIP LOCKED: claimants never wait on each other's tasks. %(excluding)s: the
 # claimer's own runs, never claimed again by it (ADR-0079); in a queue with settings the
 # function may offer one, which then only leaves its slot unused this once.
+# %(offers)s: the plugin names the claimer has; a task needing one it lacks is left to a
+# worker that has it (NULL: it offers anything, and the filter is one constant test).
+# The walk reads, and skips, the due rows it cannot run ahead of those it can: ADR-0092.
 _CLAIM_DUE_TASKS = """
 WITH due AS MATERIALIZED (
     SELECT found.id, found.priority, found.claimable_at, found.taken_over, false AS limited
@@ -42,6 +45,7 @@ WITH due AS MATERIALIZED (
           FROM tasks AS t
          WHERE t.queue = q.queue AND t.priority = p.priority AND t.claimable_at <= now()
            AND t.id <> ALL(%(excluding)s::text[])
+           AND (%(offers)s::text[] IS NULL OR t.needs IS NULL OR t.needs <@ %(offers)s::text[])
          ORDER BY t.claimable_at
          LIMIT %(limit)s
            FOR UPDATE SKIP LOCKED
@@ -50,7 +54,8 @@ WITH due AS MATERIALIZED (
     SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over, true
       FROM (SELECT s.queue FROM queue_settings AS s
              WHERE s.queue = ANY(%(queues)s::text[]) ORDER BY s.queue OFFSET 0) AS q
-     CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, %(limit)s, false) AS limited
+     CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, %(limit)s, false, %(offers)s::text[])
+           AS limited
      WHERE limited.id <> ALL(%(excluding)s::text[])
      ORDER BY 2 DESC, 3
      LIMIT %(limit)s
@@ -114,6 +119,7 @@ UPDATE tasks AS t
        lease_until = lease.until, claimable_at = lease.until, updated_at = clock_timestamp()
   FROM lease
  WHERE t.id = %(id)s AND t.claimable_at <= clock_timestamp()
+   AND (%(offers)s::text[] IS NULL OR t.needs IS NULL OR t.needs <@ %(offers)s::text[])
 RETURNING t.id, t.owner_epoch, t.lease_until
 """
 
@@ -169,8 +175,16 @@ SELECT id, owner_epoch, lease_until FROM tasks
 class PostgresClaims(PostgresConnection):
     """The claim half of the `Store` protocol."""
 
-    async def claim(self, worker: str, queues: Sequence[str], lease_seconds: float) -> Claim | None:
-        row = await self._write(CLAIM_NEXT_TASK, claim_params(worker, queues, lease_seconds, 1))
+    async def claim(
+        self,
+        worker: str,
+        queues: Sequence[str],
+        lease_seconds: float,
+        *,
+        offers: Collection[str] | None = None,
+    ) -> Claim | None:
+        params = claim_params(worker, queues, lease_seconds, 1, offers=offers)
+        row = await self._write(CLAIM_NEXT_TASK, params)
         if row is None:
             return None
         return Claim(row[0], worker, row[1], row[2], taken_over=row[3])
@@ -184,8 +198,9 @@ class PostgresClaims(PostgresConnection):
         limit: int = 1,
         snapshot_version: str,
         excluding: Collection[str] = (),
+        offers: Collection[str] | None = None,
     ) -> list[ClaimedTask]:
-        params = claim_params(worker, queues, lease_seconds, limit, excluding)
+        params = claim_params(worker, queues, lease_seconds, limit, excluding, offers)
         params["version"] = snapshot_version
         rows = await self._write_many(CLAIM_AND_LOAD, params)
         return claimed_tasks(rows, worker, snapshot_version)
@@ -198,10 +213,18 @@ class PostgresClaims(PostgresConnection):
         rows = await self._read(COUNT_CLAIMABLE, {"queues": list(queues)})
         return {queue: count for queue, count in rows}
 
-    async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
+    async def claim_task(
+        self,
+        worker: str,
+        task_id: str,
+        lease_seconds: float,
+        *,
+        offers: Collection[str] | None = None,
+    ) -> Claim | None:
         check_lease(lease_seconds)
         check_key("worker name", worker)
-        params = {"worker": worker, "id": task_id, "lease": lease_seconds}
+        offered = None if offers is None else sorted(set(offers))
+        params = {"worker": worker, "id": task_id, "lease": lease_seconds, "offers": offered}
         row = await self._write(CLAIM_THIS_TASK, params)
         if row is None:
             return None

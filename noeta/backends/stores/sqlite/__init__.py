@@ -25,6 +25,7 @@ from noeta.backends.stores.sqlite.queues import SqliteQueues
 from noeta.backends.stores.sqlite.retention import SqliteRetention
 from noeta.backends.stores.sqlite.schema import SqliteSchema
 from noeta.backends.stores.sqlite.views import SqliteViews
+from noeta.backends.stores.sqlite.workers import SqliteWorkers
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 from noeta.core.ports.store import ClaimedTask, LoadedTask, check_claim_limit
 from noeta.core.ports.store_capabilities import StoreCapabilities
@@ -46,6 +47,7 @@ class SqliteStore(
     SqliteViews,
     SqliteModelLimits,
     SqliteQueues,
+    SqliteWorkers,
 ):
     """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""
 
@@ -53,7 +55,12 @@ class SqliteStore(
     def capabilities(self) -> StoreCapabilities:
         """No bursts on one connection and no announcements: a waiter polls."""
         return StoreCapabilities(
-            bulk=self, queue_settings=self, views=self, pruning=self, model_limits=self
+            bulk=self,
+            queue_settings=self,
+            views=self,
+            pruning=self,
+            model_limits=self,
+            workers=self,
         )
 
     async def claim_and_load(
@@ -65,6 +72,7 @@ class SqliteStore(
         limit: int = 1,
         snapshot_version: str,
         excluding: Collection[str] = (),
+        offers: Collection[str] | None = None,
     ) -> list[ClaimedTask]:
         """One claim after another, each read after it: sqlite has one writer at a time
         and no round trip to save. A claim already made is never dropped: past the first,
@@ -73,7 +81,9 @@ class SqliteStore(
         claimed: list[ClaimedTask] = []
         for _ in range(limit):
             try:
-                claim = await self.claim(worker, queues, lease_seconds, excluding=excluding)
+                claim = await self.claim(
+                    worker, queues, lease_seconds, excluding=excluding, offers=offers
+                )
             except StoreError:
                 if not claimed:
                     raise

@@ -27,6 +27,7 @@ SELECT t.id, t.owner_epoch, t.status IN ('running', 'holding'), t.queue
         SELECT x.id FROM tasks AS x
          WHERE x.queue = q.value AND x.claimable_at IS NOT NULL AND x.claimable_at <= :now
            AND x.id NOT IN (SELECT value FROM json_each(:excluding))
+           AND ({{offered}})
            AND (s.per_key_concurrency IS NULL OR x.concurrency_key IS NULL
                 OR (SELECT count(*) FROM tasks AS r
                      WHERE r.queue = x.queue AND r.concurrency_key = x.concurrency_key
@@ -42,7 +43,14 @@ SELECT t.id, t.owner_epoch, t.status IN ('running', 'holding'), t.queue
 # A rate's token bucket as of :now: refilled evenly up to rate_count (times in microseconds).
 RATE_TOKENS = """min(s.rate_count, coalesce(s.rate_tokens, s.rate_count)
     + (:now - coalesce(s.rate_at, :now)) * s.rate_count / (s.rate_seconds * 1000000.0))"""
-FIND_NEXT_CLAIMABLE = FIND_NEXT_CLAIMABLE.replace("{tokens}", RATE_TOKENS)
+# What a task needs (0022: a JSON array of plugin names) the claimer offers (:offers, a
+# JSON array; NULL: it runs anything). ADR-0092.
+OFFERED = """:offers IS NULL OR x.needs IS NULL OR NOT EXISTS (
+                SELECT 1 FROM json_each(x.needs) AS need
+                 WHERE need.value NOT IN (SELECT value FROM json_each(:offers)))"""
+FIND_NEXT_CLAIMABLE = FIND_NEXT_CLAIMABLE.replace("{tokens}", RATE_TOKENS).replace(
+    "{offered}", OFFERED
+)
 TAKE_A_RATE_TOKEN = f"""
 UPDATE queue_settings AS s SET rate_tokens = {RATE_TOKENS} - 1, rate_at = :now
  WHERE s.queue = :queue AND s.rate_count IS NOT NULL"""
@@ -54,9 +62,10 @@ COUNT_CLAIMABLE = """
 SELECT queue, count(*) FROM tasks
  WHERE claimable_at <= ? AND queue IN (SELECT value FROM json_each(?))
  GROUP BY queue"""
-FIND_THIS_TASK_IF_CLAIMABLE = """
-SELECT id, owner_epoch FROM tasks
- WHERE id = ? AND claimable_at IS NOT NULL AND claimable_at <= ?"""
+FIND_THIS_TASK_IF_CLAIMABLE = f"""
+SELECT x.id, x.owner_epoch FROM tasks AS x
+ WHERE x.id = :id AND x.claimable_at IS NOT NULL AND x.claimable_at <= :now
+   AND ({OFFERED})"""
 CLAIM_TASK = """
 UPDATE tasks SET status = 'running', owner = ?, owner_epoch = owner_epoch + 1,
        lease_until = ?, claimable_at = ?, updated_at = ?
@@ -86,20 +95,23 @@ class SqliteClaims(SqliteConnection):
         lease_seconds: float,
         *,
         excluding: Collection[str] = (),
+        offers: Collection[str] | None = None,
     ) -> Claim | None:
         lease = lease_micros(lease_seconds)
         check_key("worker name", worker)
         if not queues:
             return None
         queue_list, excluded = encode(list(queues)), encode(list(excluding))
+        offered = offers_json(offers)
         # Peek outside the write lock first, so idle pollers do not queue up behind writers.
         peek = {"now": now_micros(), "queues": queue_list, "excluding": excluded}
+        peek["offers"] = offered
         due = await self._run(self._read_one, FIND_NEXT_CLAIMABLE, peek)
         if due is None:
             return None
 
         def claim_next(connection: sqlite3.Connection, now: int) -> Claim | None:
-            values = {"now": now, "queues": queue_list, "excluding": excluded}
+            values = {"now": now, "queues": queue_list, "excluding": excluded, "offers": offered}
             row = connection.execute(FIND_NEXT_CLAIMABLE, values).fetchone()
             if row is None:
                 return None
@@ -122,12 +134,21 @@ class SqliteClaims(SqliteConnection):
         rows = await self._run(self._read_all, COUNT_CLAIMABLE, values)
         return {queue: count for queue, count in rows}
 
-    async def claim_task(self, worker: str, task_id: str, lease_seconds: float) -> Claim | None:
+    async def claim_task(
+        self,
+        worker: str,
+        task_id: str,
+        lease_seconds: float,
+        *,
+        offers: Collection[str] | None = None,
+    ) -> Claim | None:
         lease = lease_micros(lease_seconds)
         check_key("worker name", worker)
+        offered = offers_json(offers)
 
         def claim_it(connection: sqlite3.Connection, now: int) -> Claim | None:
-            row = connection.execute(FIND_THIS_TASK_IF_CLAIMABLE, (task_id, now)).fetchone()
+            values = {"id": task_id, "now": now, "offers": offered}
+            row = connection.execute(FIND_THIS_TASK_IF_CLAIMABLE, values).fetchone()
             if row is None:
                 return None
             connection.execute(CLAIM_TASK, (worker, now + lease, now + lease, now, task_id))
@@ -170,3 +191,8 @@ class SqliteClaims(SqliteConnection):
             Claim(task_id, owner, epoch, from_micros(lease_until))
             for task_id, owner, epoch, lease_until in rows
         ]
+
+
+def offers_json(offers: Collection[str] | None) -> str | None:
+    """A claimer's offers as the claim binds them: a JSON array, or NULL for anything."""
+    return None if offers is None else encode([*sorted(set(offers))])
