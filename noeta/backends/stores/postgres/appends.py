@@ -155,10 +155,20 @@ class PostgresAppends(PostgresConnection):
 
 def encode_task(task: NewTask) -> tuple[list[str], list[str]]:
     """A new task's checked inputs and its events as the parallel type and data arrays."""
+    check_task(task)
+    return _encode_events(task.events)
+
+
+def check_task(task: NewTask) -> None:
+    """A new task's id, start and queue, checked before anything is sent."""
     check_key("task id", task.id)
     check_moment(task.ready_at)
     check_key("queue name", task.queue)
-    return _encode_events(task.events)
+
+
+def encode_event(event: NewEvent) -> tuple[str, str]:
+    """An event's checked type and its encoded data."""
+    return check_key("event type", event.type), payload.encode(event.data)
 
 
 def events_json(events: Sequence[NewEvent]) -> str:
