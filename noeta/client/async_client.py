@@ -15,8 +15,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from noeta.client import job_tasks, messages, task_logs
-from noeta.client.creating import create_all_once, create_once
+from noeta.client import job_tasks, messages, task_logs, unique_jobs
+from noeta.client.creating import create_batch, create_once
 from noeta.client.handles import TaskHandle
 from noeta.client.in_flight import CallsInFlight, tracked
 from noeta.client.submissions import (
@@ -47,7 +47,6 @@ from noeta.core.ports.queue_settings import (
 from noeta.core.ports.store import (
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
-    NewTask,
     Store,
     TaskRecord,
     TaskStatus,
@@ -158,7 +157,7 @@ class AsyncClient:
         limit), `priority` 0-9 (higher claimed first)."""
         item = Submission(prompt, model, queue, id, interactive, tools, key, priority)
         task = agent_task(item)
-        await self._create(task)
+        await create_once(await self.store(), task)
         return TaskHandle(task.id, task.queue)
 
     @tracked
@@ -185,7 +184,7 @@ class AsyncClient:
         ]
         built = [in_batch(index, item) for index, item in enumerate(batch)]
         check_distinct_ids(built)
-        await self._create_all(built, "task")
+        await create_batch(await self.store(), built, "task")
         return [TaskHandle(task.id, task.queue) for task in built]
 
     @tracked
@@ -200,19 +199,25 @@ class AsyncClient:
         delay: float | None = None,
         key: str | None = None,
         priority: int = DEFAULT_PRIORITY,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
+        debounce: float | None = None,
     ) -> TaskHandle:
         """Create a plain job: one call of the function decorated `@noeta.tool` as `job`
-        (`key` and `priority` as for `submit`)."""
+        (`key` and `priority` as for `submit`). With `unique_key`: `unique_for` seconds
+        during which an enqueue of the key returns this job's handle, writing nothing; or
+        `debounce` seconds to wait, a later enqueue of the key replacing it (ADR-0091)."""
         tool = await self._job_tool(job)
         checked = job_tasks.job_input(tool, input)
         check_key("queue name", queue)
+        given = (run_at, delay)
+        rule = unique_jobs.key_rule(job, unique_key, unique_for, debounce, start=given, id=id)
         task_id = new_id(id)
         store = await self.store()
         now = await store.clock() if delay is not None else datetime.now().astimezone()
-        start = job_tasks.ready_at(now, run_at, delay)
-        task = job_tasks.job_task(task_id, tool, checked, queue, start)
-        await self._create(replace(task, concurrency_key=key, priority=priority))
-        return TaskHandle(task_id, queue)
+        task = job_tasks.job_task(task_id, tool, checked, queue, job_tasks.ready_at(now, *given))
+        task = replace(task, concurrency_key=key, priority=priority)
+        return TaskHandle(await unique_jobs.create_job(store, task, unique_key, rule), queue)
 
     @tracked
     async def enqueue_many(
@@ -225,13 +230,17 @@ class AsyncClient:
         delay: float | None = None,
         key: str | None = None,
         priority: int = DEFAULT_PRIORITY,
+        unique_keys: Sequence[str] | None = None,
+        unique_for: float | None = None,
+        debounce: float | None = None,
     ) -> list[TaskHandle]:
         """Create one job per input in one statement and one transaction, all or none.
 
         Every input is checked against the function's schema first: a bad one fails the
         batch, named by its index (from 0), and nothing is written. Safe to call again
         with the same arguments only if it raised: a lost reply is resent by the client
-        with the same ids, never making duplicates.
+        with the same ids, never making duplicates. `unique_keys` (one per input) with
+        `unique_for` or `debounce`: each job as `enqueue` with its key, in order.
         """
         tool = await self._job_tool(job)
         store = await self.store()
@@ -240,8 +249,11 @@ class AsyncClient:
         batch = job_tasks.job_batch(
             tool, inputs, queue=queue, start=start, key=key, priority=priority
         )
-        await self._create_all(batch, "job")
-        return [TaskHandle(task.id, task.queue) for task in batch]
+        keys, rule = unique_jobs.batch_keys(
+            job, unique_keys, len(batch), unique_for, debounce, start=(run_at, delay)
+        )
+        holders = await unique_jobs.create_jobs(store, batch, keys, rule)
+        return [TaskHandle(holder, queue) for holder in holders]
 
     async def _job_tool(self, name: str) -> FunctionTool:
         """The decorated function named `name`: imported already, or by the config's
@@ -285,16 +297,6 @@ class AsyncClient:
             change=change,
         )
         return TaskHandle(new.id, new.queue)
-
-    async def _create(self, task: NewTask) -> None:
-        await create_once(await self.store(), task)
-
-    async def _create_all(self, batch: list[NewTask], kind: str) -> None:
-        store = await self.store()
-        bulk = store.capabilities.bulk
-        if bulk is None:
-            raise ConfigError(f"this store ({type(store).__name__}) cannot create in bulk")
-        await create_all_once(store, bulk, batch, kind)
 
     def _import_plugins(self) -> None:
         """Import and build the config's plugins, starting none (an MCP server stays
@@ -350,7 +352,7 @@ class AsyncClient:
         async with watcher.reads:  # the same bound as the waits' reads
             finished = await task_logs.finish_event(await self.store(), task_id)
         if record.status is TaskStatus.CANCELLED:
-            raise TaskCancelled(task_id)
+            raise TaskCancelled(task_id, finished.error if finished else "")
         if record.status is TaskStatus.FAILED:
             raise TaskFailed(task_id, finished.error if finished else "")
         return finished.answer if finished else ""

@@ -24,6 +24,7 @@ from noeta.backends.stores.postgres.queues import PostgresQueues
 from noeta.backends.stores.postgres.retention import PostgresRetention
 from noeta.backends.stores.postgres.schema import check_schema, migrate_database
 from noeta.backends.stores.postgres.session import SessionLimits, startup_options
+from noeta.backends.stores.postgres.unique_jobs import PostgresUniqueJobs
 from noeta.backends.stores.postgres.views import PostgresViews
 from noeta.backends.stores.postgres.wakeups import PostgresWakeups
 from noeta.core.errors import StoreUnavailable
@@ -52,6 +53,7 @@ class PostgresStore(
     PostgresViews,
     PostgresModelLimits,
     PostgresQueues,
+    PostgresUniqueJobs,
 ):
     """A `Store` on one PostgreSQL database (or schema, via the URL's search_path)."""
 
@@ -69,6 +71,7 @@ class PostgresStore(
             finishes=self.finishes,
             idle_workers=self,
             await_finish=self.await_finish,
+            unique_jobs=self,
         )
 
     @classmethod

@@ -68,17 +68,7 @@ class PostgresAppends(PostgresConnection):
     """Task creation and the append, whose epoch, lease and sequence checks are the fence."""
 
     async def create_task(self, task: NewTask) -> bool:
-        types, data = encode_task(task)
-        params = {
-            "id": task.id,
-            "queue": task.queue,
-            "ready_at": task.ready_at,
-            "types": types,
-            "data": data,
-            "key": task.concurrency_key,
-            "priority": task.priority,
-        }
-        row = await self._write(CREATE_TASK, params)
+        row = await self._write(CREATE_TASK, create_params(task))
         return bool(row and row[0])
 
     async def append(
@@ -151,6 +141,20 @@ class PostgresAppends(PostgresConnection):
         assert row is not None
         appended: int = row[0]
         return appended
+
+
+def create_params(task: NewTask) -> dict[str, object]:
+    """The parameters of `noeta_create_task` (and its unique twin) for `task`, checked."""
+    types, data = encode_task(task)
+    return {
+        "id": task.id,
+        "queue": task.queue,
+        "ready_at": task.ready_at,
+        "types": types,
+        "data": data,
+        "key": task.concurrency_key,
+        "priority": task.priority,
+    }
 
 
 def encode_task(task: NewTask) -> tuple[list[str], list[str]]:

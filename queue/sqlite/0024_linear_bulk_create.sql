@@ -1,2 +1,0 @@
--- The PostgreSQL twin makes noeta_create_tasks linear in its batch; sqlite creates a
--- batch in Python: nothing to change here.
