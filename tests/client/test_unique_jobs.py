@@ -108,39 +108,52 @@ async def test_a_finished_first_job_holds_its_window_a_failed_or_cancelled_one_d
     assert replaced.id != cancelled.id
 
 
+def race(url: str, producers: int, **unique: Any) -> tuple[list[str], list[Client]]:
+    """`producers` threads, each with a client (a connection) of its own, enqueue one key
+    at once (a barrier lets them go together): the ids they got back, and the clients."""
+    asyncio.run(_migrate(url))
+    clients = [Client(url) for _ in range(producers)]
+    for client in clients:
+        client.tasks(limit=1)  # connected before the race
+    start = threading.Barrier(producers)
+    made: list[str] = []
+
+    def produce(client: Client, number: int) -> None:
+        start.wait()
+        handle = client.enqueue(
+            "resize", {"image": "x.png", "width": number}, unique_key="x.png", **unique
+        )
+        made.append(handle.id)
+
+    threads = [
+        threading.Thread(target=produce, args=(client, number))
+        for number, client in enumerate(clients)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return made, clients
+
+
 def test_racing_producers_get_one_job(postgres_url: str) -> None:
-    """Eight threads, each with a client (a connection) of its own, enqueue one key at once."""
-    producers = 8
-    asyncio.run(_migrate(postgres_url))
-    clients = [Client(postgres_url) for _ in range(producers)]
+    made, clients = race(postgres_url, 8, unique_for=HOUR, delay=HOUR)
     try:
-        for client in clients:
-            client.tasks(limit=1)  # connected (and migrated) before the race
-        start = threading.Barrier(producers)
-        made: list[str] = []
-
-        def produce(client: Client, number: int) -> None:
-            start.wait()
-            handle = client.enqueue(
-                "resize",
-                {"image": "x.png", "width": number},
-                unique_key="x.png",
-                unique_for=HOUR,
-                delay=HOUR,
-            )
-            made.append(handle.id)
-
-        threads = [
-            threading.Thread(target=produce, args=(client, number))
-            for number, client in enumerate(clients)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert len(made) == producers
+        assert len(made) == 8
         assert len(set(made)) == 1
         assert [record.id for record in clients[0].tasks(limit=100)] == made[:1]
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_racing_debounced_producers_leave_one_job_pending(postgres_url: str) -> None:
+    made, clients = race(postgres_url, 8, debounce=HOUR)
+    try:
+        assert len(set(made)) == 8  # each made its job, and replaced the one before
+        pending = clients[0].tasks(status="ready", limit=100)
+        assert len(pending) == 1
+        assert len(clients[0].tasks(status="cancelled", limit=100)) == 7
     finally:
         for client in clients:
             client.close()
