@@ -206,7 +206,7 @@ class AsyncClient:
         """Create a plain job: one call of the function decorated `@noeta.tool` as `job`
         (`key` and `priority` as for `submit`). With `unique_key`: `unique_for` seconds
         during which an enqueue of the key returns this job's handle, writing nothing; or
-        `debounce` seconds to wait, a later enqueue of the key replacing it (ADR-0091)."""
+        `debounce` seconds to wait, a later enqueue of the key replacing it (ADR-0093)."""
         tool = await self._job_tool(job)
         checked = job_tasks.job_input(tool, input)
         check_key("queue name", queue)

@@ -72,7 +72,7 @@ def apply_async(
 ) -> TaskHandle:
     """Enqueue one call of `tool` (Celery's `apply_async`): `countdown` seconds from now,
     or at `eta`, is when it may start; `unique_key` with `unique_for` or `debounce` as for
-    `enqueue` (ADR-0091)."""
+    `enqueue` (ADR-0093)."""
     if countdown is not None and (not math.isfinite(countdown) or countdown < 0):
         raise ConfigError(f"countdown must be zero or more seconds, not {countdown}")
     if countdown is not None and eta is not None:

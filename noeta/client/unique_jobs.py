@@ -1,4 +1,4 @@
-"""Unique and debounced jobs from the client (ADR-0091): `unique_key`, `unique_for` and
+"""Unique and debounced jobs from the client (ADR-0093): `unique_key`, `unique_for` and
 `debounce` checked before anything is written, and the create that answers with the job
 holding the key, sent again after a lost reply as `create_once` sends a plain job."""
 

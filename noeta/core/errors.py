@@ -46,7 +46,7 @@ class TaskCancelled(NoetaError):
     def __init__(self, task_id: str, reason: str = "") -> None:
         super().__init__(f"task {task_id} was cancelled" + (f": {reason}" if reason else ""))
         self.task_id = task_id
-        self.reason = reason  # e.g. "superseded by ID": a debounced job replaced (ADR-0091)
+        self.reason = reason  # e.g. "superseded by ID": a debounced job replaced (ADR-0093)
 
 
 class ResultTimeout(NoetaError):

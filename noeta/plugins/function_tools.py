@@ -165,7 +165,7 @@ class FunctionTool:
     ) -> TaskHandle:
         """Enqueue a call as Celery's `apply_async`: to start `countdown` seconds from
         now or at `eta`, on `queue`, with a concurrency `key` and a `priority` (0-9);
-        `unique_key` with `unique_for` or `debounce` as for `enqueue` (ADR-0091)."""
+        `unique_key` with `unique_for` or `debounce` as for `enqueue` (ADR-0093)."""
         from noeta.core.ports.store import DEFAULT_PRIORITY, DEFAULT_QUEUE
 
         enqueued: TaskHandle = _call_site()(

@@ -68,7 +68,7 @@ BEGIN
     RETURN cardinality(v_created);
 END $function$;
 
--- Unique and debounced jobs (issue 29 item 8, ADR-0091): which job holds a producer's
+-- Unique and debounced jobs (issue 29 item 8, ADR-0093): which job holds a producer's
 -- unique key. Only an enqueue that gives a key reads or writes it: a create without one
 -- runs noeta_create_task(s) as before, with no statement or probe more.
 CREATE TABLE job_unique_keys (

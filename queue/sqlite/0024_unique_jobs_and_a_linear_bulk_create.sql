@@ -1,4 +1,4 @@
 -- The PostgreSQL twin makes noeta_create_tasks linear in its batch and adds unique and
--- debounced jobs (job_unique_keys, ADR-0091). sqlite creates a batch in Python, and its
+-- debounced jobs (job_unique_keys, ADR-0093). sqlite creates a batch in Python, and its
 -- store offers no unique jobs: a unique key given to it is refused before anything is
 -- written.

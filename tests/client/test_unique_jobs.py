@@ -1,4 +1,4 @@
-"""Unique and debounced jobs (issue 29 item 8, ADR-0091): `unique_key=` with `unique_for=`
+"""Unique and debounced jobs (issue 29 item 8, ADR-0093): `unique_key=` with `unique_for=`
 returns the job holding the key within its window and writes nothing; `debounce=`
 replaces a job not yet started, so only the last runs. The database holds the key, so
 racing producers get one job. A real PostgreSQL; real worker processes where jobs run."""

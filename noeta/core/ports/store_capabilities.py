@@ -40,4 +40,4 @@ class StoreCapabilities:
     finishes: Notices | None = None  # tasks that just finished (awaited ones, if await_finish)
     idle_workers: IdleWorkers | None = None  # one woken worker per task (ADR-0087)
     await_finish: AwaitFinish | None = None  # a task's finish announced only once awaited
-    unique_jobs: UniqueJobs | None = None  # jobs that hold a unique key (ADR-0091)
+    unique_jobs: UniqueJobs | None = None  # jobs that hold a unique key (ADR-0093)

@@ -1,5 +1,5 @@
 """Unique and debounced jobs, a port beside `Store`: a job created only if no other holds
-its unique key, kept by the database so racing producers make one job (ADR-0091)."""
+its unique key, kept by the database so racing producers make one job (ADR-0093)."""
 
 from __future__ import annotations
 
