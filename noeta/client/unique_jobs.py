@@ -13,10 +13,12 @@ from noeta.core.errors import CommitUnknown, ConfigError, Conflict, PayloadError
 from noeta.core.ports.store import NewTask, Store, check_key
 from noeta.core.ports.unique_jobs import KeyRule, UniqueJobs
 
+MAX_SECONDS = 100 * 366 * 24 * 3600  # a window or a debounce: a century is plenty
+
 
 def key_rule(
     job: str,
-    keys: str | None,
+    key: str | None,
     unique_for: float | None,
     debounce: float | None,
     *,
@@ -24,17 +26,21 @@ def key_rule(
     id: str | None = None,
     keys_name: str = "unique_key",
 ) -> KeyRule | None:
-    """The rule `enqueue` was given (None: a plain job), or ConfigError. `keys` is the
-    unique key (for a batch: `keys_name` "unique_keys", any of them); `start` the run_at
-    and delay given."""
+    """The rule `enqueue` was given (None: a plain job), or ConfigError. `key` is the
+    unique key (for a batch, named `keys_name` "unique_keys": each of them); `start` the
+    run_at and delay given."""
     needs = "a unique_key" if keys_name == "unique_key" else keys_name
-    if unique_for is not None and (not _seconds(unique_for) or not unique_for > 0):
-        raise ConfigError(f"unique_for must be more than 0 seconds, not {unique_for!r}")
-    if debounce is not None and (not _seconds(debounce) or debounce < 0):
-        raise ConfigError(f"debounce must be zero or more seconds, not {debounce!r}")
+    if unique_for is not None and not (_seconds(unique_for) and 0 < unique_for <= MAX_SECONDS):
+        raise ConfigError(
+            f"unique_for must be more than 0 seconds (at most {MAX_SECONDS:,}), not {unique_for!r}"
+        )
+    if debounce is not None and not (_seconds(debounce) and 0 <= debounce <= MAX_SECONDS):
+        raise ConfigError(
+            f"debounce must be zero or more seconds (at most {MAX_SECONDS:,}), not {debounce!r}"
+        )
     if unique_for is not None and debounce is not None:
         raise ConfigError("give unique_for or debounce, not both")
-    if keys is None:
+    if key is None:
         for name, value in (("unique_for", unique_for), ("debounce", debounce)):
             if value is not None:
                 raise ConfigError(f"{name} needs {needs}: the key that names the job")
@@ -49,7 +55,7 @@ def key_rule(
             "key): give no delay or run_at with it"
         )
     try:
-        check_key("unique key", keys)
+        check_key("unique key", key)
     except PayloadError as error:
         raise ConfigError(str(error)) from None
     return KeyRule(job, unique_for, debounce)

@@ -210,6 +210,8 @@ async def test_a_debounce_after_the_job_started_makes_a_new_job(
         ({"unique_key": "k", "unique_for": 0}, "unique_for must be more than 0 seconds"),
         ({"unique_key": "k", "unique_for": -1}, "unique_for must be more than 0 seconds"),
         ({"unique_key": "k", "unique_for": float("nan")}, "unique_for must be more than 0"),
+        ({"unique_key": "k", "unique_for": 1e300}, "unique_for must be more than 0"),
+        ({"unique_key": "k", "debounce": float("inf")}, "debounce must be zero or more"),
         ({"unique_key": "k", "debounce": -1}, "debounce must be zero or more seconds"),
         ({"unique_for": 60}, "unique_for needs a unique_key"),
         ({"debounce": 60}, "debounce needs a unique_key"),
