@@ -116,7 +116,10 @@ BEGIN
             -- claimable or the scheduler takes a row to wake that worker (ADR-0087).
             ('idle_workers',      'SELECT, INSERT, UPDATE, DELETE'),
             -- `result()` marks a task awaited; the finishing append deletes the mark.
-            ('finish_waiters',    'SELECT, INSERT, DELETE'))
+            ('finish_waiters',    'SELECT, INSERT, DELETE'),
+            -- A unique or debounced enqueue locks its key's row (FOR UPDATE needs
+            -- UPDATE), makes it, and points it at the new job (ADR-0093); never deleted.
+            ('job_unique_keys',   'SELECT, INSERT, UPDATE'))
         SELECT c.relname AS name, d.privileges
           FROM pg_class AS c
           LEFT JOIN declared AS d ON d.name = c.relname

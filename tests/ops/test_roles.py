@@ -54,6 +54,7 @@ DECLARED = {
     "model_limit_holds": {"SELECT", "INSERT", "DELETE"},
     "idle_workers": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # registered, woken (ADR-0087)
     "finish_waiters": {"SELECT", "INSERT", "DELETE"},  # marked by result(), taken by the finish
+    "job_unique_keys": {"SELECT", "INSERT", "UPDATE"},  # a key locked, made, moved (ADR-0093)
 }
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
