@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -19,6 +18,7 @@ from noeta.client import job_tasks, messages, task_logs, unique_jobs
 from noeta.client.creating import create_batch, create_once
 from noeta.client.handles import TaskHandle
 from noeta.client.in_flight import CallsInFlight, tracked
+from noeta.client.queue_calls import QueueSettingsCalls
 from noeta.client.submissions import (
     DEFAULT_MODEL,
     Submission,
@@ -37,13 +37,6 @@ from noeta.core.errors import (
 )
 from noeta.core.ports.bulk import check_distinct_ids
 from noeta.core.ports.payload import JSONValue
-from noeta.core.ports.queue_settings import (
-    QueueChange,
-    QueueOverview,
-    Rate,
-    parse_rate,
-    queue_settings_store,
-)
 from noeta.core.ports.store import (
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
@@ -62,7 +55,7 @@ if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqu
 TaskRef = str | TaskHandle
 
 
-class AsyncClient:
+class AsyncClient(QueueSettingsCalls):
     def __init__(
         self,
         store: str | None = None,
@@ -212,11 +205,10 @@ class AsyncClient:
         check_key("queue name", queue)
         given = (run_at, delay)
         rule = unique_jobs.key_rule(job, unique_key, unique_for, debounce, start=given, id=id)
-        task_id = new_id(id)
         store = await self.store()
         now = await store.clock() if delay is not None else datetime.now().astimezone()
-        task = job_tasks.job_task(task_id, tool, checked, queue, job_tasks.ready_at(now, *given))
-        task = replace(task, concurrency_key=key, priority=priority)
+        start = job_tasks.ready_at(now, *given)
+        task = job_tasks.job_task(new_id(id), tool, checked, queue, start, key, priority)
         return TaskHandle(await unique_jobs.create_job(store, task, unique_key, rule), queue)
 
     @tracked
@@ -307,33 +299,6 @@ class AsyncClient:
         config = self._config
         for spec in (config if isinstance(config, Config) else load_config(config)).plugins:
             load(spec)
-
-    # --- queue settings (ADR-0073) ----------------------------------------------------
-
-    async def set_queue(
-        self,
-        queue: str,
-        *,
-        concurrency: int | None = None,
-        per_key: int | None = None,
-        rate: str | Rate | None = None,
-        paused: bool | None = None,
-    ) -> QueueOverview:
-        """Change `queue`'s limits (None: unchanged); `rate` as 'N/PERIOD' (10/s, 600/m).
-        Every worker obeys them from its next claim."""
-        change = QueueChange(
-            concurrency, per_key, parse_rate(rate) if isinstance(rate, str) else rate, paused
-        )
-        return await queue_settings_store(await self.store()).set_queue(queue, change)
-
-    async def clear_queue(self, queue: str) -> bool:
-        """Remove `queue`'s limits; False if it had none."""
-        return await queue_settings_store(await self.store()).clear_queue(queue)
-
-    async def queues(self, *names: str) -> list[QueueOverview]:
-        """Every queue with settings or tasks (or those named): settings, claimable,
-        running, running per key, waiting for a slot."""
-        return await queue_settings_store(await self.store()).queue_overview(names)
 
     # --- results ---------------------------------------------------------------------
 
