@@ -127,8 +127,7 @@ def _unique_jobs(store: Store) -> UniqueJobs:
     unique = store.capabilities.unique_jobs
     if unique is None:
         raise ConfigError(
-            f"unique jobs need PostgreSQL: this store ({type(store).__name__}) cannot keep "
-            "a unique key; nothing was written"
+            f"this store ({type(store).__name__}) cannot keep a unique key; nothing was written"
         )
     return unique
 

@@ -293,10 +293,22 @@ def test_apply_async_takes_a_unique_key(postgres_url: str) -> None:
             use_client(None)
 
 
-async def test_the_sqlite_store_refuses_a_unique_key_and_writes_nothing(tmp_path: Path) -> None:
+async def test_the_sqlite_store_keeps_unique_and_debounced_jobs_too(tmp_path: Path) -> None:
     async with AsyncClient(f"sqlite:///{tmp_path / 'noeta.db'}") as client:
-        with pytest.raises(ConfigError, match="unique jobs need PostgreSQL"):
-            await client.enqueue(
-                "resize", {"image": "a.png", "width": 1}, unique_key="k", unique_for=HOUR
-            )
-        assert await client.tasks() == []
+        first = await client.enqueue(
+            "resize", {"image": "a.png", "width": 1}, unique_key="k", unique_for=HOUR
+        )
+        again = await client.enqueue(
+            "resize", {"image": "a.png", "width": 2}, unique_key="k", unique_for=HOUR
+        )
+        assert again.id == first.id
+        debounced = [
+            await client.enqueue("send_email", {"to": to}, unique_key="m", debounce=HOUR)
+            for to in ("a@example.com", "b@example.com")
+        ]
+        with pytest.raises(TaskCancelled, match=f"superseded by {debounced[1].id}"):
+            await client.result(debounced[0], timeout=60)
+        assert {record.id for record in await client.tasks(status="ready")} == {
+            first.id,
+            debounced[1].id,
+        }

@@ -24,6 +24,7 @@ from noeta.backends.stores.sqlite.model_limits import SqliteModelLimits
 from noeta.backends.stores.sqlite.queues import SqliteQueues
 from noeta.backends.stores.sqlite.retention import SqliteRetention
 from noeta.backends.stores.sqlite.schema import SqliteSchema
+from noeta.backends.stores.sqlite.unique_jobs import SqliteUniqueJobs
 from noeta.backends.stores.sqlite.views import SqliteViews
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 from noeta.core.ports.store import ClaimedTask, LoadedTask, check_claim_limit
@@ -42,6 +43,7 @@ class SqliteStore(
     SqliteLateResults,
     SqliteSchema,
     SqliteBulk,
+    SqliteUniqueJobs,
     SqliteRetention,
     SqliteViews,
     SqliteModelLimits,
@@ -53,7 +55,12 @@ class SqliteStore(
     def capabilities(self) -> StoreCapabilities:
         """No bursts on one connection and no announcements: a waiter polls."""
         return StoreCapabilities(
-            bulk=self, queue_settings=self, views=self, pruning=self, model_limits=self
+            bulk=self,
+            queue_settings=self,
+            views=self,
+            pruning=self,
+            model_limits=self,
+            unique_jobs=self,
         )
 
     async def claim_and_load(
