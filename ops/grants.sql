@@ -119,7 +119,10 @@ BEGIN
             ('finish_waiters',    'SELECT, INSERT, DELETE'),
             -- A worker records what it serves and offers (upsert, each round) and
             -- deletes its row when it stops; `noeta tasks` reads them (ADR-0092).
-            ('workers',           'SELECT, INSERT, UPDATE, DELETE'))
+            ('workers',           'SELECT, INSERT, UPDATE, DELETE'),
+            -- A unique or debounced enqueue locks its key's row (FOR UPDATE needs
+            -- UPDATE), makes it, and points it at the new job (ADR-0093); never deleted.
+            ('job_unique_keys',   'SELECT, INSERT, UPDATE'))
         SELECT c.relname AS name, d.privileges
           FROM pg_class AS c
           LEFT JOIN declared AS d ON d.name = c.relname

@@ -10,15 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from noeta.client import job_retry, job_tasks, messages, task_logs
-from noeta.client.creating import create_all_once, create_once
+from noeta.client import job_retry, job_tasks, messages, task_logs, unique_jobs
+from noeta.client.creating import create_batch, create_once
 from noeta.client.handles import TaskHandle
 from noeta.client.in_flight import CallsInFlight, tracked
+from noeta.client.queue_calls import QueueSettingsCalls
 from noeta.client.submissions import (
     DEFAULT_MODEL,
     Submission,
@@ -37,17 +37,9 @@ from noeta.core.errors import (
 )
 from noeta.core.ports.bulk import check_distinct_ids
 from noeta.core.ports.payload import JSONValue
-from noeta.core.ports.queue_settings import (
-    QueueChange,
-    QueueOverview,
-    Rate,
-    parse_rate,
-    queue_settings_store,
-)
 from noeta.core.ports.store import (
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
-    NewTask,
     Store,
     TaskRecord,
     TaskStatus,
@@ -62,7 +54,7 @@ if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqu
 TaskRef = str | TaskHandle
 
 
-class AsyncClient:
+class AsyncClient(QueueSettingsCalls):
     def __init__(
         self,
         store: str | None = None,
@@ -157,7 +149,7 @@ class AsyncClient:
         limit), `priority` 0-9 (higher claimed first)."""
         item = Submission(prompt, model, queue, id, interactive, tools, key, priority)
         task = agent_task(item)
-        await self._create(task)
+        await create_once(await self.store(), task)
         return TaskHandle(task.id, task.queue)
 
     @tracked
@@ -184,7 +176,7 @@ class AsyncClient:
         ]
         built = [in_batch(index, item) for index, item in enumerate(batch)]
         check_distinct_ids(built)
-        await self._create_all(built, "task")
+        await create_batch(await self.store(), built, "task")
         return [TaskHandle(task.id, task.queue) for task in built]
 
     @tracked
@@ -201,20 +193,27 @@ class AsyncClient:
         priority: int = DEFAULT_PRIORITY,
         countdown: float | None = None,
         eta: datetime | None = None,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
+        debounce: float | None = None,
     ) -> TaskHandle:
         """Create a plain job: one call of the function decorated `@noeta.tool` as `job`
         (`key` and `priority` as for `submit`). It may start `delay` (or, as Celery says,
-        `countdown`) seconds from now, or at `run_at` (`eta`): one of them at most."""
+        `countdown`) seconds from now, or at `run_at` (`eta`): one of them at most. With
+        `unique_key`: `unique_for` seconds during which an enqueue of the key returns this
+        job's handle, writing nothing; or `debounce` seconds to wait, a later enqueue of
+        the key replacing it (ADR-0093)."""
         tool = job_tasks.configured_job_tool(job, self._config)
         checked = job_tasks.job_input(tool, input)
         check_key("queue name", queue)
-        task_id = new_id(id)
+        given = (run_at or eta, delay if delay is not None else countdown)
+        rule = unique_jobs.key_rule(job, unique_key, unique_for, debounce, start=given, id=id)
         start = await job_tasks.start_time(
             self.store, run_at=run_at, delay=delay, eta=eta, countdown=countdown
         )
-        task = job_tasks.job_task(task_id, tool, checked, queue, start)
-        await self._create(replace(task, concurrency_key=key, priority=priority))
-        return TaskHandle(task_id, queue)
+        task = job_tasks.job_task(new_id(id), tool, checked, queue, start, key, priority)
+        store = await self.store()
+        return TaskHandle(await unique_jobs.create_job(store, task, unique_key, rule), queue)
 
     @tracked
     async def enqueue_many(
@@ -229,13 +228,17 @@ class AsyncClient:
         priority: int = DEFAULT_PRIORITY,
         countdown: float | None = None,
         eta: datetime | None = None,
+        unique_keys: Sequence[str] | None = None,
+        unique_for: float | None = None,
+        debounce: float | None = None,
     ) -> list[TaskHandle]:
         """Create one job per input in one statement and one transaction, all or none.
 
         Every input is checked against the function's schema first: a bad one fails the
         batch, named by its index (from 0), and nothing is written. Safe to call again
         with the same arguments only if it raised: a lost reply is resent by the client
-        with the same ids, never making duplicates.
+        with the same ids, never making duplicates. `unique_keys` (one per input) with
+        `unique_for` or `debounce`: each job as `enqueue` with its key, in order.
         """
         tool = job_tasks.configured_job_tool(job, self._config)
         start = await job_tasks.start_time(
@@ -244,8 +247,12 @@ class AsyncClient:
         batch = job_tasks.job_batch(
             tool, inputs, queue=queue, start=start, key=key, priority=priority
         )
-        await self._create_all(batch, "job")
-        return [TaskHandle(task.id, task.queue) for task in batch]
+        given = (run_at or eta, delay if delay is not None else countdown)
+        keys, rule = unique_jobs.batch_keys(
+            job, unique_keys, len(batch), unique_for, debounce, start=given
+        )
+        holders = await unique_jobs.create_jobs(await self.store(), batch, keys, rule)
+        return [TaskHandle(holder, queue) for holder in holders]
 
     @tracked
     async def fork(
@@ -283,43 +290,6 @@ class AsyncClient:
         )
         return TaskHandle(new.id, new.queue)
 
-    async def _create(self, task: NewTask) -> None:
-        await create_once(await self.store(), task)
-
-    async def _create_all(self, batch: list[NewTask], kind: str) -> None:
-        store = await self.store()
-        bulk = store.capabilities.bulk
-        if bulk is None:
-            raise ConfigError(f"this store ({type(store).__name__}) cannot create in bulk")
-        await create_all_once(store, bulk, batch, kind)
-
-    # --- queue settings (ADR-0073) ----------------------------------------------------
-
-    async def set_queue(
-        self,
-        queue: str,
-        *,
-        concurrency: int | None = None,
-        per_key: int | None = None,
-        rate: str | Rate | None = None,
-        paused: bool | None = None,
-    ) -> QueueOverview:
-        """Change `queue`'s limits (None: unchanged); `rate` as 'N/PERIOD' (10/s, 600/m).
-        Every worker obeys them from its next claim."""
-        change = QueueChange(
-            concurrency, per_key, parse_rate(rate) if isinstance(rate, str) else rate, paused
-        )
-        return await queue_settings_store(await self.store()).set_queue(queue, change)
-
-    async def clear_queue(self, queue: str) -> bool:
-        """Remove `queue`'s limits; False if it had none."""
-        return await queue_settings_store(await self.store()).clear_queue(queue)
-
-    async def queues(self, *names: str) -> list[QueueOverview]:
-        """Every queue with settings or tasks (or those named): settings, claimable,
-        running, running per key, waiting for a slot."""
-        return await queue_settings_store(await self.store()).queue_overview(names)
-
     # --- results ---------------------------------------------------------------------
 
     @tracked
@@ -337,7 +307,7 @@ class AsyncClient:
         async with watcher.reads:  # the same bound as the waits' reads
             finished = await task_logs.finish_event(await self.store(), task_id)
         if record.status is TaskStatus.CANCELLED:
-            raise TaskCancelled(task_id)
+            raise TaskCancelled(task_id, finished.error if finished else "")
         if record.status is TaskStatus.FAILED:
             raise TaskFailed(task_id, finished.error if finished else "")
         return finished.answer if finished else ""

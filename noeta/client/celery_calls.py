@@ -64,12 +64,25 @@ def apply_async(
     queue: str = DEFAULT_QUEUE,
     key: str | None = None,
     priority: int = DEFAULT_PRIORITY,
+    unique_key: str | None = None,
+    unique_for: float | None = None,
+    debounce: float | None = None,
 ) -> TaskHandle:
     """Enqueue one call of `tool` (Celery's `apply_async`): `countdown` seconds from now,
-    or at `eta`, is when it may start."""
+    or at `eta`, is when it may start; `unique_key` with `unique_for` or `debounce` as for
+    `enqueue` (ADR-0093)."""
     input = call_input(tool, args, kwargs or {})
     return default_client().enqueue(
-        tool.name, input, queue=queue, eta=eta, countdown=countdown, key=key, priority=priority
+        tool.name,
+        input,
+        queue=queue,
+        eta=eta,
+        countdown=countdown,
+        key=key,
+        priority=priority,
+        unique_key=unique_key,
+        unique_for=unique_for,
+        debounce=debounce,
     )
 
 

@@ -43,12 +43,20 @@ async def create_once(store: Store, task: NewTask) -> None:
             if resend > 0 and await _is_ours(store, task):
                 return
         except (CommitUnknown, StoreUnavailable) as error:
-            await _before_resend(error, resend, [task.id])
+            await before_resend(error, resend, [task.id])
             continue
         raise TaskExists(
             f"a task with id {task.id!r} exists already (or existed and was pruned)", task.id
         )
     raise AssertionError("unreachable")
+
+
+async def create_batch(store: Store, tasks: Sequence[NewTask], kind: str) -> None:
+    """`create_all_once` through the store's bulk port, or ConfigError if it has none."""
+    bulk = store.capabilities.bulk
+    if bulk is None:
+        raise ConfigError(f"this store ({type(store).__name__}) cannot create in bulk")
+    await create_all_once(store, bulk, tasks, kind)
 
 
 async def create_all_once(
@@ -64,7 +72,7 @@ async def create_all_once(
         except Conflict as error:
             refused = error
         except (CommitUnknown, StoreUnavailable) as error:
-            await _before_resend(error, resend, [task.id for task in tasks])
+            await before_resend(error, resend, [task.id for task in tasks])
             continue
         taken = refused.task_id
         index = next((i for i, task in enumerate(tasks) if task.id == taken), None)
@@ -74,7 +82,7 @@ async def create_all_once(
             if resend > 0 and await _is_ours(store, tasks[index]):
                 return
         except (CommitUnknown, StoreUnavailable) as error:
-            await _before_resend(error, resend, [task.id for task in tasks])
+            await before_resend(error, resend, [task.id for task in tasks])
             continue
         raise TaskExists(
             f"{kind} {index} of the batch (id {taken!r}): a task with this id "
@@ -84,7 +92,7 @@ async def create_all_once(
     raise AssertionError("unreachable")
 
 
-async def _before_resend(
+async def before_resend(
     error: CommitUnknown | StoreUnavailable, resend: int, ids: Sequence[str]
 ) -> None:
     """Wait before sending again, or give up: re-raise with the ids, so the caller can

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from noeta.client.input_checks import surely_valid
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.ports.payload import JSONValue
-from noeta.core.ports.store import NewEvent, NewTask, Store, check_key
+from noeta.core.ports.store import DEFAULT_PRIORITY, NewEvent, NewTask, Store, check_key
 from noeta.core.rules import events
 from noeta.core.rules.tool_input import input_problem
 from noeta.plugins.function_tools import REGISTERED, FunctionTool
@@ -128,12 +128,17 @@ def job_task(
     input: dict[str, JSONValue],
     queue: str,
     start: datetime | None,
+    key: str | None = None,
+    priority: int = DEFAULT_PRIORITY,
 ) -> NewTask:
+    """A job's task: its first events, and `key` (concurrency) and `priority`."""
     created = events.TaskCreated(model="", tools=(tool.name,))
     call = events.CallRequested(JOB_CALL_ID, tool.name, input)
     pinned = events.PluginsPinned((module_pin(tool.module),))
     log = [NewEvent(*events.encode(event)) for event in (created, call, pinned)]
-    return NewTask(task_id, log, queue=queue, ready_at=start)
+    return NewTask(
+        task_id, log, queue=queue, ready_at=start, concurrency_key=key, priority=priority
+    )
 
 
 def job_batch(

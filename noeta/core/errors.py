@@ -44,9 +44,10 @@ class TaskFailed(NoetaError):
 class TaskCancelled(NoetaError):
     """The task finished as cancelled."""
 
-    def __init__(self, task_id: str) -> None:
-        super().__init__(f"task {task_id} was cancelled")
+    def __init__(self, task_id: str, reason: str = "") -> None:
+        super().__init__(f"task {task_id} was cancelled" + (f": {reason}" if reason else ""))
         self.task_id = task_id
+        self.reason = reason  # e.g. "superseded by ID": a debounced job replaced (ADR-0093)
 
 
 class ResultTimeout(NoetaError):

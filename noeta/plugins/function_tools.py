@@ -188,9 +188,13 @@ class FunctionTool:
         queue: str | None = None,
         key: str | None = None,
         priority: int | None = None,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
+        debounce: float | None = None,
     ) -> TaskHandle:
         """Enqueue a call as Celery's `apply_async`: to start `countdown` seconds from
-        now or at `eta`, on `queue`, with a concurrency `key` and a `priority` (0-9)."""
+        now or at `eta`, on `queue`, with a concurrency `key` and a `priority` (0-9);
+        `unique_key` with `unique_for` or `debounce` as for `enqueue` (ADR-0093)."""
         from noeta.core.ports.store import DEFAULT_PRIORITY, DEFAULT_QUEUE
 
         enqueued: TaskHandle = _call_site()(
@@ -202,6 +206,9 @@ class FunctionTool:
             queue=DEFAULT_QUEUE if queue is None else queue,
             key=key,
             priority=DEFAULT_PRIORITY if priority is None else priority,
+            unique_key=unique_key,
+            unique_for=unique_for,
+            debounce=debounce,
         )
         return enqueued
 

@@ -55,6 +55,7 @@ DECLARED = {
     "idle_workers": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # registered, woken (ADR-0087)
     "finish_waiters": {"SELECT", "INSERT", "DELETE"},  # marked by result(), taken by the finish
     "workers": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # each worker's row (ADR-0092)
+    "job_unique_keys": {"SELECT", "INSERT", "UPDATE"},  # a key locked, made, moved (ADR-0093)
 }
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 

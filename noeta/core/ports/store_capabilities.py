@@ -17,6 +17,7 @@ from noeta.core.ports.model_limits import ModelLimiter
 from noeta.core.ports.queue_settings import QueueSettingsStore
 from noeta.core.ports.retention import Pruning
 from noeta.core.ports.store_views import StoreViews
+from noeta.core.ports.unique_jobs import UniqueJobs
 from noeta.core.ports.worker_registry import WorkerRegistry
 
 # Runs a burst of one task's store statements on one connection (PostgreSQL's pool).
@@ -41,3 +42,4 @@ class StoreCapabilities:
     idle_workers: IdleWorkers | None = None  # one woken worker per task (ADR-0087)
     await_finish: AwaitFinish | None = None  # a task's finish announced only once awaited
     workers: WorkerRegistry | None = None  # the live workers and what they offer (ADR-0092)
+    unique_jobs: UniqueJobs | None = None  # jobs that hold a unique key (ADR-0093)

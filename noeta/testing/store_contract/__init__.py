@@ -28,6 +28,7 @@ from noeta.testing.store_contract.logs import LogContract
 from noeta.testing.store_contract.model_limits import ModelLimitContract
 from noeta.testing.store_contract.queue_limits import QueueLimitContract
 from noeta.testing.store_contract.retention import RetentionContract
+from noeta.testing.store_contract.unique_jobs import UniqueJobsContract
 
 __all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim", "take_over"]
 
@@ -47,5 +48,6 @@ class StoreContract(
     ModelLimitContract,
     QueueLimitContract,
     CapabilityContract,
+    UniqueJobsContract,
 ):
     """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""

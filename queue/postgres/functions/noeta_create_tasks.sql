@@ -29,9 +29,12 @@ BEGIN
         -- None missing: an id was given twice (the client refuses that before sending).
         RAISE EXCEPTION USING ERRCODE = 'NT409', MESSAGE = coalesce(v_taken, '?');
     END IF;
+    -- A join, not p_ids[e.task]: subscripting a text[] walks it from the start, so a
+    -- subscript per event made a batch quadratic (0.84 s for 30,000 events, 0.12 s so).
     INSERT INTO events (task_id, seq, type, data)
-        SELECT p_ids[e.task], e.seq, e.type, e.data
-          FROM unnest(p_event_task, p_event_seq, p_types, p_data) AS e(task, seq, type, data);
+        SELECT t.id, e.seq, e.type, e.data
+          FROM unnest(p_event_task, p_event_seq, p_types, p_data) AS e(task, seq, type, data)
+          JOIN unnest(p_ids) WITH ORDINALITY AS t(id, ord) ON t.ord = e.task;
     RETURN cardinality(v_created);
 END $function$;
 
@@ -67,8 +70,11 @@ BEGIN
          ORDER BY t.ord LIMIT 1;
         RAISE EXCEPTION USING ERRCODE = 'NT409', MESSAGE = coalesce(v_taken, '?');
     END IF;
+    -- A join, not p_ids[e.task]: subscripting a text[] walks it from the start, so a
+    -- subscript per event made a batch quadratic (0.84 s for 30,000 events, 0.12 s so).
     INSERT INTO events (task_id, seq, type, data)
-        SELECT p_ids[e.task], e.seq, e.type, e.data
-          FROM unnest(p_event_task, p_event_seq, p_types, p_data) AS e(task, seq, type, data);
+        SELECT t.id, e.seq, e.type, e.data
+          FROM unnest(p_event_task, p_event_seq, p_types, p_data) AS e(task, seq, type, data)
+          JOIN unnest(p_ids) WITH ORDINALITY AS t(id, ord) ON t.ord = e.task;
     RETURN cardinality(v_created);
 END $function$;

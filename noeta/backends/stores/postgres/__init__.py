@@ -24,6 +24,7 @@ from noeta.backends.stores.postgres.queues import PostgresQueues
 from noeta.backends.stores.postgres.retention import PostgresRetention
 from noeta.backends.stores.postgres.schema import check_schema, migrate_database
 from noeta.backends.stores.postgres.session import SessionLimits, startup_options
+from noeta.backends.stores.postgres.unique_jobs import PostgresUniqueJobs
 from noeta.backends.stores.postgres.views import PostgresViews
 from noeta.backends.stores.postgres.wakeups import PostgresWakeups
 from noeta.backends.stores.postgres.workers import PostgresWorkers
@@ -54,6 +55,7 @@ class PostgresStore(
     PostgresModelLimits,
     PostgresQueues,
     PostgresWorkers,
+    PostgresUniqueJobs,
 ):
     """A `Store` on one PostgreSQL database (or schema, via the URL's search_path)."""
 
@@ -72,6 +74,7 @@ class PostgresStore(
             idle_workers=self,
             await_finish=self.await_finish,
             workers=self,
+            unique_jobs=self,
         )
 
     @classmethod

@@ -68,17 +68,7 @@ class PostgresAppends(PostgresConnection):
     """Task creation and the append, whose epoch, lease and sequence checks are the fence."""
 
     async def create_task(self, task: NewTask) -> bool:
-        types, data = encode_task(task)
-        params = {
-            "id": task.id,
-            "queue": task.queue,
-            "ready_at": task.ready_at,
-            "types": types,
-            "data": data,
-            "key": task.concurrency_key,
-            "priority": task.priority,
-        }
-        row = await self._write(CREATE_TASK, params)
+        row = await self._write(CREATE_TASK, create_params(task))
         return bool(row and row[0])
 
     async def append(
@@ -153,12 +143,36 @@ class PostgresAppends(PostgresConnection):
         return appended
 
 
+def create_params(task: NewTask) -> dict[str, object]:
+    """The parameters of `noeta_create_task` (and its unique twin) for `task`, checked."""
+    types, data = encode_task(task)
+    return {
+        "id": task.id,
+        "queue": task.queue,
+        "ready_at": task.ready_at,
+        "types": types,
+        "data": data,
+        "key": task.concurrency_key,
+        "priority": task.priority,
+    }
+
+
 def encode_task(task: NewTask) -> tuple[list[str], list[str]]:
     """A new task's checked inputs and its events as the parallel type and data arrays."""
+    check_task(task)
+    return _encode_events(task.events)
+
+
+def check_task(task: NewTask) -> None:
+    """A new task's id, start and queue, checked before anything is sent."""
     check_key("task id", task.id)
     check_moment(task.ready_at)
     check_key("queue name", task.queue)
-    return _encode_events(task.events)
+
+
+def encode_event(event: NewEvent) -> tuple[str, str]:
+    """An event's checked type and its encoded data."""
+    return check_key("event type", event.type), payload.encode(event.data)
 
 
 def events_json(events: Sequence[NewEvent]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from noeta.backends.stores.postgres.appends import encode_task
+from noeta.backends.stores.postgres.appends import check_task, encode_event
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.errors import Conflict
 from noeta.core.ports.bulk import check_distinct_ids
@@ -30,12 +30,19 @@ class PostgresBulk(PostgresConnection):
         event_seq: list[int] = []
         types: list[str] = []
         data: list[str] = []
+        # A batch's jobs share their creation and pin events (one object each): each
+        # object is encoded once (most of the client's time for a batch of 10,000 jobs).
+        encoded: dict[int, tuple[str, str]] = {}
         for number, task in enumerate(tasks, start=1):
-            task_types, task_data = encode_task(task)
-            event_task += [number] * len(task_types)
-            event_seq += range(1, len(task_types) + 1)
-            types += task_types
-            data += task_data
+            check_task(task)
+            for seq, event in enumerate(task.events, start=1):
+                type_and_data = encoded.get(id(event))
+                if type_and_data is None:
+                    type_and_data = encoded[id(event)] = encode_event(event)
+                event_task.append(number)
+                event_seq.append(seq)
+                types.append(type_and_data[0])
+                data.append(type_and_data[1])
         params = {
             "ids": [task.id for task in tasks],
             "queues": [task.queue for task in tasks],

@@ -24,6 +24,7 @@ from noeta.backends.stores.sqlite.model_limits import SqliteModelLimits
 from noeta.backends.stores.sqlite.queues import SqliteQueues
 from noeta.backends.stores.sqlite.retention import SqliteRetention
 from noeta.backends.stores.sqlite.schema import SqliteSchema
+from noeta.backends.stores.sqlite.unique_jobs import SqliteUniqueJobs
 from noeta.backends.stores.sqlite.views import SqliteViews
 from noeta.backends.stores.sqlite.workers import SqliteWorkers
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
@@ -43,6 +44,7 @@ class SqliteStore(
     SqliteLateResults,
     SqliteSchema,
     SqliteBulk,
+    SqliteUniqueJobs,
     SqliteRetention,
     SqliteViews,
     SqliteModelLimits,
@@ -61,6 +63,7 @@ class SqliteStore(
             pruning=self,
             model_limits=self,
             workers=self,
+            unique_jobs=self,
         )
 
     async def claim_and_load(
