@@ -13,7 +13,9 @@ ALTER TABLE events DROP CONSTRAINT events_task_id_fkey;
 -- themselves, noeta_append_and_finish and noeta_append_batch: every one-shot task finishes
 -- through one of them, and the trigger's run cost about 20 us a finish. The trigger stays
 -- for every other move into or out of a finished state (cancels, noeta_append's finishing
--- form, a resume), and leaves alone an update that sets finished_at itself.
+-- form, a resume), and leaves alone an update that sets finished_at itself. The same two
+-- appends announce a finish inline (noeta_announce_finish's two statements): no function
+-- run besides the append for a task's finish.
 DROP TRIGGER tasks_mark_finished ON tasks;
 CREATE TRIGGER tasks_mark_finished BEFORE UPDATE OF status ON tasks FOR EACH ROW WHEN (old.status IS DISTINCT FROM new.status AND ((new.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text])) OR (old.status = ANY (ARRAY['done'::text, 'failed'::text, 'cancelled'::text]))) AND NOT old.finished_at IS DISTINCT FROM new.finished_at) EXECUTE FUNCTION noeta_mark_finished();
 
@@ -53,7 +55,12 @@ BEGIN
            ready_at = NULL, claimable_at = NULL, updated_at = v_now, finished_at = v_now
      WHERE id = p_task;
     DELETE FROM model_limit_holds WHERE task_id = p_task;
-    PERFORM noeta_announce_finish(p_task);
+    -- noeta_announce_finish's two statements, inline (a function run less per finish):
+    -- announced only to a client awaiting it, whose mark takes this row's lock too.
+    DELETE FROM finish_waiters WHERE task_id = p_task;
+    IF FOUND THEN
+        PERFORM pg_notify('noeta_finished', p_task);
+    END IF;
     RETURN v_seq;
 END $function$;
 
@@ -138,9 +145,12 @@ BEGIN
                    finished_at = v_now
              WHERE id = i.task;
             DELETE FROM model_limit_holds WHERE task_id = i.task;
-            -- Announced only to a client awaiting it. noeta_announce_finish comes with
-            -- 0020: plpgsql resolves a call when it runs, not when it is created.
-            PERFORM noeta_announce_finish(i.task);
+            -- Announced only to a client awaiting it: noeta_announce_finish's two
+            -- statements, inline as in noeta_append_and_finish (0025).
+            DELETE FROM finish_waiters WHERE task_id = i.task;
+            IF FOUND THEN
+                PERFORM pg_notify('noeta_finished', i.task);
+            END IF;
         END IF;
         RETURN NEXT;
     END LOOP;

@@ -13,6 +13,7 @@ import pytest
 
 from noeta.backends.stores.postgres import migrate_database
 
+AWAITED = "INSERT INTO finish_waiters (task_id) VALUES (%(task)s)"
 HOLD = """
 INSERT INTO model_limit_holds (task_id, until, limit_key)
 VALUES (%(task)s, clock_timestamp(), 'fake/*')
@@ -20,6 +21,11 @@ VALUES (%(task)s, clock_timestamp(), 'fake/*')
 MARKED = """
 SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
  WHERE funcname = 'noeta_mark_finished'
+"""
+# The functions a finish used to call besides the append: the trigger and the announcement.
+CALLED_BESIDES = """
+SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
+ WHERE funcname IN ('noeta_mark_finished', 'noeta_announce_finish')
 """
 FINISHED = """
 SELECT status, finished_at IS NOT NULL AND finished_at = updated_at,
@@ -42,6 +48,14 @@ async def claimed_task(conn: psycopg.AsyncConnection[Any], task: str) -> None:
     await conn.execute(HOLD, {"task": task})
 
 
+async def announced(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+    """Commit, then what the commit announced to clients awaiting a finish."""
+    await conn.commit()
+    await conn.execute("SELECT 1")  # a round trip: notices sent at the commit are read
+    await conn.commit()
+    return [notice.payload async for notice in conn.notifies(timeout=0)]
+
+
 async def one(conn: psycopg.AsyncConnection[Any], query: str, **params: Any) -> tuple[Any, ...]:
     row = await (await conn.execute(query, params)).fetchone()
     assert row is not None
@@ -53,23 +67,27 @@ async def conn(postgres_url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]
     await migrate_database(postgres_url)
     async with await psycopg.AsyncConnection.connect(postgres_url) as connection:
         await connection.execute("SET track_functions = 'pl'")
+        await connection.execute("LISTEN noeta_finished")
         yield connection
 
 
-async def test_a_lone_finish_sets_finished_at_and_drops_the_hold_without_the_trigger(
+async def test_a_lone_finish_sets_finished_at_and_drops_the_hold_calling_no_other_function(
     conn: psycopg.AsyncConnection[Any],
 ) -> None:
     await claimed_task(conn, "t")
+    await conn.execute(AWAITED, {"task": "t"})
     await conn.execute("SELECT noeta_append_and_finish('t', 1, 0, %s::jsonb, 'done')", (EVENTS,))
     assert await one(conn, FINISHED, task="t") == ("done", True, False)
-    assert await one(conn, MARKED) == (0,)
+    assert await one(conn, CALLED_BESIDES) == (0,)
+    assert await announced(conn) == ["t"]
 
 
-async def test_a_batched_finish_sets_finished_at_and_drops_the_hold_without_the_trigger(
+async def test_a_batched_finish_sets_finished_at_and_drops_the_hold_calling_no_other_function(
     conn: psycopg.AsyncConnection[Any],
 ) -> None:
     for task in ("a", "b"):
         await claimed_task(conn, task)
+        await conn.execute(AWAITED, {"task": task})
     items = [
         {
             "task": "a",
@@ -90,7 +108,8 @@ async def test_a_batched_finish_sets_finished_at_and_drops_the_hold_without_the_
     assert await one(conn, FINISHED, task="a") == ("failed", True, False)
     # The one that keeps running keeps its hold and has no finished_at.
     assert await one(conn, FINISHED, task="b") == ("running", False, True)
-    assert await one(conn, MARKED) == (0,)
+    assert await one(conn, CALLED_BESIDES) == (0,)
+    assert await announced(conn) == ["a"]  # a client awaits both; one finished
 
 
 async def test_any_other_move_into_or_out_of_finished_still_gets_finished_at(

@@ -79,9 +79,12 @@ BEGIN
                    finished_at = v_now
              WHERE id = i.task;
             DELETE FROM model_limit_holds WHERE task_id = i.task;
-            -- Announced only to a client awaiting it. noeta_announce_finish comes with
-            -- 0020: plpgsql resolves a call when it runs, not when it is created.
-            PERFORM noeta_announce_finish(i.task);
+            -- Announced only to a client awaiting it: noeta_announce_finish's two
+            -- statements, inline as in noeta_append_and_finish (0025).
+            DELETE FROM finish_waiters WHERE task_id = i.task;
+            IF FOUND THEN
+                PERFORM pg_notify('noeta_finished', i.task);
+            END IF;
         END IF;
         RETURN NEXT;
     END LOOP;
