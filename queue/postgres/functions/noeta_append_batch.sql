@@ -73,12 +73,18 @@ BEGIN
             UPDATE tasks SET last_seq = appended_seq, status = 'running', updated_at = v_now
              WHERE id = i.task;
         ELSE
+            -- finished_at and the hold here, as noeta_append_and_finish does (0024).
             UPDATE tasks SET last_seq = appended_seq, status = i.status, lease_until = NULL,
-                   ready_at = NULL, claimable_at = NULL, updated_at = v_now
+                   ready_at = NULL, claimable_at = NULL, updated_at = v_now,
+                   finished_at = v_now
              WHERE id = i.task;
-            -- Announced only to a client awaiting it. noeta_announce_finish comes with
-            -- 0020: plpgsql resolves a call when it runs, not when it is created.
-            PERFORM noeta_announce_finish(i.task);
+            DELETE FROM model_limit_holds WHERE task_id = i.task;
+            -- Announced only to a client awaiting it: noeta_announce_finish's two
+            -- statements, inline as in noeta_append_and_finish (0024).
+            DELETE FROM finish_waiters WHERE task_id = i.task;
+            IF FOUND THEN
+                PERFORM pg_notify('noeta_finished', i.task);
+            END IF;
         END IF;
         RETURN NEXT;
     END LOOP;

@@ -1,0 +1,4 @@
+-- The PostgreSQL twin drops the events foreign key and has the finishing appends set
+-- finished_at themselves (issue 28 item 1: PostgreSQL's server time per task). sqlite
+-- keeps both: its check is a lookup in the same file by the one writer, and its trigger
+-- is no plpgsql run. Nothing changes here.
