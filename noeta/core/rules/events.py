@@ -336,9 +336,14 @@ EVENT_TYPES: dict[str, type[Event]] = {
 def encode(event: Event) -> tuple[str, dict[str, JSONValue]]:
     """The store's (type, data) for an event."""
     data: dict[str, JSONValue] = {"v": _version_of(event)}
-    for each in dataclasses.fields(event):
-        data[each.name] = _to_json(getattr(event, each.name))
+    for name in _FIELD_NAMES[type(event)]:
+        data[name] = _to_json(getattr(event, name))
     return type(event).__name__, data
+
+
+# Each event class's field names, in order: an append encodes every event it writes, and
+# `dataclasses.fields` builds its answer anew on every call.
+_FIELD_NAMES = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in EVENT_TYPES.values()}
 
 
 def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
@@ -355,10 +360,11 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
     newest = WORKER_TOOLS_VERSION if cls is TaskCreated else ENCODING_VERSION
     if cls is None or version > newest:
         return UnknownEvent(event_type, version)
-    fields = {f.name for f in dataclasses.fields(cls)}
     try:
         values = {
-            name: _FROM_JSON.get((cls, name), _same)(data[name]) for name in fields if name in data
+            name: _FROM_JSON.get((cls, name), _same)(data[name])
+            for name in _FIELD_NAMES[cls]
+            if name in data
         }
         return cls(**values)
     except (KeyError, TypeError) as error:
