@@ -9,6 +9,7 @@ takeovers, conflicts and commit-unknowns are counted here, for every backend at 
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -74,7 +75,7 @@ class ObservedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    @property
+    @functools.cached_property  # asked per append and per model call
     def capabilities(self) -> StoreCapabilities:
         """The inner store's; its model-limited appends come here, to be observed."""
         inner = self.inner.capabilities

@@ -40,6 +40,14 @@ class JobManager:
     def running(self, claim: Claim) -> set[str]:
         return set(self._jobs.get(claim.key, {}))
 
+    def has_jobs(self, claim: Claim) -> bool:
+        """Whether jobs of the claim may still run; a claim with none is forgotten here,
+        as `stop` would (a claim's end spawns no `stop` task for nothing)."""
+        if self._jobs.get(claim.key):
+            return True
+        self._jobs.pop(claim.key, None)
+        return False
+
     async def stop(self, claim: Claim, why: str) -> None:
         """The claim ended: stop its jobs (their process groups are killed)."""
         for job_id, task in self._jobs.pop(claim.key, {}).items():

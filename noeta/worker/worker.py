@@ -322,7 +322,8 @@ class Worker:
             self._resume_on_hold.discard(claim.key)
             if not holding:  # a holding claim stays renewed; everything else is let go
                 self.renewer.remove(claim)
-                self._spawn(self.jobs.stop(claim, "its claim ended"))
+                if self.jobs.has_jobs(claim):  # most runs start none: no task for nothing
+                    self._spawn(self.jobs.stop(claim, "its claim ended"))
             self.running.pop(claim.key, None)
             self._slots.release()
             if holding and result_came:

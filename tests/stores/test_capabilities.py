@@ -39,3 +39,15 @@ async def test_a_wrapping_store_keeps_the_model_limited_appends_its_own(
         assert offered.pruning is inner.capabilities.pruning
     finally:
         await inner.close()
+
+
+async def test_a_store_says_it_once(store_url: str, tmp_path: object) -> None:
+    """A run asks for the capabilities on every append and model call: the answer is
+    made once per store (and per wrapper), not anew each time (issue 28)."""
+    store = await open_store(store_url, migrate=True)
+    try:
+        assert store.capabilities is store.capabilities
+        observed = ObservedStore(store)
+        assert observed.capabilities is observed.capabilities
+    finally:
+        await store.close()

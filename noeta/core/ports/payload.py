@@ -39,11 +39,16 @@ def decode(text: str) -> JSONValue:
     return value
 
 
+# Values that JSON carries exactly, by their exact type: most of an event's values, each
+# let through with one lookup (subclasses, floats and containers take the checks below).
+_EXACT = frozenset({str, int, bool, type(None)})
+
+
 def _check(value: object, depth: int) -> None:
     """Refuse what JSON would silently change: tuples, non-str keys, NaN, bytes..."""
     if depth > MAX_DEPTH:
         raise PayloadError(f"value is nested deeper than {MAX_DEPTH} levels")
-    if value is None or isinstance(value, (bool, str)):
+    if type(value) in _EXACT or isinstance(value, (bool, str)):
         return
     if isinstance(value, int):
         return
@@ -51,15 +56,19 @@ def _check(value: object, depth: int) -> None:
         if not math.isfinite(value):
             raise PayloadError(f"{value!r} has no exact JSON form")
         return
+    # A plain item one level down is let through here, unless that level is too deep.
+    deepest = depth >= MAX_DEPTH
     if type(value) is list:
         for item in value:
-            _check(item, depth + 1)
+            if deepest or type(item) not in _EXACT:
+                _check(item, depth + 1)
         return
     if type(value) is dict:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise PayloadError(f"object keys must be strings, not {type(key).__name__}")
-            _check(item, depth + 1)
+            if deepest or type(item) not in _EXACT:
+                _check(item, depth + 1)
         return
     raise PayloadError(
         f"a {type(value).__name__} cannot be stored exactly; use str, int, float, bool, "

@@ -329,12 +329,18 @@ EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in get_args(Eve
 def encode(event: Event) -> tuple[str, dict[str, JSONValue]]:
     """The store's (type, data) for an event."""
     data: dict[str, JSONValue] = {"v": _version_of(event)}
-    for each in dataclasses.fields(event):
-        value = getattr(event, each.name)
-        if (type(event), each.name) in _STORED_ONLY_WHEN_SET and value == each.default:
-            continue
-        data[each.name] = _to_json(value)
+    optional = _STORED_ONLY_WHEN_SET.get(type(event))
+    for name in _FIELD_NAMES[type(event)]:
+        value = getattr(event, name)
+        if optional is not None and name in optional and value == optional[name]:
+            continue  # a field added later, at its default: stored as before it existed
+        data[name] = _to_json(value)
     return type(event).__name__, data
+
+
+# Each event class's field names, in order: an append encodes every event it writes, and
+# `dataclasses.fields` builds its answer anew on every call.
+_FIELD_NAMES = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in EVENT_TYPES.values()}
 
 
 def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
@@ -351,10 +357,11 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
     newest = WORKER_TOOLS_VERSION if cls is TaskCreated else ENCODING_VERSION
     if cls is None or version > newest:
         return UnknownEvent(event_type, version)
-    fields = {f.name for f in dataclasses.fields(cls)}
     try:
         values = {
-            name: _FROM_JSON.get((cls, name), _same)(data[name]) for name in fields if name in data
+            name: _FROM_JSON.get((cls, name), _same)(data[name])
+            for name in _FIELD_NAMES[cls]
+            if name in data
         }
         return cls(**values)
     except (KeyError, TypeError) as error:
@@ -363,10 +370,10 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
 
 # Fields added after logs existed, stored only when set: every log without them encodes
 # byte for byte as before (the golden logs), and an older noeta ignores them.
-_STORED_ONLY_WHEN_SET = {
-    (TaskCreated, "forked_from"),
-    (TaskCreated, "forked_at"),
-    (CallRequested, "retry_of"),
+# Per class, each such field and the default at which it is left out.
+_STORED_ONLY_WHEN_SET: dict[type, dict[str, object]] = {
+    TaskCreated: {"forked_from": "", "forked_at": 0},
+    CallRequested: {"retry_of": ""},
 }
 
 
@@ -376,7 +383,14 @@ def _version_of(event: Event) -> int:
     return ENCODING_VERSION
 
 
+# What an event's field holds as JSON already (its exact type): most fields, passed with
+# one lookup instead of a test per kind below.
+_AS_IS = frozenset({str, int, float, bool, type(None), dict, list})
+
+
 def _to_json(value: Any) -> JSONValue:
+    if type(value) in _AS_IS:
+        return value  # type: ignore[no-any-return]
     if isinstance(value, tuple):
         return [_to_json(item) for item in value]
     if isinstance(value, Text):

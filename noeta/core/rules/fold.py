@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import assert_never
 
 from noeta.core.ports.model import Message, Text, ToolCall, ToolResult
@@ -45,7 +46,7 @@ from noeta.core.rules.events import (
     WakeupScheduled,
     WokenUp,
 )
-from noeta.core.rules.task_state import TaskState
+from noeta.core.rules.task_state import TaskState, build_state
 from noeta.core.rules.texts import JOB_LOST, RESULT_CORRECTED, WOKEN_UP
 
 # Said to the model, from the fold, after a reply cut off by the output limit: being
@@ -108,8 +109,9 @@ class _Folding:
     retry_at: str
 
     def __init__(self, start: TaskState) -> None:
-        for name in _SCALARS:
-            setattr(self, name, getattr(start, name))
+        # A fold runs per append: the scalars go in and out in C (attrgetter, one dict
+        # update), not by a Python loop over some forty names.
+        self.__dict__.update(zip(_SCALARS, _read_scalars(start), strict=True))
         self.history = start.messages  # never copied: a snapshot's may be unbuilt
         self.messages: list[Message] = []  # what this fold adds
         self.calls = start.calls
@@ -118,19 +120,19 @@ class _Folding:
         self.taken = set(start.taken_inbox)
 
     def state(self) -> TaskState:
-        scalars = {name: getattr(self, name) for name in _SCALARS}
-        return TaskState(
-            **scalars,
-            messages=extend(self.history, self.messages),
-            calls=self.calls,
-            started=tuple(self.started.items()),
-            results=tuple(self.results),
-            taken_inbox=frozenset(self.taken),
-        )
+        values = dict(zip(_SCALARS, _read_scalars(self), strict=True))
+        values["messages"] = extend(self.history, self.messages)
+        values["calls"] = self.calls
+        values["started"] = tuple(self.started.items())
+        values["results"] = tuple(self.results)
+        values["taken_inbox"] = frozenset(self.taken)
+        return build_state(map(values.__getitem__, _FIELDS))
 
 
 _COLLECTIONS = {"messages", "calls", "started", "results", "taken_inbox"}
-_SCALARS = tuple(name for name in TaskState.__dataclass_fields__ if name not in _COLLECTIONS)
+_FIELDS = tuple(TaskState.__dataclass_fields__)
+_SCALARS = tuple(name for name in _FIELDS if name not in _COLLECTIONS)
+_read_scalars = attrgetter(*_SCALARS)
 assert set(_SCALARS) == set(_Folding.__annotations__), "_Folding must mirror TaskState"
 
 

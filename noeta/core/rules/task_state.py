@@ -5,7 +5,7 @@ A plain frozen value: snapshots store it, `next_action` reads it, the runner kee
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from noeta.core.ports.model import Message, ToolCall, ToolResult
@@ -71,3 +71,17 @@ class TaskState:
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)
+
+
+# Each field's slot, in field order: `build_state` fills them directly.
+_SLOTS = tuple(getattr(TaskState, name) for name in TaskState.__dataclass_fields__)
+
+
+def build_state(values: Iterable[object]) -> TaskState:
+    """A TaskState of every field's value, in field order, as `TaskState(*values)` makes
+    it, at half the cost: a fold makes one per append, and the frozen dataclass's
+    `__init__` sets each of some forty fields through `object.__setattr__`."""
+    state: TaskState = object.__new__(TaskState)
+    for slot, value in zip(_SLOTS, values, strict=True):
+        slot.__set__(state, value)
+    return state

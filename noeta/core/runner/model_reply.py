@@ -14,7 +14,6 @@ from noeta.core.ports.store import Claim, LateResult, Store, StoredEvent
 from noeta.core.ports.store_values import KEPT_REPLY_PREFIX
 from noeta.core.retry import Sleep
 from noeta.core.rules import events as ev
-from noeta.core.rules.fold import LoggedEvent, fold
 from noeta.core.rules.next_action import EndTurn, FinishTask, next_action
 from noeta.core.rules.task_state import TaskState
 from noeta.core.runner import late_results
@@ -31,6 +30,8 @@ class ReplyContext(Protocol):
 
     @property
     def state(self) -> TaskState: ...
+
+    def folded(self, new_events: Sequence[ev.Event]) -> TaskState: ...
 
     @property
     def trace(self) -> tracing.Attempt: ...
@@ -58,7 +59,7 @@ def kept_reply_call_id(epoch: int) -> str:
 async def record(run: ReplyContext, replied: ev.ModelReplied) -> None:
     """Append the reply; one that ends the turn ends it in the same append (and a one-shot
     task with it): nothing happens outside between them, so nothing is lost by joining them."""
-    following = next_action(fold([LoggedEvent(run.state.last_seq + 1, replied)], run.state))
+    following = next_action(run.folded([replied]))
     if isinstance(following, EndTurn):
         await run.settle([replied], following)
     else:

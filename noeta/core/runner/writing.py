@@ -61,6 +61,8 @@ class RunWriter:
         # Events that ride with the next append (pins: no round trip of their own).
         self.pending: list[ev.Event] = []
         self.waits = False  # the last append handed the task back to wait (claim released)
+        # The last look ahead (`folded`): from which state, over which events, to what.
+        self._ahead: tuple[TaskState, tuple[ev.Event, ...], TaskState] | None = None
 
     @property
     def task_id(self) -> str:
@@ -118,8 +120,8 @@ class RunWriter:
         if finished is not None and self.state.parent:
             await failpoints.hit("subtask.after_finish")
         first = self.state.last_seq + 1
-        logged = [LoggedEvent(first + i, event) for i, event in enumerate(new_events)]
-        self.state = fold(logged, self.state)
+        self.state = self.folded(new_events)
+        self._ahead = None
         assert self.state.last_seq == last_seq, (self.state.last_seq, last_seq)
         self.trace.appended(self.state)
         if self.state.last_seq - self.snapshot_seq >= self.snapshot_every:
@@ -127,8 +129,24 @@ class RunWriter:
             self.snapshot_seq = self.state.last_seq
         if self.hooks.on_event:
             await failpoints.hit("hooks.before_on_event")
+            logged = [LoggedEvent(first + i, event) for i, event in enumerate(new_events)]
             written = await self.hooks.on_events(self.task_id, self.state, logged)
             await self._append_hook_writes(*written)
+
+    def folded(self, new_events: Sequence[ev.Event]) -> TaskState:
+        """The state once `new_events` land after the current one. The last answer is
+        kept: a step decided on the fold of a reply (does it end the turn, does that end
+        the task) folds only the events it adds, and the append that lands them none."""
+        ahead = self._ahead
+        start, done = self.state, 0
+        if ahead is not None and ahead[0] is self.state and _begins_with(new_events, ahead[1]):
+            start, done = ahead[2], len(ahead[1])
+        if done < len(new_events):
+            first = self.state.last_seq + 1
+            rest = [LoggedEvent(first + i, new_events[i]) for i in range(done, len(new_events))]
+            start = fold(rest, start)
+        self._ahead = (self.state, tuple(new_events), start)
+        return start
 
     async def _redeliver(self) -> None:
         """Events after a plugin's progress mark, delivered again (at least once)."""
@@ -162,9 +180,7 @@ class RunWriter:
     async def append_settling(self, new_events: Sequence[ev.Event]) -> None:
         """Append `new_events` and, when they end the task (a one-shot task's last turn, a
         job's result), its TaskFinished in the same append: one round trip, not two."""
-        first = self.state.last_seq + 1
-        after = fold([LoggedEvent(first + i, e) for i, e in enumerate(new_events)], self.state)
-        following = next_action(after)
+        following = next_action(self.folded(new_events))
         if isinstance(following, FinishTask):
             finished = [*new_events, _finished(following)]
             await self.append(finished, next_state=_finish_state(following))
@@ -215,3 +231,11 @@ def _finished(finish: FinishTask) -> ev.TaskFinished:
 
 def _finish_state(finish: FinishTask) -> NextState:
     return Finish(TaskStatus(finish.status))
+
+
+def _begins_with(events: Sequence[ev.Event], prefix: tuple[ev.Event, ...]) -> bool:
+    """Whether `events` begin with these very event objects (events are values, but two
+    equal ones in a row are two events: identity, not equality)."""
+    if len(events) < len(prefix):
+        return False
+    return all(a is b for a, b in zip(events[: len(prefix)], prefix, strict=True))

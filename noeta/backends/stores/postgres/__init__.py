@@ -7,6 +7,7 @@ the multi-step writes are the functions in `queue/postgres/functions/`.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -59,7 +60,7 @@ class PostgresStore(
 ):
     """A `Store` on one PostgreSQL database (or schema, via the URL's search_path)."""
 
-    @property
+    @functools.cached_property  # asked per append and per model call
     def capabilities(self) -> StoreCapabilities:
         """Every optional port: bursts on one connection and LISTEN are PostgreSQL's."""
         return StoreCapabilities(

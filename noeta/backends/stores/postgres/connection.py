@@ -41,6 +41,7 @@ _RETRYABLE = {"40P01", "40001"}
 # succeed once the server is back, so callers wait and retry.
 _UNAVAILABLE_STATES = {"57P01", "57P02", "57P03", "57P05", "25006"}
 _UNAVAILABLE_CLASSES = {"08", "53"}
+_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 
 
 def describe(dsn: str) -> str:
@@ -270,7 +271,7 @@ async def _fetch_all(
             cursors.append(cursor)
     results = []
     for cursor in cursors:
-        rows: list[tuple[Any, ...]] = await cursor.fetchall() if cursor.description else []
+        rows: list[tuple[Any, ...]] = await cursor.fetchall() if _has_rows(cursor) else []
         results.append(rows)
         await cursor.close()
     return results
@@ -281,10 +282,17 @@ async def _fetch(
 ) -> list[tuple[Any, ...]]:
     async with connection.cursor() as cursor:
         await cursor.execute(query, params)
-        if cursor.description is None:
+        if not _has_rows(cursor):
             return []
         rows: list[tuple[Any, ...]] = await cursor.fetchall()
         return rows
+
+
+def _has_rows(cursor: psycopg.AsyncCursor[Any]) -> bool:
+    """Whether the statement returned rows (zero or more): what `cursor.description`
+    says, without building a Column object per column for every statement."""
+    result = cursor.pgresult
+    return result is not None and (result.nfields > 0 or result.status == _TUPLES_OK)
 
 
 async def fetch_within_deadline(

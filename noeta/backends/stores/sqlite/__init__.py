@@ -53,7 +53,7 @@ class SqliteStore(
 ):
     """The `Store` on one sqlite file. Open it with `await SqliteStore.open(path)`."""
 
-    @property
+    @functools.cached_property  # asked per append and per model call
     def capabilities(self) -> StoreCapabilities:
         """No bursts on one connection and no announcements: a waiter polls."""
         return StoreCapabilities(
