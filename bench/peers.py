@@ -139,8 +139,13 @@ class Peers:
             command += ["--index", str(index), "--record", str(record)]
         log = record.with_suffix(".log")
         with log.open("ab") as output:
+            # PYTHONSAFEPATH: `-m` must not put the working directory ahead of
+            # PYTHONPATH (a run of another checkout would start this tree's workers).
             process = subprocess.Popen(
-                command, env=self.env(peer), stdout=output, stderr=subprocess.STDOUT
+                command,
+                env={**self.env(peer), "PYTHONSAFEPATH": "1"},
+                stdout=output,
+                stderr=subprocess.STDOUT,
             )
         self.started.append(process)
         return process

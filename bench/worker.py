@@ -166,6 +166,10 @@ def descendants(pid: int) -> list[int]:
 
 
 def spawn(command: list[str], log: Path, env: dict[str, str]) -> Worker:
+    # PYTHONSAFEPATH: `python -m noeta` would put the working directory first on sys.path,
+    # ahead of PYTHONPATH, and a bench of another checkout (PYTHONPATH=<it>) run from this
+    # tree would start this tree's workers.
+    env = {**env, "PYTHONSAFEPATH": "1"}
     with log.open("w") as output:
         return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
 

@@ -7,15 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
 
 from noeta.core.errors import StoreError
 from noeta.core.ports.pin import Pin
 from noeta.core.ports.worker_registry import WorkerEntry, WorkerRegistry
-
-if TYPE_CHECKING:
-    from noeta.worker.worker import WorkerSettings
 
 log = logging.getLogger("noeta.worker")
 
@@ -32,14 +28,17 @@ class Presence:
     def __init__(
         self,
         registry: WorkerRegistry | None,
-        settings: WorkerSettings,
-        offers: tuple[str, ...] | None,
+        entry: tuple[str, Sequence[str], tuple[str, ...] | None],
+        lease_seconds: float,
+        unrunnable_after: float | None,
         give_up: Callable[[str], Awaitable[None]],
     ) -> None:
+        """`entry`: the worker's name, its queues and what it offers (None: anything)."""
+        name, queues, offers = entry
         self.registry = registry
-        self.entry = WorkerEntry(settings.name, tuple(settings.queues), offers)
-        self.lease_seconds = settings.lease_seconds
-        self.unrunnable_after = settings.unrunnable_after
+        self.entry = WorkerEntry(name, tuple(queues), offers)
+        self.lease_seconds = lease_seconds
+        self.unrunnable_after = unrunnable_after
         self.give_up = give_up
 
     async def keep(self) -> None:

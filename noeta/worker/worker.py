@@ -90,7 +90,13 @@ class Worker:
         self._claim_failures = 0  # store errors in a row while claiming: the backoff
         # The plugin names this worker has: it claims only tasks that need no other.
         self.offers = offers_of(runner.pins)
-        self.presence = Presence(store.capabilities.workers, settings, self.offers, self._give_up)
+        self.presence = Presence(
+            store.capabilities.workers,
+            (settings.name, settings.queues, self.offers),
+            settings.lease_seconds,
+            settings.unrunnable_after,
+            self._give_up,
+        )
         idle_workers = store.capabilities.idle_workers
         self.registration = (
             None
