@@ -122,6 +122,7 @@ def job_script(queue: str, durable_start: bool) -> str:
             "lease": LEASE,
             "limit": 1,
             "excluding": [],
+            "offers": None,  # offers anything (ADR-0092)
         },
     )
     script = claim.removesuffix(";\n") + "\n\\gset\n"
@@ -174,35 +175,51 @@ async def pgbench_jobs_per_second(url: str, script: str, clients: int, jobs: int
 
 
 async def bare_pickups(url: str, queue: str, enqueue: Any, ids: list[str], pause: float) -> None:
-    """The pickup baseline: LISTEN noeta_wake; on each notification, claim and append
-    ToolStarted (the statements a worker runs), for the tasks `enqueue(id)` creates."""
+    """The pickup baseline: registered idle and listening on its own channel (ADR-0087);
+    on each notification, claim and append ToolStarted (the statements a worker runs),
+    then register again, for the tasks `enqueue(id)` creates."""
     types, data = _encoded(events.ToolStarted("job", "noop", {}))
+    channel = "noeta_bench_bare"
     async with (
         await psycopg.AsyncConnection.connect(url, autocommit=True) as listener,
         await psycopg.AsyncConnection.connect(url, autocommit=True) as worker,
     ):
-        await listener.execute("LISTEN noeta_wake")
+        await listener.execute(f"LISTEN {channel}")
         params = {
             "worker": "bare",
             "queues": [queue],
             "lease": LEASE,
             "limit": 1,
             "excluding": [],
+            "offers": None,
         }
+        register = "SELECT noeta_register_idle(%s, %s::text[], %s)"
+
+        async def claim_all() -> int:
+            taken = 0
+            while row := await (await worker.execute(CLAIM_NEXT_TASK, params)).fetchone():
+                start = {"task": row[0], "epoch": row[1], "expected_seq": 3}
+                pairs = [list(pair) for pair in zip(types, data, strict=True)]
+                appended = {**start, "events": json.dumps(pairs)}
+                await worker.execute(APPEND_EVENTS_ONLY, appended)
+                taken += 1
+            return taken
+
+        async def idle_again() -> int:
+            """Register; a task that became claimable meanwhile is claimed at once."""
+            taken = 0
+            while (await (await worker.execute(register, (channel, [queue], LEASE))).fetchone())[0]:  # type: ignore[index]
+                taken += await claim_all()
+            return taken
 
         async def pick_up() -> None:
-            left = len(ids)
+            left = len(ids) - await idle_again()
             # Closed on the way out: an open generator holds the connection's lock.
             async with contextlib.aclosing(listener.notifies()) as notified:
-                async for _ in notified:
-                    while row := await (await worker.execute(CLAIM_NEXT_TASK, params)).fetchone():
-                        start = {"task": row[0], "epoch": row[1], "expected_seq": 3}
-                        pairs = [list(pair) for pair in zip(types, data, strict=True)]
-                        appended = {**start, "events": json.dumps(pairs)}
-                        await worker.execute(APPEND_EVENTS_ONLY, appended)
-                        left -= 1
-                    if left == 0:
-                        return
+                while left > 0:
+                    await anext(notified)
+                    left -= await claim_all()
+                    left -= await idle_again()
 
         picking = asyncio.create_task(pick_up())
         for task_id in ids:
