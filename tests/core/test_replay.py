@@ -12,9 +12,10 @@ from noeta.core.ports.store import StoredEvent
 from noeta.core.rules.replay import replay
 from tests.core.test_golden_logs import NAMES, read_log
 
-# The golden logs that part from this code, and where: two are broken on purpose, two
-# come from a newer noeta, and four record what older noetas did before ADR-0080 (a
-# model call sent again with no record of why the first was cut).
+# The golden logs that part from this code, and where: two are broken on purpose (a gap,
+# a wake-up never scheduled), two come from a newer noeta, and three record what older
+# noetas did before ADR-0080 (a model call sent again with no record of why the first
+# was cut).
 PARTING = {
     "gap_in_seq": "seq 4: the log jumps from seq 2 to 4",
     "newer_encoding_of_a_known_event": "seq 2: a ModelCalled event (encoding 2) this noeta "
