@@ -23,6 +23,7 @@ assert jobs_for_tests
 CREATES = [
     "noeta_create_task",
     "noeta_create_tasks",
+    "noeta_create_tasks_alike",
     "noeta_create_unique_task",
     "noeta_create_unique_tasks",
 ]

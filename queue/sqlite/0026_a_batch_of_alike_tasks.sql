@@ -1,0 +1,4 @@
+-- The PostgreSQL twin adds noeta_create_tasks_alike, a batch of tasks that differ only in
+-- their id and one event (enqueue_many), sent with their shared parts once. sqlite has no
+-- functions: its store writes a batch in one BEGIN IMMEDIATE transaction of its own
+-- statements, which this leaves as they are. Nothing changes here.
