@@ -12,7 +12,7 @@ import json
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from noeta.client import job_retry, job_tasks, messages, task_logs, unique_jobs
 from noeta.client.creating import create_batch, create_once
@@ -375,16 +375,12 @@ class AsyncClient(QueueSettingsCalls):
         return await messages.cancel(self.store, _id(task))
 
     async def retry(
-        self,
-        task: TaskRef,
-        *,
-        id: str | None = None,
-        key: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
+        self, task: TaskRef, *, id: str | None = None, **given: Unpack[job_retry.Given]
     ) -> TaskHandle:
         """Run a failed or cancelled task again, as a new task: a job with its input (its
-        log names `task`), an agent task forked at its last good step."""
-        return await job_retry.retry(self.store, _id(task), new_id(id), key=key, priority=priority)
+        log names `task`; its queue, key and priority unless `given`), an agent task
+        forked at its last good step (in its queue unless `given`)."""
+        return await job_retry.retry(self.store, _id(task), new_id(id), **given)
 
     async def answer(self, task: TaskRef, call: str, decision: str, *, note: str = "") -> None:
         """Allow or deny the call a gate stopped the task to ask a person about."""

@@ -1,20 +1,30 @@
 """`retry`: a failed or cancelled plain job run again as a new task (ADR-0094), with the
-same function, input, pin and queue; its CallRequested names the task it retries. An
+same function, input, pin, queue, concurrency key and priority (each unless given); its
+CallRequested names the task it retries. An
 agent task is forked at its last good step (ADR-0091). A finished log never grows, so
 the retried task stays as it ended."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TypedDict
 
 from noeta.client.creating import create_once
 from noeta.client.handles import TaskHandle
 from noeta.client.task_logs import task_row
 from noeta.core.errors import NoetaError
-from noeta.core.ports.store import NewEvent, NewTask, Store, TaskStatus
+from noeta.core.ports.store import NewEvent, NewTask, Store, TaskStatus, check_key
 from noeta.core.rules import events
 
 RETRYABLE = (TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+
+class Given(TypedDict, total=False):
+    """What a retry may change; what is not given is the retried task's."""
+
+    key: str | None  # the concurrency key (a tenant)
+    priority: int | None
+    queue: str | None
 
 
 async def retry(
@@ -22,11 +32,13 @@ async def retry(
     task_id: str,
     new_task_id: str,
     *,
-    key: str | None,
-    priority: int,
+    key: str | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
 ) -> TaskHandle:
-    """Create the job's retry as task `new_task_id`; a task that is not a failed or
-    cancelled plain job is refused with one line saying why."""
+    """Create the job's retry as task `new_task_id`, in `queue` with `key` and `priority`
+    (None: the source's); a task that is neither a failed or cancelled plain job nor an
+    agent task is refused with one line saying why."""
     store = await open_store()
     record = await task_row(store, task_id)
     # A job's log starts with its creation, its call and its pin, written together.
@@ -43,16 +55,24 @@ async def retry(
             f"cancelled {kind} can be retried"
         )
     if not isinstance(call, events.CallRequested):
-        return await _agent_retry(store, task_id, new_task_id, record.queue)
+        return await _agent_retry(store, task_id, new_task_id, queue)
     again = events.CallRequested(call.call_id, call.name, call.input, retry_of=task_id)
     kept = [e for e in first[:3] if isinstance(e, events.TaskCreated | events.PluginsPinned)]
     log = [NewEvent(*events.encode(event)) for event in (kept[0], again, *kept[1:])]
-    task = NewTask(new_task_id, log, queue=record.queue, concurrency_key=key, priority=priority)
+    task = NewTask(
+        new_task_id,
+        log,
+        queue=record.queue if queue is None else check_key("queue name", queue),
+        concurrency_key=record.concurrency_key if key is None else key,
+        priority=record.priority if priority is None else priority,
+    )
     await create_once(store, task)
-    return TaskHandle(new_task_id, record.queue)
+    return TaskHandle(new_task_id, task.queue)
 
 
-async def _agent_retry(store: Store, task_id: str, new_task_id: str, queue: str) -> TaskHandle:
+async def _agent_retry(
+    store: Store, task_id: str, new_task_id: str, queue: str | None
+) -> TaskHandle:
     """An agent task run again from its last good step: a fork there (ADR-0091), so no
     model call before it is re-sent and no tool re-run."""
     from noeta.client import forking  # the fold: kept out of commands that need none
@@ -61,6 +81,6 @@ async def _agent_retry(store: Store, task_id: str, new_task_id: str, queue: str)
     if at is None:
         raise NoetaError(f"task {task_id} has no step to run again from")
     task = await forking.fork(
-        store, task_id, at, new_id=new_task_id, queue=None, change=forking.ForkChange()
+        store, task_id, at, new_id=new_task_id, queue=queue, change=forking.ForkChange()
     )
-    return TaskHandle(task.id, queue)
+    return TaskHandle(task.id, task.queue)

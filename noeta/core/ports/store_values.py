@@ -228,6 +228,9 @@ class TaskRecord:
     last_seq: int
     created_at: datetime
     updated_at: datetime
+    # What a retry copies (its concurrency key, a tenant; its priority).
+    concurrency_key: str | None = None
+    priority: int = DEFAULT_PRIORITY
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,8 @@ SELECT task_id, seq, type, data, created_at, epoch, owner FROM events
 """
 
 TASK_COLUMNS = (
-    "id, queue, status, owner, owner_epoch, lease_until, ready_at, last_seq, created_at, updated_at"
+    "id, queue, status, owner, owner_epoch, lease_until, ready_at, last_seq, created_at,"
+    " updated_at, concurrency_key, priority"
 )
 GET_TASK = f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = %(id)s"
 LIST_TASKS = f"""

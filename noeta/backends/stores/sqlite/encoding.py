@@ -93,7 +93,9 @@ def next_state_values(next_state: NextState) -> tuple[str, int | None]:
 
 
 def task_record(row: Any) -> TaskRecord:
-    task_id, queue, status, owner, epoch, lease_until, ready_at, last_seq, created, updated = row
+    task_id, queue, status, owner, epoch, lease_until, ready_at, last_seq, created, updated = row[
+        :10
+    ]
     return TaskRecord(
         id=task_id,
         queue=queue,
@@ -105,6 +107,8 @@ def task_record(row: Any) -> TaskRecord:
         last_seq=last_seq,
         created_at=from_micros(created),
         updated_at=from_micros(updated),
+        concurrency_key=row[10],
+        priority=row[11],
     )
 
 

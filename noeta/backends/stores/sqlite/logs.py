@@ -22,7 +22,8 @@ READ_LOG = """
 SELECT task_id, seq, type, data, created_at, epoch, owner FROM events
  WHERE task_id = ? AND seq > ? ORDER BY seq"""
 _TASK_COLUMNS = (
-    "id, queue, status, owner, owner_epoch, lease_until, ready_at, last_seq, created_at, updated_at"
+    "id, queue, status, owner, owner_epoch, lease_until, ready_at, last_seq, created_at,"
+    " updated_at, concurrency_key, priority"
 )
 GET_TASK = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?"
 LIST_TASKS = f"""

@@ -23,7 +23,8 @@ from noeta.core.ports.store_views import (
 )
 
 _TASK_COLUMNS = (
-    "id, queue, status, owner, owner_epoch, lease_until, ready_at, last_seq, created_at, updated_at"
+    "id, queue, status, owner, owner_epoch, lease_until, ready_at, last_seq, created_at,"
+    " updated_at, concurrency_key, priority"
 )
 _PAGE_WHERE = """
  WHERE (created_at, id) < (:before_at, :before_id)
