@@ -68,6 +68,10 @@ BEGIN
     DELETE FROM late_results WHERE task_id = ANY (v_ids);
     DELETE FROM cron_fires WHERE task_id = ANY (v_ids);
     DELETE FROM model_limit_holds WHERE task_id = ANY (v_ids);
+    -- Their unique keys (0026): a key whose job is gone holds nothing (the create looks
+    -- for the job) and its row would stay for ever. A key a producer has moved to a newer
+    -- job meanwhile names that one, and stays.
+    DELETE FROM job_unique_keys WHERE task_id = ANY (v_ids);
     IF p_keep_ids THEN
         INSERT INTO pruned_task_ids (id) SELECT unnest(v_ids) ON CONFLICT (id) DO NOTHING;
     END IF;

@@ -49,6 +49,8 @@ DELETE_TASK_ROWS = [
     f"DELETE FROM late_results WHERE task_id IN {_IDS}",
     f"DELETE FROM cron_fires WHERE task_id IN {_IDS}",
     f"DELETE FROM model_limit_holds WHERE task_id IN {_IDS}",
+    # A key whose job is pruned holds nothing, and its row would stay for ever (0026).
+    f"DELETE FROM job_unique_keys WHERE task_id IN {_IDS}",
 ]
 KEEP_PRUNED_IDS = (
     "INSERT INTO pruned_task_ids (id, pruned_at) SELECT value, :now FROM json_each(:ids) "
