@@ -53,13 +53,16 @@ BEGIN
          ORDER BY t.ord LIMIT 1;
         RAISE EXCEPTION USING ERRCODE = 'NT409', MESSAGE = coalesce(v_taken, '?');
     END IF;
-    -- Task by task, each one's events in order: no join, no sort, and the events_pkey
-    -- entries of one task side by side.
+    -- Task by task, each one's events in order (the lateral subquery keeps the tasks
+    -- outside: crossed plainly, the planner wrote seq 1 of every task, then seq 2...):
+    -- no join, no sort, and the events_pkey entries of one task side by side.
     INSERT INTO events (task_id, seq, type, data)
-        SELECT t.id, s.seq, p_types[s.seq],
-               CASE WHEN s.seq = p_own_seq THEN t.own ELSE p_shared_data[s.seq] END
+        SELECT t.id, e.seq, e.type, e.data
           FROM unnest(p_ids, p_own_data) AS t(id, own)
-         CROSS JOIN generate_subscripts(p_types, 1) AS s(seq);
+         CROSS JOIN LATERAL (
+               SELECT s.seq, p_types[s.seq],
+                      CASE WHEN s.seq = p_own_seq THEN t.own ELSE p_shared_data[s.seq] END
+                 FROM generate_subscripts(p_types, 1) AS s(seq)) AS e(seq, type, data);
     RETURN v_created;
 END $function$;
 

@@ -1,0 +1,1 @@
+-- placeholder for needsrow's 0025 (never committed)
