@@ -25,12 +25,18 @@ _compiled: dict[int, tuple[dict[str, JSONValue], Check | None]] = {}
 
 def surely_valid(schema: dict[str, JSONValue], value: JSONValue) -> bool:
     """True only if `value` matches `schema` (False: ask jsonschema)."""
+    check = quick_check(schema)
+    return check is not None and check(value)
+
+
+def quick_check(schema: dict[str, JSONValue]) -> Check | None:
+    """`surely_valid` for one schema, looked up once (a batch checks each input with it);
+    None: a schema this module does not know, every value for jsonschema."""
     known = _compiled.get(id(schema))
     if known is None or known[0] is not schema:
         known = (schema, _compile(schema))
         _compiled[id(schema)] = known
-    check = known[1]
-    return check is not None and check(value)
+    return known[1]
 
 
 def _compile(schema: JSONValue) -> Check | None:
@@ -99,10 +105,12 @@ def _record(schema: dict[str, JSONValue]) -> Check | None:
         return None
 
     def record(value: Any) -> bool:
-        return (
-            type(value) is dict
-            and all(name in value for name in needed)
-            and all(name in known and known[name](item) for name, item in value.items())
+        if type(value) is not dict:
+            return False
+        if not value:  # a function without parameters, or with defaults for all of them
+            return not needed
+        return all(name in value for name in needed) and all(
+            name in known and known[name](item) for name, item in value.items()
         )
 
     return record

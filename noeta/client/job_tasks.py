@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from noeta.client.input_checks import surely_valid
+from noeta.client.input_checks import quick_check
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.store import DEFAULT_PRIORITY, NewEvent, NewTask, Store, check_key
@@ -190,8 +190,9 @@ def _checked_batch(
         passed: list[dict[str, JSONValue]] = json.loads(json.dumps(inputs, allow_nan=False))
     except (TypeError, ValueError):
         return [_checked_in_batch(tool, index, input) for index, input in enumerate(inputs)]
+    check = quick_check(tool.input_schema)
     return [
-        input if surely_valid(tool.input_schema, input) else _checked_in_batch(tool, index, input)
+        input if check is not None and check(input) else _checked_in_batch(tool, index, input)
         for index, input in enumerate(passed)
     ]
 
