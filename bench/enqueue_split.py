@@ -27,7 +27,10 @@ from worker import table
 
 from noeta.backends.stores import open_store
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
+from noeta.client import AsyncClient
 from noeta.client.job_tasks import job_batch
+
+TARGET = 10_000.0  # jobs/s written by enqueue_many (issue 29)
 
 STATEMENTS = """
 SELECT toplevel, sum(calls), sum(total_exec_time), min(query) FROM public.pg_stat_statements
@@ -80,8 +83,27 @@ async def measure(dsn: str, jobs: int, batches: int) -> None:
                 )
         nested = await admin.execute(STATEMENTS)
         statements = await nested.fetchall()
-        await _report(admin, rows, statements, jobs)
         await store.close()
+        await _report(admin, rows, statements, jobs)
+        await _through_the_client(url, jobs, batches)
+
+
+async def _through_the_client(url: str, jobs: int, batches: int) -> None:
+    """What bench/jobs.py measures: `AsyncClient.enqueue_many`'s whole call, the same
+    batch size, median of `batches` calls after one that warms the pool and statement."""
+    seconds = []
+    async with AsyncClient(url) as client:
+        for batch in range(batches + 1):
+            began = time.perf_counter()
+            await client.enqueue_many("noop", [{}] * jobs, queue="client", delay=3600)
+            if batch:
+                seconds.append(time.perf_counter() - began)
+    rate = jobs / statistics.median(seconds)
+    verdict = "met" if rate >= TARGET else "MISSED"
+    print(
+        f"\nAsyncClient.enqueue_many of {jobs:,} jobs, median of {batches}: {rate:,.0f} jobs/s"
+        f" (issue 29's target {TARGET:,.0f}: {verdict})"
+    )
 
 
 async def _server_ms(admin: psycopg.AsyncConnection[Any]) -> float:
