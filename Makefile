@@ -72,6 +72,7 @@ bench:  ## Store, fold, workers, scheduler, tracing, submit, prune, CLI start an
 	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/tracing.py
 	$(BIN)/python bench/submit.py
+	$(BIN)/python bench/enqueue_split.py
 	$(BIN)/python bench/prune.py
 	$(BIN)/python bench/cli.py
 	$(BIN)/python bench/web.py
