@@ -18,6 +18,7 @@ import os
 import shutil
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import noop_job  # the sibling module: bench/ is on sys.path
@@ -37,6 +38,10 @@ SELECT toplevel, sum(calls), sum(total_exec_time), min(query) FROM public.pg_sta
  WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
    AND (query LIKE '%%noeta_create_tasks%%' OR query LIKE '%%INSERT INTO%%')
  GROUP BY toplevel, query ORDER BY toplevel DESC, sum(total_exec_time) DESC
+"""
+BACKENDS = """
+SELECT pid FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
 """
 TRIGGERS = """
 SELECT c.relname, t.tgname, t.tgenabled <> 'D', pg_get_triggerdef(t.oid)
@@ -85,25 +90,55 @@ async def measure(dsn: str, jobs: int, batches: int) -> None:
         statements = await nested.fetchall()
         await store.close()
         await _report(admin, rows, statements, jobs)
-        await _through_the_client(url, jobs, batches)
+        await _through_the_client(url, admin, jobs, batches)
 
 
-async def _through_the_client(url: str, jobs: int, batches: int) -> None:
+async def _through_the_client(
+    url: str, admin: psycopg.AsyncConnection[Any], jobs: int, batches: int
+) -> None:
     """What bench/jobs.py measures: `AsyncClient.enqueue_many`'s whole call, the same
-    batch size, median of `batches` calls after one that warms the pool and statement."""
-    seconds = []
+    batch size, median of `batches` calls after one that warms the pool and statement.
+    Beside it the CPU the call took, the client's and its server backends': on a loaded
+    machine the wall clock is mostly waiting for a core, the CPU much less so."""
+    seconds, cpu = [], []
     async with AsyncClient(url) as client:
         for batch in range(batches + 1):
-            began = time.perf_counter()
+            began, client_cpu = time.perf_counter(), time.process_time()
+            server_cpu = await _backends_cpu(admin)
             await client.enqueue_many("noop", [{}] * jobs, queue="client", delay=3600)
             if batch:
                 seconds.append(time.perf_counter() - began)
+                server = await _backends_cpu(admin) - server_cpu
+                cpu.append((time.process_time() - client_cpu, server))
     rate = jobs / statistics.median(seconds)
     verdict = "met" if rate >= TARGET else "MISSED"
     print(
         f"\nAsyncClient.enqueue_many of {jobs:,} jobs, median of {batches}: {rate:,.0f} jobs/s"
         f" (issue 29's target {TARGET:,.0f}: {verdict})"
     )
+    client_ms = statistics.median(c for c, _ in cpu) * 1e3
+    server_ms = statistics.median(s for _, s in cpu) * 1e3
+    print(
+        f"  CPU a call: client {client_ms:.0f} ms + server {server_ms:.0f} ms; "
+        f"{jobs / (client_ms + server_ms) * 1e3:,.0f} jobs/s if nothing else ran"
+    )
+
+
+async def _backends_cpu(admin: psycopg.AsyncConnection[Any]) -> float:
+    """Seconds of CPU the server's other backends of this database have used (Linux,
+    a local server: /proc/PID/schedstat; 0 where it cannot be read)."""
+    cursor = await admin.execute(BACKENDS)
+    return _cpu_seconds([pid for (pid,) in await cursor.fetchall()])
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            total += int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile, or not on this machine
+    return total / 1e9
 
 
 async def _server_ms(admin: psycopg.AsyncConnection[Any]) -> float:
