@@ -36,6 +36,16 @@ RUN_LEASE_SECONDS = 30.0
 RUN_QUEUE = "noeta-run"
 
 
+def retried_where(queue: str) -> str:
+    """What `noeta retry` says of where its task waits; for this queue, how it runs."""
+    if queue != RUN_QUEUE:
+        return f"queued in {queue}"
+    return (
+        f"queued in {queue}, which only a worker serving it runs: `noeta worker --queues "
+        f"{queue}`, or retry it with --queue default"
+    )
+
+
 @click.command()
 @click.argument("prompt")
 @click.option(

@@ -17,7 +17,6 @@ from noeta.cli.options import (
     progress_option,
     store_option,
 )
-from noeta.cli.run import RUN_QUEUE
 from noeta.cli.text import (
     event_json,
     event_line,
@@ -365,18 +364,10 @@ def retry(task_id: str, new_id: str | None, queue: str | None, store: str | None
     handle = asyncio.run(
         _client_call(store, "noeta-retry", "retry", task_id, id=new_id, queue=queue)
     )
+    from noeta.cli.run import retried_where  # each command's module imports no other's
+
     click.echo(handle.id)
     click.echo(retried_where(handle.queue), err=True)
-
-
-def retried_where(queue: str) -> str:
-    """The line saying where a retry waits, and for `noeta run`'s queue how it runs."""
-    if queue != RUN_QUEUE:
-        return f"queued in {queue}"
-    return (
-        f"queued in {queue}, which only a worker serving it runs: `noeta worker --queues "
-        f"{queue}`, or retry it with --queue default"
-    )
 
 
 @click.command()
