@@ -6,7 +6,7 @@ as before, nothing of the batch written."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -16,7 +16,7 @@ from noeta.backends.stores.postgres import PostgresStore
 from noeta.backends.stores.postgres.bulk import CREATE_TASKS, alike_params, any_params
 from noeta.client.job_tasks import job_batch
 from noeta.core.errors import Conflict
-from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.ports.store import Finish, NewEvent, NewTask
 from tests.client import jobs_for_tests
 
 ROWS = """
@@ -104,3 +104,36 @@ async def test_a_taken_id_is_named_and_nothing_is_written(
         await store.capabilities.bulk.create_tasks(clash)
     assert refused.value.task_id == first[1].id
     assert await rows(postgres_url, [second[0].id, second[2].id]) == []
+
+
+async def test_a_pruned_id_kept_taken_is_named_and_nothing_is_written(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    # The insert skips a kept id (tasks_keep_pruned_ids_taken) without an error: the row
+    # count is what tells.
+    assert store.capabilities.bulk is not None
+    resize: Any = jobs_for_tests.resize  # the decorated function: a FunctionTool
+    inputs = [{"image": "p.png", "width": 1}]
+    pruned = job_batch(resize, inputs, queue="alike", start=None, key=None, priority=0)[0]
+    await store.capabilities.bulk.create_tasks([pruned])
+    claim = await store.claim_task("w", pruned.id, 60.0)
+    assert claim is not None
+    await store.append(claim, 3, [NewEvent("done", {})], next_state=Finish())
+    assert (await store.prune_finished(timedelta(0))).tasks == 1
+    later = jobs(3)
+    again = NewTask(pruned.id, later[1].events, "alike", LATER, "tenant", 4)
+    with pytest.raises(Conflict) as refused:
+        await store.capabilities.bulk.create_tasks([later[0], again, later[2]])
+    assert refused.value.task_id == pruned.id
+    assert await rows(postgres_url, [later[0].id, later[2].id]) == []
+
+
+async def test_a_batch_of_one_shares_everything(store: PostgresStore, postgres_url: str) -> None:
+    one = jobs(1)
+    query, params = alike_params(one) or ("", {})
+    assert query and params["own_seq"] is None and params["own_data"] is None
+    assert store.capabilities.bulk is not None
+    await store.capabilities.bulk.create_tasks(one)
+    made = await rows(postgres_url, [one[0].id])
+    assert [len(row[8]) for row in made] == [3]
+    assert made[0][8][1].startswith("CallRequested ")
