@@ -1,1 +1,0 @@
--- placeholder for needsrow's 0025 (never committed)
