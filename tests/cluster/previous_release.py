@@ -58,5 +58,5 @@ def environment(tree: Path) -> dict[str, str]:
 
 def leaves_newer_logs_untouched(tree: Path) -> bool:
     """Whether that release leaves a log it cannot read before any hook or pin writes to
-    it (ADR-0096, which it then ships): an earlier one appends its on_event hook's record."""
+    it (ADR-0097, which it then ships): an earlier one appends its on_event hook's record."""
     return any((tree / "docs" / "adr").glob("*-the-event-format-changes-*"))

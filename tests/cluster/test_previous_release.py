@@ -1,6 +1,6 @@
 """A worker of the previous release (ops/previous-release, or NOETA_PREVIOUS_RELEASE), on
 its own schema, given one task per event type, version or field this code added since
-(ADR-0096): it leaves a log it cannot read and writes nothing to it; a field it does not
+(ADR-0097): it leaves a log it cannot read and writes nothing to it; a field it does not
 know (provenance only) it ignores, running the task as this code would, the field kept.
 
 The logs are encoded by this code and written by the previous release's store

@@ -219,7 +219,7 @@ async def run(
             if previous_release.leaves_newer_logs_untouched(tree):
                 problems += await left_for_current(cluster, workload)
             else:
-                print(f"{tree.name} predates ADR-0096: {AFTER_THE_ROLL}", flush=True)
+                print(f"{tree.name} predates ADR-0097: {AFTER_THE_ROLL}", flush=True)
             return await mixed(cluster, chaos, tree, seed, seconds, problems)
         finally:
             await store.close()

@@ -205,7 +205,7 @@ async def test_a_log_from_a_newer_noeta_is_left_before_any_hook_or_pin_writes_to
 ) -> None:
     # A worker handed every event of a log it cannot read by on_event (the hook's record
     # appended to it, a notification sent about an UnknownEvent) and pinning its plugins
-    # wrote to a task it was leaving: 06737cf did, in `make cluster-upgrade` (ADR-0096).
+    # wrote to a task it was leaving: 06737cf did, in `make cluster-upgrade` (ADR-0097).
     ledger = tmp_path / "events.log"
     notify = load(PluginSpec("module", "notify_plugin", {"outbox": "inbox", "ledger": str(ledger)}))
     await create(store, tmp_path, "inbox", interactive=True, replies=[])
