@@ -5,8 +5,10 @@ folder its workers run from (PYTHONPATH=<folder>, PYTHONSAFEPATH=1)."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -60,3 +62,17 @@ def leaves_newer_logs_untouched(tree: Path) -> bool:
     """Whether that release leaves a log it cannot read before any hook or pin writes to
     it (ADR-0097, which it then ships): an earlier one appends its on_event hook's record."""
     return any((tree / "docs" / "adr").glob("*-the-event-format-changes-*"))
+
+
+def unknown_to(tree: Path, logged: list[tuple[str, object]]) -> list[bool]:
+    """For each (type, data), whether that release's own decode calls it a newer noeta's."""
+    side = Path(__file__).with_name("previous_side.py")
+    env = {**os.environ, **environment(tree)}
+    asked = subprocess.run(
+        [sys.executable, str(side), "--unknown"], input=json.dumps(logged), env=env,
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    if asked.returncode != 0:
+        raise NoPreviousRelease(f"the previous release's decode: {asked.stderr.strip()[-300:]}")
+    answer: list[bool] = json.loads(asked.stdout)
+    return answer

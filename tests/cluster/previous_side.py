@@ -1,10 +1,12 @@
 """Run by the previous release's Python, not this checkout's (previous_release.py): writes
 tasks with that release's store, then waits until its workers have written to some. Uses
-only what every release has (open_store, NewTask, NewEvent, read_log), so it imports
+only what every release has (open_store, NewTask, NewEvent, read_log, decode), so it imports
 nothing else of this repository.
 
     python previous_side.py URL PLAN
     PLAN: {"tasks": [[ID, QUEUE, [[TYPE, DATA], ...]], ...], "written": [ID, ...], "within": S}
+    python previous_side.py --unknown < [[TYPE, DATA], ...]
+    prints, for each event, whether that release decodes it as written by a newer noeta
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from noeta.backends.stores import open_store
 from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.rules import events
 
 
 async def main(url: str, plan: dict[str, Any]) -> None:
@@ -38,5 +41,12 @@ async def main(url: str, plan: dict[str, Any]) -> None:
         await store.close()
 
 
+def unknown(logged: list[list[Any]]) -> list[bool]:
+    return [isinstance(events.decode(kind, data), events.UnknownEvent) for kind, data in logged]
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], json.loads(sys.argv[2])))
+    if sys.argv[1:] == ["--unknown"]:
+        print(json.dumps(unknown(json.load(sys.stdin))))
+    else:
+        asyncio.run(main(sys.argv[1], json.loads(sys.argv[2])))

@@ -167,9 +167,12 @@ async def roll(cluster: Cluster, name: str, tree: Path) -> list[str]:
     return []
 
 
-def handoffs(logs: dict[str, list[StoredEvent]]) -> tuple[list[str], list[str], list[str]]:
+def handoffs(
+    logs: dict[str, list[StoredEvent]], unknown: dict[str, list[bool]]
+) -> tuple[list[str], list[str], list[str]]:
     """Tasks whose writers went from a previous worker to a current one, the reverse, and
-    tasks a previous worker wrote to though their log holds what it cannot read."""
+    tasks a previous worker wrote to after an event its release cannot read (`unknown`:
+    per task, per event, its own decode's answer)."""
     to_current, to_previous, misread = [], [], []
     for task_id, log in logs.items():
         owners = [event.owner for event in log if event.owner]
@@ -179,16 +182,18 @@ def handoffs(logs: dict[str, list[StoredEvent]]) -> tuple[list[str], list[str], 
             to_current.append(task_id)
         if ("current", "previous") in pairs:
             to_previous.append(task_id)
-        unknown = [n for n, event in enumerate(log) if _unknown_to_previous(event)]
-        if unknown and any(event.owner in PREVIOUS for event in log[unknown[0] :]):
+        first = next((n for n, flag in enumerate(unknown[task_id]) if flag), len(log))
+        if any(event.owner in PREVIOUS for event in log[first:]):
             misread.append(task_id)
     return to_current, to_previous, misread
 
 
-def _unknown_to_previous(event: StoredEvent) -> bool:
-    """What the previous release (06737cf: ops/previous-release) cannot read."""
-    data = event.data if isinstance(event.data, dict) else {}
-    return event.type == "AttemptFailed" or data.get("v") != events.ENCODING_VERSION
+async def unknown_to_previous(
+    tree: Path, logs: dict[str, list[StoredEvent]]
+) -> dict[str, list[bool]]:
+    logged = [(event.type, event.data) for log in logs.values() for event in log]
+    flags = iter(await asyncio.to_thread(previous_release.unknown_to, tree, logged))
+    return {task_id: [next(flags) for _ in log] for task_id, log in logs.items()}
 
 
 async def run(
@@ -204,7 +209,11 @@ async def run(
     wave = [task for task in kinds if kinds[task] != "chat"][:FIRST_WAVE]
     workload = Workload(cast(Store, None), rng, kinds, scratch / "workspaces")
     later = [task for task in kinds if kinds[task] in NEWER_KINDS and task not in wave]
-    workload.worker_tools.update(later[:NEWER_TASKS])
+    given_tools = events.encode(events.TaskCreated(model="", tools=None))  # version 2
+    if (await asyncio.to_thread(previous_release.unknown_to, tree, [given_tools]))[0]:
+        workload.worker_tools.update(later[:NEWER_TASKS])
+    else:
+        print(f"{tree.name} reads a task given its worker's tools: no newer log to leave")
     write_configs(scratch)
     chaos = Chaos(cluster, workload, rng)
     try:
@@ -257,7 +266,7 @@ async def mixed(
     ]
     problems += await check(store, workload, scratch=cluster.scratch)
     logs = {r.id: await store.read_log(r.id) for r in await store.list_tasks(limit=10_000)}
-    to_current, to_previous, misread = handoffs(logs)
+    to_current, to_previous, misread = handoffs(logs, await unknown_to_previous(tree, logs))
     problems += [f"{task}: a previous worker wrote after what it cannot read" for task in misread]
     moved = f"{len(to_current)} previous -> current, {len(to_previous)} current -> previous"
     if not to_current or not to_previous:
