@@ -3,16 +3,19 @@
     NOETA_CLUSTER_SEED=7 make cluster-upgrade ARGS="--previous 06737cf"
 
 The previous release (previous_release.py) migrates a fresh schema and runs two workers;
-its own code creates the first tasks and waits until those workers write to them. The
-current code then migrates the schema under them (they keep running: a process already
-started is not checked again) and two current workers and the scheduler join. The chaos
-runs in three windows; after the first and the second, one previous worker is killed
-mid-work and rolled: the previous release must refuse to start on the migrated schema in
-one line, and a current worker takes its place. Then the heal, every check of `make
-cluster` (the replay of every log with this code among them), and the upgrade's own: a task
-was handed from a previous worker to a current one and one the other way, and no previous
-worker wrote to a task whose log it cannot read (TaskCreated version 2, AttemptFailed).
-Faults that restart a worker choose only current ones. The seed is printed first.
+its store writes the first tasks, and they are seen written to by its workers. The
+current code migrates the schema under them (a process already started is not checked
+again). Tasks in a format the previous release cannot read (its own decode says which)
+are then created while only its workers run, each to be left untouched, if that release
+ships ADR-0097; an earlier one writes its hook's record into them, so they are created
+after the roll, as ops/README.md's procedure says. Two current workers and the scheduler
+join; the chaos runs in three windows. After the first, every current worker is stopped
+while it runs a task until a previous one writes to it; after the first and the second,
+one previous worker is killed mid-work and rolled: its release must refuse the migrated
+schema in one line, and a current worker takes its place. Faults that restart a worker
+choose only current ones. Then the heal, every check of `make cluster` (the replay of
+every log with this code among them), and the upgrade's own: tasks handed both ways, and
+no previous worker writing after an event it cannot read. The seed is printed first.
 """
 
 from __future__ import annotations
