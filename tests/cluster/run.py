@@ -156,6 +156,7 @@ async def verdict(
     seed: int,
     summary: str,
     problems: list[str],
+    required: tuple[str, ...] = counters.REQUIRED,
 ) -> int:
     """Count what the chaos did, hold it to the minimum, print the report: 0 if all held."""
     store = cluster.store
@@ -172,7 +173,7 @@ async def verdict(
     seen.update(counted(await store.read_inbox(OUTBOX, untaken_only=False), cluster.scratch))
     if not any(r.status.finished for r in records) or not sum(chaos.landed.values()):
         problems.append("the run did nothing: no task finished or no fault landed")
-    short = counters.short_of_minimum(seen, chaos.landed, chaos.kinds)
+    short = counters.short_of_minimum(seen, chaos.landed, chaos.kinds, required)
     fires = await store.cron_history("tick", 1000)
     if problems or short:
         print(f"FAILED: NOETA_CLUSTER_SEED={seed}; the fault timeline:")

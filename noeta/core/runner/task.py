@@ -1,9 +1,8 @@
 """Running one claimed task: fold the log, do what `next_action` says, append, repeat.
 
-Every step is durable before its effect: `ModelCalled` before the request, `ToolStarted`
-before the tool. The loop ends when the task finishes, hands itself back (waits), or
-must be left alone (a newer version's log, an unreadable one). Store errors (`Conflict`,
-`StoreUnavailable`, `CommitUnknown`) end it at once: the claim is lost.
+Every step is durable before its effect (`ModelCalled` before the request, `ToolStarted`
+before the tool). It ends when the task finishes, waits, or is left alone (a newer log, an
+unreadable one); a store error (`Conflict`, `CommitUnknown`...) ends it: the claim is lost.
 """
 
 from __future__ import annotations
@@ -227,12 +226,18 @@ class _Run(RunWriter):
         burst: contextlib.AbstractAsyncContextManager[None] = holding()
         return burst
 
-    async def loop(self) -> RunResult:
+    async def _before_the_steps(self) -> RunResult | None:
+        """Pins checked, hooks caught up: never for a log with an event this code cannot read."""
+        if self.state.newer_event:
+            return None  # next_action leaves it; nothing writes to it first (ADR-0097)
         stop = await self._check_pins(self.runner.pins)
-        if stop is not None:
-            return stop
-        if self.hooks.on_event and not self.state.finished:
+        if stop is None and self.hooks.on_event and not self.state.finished:
             await self._redeliver()
+        return stop
+
+    async def loop(self) -> RunResult:
+        if (stop := await self._before_the_steps()) is not None:
+            return stop
         while True:
             action = next_action(self.state)
             if self._handing_back_before(action):
