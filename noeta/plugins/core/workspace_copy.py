@@ -163,8 +163,9 @@ class WorkspaceCopies:
         if await asyncio.to_thread(os.path.lexists, mark):
             return  # made once already: the fork's own files are never copied over
         common = await asyncio.to_thread(worktrees.repository, source)
-        partial = await asyncio.to_thread(_start, root, folder)
+        partial = ""
         try:
+            partial = await asyncio.to_thread(_start, root, folder)
             skip = frozenset({".git"}) if common else frozenset()
             skipped = await asyncio.to_thread(copy_tree, source, partial, self.limits, skip)
             # An earlier attempt cut short before its mark left this: the fork has not run.
@@ -181,13 +182,15 @@ class WorkspaceCopies:
         except OSError as error:
             raise WorkspaceNotCopied(f"the copy failed: {error.strerror}") from None
         finally:
-            await asyncio.to_thread(shutil.rmtree, partial, True)
+            if partial:
+                await asyncio.to_thread(shutil.rmtree, partial, True)
         if skipped:
             log.info("%s: %d FIFOs, sockets or devices not copied from %s", target, skipped, source)
 
 
 def _start(root: str, folder: str) -> str:
     """A new folder for the copy under way, earlier attempts' leftovers removed."""
+    os.makedirs(root, exist_ok=True)
     for name in os.listdir(root):
         if name.startswith(f"{_PARTIAL}{folder}."):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
