@@ -27,6 +27,9 @@ COPIED_MARKS = ".workspace-copies"  # <root>/.workspace-copies/<fork's folder>: 
 _PARTIAL = ".workspace-copy-"  # <root>/.workspace-copy-<fork's folder>.<random>: under way
 _CHUNK = 1 << 20
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# An entry swapped for a link, a file or a FIFO since it was looked at, removed (the source
+# may be running), or one its task made unreadable: left out, as a FIFO is.
+_GONE_OR_UNREADABLE = (errno.ELOOP, errno.ENOTDIR, errno.ENOENT, errno.ENXIO, errno.EACCES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +80,14 @@ def _copy_folder(
 ) -> None:
     if depth > budget.limits.max_depth:
         raise WorkspaceNotCopied(f"its folders nest over {budget.limits.max_depth} deep")
+    names = []
+    room = budget.limits.max_entries - budget.entries
     with os.scandir(folder) as entries:
-        names = sorted(entry.name for entry in entries if entry.name not in skip)
-    for name in names:
+        for entry in entries:  # bounded as it is read: a folder may hold millions
+            names.append(entry.name)
+            if len(names) > room:
+                raise WorkspaceNotCopied(f"it holds over {budget.limits.max_entries} entries")
+    for name in sorted(set(names) - skip):
         try:
             found = os.stat(name, dir_fd=folder, follow_symlinks=False)
         except FileNotFoundError:
@@ -97,7 +105,7 @@ def _copy_folder(
             budget.take(found.st_size)  # refused before a byte is read
             _copy_file(folder, name, target, budget, stat.S_IMODE(mode))
         else:
-            budget.skipped += 1
+            budget.skipped += 1  # FIFOs, sockets, devices: never opened
 
 
 def _copy_subfolder(
@@ -106,8 +114,9 @@ def _copy_subfolder(
     try:
         inner = os.open(name, _DIRECTORY, dir_fd=folder)
     except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
-            return  # swapped for a link or a file, or removed, since it was looked at
+        if error.errno in _GONE_OR_UNREADABLE:
+            budget.skipped += 1
+            return
         raise
     try:
         os.mkdir(target, 0o700)
@@ -123,8 +132,9 @@ def _copy_file(folder: int, name: str, target: str, budget: _Budget, mode: int) 
     try:
         reading = os.open(name, flags, dir_fd=folder)
     except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENOENT, errno.ENXIO):
-            return  # swapped for a link or a FIFO, or removed, since it was looked at
+        if error.errno in _GONE_OR_UNREADABLE:
+            budget.skipped += 1
+            return
         raise
     try:
         opened = os.fstat(reading)
