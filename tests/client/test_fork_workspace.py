@@ -13,15 +13,17 @@ import pytest
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
 from noeta.client import AsyncClient, ForkRefused
+from noeta.config import Config
 from noeta.core.ports.store import TaskStatus
 from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
 from noeta.plugins.core import Read
 from noeta.plugins.core.workspace_copy import WorkspaceCopies
 from noeta.plugins.core.worktrees import Worktrees
+from noeta.plugins.toolbox import Toolbox
 from tests.client.test_fork import NOETA, run
 from tests.core.runner.test_runner import Echo, create, run_once, script
-from tests.plugins.core.test_workspace_copy import UNCONFINED
+from tests.plugins.core.test_workspace_copy import UNCONFINED, git
 
 CALL = {"tool_calls": [{"id": "c1", "name": "Echo", "input": {"text": "a"}}]}
 READ = {"tool_calls": [{"id": "r1", "name": "Read", "input": {"file_path": "notes.txt"}}]}
@@ -137,3 +139,35 @@ def test_the_command_takes_fresh_or_copy(tmp_path: Path) -> None:
     assert failed.returncode != 0 and len(lines) == 1 and "'foo' is not one of" in lines[0]
     helped = run([NOETA, "fork", "--help"])
     assert "not versioned by the log" in " ".join(helped.stdout.split())
+
+
+async def test_a_workers_toolbox_copies_a_git_workspace_onto_the_forks_branch(
+    client: AsyncClient, tmp_path: Path
+) -> None:
+    """The worker's own wiring: the core plugin's copier, its git confined as configured."""
+    workspaces = tmp_path / "workspaces"
+    box = await Toolbox.open(Config(workspaces=str(workspaces)))
+    try:
+        store = await client.store()
+        model = script(tmp_path, CALL, {"text": "done"}, READ, {"text": "read it"})
+        await create(store, "t", model, prompt="go", tools=("Echo", "Read"))
+        runner = box.runner(store, ProviderRegistry())
+        runner.tools = {**runner.tools, "Echo": Echo()}
+        assert (await run_once(runner, store, "t")).state.finished == "done"
+        source = workspaces / "t"
+        source.mkdir(parents=True)
+        git(source, "init", "-q", "-b", "work")
+        (source / "notes.txt").write_text("committed\n")
+        git(source, "add", "-A")
+        git(source, "commit", "-q", "-m", "one")
+        (source / "notes.txt").write_text("written by the source, not committed\n")
+        at = next(e.seq for e in await store.read_log("t") if e.type == "TurnEnded")
+        await client.fork("t", at, id="f", message="read notes.txt", workspace="copy")
+        result = await run_once(runner, store, "f")
+        assert (result.state.finished, result.state.last_answer) == ("done", "read it")
+        read = [e.data for e in await store.read_log("f") if e.type == "ToolFinished"][-1]
+        assert "written by the source, not committed" in str(read)
+        assert git(workspaces / "f", "rev-parse", "--abbrev-ref", "HEAD").strip() == "fork/f"
+        assert git(workspaces / "f", "status", "--porcelain").strip() == "M notes.txt"
+    finally:
+        await box.close()
