@@ -187,10 +187,11 @@ class WorkspaceCopies:
                 await self.git.add(source, target, branch, checkout=False)
                 await asyncio.to_thread(_move_entries, partial, target)
             await asyncio.to_thread(_mark, mark)
-        except ToolError as error:
-            raise WorkspaceNotCopied(str(error)) from None
-        except OSError as error:
-            raise WorkspaceNotCopied(f"the copy failed: {error.strerror}") from None
+        except (ToolError, OSError) as error:
+            # What this attempt made of the fork's folder goes: the fork fails unrun.
+            await asyncio.to_thread(_remove, target)
+            why = str(error) if isinstance(error, ToolError) else error.strerror
+            raise WorkspaceNotCopied(f"the copy failed: {why}") from None
         finally:
             if partial:
                 await asyncio.to_thread(shutil.rmtree, partial, True)

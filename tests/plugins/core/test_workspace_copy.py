@@ -154,3 +154,13 @@ async def test_a_git_workspace_forks_onto_a_branch_and_runs_none_of_its_programs
     # The fork's worktree is the source repository's, listed back (as a subagent's is).
     assert (fork / ".git").is_file()
     assert str(fork) in git(source, "worktree", "list")
+
+
+async def test_a_repository_without_a_commit_fails_the_copy_saying_what_git_said(
+    root: Path,
+) -> None:
+    git(root / "t", "init", "-q")
+    (root / "t" / "a.txt").write_text("never committed\n")
+    with pytest.raises(WorkspaceNotCopied, match=r"the copy failed: git worktree failed: .*HEAD"):
+        await copies().copy(str(root / "t"), str(root / "f"), "fork/f")
+    assert sorted(os.listdir(root)) == ["t"]  # nothing of the fork left
