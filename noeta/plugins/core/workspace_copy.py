@@ -143,18 +143,14 @@ def _copy_file(folder: int, name: str, target: str, budget: _Budget, mode: int) 
             return
         os.set_blocking(reading, True)
         left = opened.st_size  # no more than it held when looked at: growth is not copied
-        writing = os.open(
-            target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode & 0o777
-        )
-        try:
+        made = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode & 0o777)
+        with os.fdopen(made, "wb") as writing:  # buffered: a short write is written on
             while left > 0:
                 chunk = os.read(reading, min(_CHUNK, left))
                 if not chunk:
                     break
-                os.write(writing, chunk)
+                writing.write(chunk)
                 left -= len(chunk)
-        finally:
-            os.close(writing)
     finally:
         os.close(reading)
 
@@ -196,14 +192,18 @@ class WorkspaceCopies:
             if partial:
                 await asyncio.to_thread(shutil.rmtree, partial, True)
         if skipped:
-            log.info("%s: %d FIFOs, sockets or devices not copied from %s", target, skipped, source)
+            log.info(
+                "%s: %d FIFOs, sockets, devices or unreadable entries left out", target, skipped
+            )
 
 
 def _start(root: str, folder: str) -> str:
     """A new folder for the copy under way, earlier attempts' leftovers removed."""
     os.makedirs(root, exist_ok=True)
+    prefix = f"{_PARTIAL}{folder}."
     for name in os.listdir(root):
-        if name.startswith(f"{_PARTIAL}{folder}."):
+        # Never another fork's: "f.x"'s partial is ".workspace-copy-f.x.<random>".
+        if name.startswith(prefix) and "." not in name[len(prefix) :]:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{_PARTIAL}{folder}.", dir=root)
 

@@ -106,9 +106,10 @@ async def test_the_copy_is_made_once_and_a_cut_attempt_again(root: Path) -> None
     (root / "f").mkdir()
     (root / "f" / "half.txt").write_text("half\n")
     (root / ".workspace-copy-f.old").mkdir()
+    (root / ".workspace-copy-f.x.under_way").mkdir()  # fork "f.x"'s copy: not f's to remove
     await copies().copy(str(source), str(root / "f"), "fork/f")
     assert sorted(os.listdir(root / "f")) == ["a.txt"]
-    assert sorted(os.listdir(root)) == [COPIED_MARKS, "f", "t"]
+    assert sorted(os.listdir(root)) == [COPIED_MARKS, ".workspace-copy-f.x.under_way", "f", "t"]
     # The fork runs on: its own files are never copied over by a later claim's copy.
     (root / "f" / "a.txt").unlink()
     (root / "f" / "b.txt").write_text("the fork's\n")
