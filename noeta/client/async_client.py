@@ -29,12 +29,7 @@ from noeta.client.submissions import (
 )
 from noeta.client.task_logs import TailedEvent
 from noeta.client.waiting import FinishWatcher
-from noeta.core.errors import (
-    ConfigError,
-    NoetaError,
-    TaskCancelled,
-    TaskFailed,
-)
+from noeta.core.errors import ConfigError, NoetaError, TaskCancelled, TaskFailed
 from noeta.core.ports.bulk import check_distinct_ids
 from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.store import (
@@ -265,12 +260,15 @@ class AsyncClient(QueueSettingsCalls):
         reply: str | Mapping[str, object] | None = None,
         model: str | None = None,
         queue: str | None = None,
+        workspace: str = "fresh",
     ) -> TaskHandle:
         """A new task whose log is `task`'s through seq `at` plus one change: a new user
         `message` (where a turn ended), a `reply` replacing the model's at `at` (JSON, as
         `ModelReplied` stores it), or another `model` for the calls that follow. Nothing
         before `at` runs again. ForkRefused names the fork points near a seq that is not
-        one (ADR-0091)."""
+        one (ADR-0091). `workspace`: "fresh" (empty) or "copy": the source's files as they
+        are when the fork first runs, copied by its worker; files are not in the log, so
+        not as they were at `at` (ADR-0096)."""
         from noeta.backends.models.registry import stored_spec
         from noeta.client import forking  # the fold: kept out of commands that need none
 
@@ -279,6 +277,7 @@ class AsyncClient(QueueSettingsCalls):
             message=None if message is None else check_text("message", message),
             reply=None if reply is None else forking.parse_reply(_json_text(reply)),
             model=None if model is None else stored_spec(check_text("model spec", model)),
+            workspace=workspace,
         )
         new = await forking.fork(
             await self.store(),

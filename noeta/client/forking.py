@@ -22,6 +22,7 @@ from noeta.core.rules.task_state import TaskState
 # Written with a task's creation, never split from its TaskCreated.
 _CREATION_COMPANIONS = {"SubtaskOf", "CallRequested"}
 NEAREST_SHOWN = 3  # valid seqs named on each side of a refused one
+WORKSPACE_CHOICES = ("fresh", "copy")
 
 
 class ForkRefused(ConfigError):
@@ -36,9 +37,16 @@ class ForkChange:
     message: str | None = None
     reply: events.ModelReplied | None = None
     model: str | None = None
+    # "copy": the fork starts in a copy of the source's workspace as it is when the fork
+    # first runs (its worker makes it, ADR-0096); "fresh": an empty one.
+    workspace: str = "fresh"
 
     def __post_init__(self) -> None:
         check_one_change(self.message, self.reply)
+        if self.workspace not in WORKSPACE_CHOICES:
+            raise ForkRefused(
+                f"a fork's workspace is {' or '.join(WORKSPACE_CHOICES)}, not {self.workspace!r}"
+            )
 
 
 def check_one_change(message: object, reply: object) -> None:
@@ -146,7 +154,9 @@ def _copied(source: str, stored: StoredEvent, at: int, change: ForkChange) -> Ne
         return NewEvent(stored.type, stored.data)
     created = _decoded(stored)
     assert isinstance(created, events.TaskCreated)  # the fold read it
-    created = replace(created, forked_from=source, forked_at=at)
+    # A fork of a fork copies the workspace it is told to, never its source's source's.
+    copied_from = source if change.workspace == "copy" else ""
+    created = replace(created, forked_from=source, forked_at=at, workspace_from=copied_from)
     if change.model is not None:
         created = replace(created, model=change.model)
     return NewEvent(*events.encode(created))

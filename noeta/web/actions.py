@@ -60,7 +60,9 @@ async def fork(site: Site, request: Request) -> HTMLResponse:
         raise PageError(
             400, f"the message is {len(message)} characters; the limit is {MAX_TEXT_CHARS}"
         )
-    handle = await _done(site.client.fork(task_id, at, message=message), task_id)
+    workspace = "copy" if fields.get("workspace") == "copy" else "fresh"
+    forking = site.client.fork(task_id, at, message=message, workspace=workspace)
+    handle = await _done(forking, task_id)
     new = link(url(f"/tasks/{handle.id}"), handle.id)
     body = (
         f'<p class="notice" id="confirmation">forked at seq {at}: task {new} runs on from '

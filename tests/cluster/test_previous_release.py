@@ -44,6 +44,9 @@ def _tasks(script: Path) -> dict[str, list[events.Event]]:
         ],
         # ADR-0091: a fork records where it came from; nothing else about it is new.
         "forked": [events.TaskCreated(model=model, prompt="go", forked_from="src", forked_at=4)],
+        # ADR-0096: a fork whose first worker copies its source's workspace: TaskCreated
+        # version 3, so that no worker runs it without the files it was promised.
+        "workspace-copy": [events.TaskCreated(model=model, prompt="go", workspace_from="src")],
         # ADR-0094: a job retried by hand names the task it retries.
         "retried-job": [
             events.TaskCreated(model="", tools=("Record",)),
@@ -52,7 +55,11 @@ def _tasks(script: Path) -> dict[str, list[events.Event]]:
     }
 
 
-LEFT = {"worker-tools": "TaskCreated", "attempt-failed": "AttemptFailed"}
+LEFT = {
+    "worker-tools": "TaskCreated",
+    "attempt-failed": "AttemptFailed",
+    "workspace-copy": "TaskCreated",
+}
 
 
 @dataclass
