@@ -28,7 +28,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, NoReturn
 
 from noeta.backends.stores import open_store
 from tests.cluster import counters, takeovers
@@ -225,13 +227,23 @@ def main() -> None:
         + (f" NOETA_CLUSTER_MUTANT={mutant}" if mutant else ""),
         flush=True,
     )
+    on_a_server(
+        "make cluster", lambda server, scratch: run(server, scratch, seed, count, seconds, mutant)
+    )
+
+
+def on_a_server(
+    target: str, start: Callable[[ClusterServer, Path], Coroutine[Any, Any, int]]
+) -> NoReturn:
+    """Run `start` on a fresh server in a scratch folder, kept only if the run failed; exit
+    with its code."""
     try:
         server = ClusterServer()
     except ServerUnanswered as error:
-        sys.exit(f"make cluster: {error}")
-    scratch = Path(tempfile.mkdtemp(prefix="noeta-cluster-"))
+        sys.exit(f"{target}: {error}")
+    scratch = Path(tempfile.mkdtemp(prefix=f"noeta-{target.removeprefix('make ')}-"))
     try:
-        code = asyncio.run(run(server, scratch, seed, count, seconds, mutant))
+        code = asyncio.run(start(server, scratch))
     finally:
         server.stop()
     if code == 0:

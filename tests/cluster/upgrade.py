@@ -26,11 +26,9 @@ import json
 import logging
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import cast
@@ -42,8 +40,15 @@ from tests.cluster import fanout, previous_release
 from tests.cluster.checks import check
 from tests.cluster.faults import Chaos
 from tests.cluster.processes import REPOSITORY, Cluster
-from tests.cluster.run import FINISH_WITHIN, BadSetting, settings, verdict, write_configs
-from tests.cluster.server import ClusterServer, ServerUnanswered
+from tests.cluster.run import (
+    FINISH_WITHIN,
+    BadSetting,
+    on_a_server,
+    settings,
+    verdict,
+    write_configs,
+)
+from tests.cluster.server import ClusterServer
 from tests.cluster.workload import SCRIPTS, TOOLS, Workload, plan_tasks, steadily
 
 PREVIOUS = ("p0", "p1")  # the previous release's workers; each rolled to ROLLED_TO's name
@@ -297,20 +302,10 @@ def main() -> None:
         sys.exit(f"make cluster-upgrade: {error}")
     settings_line = f"NOETA_CLUSTER_SEED={seed} NOETA_CLUSTER_TASKS={count}"
     print(f"{settings_line} NOETA_CLUSTER_SECONDS={seconds:g} --previous {commit}", flush=True)
-    try:
-        server = ClusterServer()
-    except ServerUnanswered as error:
-        sys.exit(f"make cluster-upgrade: {error}")
-    scratch = Path(tempfile.mkdtemp(prefix="noeta-cluster-upgrade-"))
-    try:
-        code = asyncio.run(run(server, scratch, seed, count, seconds, commit))
-    finally:
-        server.stop()
-    if code == 0:
-        shutil.rmtree(scratch, ignore_errors=True)
-    else:
-        print(f"worker and scheduler logs kept in {scratch}")
-    sys.exit(code)
+    on_a_server(
+        "make cluster-upgrade",
+        lambda server, scratch: run(server, scratch, seed, count, seconds, commit),
+    )
 
 
 if __name__ == "__main__":
