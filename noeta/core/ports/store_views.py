@@ -1,6 +1,6 @@
 """The read-only views an operator's page needs beside the `Store` port (`noeta web`):
-the task list a keyset page at a time, capped counts, a log page that leaves large values
-in the store, one event's raw text in chunks, and the claims held now.
+the task list a keyset page at a time, capped counts, the count of one filter, a log page
+that leaves large values in the store, one event's raw text in chunks, the claims held now.
 
 Both stores implement `StoreViews`; nothing here writes, and nothing a worker calls.
 """
@@ -79,9 +79,24 @@ class StoreViews(Protocol):
         text: str | None = None,
         before: TaskCursor | None = None,
         limit: int = 50,
+        finished_since: datetime | None = None,
     ) -> list[TaskRecord]:
         """Tasks newest first (by creation, then id, both descending), strictly before
-        `before`. `statuses` empty: any. `text`: a part of the id or of the prompt."""
+        `before`. `statuses` empty: any. `text`: a part of the id or of the prompt.
+        `finished_since`: only tasks that finished (done, failed, cancelled) then or later."""
+        ...
+
+    async def count_tasks(
+        self,
+        *,
+        statuses: Sequence[TaskStatus] = (),
+        queue: str | None = None,
+        text: str | None = None,
+        finished_since: datetime | None = None,
+        cap: int | None = None,
+    ) -> int:
+        """How many tasks `task_page` would walk with these filters, in one statement;
+        with `cap`, counted up to `cap` (a bulk action's button), else exactly."""
         ...
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
