@@ -70,7 +70,8 @@ async def retried_task(
             f"cancelled {kind}{forced} can be retried"
         )
     if not isinstance(call, events.CallRequested):
-        return _agent_retry(log, task_id, new_task_id, record.queue)
+        done = record.status is TaskStatus.DONE
+        return _agent_retry(log, task_id, new_task_id, record.queue, new_work=done)
     again = events.CallRequested(call.call_id, call.name, call.input, retry_of=task_id)
     kept = [e for e in first[:3] if isinstance(e, events.TaskCreated | events.PluginsPinned)]
     log_events = [NewEvent(*events.encode(event)) for event in (kept[0], again, *kept[1:])]
@@ -79,12 +80,14 @@ async def retried_task(
     )
 
 
-def _agent_retry(log: Sequence[StoredEvent], task_id: str, new_task_id: str, queue: str) -> NewTask:
+def _agent_retry(
+    log: Sequence[StoredEvent], task_id: str, new_task_id: str, queue: str, *, new_work: bool
+) -> NewTask:
     """An agent task run again from its last good step: a fork there (ADR-0091), so no
     model call before it is re-sent and no tool re-run."""
     from noeta.client import forking  # the fold: kept out of commands that need none
 
-    at = forking.last_good_step(log)
+    at = forking.last_good_step(log, new_work=new_work)
     if at is None:
         raise NoetaError(f"task {task_id} has no step to run again from")
     copied = forking.forked_events(task_id, log, at, forking.ForkChange())

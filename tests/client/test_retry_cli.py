@@ -69,3 +69,31 @@ async def test_retry_refuses_what_is_not_a_failed_or_cancelled_job(
         await asyncio.to_thread(gate.touch)
         assert await client.job_result("running", timeout=60) == 1
         assert len(await client.tasks()) == 2  # no retry was made
+
+
+async def test_force_runs_a_done_job_again_but_never_a_running_one(
+    tmp_path: Path, job_workers: Callable[..., WorkerProcess], ledger: Path
+) -> None:
+    store = f"sqlite:///{tmp_path / 'noeta.db'}"
+    async with AsyncClient(store) as client:
+        await client.enqueue("waits_for_its_gate", {"n": 1}, id="running")
+        await client.enqueue("resize", {"image": "a.png", "width": 2}, id="done")
+        worker = job_workers(store, "w", poll=0.1, queues="default")
+        assert await client.job_result("done", timeout=60) == {"image": "a.png", "width": 2}
+
+        async def started() -> bool:
+            text = await asyncio.to_thread(lambda: ledger.read_text() if ledger.exists() else "")
+            return "start 1 " in text
+
+        await until(started, "the gated job runs", within=60)
+        forced = await asyncio.to_thread(noeta, "retry", "done", "--force", store=store)
+        assert (forced.returncode, forced.stdout.strip()) == (0, "done.retry-1"), forced.stderr
+        assert await client.job_result("done.retry-1", timeout=60) == {"image": "a.png", "width": 2}
+        refused = await asyncio.to_thread(noeta, "retry", "running", "--force", store=store)
+        assert "task running is running: it has not ended" in one_line_error(refused)
+        gate = jobs_for_tests.gate_of(ledger, worker.process.pid)
+        await asyncio.to_thread(gate.touch)
+        assert await client.job_result("running", timeout=60) == 1
+        assert len(await client.tasks()) == 3  # the done job's retry only
+    shown = json.loads(noeta("show", "done.retry-1", "--json", store=store).stdout)
+    assert shown["log"][1]["data"]["retry_of"] == "done"
