@@ -1,5 +1,6 @@
 """The tasks page: filters (status, queue, parent, text), capped counts per status and
-queue, and the list itself a keyset page at a time (fast at a million rows)."""
+queue, the bulk actions that fit the filter, and the list itself a keyset page at a time
+(fast at a million rows)."""
 
 from __future__ import annotations
 
@@ -21,14 +22,10 @@ MAX_TEXT_CHARS = 200
 
 async def tasks_page(site: Site, request: Request) -> HTMLResponse:
     query = request.query_params
-    status = _status(query.get("status") or None)
-    queue = _checked("queue", query.get("queue") or None)
-    parent = _checked("parent", query.get("parent") or None)
-    text = query.get("text") or None
-    if text is not None and len(text) > MAX_TEXT_CHARS:
-        raise PageError(
-            400, f"the text to find is {len(text)} characters; at most {MAX_TEXT_CHARS}"
-        )
+    status = status_of(query.get("status") or None)
+    queue = checked("queue", query.get("queue") or None)
+    parent = checked("parent", query.get("parent") or None)
+    text = text_of(query.get("text") or None)
     before = _cursor(query.get("before") or None)
     views = await site.views()
     statuses = [status] if status else []
@@ -46,6 +43,10 @@ async def tasks_page(site: Site, request: Request) -> HTMLResponse:
         records = records[:PAGE_ROWS]
     counts = await views.task_counts(COUNT_CAP)
     body = _filters(status, queue, parent, text) + _counts(counts)
+    if parent is None:
+        from noeta.web import bulk_pages  # which reads this module's filters
+
+        body += await bulk_pages.buttons(site, status, queue, text)
     body += _list(records) if records else '<p class="muted">no task matches</p>'
     if more is not None:
         cursor = f"{more.created_at.isoformat()}~{more.id}"
@@ -55,7 +56,16 @@ async def tasks_page(site: Site, request: Request) -> HTMLResponse:
     return HTMLResponse(page(title, body))
 
 
-def _status(text: str | None) -> TaskStatus | None:
+def text_of(text: str | None) -> str | None:
+    """The text to find in ids and prompts, if it is short enough to search for."""
+    if text is not None and len(text) > MAX_TEXT_CHARS:
+        raise PageError(
+            400, f"the text to find is {len(text)} characters; at most {MAX_TEXT_CHARS}"
+        )
+    return text
+
+
+def status_of(text: str | None) -> TaskStatus | None:
     if text is None:
         return None
     try:
@@ -65,7 +75,7 @@ def _status(text: str | None) -> TaskStatus | None:
         raise PageError(400, f"unknown status {text!r} (one of {known})") from None
 
 
-def _checked(what: str, text: str | None) -> str | None:
+def checked(what: str, text: str | None) -> str | None:
     if text is None:
         return None
     try:
