@@ -11,8 +11,8 @@ from noeta.client.bulk_actions import CANCELLABLE, RETRYABLE, BulkOutcome
 from noeta.core.errors import ConfigError, NoetaError
 from noeta.core.ports.store import TaskStatus
 from noeta.core.ports.store_views import COUNT_CAP
-from noeta.web import task_list
 from noeta.web.actions import checked_form
+from noeta.web.list_filters import checked, status_of, text_of
 from noeta.web.render import form, h, link, page, url
 from noeta.web.site import PageError, Site, session_of, whole_number
 
@@ -110,14 +110,14 @@ async def act(site: Site, request: Request) -> HTMLResponse:
 def _filter(action: str, given: dict[str, str]) -> tuple[str, TaskStatus, str | None, str | None]:
     if action not in VERBS:
         raise PageError(404, f"there is no bulk action {action!r}")
-    status = task_list.status_of(given.get("status") or None)
+    status = status_of(given.get("status") or None)
     if status is None:
         raise PageError(400, "a bulk action needs a status: filter the list by one first")
     if status not in VERBS[action][2]:
         allowed = " or ".join(s.value for s in VERBS[action][2])
         raise PageError(400, f"a {status.value} task cannot be {VERBS[action][1]}: only {allowed}")
-    queue = task_list.checked("queue", given.get("queue") or None)
-    text = task_list.text_of(given.get("text") or None)
+    queue = checked("queue", given.get("queue") or None)
+    text = text_of(given.get("text") or None)
     return action, status, queue, text
 
 
