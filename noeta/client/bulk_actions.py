@@ -101,7 +101,7 @@ async def retry_many(
         return await walk.counted()
     outcome = BulkOutcome(matched=walk.total)
     async for page in walk.pages():
-        await _retry_batch(store, bulk, page, outcome)
+        await _retry_batch(store, bulk, walk.views, page, outcome)
         if progress is not None:
             progress(outcome)
     return outcome
@@ -140,17 +140,28 @@ async def cancel_many(
 
 
 async def _retry_batch(
-    store: Store, bulk: BulkCreate, page: Sequence[TaskRecord], outcome: BulkOutcome
+    store: Store,
+    bulk: BulkCreate,
+    views: StoreViews,
+    page: Sequence[TaskRecord],
+    outcome: BulkOutcome,
 ) -> None:
     wanted = {retry_task_id(record.id): record for record in page}
     taken = await bulk.taken_ids(list(wanted))
     outcome.skipped += len(taken)
+    # A job's creation, call and pin: its whole retry, read for the batch at once.
+    openings = await views.log_openings([r.id for n, r in wanted.items() if n not in taken], 3)
     built: list[NewTask] = []
 
     async def build(new_id: str, record: TaskRecord) -> None:
         try:
             task = await job_retry.retried_task(
-                store, record, new_id, key=None, priority=DEFAULT_PRIORITY
+                store,
+                record,
+                new_id,
+                key=None,
+                priority=DEFAULT_PRIORITY,
+                opening=openings.get(record.id, []),
             )
         except NoetaError as error:  # a log it cannot read, no step to run again from
             outcome.refuse(record.id, str(error))

@@ -50,11 +50,14 @@ async def retried_task(
     key: str | None,
     priority: int,
     force: bool = False,
+    opening: Sequence[StoredEvent] | None = None,
 ) -> NewTask:
     """The retry of `record`'s task as task `new_task_id`, not yet created (a bulk retry
-    creates a batch of them at once); NoetaError saying why if it cannot be retried."""
+    creates a batch of them at once); NoetaError saying why if it cannot be retried.
+    `opening`: the log's first events if read already (enough for a job; an agent
+    task's whole log is read here)."""
     task_id = record.id
-    log = await store.read_log(task_id)
+    log = await store.read_log(task_id) if opening is None else opening
     # A job's log starts with its creation, its call and its pin, written together.
     try:
         first = [events.decode(e.type, e.data) for e in log[:3]]
@@ -70,6 +73,8 @@ async def retried_task(
             f"cancelled {kind}{forced} can be retried"
         )
     if not isinstance(call, events.CallRequested):
+        if opening is not None:
+            log = await store.read_log(task_id)
         done = record.status is TaskStatus.DONE
         return _agent_retry(log, task_id, new_task_id, record.queue, new_work=done)
     again = events.CallRequested(call.call_id, call.name, call.input, retry_of=task_id)

@@ -86,6 +86,23 @@ async def test_a_filter_is_counted_whole_and_pages_only_what_finished_since(
     assert await views.task_page(finished_since=later) == []
 
 
+async def test_log_openings_read_the_first_events_of_many_tasks(views: StoreViews) -> None:
+    store = as_store(views)
+    for task_id in ("a", "b"):
+        await create(views, task_id, prompt=task_id)
+        claim = await store.claim_task("w", task_id, 30)
+        assert claim is not None
+        turn = [events.TurnEnded("answered", "x"), events.TaskFinished("done", "x")]
+        await store.append(claim, 1, encoded(*turn), next_state=Finish())
+    openings = await views.log_openings(["a", "b", "none"], 2)
+    assert {task: [e.type for e in log] for task, log in openings.items()} == {
+        "a": ["TaskCreated", "TurnEnded"],
+        "b": ["TaskCreated", "TurnEnded"],
+    }
+    assert openings["b"][0].data["prompt"] == "b"  # type: ignore[index]
+    assert await views.log_openings([], 3) == {}
+
+
 async def test_counts_are_capped_per_status(views: StoreViews) -> None:
     for n in range(4):
         await create(views, f"a{n}", queue="a")

@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import ConfigError
 from noeta.core.ports.payload import JSONValue
-from noeta.core.ports.store_values import TaskRecord, TaskStatus
+from noeta.core.ports.store_values import StoredEvent, TaskRecord, TaskStatus
 
 # The most a page or a count asks the store for: a page is read whole, a count walks
 # this many index entries at most (a million done tasks are "10000+", not a scan).
@@ -101,6 +101,13 @@ class StoreViews(Protocol):
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
         """Tasks per (status, queue), each status counted up to `cap` rows."""
+        ...
+
+    async def log_openings(
+        self, task_ids: Sequence[str], through_seq: int
+    ) -> dict[str, list[StoredEvent]]:
+        """The first events (seq 1 to `through_seq`) of each of `task_ids` that has a log,
+        in one statement: a bulk retry's batch of jobs is read at once."""
         ...
 
     async def log_page(

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _task_record
+from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _stored_event, _task_record
 from noeta.core.ports import payload
-from noeta.core.ports.store import TaskRecord, TaskStatus
+from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
 from noeta.core.ports.store_views import (
     COUNT_CAP,
     MAX_PAGE,
@@ -77,6 +77,11 @@ def capped_count(status: TaskStatus) -> str:
 
 
 TASK_COUNTS = "\nUNION ALL ".join(map(capped_count, TaskStatus)) + "\nORDER BY 1, 2"
+
+LOG_OPENINGS = """
+SELECT task_id, seq, type, data, created_at, epoch, owner FROM events
+ WHERE task_id = ANY (%(ids)s) AND seq <= %(through)s ORDER BY task_id, seq
+"""
 
 LOG_PAGE = """
 SELECT seq, type, created_at, epoch, owner, length(data),
@@ -146,6 +151,15 @@ class PostgresViews(PostgresConnection):
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
         return counted(await self._read(TASK_COUNTS, {"cap": cap}), cap)
+
+    async def log_openings(
+        self, task_ids: Sequence[str], through_seq: int
+    ) -> dict[str, list[StoredEvent]]:
+        found: dict[str, list[StoredEvent]] = {}
+        params = {"ids": list(task_ids), "through": through_seq}
+        for row in await self._read(LOG_OPENINGS, params) if task_ids else []:
+            found.setdefault(row[0], []).append(_stored_event(row))
+        return found
 
     async def log_page(
         self, task_id: str, *, after_seq: int = 0, limit: int = 200, inline_chars: int = 65536

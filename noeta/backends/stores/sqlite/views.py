@@ -10,7 +10,7 @@ from typing import Any
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import from_micros, task_record, to_micros
 from noeta.core.ports import payload
-from noeta.core.ports.store import TaskRecord, TaskStatus
+from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
 from noeta.core.ports.store_views import (
     COUNT_CAP,
     MAX_PAGE,
@@ -52,6 +52,10 @@ SELECT count(*) FROM (SELECT 1 FROM tasks WHERE {_SELECTED} {_MATCHING} LIMIT :c
 STATUS_COUNTS = """
 SELECT queue, count(*) FROM (SELECT queue FROM tasks WHERE status = ? LIMIT ?) GROUP BY queue
  ORDER BY queue"""
+LOG_OPENINGS = """
+SELECT task_id, seq, type, data, created_at, epoch, owner FROM events
+ WHERE task_id IN (SELECT value FROM json_each(:ids)) AND seq <= :through
+ ORDER BY task_id, seq"""
 LOG_PAGE = """
 SELECT seq, type, created_at, epoch, owner, length(data),
        CASE WHEN length(data) <= :inline THEN data END, substr(data, 1, :preview)
@@ -114,6 +118,20 @@ class SqliteViews(SqliteConnection):
             ]
 
         return counted(await self._run(count), cap)
+
+    async def log_openings(
+        self, task_ids: Sequence[str], through_seq: int
+    ) -> dict[str, list[StoredEvent]]:
+        values = {"ids": payload.encode(list(task_ids)), "through": through_seq}
+        found: dict[str, list[StoredEvent]] = {}
+        for task, seq, kind, data, at, epoch, owner in await self._run(
+            self._read_all, LOG_OPENINGS, values
+        ):
+            event = StoredEvent(
+                task, seq, kind, payload.decode(data), from_micros(at), epoch, owner
+            )
+            found.setdefault(task, []).append(event)
+        return found
 
     async def log_page(
         self, task_id: str, *, after_seq: int = 0, limit: int = 200, inline_chars: int = 65536
