@@ -13,6 +13,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -44,7 +45,8 @@ async def ended_jobs(
     async with AsyncClient(url) as client:
         inputs = [{"to": f"user{n}@example.com"} for n in range(count)]
         ids = [handle.id for handle in await client.enqueue_many("send_email", inputs, queue=queue)]
-    finish = events.TaskFinished(status.value, error="RuntimeError: the mail server is down")
+    ended: Literal["failed", "cancelled"] = "failed" if status is TaskStatus.FAILED else "cancelled"
+    finish = events.TaskFinished(ended, error="RuntimeError: the mail server is down")
     ending = [NewEvent(*events.encode(finish))]
     left = count
     while left:
@@ -83,7 +85,7 @@ async def assert_one_retry_each(
     assert made == {f"{source}.retry-1" for source in sources}, sorted(made)[:5]
     for source in (sources[0], sources[-1]):
         log = await store.read_log(f"{source}.retry-1")
-        assert log[1].type == "CallRequested" and log[1].data["retry_of"] == source  # type: ignore[index]
+        assert log[1].type == "CallRequested" and log[1].data["retry_of"] == source  # type: ignore[index,call-overload]
 
 
 def bulk_retry(url: str, *arguments: str) -> subprocess.Popen[str]:

@@ -20,6 +20,11 @@ from tests.worker.conftest import WorkerProcess, until
 assert jobs_for_tests  # imported: its decorated functions are what enqueue can name
 
 
+async def gated_job_started(ledger: Path) -> bool:
+    text = await asyncio.to_thread(lambda: ledger.read_text() if ledger.exists() else "")
+    return "start 1 " in text
+
+
 async def test_a_failed_job_runs_again_as_a_new_task(
     tmp_path: Path, job_workers: Callable[..., WorkerProcess]
 ) -> None:
@@ -50,11 +55,7 @@ async def test_retry_refuses_what_is_not_a_failed_or_cancelled_job(
         worker = job_workers(store, "w", poll=0.1, queues="default")
         assert await client.job_result("done", timeout=60) == {"image": "a.png", "width": 1}
 
-        async def started() -> bool:
-            text = await asyncio.to_thread(lambda: ledger.read_text() if ledger.exists() else "")
-            return "start 1 " in text
-
-        await until(started, "the gated job runs", within=60)
+        await until(lambda: gated_job_started(ledger), "the gated job runs", within=60)
         refusals = {
             "running": "task running is running: it has not ended; only a failed or cancelled",
             "done": "task done is done: it ran to its end; only a failed or cancelled job",
@@ -81,11 +82,7 @@ async def test_force_runs_a_done_job_again_but_never_a_running_one(
         worker = job_workers(store, "w", poll=0.1, queues="default")
         assert await client.job_result("done", timeout=60) == {"image": "a.png", "width": 2}
 
-        async def started() -> bool:
-            text = await asyncio.to_thread(lambda: ledger.read_text() if ledger.exists() else "")
-            return "start 1 " in text
-
-        await until(started, "the gated job runs", within=60)
+        await until(lambda: gated_job_started(ledger), "the gated job runs", within=60)
         forced = await asyncio.to_thread(noeta, "retry", "done", "--force", store=store)
         assert (forced.returncode, forced.stdout.strip()) == (0, "done.retry-1"), forced.stderr
         assert await client.job_result("done.retry-1", timeout=60) == {"image": "a.png", "width": 2}

@@ -26,7 +26,7 @@ async def failed_task(store: Store, task_id: str, queue: str = "default") -> Non
     await store.append(claim, 1, encoded(finished), next_state=FAILED)
 
 
-def bulk_links(page: str) -> list[str]:
+def bulk_links(page: str) -> list[tuple[str, str]]:
     return re.findall(r'<a href="(/bulk/[^"]*)" class="button bulk-\w+">([^<]*)</a>', page)
 
 

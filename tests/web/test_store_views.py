@@ -92,7 +92,10 @@ async def test_log_openings_read_the_first_events_of_many_tasks(views: StoreView
         await create(views, task_id, prompt=task_id)
         claim = await store.claim_task("w", task_id, 30)
         assert claim is not None
-        turn = [events.TurnEnded("answered", "x"), events.TaskFinished("done", "x")]
+        turn: list[events.Event] = [
+            events.TurnEnded("answered", "x"),
+            events.TaskFinished("done", "x"),
+        ]
         await store.append(claim, 1, encoded(*turn), next_state=Finish())
     openings = await views.log_openings(["a", "b", "none"], 2)
     assert {task: [e.type for e in log] for task, log in openings.items()} == {
