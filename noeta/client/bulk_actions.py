@@ -1,6 +1,6 @@
 """Retrying or cancelling every task a filter selects (issue 30): the selection walked newest
 first a page at a time, each page one batch; a retry's id is its source's (`<id>.retry-N`),
-so a run cut anywhere, or two at once, never retries a task twice (ADR-0096)."""
+so a run cut anywhere, or two at once, never retries a task twice (ADR-0098)."""
 
 from __future__ import annotations
 

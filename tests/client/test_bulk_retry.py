@@ -1,6 +1,6 @@
 """`noeta retry --status …` and `Client.retry_many` (issue 30 item 1): a dry run counts, a
 real run retries in batches with progress, and a run cut by SIGKILL or SIGINT, run again,
-or two runs at once, make exactly one retry a task (ADR-0096). Real `noeta` processes on
+or two runs at once, make exactly one retry a task (ADR-0098). Real `noeta` processes on
 PostgreSQL; the failed tasks are jobs ended through the store's own fenced appends."""
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def retry_task_id(source: str) -> str:
     """The id of the retry of task `source`: `<source>.retry-1`, and for a retry
     `<root>.retry-N` the next number (`f1.retry-1` → `f1.retry-2`). One source has one
     such id, and no two sources share one, so two creates of the same retry meet on the
-    tasks' primary key: the second finds the id taken (ADR-0096). A root that would break
+    tasks' primary key: the second finds the id taken (ADR-0098). A root that would break
     the id rule (too long, or an id from before the rule) is replaced by its digest."""
     found = _RETRY_ID.fullmatch(source)
     root, number = (found["root"], int(found["n"]) + 1) if found else (source, 1)
