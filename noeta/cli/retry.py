@@ -160,7 +160,7 @@ def _bulk(
         more = ", …" if outcome.matched > len(outcome.sample) else ""
         click.echo(
             f"{outcome.matched:,} {status} task{_s(outcome.matched)}{where} would be retried "
-            f"(one retried already is skipped): {shown}{more}"
+            f"(any retried already will be skipped): {shown}{more}"
         )
         return
     click.echo(f"retried {_counts(outcome)}")

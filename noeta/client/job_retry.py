@@ -5,6 +5,7 @@ the retried task stays as it ended. With `force`, a done task is run again the s
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from noeta.client.creating import create_once
@@ -76,7 +77,11 @@ async def retried_task(
         if opening is not None:
             log = await store.read_log(task_id)
         done = record.status is TaskStatus.DONE
-        return _agent_retry(log, task_id, new_task_id, record.queue, new_work=done)
+        # Folding a long log takes a while: off the loop (a web view's bulk retry serves
+        # other pages meanwhile).
+        return await asyncio.to_thread(
+            _agent_retry, log, task_id, new_task_id, record.queue, new_work=done
+        )
     again = events.CallRequested(call.call_id, call.name, call.input, retry_of=task_id)
     kept = [e for e in first[:3] if isinstance(e, events.TaskCreated | events.PluginsPinned)]
     log_events = [NewEvent(*events.encode(event)) for event in (kept[0], again, *kept[1:])]
