@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from noeta.client import job_retry, messages
 from noeta.client.creating import TaskExists, create_all_once
+from noeta.core import failpoints
 from noeta.core.errors import ConfigError, NoetaError
 from noeta.core.ports.bulk import BulkCreate
 from noeta.core.ports.store import DEFAULT_PRIORITY, NewTask, Store, TaskRecord, TaskStatus
@@ -104,6 +105,7 @@ async def retry_many(
         await _retry_batch(store, bulk, walk.views, page, outcome)
         if progress is not None:
             progress(outcome)
+        await failpoints.hit("bulk.after_batch")
     return outcome
 
 
@@ -136,6 +138,7 @@ async def cancel_many(
         await _bounded([one(record.id) for record in page])
         if progress is not None:
             progress(outcome)
+        await failpoints.hit("bulk.after_batch")
     return outcome
 
 

@@ -19,15 +19,24 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.client import AsyncClient
-from noeta.core.ports.store import Finish, NewEvent, Store, TaskRecord, TaskStatus
+from noeta.core.ports.store import (
+    ClaimedTask,
+    Finish,
+    NewEvent,
+    Store,
+    TaskRecord,
+    TaskStatus,
+)
 from noeta.core.ports.store_views import TaskCursor
 from noeta.core.rules import events
 from tests.cli.test_run import noeta, one_line_error
 from tests.client import jobs_for_tests
+from tests.worker.conftest import until
 
 assert jobs_for_tests  # imported: its decorated functions are what enqueue can name
 
 FINISHER = "test-finisher"
+ENDED_AT_ONCE = 8  # appends in flight at once, under the store's pool
 
 
 @pytest.fixture
@@ -54,12 +63,17 @@ async def ended_jobs(
             FINISHER, [queue], 60, limit=min(left, 1000), snapshot_version="test"
         )
         assert claimed, "every enqueued job is claimable"
-        for each in claimed:
-            log = each.loaded.events if each.loaded else await store.read_log(each.claim.task_id)
-            last = log[-1].seq
-            await store.append(each.claim, last, ending, next_state=Finish(status))
+        for start in range(0, len(claimed), ENDED_AT_ONCE):
+            await asyncio.gather(
+                *(end(store, each, ending, status) for each in claimed[start:][:ENDED_AT_ONCE])
+            )
         left -= len(claimed)
     return ids
+
+
+async def end(store: Store, each: ClaimedTask, ending: list[NewEvent], status: TaskStatus) -> None:
+    log = each.loaded.events if each.loaded else await store.read_log(each.claim.task_id)
+    await store.append(each.claim, log[-1].seq, ending, next_state=Finish(status))
 
 
 async def every_task(store: Store) -> list[TaskRecord]:
@@ -88,16 +102,35 @@ async def assert_one_retry_each(
         assert log[1].type == "CallRequested" and log[1].data["retry_of"] == source  # type: ignore[index,call-overload]
 
 
-def bulk_retry(url: str, *arguments: str) -> subprocess.Popen[str]:
+def bulk_retry(
+    url: str, *arguments: str, pause_after_a_batch: bool = False
+) -> subprocess.Popen[str]:
+    """`noeta retry --status failed …`; with `pause_after_a_batch`, it stops itself
+    (SIGSTOP) after its first batch and its progress line, until sent SIGCONT."""
+    failpoints = {"NOETA_FAILPOINTS": "bulk.after_batch=pause@1"} if pause_after_a_batch else {}
     return subprocess.Popen(
         [sys.executable, "-m", "noeta", "retry", "--status", "failed", *arguments],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "NOETA_STORE": url},
+        env={**os.environ, "NOETA_STORE": url, **failpoints},
     )
 
 
+async def stopped(process: subprocess.Popen[str]) -> None:
+    """Once `process` has stopped itself (its state in /proc is T)."""
+
+    def state() -> str:
+        with open(f"/proc/{process.pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+
+    async def is_stopped() -> bool:
+        return await asyncio.to_thread(state) == "T"
+
+    await until(is_stopped, "the bulk retry stops after its first batch", within=120)
+
+
+@pytest.mark.timeout(300)
 async def test_a_dry_run_counts_and_a_run_retries_each_failed_task_once(
     store: Store, postgres_url: str
 ) -> None:
@@ -145,16 +178,19 @@ async def test_a_dry_run_counts_and_a_run_retries_each_failed_task_once(
     await assert_one_retry_each(store, failed, untouched=others)
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT])
 async def test_a_run_cut_short_and_run_again_retries_each_task_once(
     store: Store, postgres_url: str, stop: signal.Signals
 ) -> None:
     failed = await ended_jobs(store, postgres_url, 2000, TaskStatus.FAILED)
-    first = bulk_retry(postgres_url, "--batch-size", "100")
+    first = bulk_retry(postgres_url, "--batch-size", "100", pause_after_a_batch=True)
     assert first.stderr is not None
-    line = await asyncio.to_thread(first.stderr.readline)  # a batch has landed
+    line = await asyncio.to_thread(first.stderr.readline)  # its first batch has landed
     assert line.startswith("retried 100 of 2,000"), line
+    await stopped(first)
     first.send_signal(stop)
+    first.send_signal(signal.SIGCONT)  # a stopped process handles SIGINT once continued
     _, said = await asyncio.to_thread(first.communicate, timeout=120)
     if stop is signal.SIGINT:
         assert first.returncode == 130
@@ -163,17 +199,24 @@ async def test_a_run_cut_short_and_run_again_retries_each_task_once(
     else:
         assert first.returncode == -signal.SIGKILL
     made = len(await every_task(store)) - 2000
-    assert 100 <= made < 2000  # cut short, each batch whole or not at all
-    assert made % 100 == 0
+    assert made == 100  # cut after its first batch, made whole
     second = await asyncio.to_thread(noeta, "retry", "--status", "failed", store=postgres_url)
     assert second.returncode == 0, second.stderr
     assert f"; {made:,} skipped (retried already)" in second.stdout
     await assert_one_retry_each(store, failed)
 
 
+@pytest.mark.timeout(300)
 async def test_two_runs_at_once_make_one_retry_a_task(store: Store, postgres_url: str) -> None:
     failed = await ended_jobs(store, postgres_url, 2000, TaskStatus.FAILED)
-    runs = [bulk_retry(postgres_url, "--batch-size", "100") for _ in range(2)]
+    # Both stop after their first batch (the second's: the same 100 tasks, found taken),
+    # so that the rest is done by two live runs at once.
+    runs = [bulk_retry(postgres_url, "--batch-size", "100", pause_after_a_batch=True)]
+    await stopped(runs[0])
+    runs.append(bulk_retry(postgres_url, "--batch-size", "100", pause_after_a_batch=True))
+    await stopped(runs[1])
+    for run in runs:
+        run.send_signal(signal.SIGCONT)
     outputs = [await asyncio.to_thread(run.communicate, timeout=300) for run in runs]
     for run, (_, err) in zip(runs, outputs, strict=True):
         assert run.returncode == 0, err
