@@ -37,7 +37,8 @@ async def test_a_failed_job_runs_again_as_a_new_task(
         retried = await asyncio.to_thread(noeta, "retry", "f1", "--id", "f2", store=store)
         assert (retried.returncode, retried.stdout.strip()) == (0, "f2"), retried.stderr
         assert await client.job_result("f2", timeout=60) == 2
-        again = await client.retry("f1")  # the client's own call: a new id each time
+        again = await client.retry("f1")  # the client's own call, with the id of a retry
+        assert again.id == "f1.retry-1"
         assert await client.job_result(again, timeout=60) == 3
         assert (await client.get("f1")).status == "failed"  # it stays as it ended
     shown = json.loads(noeta("show", "f2", "--json", store=store).stdout)
