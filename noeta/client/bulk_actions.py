@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from noeta.client import job_retry, messages
 from noeta.client.creating import TaskExists, create_all_once
 from noeta.core import failpoints
-from noeta.core.errors import ConfigError, NoetaError
+from noeta.core.errors import ConfigError, NoetaError, StoreError, UnknownTask
 from noeta.core.ports.bulk import BulkCreate
 from noeta.core.ports.store import DEFAULT_PRIORITY, NewTask, Store, TaskRecord, TaskStatus
 from noeta.core.ports.store_views import MAX_PAGE, StoreViews, TaskCursor
@@ -127,7 +127,11 @@ async def cancel_many(
     async def one(task_id: str) -> None:
         try:
             asked = await messages.cancel(_opened(store), task_id)
-        except NoetaError:  # it finished (or was pruned) since the page was read
+        except UnknownTask:  # pruned since the page was read
+            asked = False
+        except StoreError:
+            raise  # the store failed: the run stops, and is run again to go on
+        except NoetaError:  # it finished since the page was read
             asked = False
         if asked:
             outcome.done += 1
@@ -166,6 +170,8 @@ async def _retry_batch(
                 priority=DEFAULT_PRIORITY,
                 opening=openings.get(record.id, []),
             )
+        except StoreError:
+            raise  # the store failed: the run stops, and is run again to go on
         except NoetaError as error:  # a log it cannot read, no step to run again from
             outcome.refuse(record.id, str(error))
         else:
