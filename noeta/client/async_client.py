@@ -14,11 +14,12 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from noeta.client import job_retry, job_tasks, messages, task_logs, unique_jobs
+from noeta.client import job_tasks, messages, task_logs, unique_jobs
 from noeta.client.creating import create_batch, create_once
 from noeta.client.handles import TaskHandle
 from noeta.client.in_flight import CallsInFlight, tracked
 from noeta.client.queue_calls import QueueSettingsCalls
+from noeta.client.retry_calls import RetryCalls
 from noeta.client.submissions import (
     DEFAULT_MODEL,
     Submission,
@@ -49,7 +50,7 @@ if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqu
 TaskRef = str | TaskHandle
 
 
-class AsyncClient(QueueSettingsCalls):
+class AsyncClient(QueueSettingsCalls, RetryCalls):
     def __init__(
         self,
         store: str | None = None,
@@ -372,18 +373,6 @@ class AsyncClient(QueueSettingsCalls):
     async def cancel(self, task: TaskRef) -> bool:
         """Ask for the task to stop; False if that was asked already."""
         return await messages.cancel(self.store, _id(task))
-
-    async def retry(
-        self,
-        task: TaskRef,
-        *,
-        id: str | None = None,
-        key: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-    ) -> TaskHandle:
-        """Run a failed or cancelled task again, as a new task: a job with its input (its
-        log names `task`), an agent task forked at its last good step."""
-        return await job_retry.retry(self.store, _id(task), new_id(id), key=key, priority=priority)
 
     async def answer(self, task: TaskRef, call: str, decision: str, *, note: str = "") -> None:
         """Allow or deny the call a gate stopped the task to ask a person about."""

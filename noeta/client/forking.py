@@ -16,7 +16,14 @@ from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.store import NewEvent, NewTask, Store, StoredEvent
 from noeta.core.rules import events
 from noeta.core.rules.fold import LoggedEvent, fold
-from noeta.core.rules.next_action import EndTurn, FinishTask, Stop, next_action
+from noeta.core.rules.next_action import (
+    CallModel,
+    EndTurn,
+    FinishTask,
+    RunTools,
+    Stop,
+    next_action,
+)
 from noeta.core.rules.task_state import TaskState
 
 # Written with a task's creation, never split from its TaskCreated.
@@ -176,10 +183,12 @@ def _nearest(log: Sequence[StoredEvent], at: int) -> str:
     return f"; fork points near it: {', '.join(map(str, near))}" if near else ""
 
 
-def last_good_step(log: Sequence[StoredEvent]) -> int | None:
+def last_good_step(log: Sequence[StoredEvent], *, new_work: bool = False) -> int | None:
     """Where a retry of a failed or cancelled task forks: the last fork point from which
     this code would do work (call the model, run a tool, end a turn with an answer), not
-    end the task or fail its turn again; None if there is none."""
+    end the task or fail its turn again; None if there is none. With `new_work` (a done
+    task run again): only where it calls the model or runs a tool, since ending a turn
+    with the answer it gave would run nothing again."""
     good = None
     state = TaskState()
     for stored in log:
@@ -188,6 +197,8 @@ def last_good_step(log: Sequence[StoredEvent]) -> int | None:
             continue
         action = next_action(state)
         failing = isinstance(action, EndTurn) and action.outcome == "failed"
+        if new_work and not isinstance(action, CallModel | RunTools):
+            continue
         if not isinstance(action, FinishTask | Stop) and not failing:
             good = stored.seq
     return good
