@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: help install check lint test reachable bubblewrap chromium bench bench-scale bench-peers cluster cluster-short cluster-mutants clean
+.PHONY: help install check lint test reachable bubblewrap chromium bench bench-scale bench-peers cluster cluster-short cluster-upgrade cluster-mutants clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -97,6 +97,10 @@ cluster: reachable  ## Workers under process, database and network faults, then 
 cluster-short: reachable  ## The short cluster run CI does (about 3 minutes, the same checks)
 	NOETA_CLUSTER_SECONDS=$${NOETA_CLUSTER_SECONDS:-90} NOETA_CLUSTER_TASKS=$${NOETA_CLUSTER_TASKS:-16} \
 	$(BIN)/python -m tests.cluster.run
+
+cluster-upgrade: reachable  ## Previous-release workers beside current ones under faults, a rolling upgrade (ARGS=--previous COMMIT)
+	NOETA_CLUSTER_SECONDS=$${NOETA_CLUSTER_SECONDS:-60} NOETA_CLUSTER_TASKS=$${NOETA_CLUSTER_TASKS:-16} \
+	$(BIN)/python -m tests.cluster.upgrade $(ARGS)
 
 cluster-mutants: reachable  ## Each deliberate fault in a copy of the store's SQL is caught by a cluster run
 	$(BIN)/python -m tests.cluster.mutants

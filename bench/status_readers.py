@@ -83,7 +83,14 @@ READERS: list[tuple[str, str, dict[str, Any]]] = [
         (
             f"web page, status {s}",
             TASK_PAGE,
-            {"statuses": [s], "queue": None, "limit": 50, "before_at": NEWEST, "before_id": ""},
+            {
+                "statuses": [s],
+                "queue": None,
+                "since": None,
+                "limit": 50,
+                "before_at": NEWEST,
+                "before_id": "",
+            },
         )
         for s in ("running", "cancelled", "failed")
     ],

@@ -62,7 +62,7 @@ COMMANDS: dict[str, LazyCommand] = {
         "Fold task logs with this noeta and say where it parts from one; exit 1 if any.",
     ),
     "retry": LazyCommand(
-        "noeta.cli.tasks:retry",
+        "noeta.cli.retry:retry",
         "Run failed or cancelled task TASK_ID again, as a new task; print its id.",
     ),
     "run": LazyCommand(

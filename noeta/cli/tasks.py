@@ -348,30 +348,6 @@ def cancel(task_id: str, store: str | None) -> None:
 
 @click.command()
 @click.argument("task_id")
-@click.option("--id", "new_id", default=None, help="The new task's id (default: a new one).")
-@click.option("--queue", default=None, help="The new task's queue (default: TASK_ID's).")
-@store_option
-def retry(task_id: str, new_id: str | None, queue: str | None, store: str | None) -> None:
-    """Run failed or cancelled task TASK_ID again, as a new task; print its id.
-
-    A job's new task has its function, input, queue, concurrency key and priority, and its
-    log names TASK_ID (`retry_of`). An agent task is forked at its last good step (`noeta
-    fork`): nothing before it runs again. TASK_ID stays as it ended. A task still queued
-    or running, or one that is done, is refused. The queue it lands in is said on stderr:
-    a task `noeta run` started was in `noeta-run`, which only `noeta worker --queues
-    noeta-run` serves.
-    """
-    handle = asyncio.run(
-        _client_call(store, "noeta-retry", "retry", task_id, id=new_id, queue=queue)
-    )
-    from noeta.cli.run import retried_where  # each command's module imports no other's
-
-    click.echo(handle.id)
-    click.echo(retried_where(handle.queue), err=True)
-
-
-@click.command()
-@click.argument("task_id")
 @json_option
 @store_option
 def show(task_id: str, as_json: bool, store: str | None) -> None:

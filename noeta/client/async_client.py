@@ -12,13 +12,14 @@ import json
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING
 
-from noeta.client import job_retry, job_tasks, messages, task_logs, unique_jobs
+from noeta.client import job_tasks, messages, task_logs, unique_jobs
 from noeta.client.creating import create_batch, create_once
 from noeta.client.handles import TaskHandle
 from noeta.client.in_flight import CallsInFlight, tracked
 from noeta.client.queue_calls import QueueSettingsCalls
+from noeta.client.retry_calls import RetryCalls
 from noeta.client.submissions import (
     DEFAULT_MODEL,
     Submission,
@@ -29,12 +30,7 @@ from noeta.client.submissions import (
 )
 from noeta.client.task_logs import TailedEvent
 from noeta.client.waiting import FinishWatcher
-from noeta.core.errors import (
-    ConfigError,
-    NoetaError,
-    TaskCancelled,
-    TaskFailed,
-)
+from noeta.core.errors import ConfigError, NoetaError, TaskCancelled, TaskFailed
 from noeta.core.ports.bulk import check_distinct_ids
 from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.store import (
@@ -54,7 +50,7 @@ if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqu
 TaskRef = str | TaskHandle
 
 
-class AsyncClient(QueueSettingsCalls):
+class AsyncClient(QueueSettingsCalls, RetryCalls):
     def __init__(
         self,
         store: str | None = None,
@@ -265,12 +261,15 @@ class AsyncClient(QueueSettingsCalls):
         reply: str | Mapping[str, object] | None = None,
         model: str | None = None,
         queue: str | None = None,
+        workspace: str = "fresh",
     ) -> TaskHandle:
         """A new task whose log is `task`'s through seq `at` plus one change: a new user
         `message` (where a turn ended), a `reply` replacing the model's at `at` (JSON, as
         `ModelReplied` stores it), or another `model` for the calls that follow. Nothing
         before `at` runs again. ForkRefused names the fork points near a seq that is not
-        one (ADR-0091)."""
+        one (ADR-0091). `workspace`: "fresh" (empty) or "copy": the source's files as they
+        are when the fork first runs, copied by its worker; files are not in the log, so
+        not as they were at `at` (ADR-0096)."""
         from noeta.backends.models.registry import stored_spec
         from noeta.client import forking  # the fold: kept out of commands that need none
 
@@ -279,6 +278,7 @@ class AsyncClient(QueueSettingsCalls):
             message=None if message is None else check_text("message", message),
             reply=None if reply is None else forking.parse_reply(_json_text(reply)),
             model=None if model is None else stored_spec(check_text("model spec", model)),
+            workspace=workspace,
         )
         new = await forking.fork(
             await self.store(),
@@ -373,14 +373,6 @@ class AsyncClient(QueueSettingsCalls):
     async def cancel(self, task: TaskRef) -> bool:
         """Ask for the task to stop; False if that was asked already."""
         return await messages.cancel(self.store, _id(task))
-
-    async def retry(
-        self, task: TaskRef, *, id: str | None = None, **given: Unpack[job_retry.Given]
-    ) -> TaskHandle:
-        """Run a failed or cancelled task again, as a new task: a job with its input (its
-        log names `task`; its queue, key and priority unless `given`), an agent task
-        forked at its last good step (in its queue unless `given`)."""
-        return await job_retry.retry(self.store, _id(task), new_id(id), **given)
 
     async def answer(self, task: TaskRef, call: str, decision: str, *, note: str = "") -> None:
         """Allow or deny the call a gate stopped the task to ask a person about."""

@@ -16,12 +16,20 @@ from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.store import NewEvent, NewTask, Store, StoredEvent
 from noeta.core.rules import events
 from noeta.core.rules.fold import LoggedEvent, fold
-from noeta.core.rules.next_action import EndTurn, FinishTask, Stop, next_action
+from noeta.core.rules.next_action import (
+    CallModel,
+    EndTurn,
+    FinishTask,
+    RunTools,
+    Stop,
+    next_action,
+)
 from noeta.core.rules.task_state import TaskState
 
 # Written with a task's creation, never split from its TaskCreated.
 _CREATION_COMPANIONS = {"SubtaskOf", "CallRequested"}
 NEAREST_SHOWN = 3  # valid seqs named on each side of a refused one
+WORKSPACE_CHOICES = ("fresh", "copy")
 
 
 class ForkRefused(ConfigError):
@@ -36,9 +44,16 @@ class ForkChange:
     message: str | None = None
     reply: events.ModelReplied | None = None
     model: str | None = None
+    # "copy": the fork starts in a copy of the source's workspace as it is when the fork
+    # first runs (its worker makes it, ADR-0096); "fresh": an empty one.
+    workspace: str = "fresh"
 
     def __post_init__(self) -> None:
         check_one_change(self.message, self.reply)
+        if self.workspace not in WORKSPACE_CHOICES:
+            raise ForkRefused(
+                f"a fork's workspace is {' or '.join(WORKSPACE_CHOICES)}, not {self.workspace!r}"
+            )
 
 
 def check_one_change(message: object, reply: object) -> None:
@@ -146,7 +161,9 @@ def _copied(source: str, stored: StoredEvent, at: int, change: ForkChange) -> Ne
         return NewEvent(stored.type, stored.data)
     created = _decoded(stored)
     assert isinstance(created, events.TaskCreated)  # the fold read it
-    created = replace(created, forked_from=source, forked_at=at)
+    # A fork of a fork copies the workspace it is told to, never its source's source's.
+    copied_from = source if change.workspace == "copy" else ""
+    created = replace(created, forked_from=source, forked_at=at, workspace_from=copied_from)
     if change.model is not None:
         created = replace(created, model=change.model)
     return NewEvent(*events.encode(created))
@@ -166,10 +183,12 @@ def _nearest(log: Sequence[StoredEvent], at: int) -> str:
     return f"; fork points near it: {', '.join(map(str, near))}" if near else ""
 
 
-def last_good_step(log: Sequence[StoredEvent]) -> int | None:
+def last_good_step(log: Sequence[StoredEvent], *, new_work: bool = False) -> int | None:
     """Where a retry of a failed or cancelled task forks: the last fork point from which
     this code would do work (call the model, run a tool, end a turn with an answer), not
-    end the task or fail its turn again; None if there is none."""
+    end the task or fail its turn again; None if there is none. With `new_work` (a done
+    task run again): only where it calls the model or runs a tool, since ending a turn
+    with the answer it gave would run nothing again."""
     good = None
     state = TaskState()
     for stored in log:
@@ -178,6 +197,8 @@ def last_good_step(log: Sequence[StoredEvent]) -> int | None:
             continue
         action = next_action(state)
         failing = isinstance(action, EndTurn) and action.outcome == "failed"
+        if new_work and not isinstance(action, CallModel | RunTools):
+            continue
         if not isinstance(action, FinishTask | Stop) and not failing:
             good = stored.seq
     return good

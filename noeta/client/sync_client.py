@@ -134,6 +134,8 @@ class Client:
     cancel = _blocking(AsyncClient.cancel)
     answer = _blocking(AsyncClient.answer)
     retry = _made_one(AsyncClient.retry)
+    retry_many = _blocking(AsyncClient.retry_many)
+    cancel_many = _blocking(AsyncClient.cancel_many)
 
     def tail(self, task: TaskRef, *, after: int = 0, follow: bool = True) -> Iterator[TailedEvent]:
         events = self._client.tail(task, after=after, follow=follow)

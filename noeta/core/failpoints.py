@@ -15,7 +15,8 @@ tool.after_started, tool.before_finished, tool.grace_wait (a claimer about to wa
 half-done call's result, ADR-0083), subtask.before_launch, subtask.after_launch,
 subtask.before_handback_taken, subtask.before_finish, subtask.after_finish (a child's
 finishing append),
-hooks.before_on_event, hooks.before_wait.
+hooks.before_on_event, hooks.before_wait, bulk.after_batch (a bulk retry or cancel, after
+each batch and its progress).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from noeta.plugins.loading import LoadedPlugin, load, pins_of
 
 if TYPE_CHECKING:  # only what runs tasks needs the runner; `noeta submit` lists tool names
     from noeta.core.ports.store import Store
+    from noeta.core.ports.workspace_copy import WorkspaceCopier
     from noeta.core.rules.gates import Gate, GateRule
     from noeta.core.runner.model_call import Providers
     from noeta.core.runner.task import TaskRunner
@@ -46,7 +47,19 @@ class Toolbox:
             pins=self.pins,
             plugins=[loaded.plugin for loaded in self.plugins],
             subagent_models=self.subagent_models,
+            workspace_copier=self.workspace_copier,
         )
+
+    @property
+    def workspace_copier(self) -> WorkspaceCopier | None:
+        """The first plugin's that offers one (the core plugin); None: forks with a copied
+        workspace fail on this worker, saying so."""
+        for loaded in self.plugins:
+            offered = getattr(loaded.plugin, "workspace_copier", None)
+            if offered is not None:
+                copier: WorkspaceCopier = offered()
+                return copier
+        return None
 
     @classmethod
     async def open(cls, config: Config, runs_tools: bool = False) -> Toolbox:

@@ -60,7 +60,9 @@ async def fork(site: Site, request: Request) -> HTMLResponse:
         raise PageError(
             400, f"the message is {len(message)} characters; the limit is {MAX_TEXT_CHARS}"
         )
-    handle = await _done(site.client.fork(task_id, at, message=message), task_id)
+    workspace = "copy" if fields.get("workspace") == "copy" else "fresh"
+    forking = site.client.fork(task_id, at, message=message, workspace=workspace)
+    handle = await _done(forking, task_id)
     new = link(url(f"/tasks/{handle.id}"), handle.id)
     body = (
         f'<p class="notice" id="confirmation">forked at seq {at}: task {new} runs on from '
@@ -72,6 +74,11 @@ async def fork(site: Site, request: Request) -> HTMLResponse:
 
 async def _checked(site: Site, request: Request) -> tuple[str, dict[str, str]]:
     """The task id and the form's fields, once the form's CSRF token is good."""
+    return request.path_params["task_id"], await checked_form(site, request)
+
+
+async def checked_form(site: Site, request: Request) -> dict[str, str]:
+    """The form's fields, once its CSRF token is good (for this session and this path)."""
     length = whole_number(request.headers.get("content-length"))
     if length is not None and length > MAX_FORM_BYTES:
         raise PageError(400, f"the form is over {MAX_FORM_BYTES:,} bytes")
@@ -84,7 +91,7 @@ async def _checked(site: Site, request: Request) -> tuple[str, dict[str, str]]:
     refused = site.csrf.check(session_of(request), request.scope["path"], csrf)
     if refused is not None:
         raise PageError(403, f"{refused}: reload the task's page and try again", "Stale form")
-    return request.path_params["task_id"], fields
+    return fields
 
 
 async def _done(action: Awaitable[T], task_id: str) -> T:

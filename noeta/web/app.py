@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from noeta.core.errors import NoetaError, StoreError
-from noeta.web import actions, live, ops_pages, task_list, task_page
+from noeta.web import actions, bulk_pages, live, ops_pages, task_list, task_page
 from noeta.web.gate import Gate
 from noeta.web.render import forget_secret, scrubbed
 from noeta.web.site import PageError, Site, error_page
@@ -62,6 +62,9 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
             route("/tasks/{task_id}/send", actions.send, ("POST",)),
             route("/tasks/{task_id}/answer", actions.answer, ("POST",)),
             route("/tasks/{task_id}/fork", actions.fork, ("POST",)),
+            # Not under /tasks/: "bulk" may be a task's id.
+            route("/bulk/{action}", bulk_pages.confirm),
+            route("/bulk/{action}", bulk_pages.act, ("POST",)),
             route("/workers", ops_pages.workers_page),
             route("/cron", ops_pages.cron_page),
             Mount("/static", StaticFiles(directory=str(static)), name="static"),

@@ -1,5 +1,6 @@
 """The tasks page: filters (status, queue, parent, text), capped counts per status and
-queue, and the list itself a keyset page at a time (fast at a million rows)."""
+queue, the bulk actions that fit the filter, and the list itself a keyset page at a time
+(fast at a million rows)."""
 
 from __future__ import annotations
 
@@ -9,26 +10,23 @@ from datetime import datetime
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from noeta.core.errors import NoetaError, UnknownTask
-from noeta.core.ports.store import TaskRecord, TaskStatus, check_key
+from noeta.core.errors import UnknownTask
+from noeta.core.ports.store import TaskRecord, TaskStatus
 from noeta.core.ports.store_views import COUNT_CAP, StatusCount, TaskCursor
+from noeta.web import bulk_pages
+from noeta.web.list_filters import checked, status_of, text_of
 from noeta.web.render import h, link, page, status_badge, table, url, utc
 from noeta.web.site import PageError, Site
 
 PAGE_ROWS = 50
-MAX_TEXT_CHARS = 200
 
 
 async def tasks_page(site: Site, request: Request) -> HTMLResponse:
     query = request.query_params
-    status = _status(query.get("status") or None)
-    queue = _checked("queue", query.get("queue") or None)
-    parent = _checked("parent", query.get("parent") or None)
-    text = query.get("text") or None
-    if text is not None and len(text) > MAX_TEXT_CHARS:
-        raise PageError(
-            400, f"the text to find is {len(text)} characters; at most {MAX_TEXT_CHARS}"
-        )
+    status = status_of(query.get("status") or None)
+    queue = checked("queue", query.get("queue") or None)
+    parent = checked("parent", query.get("parent") or None)
+    text = text_of(query.get("text") or None)
     before = _cursor(query.get("before") or None)
     views = await site.views()
     statuses = [status] if status else []
@@ -46,6 +44,8 @@ async def tasks_page(site: Site, request: Request) -> HTMLResponse:
         records = records[:PAGE_ROWS]
     counts = await views.task_counts(COUNT_CAP)
     body = _filters(status, queue, parent, text) + _counts(counts)
+    if parent is None:
+        body += await bulk_pages.buttons(site, status, queue, text)
     body += _list(records) if records else '<p class="muted">no task matches</p>'
     if more is not None:
         cursor = f"{more.created_at.isoformat()}~{more.id}"
@@ -53,25 +53,6 @@ async def tasks_page(site: Site, request: Request) -> HTMLResponse:
         body += f'<div class="pager">{link(next_page, "older tasks →")}</div>'
     title = f"Subtasks of {parent}" if parent else "Tasks"
     return HTMLResponse(page(title, body))
-
-
-def _status(text: str | None) -> TaskStatus | None:
-    if text is None:
-        return None
-    try:
-        return TaskStatus(text)
-    except ValueError:
-        known = ", ".join(status.value for status in TaskStatus)
-        raise PageError(400, f"unknown status {text!r} (one of {known})") from None
-
-
-def _checked(what: str, text: str | None) -> str | None:
-    if text is None:
-        return None
-    try:
-        return check_key(what, text)
-    except NoetaError as error:
-        raise PageError(400, str(error)) from None
 
 
 def _cursor(text: str | None) -> TaskCursor | None:

@@ -76,6 +76,8 @@ def _fork_form(site: Site, session: str, task_id: str) -> Callable[[int], str]:
         fields = (
             f'<input type="hidden" name="at" value="{seq}">'
             '<input name="message" placeholder="message (optional)" size="24">'
+            '<label title="its files as they are now; files are not versioned by the log">'
+            '<input type="checkbox" name="workspace" value="copy"> copy its files</label>'
         )
         return form(url(path), token, fields, "fork from here", css="fork")
 

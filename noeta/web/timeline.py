@@ -98,6 +98,20 @@ def _unread(entry: LogEntry, raw: str) -> str:
     return f'<div class="muted">{h(note)}</div>' + folded(entry.preview, raw=raw, size=entry.size)
 
 
+def _forked(data: dict[str, Any]) -> str:
+    """A fork's TaskCreated: the task and seq it came from, and its workspace's source."""
+    lines = ""
+    source = data.get("forked_from")
+    if isinstance(source, str) and source:
+        at = h(data.get("forked_at"))
+        lines += f"<div>forked from {link(url(f'/tasks/{source}'), source)} at seq {at}</div>"
+    copied = data.get("workspace_from")
+    if isinstance(copied, str) and copied:
+        said = f"workspace: a copy of task {copied}, made when the fork first ran"
+        lines += f"<div>{h(said)}</div>"
+    return lines
+
+
 def _describe(
     task_id: str, entry: LogEntry, data: dict[str, Any], context: Context, raw: str
 ) -> tuple[str, str, str]:
@@ -114,13 +128,7 @@ def _describe(
                 if listed is None
                 else ", ".join(str(t) for t in listed or []) or "none"
             )
-            body = f"<div>{h(facts)} · tools: {h(tools)}</div>"
-            source = data.get("forked_from")
-            if isinstance(source, str) and source:
-                at = h(data.get("forked_at"))
-                body += (
-                    f"<div>forked from {link(url(f'/tasks/{source}'), source)} at seq {at}</div>"
-                )
+            body = f"<div>{h(facts)} · tools: {h(tools)}</div>" + _forked(data)
             return "", "created", body + text(data.get("prompt") or "")
         case "PluginsPinned":
             pins = [pin for pin in data.get("pins") or [] if isinstance(pin, list)]

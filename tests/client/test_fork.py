@@ -240,3 +240,24 @@ async def test_a_failed_agent_task_is_retried_from_its_last_good_step(
     await run_once(runner, store, "ok")
     with pytest.raises(NoetaError, match="task ok is done: it ran to its end"):
         await client.retry("ok")
+
+
+async def test_a_done_agent_task_runs_again_with_force_from_its_last_good_step(
+    client: AsyncClient, tmp_path: Path
+) -> None:
+    store = await client.store()
+    await create(store, "t", script(tmp_path, CALL, {"text": "done"}), prompt="go", tools=("Echo",))
+    echo, registry = Echo(), ProviderRegistry()
+    runner = TaskRunner(store, registry, {"Echo": echo})
+    await run_once(runner, store, "t")
+    with pytest.raises(NoetaError, match=r"only a failed or cancelled task \(or, with --force"):
+        await client.retry("t")
+    handle = await client.retry("t", force=True)
+    assert handle.id == "t.retry-1"
+    created = (await store.read_log(handle.id))[0]
+    # After the tool's result: the step from which this code calls the model again.
+    assert created.data["forked_at"] == await seq_of(client, "t", "ToolFinished")  # type: ignore[index]
+    result = await run_once(runner, store, handle.id)
+    assert (result.state.finished, result.state.last_answer) == ("done", "done")
+    assert echo.runs == ["t:c1"]  # the tool did not run again
+    assert (await client.retry("t", force=True)).id != "t.retry-2"  # a second: an id of its own

@@ -46,6 +46,10 @@ async def test_a_retried_job_keeps_its_priority_key_and_queue(
     assert (moved.returncode, moved.stdout.strip()) == (0, "f3"), moved.stderr
     assert moved.stderr.strip() == "queued in default"
     assert await made(store, "f3") == ("default", 6, "tenant-a")
+    # A bulk retry (`--status`) keeps them too: the same build of a retry.
+    bulk = await asyncio.to_thread(noeta, "retry", "--status", "failed", store=store)
+    assert bulk.returncode == 0, bulk.stderr
+    assert await made(store, "f1.retry-1") == ("noeta-run", 6, "tenant-a")
 
 
 async def made(store: str, task_id: str) -> tuple[str, int, str | None]:

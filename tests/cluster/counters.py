@@ -106,9 +106,11 @@ def percentiles(values: list[float]) -> str:
     return f"p50 {p50:.1f} s, max {max(values):.1f} s ({len(values)} measured)"
 
 
-def short_of_minimum(seen: Counter[str], landed: Counter[str], kinds: list[str]) -> list[str]:
+def short_of_minimum(
+    seen: Counter[str], landed: Counter[str], kinds: list[str], required: tuple[str, ...] = REQUIRED
+) -> list[str]:
     missing = [f"fault {kind} never landed" for kind in kinds if not landed[kind]]
-    missing += [f"no {what} in the run" for what in REQUIRED if not seen[what]]
+    missing += [f"no {what} in the run" for what in required if not seen[what]]
     return missing
 
 

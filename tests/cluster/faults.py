@@ -34,6 +34,7 @@ WEIGHTS = {
     "claim-commit-unknown": 1,
 }
 RESTARTS = ("pg-restart-fast", "pg-restart-immediate")
+RESTARTING = ("sigkill", "claim-commit-unknown")
 CLAIM_REPLY_LOST = "claim.after_commit=raise(CommitUnknown)@{n}"
 
 
@@ -72,6 +73,8 @@ class Chaos:
     async def inject(self, kind: str) -> None:
         cluster, rng = self.cluster, self.rng
         name = rng.choice(sorted(cluster.workers))
+        if kind in RESTARTING and name in cluster.previous:
+            name = rng.choice(cluster.restartable())  # an old worker cannot start again
         proxied = rng.choice(sorted(cluster.proxies)) if cluster.proxies else name
         landed = True
         if kind == "sigkill":
@@ -79,7 +82,7 @@ class Chaos:
             cluster.restart_worker(name)
         elif kind == "sigkill-all":
             cluster.note("SIGKILL every worker, restart them")
-            for each in sorted(cluster.workers):
+            for each in cluster.restartable():
                 cluster.restart_worker(each)
         elif kind == "sigstop":
             pause = rng.uniform(1.5, 3.0) * LEASE

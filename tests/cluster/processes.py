@@ -17,6 +17,7 @@ from psycopg.conninfo import make_conninfo
 
 from noeta.core.ports.store import Store
 from noeta.testing.fault_proxy import FaultProxy
+from tests.cluster import previous_release
 from tests.cluster.server import ClusterServer, host_and_port
 
 REPOSITORY = Path(__file__).parents[2]
@@ -49,6 +50,9 @@ class Cluster:
     timeline: list[tuple[float, str]] = field(default_factory=list)
     # (worker name, wall-clock time it was started): which process life an event is of.
     starts: list[tuple[str, float]] = field(default_factory=list)
+    # Workers that run a previous release (tests/cluster/upgrade.py): name -> its tree.
+    # They cannot start again once the schema is migrated past them: never restarted.
+    previous: dict[str, Path] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
@@ -88,11 +92,17 @@ class Cluster:
             "NOETA_FAILPOINTS": failpoints,
             "NOETA_APPEND_JOURNAL": str(self.scratch / f"journal-{name}"),
         }
+        if name in self.previous:
+            env.update(previous_release.environment(self.previous[name]))
         output = (self.scratch / f"{name}.log").open("a")
         self.starts.append((name, time.time()))
         self.workers[name] = subprocess.Popen(
             command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=REPOSITORY
         )
+
+    def restartable(self) -> list[str]:
+        """The workers a fault may kill and start again: not those of a previous release."""
+        return sorted(name for name in self.workers if name not in self.previous)
 
     def start_scheduler(self) -> None:
         command = [sys.executable, "-m", "noeta", "scheduler", "--store", self.url]

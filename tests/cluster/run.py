@@ -28,7 +28,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, NoReturn
 
 from noeta.backends.stores import open_store
 from tests.cluster import counters, takeovers
@@ -156,6 +158,7 @@ async def verdict(
     seed: int,
     summary: str,
     problems: list[str],
+    required: tuple[str, ...] = counters.REQUIRED,
 ) -> int:
     """Count what the chaos did, hold it to the minimum, print the report: 0 if all held."""
     store = cluster.store
@@ -172,7 +175,7 @@ async def verdict(
     seen.update(counted(await store.read_inbox(OUTBOX, untaken_only=False), cluster.scratch))
     if not any(r.status.finished for r in records) or not sum(chaos.landed.values()):
         problems.append("the run did nothing: no task finished or no fault landed")
-    short = counters.short_of_minimum(seen, chaos.landed, chaos.kinds)
+    short = counters.short_of_minimum(seen, chaos.landed, chaos.kinds, required)
     fires = await store.cron_history("tick", 1000)
     if problems or short:
         print(f"FAILED: NOETA_CLUSTER_SEED={seed}; the fault timeline:")
@@ -224,13 +227,23 @@ def main() -> None:
         + (f" NOETA_CLUSTER_MUTANT={mutant}" if mutant else ""),
         flush=True,
     )
+    on_a_server(
+        "make cluster", lambda server, scratch: run(server, scratch, seed, count, seconds, mutant)
+    )
+
+
+def on_a_server(
+    target: str, start: Callable[[ClusterServer, Path], Coroutine[Any, Any, int]]
+) -> NoReturn:
+    """Run `start` on a fresh server in a scratch folder, kept only if the run failed; exit
+    with its code."""
     try:
         server = ClusterServer()
     except ServerUnanswered as error:
-        sys.exit(f"make cluster: {error}")
-    scratch = Path(tempfile.mkdtemp(prefix="noeta-cluster-"))
+        sys.exit(f"{target}: {error}")
+    scratch = Path(tempfile.mkdtemp(prefix=f"noeta-{target.removeprefix('make ')}-"))
     try:
-        code = asyncio.run(run(server, scratch, seed, count, seconds, mutant))
+        code = asyncio.run(start(server, scratch))
     finally:
         server.stop()
     if code == 0:

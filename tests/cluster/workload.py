@@ -33,6 +33,10 @@ class Workload:
     sent: list[tuple[str, str]] = field(default_factory=list)  # (task, dedupe key)
     cancelled: set[str] = field(default_factory=set)  # parents sent a cancel mid-fan-out
     in_git: set[str] = field(default_factory=set)  # parents whose workspace is a repository
+    # Tasks that get their worker's tools (TaskCreated version 2, which a noeta before
+    # ADR-0088 cannot read): the upgrade run's events only the current code knows. It
+    # creates them itself, at a chosen point of the roll: create_due leaves them out.
+    worker_tools: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.in_git |= fanout.in_git(self.kinds)
@@ -53,7 +57,7 @@ class Workload:
             model=f"scripted:{SCRIPTS / f'{kind}.yaml'}",
             prompt="" if kind == "chat" else "go",
             interactive=kind == "chat",
-            tools=TOOLS,
+            tools=None if task_id in self.worker_tools else TOOLS,
         )
         encoded = [NewEvent(*events.encode(created))]
         await steadily(lambda: self.store.create_task(NewTask(task_id, encoded, queue=queue)))
@@ -61,7 +65,7 @@ class Workload:
 
     async def create_due(self, fraction: float) -> None:
         """Create tasks until `fraction` of them exist."""
-        waiting = [task for task in self.kinds if task not in self.created]
+        waiting = [t for t in self.kinds if t not in self.created and t not in self.worker_tools]
         while waiting and len(self.created) < len(self.kinds) * min(1.0, fraction):
             await self.create(waiting.pop(0))
 

@@ -10,6 +10,7 @@ from noeta.core.ports.pin import Pin
 from noeta.core.rules import snapshot
 from noeta.core.rules.events import (
     EVENT_TYPES,
+    WORKSPACE_COPY_VERSION,
     AttemptFailed,
     CallRequested,
     JobFinished,
@@ -131,5 +132,16 @@ def test_a_task_created_with_its_workers_tools_is_read_only_by_a_noeta_that_know
     listed = TaskCreated(model="scripted:x", tools=("Read",))
     assert encode(listed)[1]["v"] == 1
     assert listed.tool_names(["Read", "Bash"]) == ("Read",)
-    # A noeta that read only version 1 saw a version 2 event as a newer noeta's.
-    assert isinstance(decode(kind, {**data, "v": 3}), UnknownEvent)
+    # A noeta that read only version 1 saw a version 2 event as a newer noeta's; this one
+    # so sees a version past the newest it knows (3, a fork's copied workspace).
+    assert isinstance(decode(kind, {**data, "v": WORKSPACE_COPY_VERSION + 1}), UnknownEvent)
+
+
+def test_a_task_created_with_a_copied_workspace_is_read_only_by_a_noeta_that_knows_it() -> None:
+    copied = TaskCreated(model="scripted:x", tools=None, forked_from="t", workspace_from="t")
+    kind, data = encode(copied)
+    assert (data["v"], data["workspace_from"]) == (WORKSPACE_COPY_VERSION, "t")
+    assert decode(kind, data) == copied
+    # Without it, a TaskCreated is stored as before: no field, its old version.
+    fresh = TaskCreated(model="scripted:x", tools=None, forked_from="t")
+    assert "workspace_from" not in encode(fresh)[1] and encode(fresh)[1]["v"] == 2

@@ -197,3 +197,28 @@ async def test_a_mark_beyond_the_logs_end_is_a_clear_failure_reason(
         "internal_error: HookFailed: plugin far: delivered_through returned 10000, "
         "but the log runs from 0 to 1"
     )
+
+
+@pytest.mark.parametrize("newer", ["TaskCreated", "AttemptFailed"])
+async def test_a_log_from_a_newer_noeta_is_left_before_any_hook_or_pin_writes_to_it(
+    store: Store, tmp_path: Path, newer: str
+) -> None:
+    # A worker handed every event of a log it cannot read by on_event (the hook's record
+    # appended to it, a notification sent about an UnknownEvent) and pinning its plugins
+    # wrote to a task it was leaving: 06737cf did, in `make cluster-upgrade` (ADR-0097).
+    ledger = tmp_path / "events.log"
+    notify = load(PluginSpec("module", "notify_plugin", {"outbox": "inbox", "ledger": str(ledger)}))
+    await create(store, tmp_path, "inbox", interactive=True, replies=[])
+    if newer == "TaskCreated":  # a version of a known type this code does not know
+        created = [NewEvent("TaskCreated", {"v": 99, "model": "scripted:none", "prompt": "go"})]
+    else:  # a type this code does not know, after events it does
+        config = events.TaskCreated(model="scripted:none", prompt="go")
+        created = [NewEvent(*events.encode(config)), NewEvent("FromTheFuture", {"v": 1})]
+    assert await store.create_task(NewTask("t", created))
+    claim = await store.claim_task("w", "t", 60)
+    assert claim is not None
+    runner = TaskRunner(store, ProviderRegistry(), plugins=[notify.plugin])
+    result = await runner.run(claim)
+    assert result.outcome == "left_for_newer"
+    assert [e.type for e in await store.read_log("t")] == [e.type for e in created]
+    assert not ledger.exists() and await store.read_inbox("inbox") == []

@@ -12,7 +12,7 @@ import pytest
 
 from noeta.backends.stores.postgres import migrate_database
 from noeta.backends.stores.postgres.logs import LIST_TASKS
-from noeta.backends.stores.postgres.views import TASK_PAGE, capped_count
+from noeta.backends.stores.postgres.views import COUNT_TASKS, TASK_PAGE, capped_count
 from noeta.core.ports.store import TaskStatus
 
 # Indexes of tasks with status among their keys, and the rows they hold (the predicate).
@@ -68,11 +68,12 @@ async def test_every_reader_of_a_status_but_done_finds_its_rows_through_an_index
     await migrate_database(postgres_url)
     await rows(postgres_url, FILL)
     await rows(postgres_url, "ANALYZE tasks")
-    page = {"statuses": [status], "queue": None, "limit": 50, "before_id": ""}
+    page = {"statuses": [status], "queue": None, "since": None, "limit": 50, "before_id": ""}
     readers: list[tuple[str, dict[str, Any]]] = [
         (capped_count(TaskStatus(status)), {"cap": 10000}),  # its count in the web view
         (LIST_TASKS, {"status": status, "queue": None, "limit": 100}),  # noeta list
         (TASK_PAGE, {**page, "before_at": "9999-12-31T00:00:00Z"}),  # a web page
+        (COUNT_TASKS, {**page, "cap": None}),  # a bulk action's count, uncapped
         (LIVE_CLAIMS, {}),  # a queue limit's live claims
     ]
     for query, params in readers:

@@ -153,3 +153,26 @@ async def test_a_step_is_forked_from_the_page(store: Store, web: Callable[..., T
     assert cut.status_code == 400 and "cut tool call c1 (Read) in half" in cut.text
     bad = http.post("/tasks/source/fork", data={**fields, "at": "x"})
     assert bad.status_code == 400 and "a fork point is a seq" in bad.text
+
+
+async def test_a_fork_from_the_page_may_copy_the_workspace(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    replied = [
+        events.ModelCalled("cd" * 32),
+        events.ModelReplied((ToolCall("c1", "Read", {"file_path": "a"}),), "tool_use"),
+        events.ToolStarted("c1", "Read", {"file_path": "a"}),
+        events.ToolFinished("c1", "contents of a"),
+    ]
+    await task_with_log(store, "source", replied)
+    http = web()
+    page = http.get("/tasks/source").text
+    fields = form_fields(page, "/tasks/source/fork")
+    assert '<input type="checkbox" name="workspace" value="copy">' in page  # unchecked: fresh
+    done = http.post("/tasks/source/fork", data={**fields, "at": "5", "workspace": "copy"})
+    new = re.search(r'href="/tasks/(\w+)"', done.text)
+    assert done.status_code == 200 and new is not None
+    created = (await store.read_log(new.group(1)))[0].data
+    assert isinstance(created, dict) and created["workspace_from"] == "source"
+    shown = http.get(f"/tasks/{new.group(1)}").text
+    assert "workspace: a copy of task source, made when the fork first ran" in shown

@@ -1,7 +1,8 @@
 """A real headless Chromium on `noeta web` while a real `noeta worker` runs a task: it
 logs in through the link the command printed, the list shows the task, its page follows
 it live (a reply lands in the DOM over server-sent events), the cancel button stops it,
-and the page is kept as a screenshot.
+and the page is kept as a screenshot. A filtered list is retried and cancelled in bulk
+through its buttons and confirmation pages.
 
 Chromium is the distribution's (`make chromium` installs it; CI runs that first). Without
 one the test is skipped saying so, except under CI, where it fails."""
@@ -143,6 +144,64 @@ def test_a_browser_follows_a_task_live_and_cancels_it(
         finally:
             web.stop()
             worker.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_browser_retries_and_cancels_a_filtered_list_in_bulk(
+    chromium: Chromium, postgres_url: str, tmp_path: Path
+) -> None:
+    asyncio.run(_failed_and_ready(postgres_url))
+    web = Process("web", "--store", postgres_url, "--bind", "127.0.0.1:0", log=tmp_path / "web.log")
+    try:
+        serving = web.first_line()
+        assert "serving http://" in serving, (tmp_path / "web.log").read_text()
+        base = serving.split("serving ", 1)[1].split()[0].rstrip("/")
+        chromium.open(web.first_line().split("open ", 1)[1].strip())
+        chromium.wait_for("table.tasks a")
+
+        chromium.open(f"{base}/tasks?status=failed")
+        assert chromium.wait_for("a.bulk-retry") == "retry all 3"
+        chromium.click("a.bulk-retry", navigates=True)
+        assert "retry 3 failed tasks?" in chromium.wait_for("#bulk-count")
+        chromium.click("form.confirm button", navigates=True)
+        assert "retried 3 of 3 tasks" in chromium.wait_for("#confirmation")
+
+        chromium.open(f"{base}/tasks?status=ready&queue=slow")
+        assert chromium.wait_for("a.bulk-cancel") == "cancel all 2"
+        chromium.click("a.bulk-cancel", navigates=True)
+        assert "cancel 2 ready tasks of queue slow?" in chromium.wait_for("#bulk-count")
+        chromium.click("form.danger button", navigates=True)
+        assert "asked to stop 2 of 2 tasks" in chromium.wait_for("#confirmation")
+    finally:
+        web.stop()
+    with noeta.Client(postgres_url) as client:
+        assert {task.id for task in client.tasks(status="ready", queue="default")} == {
+            f"failed-{n}.retry-1" for n in range(3)
+        }
+
+
+async def _failed_and_ready(url: str) -> None:
+    """Three failed agent tasks, ended through the store's fenced appends, and two queued
+    ones in queue `slow`."""
+    from noeta.backends.stores import open_store
+    from noeta.core.ports.store import Finish, NewEvent, NewTask
+    from noeta.core.rules import events
+
+    store = await open_store(url, migrate=True)
+    try:
+        created = events.TaskCreated(model="scripted:/nonexistent.yaml", prompt="look")
+        first = [NewEvent(*events.encode(created))]
+        for n in range(2):
+            assert await store.create_task(NewTask(f"queued-{n}", first, queue="slow"))
+        for n in range(3):
+            assert await store.create_task(NewTask(f"failed-{n}", first))
+            claim = await store.claim_task("worker-a", f"failed-{n}", 30)
+            assert claim is not None
+            ended = [NewEvent(*events.encode(events.TaskFinished("failed", error="cut")))]
+            await store.append(claim, 1, ended, next_state=Finish(TaskStatus.FAILED))
+    finally:
+        await store.close()
 
 
 async def _migrate(url: str) -> None:

@@ -6,14 +6,17 @@ the claims held now."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.core.ports.store import NewTask, Store, TaskStatus
+from noeta.core.ports.store import Finish, NewTask, Store, TaskStatus
 from noeta.core.ports.store_views import StoreViews, TaskCursor
 from noeta.core.rules import events
 from tests.web.conftest import encoded
+
+FAILED = Finish(TaskStatus.FAILED)
 
 
 @pytest.fixture
@@ -56,6 +59,51 @@ async def test_filters_match_status_queue_and_text_taken_literally(views: StoreV
     assert [r.id for r in await views.task_page(queue="other")] == ["under_score"]
     assert await views.task_page(statuses=[TaskStatus.DONE]) == []
     assert len(await views.task_page(statuses=[TaskStatus.READY, TaskStatus.DONE])) == 3
+
+
+async def test_a_filter_is_counted_whole_and_pages_only_what_finished_since(
+    views: StoreViews,
+) -> None:
+    store = as_store(views)
+    for n in range(5):
+        await create(views, f"f{n}", prompt=f"job {n}", queue="a" if n < 4 else "b")
+        claim = await store.claim_task("w", f"f{n}", 30)
+        assert claim is not None
+        await store.append(claim, 1, encoded(events.TaskFinished("failed")), next_state=FAILED)
+    await create(views, "r0", queue="a")
+    failed = [TaskStatus.FAILED]
+    assert await views.count_tasks(statuses=failed) == 5
+    assert await views.count_tasks(statuses=failed, queue="a") == 4
+    assert await views.count_tasks(statuses=failed, cap=2) == 2
+    assert await views.count_tasks(statuses=failed, text="job 3") == 1
+    assert await views.count_tasks(queue="a") == 5
+    finished = (await views.task_page(statuses=failed, limit=1))[0].updated_at
+    recent = await views.task_page(statuses=failed, finished_since=finished)
+    assert [record.id for record in recent] == ["f4"]
+    assert await views.count_tasks(statuses=failed, finished_since=finished) == 1
+    later = finished + timedelta(seconds=1)
+    assert await views.count_tasks(statuses=failed, finished_since=later) == 0
+    assert await views.task_page(finished_since=later) == []
+
+
+async def test_log_openings_read_the_first_events_of_many_tasks(views: StoreViews) -> None:
+    store = as_store(views)
+    for task_id in ("a", "b"):
+        await create(views, task_id, prompt=task_id)
+        claim = await store.claim_task("w", task_id, 30)
+        assert claim is not None
+        turn: list[events.Event] = [
+            events.TurnEnded("answered", "x"),
+            events.TaskFinished("done", "x"),
+        ]
+        await store.append(claim, 1, encoded(*turn), next_state=Finish())
+    openings = await views.log_openings(["a", "b", "none"], 2)
+    assert {task: [e.type for e in log] for task, log in openings.items()} == {
+        "a": ["TaskCreated", "TurnEnded"],
+        "b": ["TaskCreated", "TurnEnded"],
+    }
+    assert openings["b"][0].data["prompt"] == "b"  # type: ignore[index]
+    assert await views.log_openings([], 3) == {}
 
 
 async def test_counts_are_capped_per_status(views: StoreViews) -> None:

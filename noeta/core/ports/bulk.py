@@ -23,6 +23,10 @@ class BulkCreate(Protocol):
         """
         ...
 
+    async def taken_ids(self, ids: Sequence[str]) -> set[str]:
+        """Those of `ids` a create would find taken now: by a task, or by a pruned one."""
+        ...
+
 
 def check_distinct_ids(tasks: Sequence[NewTask]) -> None:
     """Refuse a batch that gives one id twice, naming the second (its index from 0)."""

@@ -1,6 +1,6 @@
 """The read-only views an operator's page needs beside the `Store` port (`noeta web`):
-the task list a keyset page at a time, capped counts, a log page that leaves large values
-in the store, one event's raw text in chunks, and the claims held now.
+the task list a keyset page at a time, capped counts, the count of one filter, a log page
+that leaves large values in the store, one event's raw text in chunks, the claims held now.
 
 Both stores implement `StoreViews`; nothing here writes, and nothing a worker calls.
 """
@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import ConfigError
 from noeta.core.ports.payload import JSONValue
-from noeta.core.ports.store_values import TaskRecord, TaskStatus
+from noeta.core.ports.store_values import StoredEvent, TaskRecord, TaskStatus
 
 # The most a page or a count asks the store for: a page is read whole, a count walks
 # this many index entries at most (a million done tasks are "10000+", not a scan).
@@ -79,13 +79,35 @@ class StoreViews(Protocol):
         text: str | None = None,
         before: TaskCursor | None = None,
         limit: int = 50,
+        finished_since: datetime | None = None,
     ) -> list[TaskRecord]:
         """Tasks newest first (by creation, then id, both descending), strictly before
-        `before`. `statuses` empty: any. `text`: a part of the id or of the prompt."""
+        `before`. `statuses` empty: any. `text`: a part of the id or of the prompt.
+        `finished_since`: only tasks that finished (done, failed, cancelled) then or later."""
+        ...
+
+    async def count_tasks(
+        self,
+        *,
+        statuses: Sequence[TaskStatus] = (),
+        queue: str | None = None,
+        text: str | None = None,
+        finished_since: datetime | None = None,
+        cap: int | None = None,
+    ) -> int:
+        """How many tasks `task_page` would walk with these filters, in one statement;
+        with `cap`, counted up to `cap` (a bulk action's button), else exactly."""
         ...
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
         """Tasks per (status, queue), each status counted up to `cap` rows."""
+        ...
+
+    async def log_openings(
+        self, task_ids: Sequence[str], through_seq: int
+    ) -> dict[str, list[StoredEvent]]:
+        """The first events (seq 1 to `through_seq`) of each of `task_ids` that has a log,
+        in one statement: a bulk retry's batch of jobs is read at once."""
         ...
 
     async def log_page(

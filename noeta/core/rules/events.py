@@ -21,6 +21,9 @@ ENCODING_VERSION = 1
 # A TaskCreated whose tools are its worker's (tools null) is version 2, so a noeta that
 # predates it leaves the task to a newer one instead of running it with no tools.
 WORKER_TOOLS_VERSION = 2
+# A TaskCreated that starts in a copy of another task's workspace is version 3, so a noeta
+# that predates the copy leaves the fork to a newer one instead of running it on no files.
+WORKSPACE_COPY_VERSION = 3
 
 CutCause = Literal["worker_lost", "call", "not_sent"]
 TurnOutcome = Literal["answered", "no_answer", "failed"]
@@ -43,6 +46,9 @@ class TaskCreated:
     # 0 otherwise, and then not stored (a TaskCreated without a fork encodes as before).
     forked_from: str = ""
     forked_at: int = 0
+    # The task whose workspace this one starts in a copy of (a fork's `--workspace copy`,
+    # ADR-0096), made by the worker that first runs it; "" (not stored): a fresh one.
+    workspace_from: str = ""
 
     def tool_names(self, worker_tools: Iterable[str]) -> tuple[str, ...]:
         """The tools the task may call, on a worker that has `worker_tools` (in order)."""
@@ -354,7 +360,7 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
     if not isinstance(version, int):
         raise ValueError(f"{event_type} data has no encoding version")
     cls = EVENT_TYPES.get(event_type)
-    newest = WORKER_TOOLS_VERSION if cls is TaskCreated else ENCODING_VERSION
+    newest = WORKSPACE_COPY_VERSION if cls is TaskCreated else ENCODING_VERSION
     if cls is None or version > newest:
         return UnknownEvent(event_type, version)
     try:
@@ -372,12 +378,14 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
 # byte for byte as before (the golden logs), and an older noeta ignores them.
 # Per class, each such field and the default at which it is left out.
 _STORED_ONLY_WHEN_SET: dict[type, dict[str, object]] = {
-    TaskCreated: {"forked_from": "", "forked_at": 0},
+    TaskCreated: {"forked_from": "", "forked_at": 0, "workspace_from": ""},
     CallRequested: {"retry_of": ""},
 }
 
 
 def _version_of(event: Event) -> int:
+    if isinstance(event, TaskCreated) and event.workspace_from:
+        return WORKSPACE_COPY_VERSION
     if isinstance(event, TaskCreated) and event.tools is None:
         return WORKER_TOOLS_VERSION
     return ENCODING_VERSION

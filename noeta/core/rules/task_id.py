@@ -21,6 +21,9 @@ TASK_ID_RULE = (
 _TASK_ID = re.compile(rf"[A-Za-z0-9_:-][A-Za-z0-9._:-]{{0,{MAX_TASK_ID_CHARS - 1}}}")
 # Folder names stay well under every filesystem's 255-byte limit.
 MAX_FOLDER_CHARS = 200
+# `<root>.retry-N`: the Nth run after the first (N from 1, no leading zero, so that no
+# other id reads as the same root and number: "a.retry-0" is a root of its own).
+_RETRY_ID = re.compile(r"(?P<root>.+)\.retry-(?P<n>[1-9][0-9]*)")
 
 
 def check_task_id(task_id: str) -> str:
@@ -41,6 +44,21 @@ def _follows_the_rule(kind: str, value: str) -> str:
     raise PayloadError(
         f"the {kind} {shown!r} ({len(value)} characters) is not allowed: a {kind} is {TASK_ID_RULE}"
     )
+
+
+def retry_task_id(source: str) -> str:
+    """The id of the retry of task `source`: `<source>.retry-1`, and for a retry
+    `<root>.retry-N` the next number (`f1.retry-1` → `f1.retry-2`). One source has one
+    such id, and no two sources share one, so two creates of the same retry meet on the
+    tasks' primary key: the second finds the id taken (ADR-0098). A root that would break
+    the id rule (too long, or an id from before the rule) is replaced by its digest."""
+    found = _RETRY_ID.fullmatch(source)
+    root, number = (found["root"], int(found["n"]) + 1) if found else (source, 1)
+    made = f"{root}.retry-{number}"
+    if _TASK_ID.fullmatch(made):
+        return made
+    digest = hashlib.sha256(root.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return f"retried-{digest}.retry-{number}"
 
 
 def workspace_folder(task_id: str) -> str:

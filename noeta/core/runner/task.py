@@ -1,9 +1,8 @@
 """Running one claimed task: fold the log, do what `next_action` says, append, repeat.
 
-Every step is durable before its effect: `ModelCalled` before the request, `ToolStarted`
-before the tool. The loop ends when the task finishes, hands itself back (waits), or
-must be left alone (a newer version's log, an unreadable one). Store errors (`Conflict`,
-`StoreUnavailable`, `CommitUnknown`) end it at once: the claim is lost.
+Every step is durable before its effect (`ModelCalled` before the request, `ToolStarted`
+before the tool). It ends when the task finishes, waits, or is left alone (a newer log, an
+unreadable one); a store error (`Conflict`, `CommitUnknown`...) ends it: the claim is lost.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from noeta.core.ports.store import (
 )
 from noeta.core.ports.store_values import answer_key
 from noeta.core.ports.tool import Jobs, Tool
+from noeta.core.ports.workspace_copy import WorkspaceCopier
 from noeta.core.retry import Sleep
 from noeta.core.rules import events as ev
 from noeta.core.rules import wakeups
@@ -63,6 +63,7 @@ from noeta.core.rules.task_id import workspace_folder
 from noeta.core.rules.task_state import TaskState
 from noeta.core.runner import calls, children, grace, model_call, model_cuts, taking
 from noeta.core.runner.cancelling import CANCEL_CHECK_SECONDS
+from noeta.core.runner.forked_workspace import copy_if_asked
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookPlugins, Hooks
 from noeta.core.runner.writing import RunWriter, describe
@@ -99,8 +100,7 @@ class TaskRunner:
     snapshot_every: int = 200
     load_attempts: LoadAttempts = field(default_factory=LoadAttempts)
     agent: str = ""
-    # Each task's files live in <workspaces>/<task id> (`workspace_folder`); "" gives
-    # tools no file access.
+    # Each task's files: <workspaces>/<task id> (`workspace_folder`); "" gives no file access.
     workspaces: str = ""
     gates: Sequence[Gate] = ()
     # The worker's background jobs; None: Bash's run_in_background is refused.
@@ -111,6 +111,8 @@ class TaskRunner:
     plugins: Sequence[object] = ()
     # What an Agent call may name besides its task's own model (ADR-0076).
     subagent_models: tuple[str, ...] = ()
+    # Makes a fork's workspace a copy of its source's (ADR-0096); None: such forks fail.
+    workspace_copier: WorkspaceCopier | None = None
     # Set by a worker's warm shutdown: a run finishes the step it is in, starts no other
     # model call or tool, and hands its task back ("handed_back") for the worker to release.
     draining: bool = False
@@ -119,14 +121,11 @@ class TaskRunner:
         self.hook_plugins = HookPlugins.of(self.plugins)
 
     def workspace_for(self, task_id: str) -> str:
-        if not self.workspaces:
-            return ""
-        return os.path.join(self.workspaces, workspace_folder(task_id))
+        return os.path.join(self.workspaces, workspace_folder(task_id)) if self.workspaces else ""
 
     @property
     def snapshot_version(self) -> str:
-        """The version of the snapshots this runner reads and writes (what a claim that
-        reads the task with it asks for)."""
+        """The version of the snapshots this runner reads and writes (and its claims ask for)."""
         return snapshot_version(self.agent)
 
     async def run(self, claim: Claim, loaded: LoadedTask | None = None) -> RunResult:
@@ -227,12 +226,19 @@ class _Run(RunWriter):
         burst: contextlib.AbstractAsyncContextManager[None] = holding()
         return burst
 
-    async def loop(self) -> RunResult:
-        stop = await self._check_pins(self.runner.pins)
-        if stop is not None:
-            return stop
-        if self.hooks.on_event and not self.state.finished:
+    async def _before_the_steps(self) -> RunResult | None:
+        """Pins checked, workspace copied, hooks caught up: never for a log with an event
+        this code cannot read."""
+        if self.state.newer_event:
+            return None  # next_action leaves it; nothing writes to it first (ADR-0097)
+        stop = await self._check_pins(self.runner.pins) or await self._copy_workspace()
+        if stop is None and self.hooks.on_event and not self.state.finished:
             await self._redeliver()
+        return stop
+
+    async def loop(self) -> RunResult:
+        if (stop := await self._before_the_steps()) is not None:
+            return stop
         while True:
             action = next_action(self.state)
             if self._handing_back_before(action):
@@ -377,6 +383,10 @@ class _Run(RunWriter):
             return False
         await self.append([ev.WokenUp(self.state.wakeups[0][0])])
         return True
+
+    async def _copy_workspace(self) -> RunResult | None:
+        failed = await copy_if_asked(self, self.runner.workspace_copier, self.runner.workspace_for)
+        return RunResult("finished", self.state) if failed else None
 
     async def _check_pins(self, available: tuple[Pin, ...] | None) -> RunResult | None:
         if available is None:

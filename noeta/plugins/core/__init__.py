@@ -12,6 +12,7 @@ from typing import cast
 from noeta.core.ports.model import ToolSpec
 from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.tool import Tool
+from noeta.core.ports.workspace_copy import WorkspaceCopier
 from noeta.plugins.core.agent import Agent
 from noeta.plugins.core.bash import (
     DEFAULT_OUTPUT_CAP_CHARS,
@@ -27,6 +28,8 @@ from noeta.plugins.core.toolsearch import ToolSearch
 from noeta.plugins.core.wakeup import ScheduleWakeup
 from noeta.plugins.core.web import WebFetch
 from noeta.plugins.core.web_access import FetchPolicy
+from noeta.plugins.core.workspace_copy import WorkspaceCopies
+from noeta.plugins.core.worktrees import Worktrees
 from noeta.plugins.tool_environment import passed_names
 
 __all__ = [
@@ -85,9 +88,14 @@ class CorePlugin:
             ToolSearch(deferred),
             Agent(confinement),
         )
+        self._copies = WorkspaceCopies(Worktrees(confinement))
 
     def tools(self) -> Sequence[Tool]:
         return self._tools
+
+    def workspace_copier(self) -> WorkspaceCopier:
+        """How a worker copies a fork's workspace (`--workspace copy`, ADR-0096)."""
+        return self._copies
 
 
 def plugin(params: dict[str, JSONValue]) -> CorePlugin:

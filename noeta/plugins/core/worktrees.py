@@ -58,8 +58,11 @@ class Worktrees:
     def __init__(self, confinement: Confinement | None = None) -> None:
         self.confinement = confinement or Confinement()
 
-    async def add(self, workspace: str, target: str, branch: str) -> None:
-        """A worktree of `workspace`'s own repository at `target`, on a new `branch`."""
+    async def add(self, workspace: str, target: str, branch: str, *, checkout: bool = True) -> None:
+        """A worktree of `workspace`'s own repository at `target`, on a new `branch`.
+        Without `checkout` its files are left for the caller to put there (a fork's copy
+        of the workspace as it is, ADR-0096): the index is the branch's, the folder empty,
+        and a `branch` left by an earlier attempt is made anew."""
         common = await asyncio.to_thread(repository, workspace)
         if common is None:
             raise ToolError(f"workspace 'worktree' needs a git repository; {workspace} is not one")
@@ -70,7 +73,10 @@ class Worktrees:
         except OSError as error:
             raise ToolError(f"could not make the subagent's worktree: {error.strerror}") from None
         view = self._view(workspace, common, target)
-        await self._git(view, common, "worktree", "add", "-q", "-b", branch, target, "HEAD")
+        how = ("-b", branch) if checkout else ("--no-checkout", "-B", branch)
+        await self._git(view, common, "worktree", "add", "-q", *how, target, "HEAD")
+        if not checkout:
+            await self._git(self._view(target, common), common, "reset", "-q")
 
     async def remove(self, workspace: str, target: str, branch: str, *, keep_work: bool) -> None:
         """Commit what the child left (if `keep_work`), then remove its worktree; its

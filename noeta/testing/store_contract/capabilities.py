@@ -3,13 +3,16 @@ pinned, by name, and a claimer takes only the tasks whose needs it offers."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
 
+from noeta.core.ports.model_limits import ModelBudget, ModelLimiter
 from noeta.core.ports.pin import Pin
 from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
-from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.ports.store import Claim, NewEvent, NewTask, Store, Wait
 from noeta.core.ports.worker_registry import WorkerEntry, WorkerRegistry
 from noeta.core.rules import events
 from noeta.testing.store_contract.fixtures import LEASE, SHORT_LEASE, until_store_time
@@ -38,6 +41,42 @@ def registry_of(store: Store) -> WorkerRegistry:
     return registry
 
 
+# Two pins in one append, the latest with a repeated name: as each append path carries
+# an agent task's first pin (ADR-0092).
+FIRST_PINS = [pinned("first"), pinned("extra", "core", "extra")]
+CALLED = NewEvent("ModelCalled", {"request_hash": "h"})
+
+
+async def append_by(
+    store: Store, path: str, claims: Sequence[Claim], events: Sequence[NewEvent]
+) -> None:
+    """Append `events` to each claimed task by `path`, then let it go: ready or waiting,
+    where `unrunnable` reads what it needs."""
+    seqs = [len(await store.read_log(claim.task_id)) for claim in claims]
+    if path == "continue":  # the lean append alone, and (PostgreSQL) in a batch
+        await asyncio.gather(*map(store.append, claims, seqs, [events] * len(claims)))
+    elif path == "wait":  # the full append: the events and the next state in one write
+        for claim, seq in zip(claims, seqs, strict=True):
+            wait = Wait(until=await store.clock())
+            await store.append(claim, seq, events, next_state=wait)
+        return
+    else:  # with a model call, under a limit of its own (fresh: the call goes now)
+        assert isinstance(store, ModelLimiter)
+        for claim, seq in zip(claims, seqs, strict=True):
+            model = f"fake/{claim.task_id}-{seq}"
+            await store.set_model_limit(model, None, 1_000_000)
+            budget = ModelBudget((model,), 100)
+            await store.append_model_called(claim, seq, [*events, CALLED], budget)
+    for claim in claims:
+        assert await store.release(claim)
+
+
+async def claim_each(store: Store, ids: Sequence[str]) -> list[Claim]:
+    claims = [await store.claim_task("w", task_id, LEASE) for task_id in ids]
+    assert None not in claims
+    return [claim for claim in claims if claim is not None]
+
+
 class CapabilityContract:
     """A claimer never takes a task that needs a plugin it does not offer."""
 
@@ -64,6 +103,26 @@ class CapabilityContract:
         assert await store.release(claim)
         assert await claimed_ids(store, ["core"]) == set()
         assert await claimed_ids(store, ["core", "extra"]) == {"t"}
+
+    @pytest.mark.parametrize("path", ["continue", "wait", "model_call"])
+    async def test_a_first_pin_records_the_latest_pins_names_whichever_append_carries_it(
+        self, store: Store, path: str
+    ) -> None:
+        """An agent task pins with its first append: its needs are the names of the
+        latest pin the append carries, sorted, each once; an append pinning nothing keeps
+        them, and a pin of no plugin needs nothing (any worker)."""
+        ids = ["a", "b", "c"]  # three at once: PostgreSQL batches lean appends
+        for task_id in ids:
+            await store.create_task(needing(task_id))
+        await append_by(store, path, await claim_each(store, ids), FIRST_PINS)
+        registry = registry_of(store)
+        pinned_by_all = {task_id: ("core", "extra") for task_id in ids}
+        assert await registry.unrunnable(ids) == pinned_by_all
+        await append_by(store, path, await claim_each(store, ["a"]), [NewEvent("noted", {})])
+        assert await registry.unrunnable(ids) == pinned_by_all
+        await append_by(store, path, await claim_each(store, ["a"]), [pinned()])
+        del pinned_by_all["a"]
+        assert await registry.unrunnable(ids) == pinned_by_all
 
     async def test_the_named_claim_checks_the_needs(self, store: Store) -> None:
         await store.create_task(needing("a", "jobs_a"))

@@ -9,6 +9,8 @@ DECLARE
     v_first int := 1;
     v_key text;           -- the subtasks' concurrency key and priority: the parent's
     v_priority integer;
+    v_pinned boolean := false;
+    v_needs text[];
     i int;
 BEGIN
     v_now := noeta_fence(p_task, p_epoch, p_expected_seq);
@@ -18,6 +20,16 @@ BEGIN
         SELECT p_task, p_expected_seq + e.ord, e.type, e.data, p_epoch,
                (SELECT owner FROM tasks WHERE id = p_task)
           FROM unnest(p_types, p_data) WITH ORDINALITY AS e(type, data, ord);
+    -- needs (0025): the plugin names of its latest pin, sorted, each once, written by the
+    -- append's own update of the row below: no trigger, no second update of the row.
+    IF 'PluginsPinned' = ANY (p_types) THEN
+        v_pinned := true;
+        SELECT array_agg(DISTINCT pin ->> 0 ORDER BY pin ->> 0) INTO v_needs
+          FROM json_array_elements((
+              SELECT e.data::json -> 'pins'
+                FROM unnest(p_types, p_data) WITH ORDINALITY AS e(type, data, ord)
+               WHERE e.type = 'PluginsPinned' ORDER BY e.ord DESC LIMIT 1)) AS pin;
+    END IF;
 
     IF cardinality(p_take) > 0 THEN
         UPDATE inbox SET taken_seq = v_seq
@@ -47,10 +59,12 @@ BEGIN
     CASE p_next
     WHEN 'continue' THEN
         -- From holding too: the wait is over, the task runs again under the same claim.
-        UPDATE tasks SET last_seq = v_seq, status = 'running', updated_at = v_now
+        UPDATE tasks SET last_seq = v_seq, status = 'running', updated_at = v_now,
+               needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
          WHERE id = p_task;
     WHEN 'wait_holding' THEN
-        UPDATE tasks SET last_seq = v_seq, status = 'holding', updated_at = v_now
+        UPDATE tasks SET last_seq = v_seq, status = 'holding', updated_at = v_now,
+               needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
          WHERE id = p_task;
     WHEN 'wait' THEN
         -- A delivery that arrived while the task ran must not be slept through.
@@ -64,11 +78,13 @@ BEGIN
                                         OR dedupe_key = 'cancel'))
                    THEN v_now
                    ELSE p_until END,
-               updated_at = v_now
+               updated_at = v_now,
+               needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
          WHERE id = p_task;
     WHEN 'done', 'failed', 'cancelled' THEN
         UPDATE tasks SET last_seq = v_seq, status = p_next, lease_until = NULL,
-               ready_at = NULL, claimable_at = NULL, updated_at = v_now
+               ready_at = NULL, claimable_at = NULL, updated_at = v_now,
+               needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
          WHERE id = p_task;
     END CASE;
     RETURN v_seq;

@@ -5,12 +5,25 @@ AS $function$
 DECLARE
     v_now timestamptz := noeta_fence(p_task, p_epoch, p_expected_seq);
     v_seq bigint := p_expected_seq + jsonb_array_length(p_events);
+    v_pinned boolean := false;
+    v_needs text[];
 BEGIN
     INSERT INTO events (task_id, seq, type, data, epoch, owner)
         SELECT p_task, p_expected_seq + e.ord, e.pair->>0, e.pair->>1, p_epoch,
                (SELECT owner FROM tasks WHERE id = p_task)
           FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord);
-    UPDATE tasks SET last_seq = v_seq, status = 'running', updated_at = v_now
+    -- needs (0025): the plugin names of its latest pin, sorted, each once, written by the
+    -- append's own update of the row below: no trigger, no second update of the row.
+    IF p_events @? '$[*] ? (@[0] == "PluginsPinned")' THEN
+        v_pinned := true;
+        SELECT array_agg(DISTINCT pin ->> 0 ORDER BY pin ->> 0) INTO v_needs
+          FROM json_array_elements((
+              SELECT (e.pair ->> 1)::json -> 'pins'
+                FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord)
+               WHERE e.pair ->> 0 = 'PluginsPinned' ORDER BY e.ord DESC LIMIT 1)) AS pin;
+    END IF;
+    UPDATE tasks SET last_seq = v_seq, status = 'running', updated_at = v_now,
+           needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
      WHERE id = p_task;
     RETURN v_seq;
 END $function$;

@@ -6,6 +6,8 @@ DECLARE
     i record;
     t record;
     v_now timestamptz;
+    v_pinned boolean;
+    v_needs text[];
 BEGIN
     -- The rows are locked in task-id order: two batches naming the same tasks (a stale
     -- claim's and its successor's) wait for each other, never in a cycle.
@@ -69,14 +71,26 @@ BEGIN
         INSERT INTO events (task_id, seq, type, data, epoch, owner)
             SELECT i.task, i.expected_seq + e.ord, e.pair->>0, e.pair->>1, i.epoch, t.owner
               FROM jsonb_array_elements(i.events) WITH ORDINALITY AS e(pair, ord);
+        v_pinned := false;
+        -- needs (0025): the plugin names of its latest pin, sorted, each once, written by the
+        -- append's own update of the row below: no trigger, no second update of the row.
+        IF i.events @? '$[*] ? (@[0] == "PluginsPinned")' THEN
+            v_pinned := true;
+            SELECT array_agg(DISTINCT pin ->> 0 ORDER BY pin ->> 0) INTO v_needs
+              FROM json_array_elements((
+                  SELECT (e.pair ->> 1)::json -> 'pins'
+                    FROM jsonb_array_elements(i.events) WITH ORDINALITY AS e(pair, ord)
+                   WHERE e.pair ->> 0 = 'PluginsPinned' ORDER BY e.ord DESC LIMIT 1)) AS pin;
+        END IF;
         IF i.status IS NULL THEN
-            UPDATE tasks SET last_seq = appended_seq, status = 'running', updated_at = v_now
+            UPDATE tasks SET last_seq = appended_seq, status = 'running', updated_at = v_now,
+                   needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
              WHERE id = i.task;
         ELSE
             -- finished_at and the hold here, as noeta_append_and_finish does (0024).
             UPDATE tasks SET last_seq = appended_seq, status = i.status, lease_until = NULL,
                    ready_at = NULL, claimable_at = NULL, updated_at = v_now,
-                   finished_at = v_now
+                   finished_at = v_now, needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
              WHERE id = i.task;
             DELETE FROM model_limit_holds WHERE task_id = i.task;
             -- Announced only to a client awaiting it: noeta_announce_finish's two

@@ -13,6 +13,8 @@ DECLARE
     v_limited boolean := false;  -- a limit applies (else: one statement fewer)
     v_charge_at timestamptz;     -- the budget is taken at this moment, if any
     v_charge_calls integer := 0;
+    v_pinned boolean := false;
+    v_needs text[];
     l record;
 BEGIN
     FOR l IN SELECT * FROM model_limits m WHERE m.key = ANY (p_keys) ORDER BY m.key
@@ -76,8 +78,19 @@ BEGIN
             SELECT p_task, p_expected_seq + e.ord, e.pair->>0, e.pair->>1, p_epoch,
                    (SELECT t.owner FROM tasks AS t WHERE t.id = p_task)
               FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord);
+        -- needs (0025): the plugin names of its latest pin, sorted, each once, written by the
+        -- append's own update of the row below: no trigger, no second update of the row.
+        IF p_events @? '$[*] ? (@[0] == "PluginsPinned")' THEN
+            v_pinned := true;
+            SELECT array_agg(DISTINCT pin ->> 0 ORDER BY pin ->> 0) INTO v_needs
+              FROM json_array_elements((
+                  SELECT (e.pair ->> 1)::json -> 'pins'
+                    FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord)
+                   WHERE e.pair ->> 0 = 'PluginsPinned' ORDER BY e.ord DESC LIMIT 1)) AS pin;
+        END IF;
         seq := p_expected_seq + jsonb_array_length(p_events);
-        UPDATE tasks SET last_seq = seq, status = 'running', updated_at = v_now
+        UPDATE tasks SET last_seq = seq, status = 'running', updated_at = v_now,
+               needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
          WHERE id = p_task;
         RETURN;
     END IF;

@@ -27,6 +27,12 @@ SELECT noeta_create_tasks_alike(
 """
 PINNED = "PluginsPinned"
 
+# Pruned ids stay taken (ADR-0066): a create would refuse them as it refuses a live one.
+TAKEN_IDS = """
+SELECT id FROM tasks WHERE id = ANY (%(ids)s)
+UNION SELECT id FROM pruned_task_ids WHERE id = ANY (%(ids)s)
+"""
+
 
 class PostgresBulk(PostgresConnection):
     """Creating many tasks in one round trip."""
@@ -42,6 +48,11 @@ class PostgresBulk(PostgresConnection):
         except Conflict as error:
             # The function names the first taken id as its message.
             raise Conflict(error.reason, "the id is taken (by a task, or a pruned one)") from None
+
+    async def taken_ids(self, ids: Sequence[str]) -> set[str]:
+        if not ids:
+            return set()
+        return {row[0] for row in await self._read(TAKEN_IDS, {"ids": list(ids)})}
 
 
 def any_params(tasks: Sequence[NewTask]) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _task_record
+from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _stored_event, _task_record
 from noeta.core.ports import payload
-from noeta.core.ports.store import TaskRecord, TaskStatus
+from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
 from noeta.core.ports.store_views import (
     COUNT_CAP,
     MAX_PAGE,
@@ -25,30 +25,41 @@ from noeta.core.ports.store_views import (
     text_pattern,
 )
 
-# Newest first, strictly before the cursor: the row comparison is the index's own order,
-# so each page is one backward walk of tasks_by_creation from the cursor, never a sort.
-TASK_PAGE = f"""
-SELECT {TASK_COLUMNS} FROM tasks
- WHERE (created_at, id) < (%(before_at)s, %(before_id)s)
-   AND status = ANY (%(statuses)s)
+# The rows a filter selects: its statuses, its queue, what finished since a moment (through
+# tasks_finished, or tasks_by_status_not_claimed_or_done for a failed or cancelled filter).
+SELECTED = """status = ANY (%(statuses)s)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
- ORDER BY created_at DESC, id DESC LIMIT %(limit)s
-"""
+   AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s)"""
 
 # The same, with a text that is part of the id or of the prompt (the task's first event).
 # The prompt is matched in the log's own escaped JSON text, never decoded: PostgreSQL
 # refuses to decode a \u0000 or a lone surrogate, and one such row would fail every search.
 # The plain substring test first: the regular expression runs only where it may match.
-TASK_PAGE_MATCHING = f"""
-SELECT {TASK_COLUMNS} FROM tasks
- WHERE (created_at, id) < (%(before_at)s, %(before_id)s)
-   AND status = ANY (%(statuses)s)
-   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+SELECTED_MATCHING = f"""{SELECTED}
    AND (id ILIKE %(pattern)s OR EXISTS (
         SELECT 1 FROM events
          WHERE events.task_id = tasks.id AND events.seq = 1
-           AND events.data ILIKE %(encoded_pattern)s AND events.data ~* %(prompt_regex)s))
+           AND events.data ILIKE %(encoded_pattern)s AND events.data ~* %(prompt_regex)s))"""
+
+# Newest first, strictly before the cursor: the row comparison is the index's own order,
+# so each page is one backward walk of tasks_by_creation from the cursor, never a sort.
+TASK_PAGE = f"""
+SELECT {TASK_COLUMNS} FROM tasks
+ WHERE (created_at, id) < (%(before_at)s, %(before_id)s) AND {SELECTED}
  ORDER BY created_at DESC, id DESC LIMIT %(limit)s
+"""
+TASK_PAGE_MATCHING = f"""
+SELECT {TASK_COLUMNS} FROM tasks
+ WHERE (created_at, id) < (%(before_at)s, %(before_id)s) AND {SELECTED_MATCHING}
+ ORDER BY created_at DESC, id DESC LIMIT %(limit)s
+"""
+# One count for a bulk action's confirmation (LIMIT NULL: no cap): for a failed or
+# cancelled filter, a walk of that status's entries in tasks_by_status_not_claimed_or_done.
+COUNT_TASKS = f"""
+SELECT count(*) FROM (SELECT 1 FROM tasks WHERE {SELECTED} LIMIT %(cap)s) AS selected
+"""
+COUNT_TASKS_MATCHING = f"""
+SELECT count(*) FROM (SELECT 1 FROM tasks WHERE {SELECTED_MATCHING} LIMIT %(cap)s) AS selected
 """
 
 
@@ -66,6 +77,11 @@ def capped_count(status: TaskStatus) -> str:
 
 
 TASK_COUNTS = "\nUNION ALL ".join(map(capped_count, TaskStatus)) + "\nORDER BY 1, 2"
+
+LOG_OPENINGS = """
+SELECT task_id, seq, type, data, created_at, epoch, owner FROM events
+ WHERE task_id = ANY (%(ids)s) AND seq <= %(through)s ORDER BY task_id, seq
+"""
 
 LOG_PAGE = """
 SELECT seq, type, created_at, epoch, owner, length(data),
@@ -112,25 +128,38 @@ class PostgresViews(PostgresConnection):
         text: str | None = None,
         before: TaskCursor | None = None,
         limit: int = 50,
+        finished_since: datetime | None = None,
     ) -> list[TaskRecord]:
         before_at, before_id = (before.created_at, before.id) if before else _NEWEST
-        params: dict[str, Any] = {
-            "before_at": before_at,
-            "before_id": before_id,
-            "statuses": [status.value for status in (statuses or TaskStatus)],
-            "queue": queue,
-            "limit": check_page(limit),
-        }
-        query = TASK_PAGE
-        if text:
-            query = TASK_PAGE_MATCHING
-            params["pattern"] = text_pattern(text)
-            params["encoded_pattern"] = text_pattern(payload.encode(text)[1:-1])
-            params["prompt_regex"] = prompt_regex(text)
+        params = _selection(statuses, queue, text, finished_since)
+        params |= {"before_at": before_at, "before_id": before_id, "limit": check_page(limit)}
+        query = TASK_PAGE_MATCHING if text else TASK_PAGE
         return [_task_record(row) for row in await self._read(query, params)]
+
+    async def count_tasks(
+        self,
+        *,
+        statuses: Sequence[TaskStatus] = (),
+        queue: str | None = None,
+        text: str | None = None,
+        finished_since: datetime | None = None,
+        cap: int | None = None,
+    ) -> int:
+        params = _selection(statuses, queue, text, finished_since) | {"cap": cap}
+        rows = await self._read(COUNT_TASKS_MATCHING if text else COUNT_TASKS, params)
+        return int(rows[0][0])
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
         return counted(await self._read(TASK_COUNTS, {"cap": cap}), cap)
+
+    async def log_openings(
+        self, task_ids: Sequence[str], through_seq: int
+    ) -> dict[str, list[StoredEvent]]:
+        found: dict[str, list[StoredEvent]] = {}
+        params = {"ids": list(task_ids), "through": through_seq}
+        for row in await self._read(LOG_OPENINGS, params) if task_ids else []:
+            found.setdefault(row[0], []).append(_stored_event(row))
+        return found
 
     async def log_page(
         self, task_id: str, *, after_seq: int = 0, limit: int = 200, inline_chars: int = 65536
@@ -171,3 +200,18 @@ class PostgresViews(PostgresConnection):
             HeldClaim(task, queue, TaskStatus(status), owner, epoch, lease, updated)
             for task, queue, status, owner, epoch, lease, updated in rows
         ]
+
+
+def _selection(
+    statuses: Sequence[TaskStatus], queue: str | None, text: str | None, since: datetime | None
+) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "statuses": [status.value for status in (statuses or TaskStatus)],
+        "queue": queue,
+        "since": since,
+    }
+    if text:
+        params["pattern"] = text_pattern(text)
+        params["encoded_pattern"] = text_pattern(payload.encode(text)[1:-1])
+        params["prompt_regex"] = prompt_regex(text)
+    return params

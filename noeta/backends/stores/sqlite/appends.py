@@ -31,10 +31,20 @@ from noeta.core.ports.store import (
 
 _CONTINUE = Continue()
 
-INSERT_TASK = """
+# What a task needs (0022, ADR-0092): the names its latest pin (:pin, the data of its last
+# PluginsPinned event) names, sorted, each once, as a JSON array; NULL: any worker. The
+# create and the append write it with the row they insert or update (0025: no trigger).
+NEEDS_OF_PIN = """(
+    SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_array(name) END
+      FROM (SELECT DISTINCT json_extract(pin.value, '$[0]') AS name
+              FROM json_each(:pin, '$.pins') AS pin ORDER BY 1))"""
+# An append that pins nothing (:pin NULL) leaves what the task needs.
+PINNED_NEEDS = f"needs = CASE WHEN :pin IS NULL THEN needs ELSE {NEEDS_OF_PIN} END"
+INSERT_TASK = f"""
 INSERT INTO tasks (id, queue, status, ready_at, claimable_at, last_seq, created_at, updated_at,
-                   concurrency_key, priority)
-VALUES (?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?)
+                   concurrency_key, priority, needs)
+VALUES (:id, :queue, 'ready', :ready_at, :claimable_at, :last_seq, :now, :now, :key,
+        :priority, {NEEDS_OF_PIN})
 ON CONFLICT (id) DO NOTHING"""
 INSERT_EVENT = "INSERT INTO events (task_id, seq, type, data, created_at) VALUES (?, ?, ?, ?, ?)"
 # An appended event records the claim it was fenced at: its epoch, the row's owner.
@@ -49,12 +59,14 @@ TAKE_INBOX_ENTRIES = """
 UPDATE inbox SET taken_seq = ?
  WHERE id IN (SELECT value FROM json_each(?)) AND task_id = ? AND taken_seq IS NULL"""
 # From holding too: the wait is over, the task runs again under the same claim.
-CONTINUE_TASK = """
-UPDATE tasks SET last_seq = :seq, status = 'running', updated_at = :now WHERE id = :task_id"""
-HOLD_TASK = """
-UPDATE tasks SET last_seq = :seq, status = 'holding', updated_at = :now WHERE id = :task_id"""
+CONTINUE_TASK = f"""
+UPDATE tasks SET last_seq = :seq, status = 'running', updated_at = :now, {PINNED_NEEDS}
+ WHERE id = :task_id"""
+HOLD_TASK = f"""
+UPDATE tasks SET last_seq = :seq, status = 'holding', updated_at = :now, {PINNED_NEEDS}
+ WHERE id = :task_id"""
 # A delivery that arrived while the task ran must not be slept through.
-WAIT_TASK = """
+WAIT_TASK = f"""
 UPDATE tasks SET last_seq = :seq, status = 'waiting', lease_until = NULL, ready_at = :until,
        wake_prefix = :prefix,
        claimable_at = CASE
@@ -63,11 +75,11 @@ UPDATE tasks SET last_seq = :seq, status = 'waiting', lease_until = NULL, ready_
                                substr(coalesce(dedupe_key, ''), 1, length(:prefix)) = :prefix
                                OR dedupe_key = 'cancel'))
            THEN :now ELSE :until END,
-       updated_at = :now
+       updated_at = :now, {PINNED_NEEDS}
  WHERE id = :task_id"""
-FINISH_TASK = """
+FINISH_TASK = f"""
 UPDATE tasks SET last_seq = :seq, status = :status, lease_until = NULL, ready_at = NULL,
-       claimable_at = NULL, updated_at = :now
+       claimable_at = NULL, updated_at = :now, {PINNED_NEEDS}
  WHERE id = :task_id"""
 
 
@@ -99,6 +111,7 @@ class SqliteAppends(SqliteConnection):
         encoded_tasks = [encode_task(task) for task in new_tasks]
         next_kind, until = next_state_values(next_state)
         task_id = claim.task_id
+        pin = latest_pin(encoded_events)
 
         def append_fenced(connection: sqlite3.Connection, now: int) -> int:
             owner = check_fence(connection, claim, expected_seq, now)
@@ -116,7 +129,7 @@ class SqliteAppends(SqliteConnection):
                     insert_task(connection, inherited, now)
             for delivery in encoded_deliveries:
                 insert_delivery(connection, delivery, now)
-            values = {"seq": seq, "now": now, "task_id": task_id}
+            values = {"seq": seq, "now": now, "task_id": task_id, "pin": pin}
             if next_kind == "continue":
                 connection.execute(CONTINUE_TASK, values)
             elif next_kind == "wait_holding":
@@ -175,11 +188,17 @@ def insert_claimed_events(
 
 def insert_task(connection: sqlite3.Connection, task: EncodedTask, now: int) -> bool:
     """Insert a task and its first events; False if a task with its id exists."""
-    claimable_at = now if task.ready_at is None else task.ready_at
-    values = (
-        *(task.id, task.queue, task.ready_at, claimable_at, len(task.events), now, now),
-        *(task.concurrency_key, task.priority),
-    )
+    values = {
+        "id": task.id,
+        "queue": task.queue,
+        "ready_at": task.ready_at,
+        "claimable_at": now if task.ready_at is None else task.ready_at,
+        "last_seq": len(task.events),
+        "now": now,
+        "key": task.concurrency_key,
+        "priority": task.priority,
+        "pin": latest_pin(task.events),
+    }
     if connection.execute(INSERT_TASK, values).rowcount == 0:
         return False  # creation is idempotent by id
     connection.executemany(
@@ -190,3 +209,10 @@ def insert_task(connection: sqlite3.Connection, task: EncodedTask, now: int) -> 
         ],
     )
     return True
+
+
+def latest_pin(events: Sequence[tuple[str, str]]) -> str | None:
+    """The data of the last PluginsPinned of these encoded events: what the task needs
+    from now on (NEEDS_OF_PIN); None: they pin nothing."""
+    pins = (data for event_type, data in reversed(events) if event_type == "PluginsPinned")
+    return next(pins, None)

@@ -10,8 +10,14 @@ from noeta.backends.stores.sqlite.appends import insert_task
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import encode_task
 from noeta.core.errors import Conflict
+from noeta.core.ports import payload
 from noeta.core.ports.bulk import check_distinct_ids
 from noeta.core.ports.store import NewTask
+
+# Pruned ids stay taken (ADR-0066): a create would refuse them as it refuses a live one.
+TAKEN_IDS = """
+SELECT id FROM tasks WHERE id IN (SELECT value FROM json_each(:ids))
+UNION SELECT id FROM pruned_task_ids WHERE id IN (SELECT value FROM json_each(:ids))"""
 
 
 class SqliteBulk(SqliteConnection):
@@ -30,3 +36,9 @@ class SqliteBulk(SqliteConnection):
                     raise Conflict(task.id, "the id is taken (by a task, or a pruned one)")
 
         await self._run(self._write, create_all)
+
+    async def taken_ids(self, ids: Sequence[str]) -> set[str]:
+        if not ids:
+            return set()
+        values = {"ids": payload.encode(list(ids))}
+        return {row[0] for row in await self._run(self._read_all, TAKEN_IDS, values)}

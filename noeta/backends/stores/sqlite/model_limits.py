@@ -12,6 +12,7 @@ from noeta.backends.stores.sqlite.appends import (
     CONTINUE_TASK,
     check_fence,
     insert_claimed_events,
+    latest_pin,
 )
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import encode_events, from_micros, now_micros
@@ -116,9 +117,8 @@ class SqliteModelLimits(SqliteConnection):
                 else:  # its slot was charged when it was reserved
                     connection.execute(COUNT_CALL, (keys,))
                 seq = insert_claimed_events(connection, claim, expected_seq, encoded, now, owner)
-                connection.execute(
-                    CONTINUE_TASK, {"seq": seq, "now": now, "task_id": claim.task_id}
-                )
+                continued = {"seq": seq, "now": now, "task_id": claim.task_id}
+                connection.execute(CONTINUE_TASK, {**continued, "pin": latest_pin(encoded)})
                 return seq
             waited = (retry[0] - now) / 1e6
             connection.execute(COUNT_HANDBACK, (waited, retry[1].split(" ")[0]))

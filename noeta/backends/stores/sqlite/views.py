@@ -4,12 +4,13 @@ queries as PostgreSQL's, on integer-microsecond times."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import from_micros, task_record, to_micros
 from noeta.core.ports import payload
-from noeta.core.ports.store import TaskRecord, TaskStatus
+from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
 from noeta.core.ports.store_views import (
     COUNT_CAP,
     MAX_PAGE,
@@ -26,22 +27,36 @@ _TASK_COLUMNS = (
     "id, queue, status, owner, owner_epoch, lease_until, ready_at, last_seq, created_at,"
     " updated_at, concurrency_key, priority"
 )
-_PAGE_WHERE = """
- WHERE (created_at, id) < (:before_at, :before_id)
-   AND (:status IS NULL OR status IN (SELECT value FROM json_each(:status)))
-   AND (:queue IS NULL OR queue = :queue)"""
+# A finished task's row changes no more, so its updated_at is when it finished (the
+# sqlite store keeps no finished_at; its prune reads updated_at the same way).
+_SELECTED = """
+   (:status IS NULL OR status IN (SELECT value FROM json_each(:status)))
+   AND (:queue IS NULL OR queue = :queue)
+   AND (:since IS NULL OR (updated_at >= :since
+                           AND status IN ('done', 'failed', 'cancelled')))"""
+_MATCHING = """
+   AND (id LIKE :pattern ESCAPE '\\' OR EXISTS (
+        SELECT 1 FROM events WHERE events.task_id = tasks.id AND events.seq = 1
+           AND json_extract(events.data, '$.prompt') LIKE :pattern ESCAPE '\\'))"""
+_PAGE_WHERE = f"""
+ WHERE (created_at, id) < (:before_at, :before_id) AND {_SELECTED}"""
 TASK_PAGE = f"""
 SELECT {_TASK_COLUMNS} FROM tasks {_PAGE_WHERE}
  ORDER BY created_at DESC, id DESC LIMIT :limit"""
 TASK_PAGE_MATCHING = f"""
-SELECT {_TASK_COLUMNS} FROM tasks {_PAGE_WHERE}
-   AND (id LIKE :pattern ESCAPE '\\' OR EXISTS (
-        SELECT 1 FROM events WHERE events.task_id = tasks.id AND events.seq = 1
-           AND json_extract(events.data, '$.prompt') LIKE :pattern ESCAPE '\\'))
+SELECT {_TASK_COLUMNS} FROM tasks {_PAGE_WHERE} {_MATCHING}
  ORDER BY created_at DESC, id DESC LIMIT :limit"""
+COUNT_TASKS = f"""
+SELECT count(*) FROM (SELECT 1 FROM tasks WHERE {_SELECTED} LIMIT :cap)"""
+COUNT_TASKS_MATCHING = f"""
+SELECT count(*) FROM (SELECT 1 FROM tasks WHERE {_SELECTED} {_MATCHING} LIMIT :cap)"""
 STATUS_COUNTS = """
 SELECT queue, count(*) FROM (SELECT queue FROM tasks WHERE status = ? LIMIT ?) GROUP BY queue
  ORDER BY queue"""
+LOG_OPENINGS = """
+SELECT task_id, seq, type, data, created_at, epoch, owner FROM events
+ WHERE task_id IN (SELECT value FROM json_each(:ids)) AND seq <= :through
+ ORDER BY task_id, seq"""
 LOG_PAGE = """
 SELECT seq, type, created_at, epoch, owner, length(data),
        CASE WHEN length(data) <= :inline THEN data END, substr(data, 1, :preview)
@@ -68,20 +83,32 @@ class SqliteViews(SqliteConnection):
         text: str | None = None,
         before: TaskCursor | None = None,
         limit: int = 50,
+        finished_since: datetime | None = None,
     ) -> list[TaskRecord]:
-        values: dict[str, Any] = {
+        values = _selection(statuses, queue, text, finished_since) | {
             "before_at": to_micros(before.created_at) if before else _NEWEST,
             "before_id": before.id if before else "",
-            "status": payload.encode([s.value for s in statuses]) if statuses else None,
-            "queue": queue,
             "limit": check_page(limit),
         }
-        query = TASK_PAGE
-        if text:
-            query = TASK_PAGE_MATCHING
-            values["pattern"] = text_pattern(text)
+        query = TASK_PAGE_MATCHING if text else TASK_PAGE
         rows = await self._run(self._read_all, query, values)
         return [task_record(row) for row in rows]
+
+    async def count_tasks(
+        self,
+        *,
+        statuses: Sequence[TaskStatus] = (),
+        queue: str | None = None,
+        text: str | None = None,
+        finished_since: datetime | None = None,
+        cap: int | None = None,
+    ) -> int:
+        values = _selection(statuses, queue, text, finished_since) | {
+            "cap": -1 if cap is None else cap  # sqlite's LIMIT -1: no limit
+        }
+        query = COUNT_TASKS_MATCHING if text else COUNT_TASKS
+        row = await self._run(self._read_one, query, values)
+        return int(row[0])
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
         def count() -> list[tuple[str, str, int]]:
@@ -92,6 +119,20 @@ class SqliteViews(SqliteConnection):
             ]
 
         return counted(await self._run(count), cap)
+
+    async def log_openings(
+        self, task_ids: Sequence[str], through_seq: int
+    ) -> dict[str, list[StoredEvent]]:
+        values = {"ids": payload.encode(list(task_ids)), "through": through_seq}
+        found: dict[str, list[StoredEvent]] = {}
+        for task, seq, kind, data, at, epoch, owner in await self._run(
+            self._read_all, LOG_OPENINGS, values
+        ):
+            event = StoredEvent(
+                task, seq, kind, payload.decode(data), from_micros(at), epoch, owner
+            )
+            found.setdefault(task, []).append(event)
+        return found
 
     async def log_page(
         self, task_id: str, *, after_seq: int = 0, limit: int = 200, inline_chars: int = 65536
@@ -139,3 +180,16 @@ class SqliteViews(SqliteConnection):
             )
             for task, queue, status, owner, epoch, lease, updated in rows
         ]
+
+
+def _selection(
+    statuses: Sequence[TaskStatus], queue: str | None, text: str | None, since: datetime | None
+) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "status": payload.encode([s.value for s in statuses]) if statuses else None,
+        "queue": queue,
+        "since": None if since is None else to_micros(since),
+    }
+    if text:
+        values["pattern"] = text_pattern(text)
+    return values

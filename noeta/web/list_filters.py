@@ -1,0 +1,38 @@
+"""The task list's filters as a request gives them (status, queue or parent, text),
+checked: a bad one is a 400 page saying why. The list and its bulk actions share them."""
+
+from __future__ import annotations
+
+from noeta.core.errors import NoetaError
+from noeta.core.ports.store import TaskStatus, check_key
+from noeta.web.site import PageError
+
+MAX_TEXT_CHARS = 200
+
+
+def text_of(text: str | None) -> str | None:
+    """The text to find in ids and prompts, if it is short enough to search for."""
+    if text is not None and len(text) > MAX_TEXT_CHARS:
+        raise PageError(
+            400, f"the text to find is {len(text)} characters; at most {MAX_TEXT_CHARS}"
+        )
+    return text
+
+
+def status_of(text: str | None) -> TaskStatus | None:
+    if text is None:
+        return None
+    try:
+        return TaskStatus(text)
+    except ValueError:
+        known = ", ".join(status.value for status in TaskStatus)
+        raise PageError(400, f"unknown status {text!r} (one of {known})") from None
+
+
+def checked(what: str, text: str | None) -> str | None:
+    if text is None:
+        return None
+    try:
+        return check_key(what, text)
+    except NoetaError as error:
+        raise PageError(400, str(error)) from None
