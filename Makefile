@@ -99,7 +99,7 @@ cluster-short: reachable  ## The short cluster run CI does (about 3 minutes, the
 	$(BIN)/python -m tests.cluster.run
 
 cluster-upgrade: reachable  ## Previous-release workers beside current ones under faults, a rolling upgrade (ARGS=--previous COMMIT)
-	NOETA_CLUSTER_SECONDS=$${NOETA_CLUSTER_SECONDS:-60} NOETA_CLUSTER_TASKS=$${NOETA_CLUSTER_TASKS:-16} \
+	NOETA_CLUSTER_SECONDS=$${NOETA_CLUSTER_SECONDS:-90} NOETA_CLUSTER_TASKS=$${NOETA_CLUSTER_TASKS:-16} \
 	$(BIN)/python -m tests.cluster.upgrade $(ARGS)
 
 cluster-mutants: reachable  ## Each deliberate fault in a copy of the store's SQL is caught by a cluster run

@@ -63,10 +63,12 @@ AFTER_THE_ROLL = (
     "only this code reads are created once every worker is rolled (ops/README.md)"
 )
 # The minimum this run holds itself to: every fault kind lands (the choice of kinds is
-# make cluster's), and tasks change hands. The rarer recovery paths (a call settled by
-# recover, an adopted claim...) are make cluster's minimum: with two of four workers
-# never restarted they are reached in some upgrade runs, not all; the checks hold either way.
-REQUIRED = ("takeovers", "re-sent model requests", "subtasks launched")
+# make cluster's), tasks change hands between the releases both ways (a problem if not,
+# below), and takeovers. The recovery paths that need a fault at one exact step (a model
+# request re-sent, a subtask launched across a takeover, a call settled by recover) are
+# make cluster's minimum, whose targeted scenarios force them; here they come by chance
+# (two of four workers are never restarted): two of four 90 s runs missed one of them.
+REQUIRED = ("takeovers",)
 REFUSAL = "newer than this noeta"  # the previous release's one line on a newer schema
 
 
