@@ -1,8 +1,8 @@
 """A real headless Chromium on `noeta web` while a real `noeta worker` runs a task: it
 logs in through the link the command printed, the list shows the task, its page follows
 it live (a reply lands in the DOM over server-sent events), the cancel button stops it,
-and the page is kept as a screenshot. A filtered list is retried and cancelled in bulk
-through its buttons and confirmation pages.
+the page is kept as a screenshot, and a step's "fork from here" makes a fork of it. A
+filtered list is retried and cancelled in bulk through its buttons and confirmation pages.
 
 Chromium is the distribution's (`make chromium` installs it; CI runs that first). Without
 one the test is skipped saying so, except under CI, where it fails."""
@@ -20,6 +20,7 @@ import pytest
 
 import noeta
 from noeta.core.ports.store import TaskStatus
+from noeta.core.rules import events
 from noeta.testing.command_line import store_in_environment
 from tests.web.cdp import Chromium, find_chromium
 
@@ -141,6 +142,18 @@ def test_a_browser_follows_a_task_live_and_cancels_it(
             with pytest.raises(noeta.TaskCancelled):
                 client.result(task, timeout=60)
             assert client.get(task).status is TaskStatus.CANCELLED
+
+            # "fork from here" on its first reply: a new task from the log through it.
+            base = line.split("serving ", 1)[1].split()[0].rstrip("/")
+            chromium.open(f"{base}/tasks/{task.id}")
+            chromium.wait_for("form.fork button", "fork from here")
+            at = chromium.evaluate("document.querySelector('form.fork input[name=at]').value")
+            chromium.click("form.fork button", navigates=True)
+            forked = chromium.wait_for("#confirmation", f"forked at seq {at}")
+            fork_id = forked.split("task ", 1)[1].split()[0]
+            created = next(client.tail(fork_id, follow=False)).event
+            assert isinstance(created, events.TaskCreated)
+            assert (created.forked_from, created.forked_at) == (task.id, int(at))
         finally:
             web.stop()
             worker.stop()
