@@ -10,7 +10,7 @@ import pytest
 from noeta.core.errors import Conflict, PayloadError
 from noeta.core.ports.bulk import BulkCreate
 from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
-from noeta.core.ports.store import Finish, NewEvent, NewTask, Store, TaskStatus
+from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.testing.store_contract.fixtures import LEASE, created
 
 
@@ -83,16 +83,3 @@ class BulkContract:
     async def test_an_empty_batch_writes_nothing(self, store: Store) -> None:
         await bulk(store).create_tasks([])
         assert await store.list_tasks() == []
-
-    async def test_taken_ids_names_those_of_tasks_and_of_pruned_ones(self, store: Store) -> None:
-        await bulk(store).create_tasks([created("live"), created("gone")])
-        claim = await store.claim_task("w", "gone", LEASE)
-        assert claim is not None
-        ending = [NewEvent("finished", {})]
-        await store.append(claim, 1, ending, next_state=Finish(TaskStatus.FAILED))
-        pruning = store.capabilities.pruning
-        assert pruning is not None
-        assert (await pruning.prune_finished(timedelta(0))).tasks == 1
-        asked = ["live", "gone", "free", "live"]
-        assert await bulk(store).taken_ids(asked) == {"live", "gone"}
-        assert await bulk(store).taken_ids([]) == set()

@@ -147,3 +147,15 @@ class RetentionContract:
         counts = await pruning(store).prune_finished(NOW, batch_events=10)
         assert counts == PruneCounts(tasks=3, events=30)
         assert await store.get_task("huge") is None and await store.read_log("huge") == []
+
+    async def test_taken_ids_names_those_of_tasks_and_of_pruned_ones(self, store: Store) -> None:
+        await bulk(store).create_tasks([created("live"), created("gone")])
+        claim = await store.claim_task("w", "gone", LEASE)
+        assert claim is not None
+        ending = [NewEvent("finished", {})]
+        await store.append(claim, 1, ending, next_state=Finish(TaskStatus.FAILED))
+        # Here, not in the bulk contract: pruning is the owner's (the worker role may not).
+        assert (await pruning(store).prune_finished(NOW)).tasks == 1
+        asked = ["live", "gone", "free", "live"]
+        assert await bulk(store).taken_ids(asked) == {"live", "gone"}
+        assert await bulk(store).taken_ids([]) == set()
