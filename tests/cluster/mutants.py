@@ -75,6 +75,11 @@ def apply_mutant(url: str, name: str) -> None:
         connection.execute(mutated_sql(name).encode())
 
 
+def _a_stall(problem: str) -> bool:
+    """A problem that says only that a task was slow: a stalled mutant, or a loaded machine."""
+    return any(said in problem for said in (" within ", "not finished", "ended running"))
+
+
 def main() -> None:
     """Run a short cluster under each mutant; exit 0 only if every one was caught."""
     escaped = []
@@ -82,16 +87,20 @@ def main() -> None:
         env = {**os.environ, "NOETA_CLUSTER_MUTANT": name}
         env.setdefault("NOETA_CLUSTER_SECONDS", "25")
         env.setdefault("NOETA_CLUSTER_TASKS", "10")
-        env.setdefault("NOETA_CLUSTER_FINISH_WITHIN", "40")  # a mutant that stalls a task
+        # A mutant's task may stall: short bounds, since a stall alone does not catch it.
+        env.setdefault("NOETA_CLUSTER_FINISH_WITHIN", "20")
+        env.setdefault("NOETA_CLUSTER_SCENARIO_WITHIN", "20")
         print(f"== mutant {name}: {mutant.why}", flush=True)
         command = [sys.executable, "-m", "tests.cluster.run"]
         result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-        # Caught: the checks found problems (the minimum chaos alone does not count).
+        # Caught: the checks found what the log, the rows or the inbox show, not only a task
+        # too slow to finish (nor the minimum chaos unmet).
         listed = result.stdout.partition(" problem(s)\n")[2].splitlines()
         problems = [line for line in listed if line.startswith("  ")]
-        if result.returncode != 0 and problems:
-            print(f"   caught: {len(problems)} problem(s), e.g.")
-            for line in problems[:4]:
+        shown = [line for line in problems if not _a_stall(line)]
+        if result.returncode != 0 and shown:
+            print(f"   caught: {len(shown)} problem(s) beyond a stall, e.g.")
+            for line in shown[:4]:
                 print(f"   {line.strip()}")
         else:
             escaped.append(name)
