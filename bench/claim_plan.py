@@ -141,7 +141,7 @@ async def one_round(url: str, statement: str, calls: int, limit: int) -> dict[st
 
 
 async def measure(dsn: str, rounds: int, calls: int, limit: int) -> None:
-    arms = {"statement (before 0027)": CLAIM_AND_LOAD_BEFORE, "noeta_claim_due": CLAIM_AND_LOAD}
+    arms = {"statement (before 0027)": CLAIM_AND_LOAD_BEFORE, "noeta_due_for_claim": CLAIM_AND_LOAD}
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in arms}
     async with fresh_schema(dsn) as (url, admin):
         await admin.execute(LATER)

@@ -6,86 +6,63 @@
 -- a LIMIT of unknown size) always looked dearer than a plan for the values at hand.
 -- Planning that statement cost more than running it: 1,728 against 594 us a call on a
 -- loaded 2-core machine (a prepared claim, custom against forced generic), about 400 us
--- a task in a drain. noeta_claim_due runs the same walk and update with a generic plan,
+-- a task in a drain. noeta_due_for_claim runs the same walk with a generic plan,
 -- made once per session by plpgsql's plan cache (`SET plan_cache_mode` on the function
 -- alone: no other statement of the session is affected, and it holds through a pooler).
--- ROWS 10: a claim returns a handful of tasks, so the statement that loads their logs
--- joins them to events by index, as it did when the planner saw the LIMIT's value.
-CREATE FUNCTION noeta_claim_due(p_worker text, p_queues text[], p_lease double precision, p_limit integer, p_excluding text[], p_offers text[])
- RETURNS TABLE(id text, owner_epoch bigint, lease_until timestamp with time zone, last_seq bigint, taken_over boolean)
+-- The function walks and locks the due rows (FOR UPDATE SKIP LOCKED: the locks last to
+-- the end of the claim's statement, its transaction); the claim's statement updates
+-- them, charges the rate and loads their logs as before. ROWS 10: a claim takes a
+-- handful of tasks, so that statement joins them to tasks, events and the inbox by
+-- index, as it did when the planner saw the LIMIT's value.
+CREATE FUNCTION noeta_due_for_claim(p_queues text[], p_limit integer, p_excluding text[], p_offers text[])
+ RETURNS TABLE(id text, priority integer, claimable_at timestamp with time zone, taken_over boolean, limited boolean)
  LANGUAGE plpgsql
  ROWS 10
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_column
 BEGIN
-    -- Claim up to p_limit tasks, the highest priority first and then those due longest,
-    -- each with its own epoch and lease. A queue without settings is walked per queue
-    -- (LATERAL over the worker's queues), so a backlog due in another queue is never
-    -- read, and per priority: one entry of tasks_claimable_by_priority says the highest
-    -- a row of the queue has, then one probe per priority from there down to 0. A queue
-    -- with settings is asked through noeta_claimable_under_limits, which locks its
-    -- settings row, counts its live claims and returns at most the room left; those
-    -- queues are taken in name order, so two claimers never wait for each other's locks
-    -- in a circle. The rate's tokens are charged by `charged`, for the tasks claimed. now()
-    -- (this transaction's start) is stable, so it is the index bound and each walk stops
-    -- at the present; clock_timestamp() would make it a filter walking every future row.
-    -- SKIP LOCKED: claimants never wait on each other's tasks. p_excluding: the claimer's
-    -- own runs (ADR-0079). p_offers: the plugin names the claimer has; a task needing one
-    -- it lacks is left to a worker that has it (NULL: it offers anything; ADR-0092).
+    -- Up to p_limit due tasks of these queues, locked, the highest priority first and
+    -- then those due longest. A queue without settings is walked per queue (LATERAL over
+    -- the queues), so a backlog due in another queue is never read, and per priority:
+    -- one entry of tasks_claimable_by_priority says the highest a row of the queue has,
+    -- then one probe per priority from there down to 0. A queue with settings is asked
+    -- through noeta_claimable_under_limits, which locks its settings row, counts its live
+    -- claims and returns at most the room left (`limited`: the claim charges its rate);
+    -- those queues are taken in name order, so two claimers never wait for each other's
+    -- locks in a circle. now() (the claim's transaction's start) is stable, so it is the
+    -- index bound and each walk stops at the present; clock_timestamp() would make it a
+    -- filter walking every future row. SKIP LOCKED: claimants never wait on each other's
+    -- tasks. p_excluding: the claimer's own runs (ADR-0079). p_offers: the plugin names
+    -- the claimer has; a task needing one it lacks is left to a worker that has it
+    -- (NULL: it offers anything; ADR-0092).
     RETURN QUERY
-    WITH due AS MATERIALIZED (
-        SELECT found.id, found.priority, found.claimable_at, found.taken_over, false AS limited
-          FROM (SELECT q.queue, (SELECT t.priority FROM tasks AS t
-                                   WHERE t.queue = q.queue AND t.claimable_at IS NOT NULL
-                                   ORDER BY t.priority DESC LIMIT 1) AS top
-                  FROM unnest(p_queues) AS q(queue)
-                 WHERE NOT EXISTS (SELECT FROM queue_settings AS s WHERE s.queue = q.queue)
-                OFFSET 0) AS q
-         CROSS JOIN generate_series(q.top, 0, -1) AS p(priority)
-         CROSS JOIN LATERAL (
-            SELECT t.id, t.priority, t.claimable_at,
-                   t.status IN ('running', 'holding') AS taken_over
-              FROM tasks AS t
-             WHERE t.queue = q.queue AND t.priority = p.priority AND t.claimable_at <= now()
-               AND t.id <> ALL(p_excluding)
-               AND (p_offers IS NULL OR t.needs IS NULL OR t.needs <@ p_offers)
-             ORDER BY t.claimable_at
-             LIMIT p_limit
-               FOR UPDATE SKIP LOCKED
-         ) AS found
-        UNION ALL
-        SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over, true
-          FROM (SELECT s.queue FROM queue_settings AS s
-                 WHERE s.queue = ANY(p_queues) ORDER BY s.queue OFFSET 0) AS q
-         CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, p_limit, false, p_offers)
-               AS limited
-         WHERE limited.id <> ALL(p_excluding)
-         ORDER BY 2 DESC, 3
+    SELECT found.id, found.priority, found.claimable_at, found.taken_over, false
+      FROM (SELECT q.queue, (SELECT t.priority FROM tasks AS t
+                               WHERE t.queue = q.queue AND t.claimable_at IS NOT NULL
+                               ORDER BY t.priority DESC LIMIT 1) AS top
+              FROM unnest(p_queues) AS q(queue)
+             WHERE NOT EXISTS (SELECT FROM queue_settings AS s WHERE s.queue = q.queue)
+            OFFSET 0) AS q
+     CROSS JOIN generate_series(q.top, 0, -1) AS p(priority)
+     CROSS JOIN LATERAL (
+        SELECT t.id, t.priority, t.claimable_at,
+               t.status IN ('running', 'holding') AS taken_over
+          FROM tasks AS t
+         WHERE t.queue = q.queue AND t.priority = p.priority AND t.claimable_at <= now()
+           AND t.id <> ALL(p_excluding)
+           AND (p_offers IS NULL OR t.needs IS NULL OR t.needs <@ p_offers)
+         ORDER BY t.claimable_at
          LIMIT p_limit
-    ), lease AS (
-        SELECT clock_timestamp() AS at,
-               clock_timestamp() + make_interval(secs => p_lease) AS until
-    ), claimed AS (
-        -- By the primary key, whatever the generic plan guesses of due's size (joined as
-        -- a table, a guess of thousands made it a hash join over every task).
-        UPDATE tasks AS t
-           SET status = 'running', owner = p_worker, owner_epoch = t.owner_epoch + 1,
-               lease_until = lease.until, claimable_at = lease.until,
-               updated_at = clock_timestamp()
-          FROM lease
-         WHERE t.id = ANY(ARRAY(SELECT due.id FROM due))
-        RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, t.queue
-    ), charged AS (
-        UPDATE queue_settings AS s
-           SET rate_tokens = least(s.rate_count::float8, coalesce(s.rate_tokens, s.rate_count)
-                   + extract(epoch FROM lease.at - coalesce(s.rate_at, lease.at))
-                     * s.rate_count / s.rate_seconds) - took.n,
-               rate_at = lease.at
-          FROM (SELECT c.queue, count(*) AS n FROM claimed AS c JOIN due AS d ON d.id = c.id
-                 WHERE d.limited GROUP BY c.queue) AS took, lease
-         WHERE s.queue = took.queue AND s.rate_count IS NOT NULL
-    )
-    SELECT c.id, c.owner_epoch, c.lease_until, c.last_seq, d.taken_over
-      FROM claimed AS c JOIN due AS d ON d.id = c.id;
+           FOR UPDATE SKIP LOCKED
+     ) AS found
+    UNION ALL
+    SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over, true
+      FROM (SELECT s.queue FROM queue_settings AS s
+             WHERE s.queue = ANY(p_queues) ORDER BY s.queue OFFSET 0) AS q
+     CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, p_limit, false, p_offers)
+           AS limited
+     WHERE limited.id <> ALL(p_excluding)
+     ORDER BY 2 DESC, 3
+     LIMIT p_limit;
 END $function$;

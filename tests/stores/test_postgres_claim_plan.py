@@ -1,7 +1,7 @@
 """The claim walks its queue's part of the partial claim index, with many rows of every
 kind present: a backlog due in another queue, and tasks due tomorrow, are never read.
-The claim's walk is noeta_claim_due's query, run as the function runs it: with the
-generic plan it is made once per session with (0027)."""
+The claim's walk is noeta_due_for_claim's query, run as the function runs it: with the
+generic plan it is made once per session with (0027, ADR-0099)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from noeta.backends.stores.postgres import migrate_database
+from noeta.backends.stores.postgres import CLAIM_NEXT_TASK, migrate_database
 from noeta.backends.stores.postgres.claims import CLAIM_AND_LOAD, SECONDS_UNTIL_DUE
 
 # Rows of every kind, in the proportions of a busy deployment: few claimable, many idle.
@@ -57,20 +57,20 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return nodes
 
 
-# noeta_claim_due's arguments, in order, and the parameter each stands for.
-CLAIM_ARGUMENTS = ("worker", "queues", "lease", "limit", "excluding", "offers")
+# noeta_due_for_claim's arguments, in order: the claim's parameters they stand for.
+CLAIM_ARGUMENTS = ("queues", "limit", "excluding", "offers")
 # Its query prepared on its own, planned as the function plans it.
-PREPARE_CLAIM = "PREPARE claim(text, text[], float8, integer, text[], text[]) AS {}"
+PREPARE_CLAIM = "PREPARE claim(text[], integer, text[], text[]) AS {}"
 EXECUTE_CLAIM = (
-    "EXECUTE claim(%(worker)s::text, %(queues)s::text[], %(lease)s::float8, %(limit)s::integer,"
-    " %(excluding)s::text[], %(offers)s::text[])"
+    "EXECUTE claim(%(queues)s::text[], %(limit)s::integer, %(excluding)s::text[],"
+    " %(offers)s::text[])"
 )
-CLAIM = "the claim"  # explain() runs noeta_claim_due's query, not a statement of ours
+CLAIM = "the claim's walk"  # explain() runs noeta_due_for_claim's query
 
 
 def claim_query(connection: psycopg.Connection[Any]) -> str:
-    """The query noeta_claim_due runs (its RETURN QUERY), its arguments as $1..$6."""
-    row = connection.execute("SELECT pg_get_functiondef('noeta_claim_due'::regproc)").fetchone()
+    """The query noeta_due_for_claim runs (its RETURN QUERY), its arguments as $1..$4."""
+    row = connection.execute("SELECT pg_get_functiondef('noeta_due_for_claim'::regproc)").fetchone()
     assert row is not None
     found = re.search(r"RETURN QUERY(.*?);\s*END", row[0], re.DOTALL)
     assert found, row[0]
@@ -139,8 +139,11 @@ async def test_a_batch_claim_reads_as_many_entries_as_it_claims(postgres_url: st
     assert walks, nodes
     for walk in walks:  # one walk per queue, each stopping at the limit
         assert walk["Actual Rows"] <= 8 and walk.get("Rows Removed by Filter", 0) == 0, walk
+    nodes = explain(postgres_url, CLAIM_NEXT_TASK, params, fill=False)
     update = next(n for n in nodes if n["Node Type"] == "ModifyTable")
     assert update["Actual Rows"] == 8, update  # one statement claimed eight
+    scans = [n for n in nodes if n.get("Relation Name") == "tasks" and "Scan" in n["Node Type"]]
+    assert [n["Node Type"] for n in scans] == ["Index Scan"], scans  # by primary key
 
 
 # 200,000 tasks waiting in one queue, beside the rows of FILL: some at priority 5, or
@@ -176,6 +179,7 @@ async def test_with_200000_waiting_the_claim_reads_one_entry_per_priority(
     assert walk.get("Rows Removed by Filter", 0) == 0, walk
     # A descent of a three-level index per probe, not a walk of 200,000 entries.
     assert buffers(walk) <= 4 * (high + 1), walk
+    nodes = explain(postgres_url, CLAIM_NEXT_TASK, PARAMS, fill=False)
     update = next(n for n in nodes if n["Node Type"] == "ModifyTable")
     assert update["Actual Rows"] == 1, update
 

@@ -16,7 +16,7 @@ from noeta.testing.store_contract.fixtures import LEASE, created
 
 WAITING_ON_A_LOCK = """
 SELECT count(*) FROM pg_stat_activity
- WHERE wait_event_type = 'Lock' AND query LIKE '%noeta_claim_due(%'
+ WHERE wait_event_type = 'Lock' AND query LIKE '%noeta_due_for_claim(%'
 """
 
 

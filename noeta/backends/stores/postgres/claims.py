@@ -10,17 +10,44 @@ from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.ports.store import Claim, ClaimedTask, check_key, check_lease
 
 # Claim up to %(limit)s tasks, the highest priority first and then those due longest, each
-# with its own epoch and lease: noeta_claim_due (0027; its file under
-# queue/postgres/functions says how it walks the claim index, queue limits and offers).
-# A function, so that its plan is made once per session (SET plan_cache_mode on it
-# alone): sent as a statement, the claim was planned anew at every call, and planning it
-# cost more than running it (docs/scaling.md). %(excluding)s: the claimer's own runs
-# (ADR-0079); %(offers)s: the plugin names it has, NULL for anything (ADR-0092).
-_CLAIM_DUE = """noeta_claim_due(%(worker)s, %(queues)s::text[], %(lease)s::float8,
-                       %(limit)s::integer, %(excluding)s::text[], %(offers)s::text[])"""
+# with its own epoch and lease. The due rows are walked and locked by noeta_due_for_claim
+# (0027; its file under queue/postgres/functions says how it walks the claim index, queue
+# limits and what the claimer offers): a function, so that the walk's plan is made once
+# per session (ADR-0099); sent as part of this statement, it was planned anew at every
+# call, and planning it cost more than running it. This statement takes the locked rows
+# (their locks last to its end: it is its own transaction), each with its own epoch and
+# lease, and charges the rate of the queues with settings for the tasks claimed
+# (`charged`), not for the candidates the function offered (0014). %(excluding)s: the
+# claimer's own runs (ADR-0079); %(offers)s: the plugin names it has, NULL for anything.
+_CLAIM_DUE_TASKS = """
+WITH due AS MATERIALIZED (
+    SELECT id, taken_over, limited
+      FROM noeta_due_for_claim(%(queues)s::text[], %(limit)s::integer, %(excluding)s::text[],
+                               %(offers)s::text[])
+), lease AS (
+    SELECT clock_timestamp() AS at, clock_timestamp() + make_interval(secs => %(lease)s) AS until
+), claimed AS (
+    UPDATE tasks AS t
+       SET status = 'running', owner = %(worker)s, owner_epoch = t.owner_epoch + 1,
+           lease_until = lease.until, claimable_at = lease.until,
+           updated_at = clock_timestamp()
+      FROM due, lease
+     WHERE t.id = due.id
+    RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over, due.limited,
+              t.queue
+), charged AS (
+    UPDATE queue_settings AS s
+       SET rate_tokens = least(s.rate_count::float8, coalesce(s.rate_tokens, s.rate_count)
+               + extract(epoch FROM lease.at - coalesce(s.rate_at, lease.at))
+                 * s.rate_count / s.rate_seconds) - took.n,
+           rate_at = lease.at
+      FROM (SELECT c.queue, count(*) AS n FROM claimed AS c WHERE c.limited GROUP BY c.queue)
+           AS took, lease
+     WHERE s.queue = took.queue AND s.rate_count IS NOT NULL
+)"""
 
-CLAIM_NEXT_TASK = f"""
-SELECT id, owner_epoch, lease_until, taken_over FROM {_CLAIM_DUE}
+CLAIM_NEXT_TASK = f"""{_CLAIM_DUE_TASKS}
+SELECT id, owner_epoch, lease_until, taken_over FROM claimed
 """
 
 # The claim and, in the same statement, what each claimed task's run reads first: its
@@ -29,10 +56,7 @@ SELECT id, owner_epoch, lease_until, taken_over FROM {_CLAIM_DUE}
 # snapshot, so an append committed after it began (a lapsed owner's, just before the
 # claim locked the row) is missing: the client sees the log end short of last_seq and
 # loads that task again.
-CLAIM_AND_LOAD = f"""
-WITH claimed AS MATERIALIZED (
-    SELECT id, owner_epoch, lease_until, last_seq, taken_over FROM {_CLAIM_DUE}
-), snapshot AS (
+CLAIM_AND_LOAD = f"""{_CLAIM_DUE_TASKS}, snapshot AS (
     SELECT s.task_id, s.seq, s.data FROM claimed AS c
       JOIN snapshots AS s ON s.task_id = c.id AND s.version = %(version)s
 )
