@@ -18,8 +18,8 @@ from noeta.cli.options import (
     store_option,
 )
 from noeta.cli.text import (
+    StepPrinter,
     event_json,
-    event_line,
     late_result_json,
     late_result_line,
     read_text,
@@ -315,14 +315,18 @@ async def _tail(
     from noeta.client import AsyncClient
 
     line = open_status(progress, at_once=False)
+    steps = StepPrinter()
     client = AsyncClient(url, application_name="noeta-tail", start_embedded=False)
     async with client, shown(line):
-        # The line folds the whole log (a worker's view), even when fewer events print.
-        async for tailed in client.tail(task_id, after=0 if line.live else after, follow=follow):
+        # The whole log is read, even when fewer events print: the status line folds it
+        # (a worker's view), and a step reads the ones before it (a latency, a takeover).
+        async for tailed in client.tail(task_id, after=0, follow=follow):
             stored = tailed.stored
             printed = None
-            if tailed.seq > after:
-                printed = event_json(stored) if as_json else event_line(stored)
+            if as_json and tailed.seq > after:
+                printed = event_json(stored)
+            elif not as_json:
+                printed = "\n".join(steps.lines(stored, shown=tailed.seq > after)) or None
             written = Written(
                 tailed.seq, tailed.event, stored.created_at, stored.epoch, stored.owner
             )
@@ -370,8 +374,9 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
     for description, child in children:
         said = f"  {description}" if description else ""
         click.echo(f"  subtask {child.id}  {child.status.value}{said}")
+    steps = StepPrinter()
     for event in log:
-        click.echo(event_line(event))
+        click.echo("\n".join(steps.lines(event)))
     if late:
         click.echo("late results (a tool's result that came after its claim was gone):")
         for result in late:
