@@ -94,7 +94,7 @@ COMMANDS: dict[str, LazyCommand] = {
         "Print a task's log and, with --follow, its new events until it finishes.",
     ),
     "tasks": LazyCommand(
-        "noeta.cli.tasks:tasks",
+        "noeta.cli.task_list:tasks",
         "List tasks, newest first (with --parent: that task's subtasks, in launch order).",
     ),
     "web": LazyCommand(

@@ -1,11 +1,10 @@
-"""Tasks that workers run: `submit` one, `send` it a message, list them (`tasks`), follow
-one's log (`tail`), and ask for one to stop (`cancel`)."""
+"""Tasks that workers run: `submit` one, `send` it a message, `show` one, follow one's
+log (`tail`), and ask for one to stop (`cancel`); the list is `task_list.py`."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -197,72 +196,6 @@ async def _client_call(url: str | None, name: str, method: str, *args: Any, **op
     reads_only = method in READ_ONLY_METHODS
     async with AsyncClient(url, application_name=name, start_embedded=not reads_only) as client:
         return await getattr(client, method)(*args, **options)
-
-
-@click.command()
-@click.option(
-    "--status",
-    type=click.Choice([status.value for status in TaskStatus]),
-    default=None,
-    help="Only the tasks in this state.",
-)
-@click.option("--queue", default=None, help="Only the tasks of this queue.")
-@click.option("--parent", default=None, metavar="ID", help="Only the subtasks task ID launched.")
-@click.option(
-    "--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most N tasks."
-)
-@json_option
-@store_option
-def tasks(
-    status: str | None,
-    queue: str | None,
-    parent: str | None,
-    limit: int,
-    as_json: bool,
-    store: str | None,
-) -> None:
-    """List tasks, newest first (with --parent: that task's subtasks, in launch order)."""
-    if parent is not None:
-        check_key("task id", parent)
-    records, waits = asyncio.run(
-        _tasks_and_waits(store, status=status, queue=queue, parent=parent, limit=limit)
-    )
-    if as_json:
-        document = [task_json(r) | waiting_json(waits.get(r.id)) for r in records]
-        click.echo(json.dumps(document, ensure_ascii=False, indent=2))
-        return
-    if not records:
-        click.echo("no tasks")
-        return
-    rows = [("id", "status", "queue", "epoch", "owner", "updated")]
-    for record in records:
-        updated = record.updated_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-        rows.append(
-            (
-                record.id,
-                record.status.value + waiting_text(waits.get(record.id)),
-                record.queue,
-                str(record.owner_epoch),
-                record.owner or "-",
-                updated,
-            )
-        )
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    for row in rows:
-        click.echo(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
-
-
-async def _tasks_and_waits(
-    url: str | None, **filters: Any
-) -> tuple[list[TaskRecord], Mapping[str, tuple[str, ...]]]:
-    """The tasks, and for each that no live worker can run, what it needs (ADR-0092)."""
-    from noeta.client import AsyncClient
-
-    async with AsyncClient(url, application_name="noeta-tasks", start_embedded=False) as client:
-        records: list[TaskRecord] = await client.tasks(**filters)
-        return records, await unrunnable(await client.store(), records)
 
 
 @click.command()

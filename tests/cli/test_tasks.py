@@ -274,10 +274,11 @@ def test_tasks_lists_a_table_and_json_with_filters(sqlite_store: str) -> None:
     submit("b", "--id", "two", "--queue", "other", store=sqlite_store)
     finished_task(sqlite_store, "three")
 
-    table = noeta("tasks", store=sqlite_store)
+    columns = "id,status,queue,epoch,owner,updated"
+    table = noeta("tasks", "--columns", columns, store=sqlite_store)
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["id", "status", "queue", "epoch", "owner", "updated"]
+    assert header.split() == columns.split(",")
     cells = {row.split()[0]: row.split() for row in rows}
     assert set(cells) == {"one", "two", "three"}
     assert cells["two"][1:5] == ["ready", "other", "0", "-"]
