@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from noeta.cli.options import json_option, store_option
 from noeta.cli.text import scrubbed, task_json, unrunnable, waiting_json, waiting_text
+from noeta.core.errors import ConfigError
 from noeta.core.ports.store import TaskStatus, check_key
 from noeta.core.ports.store_views import (
     ERROR_KIND_NAME,
@@ -24,6 +24,7 @@ from noeta.core.ports.store_views import (
     TaskFilter,
     TaskSummary,
 )
+from noeta.task_columns import runtime, shown_error_kind, since
 
 if TYPE_CHECKING:
     from noeta.core.ports.store import TaskRecord
@@ -42,23 +43,9 @@ def _moment(at: datetime | None) -> str:
     return "-" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def runtime(summary: TaskSummary | None, now: datetime) -> str:
-    """From its first claim's first write to its finish, or so far ("-": never ran)."""
-    if summary is None or summary.started_at is None:
-        return "-"
-    seconds = max(0.0, ((summary.finished_at or now) - summary.started_at).total_seconds())
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, second = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{second:02}s"
-    return f"{minutes // 60}h{minutes % 60:02}m"
-
-
 def _status(listed: Listed) -> str:
-    kind = listed.summary.error_kind if listed.summary else ""
-    shown = listed.record.status.value + (f" ({kind})" if kind and kind != "cancelled" else "")
-    return shown + waiting_text(listed.needs)
+    kind = shown_error_kind(listed.summary)
+    return listed.record.status.value + (f" ({kind})" if kind else "") + waiting_text(listed.needs)
 
 
 def _summary_text(field: str) -> Callable[[Listed, datetime], str]:
@@ -88,8 +75,6 @@ COLUMNS: dict[str, Callable[[Listed, datetime], str]] = {
     "priority": lambda listed, now: str(listed.record.priority),
 }
 DEFAULT_COLUMNS = "id,kind,status,queue,attempts,runtime,created,finished,input"
-_RELATIVE = re.compile(r"(\d{1,6})([smhd])")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 def _columns(_: click.Context, __: click.Parameter, value: str) -> list[str]:
@@ -102,21 +87,10 @@ def _columns(_: click.Context, __: click.Parameter, value: str) -> list[str]:
 
 
 def _since(_: click.Context, __: click.Parameter, value: str | None) -> datetime | None:
-    """An ISO 8601 moment (UTC if it names no zone), or a span back from now: 90s, 15m,
-    2h, 3d."""
-    if value is None:
-        return None
-    relative = _RELATIVE.fullmatch(value.strip())
-    if relative:
-        span = timedelta(**{_UNITS[relative.group(2)]: int(relative.group(1))})
-        return datetime.now(UTC) - span
     try:
-        moment = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise click.BadParameter(
-            f"{value[:40]!r} is neither a moment (2026-12-02T10:00Z) nor a span (15m, 2h, 3d)"
-        ) from None
-    return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
+        return None if value is None else since(value, datetime.now(UTC))
+    except ConfigError as error:
+        raise click.BadParameter(str(error)) from None
 
 
 def _error_kind(_: click.Context, __: click.Parameter, value: str | None) -> str | None:
