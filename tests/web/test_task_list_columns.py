@@ -7,9 +7,12 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable
+from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
+from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.ports.store import Finish, NewTask, Store, TaskStatus
 from noeta.core.rules import events
 from tests.web.conftest import encoded, task_with_log
@@ -78,3 +81,34 @@ async def test_filters_by_job_error_and_since_and_bad_ones_are_400(
     assert bad_since.status_code == 400 and "is neither a moment" in bad_since.text
     bad_error = http.get("/tasks", params={"error": "no such"})
     assert bad_error.status_code == 400 and "is not an error kind" in bad_error.text
+
+
+async def test_a_page_costs_the_same_statements_for_5_rows_as_for_50(
+    store: Store, web: Callable[..., TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each row's kind, input, error and runtime come with the page's one read of them,
+    not one read per row: the statements the store runs for the page (counted where every
+    statement passes) do not grow with its rows."""
+    run_all = PostgresConnection._run_all
+    statements: list[str] = []
+
+    async def counted(self: PostgresConnection, batch: Any, **options: Any) -> Any:
+        statements.extend(query for query, _ in batch)
+        return await run_all(self, batch, **options)
+
+    monkeypatch.setattr(PostgresConnection, "_run_all", counted)
+    http = web()
+
+    def statements_for_the_list() -> int:
+        statements.clear()
+        assert http.get("/tasks").status_code == 200
+        return len(statements)
+
+    for n in range(5):
+        await failed_job(store, f"job-{n}", "resize", "resize failed: OSError: no")
+    assert len(rows(http.get("/tasks").text)) == 5
+    with_5 = statements_for_the_list()
+    for n in range(5, 50):
+        await failed_job(store, f"job-{n}", "resize", "resize failed: OSError: no")
+    assert len(rows(http.get("/tasks").text)) == 50
+    assert statements_for_the_list() == with_5
