@@ -9,9 +9,9 @@ import re
 import shutil
 import subprocess
 import threading
-from typing import Any
 from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 

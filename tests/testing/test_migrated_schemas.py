@@ -68,7 +68,9 @@ def everything_about(dsn: str) -> dict[str, object]:
     return {
         "snapshot": describe_postgres(dsn),
         "definitions": postgres_definitions(dsn),
-        "details": [tuple(str(value).replace(schema, "<schema>") for value in row) for row in details],
+        "details": [
+            tuple(str(value).replace(schema, "<schema>") for value in row) for row in details
+        ],
         "applied": applied,
     }
 
