@@ -16,11 +16,9 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
-from noeta.testing.migrated_schema import (
-    MigratedSchemaScript,
-    migrate_for_real,
-    with_search_path,
-)
+from noeta.testing.migrated_schema import MigratedSchemaScript, migrate_for_real, with_search_path
+
+__all__ = ["SCHEMA_MAKER", "TEST_DSN_ENV", "TEST_SETTINGS", "TestPostgres", "with_search_path"]
 
 TEST_DSN_ENV = "NOETA_TEST_POSTGRES_DSN"
 SCHEMA_MAKER = "noeta-test-schemas"  # the application_name of the connection making schemas
