@@ -74,6 +74,12 @@ class TestPostgres:
                 self.schemas_made["migrated"] += 1
         return with_search_path(self.admin_dsn, schema)
 
+    @property
+    def replays_a_dump(self) -> bool:
+        """Whether migrated schemas are replayed (false before the first, or without a
+        pg_dump that can read the server)."""
+        return self._script is not None and self._script.replayable
+
     def _create_schema_locked(self, script: MigratedSchemaScript | None) -> str:
         """CREATE SCHEMA (and fill it) on one kept admin connection: a connection per
         schema cost a SCRAM handshake each. A test may end every session of the database

@@ -140,6 +140,8 @@ def test_schemas_after_the_first_are_replayed_not_migrated(
     postgres_server: TestPostgres,
 ) -> None:
     postgres_server.new_migrated_schema()  # the first of the session captures the script
+    if not postgres_server.replays_a_dump:
+        pytest.skip("no pg_dump can read this server: every schema is migrated for real")
     before = dict(postgres_server.schemas_made)
     postgres_server.new_migrated_schema()
     after = postgres_server.schemas_made
