@@ -51,6 +51,7 @@ class Heartbeat:
     # This run's row was dead (silent past its lease) or stopped: it is live again.
     revived_from: WorkerState | None = None
     last_seen: datetime | None = None  # the row's last sighting before this one
+    clock: datetime | None = None  # the store's, when the name was refused
 
 
 class WorkerRegistry(Protocol):
@@ -109,13 +110,15 @@ def heartbeat(
     recorded: bool,
     instance: str | None,
     previous: tuple[str | None, int | None, datetime | None, bool | None, bool | None],
+    clock: datetime,
 ) -> Heartbeat:
     """What a round found, from the row as it was (`instance` None: there was none): its
-    host, pid, last sighting, whether it was stopped and whether it was live."""
+    host, pid, last sighting, whether it was stopped and whether it was live; `clock`:
+    the store's, then."""
     host, pid, seen, stopped, live = previous
     if not recorded:  # a live row of another run (None: one inserted at the same moment)
         holder = WorkerEntry(worker.id, (), None, seen, host or "", pid or 0)
-        return Heartbeat(held_by=holder)
+        return Heartbeat(held_by=holder, clock=clock)
     if instance is None or instance != worker.instance or live:
         return Heartbeat()
     return Heartbeat(revived_from="stopped" if stopped else "dead", last_seen=seen)

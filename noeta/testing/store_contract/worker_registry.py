@@ -3,7 +3,7 @@ a name one live run holds, the dead and the stopped kept for a while, then delet
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from noeta.core.ports.store import Store
 from noeta.core.ports.worker_registry import Heartbeat, WorkerEntry, WorkerRegistry
@@ -58,6 +58,7 @@ class WorkerRegistryContract:
         refused = await registry.record_worker(run_of("w1", "i2", pid=99, host="b"), LEASE)
         assert refused.held_by is not None
         assert (refused.held_by.pid, refused.held_by.host) == (4242, "host-a")
+        assert refused.clock is not None and refused.clock >= first_seen(refused)
         kept = (await listed(store))["w1"]
         assert (kept.instance, kept.pid, kept.processed) == ("i1", 4242, 3)
         await registry.worker_stopped(run_of("w1", "i2"))  # not its row: nothing happens
@@ -122,3 +123,8 @@ class WorkerRegistryContract:
         assert set(await listed(store, departed=True)) == {"gone", "left", "other"}
         await registry.record_worker(run_of("other", "i3"), LEASE, departed_kept_seconds=0)
         assert set(await listed(store, departed=True)) == {"other"}
+
+
+def first_seen(found: Heartbeat) -> datetime:
+    assert found.held_by is not None and found.held_by.last_seen is not None
+    return found.held_by.last_seen

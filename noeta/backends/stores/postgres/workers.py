@@ -46,7 +46,8 @@ WITH previous AS MATERIALIZED (
         OR w.expires_at <= clock_timestamp()
     RETURNING 1
 )
-SELECT EXISTS (SELECT FROM recorded), p.instance, p.host, p.pid, p.last_seen, p.stopped, p.live
+SELECT EXISTS (SELECT FROM recorded), p.instance, p.host, p.pid, p.last_seen, p.stopped, p.live,
+       clock_timestamp()
   FROM (VALUES (1)) AS one LEFT JOIN previous AS p ON true
 """
 
@@ -121,8 +122,8 @@ class PostgresWorkers(PostgresConnection):
         }
         row = await self._write(RECORD_WORKER, params)
         assert row is not None
-        recorded, instance, host, pid, seen, stopped, live = row
-        return heartbeat(worker, recorded, instance, (host, pid, seen, stopped, live))
+        recorded, instance, host, pid, seen, stopped, live, clock = row
+        return heartbeat(worker, recorded, instance, (host, pid, seen, stopped, live), clock)
 
     async def worker_stopped(self, worker: WorkerEntry) -> None:
         await self._write(WORKER_STOPPED, reported(worker))

@@ -103,10 +103,11 @@ class SqliteWorkers(SqliteConnection):
             connection.execute(DELETE_DEPARTED, values)
             recorded = connection.execute(RECORD_WORKER, values).rowcount > 0
             if row is None:
-                return heartbeat(worker, recorded, None, (None, None, None, None, None))
+                nothing = (None, None, None, None, None)
+                return heartbeat(worker, recorded, None, nothing, from_micros(now))
             instance, host, pid, seen, stopped, live = row
             previous = (host, pid, from_micros(seen), bool(stopped), bool(live))
-            return heartbeat(worker, recorded, instance, previous)
+            return heartbeat(worker, recorded, instance, previous, from_micros(now))
 
         return await self._run(self._write, record)
 
