@@ -13,7 +13,7 @@ import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from noeta.core.errors import ConfigError, StoreError
 from noeta.core.ports.pin import Pin
@@ -40,6 +40,27 @@ def noeta_version() -> str:
         return version("noeta")
     except PackageNotFoundError:  # run from a tree that was never installed
         return "unknown"
+
+
+def exited_here(holder: WorkerEntry) -> bool:
+    """Whether `holder` ran on this host and its process has exited (or is this one: a
+    container restarted gives the new process the old one's pid)."""
+    if holder.host != socket.gethostname() or holder.pid <= 0:
+        return False
+    if holder.pid == os.getpid():
+        return True
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # another user's process
+    try:  # a killed process its parent has not reaped yet is a zombie: gone too
+        with open(f"/proc/{holder.pid}/stat", "rb") as stat:
+            state = stat.read(4096).rpartition(b")")[2].split()[:1]
+    except OSError:
+        return False  # no /proc: a process that takes a signal runs
+    return state in ([b"Z"], [b"X"])
 
 
 class Presence:
@@ -93,6 +114,17 @@ class Presence:
             log.warning("registering this worker: %s; trying again each round", error)
             return
         self._registered = True
+        holder = found.held_by
+        if holder is not None and await asyncio.to_thread(exited_here, holder):
+            # A restart under the same name (systemd, a container, a test harness): the
+            # process that held it is gone, so its lease need not be waited out.
+            log.warning(
+                "worker name %r was held by pid %d on this host, which has exited: taking it",
+                self.entry.id,
+                holder.pid,
+            )
+            await self.registry.worker_stopped(holder)
+            found = await self._record()
         if found.held_by is not None:
             raise ConfigError(self._refusal(found.held_by, found.clock))
 
@@ -135,7 +167,8 @@ class Presence:
                 "%s; this worker's row is not recorded", self._refusal(found.held_by, found.clock)
             )
         elif found.revived_from is not None:
-            seen = "" if found.last_seen is None else f" (last seen {found.last_seen:%H:%M:%S} UTC)"
+            last = found.last_seen
+            seen = "" if last is None else f" (last seen {last.astimezone(UTC):%H:%M:%S} UTC)"
             log.warning(
                 "the registry had this worker %s%s: it is live again", found.revived_from, seen
             )

@@ -88,6 +88,22 @@ async def test_a_killed_worker_is_listed_dead_and_its_name_is_free(
     assert fresh.started_at > dead.started_at
 
 
+async def test_a_worker_restarted_on_its_host_takes_its_name_at_once(
+    store: Store, postgres_url: str, workers: Callable[..., WorkerProcess]
+) -> None:
+    """SIGKILL and start again under the name (systemd, a harness): the killed process is
+    gone from this host, so the new one need not wait out its lease of ten minutes."""
+    killed = workers(postgres_url, "w1", lease=600)
+    pid = killed.process.pid
+    await until_row(store, "w1", "live", lambda w: w.state == "live" and w.pid == pid)
+    killed.signal(signal.SIGKILL)
+    assert await killed.exit_code() == -signal.SIGKILL
+    again = workers(postgres_url, "w1", lease=600)
+    await until_row(store, "w1", "the new run's", lambda w: w.pid == again.process.pid)
+    assert again.process.poll() is None
+    assert f"was held by pid {pid} on this host, which has exited" in again.log()
+
+
 async def test_a_worker_stopped_past_its_lease_comes_back_alive_said_once(
     store: Store, postgres_url: str, workers: Callable[..., WorkerProcess]
 ) -> None:

@@ -4,6 +4,7 @@ offers can say so, and an operator sees live, dead and stopped workers."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -118,6 +119,7 @@ def heartbeat(
     host, pid, seen, stopped, live = previous
     if not recorded:  # a live row of another run (None: one inserted at the same moment)
         holder = WorkerEntry(worker.id, (), None, seen, host or "", pid or 0)
+        holder = dataclasses.replace(holder, instance=instance or "")
         return Heartbeat(held_by=holder, clock=clock)
     if instance is None or instance != worker.instance or live:
         return Heartbeat()

@@ -58,6 +58,7 @@ class WorkerRegistryContract:
         refused = await registry.record_worker(run_of("w1", "i2", pid=99, host="b"), LEASE)
         assert refused.held_by is not None
         assert (refused.held_by.pid, refused.held_by.host) == (4242, "host-a")
+        assert refused.held_by.instance == "i1"
         assert refused.clock is not None and refused.clock >= first_seen(refused)
         kept = (await listed(store))["w1"]
         assert (kept.instance, kept.pid, kept.processed) == ("i1", 4242, 3)
