@@ -117,8 +117,10 @@ BEGIN
             ('idle_workers',      'SELECT, INSERT, UPDATE, DELETE'),
             -- `result()` marks a task awaited; the finishing append deletes the mark.
             ('finish_waiters',    'SELECT, INSERT, DELETE'),
-            -- A worker records what it serves and offers (upsert, each round) and
-            -- deletes its row when it stops; `noeta tasks` reads them (ADR-0092).
+            -- A worker records who it is, what it serves and offers (upsert, each
+            -- round), marks its row stopped when it stops, and its round deletes the
+            -- rows that left an hour ago; `noeta tasks` and `noeta workers` read them
+            -- (ADR-0092, ADR-0100).
             ('workers',           'SELECT, INSERT, UPDATE, DELETE'),
             -- A unique or debounced enqueue locks its key's row (FOR UPDATE needs
             -- UPDATE), makes it, and points it at the new job (ADR-0093); never deleted.

@@ -107,6 +107,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "noeta.cli.worker:worker",
         "Claim tasks from the queues and run them until SIGTERM or SIGINT.",
     ),
+    "workers": LazyCommand(
+        "noeta.cli.workers:workers",
+        "List the live workers: host, pid, version, queues, tasks held, processed, failed.",
+    ),
 }
 
 

@@ -1,15 +1,15 @@
-"""The operator's other pages: workers (who holds which task, at which epoch, until
-when) and cron (each schedule's next fires in UTC and in its zone, and what its latest
-slots did)."""
+"""The operator's other pages: workers (the registry's, live and recently departed, and
+who holds which task, at which epoch, until when) and cron (each schedule's next fires in
+UTC and in its zone, and what its latest slots did)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from datetime import UTC
+from datetime import UTC, datetime
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from noeta.client.fleet import Fleet, FleetWorker, read_fleet, seen_ago
 from noeta.core.ports.store import CronFireRecord
 from noeta.core.ports.store_views import MAX_PAGE, HeldClaim
 from noeta.scheduler.slots import next_slot, zone
@@ -18,47 +18,103 @@ from noeta.web.site import Site
 
 HISTORY_ROWS = 10
 NEXT_FIRES = 3
+WORKER_HEADINGS = [
+    "worker",
+    "state",
+    "host",
+    "pid",
+    "version",
+    "queues",
+    "offers",
+    "concurrency",
+    "held",
+    "processed",
+    "failed",
+    "started",
+    "last seen",
+]
+DEPARTED_NOTE = (
+    "dead: silent past its lease (killed, frozen, cut off from the store); it is live again "
+    "at its next round, if it has one. stopped: it stopped and said so. Both are deleted "
+    "by the other workers' rounds an hour after."
+)
+UNLISTED_NOTE = (
+    "a noeta older than the registry, a `noeta run`, or a worker that died over an hour ago"
+)
+LEASE_NOTE = (
+    "A worker renews all its leases in one statement each round and records itself every "
+    "third of its lease. A lapsed lease is one the next claimer may take over."
+)
 
 
 async def workers_page(site: Site, request: Request) -> HTMLResponse:
-    store = await site.store()
-    held = await (await site.views()).held_claims(MAX_PAGE)
-    now = await store.clock()
-    by_worker: dict[str, list[HeldClaim]] = defaultdict(list)
-    for claim in held:
-        by_worker[claim.owner].append(claim)
-    if not by_worker:
-        body = '<p class="muted">no worker holds a task now</p>'
-        return HTMLResponse(page("Workers", body, status_line=h(f"store clock {utc(now)}")))
-    summary = []
-    sections = []
-    for worker, claims in sorted(by_worker.items()):
-        soonest = min(claim.lease_until for claim in claims)
-        left = (soonest - now).total_seconds()
+    """The registry's workers (ADR-0100), idle ones too, each with what it holds; the dead
+    and stopped of the last hour; and any holder the registry does not list."""
+    fleet = await read_fleet(await site.store(), departed=True)
+    live = [each for each in fleet.workers if each.worker.state == "live"]
+    departed = [each for each in fleet.workers if each.worker.state != "live"]
+    parts = [f"<h2>Live workers ({len(live)})</h2>"]
+    if live:
+        parts.append(table(WORKER_HEADINGS, [_worker_row(each, fleet) for each in live]))
+    else:
+        parts.append(
+            '<p class="muted">no worker is live: start one with <code>noeta worker</code></p>'
+        )
+    if departed:
+        parts.append(f"<h2>Dead or stopped in the last hour ({len(departed)})</h2>")
+        parts.append(table(WORKER_HEADINGS, [_worker_row(each, fleet) for each in departed]))
+        parts.append(f'<p class="muted">{h(DEPARTED_NOTE)}</p>')
+    for each in fleet.workers:
+        if each.held:
+            parts.append(f"<h2>{h(each.worker.id)} holds ({len(each.held)})</h2>")
+            parts.append(_held(each.held, fleet.clock))
+    for owner, held in fleet.unlisted.items():
+        parts.append(f"<h2>{h(owner)} holds ({len(held)})</h2>")
+        parts.append(f'<p class="muted">{h(owner)} is not in the registry: {h(UNLISTED_NOTE)}</p>')
+        parts.append(_held(held, fleet.clock))
+    if fleet.held_capped:
+        parts.append(f'<p class="muted">the first {MAX_PAGE} held tasks are shown</p>')
+    parts.append(f'<p class="muted">{h(LEASE_NOTE)}</p>')
+    status = h(f"store clock {utc(fleet.clock)}")
+    return HTMLResponse(page("Workers", "".join(parts), status_line=status))
+
+
+def _worker_row(each: FleetWorker, fleet: Fleet) -> list[str]:
+    w = each.worker
+    offers = "anything" if w.offers is None else ", ".join(w.offers) or "nothing"
+    return [
+        h(w.id),
+        h(w.state),
+        h(w.host or "-"),
+        h(w.pid or "-"),
+        h(w.version or "-"),
+        h(", ".join(w.queues)),
+        h(offers),
+        h(w.concurrency or "-"),
+        h(len(each.held)),
+        h(w.processed),
+        h(w.failed),
+        h(utc(w.started_at)),
+        h(seen_ago(w, fleet.clock)),
+    ]
+
+
+def _held(claims: tuple[HeldClaim, ...], now: datetime) -> str:
+    rows = []
+    for claim in claims:
+        left = (claim.lease_until - now).total_seconds()
         state = f"lease ends in {left:.1f} s" if left >= 0 else f"LAPSED {-left:.1f} s ago"
-        summary.append([h(worker), h(len(claims)), h(utc(soonest)), h(state)])
-        rows = [
+        rows.append(
             [
                 link(url(f"/tasks/{claim.task_id}"), claim.task_id),
                 status_badge(claim.status.value),
                 h(claim.queue),
                 h(claim.epoch),
-                h(utc(claim.lease_until)),
+                h(state),
                 h(utc(claim.updated_at)),
             ]
-            for claim in claims
-        ]
-        headings = ["task", "status", "queue", "epoch", "lease until", "last written"]
-        sections.append(f"<h2>{h(worker)}</h2>" + table(headings, rows))
-    note = (
-        "A worker renews all its leases in one statement each round: its lease end is "
-        "its last renewal plus its lease. A lapsed lease is one the next claimer may take over."
-    )
-    body = table(["worker", "tasks held", "soonest lease end", "state"], summary)
-    body += f'<p class="muted">{h(note)}</p>' + "".join(sections)
-    if len(held) == MAX_PAGE:
-        body += f'<p class="muted">the first {MAX_PAGE} held tasks are shown</p>'
-    return HTMLResponse(page("Workers", body, status_line=h(f"store clock {utc(now)}")))
+        )
+    return table(["task", "status", "queue", "epoch", "lease", "last written"], rows)
 
 
 async def cron_page(site: Site, request: Request) -> HTMLResponse:

@@ -92,7 +92,7 @@ class Worker:
         self.offers = offers_of(runner.pins)
         self.presence = Presence(
             store.capabilities.workers,
-            (settings.name, settings.queues, self.offers),
+            (settings.name, settings.queues, self.offers, settings.concurrency),
             settings.lease_seconds,
             settings.unrunnable_after,
             self._give_up,
@@ -111,6 +111,7 @@ class Worker:
     async def run(self, stop: asyncio.Event, hand_back: asyncio.Event | None = None) -> None:
         """Claim and run tasks until `stop` is set; then let running steps finish within
         the grace (or until `hand_back` is set) and hand every running task back."""
+        await self.presence.register()  # a name another live worker holds is refused
         await warm_up()  # before the first claim: nothing a claim starts waits on imports
         renewing = asyncio.create_task(self.renewer.run(), name="noeta-renewal")
         listening = asyncio.create_task(self._listen(), name="noeta-wakeups")
@@ -302,6 +303,7 @@ class Worker:
         try:
             result = await self.runner.run(claim, loaded)
             log.info("task %s: %s", claim.task_id, result.state.finished or result.outcome)
+            self.presence.count(result.state.finished)
             holding = result.outcome == "holding"
             if result.outcome == "handed_back":
                 await self._release(claim, "its step done")

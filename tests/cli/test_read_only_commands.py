@@ -18,6 +18,7 @@ READ_ONLY = [
     ["tail", "some-id", "--no-follow"],
     ["queue", "list"],
     ["limit", "list"],
+    ["workers"],
     ["cron", "history", "tick"],
 ]
 

@@ -29,6 +29,7 @@ from noeta.testing.store_contract.model_limits import ModelLimitContract
 from noeta.testing.store_contract.queue_limits import QueueLimitContract
 from noeta.testing.store_contract.retention import RetentionContract
 from noeta.testing.store_contract.unique_jobs import UniqueJobsContract
+from noeta.testing.store_contract.worker_registry import WorkerRegistryContract
 
 __all__ = ["LEASE", "SHORT_LEASE", "StoreContract", "created", "eventually_claim", "take_over"]
 
@@ -49,5 +50,6 @@ class StoreContract(
     QueueLimitContract,
     CapabilityContract,
     UniqueJobsContract,
+    WorkerRegistryContract,
 ):
     """Not collected by itself (no Test prefix); subclass as `TestXStore(StoreContract)`."""

@@ -154,7 +154,7 @@ class CapabilityContract:
             ("w2", ("q", "r"), None),
         ]
         assert all(w.last_seen is not None for w in live)
-        await registry.remove_worker("w2")
+        await registry.worker_stopped(WorkerEntry("w2", ("q", "r"), None))
         assert [w.id for w in await registry.live_workers()] == ["w1"]
 
     async def test_a_task_no_live_worker_can_run_is_reported(self, store: Store) -> None:
@@ -173,7 +173,7 @@ class CapabilityContract:
         assert await registry.unrunnable(everything) == {"b": ("jobs_b",)}
         claim = await store.claim_task("w", "a", LEASE, offers=["jobs_a"])
         assert claim is not None
-        await registry.remove_worker("w1")
+        await registry.worker_stopped(WorkerEntry("w1", ("q",), ("jobs_a",)))
         assert await registry.unrunnable(everything) == {"b": ("jobs_b",)}  # a runs
 
     async def test_overdue_tasks_are_those_no_live_worker_ran_in_time(self, store: Store) -> None:
