@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from noeta.core.errors import NoetaError, StoreError
-from noeta.web import actions, bulk_pages, live, ops_pages, task_list, task_page
+from noeta.web import actions, bulk_pages, live, ops_pages, queue_pages, task_list, task_page
 from noeta.web.gate import Gate
 from noeta.web.render import forget_secret, scrubbed
 from noeta.web.site import PageError, Site, error_page
@@ -67,6 +67,8 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
             route("/bulk/{action}", bulk_pages.act, ("POST",)),
             route("/workers", ops_pages.workers_page),
             route("/cron", ops_pages.cron_page),
+            route("/queues", queue_pages.queues_page),
+            route("/limits", queue_pages.limits_page),
             Mount("/static", StaticFiles(directory=str(static)), name="static"),
         ],
         exception_handlers={

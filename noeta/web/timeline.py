@@ -118,6 +118,9 @@ def _describe(
     kind = entry.type
     text = _field_text(raw)
     match kind:
+        case "TaskCreated" if not data.get("model"):  # a job: its call follows
+            said = f"job {', '.join(str(t) for t in data.get('tools') or [])}"
+            return "", "created", f"<div>{h(said)}</div>" + _forked(data)
         case "TaskCreated":
             facts = f"model {data.get('model')}" + (
                 " · interactive" if data.get("interactive") else ""

@@ -128,6 +128,10 @@ class StoreViews(Protocol):
         """Tasks held now (running, holding) by owner, then id."""
         ...
 
+    async def has_subtasks(self, task_id: str) -> bool:
+        """Whether the task's log launched a subtask (a task page links its subtasks then)."""
+        ...
+
 
 def check_page(limit: int) -> int:
     if isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:

@@ -4,21 +4,30 @@ from `queue_settings` (0010, ADR-0073), with what each queue holds now."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, overviews
-from noeta.core.ports.queue_settings import QueueChange, QueueOverview, QueueSettings
+from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, check_period, overviews
+from noeta.core.ports.queue_settings import (
+    FinishedCount,
+    QueueChange,
+    QueueOverview,
+    QueueSettings,
+)
 from noeta.core.ports.store import check_key
 
-# What a queue holds now: claimable (due, not held) and live claims (running or holding,
-# lease not lapsed), from the rows of the claim index (every claimed row is in it). An
-# empty list: every queue that has settings or such rows.
+# What a queue holds now: claimable (due, not held), live claims (running or holding,
+# lease not lapsed) and scheduled (due later, not held), from the rows of the claim index
+# (every claimed row is in it). An empty list: every queue that has settings or such rows.
 _COUNTS = """
 counts AS (
     SELECT queue,
            count(*) FILTER (WHERE claimable_at <= now()) AS claimable,
            count(*) FILTER (WHERE status IN ('running', 'holding') AND lease_until > now())
-               AS running
+               AS running,
+           count(*) FILTER (WHERE claimable_at > now() AND NOT (
+                   status IN ('running', 'holding') AND lease_until > now()))
+               AS scheduled
       FROM tasks
      WHERE claimable_at IS NOT NULL
        AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
@@ -30,10 +39,26 @@ QUEUE_OVERVIEW = f"""
 WITH {_COUNTS}
 SELECT coalesce(s.queue, c.queue), s.concurrency, s.per_key_concurrency, s.rate_count,
        s.rate_seconds, coalesce(s.paused, false), s.queue IS NOT NULL,
-       coalesce(c.claimable, 0), coalesce(c.running, 0)
+       coalesce(c.claimable, 0), coalesce(c.running, 0), coalesce(c.scheduled, 0),
+       s.updated_at
   FROM queue_settings AS s FULL JOIN counts AS c ON c.queue = s.queue
  WHERE cardinality(%(queues)s::text[]) = 0 OR coalesce(s.queue, c.queue) = ANY(%(queues)s::text[])
  ORDER BY 1
+"""
+
+# Finished tasks per queue and period, through tasks_finished (finished_at, 0010): the
+# rows finished since the start, each period's start a whole number of periods from the
+# epoch, so a page's periods line up however often it is read.
+FINISHED_PER_PERIOD = """
+SELECT queue,
+       to_timestamp(floor(extract(epoch FROM finished_at) / %(period)s) * %(period)s) AS start,
+       count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
+       count(*) FILTER (WHERE status = 'cancelled')
+  FROM tasks
+ WHERE finished_at >= %(since)s
+   AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
+ GROUP BY 1, 2
+ ORDER BY 1, 2
 """
 
 RUNNING_BY_KEY = """
@@ -92,3 +117,11 @@ class PostgresQueues(PostgresConnection):
         found = [row[0] for row in rows]
         by_key = await self._read(RUNNING_BY_KEY, {"queues": found}) if found else []
         return overviews(rows, by_key, TOP_KEYS)
+
+    async def finished_per_period(
+        self, since: datetime, period_seconds: int, queues: Sequence[str] = ()
+    ) -> list[FinishedCount]:
+        names = [check_key("queue name", queue) for queue in queues]
+        params = {"since": since, "period": check_period(period_seconds), "queues": names}
+        rows = await self._read(FINISHED_PER_PERIOD, params)
+        return [FinishedCount(*row) for row in rows]

@@ -100,6 +100,10 @@ SELECT id, queue, status, owner, owner_epoch, lease_until, updated_at FROM tasks
  WHERE status IN ('running', 'holding') ORDER BY owner, id LIMIT %(limit)s
 """
 
+# A walk of the task's own events (the primary key's range), stopped at the first launch.
+HAS_SUBTASKS = """
+SELECT EXISTS (SELECT 1 FROM events WHERE task_id = %(task)s AND type = 'SubtaskLaunched')"""
+
 PREVIEW_CHARS = 2000
 _NEWEST = (datetime(9999, 12, 31, tzinfo=UTC), "")  # before every real row
 
@@ -200,6 +204,10 @@ class PostgresViews(PostgresConnection):
             HeldClaim(task, queue, TaskStatus(status), owner, epoch, lease, updated)
             for task, queue, status, owner, epoch, lease, updated in rows
         ]
+
+    async def has_subtasks(self, task_id: str) -> bool:
+        rows = await self._read(HAS_SUBTASKS, {"task": task_id})
+        return bool(rows[0][0])
 
 
 def _selection(

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from datetime import datetime
 
-from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, overviews
+from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, check_period, overviews
 from noeta.backends.stores.sqlite.connection import SqliteConnection
-from noeta.backends.stores.sqlite.encoding import now_micros
+from noeta.backends.stores.sqlite.encoding import from_micros, now_micros, to_micros
 from noeta.core.ports.payload import JSONValue, encode
-from noeta.core.ports.queue_settings import QueueChange, QueueOverview, QueueSettings
+from noeta.core.ports.queue_settings import (
+    FinishedCount,
+    QueueChange,
+    QueueOverview,
+    QueueSettings,
+)
 from noeta.core.ports.store import check_key
 
 _NAMED = "(json_array_length(:queues) = 0 OR {column} IN (SELECT value FROM json_each(:queues)))"
@@ -18,7 +24,9 @@ QUEUE_OVERVIEW = f"""
 WITH counts AS (
     SELECT queue,
            sum(claimable_at <= :now) AS claimable,
-           sum(status IN ('running', 'holding') AND lease_until > :now) AS running
+           sum(status IN ('running', 'holding') AND lease_until > :now) AS running,
+           sum(claimable_at > :now AND NOT (status IN ('running', 'holding')
+                                            AND lease_until > :now)) AS scheduled
       FROM tasks WHERE claimable_at IS NOT NULL AND {_NAMED.format(column="queue")}
      GROUP BY queue
 ), named AS (
@@ -27,11 +35,21 @@ WITH counts AS (
 )
 SELECT n.queue, s.concurrency, s.per_key_concurrency, s.rate_count, s.rate_seconds,
        coalesce(s.paused, 0), s.queue IS NOT NULL, coalesce(c.claimable, 0),
-       coalesce(c.running, 0)
+       coalesce(c.running, 0), coalesce(c.scheduled, 0), s.updated_at
   FROM named AS n
   LEFT JOIN queue_settings AS s ON s.queue = n.queue
   LEFT JOIN counts AS c ON c.queue = n.queue
  ORDER BY n.queue"""
+# Finished tasks per queue and period, through tasks_finished: this store keeps no
+# finished_at, and a finished row's updated_at is its finish (as pruning reads it).
+FINISHED_PER_PERIOD = f"""
+SELECT queue, updated_at / :period * :period AS start,
+       sum(status = 'done'), sum(status = 'failed'), sum(status = 'cancelled')
+  FROM tasks
+ WHERE status IN ('done', 'failed', 'cancelled') AND updated_at >= :since
+   AND {_NAMED.format(column="queue")}
+ GROUP BY 1, 2
+ ORDER BY 1, 2"""
 RUNNING_BY_KEY = """
 SELECT queue, concurrency_key, count(*) FROM tasks
  WHERE status IN ('running', 'holding') AND lease_until > :now
@@ -85,4 +103,17 @@ class SqliteQueues(SqliteConnection):
         found: list[JSONValue] = [row[0] for row in rows]
         by_key_values = {"now": now, "queues": encode(found)}
         by_key = await self._run(self._read_all, RUNNING_BY_KEY, by_key_values)
-        return overviews(rows, by_key, TOP_KEYS)
+        changed = [(*row[:10], None if row[10] is None else from_micros(row[10])) for row in rows]
+        return overviews(changed, by_key, TOP_KEYS)
+
+    async def finished_per_period(
+        self, since: datetime, period_seconds: int, queues: Sequence[str] = ()
+    ) -> list[FinishedCount]:
+        names: list[JSONValue] = [check_key("queue name", queue) for queue in queues]
+        period = check_period(period_seconds) * 1_000_000
+        params = {"since": to_micros(since), "period": period, "queues": encode(names)}
+        rows = await self._run(self._read_all, FINISHED_PER_PERIOD, params)
+        return [
+            FinishedCount(queue, from_micros(start), done, failed, cancelled)
+            for queue, start, done, failed, cancelled in rows
+        ]
