@@ -15,6 +15,7 @@ from noeta.core.ports.model_limits import LIMIT_HEADINGS, limit_cells
 from noeta.core.ports.queue_settings import FinishedCount, QueueOverview, queue_settings_store
 from noeta.core.ports.store import check_key
 from noeta.web.charts import WINDOWS, throughput_chart
+from noeta.web.finished_history import FinishedHistory
 from noeta.web.render import h, link, page, table, url, utc
 from noeta.web.site import PageError, Site
 
@@ -31,7 +32,7 @@ QUEUE_HEADINGS = (
 )
 
 
-async def queues_page(site: Site, request: Request) -> HTMLResponse:
+async def queues_page(site: Site, request: Request, history: FinishedHistory) -> HTMLResponse:
     window_name = request.query_params.get("range") or "hour"
     window = WINDOWS.get(window_name)
     if window is None:
@@ -46,7 +47,7 @@ async def queues_page(site: Site, request: Request) -> HTMLResponse:
     now = await store.clock()
     overviews = await queues.queue_overview(names)
     counts: dict[str, list[FinishedCount]] = defaultdict(list)
-    for count in await queues.finished_per_period(window.first(now), window.seconds, names):
+    for count in await history.per_period(queues, now, window, names):
         counts[count.queue].append(count)
     shown = sorted({*(o.queue for o in overviews), *counts})
     if not shown:

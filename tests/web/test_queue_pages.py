@@ -1,7 +1,7 @@
 """The queues and limits pages over HTTP on a real PostgreSQL store: the figures of
 `noeta queue list` and `noeta limit list`, what the settings do, the throughput chart,
-their bad input; and the task page's rough edges (a job read as a job, a subtasks link
-only when there are subtasks)."""
+their bad input, the per-minute rollup that keeps them cheap; and the task page's rough
+edges (a job read as a job, a subtasks link only when there are subtasks)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ import re
 from collections.abc import Callable
 from datetime import timedelta
 
+import psycopg
 from starlette.testclient import TestClient
 
 from noeta.client.job_tasks import JOB_CALL_ID
-from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
+from noeta.core.ports.queue_settings import FinishedCount, QueueChange, queue_settings_store
 from noeta.core.ports.store import Finish, NewTask, Store, TaskStatus
 from noeta.core.rules import events
+from noeta.web.charts import WINDOWS
+from noeta.web.finished_history import FinishedHistory
 from tests.web.conftest import SCRIPT, encoded, task_with_log
 
 
@@ -127,3 +130,29 @@ async def test_the_subtasks_link_shows_only_when_the_task_launched_one(
     http = web()
     assert ">subtasks</a>" not in http.get("/tasks/alone").text
     assert '<a href="/tasks?parent=parent">subtasks</a>' in http.get("/tasks/parent").text
+
+
+async def test_the_throughput_rollup_reads_a_final_minute_once(
+    store: Store, postgres_url: str
+) -> None:
+    for n, status in enumerate([TaskStatus.DONE, TaskStatus.DONE, TaskStatus.FAILED]):
+        claim = await task_with_log(store, f"old-{n}")
+        await store.append(claim, 1, [], next_state=Finish(status))
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        # Finished ten minutes ago: final minutes, past the settling time.
+        await admin.execute("UPDATE tasks SET finished_at = finished_at - interval '10 minutes'")
+    history, hour, port = FinishedHistory(), WINDOWS["hour"], queue_settings_store(store)
+
+    def totals(counts: list[FinishedCount]) -> tuple[int, int]:
+        return sum(c.done for c in counts), sum(c.failed for c in counts)
+
+    assert totals(await history.per_period(port, await store.clock(), hour, [])) == (2, 1)
+    read = history.rows_read
+    assert read >= 1
+    assert totals(await history.per_period(port, await store.clock(), hour, [])) == (2, 1)
+    assert history.rows_read == read  # nothing final is read again
+    claim = await task_with_log(store, "new")
+    await store.append(claim, 1, [], next_state=Finish())
+    assert totals(await history.per_period(port, await store.clock(), hour, [])) == (3, 1)
+    assert history.rows_read == read + 1  # the one minute not yet final
+    assert await history.per_period(port, await store.clock(), hour, ["other"]) == []

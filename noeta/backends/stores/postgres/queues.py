@@ -48,10 +48,11 @@ SELECT coalesce(s.queue, c.queue), s.concurrency, s.per_key_concurrency, s.rate_
 
 # Finished tasks per queue and period, through tasks_finished (finished_at, 0010): the
 # rows finished since the start, each period's start a whole number of periods from the
-# epoch, so a page's periods line up however often it is read.
+# epoch, so a page's periods line up however often it is read (date_part: a float8, far
+# cheaper per row than extract's numeric).
 FINISHED_PER_PERIOD = """
 SELECT queue,
-       to_timestamp(floor(extract(epoch FROM finished_at) / %(period)s) * %(period)s) AS start,
+       to_timestamp(floor(date_part('epoch', finished_at) / %(period)s) * %(period)s) AS start,
        count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
        count(*) FILTER (WHERE status = 'cancelled')
   FROM tasks
