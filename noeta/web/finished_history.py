@@ -13,9 +13,10 @@ from noeta.core.ports.queue_settings import FinishedCount, QueueSettingsStore
 from noeta.web.charts import Window
 
 MINUTE = timedelta(minutes=1)
-# A minute is final once it ended this long ago: a finish is stamped with its
-# transaction's time, and a transaction that commits a little later must still be seen.
-SETTLE = timedelta(minutes=2)
+# A minute is final once it ended this long ago: a finish is stamped at its append's
+# fence, and the append commits a moment later (milliseconds; a group commit's wait). A
+# finish committed later still than this is missed by the charts of this process.
+SETTLE = timedelta(seconds=30)
 KEPT = timedelta(hours=25)  # the day chart's 24 hours, from the start of the first one
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
