@@ -14,7 +14,7 @@ from noeta.core.errors import ConfigError
 from noeta.core.ports.model_limits import LIMIT_HEADINGS, limit_cells
 from noeta.core.ports.queue_settings import FinishedCount, QueueOverview, queue_settings_store
 from noeta.core.ports.store import check_key
-from noeta.web.charts import WINDOWS, throughput_chart
+from noeta.web.charts import PARTS, WINDOWS, throughput_chart
 from noeta.web.finished_history import FinishedHistory
 from noeta.web.render import h, link, page, table, url, utc
 from noeta.web.site import PageError, Site
@@ -91,7 +91,11 @@ def _ranges(current: str, queue: str) -> str:
         chosen = name == current
         where = url("/queues", queue=queue, range=name)
         choices.append(f"<b>{h(words)}</b>" if chosen else link(where, words))
-    return f'<h2>finished tasks</h2><p class="ranges">{" · ".join(choices)}</p>'
+    legend = "".join(f'<i class="{css}"></i>{h(word)} ' for _, css, word in PARTS)
+    return (
+        f'<h2>finished tasks</h2><p class="ranges">{" · ".join(choices)}'
+        f'<span class="legend">{legend}</span></p>'
+    )
 
 
 async def limits_page(site: Site, request: Request) -> HTMLResponse:

@@ -216,7 +216,9 @@ def test_a_browser_reads_the_queues_and_limits_pages_live_and_a_finish_drops_can
         assert chromium.wait_for("table.queues td:nth-child(2)") == "1"  # mail-1 is claimable
         asyncio.run(_more_mail(postgres_url, 3))  # the page reads itself again: 4 claimable
         assert chromium.wait_for("table.queues td:nth-child(2)", "4") == "4"
-        assert "finished in the last hour" in chromium.wait_for("figure.chart figcaption")
+        caption = chromium.wait_for("figure.chart figcaption")
+        assert caption == "mail: 4 finished in the last hour, per minute (UTC)"
+        chromium.screenshot(artifacts() / "web-queues.png")
 
         chromium.click('nav a[href="/limits"]', navigates=True)
         row = chromium.wait_for("table.limits tbody tr", "anthropic/claude-x")
@@ -235,11 +237,11 @@ def test_a_browser_reads_the_queues_and_limits_pages_live_and_a_finish_drops_can
 
 
 async def _queue_limit_and_running_task(url: str) -> Claim:
-    """Queue `mail` (concurrency 3) with one task running and one claimable, and a model
-    limit; the running task's claim."""
+    """Queue `mail` (concurrency 3) with one task running, one claimable and four
+    finished (one failed), and a model limit; the running task's claim."""
     from noeta.backends.stores import open_store
     from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
-    from noeta.core.ports.store import NewEvent, NewTask
+    from noeta.core.ports.store import Finish, NewEvent, NewTask
 
     store = await open_store(url, migrate=True)
     try:
@@ -247,6 +249,11 @@ async def _queue_limit_and_running_task(url: str) -> Claim:
         first = [NewEvent(*events.encode(created))]
         for n in range(2):
             assert await store.create_task(NewTask(f"mail-{n}", first, queue="mail"))
+        for n, status in enumerate([TaskStatus.DONE] * 3 + [TaskStatus.FAILED]):
+            assert await store.create_task(NewTask(f"ended-{n}", first, queue="mail"))
+            ended = await store.claim_task("worker-a", f"ended-{n}", 300)
+            assert ended is not None
+            await store.append(ended, 1, [], next_state=Finish(status))
         await queue_settings_store(store).set_queue("mail", QueueChange(concurrency=3))
         claim = await store.claim_task("worker-a", "mail-0", 300)
         assert claim is not None

@@ -72,7 +72,7 @@ async def test_the_queues_page_draws_finished_tasks_per_minute_and_per_hour(
         titles = re.findall(r"<title>(\d\d:\d\d UTC: [^<]*)</title>", page)
         done = sum(int(t.split(": ", 1)[1].split(" done")[0]) for t in set(titles))
         assert done == 2 and any("1 failed" in t for t in titles), titles
-        assert page.count('class="bar-failed"') == 1
+        assert page.count('<rect class="bar-failed"') == 1
 
 
 async def test_the_queues_page_refuses_a_bad_range_or_queue_with_one_message(
