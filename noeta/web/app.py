@@ -17,8 +17,8 @@ from starlette.staticfiles import StaticFiles
 
 from noeta.core.errors import NoetaError, StoreError
 from noeta.web import actions, bulk_pages, live, ops_pages, queue_pages, task_list, task_page
-from noeta.web.finished_history import FinishedHistory
 from noeta.web.gate import Gate
+from noeta.web.queue_history import QueueHistory
 from noeta.web.render import forget_secret, scrubbed
 from noeta.web.site import PageError, Site, error_page
 
@@ -40,7 +40,7 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
     async def follow(site: Site, request: Request) -> Response:
         return await live.follow(site, feed, request)
 
-    history = FinishedHistory()  # the queues page's per-minute counts, kept here
+    history = QueueHistory()  # the queues page's per-minute counts, kept here
 
     async def queues(site: Site, request: Request) -> Response:
         return await queue_pages.queues_page(site, request, history)

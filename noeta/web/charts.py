@@ -1,5 +1,6 @@
 """Throughput charts drawn on the server as SVG (no script, no chart library): a queue's
-finished tasks per period as stacked bars, done under failed under cancelled."""
+finished tasks per period as stacked bars, done under failed under cancelled, and its
+unfinished tasks at each period's end as a line."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from noeta.core.ports.queue_settings import FinishedCount
+from noeta.core.ports.queue_settings import QueueActivity
 from noeta.web.render import h
 
 WIDTH, HEIGHT = 640, 140
 TOP, BOTTOM, LEFT = 12, 22, 44  # room for the scale on the left and the times below
-# Stacked from the bottom: (field of FinishedCount, CSS class, the word in a bar's title).
+# Stacked from the bottom: (field of QueueActivity, CSS class, the word in a bar's title).
 PARTS = (
     ("done", "bar-done", "done"),
     ("failed", "bar-failed", "failed"),
@@ -43,11 +44,11 @@ WINDOWS = {
 
 
 def throughput_chart(
-    queue: str, counts: Sequence[FinishedCount], window: Window, now: datetime
+    queue: str, counts: Sequence[QueueActivity], window: Window, now: datetime
 ) -> str:
     """One queue's chart: a bar per period of `window`, empty periods as gaps."""
     first = window.first(now)
-    slots: list[FinishedCount | None] = [None] * window.periods
+    slots: list[QueueActivity | None] = [None] * window.periods
     for found in counts:
         index = (found.start - first) // timedelta(seconds=window.seconds)
         if 0 <= index < window.periods:
@@ -75,7 +76,37 @@ def throughput_chart(
             )
     total = sum(totals)
     label = f"{queue}: {total:,} finished in the last {window.name}, {window.per} (UTC)"
-    axis = (
+    axis = _axis(top, first, now)
+    return _figure("chart", label, axis + "".join(bars))
+
+
+def depth_chart(queue: str, ends: Sequence[int], window: Window, now: datetime) -> str:
+    """One queue's unfinished tasks at the end of each period of `window`, as a line."""
+    first = window.first(now)
+    top = max(ends, default=0) or 1
+    plot_width, plot_height = WIDTH - LEFT, HEIGHT - TOP - BOTTOM
+    step = plot_width / window.periods
+    points, marks = [], []
+    for index, value in enumerate(ends):
+        x = LEFT + (index + 1) * step
+        y = HEIGHT - BOTTOM - plot_height * value / top
+        points.append(f"{x:.1f},{y:.1f}")
+        end = first + timedelta(seconds=(index + 1) * window.seconds)
+        at = "now" if index == len(ends) - 1 else f"{end.strftime('%H:%M')} UTC"
+        marks.append(
+            f'<circle class="depth" cx="{x:.1f}" cy="{y:.1f}" r="2">'
+            f"<title>{h(f'{at}: {value} unfinished')}</title></circle>"
+        )
+    now_count = ends[-1] if ends else 0
+    label = f"{queue}: {now_count:,} unfinished now; at the end of each {window.per[4:]}"
+    axis = _axis(top, first, now)
+    line = f'<polyline class="depth" points="{" ".join(points)}"/>'
+    return _figure("chart depth", label, axis + line + "".join(marks))
+
+
+def _axis(top: int, first: datetime, now: datetime) -> str:
+    """The baseline, the scale (0 and `top`) and the first and last times."""
+    return (
         f'<line class="axis" x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH}"'
         f' y2="{HEIGHT - BOTTOM}"/>'
         f'<text x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end">{top}</text>'
@@ -84,9 +115,11 @@ def throughput_chart(
         f'<text x="{WIDTH}" y="{HEIGHT - 6}" text-anchor="end">'
         f"{h(now.astimezone(UTC).strftime('%H:%M'))}</text>"
     )
+
+
+def _figure(css: str, label: str, drawn: str) -> str:
     return (
-        f'<figure class="chart"><svg xmlns="http://www.w3.org/2000/svg" role="img"'
+        f'<figure class="{css}"><svg xmlns="http://www.w3.org/2000/svg" role="img"'
         f' viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}"'
-        f' aria-label="{h(label)}">{axis}{"".join(bars)}</svg>'
-        f"<figcaption>{h(label)}</figcaption></figure>"
+        f' aria-label="{h(label)}">{drawn}</svg><figcaption>{h(label)}</figcaption></figure>'
     )

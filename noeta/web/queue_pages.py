@@ -12,10 +12,10 @@ from starlette.responses import HTMLResponse
 
 from noeta.core.errors import ConfigError
 from noeta.core.ports.model_limits import LIMIT_HEADINGS, limit_cells
-from noeta.core.ports.queue_settings import FinishedCount, QueueOverview, queue_settings_store
+from noeta.core.ports.queue_settings import QueueActivity, QueueOverview, queue_settings_store
 from noeta.core.ports.store import check_key
-from noeta.web.charts import PARTS, WINDOWS, throughput_chart
-from noeta.web.finished_history import FinishedHistory
+from noeta.web.charts import PARTS, WINDOWS, depth_chart, throughput_chart
+from noeta.web.queue_history import QueueHistory, unfinished_at_ends
 from noeta.web.render import h, link, page, table, url, utc
 from noeta.web.site import PageError, Site
 
@@ -32,7 +32,7 @@ QUEUE_HEADINGS = (
 )
 
 
-async def queues_page(site: Site, request: Request, history: FinishedHistory) -> HTMLResponse:
+async def queues_page(site: Site, request: Request, history: QueueHistory) -> HTMLResponse:
     window_name = request.query_params.get("range") or "hour"
     window = WINDOWS.get(window_name)
     if window is None:
@@ -46,7 +46,7 @@ async def queues_page(site: Site, request: Request, history: FinishedHistory) ->
     queues = queue_settings_store(store)
     now = await store.clock()
     overviews = await queues.queue_overview(names)
-    counts: dict[str, list[FinishedCount]] = defaultdict(list)
+    counts: dict[str, list[QueueActivity]] = defaultdict(list)
     for count in await history.per_period(queues, now, window, names):
         counts[count.queue].append(count)
     shown = sorted({*(o.queue for o in overviews), *counts})
@@ -55,12 +55,17 @@ async def queues_page(site: Site, request: Request, history: FinishedHistory) ->
     else:
         body = table(QUEUE_HEADINGS, [_row(o) for o in overviews], css="queues")
         body += _ranges(window.name, named)
-        body += "".join(throughput_chart(q, counts[q], window, now) for q in shown)
+        unfinished = {o.queue: o.unfinished for o in overviews}
+        for queue in shown:
+            ends = unfinished_at_ends(counts[queue], unfinished.get(queue, 0), window, now)
+            body += throughput_chart(queue, counts[queue], window, now)
+            body += depth_chart(queue, ends, window, now)
     note = (
         "Claimable now: due and not held. Waiting for a slot: claimable, but held back by "
         "a pause or by the concurrency (per-key and rate limits are not counted there). "
         "Scheduled later: due later, by a delay, a retry's backoff or a model limit's wait. "
-        "The same figures as noeta queue list."
+        "The same figures as noeta queue list. Unfinished: ready, running, holding or "
+        "waiting, counted back from now by the tasks created and finished since."
     )
     body = f'<div id="figures">{body}</div><p class="muted">{h(note)}</p>'
     title = f"Queue {named}" if named else "Queues"
@@ -93,7 +98,7 @@ def _ranges(current: str, queue: str) -> str:
         choices.append(f"<b>{h(words)}</b>" if chosen else link(where, words))
     legend = "".join(f'<i class="{css}"></i>{h(word)} ' for _, css, word in PARTS)
     return (
-        f'<h2>finished tasks</h2><p class="ranges">{" · ".join(choices)}'
+        f'<h2>finished and unfinished tasks</h2><p class="ranges">{" · ".join(choices)}'
         f'<span class="legend">{legend}</span></p>'
     )
 

@@ -13,11 +13,11 @@ import psycopg
 from starlette.testclient import TestClient
 
 from noeta.client.job_tasks import JOB_CALL_ID
-from noeta.core.ports.queue_settings import FinishedCount, QueueChange, queue_settings_store
+from noeta.core.ports.queue_settings import QueueActivity, QueueChange, queue_settings_store
 from noeta.core.ports.store import Finish, NewTask, Store, TaskStatus
 from noeta.core.rules import events
 from noeta.web.charts import WINDOWS
-from noeta.web.finished_history import FinishedHistory
+from noeta.web.queue_history import QueueHistory
 from tests.web.conftest import SCRIPT, encoded, task_with_log
 
 
@@ -69,7 +69,7 @@ async def test_the_queues_page_draws_finished_tasks_per_minute_and_per_hour(
         page = http.get("/queues", params={"range": window}).text
         caption = f"default: 3 finished in the last {window}, {per} (UTC)"
         assert f"<figcaption>{caption}</figcaption>" in page
-        titles = re.findall(r"<title>(\d\d:\d\d UTC: [^<]*)</title>", page)
+        titles = re.findall(r"<title>(\d\d:\d\d UTC: [^<]* done[^<]*)</title>", page)
         done = sum(int(t.split(": ", 1)[1].split(" done")[0]) for t in set(titles))
         assert done == 2 and any("1 failed" in t for t in titles), titles
         assert page.count('<rect class="bar-failed"') == 1
@@ -139,11 +139,14 @@ async def test_the_throughput_rollup_reads_a_final_minute_once(
         claim = await task_with_log(store, f"old-{n}")
         await store.append(claim, 1, [], next_state=Finish(status))
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
-        # Finished ten minutes ago: final minutes, past the settling time.
-        await admin.execute("UPDATE tasks SET finished_at = finished_at - interval '10 minutes'")
-    history, hour, port = FinishedHistory(), WINDOWS["hour"], queue_settings_store(store)
+        # Created and finished ten minutes ago: final minutes, past the settling time.
+        await admin.execute(
+            "UPDATE tasks SET created_at = created_at - interval '10 minutes',"
+            " finished_at = finished_at - interval '10 minutes'"
+        )
+    history, hour, port = QueueHistory(), WINDOWS["hour"], queue_settings_store(store)
 
-    def totals(counts: list[FinishedCount]) -> tuple[int, int]:
+    def totals(counts: list[QueueActivity]) -> tuple[int, int]:
         return sum(c.done for c in counts), sum(c.failed for c in counts)
 
     assert totals(await history.per_period(port, await store.clock(), hour, [])) == (2, 1)
@@ -154,5 +157,21 @@ async def test_the_throughput_rollup_reads_a_final_minute_once(
     claim = await task_with_log(store, "new")
     await store.append(claim, 1, [], next_state=Finish())
     assert totals(await history.per_period(port, await store.clock(), hour, [])) == (3, 1)
-    assert history.rows_read == read + 1  # the one minute not yet final
+    # Only the minutes not yet final: the one of its creation and finish (or two).
+    assert history.rows_read - read in (1, 2)
     assert await history.per_period(port, await store.clock(), hour, ["other"]) == []
+
+
+async def test_the_queues_page_draws_unfinished_tasks_counted_back_from_now(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    for n in range(3):
+        await task_with_log(store, f"open-{n}")  # running: unfinished
+    claim = await task_with_log(store, "ended")
+    await store.append(claim, 1, [], next_state=Finish())
+    page = web().get("/queues").text
+    assert "<figcaption>default: 3 unfinished now; at the end of each minute</figcaption>" in page
+    points = re.findall(r"<title>([^<]*) unfinished</title>", page)
+    assert len(points) == 60 and points[-1] == "now: 3", points[-3:]
+    # An hour ago none of them existed: the line starts at 0 and ends at 3.
+    assert points[0].endswith(": 0") and {p.rsplit(": ", 1)[1] for p in points} <= {"0", "3", "4"}

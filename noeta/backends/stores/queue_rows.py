@@ -24,7 +24,8 @@ def overviews(
     rows: Sequence[Sequence[Any]], by_key: Sequence[Sequence[Any]], top: int
 ) -> list[QueueOverview]:
     """QUEUE_OVERVIEW's rows (queue, the five settings, has settings, claimable, running,
-    scheduled, changed at) with the `top` busiest keys of each queue (RUNNING_BY_KEY)."""
+    scheduled, changed at, unfinished) with the `top` busiest keys of each queue
+    (RUNNING_BY_KEY)."""
     keys: dict[str, dict[str, int]] = {}
     for queue, key, count in by_key:
         busiest = keys.setdefault(queue, {})
@@ -39,6 +40,7 @@ def overviews(
             keys.get(row[0], {}),
             row[9],
             row[10],
+            row[11],
         )
         for row in rows
     ]

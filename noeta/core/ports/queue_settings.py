@@ -117,6 +117,7 @@ class QueueOverview:
     running_by_key: Mapping[str, int] = field(default_factory=dict)  # the busiest keys
     scheduled: int = 0  # due later (a delay, a retry's backoff, a budget's wait), not held
     changed_at: datetime | None = None  # when its settings were last set (None: none)
+    unfinished: int = 0  # every task not finished: ready, running, holding, waiting
 
     @property
     def queue(self) -> str:
@@ -161,11 +162,13 @@ class QueueOverview:
 
 
 @dataclass(frozen=True, slots=True)
-class FinishedCount:
-    """How many tasks of a queue finished in one period (the queues page's charts)."""
+class QueueActivity:
+    """How many tasks of a queue were created, and how many finished, in one period (the
+    queues page's charts)."""
 
     queue: str
     start: datetime  # the period's start, a whole number of periods since the Unix epoch
+    created: int
     done: int
     failed: int
     cancelled: int
@@ -189,13 +192,13 @@ class QueueSettingsStore(Protocol):
         """Every queue that has settings or tasks (or just `queues`), sorted by name."""
         ...
 
-    async def finished_per_period(
+    async def activity_per_period(
         self, since: datetime, period_seconds: int, queues: Sequence[str] = ()
-    ) -> list[FinishedCount]:
-        """Tasks that finished at `since` or later, counted per queue (or just `queues`)
-        and per period of `period_seconds` (periods aligned on the Unix epoch), from the
-        finish times the store keeps; periods with none are left out. Ordered by queue,
-        then start."""
+    ) -> list[QueueActivity]:
+        """Tasks created, and tasks finished, at `since` or later, counted per queue (or
+        just `queues`) and per period of `period_seconds` (periods aligned on the Unix
+        epoch), from the creation and finish times the store keeps; periods with none are
+        left out. Ordered by queue, then start."""
         ...
 
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, check_period, overviews
 from noeta.core.ports.queue_settings import (
-    FinishedCount,
+    QueueActivity,
     QueueChange,
     QueueOverview,
     QueueSettings,
@@ -33,31 +33,48 @@ counts AS (
        AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
      GROUP BY queue
 )"""
+# Every task not finished, per queue: ready and waiting through the status index (0021),
+# running and holding through tasks_by_owner; a finished row is never read.
+_UNFINISHED = """
+unfinished AS (
+    SELECT queue, count(*) AS unfinished FROM tasks
+     WHERE status IN ('ready', 'waiting', 'running', 'holding')
+       AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
+     GROUP BY queue
+)"""
 _SETTINGS_COLUMNS = "concurrency, per_key_concurrency, rate_count, rate_seconds, paused"
 
 QUEUE_OVERVIEW = f"""
-WITH {_COUNTS}
+WITH {_COUNTS}, {_UNFINISHED}
 SELECT coalesce(s.queue, c.queue), s.concurrency, s.per_key_concurrency, s.rate_count,
        s.rate_seconds, coalesce(s.paused, false), s.queue IS NOT NULL,
        coalesce(c.claimable, 0), coalesce(c.running, 0), coalesce(c.scheduled, 0),
-       s.updated_at
+       s.updated_at, coalesce(u.unfinished, 0)
   FROM queue_settings AS s FULL JOIN counts AS c ON c.queue = s.queue
+  LEFT JOIN unfinished AS u ON u.queue = coalesce(s.queue, c.queue)
  WHERE cardinality(%(queues)s::text[]) = 0 OR coalesce(s.queue, c.queue) = ANY(%(queues)s::text[])
  ORDER BY 1
 """
 
-# Finished tasks per queue and period, through tasks_finished (finished_at, 0010): the
-# rows finished since the start, each period's start a whole number of periods from the
-# epoch, so a page's periods line up however often it is read (date_part: a float8, far
-# cheaper per row than extract's numeric).
-FINISHED_PER_PERIOD = """
-SELECT queue,
-       to_timestamp(floor(date_part('epoch', finished_at) / %(period)s) * %(period)s) AS start,
-       count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
-       count(*) FILTER (WHERE status = 'cancelled')
-  FROM tasks
- WHERE finished_at >= %(since)s
-   AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
+# Tasks created and tasks finished per queue and period: two index ranges, of
+# tasks_by_creation (0011) and tasks_finished (0010), each row read once per side. Each
+# period's start is a whole number of periods from the epoch, so a page's periods line
+# up however often it is read (date_part: a float8, far cheaper per row than extract's
+# numeric).
+ACTIVITY_PER_PERIOD = """
+WITH happened AS (
+    SELECT queue, created_at AS at, NULL::text AS ended FROM tasks
+     WHERE created_at >= %(since)s
+       AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
+    UNION ALL
+    SELECT queue, finished_at, status FROM tasks
+     WHERE finished_at >= %(since)s
+       AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
+)
+SELECT queue, to_timestamp(floor(date_part('epoch', at) / %(period)s) * %(period)s),
+       count(*) FILTER (WHERE ended IS NULL), count(*) FILTER (WHERE ended = 'done'),
+       count(*) FILTER (WHERE ended = 'failed'), count(*) FILTER (WHERE ended = 'cancelled')
+  FROM happened
  GROUP BY 1, 2
  ORDER BY 1, 2
 """
@@ -119,10 +136,10 @@ class PostgresQueues(PostgresConnection):
         by_key = await self._read(RUNNING_BY_KEY, {"queues": found}) if found else []
         return overviews(rows, by_key, TOP_KEYS)
 
-    async def finished_per_period(
+    async def activity_per_period(
         self, since: datetime, period_seconds: int, queues: Sequence[str] = ()
-    ) -> list[FinishedCount]:
+    ) -> list[QueueActivity]:
         names = [check_key("queue name", queue) for queue in queues]
         params = {"since": since, "period": check_period(period_seconds), "queues": names}
-        rows = await self._read(FINISHED_PER_PERIOD, params)
-        return [FinishedCount(*row) for row in rows]
+        rows = await self._read(ACTIVITY_PER_PERIOD, params)
+        return [QueueActivity(*row) for row in rows]
