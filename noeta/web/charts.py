@@ -28,7 +28,11 @@ class Window:
     name: str  # what the page's range is called: "hour" or "day"
     seconds: int
     periods: int
-    per: str  # "per minute", "per hour"
+    unit: str  # what one period is: "minute", "hour"
+
+    @property
+    def per(self) -> str:
+        return f"per {self.unit}"
 
     def first(self, now: datetime) -> datetime:
         """The first period's start: periods aligned on the epoch, as the store counts."""
@@ -38,8 +42,8 @@ class Window:
 
 
 WINDOWS = {
-    "hour": Window("hour", 60, 60, "per minute"),
-    "day": Window("day", 3600, 24, "per hour"),
+    "hour": Window("hour", 60, 60, "minute"),
+    "day": Window("day", 3600, 24, "hour"),
 }
 
 
@@ -98,7 +102,7 @@ def depth_chart(queue: str, ends: Sequence[int], window: Window, now: datetime) 
             f"<title>{h(f'{at}: {value} unfinished')}</title></circle>"
         )
     now_count = ends[-1] if ends else 0
-    label = f"{queue}: {now_count:,} unfinished now; at the end of each {window.per[4:]}"
+    label = f"{queue}: {now_count:,} unfinished now; at the end of each {window.unit}"
     axis = _axis(top, first, now)
     line = f'<polyline class="depth" points="{" ".join(points)}"/>'
     return _figure("chart depth", label, axis + line + "".join(marks))
