@@ -33,13 +33,20 @@ counts AS (
        AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
      GROUP BY queue
 )"""
-# Every task not finished, per queue: ready and waiting through the status index (0021),
-# running and holding through tasks_by_owner; a finished row is never read.
+# Every task not finished, per queue, in two index reads: ready and waiting through the
+# status index (0021), running and holding through tasks_by_owner. Asked for all four at
+# once, the planner matches neither partial index and scans the table (360 ms at 1M).
 _UNFINISHED = """
 unfinished AS (
-    SELECT queue, count(*) AS unfinished FROM tasks
-     WHERE status IN ('ready', 'waiting', 'running', 'holding')
-       AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
+    SELECT queue, count(*) AS unfinished FROM (
+        SELECT queue FROM tasks
+         WHERE status IN ('ready', 'waiting')
+           AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
+        UNION ALL
+        SELECT queue FROM tasks
+         WHERE status IN ('running', 'holding')
+           AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
+    ) AS open
      GROUP BY queue
 )"""
 _SETTINGS_COLUMNS = "concurrency, per_key_concurrency, rate_count, rate_seconds, paused"
