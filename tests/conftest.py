@@ -18,7 +18,15 @@ def postgres_server() -> Iterator[TestPostgres]:
 
 @pytest.fixture
 def postgres_url(postgres_server: TestPostgres) -> str:
-    """A DSN whose search_path is a fresh, empty schema."""
+    """A DSN whose search_path is a fresh schema, migrated: what every migration makes,
+    replayed from the session's one real migration (noeta/testing/migrated_schema.py)."""
+    return postgres_server.new_migrated_schema()
+
+
+@pytest.fixture
+def empty_postgres_url(postgres_server: TestPostgres) -> str:
+    """A DSN whose search_path is a fresh schema with nothing in it: for the tests of
+    migrating itself (`noeta db migrate`, upgrades, a schema at an older version)."""
     return postgres_server.new_schema()
 
 
@@ -32,8 +40,9 @@ def database_url(postgres_server: TestPostgres) -> Iterator[str]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A fresh store of each kind: the same behaviour is owed on both."""
+    """A fresh store of each kind, the PostgreSQL one migrated: the same behaviour is owed
+    on both."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path_factory.mktemp('store') / 'noeta.db'}"
     server: TestPostgres = request.getfixturevalue("postgres_server")
-    return server.new_schema()
+    return server.new_migrated_schema()

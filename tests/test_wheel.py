@@ -69,7 +69,7 @@ def test_the_wheel_carries_the_sql_and_the_web_assets(wheel: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_installed_wheel_migrates_a_scratch_database(
-    tmp_path: Path, wheel: Path, postgres_url: str
+    tmp_path: Path, wheel: Path, empty_postgres_url: str
 ) -> None:
     clean = tmp_path / "clean-venv"
     venv.create(clean, with_pip=False)  # this venv's pip installs into it: no ensurepip
@@ -88,7 +88,7 @@ def test_the_installed_wheel_migrates_a_scratch_database(
     )
     assert which.stdout.startswith(str(packages)), which.stdout
     result = subprocess.run(
-        [clean / "bin" / "noeta", "db", "migrate", "--store", postgres_url],
+        [clean / "bin" / "noeta", "db", "migrate", "--store", empty_postgres_url],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -96,13 +96,13 @@ def test_the_installed_wheel_migrates_a_scratch_database(
     )
     assert result.returncode == 0, result.stderr
     assert "applied 0001_create_tasks" in result.stdout
-    assert newest_applied(postgres_url) == NEWEST >= 16
+    assert newest_applied(empty_postgres_url) == NEWEST >= 16
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_unpacked_wheel_ahead_of_the_path_migrates(
-    tmp_path: Path, wheel: Path, postgres_url: str
+    tmp_path: Path, wheel: Path, empty_postgres_url: str
 ) -> None:
     unpacked = tmp_path / "unpacked"
     zipfile.ZipFile(wheel).extractall(unpacked)
@@ -110,7 +110,7 @@ def test_the_unpacked_wheel_ahead_of_the_path_migrates(
     # venv's dependencies after it; from an empty folder, so the checkout is not importable.
     empty = tmp_path / "empty"
     empty.mkdir()
-    environment = {**os.environ, "PYTHONPATH": str(unpacked), "NOETA_STORE": postgres_url}
+    environment = {**os.environ, "PYTHONPATH": str(unpacked), "NOETA_STORE": empty_postgres_url}
     which = subprocess.run(
         [sys.executable, "-c", "import noeta; print(noeta.__file__)"],
         cwd=empty,
@@ -129,4 +129,4 @@ def test_the_unpacked_wheel_ahead_of_the_path_migrates(
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert newest_applied(postgres_url) == NEWEST >= 16
+    assert newest_applied(empty_postgres_url) == NEWEST >= 16

@@ -16,8 +16,9 @@ from noeta.core.ports.store import TaskRecord, TaskStatus
 from noeta.core.ports.store_views import LogEntry
 from noeta.core.ports.worker_registry import no_worker_offers
 from noeta.core.task_loading import load_state, snapshot_version
+from noeta.log_steps import json_text
 from noeta.web import timeline
-from noeta.web.render import form, h, json_text, link, page, scrubbed, status_badge, url, utc
+from noeta.web.render import form, h, link, page, scrubbed, status_badge, url, utc
 from noeta.web.site import PageError, Site, not_found, session_of, whole_number
 
 LOG_PAGE_EVENTS = 200

@@ -44,11 +44,11 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
         assert needle in lines[0], lines[0]
 
 
-def test_migrate_applies_then_reports_up_to_date(postgres_url: str) -> None:
-    first = noeta("db", "migrate", "--store", postgres_url)
+def test_migrate_applies_then_reports_up_to_date(empty_postgres_url: str) -> None:
+    first = noeta("db", "migrate", "--store", empty_postgres_url)
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines()[0] == "applied 0001_create_tasks"
-    second = noeta("db", "migrate", "--store", postgres_url)
+    second = noeta("db", "migrate", "--store", empty_postgres_url)
     assert second.stdout.strip() == "the schema is up to date"
 
 

@@ -83,8 +83,8 @@ def test_a_bad_duration_is_one_line(tmp_path: Path, duration: str, says: str) ->
     assert result.stdout == ""
 
 
-def test_a_store_not_migrated_is_one_line(postgres_url: str) -> None:
-    result = noeta("db", "prune", "--finished-before", "7d", store=postgres_url)
+def test_a_store_not_migrated_is_one_line(empty_postgres_url: str) -> None:
+    result = noeta("db", "prune", "--finished-before", "7d", store=empty_postgres_url)
     assert "run `noeta db migrate`" in one_line_error(result)
 
 

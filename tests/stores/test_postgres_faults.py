@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import threading
@@ -148,10 +149,12 @@ async def test_worker_connections_name_themselves_and_bound_idle_transactions(
 async def test_a_deadlock_is_rerun_with_its_checks(
     direct: PostgresStore, migrated_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # PostgreSQL, not the test, picks which of two deadlocked transactions to abort. The
-    # append waits first, so its backend usually checks (and aborts itself) first; on a
-    # loaded machine the other may. Each round plays the deadlock in a queue of its own,
-    # until the append is the victim: that is the case under test.
+    # PostgreSQL aborts the transaction whose backend runs the deadlock check first, after
+    # its deadlock_timeout. The other transaction sets a long one (where the role may), so
+    # only the append's backend checks: it is the victim, the case under test. Where the
+    # role may not, the append waits first and usually checks first; on a loaded machine
+    # the other may, so each round plays the deadlock in a queue of its own until the
+    # append is the victim.
     caplog.set_level(logging.INFO, logger="noeta.backends.stores.postgres")
     for round_number in range(5):
         if await append_meets_a_deadlock(direct, migrated_url, f"round{round_number}"):
@@ -176,6 +179,11 @@ async def append_meets_a_deadlock(store: PostgresStore, dsn: str, queue: str) ->
 
     def other_transaction() -> None:
         with psycopg.connect(dsn) as connection:
+            with (
+                contextlib.suppress(psycopg.errors.InsufficientPrivilege),
+                connection.transaction(),
+            ):
+                connection.execute("SET deadlock_timeout = '60s'")
             connection.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (b,))
             holding_b.set()
             release.wait(timeout=30)

@@ -18,13 +18,13 @@ HELPERS = (
 
 
 def test_the_migration_revokes_the_helpers_from_a_role_granted_them_before(
-    postgres_url: str,
+    empty_postgres_url: str,
 ) -> None:
     role = f"noeta_worker_{uuid.uuid4().hex[:10]}"
     known = migrations.load_migrations("postgres")
     before, after = known[:13], known[13:]
     assert [migration.version for migration in after][:1] == [14]
-    with psycopg.connect(postgres_url, autocommit=True) as connection:
+    with psycopg.connect(empty_postgres_url, autocommit=True) as connection:
         connection.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
         try:
             for migration in before:

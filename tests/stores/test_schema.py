@@ -28,9 +28,11 @@ def compare(actual: str, snapshot: Path) -> None:
     )
 
 
-async def test_postgres_migrations_build_the_snapshot(postgres_url: str) -> None:
-    await migrate_database(postgres_url)
-    compare(await asyncio.to_thread(describe_postgres, postgres_url), SNAPSHOTS / "postgres.txt")
+async def test_postgres_migrations_build_the_snapshot(empty_postgres_url: str) -> None:
+    await migrate_database(empty_postgres_url)
+    compare(
+        await asyncio.to_thread(describe_postgres, empty_postgres_url), SNAPSHOTS / "postgres.txt"
+    )
 
 
 async def test_sqlite_migrations_build_the_snapshot(tmp_path: Path) -> None:
@@ -45,15 +47,15 @@ def test_both_dialects_have_the_same_migrations() -> None:
     assert postgres == sqlite
 
 
-async def test_migrating_twice_at_once_applies_each_migration_once(postgres_url: str) -> None:
+async def test_migrating_twice_at_once_applies_each_migration_once(empty_postgres_url: str) -> None:
     first, second = await asyncio.gather(
-        migrate_database(postgres_url), migrate_database(postgres_url)
+        migrate_database(empty_postgres_url), migrate_database(empty_postgres_url)
     )
     assert sorted(m.version for m in first + second) == [
         m.version for m in migrations.load_migrations("postgres")
     ]
-    assert await migrate_database(postgres_url) == []
-    await check_schema(postgres_url)
+    assert await migrate_database(empty_postgres_url) == []
+    await check_schema(empty_postgres_url)
 
 
 async def test_a_database_migrated_by_a_newer_noeta_is_refused(postgres_url: str) -> None:
@@ -66,6 +68,6 @@ async def test_a_database_migrated_by_a_newer_noeta_is_refused(postgres_url: str
         await migrate_database(postgres_url)
 
 
-async def test_an_unmigrated_database_is_refused_without_migrate(postgres_url: str) -> None:
+async def test_an_unmigrated_database_is_refused_without_migrate(empty_postgres_url: str) -> None:
     with pytest.raises(SchemaMismatch, match="run `noeta db migrate`"):
-        await check_schema(postgres_url)
+        await check_schema(empty_postgres_url)

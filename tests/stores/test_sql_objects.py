@@ -55,9 +55,9 @@ def compare(database: dict[str, str], folder: Path) -> None:
     )
 
 
-async def test_every_postgres_function_and_trigger_is_its_file(postgres_url: str) -> None:
-    await migrate_database(postgres_url)
-    definitions = await asyncio.to_thread(postgres_definitions, postgres_url)
+async def test_every_postgres_function_and_trigger_is_its_file(empty_postgres_url: str) -> None:
+    await migrate_database(empty_postgres_url)
+    definitions = await asyncio.to_thread(postgres_definitions, empty_postgres_url)
     assert "functions/noeta_fence.sql" in definitions
     assert "triggers/tasks_notify_claimable.sql" in definitions
     compare(definitions, QUEUE / "postgres")
@@ -89,9 +89,9 @@ async def test_a_body_unlike_its_file_a_missing_file_and_a_stray_file_are_each_n
     ]
 
 
-async def test_the_unused_noeta_append_events_is_dropped(postgres_url: str) -> None:
-    await migrate_database(postgres_url)
-    with psycopg.connect(postgres_url, autocommit=True) as connection:
+async def test_the_unused_noeta_append_events_is_dropped(empty_postgres_url: str) -> None:
+    await migrate_database(empty_postgres_url)
+    with psycopg.connect(empty_postgres_url, autocommit=True) as connection:
         row = connection.execute(
             "SELECT count(*) FROM pg_proc WHERE proname = 'noeta_append_events'"
             " AND pronamespace = current_schema()::regnamespace"

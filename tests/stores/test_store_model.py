@@ -170,7 +170,7 @@ def test_the_store_follows_the_model(
         if backend == "sqlite":
             return StoreMachine(f"sqlite:///{tmp_path / f'model-{next(counter)}.db'}")
         server = request.getfixturevalue("postgres_server")
-        return StoreMachine(server.new_schema())
+        return StoreMachine(server.new_migrated_schema())
 
     run_state_machine_as_test(
         machine,

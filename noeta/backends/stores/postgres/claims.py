@@ -10,55 +10,20 @@ from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.ports.store import Claim, ClaimedTask, check_key, check_lease
 
 # Claim up to %(limit)s tasks, the highest priority first and then those due longest, each
-# with its own epoch and lease. A queue without settings is walked as before limits
-# existed, per queue (LATERAL over the worker's queues), so a backlog due in another queue
-# is never read, and no lock or count is taken; and per priority: one entry of
-# tasks_claimable_by_priority says the highest a row of the queue has, then one probe per
-# priority from there down to 0 (a queue that never uses priorities: one probe). A queue
-# with settings is asked through noeta_claimable_under_limits (0013), which locks its
-# settings row, counts its live claims and returns at most the room left; those queues
-# are taken in name order, so two claimers never wait for each other's locks in a
-# circle. The rate's tokens are charged by `charged`, for the tasks claimed, not for the
-# candidates the function offered: the ORDER BY ... LIMIT across queues may drop some
-# (0014). That row is still locked by the function, in this transaction.
-# now() (the statement's start; this statement is its own transaction) is stable,
-# so PostgreSQL can use it as the index bound and stop each walk at the present;
-# clock_timestamp() is volatile and would make it a filter that walks every future-dated
-# row. SKIP LOCKED: claimants never wait on each other's tasks. %(excluding)s: the
-# claimer's own runs, never claimed again by it (ADR-0079); in a queue with settings the
-# function may offer one, which then only leaves its slot unused this once.
-# %(offers)s: the plugin names the claimer has; a task needing one it lacks is left to a
-# worker that has it (NULL: it offers anything, and the filter is one constant test).
-# The walk reads, and skips, the due rows it cannot run ahead of those it can: ADR-0092.
+# with its own epoch and lease. The due rows are walked and locked by noeta_due_for_claim
+# (0027; its file under queue/postgres/functions says how it walks the claim index, queue
+# limits and what the claimer offers): a function, so that the walk's plan is made once
+# per session (ADR-0099); sent as part of this statement, it was planned anew at every
+# call, and planning it cost more than running it. This statement takes the locked rows
+# (their locks last to its end: it is its own transaction), each with its own epoch and
+# lease, and charges the rate of the queues with settings for the tasks claimed
+# (`charged`), not for the candidates the function offered (0014). %(excluding)s: the
+# claimer's own runs (ADR-0079); %(offers)s: the plugin names it has, NULL for anything.
 _CLAIM_DUE_TASKS = """
 WITH due AS MATERIALIZED (
-    SELECT found.id, found.priority, found.claimable_at, found.taken_over, false AS limited
-      FROM (SELECT q.queue, (SELECT t.priority FROM tasks AS t
-                               WHERE t.queue = q.queue AND t.claimable_at IS NOT NULL
-                               ORDER BY t.priority DESC LIMIT 1) AS top
-              FROM unnest(%(queues)s::text[]) AS q(queue)
-             WHERE NOT EXISTS (SELECT FROM queue_settings AS s WHERE s.queue = q.queue)
-            OFFSET 0) AS q
-     CROSS JOIN generate_series(q.top, 0, -1) AS p(priority)
-     CROSS JOIN LATERAL (
-        SELECT t.id, t.priority, t.claimable_at, t.status IN ('running', 'holding') AS taken_over
-          FROM tasks AS t
-         WHERE t.queue = q.queue AND t.priority = p.priority AND t.claimable_at <= now()
-           AND t.id <> ALL(%(excluding)s::text[])
-           AND (%(offers)s::text[] IS NULL OR t.needs IS NULL OR t.needs <@ %(offers)s::text[])
-         ORDER BY t.claimable_at
-         LIMIT %(limit)s
-           FOR UPDATE SKIP LOCKED
-     ) AS found
-    UNION ALL
-    SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over, true
-      FROM (SELECT s.queue FROM queue_settings AS s
-             WHERE s.queue = ANY(%(queues)s::text[]) ORDER BY s.queue OFFSET 0) AS q
-     CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, %(limit)s, false, %(offers)s::text[])
-           AS limited
-     WHERE limited.id <> ALL(%(excluding)s::text[])
-     ORDER BY 2 DESC, 3
-     LIMIT %(limit)s
+    SELECT id, taken_over, limited
+      FROM noeta_due_for_claim(%(queues)s::text[], %(limit)s::integer, %(excluding)s::text[],
+                               %(offers)s::text[])
 ), lease AS (
     SELECT clock_timestamp() AS at, clock_timestamp() + make_interval(secs => %(lease)s) AS until
 ), claimed AS (
