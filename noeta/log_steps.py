@@ -237,14 +237,17 @@ def _fields(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _created(data: dict[str, Any]) -> tuple[Part, ...]:
-    facts = f"model {data.get('model')}" + (" · interactive" if data.get("interactive") else "")
     listed = data.get("tools", [])
-    tools = (
-        "its worker's plugins' (all)"
-        if listed is None
-        else ", ".join(str(t) for t in listed or []) or "none"
-    )
-    parts: list[Part] = [Line(f"{facts} · tools: {tools}")]
+    if not data.get("model"):  # a job: no model; its one call (CallRequested) follows
+        parts: list[Part] = [Line(f"job {', '.join(str(t) for t in listed or [])}")]
+    else:
+        facts = f"model {data.get('model')}" + (" · interactive" if data.get("interactive") else "")
+        tools = (
+            "its worker's plugins' (all)"
+            if listed is None
+            else ", ".join(str(t) for t in listed or []) or "none"
+        )
+        parts = [Line(f"{facts} · tools: {tools}")]
     # A fork's TaskCreated: the task and seq it came from, and its workspace's source.
     source = data.get("forked_from")
     if isinstance(source, str) and source:

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC
 
 import click
 
 from noeta.cli.options import json_option, store_option
 from noeta.core.errors import ConfigError
-from noeta.core.ports.model_limits import ModelLimit, ModelLimiter, check_limit
+from noeta.core.ports.model_limits import (
+    LIMIT_HEADINGS,
+    ModelLimit,
+    ModelLimiter,
+    check_limit,
+    limit_cells,
+)
 from noeta.core.ports.store import Store
 
 _key = click.argument("key", metavar="PROVIDER[/MODEL]")
@@ -62,21 +67,7 @@ def list_limits(as_json: bool, store: str | None) -> None:
     if not limits:
         click.echo("no model limits")
         return
-    rows = [("limit", "rpm", "tpm", "calls", "waits", "waited", "429s", "paused until")]
-    for each in limits:
-        paused = each.paused_until.astimezone(UTC).strftime("%H:%M:%S") if each.paused_until else ""
-        rows.append(
-            (
-                each.key,
-                f"{each.rpm:,}" if each.rpm else "-",
-                f"{each.tpm:,}" if each.tpm else "-",
-                f"{each.calls:,}",
-                f"{each.handbacks:,}",
-                f"{each.waited_seconds:,.1f} s",
-                f"{each.throttled:,}",
-                paused,
-            )
-        )
+    rows = [LIMIT_HEADINGS, *(limit_cells(each) for each in limits)]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     for row in rows:
         cells = zip(row, widths, strict=True)

@@ -83,7 +83,7 @@ def set_queue(
 @store_option
 def list_queues(names: tuple[str, ...], as_json: bool, store: str | None) -> None:
     """Every queue with settings or tasks (or NAMES): claimable now, running, waiting for
-    a slot, the busiest keys and the settings."""
+    a slot, scheduled later, the busiest keys and the settings."""
     for name in names:
         check_key("queue name", name)
     overviews = asyncio.run(_list(store, names))
@@ -98,18 +98,12 @@ def list_queues(names: tuple[str, ...], as_json: bool, store: str | None) -> Non
 
 
 def _line(o: QueueOverview) -> str:
-    s = o.settings
-    limits = [
-        f"concurrency {s.concurrency}" if s.concurrency else "",
-        f"per key {s.per_key_concurrency}" if s.per_key_concurrency else "",
-        f"rate {s.rate}" if s.rate else "",
-        "PAUSED" if s.paused else "",
-    ]
-    shown = ", ".join(part for part in limits if part) or "no limits"
+    shown = ", ".join(o.limits()) or "no limits"
     keys = " ".join(f"{key}={count}" for key, count in o.running_by_key.items())
+    later = f", {o.scheduled} scheduled later" if o.scheduled else ""
     return (
         f"{o.queue}: {o.claimable} claimable, {o.running} running, "
-        f"{o.waiting_for_slot} waiting for a slot; {shown}"
+        f"{o.waiting_for_slot} waiting for a slot{later}; {shown}"
         + (f"; running by key: {keys}" if keys else "")
     )
 
@@ -121,6 +115,7 @@ def _document(o: QueueOverview) -> dict[str, Any]:
         "claimable": o.claimable,
         "running": o.running,
         "waiting_for_slot": o.waiting_for_slot,
+        "scheduled": o.scheduled,
         "running_by_key": dict(o.running_by_key),
         "settings": {
             "concurrency": s.concurrency,

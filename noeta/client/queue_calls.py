@@ -41,5 +41,5 @@ class QueueSettingsCalls:
 
     async def queues(self, *names: str) -> list[QueueOverview]:
         """Every queue with settings or tasks (or those named): settings, claimable,
-        running, running per key, waiting for a slot."""
+        running, running per key, waiting for a slot, scheduled later."""
         return await queue_settings_store(await self.store()).queue_overview(names)

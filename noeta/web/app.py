@@ -16,8 +16,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from noeta.core.errors import NoetaError, StoreError
-from noeta.web import actions, bulk_pages, live, ops_pages, task_list, task_page
+from noeta.web import actions, bulk_pages, live, ops_pages, queue_pages, task_list, task_page
 from noeta.web.gate import Gate
+from noeta.web.queue_history import QueueHistory
 from noeta.web.render import forget_secret, scrubbed
 from noeta.web.site import PageError, Site, error_page
 
@@ -38,6 +39,11 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
 
     async def follow(site: Site, request: Request) -> Response:
         return await live.follow(site, feed, request)
+
+    history = QueueHistory()  # the queues page's per-minute counts, kept here
+
+    async def queues(site: Site, request: Request) -> Response:
+        return await queue_pages.queues_page(site, request, history)
 
     async def home(site: Site, request: Request) -> Response:
         return RedirectResponse("/tasks", status_code=303)
@@ -67,6 +73,8 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
             route("/bulk/{action}", bulk_pages.act, ("POST",)),
             route("/workers", ops_pages.workers_page),
             route("/cron", ops_pages.cron_page),
+            route("/queues", queues),
+            route("/limits", queue_pages.limits_page),
             Mount("/static", StaticFiles(directory=str(static)), name="static"),
         ],
         exception_handlers={

@@ -16,6 +16,7 @@ from noeta.core.ports.store import TaskRecord, TaskStatus
 from noeta.core.ports.store_views import LogEntry
 from noeta.core.ports.worker_registry import no_worker_offers
 from noeta.core.task_loading import load_state, snapshot_version
+from noeta.log_steps import json_text
 from noeta.web import timeline
 from noeta.web.render import form, h, link, page, scrubbed, status_badge, url, utc
 from noeta.web.site import PageError, Site, not_found, session_of, whole_number
@@ -49,8 +50,8 @@ async def task_page(site: Site, request: Request) -> HTMLResponse:
     live = ""
     if not record.status.finished and last >= record.last_seq:
         live = f' data-live="{h(url(f"/tasks/{task_id}/live", after=last))}"'
-    body = facts(record) + await _waiting_for(site, record)
-    body += _links(site, record, context.trace_id)
+    body = _kind(head) + facts(record) + await _waiting_for(site, record)
+    body += _links(site, record, context.trace_id, await views.has_subtasks(task_id))
     body += await _actions(site, session_of(request), record, head)
     body += _pager(task_id, after, last, record.last_seq)
     body += f'<h2>log</h2><ol class="timeline" id="timeline">{items}</ol>'
@@ -125,14 +126,29 @@ async def _waiting_for(site: Site, record: TaskRecord) -> str:
     return "" if needs is None else f'<p class="waiting">{h(no_worker_offers(needs))}</p>'
 
 
-def _links(site: Site, record: TaskRecord, trace_id: str) -> str:
-    found = [link(url("/tasks", parent=record.id), "subtasks")]
+def _kind(head: list[LogEntry]) -> str:
+    """What the task is: a job (its function and arguments) or an agent (its model)."""
+    created = head[0].data if head and head[0].type == "TaskCreated" else None
+    if not isinstance(created, dict):
+        return ""
+    if created.get("model"):
+        return f'<p class="kind">agent task on model {h(created["model"])}</p>'
+    call = next((e.data for e in head if e.type == "CallRequested"), None)
+    if not isinstance(call, dict):
+        return '<p class="kind">job</p>'
+    arguments = json_text(call.get("input"))
+    shown = arguments if len(arguments) <= 200 else arguments[:200] + "…"
+    return f'<p class="kind">job {h(call.get("name"))} · arguments <code>{h(shown)}</code></p>'
+
+
+def _links(site: Site, record: TaskRecord, trace_id: str, has_subtasks: bool) -> str:
+    found = [link(url("/tasks", parent=record.id), "subtasks")] if has_subtasks else []
     if site.jaeger_url and trace_id:
         where = f"{site.jaeger_url.rstrip('/')}/trace/{trace_id}"
         found.append(link(where, f"trace {trace_id} in Jaeger"))
     elif trace_id:
         found.append(h(f"trace {trace_id}"))
-    return f'<p class="links">{" · ".join(found)}</p>'
+    return f'<p class="links">{" · ".join(found)}</p>' if found else ""
 
 
 async def _actions(site: Site, session: str, record: TaskRecord, head: list[LogEntry]) -> str:
@@ -162,7 +178,7 @@ async def _actions(site: Site, session: str, record: TaskRecord, head: list[LogE
                 '<input name="note" placeholder="note (optional)">'
             )
             parts.append(action("answer", fields, "answer"))
-    return f'<div class="actions">{"".join(parts)}</div>'
+    return f'<div class="actions" id="task-actions">{"".join(parts)}</div>'
 
 
 def _pager(task_id: str, after: int, last: int, newest: int) -> str:

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,22 @@ def test_set_list_and_clear(url: str) -> None:
     assert noeta(url, "queue", "set", "mail", "--clear").stdout.strip() == "mail: settings cleared"
     [mail] = json.loads(state(url)[0])
     assert mail["settings"] is None and mail["waiting_for_slot"] == 0
+
+
+def test_the_list_counts_tasks_scheduled_later(url: str) -> None:
+    async def scheduled() -> None:
+        store = await open_store(url)
+        try:
+            later = (await store.clock()) + timedelta(hours=1)
+            first = [NewEvent("created", {"id": "later"})]
+            assert await store.create_task(NewTask("later", first, queue="mail", ready_at=later))
+        finally:
+            await store.close()
+
+    asyncio.run(scheduled())
+    listed = noeta(url, "queue", "list", "mail")
+    assert listed.stdout.startswith(
+        "mail: 0 claimable, 0 running, 0 waiting for a slot, 1 scheduled later; concurrency 2"
+    ), listed.stdout + listed.stderr
+    [mail] = json.loads(state(url)[0])
+    assert mail["scheduled"] == 1 and mail["claimable"] == 0

@@ -3,6 +3,7 @@ logs in through the link the command printed, the list shows the task, its page 
 it live (a reply lands in the DOM over server-sent events), the cancel button stops it,
 the page is kept as a screenshot, and a step's "fork from here" makes a fork of it. A
 filtered list is retried and cancelled in bulk through its buttons and confirmation pages.
+The queues and limits pages are read from the navigation and refresh their figures.
 
 Chromium is the distribution's (`make chromium` installs it; CI runs that first). Without
 one the test is skipped saying so, except under CI, where it fails."""
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import noeta
-from noeta.core.ports.store import TaskStatus
+from noeta.core.ports.store import Claim, TaskStatus
 from noeta.core.rules import events
 from noeta.testing.command_line import store_in_environment
 from tests.web.cdp import Chromium, find_chromium
@@ -192,6 +193,102 @@ def test_a_browser_retries_and_cancels_a_filtered_list_in_bulk(
         assert {task.id for task in client.tasks(status="ready", queue="default")} == {
             f"failed-{n}.retry-1" for n in range(3)
         }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_browser_reads_the_queues_and_limits_pages_live_and_a_finish_drops_cancel(
+    chromium: Chromium, postgres_url: str, tmp_path: Path
+) -> None:
+    claim = asyncio.run(_queue_limit_and_running_task(postgres_url))
+    web = Process("web", "--store", postgres_url, "--bind", "127.0.0.1:0", log=tmp_path / "web.log")
+    try:
+        serving = web.first_line()
+        assert "serving http://" in serving, (tmp_path / "web.log").read_text()
+        base = serving.split("serving ", 1)[1].split()[0].rstrip("/")
+        chromium.open(web.first_line().split("open ", 1)[1].strip())
+        chromium.wait_for("table.tasks a")
+
+        chromium.click('nav a[href="/queues"]', navigates=True)
+        assert chromium.wait_for("table.queues td:nth-child(7)", "slots used") == (
+            "1 of 3 slots used"
+        )
+        assert chromium.wait_for("table.queues td:nth-child(2)") == "1"  # mail-1 is claimable
+        asyncio.run(_more_mail(postgres_url, 3))  # the page reads itself again: 4 claimable
+        assert chromium.wait_for("table.queues td:nth-child(2)", "4") == "4"
+        caption = chromium.wait_for("figure.chart figcaption")
+        assert caption == "mail: 4 finished in the last hour, per minute (UTC)"
+        chromium.screenshot(artifacts() / "web-queues.png")
+
+        chromium.click('nav a[href="/limits"]', navigates=True)
+        row = chromium.wait_for("table.limits tbody tr", "anthropic/claude-x")
+        assert "600" in row and "90,000" in row
+
+        # A task's page follows it live; once it finishes, its cancel button is gone.
+        chromium.open(f"{base}/tasks/{claim.task_id}")
+        chromium.wait_for("form.danger button", "cancel task")
+        chromium.wait_for("body[data-live-state=open]")
+        asyncio.run(_finish(postgres_url, claim))
+        chromium.wait_for("#task-facts[data-status=done]")
+        chromium.wait_for("body[data-live-state=finished]")
+        assert chromium.evaluate("document.querySelectorAll('form.danger').length") == 0
+    finally:
+        web.stop()
+
+
+async def _queue_limit_and_running_task(url: str) -> Claim:
+    """Queue `mail` (concurrency 3) with one task running, one claimable and four
+    finished (one failed), and a model limit; the running task's claim."""
+    from noeta.backends.stores import open_store
+    from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
+    from noeta.core.ports.store import Finish, NewEvent, NewTask
+
+    store = await open_store(url, migrate=True)
+    try:
+        created = events.TaskCreated(model="scripted:/nonexistent.yaml", prompt="look")
+        first = [NewEvent(*events.encode(created))]
+        for n in range(2):
+            assert await store.create_task(NewTask(f"mail-{n}", first, queue="mail"))
+        for n, status in enumerate([TaskStatus.DONE] * 3 + [TaskStatus.FAILED]):
+            assert await store.create_task(NewTask(f"ended-{n}", first, queue="mail"))
+            ended = await store.claim_task("worker-a", f"ended-{n}", 300)
+            assert ended is not None
+            await store.append(ended, 1, [], next_state=Finish(status))
+        await queue_settings_store(store).set_queue("mail", QueueChange(concurrency=3))
+        claim = await store.claim_task("worker-a", "mail-0", 300)
+        assert claim is not None
+        limiter = store.capabilities.model_limits
+        assert limiter is not None
+        await limiter.set_model_limit("anthropic/claude-x", 600, 90_000)
+        return claim
+    finally:
+        await store.close()
+
+
+async def _more_mail(url: str, count: int) -> None:
+    from noeta.backends.stores import open_store
+    from noeta.core.ports.store import NewEvent, NewTask
+
+    store = await open_store(url)
+    try:
+        created = events.TaskCreated(model="scripted:/nonexistent.yaml", prompt="more")
+        first = [NewEvent(*events.encode(created))]
+        for n in range(count):
+            assert await store.create_task(NewTask(f"more-{n}", first, queue="mail"))
+    finally:
+        await store.close()
+
+
+async def _finish(url: str, claim: Claim) -> None:
+    from noeta.backends.stores import open_store
+    from noeta.core.ports.store import Finish, NewEvent
+
+    store = await open_store(url)
+    try:
+        ended = [NewEvent(*events.encode(events.TaskFinished("done", answer="ok")))]
+        await store.append(claim, 1, ended, next_state=Finish())
+    finally:
+        await store.close()
 
 
 async def _failed_and_ready(url: str) -> None:

@@ -1,7 +1,7 @@
 """The store's read-only views for `noeta web`, the same on sqlite and PostgreSQL: keyset
 pages that visit every task once, newest first; text matched literally in the id or the
 prompt; counts capped; a log page that leaves a long event in the store; raw text in parts;
-the claims held now."""
+the claims held now; whether a task launched a subtask."""
 
 from __future__ import annotations
 
@@ -162,3 +162,14 @@ async def test_no_stored_prompt_breaks_the_text_search(views: StoreViews) -> Non
     await create(views, "newline", prompt="line\nice")
     assert [r.id for r in await views.task_page(text="nice")] == []
     assert [r.id for r in await views.task_page(text="line\nice")] == ["newline"]
+
+
+async def test_has_subtasks_is_true_only_once_the_log_launched_one(views: StoreViews) -> None:
+    await create(views, "parent")
+    store = as_store(views)
+    claim = await store.claim_task("worker-z", "parent", 30)
+    assert claim is not None
+    assert not await views.has_subtasks("parent") and not await views.has_subtasks("nobody")
+    launched = events.SubtaskLaunched("call-1", "parent.call-1.1")
+    await store.append(claim, 1, encoded(events.ToolStarted("call-1", "Agent", {}), launched))
+    assert await views.has_subtasks("parent")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import ConfigError, NoetaError, StoreError
@@ -43,6 +43,24 @@ class ModelLimit:
     handbacks: int = 0  # tasks handed back to wait for this limit's budget
     waited_seconds: float = 0.0  # the sum of those waits
     throttled: int = 0  # 429s the provider answered calls under this limit
+
+
+LIMIT_HEADINGS = ("limit", "rpm", "tpm", "calls", "waits", "waited", "429s", "paused until")
+
+
+def limit_cells(each: ModelLimit) -> tuple[str, ...]:
+    """A limit's row as `noeta limit list` and the limits page show it (LIMIT_HEADINGS)."""
+    paused = each.paused_until.astimezone(UTC).strftime("%H:%M:%S") if each.paused_until else ""
+    return (
+        each.key,
+        f"{each.rpm:,}" if each.rpm else "-",
+        f"{each.tpm:,}" if each.tpm else "-",
+        f"{each.calls:,}",
+        f"{each.handbacks:,}",
+        f"{each.waited_seconds:,.1f} s",
+        f"{each.throttled:,}",
+        paused,
+    )
 
 
 @dataclass(slots=True)

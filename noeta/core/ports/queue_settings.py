@@ -8,6 +8,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import ConfigError
@@ -114,6 +115,9 @@ class QueueOverview:
     claimable: int  # due now, not held
     running: int  # live claims (running or holding, lease not lapsed)
     running_by_key: Mapping[str, int] = field(default_factory=dict)  # the busiest keys
+    scheduled: int = 0  # due later (a delay, a retry's backoff, a budget's wait), not held
+    changed_at: datetime | None = None  # when its settings were last set (None: none)
+    unfinished: int = 0  # every task not finished: ready, running, holding, waiting
 
     @property
     def queue(self) -> str:
@@ -128,6 +132,46 @@ class QueueOverview:
         if self.settings.concurrency is None:
             return 0
         return max(0, self.claimable - max(0, self.settings.concurrency - self.running))
+
+    def limits(self) -> list[str]:
+        """Its settings as `noeta queue list` and the queues page name them."""
+        s = self.settings
+        named = [
+            f"concurrency {s.concurrency}" if s.concurrency else "",
+            f"per key {s.per_key_concurrency}" if s.per_key_concurrency else "",
+            f"rate {s.rate}" if s.rate else "",
+            "PAUSED" if s.paused else "",
+        ]
+        return [part for part in named if part]
+
+    def effects(self) -> list[str]:
+        """What its settings do to it now, in words (the queues page)."""
+        s = self.settings
+        said = []
+        if s.paused:
+            said.append(f"paused: no claims, {self.claimable} claimable held back")
+        if s.concurrency is not None:
+            said.append(f"{self.running} of {s.concurrency} slots used")
+        if s.per_key_concurrency is not None and self.running_by_key:
+            full = [key for key, n in self.running_by_key.items() if n >= s.per_key_concurrency]
+            if full:
+                said.append(f"keys at their limit of {s.per_key_concurrency}: {', '.join(full)}")
+        if s.rate is not None:
+            said.append(f"at most {s.rate.count} claims started per {s.rate.seconds:g} s")
+        return said
+
+
+@dataclass(frozen=True, slots=True)
+class QueueActivity:
+    """How many tasks of a queue were created, and how many finished, in one period (the
+    queues page's charts)."""
+
+    queue: str
+    start: datetime  # the period's start, a whole number of periods since the Unix epoch
+    created: int
+    done: int
+    failed: int
+    cancelled: int
 
 
 @runtime_checkable
@@ -146,6 +190,15 @@ class QueueSettingsStore(Protocol):
 
     async def queue_overview(self, queues: Sequence[str] = ()) -> list[QueueOverview]:
         """Every queue that has settings or tasks (or just `queues`), sorted by name."""
+        ...
+
+    async def activity_per_period(
+        self, since: datetime, period_seconds: int, queues: Sequence[str] = ()
+    ) -> list[QueueActivity]:
+        """Tasks created, and tasks finished, at `since` or later, counted per queue (or
+        just `queues`) and per period of `period_seconds` (periods aligned on the Unix
+        epoch), from the creation and finish times the store keeps; periods with none are
+        left out. Ordered by queue, then start."""
         ...
 
 

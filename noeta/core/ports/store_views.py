@@ -186,6 +186,10 @@ class StoreViews(Protocol):
         """Tasks held now (running, holding) by owner, then id."""
         ...
 
+    async def has_subtasks(self, task_id: str) -> bool:
+        """Whether the task's log launched a subtask (a task page links its subtasks then)."""
+        ...
+
 
 def checked_error_kind(kind: str | None) -> str | None:
     """An error kind to filter by, if it has a kind's form (a name: llm_error, ValueError)."""

@@ -208,6 +208,41 @@ class QueueLimitContract:
         assert not overview.has_settings and overview.running == 3
         assert overview.claimable == 1 and dict(overview.running_by_key) == {"A": 2, "B": 1}
 
+    async def test_the_overview_counts_tasks_scheduled_later_apart(self, store: Store) -> None:
+        now = await store.clock()
+        assert await store.create_task(created("later", "q", ready_at=now + timedelta(hours=1)))
+        await created_in_order(store, [("held", None, 0), ("due", None, 0)])
+        assert await claim_ids(store, 1) == {"held"}  # a claim's lease end is no schedule
+        [overview] = await queue_settings_store(store).queue_overview(["q"])
+        assert (overview.claimable, overview.running, overview.scheduled) == (1, 1, 1)
+        assert overview.unfinished == 3  # ready, running and scheduled alike
+        assert overview.changed_at is None
+        await queue_settings_store(store).set_queue("q", QueueChange(paused=True))
+        [paused] = await queue_settings_store(store).queue_overview(["q"])
+        assert paused.changed_at is not None and paused.changed_at >= now - timedelta(minutes=1)
+
+    async def test_created_and_finished_tasks_are_counted_per_period(self, store: Store) -> None:
+        since = await store.clock()
+        await created_in_order(store, [(f"t{n}", None, 0) for n in range(4)])
+        for status in [TaskStatus.DONE, TaskStatus.DONE, TaskStatus.FAILED]:
+            claim = await store.claim("w", ["q"], LEASE)
+            assert claim is not None
+            await store.append(claim, 1, [], next_state=Finish(status))
+        queues = queue_settings_store(store)
+        counts = await queues.activity_per_period(since - timedelta(hours=1), 3600, ["q"])
+        assert sum(c.done for c in counts) == 2 and sum(c.failed for c in counts) == 1
+        assert {c.queue for c in counts} == {"q"} and sum(c.cancelled for c in counts) == 0
+        assert sum(c.created for c in counts) == 4
+        [overview] = await queues.queue_overview(["q"])
+        assert overview.unfinished == 1
+        for count in counts:  # periods start on a whole hour, the last one holds now
+            assert count.start.timestamp() % 3600 == 0
+            assert since - timedelta(hours=2) < count.start <= await store.clock()
+        later = await queues.activity_per_period(await store.clock() + timedelta(hours=2), 60)
+        assert later == []
+        with pytest.raises(ConfigError):
+            await queues.activity_per_period(since, 0)
+
     @pytest.mark.parametrize(
         "change",
         [

@@ -130,6 +130,10 @@ SELECT id, queue, status, owner, owner_epoch, lease_until, updated_at FROM tasks
  WHERE status IN ('running', 'holding') ORDER BY owner, id LIMIT %(limit)s
 """
 
+# A walk of the task's own events (the primary key's range), stopped at the first launch.
+HAS_SUBTASKS = """
+SELECT EXISTS (SELECT 1 FROM events WHERE task_id = %(task)s AND type = 'SubtaskLaunched')"""
+
 # A page's summaries in one statement: per task, a few index probes of its own events
 # (its opening, its call, its end; a job's runs), each text cut at %(chars)s.
 TASK_SUMMARIES = """
@@ -296,6 +300,10 @@ class PostgresViews(PostgresConnection):
             HeldClaim(task, queue, TaskStatus(status), owner, epoch, lease, updated)
             for task, queue, status, owner, epoch, lease, updated in rows
         ]
+
+    async def has_subtasks(self, task_id: str) -> bool:
+        rows = await self._read(HAS_SUBTASKS, {"task": task_id})
+        return bool(rows[0][0])
 
 
 def _selection(

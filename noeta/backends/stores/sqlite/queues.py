@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from datetime import datetime
 
-from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, overviews
+from noeta.backends.stores.queue_rows import TOP_KEYS, change_params, check_period, overviews
 from noeta.backends.stores.sqlite.connection import SqliteConnection
-from noeta.backends.stores.sqlite.encoding import now_micros
+from noeta.backends.stores.sqlite.encoding import from_micros, now_micros, to_micros
 from noeta.core.ports.payload import JSONValue, encode
-from noeta.core.ports.queue_settings import QueueChange, QueueOverview, QueueSettings
+from noeta.core.ports.queue_settings import (
+    QueueActivity,
+    QueueChange,
+    QueueOverview,
+    QueueSettings,
+)
 from noeta.core.ports.store import check_key
 
 _NAMED = "(json_array_length(:queues) = 0 OR {column} IN (SELECT value FROM json_each(:queues)))"
@@ -18,8 +24,14 @@ QUEUE_OVERVIEW = f"""
 WITH counts AS (
     SELECT queue,
            sum(claimable_at <= :now) AS claimable,
-           sum(status IN ('running', 'holding') AND lease_until > :now) AS running
+           sum(status IN ('running', 'holding') AND lease_until > :now) AS running,
+           sum(claimable_at > :now AND NOT (status IN ('running', 'holding')
+                                            AND lease_until > :now)) AS scheduled
       FROM tasks WHERE claimable_at IS NOT NULL AND {_NAMED.format(column="queue")}
+     GROUP BY queue
+), unfinished AS (
+    SELECT queue, count(*) AS unfinished FROM tasks
+     WHERE status IN ('ready', 'waiting', 'running', 'holding') AND {_NAMED.format(column="queue")}
      GROUP BY queue
 ), named AS (
     SELECT queue FROM queue_settings WHERE {_NAMED.format(column="queue")}
@@ -27,11 +39,30 @@ WITH counts AS (
 )
 SELECT n.queue, s.concurrency, s.per_key_concurrency, s.rate_count, s.rate_seconds,
        coalesce(s.paused, 0), s.queue IS NOT NULL, coalesce(c.claimable, 0),
-       coalesce(c.running, 0)
+       coalesce(c.running, 0), coalesce(c.scheduled, 0), s.updated_at,
+       coalesce(u.unfinished, 0)
   FROM named AS n
   LEFT JOIN queue_settings AS s ON s.queue = n.queue
   LEFT JOIN counts AS c ON c.queue = n.queue
+  LEFT JOIN unfinished AS u ON u.queue = n.queue
  ORDER BY n.queue"""
+# Tasks created (tasks_by_creation) and tasks finished (tasks_finished: this store keeps
+# no finished_at, and a finished row's updated_at is its finish, as pruning reads it) per
+# queue and period.
+ACTIVITY_PER_PERIOD = f"""
+WITH happened AS (
+    SELECT queue, created_at AS at, NULL AS ended FROM tasks
+     WHERE created_at >= :since AND {_NAMED.format(column="queue")}
+    UNION ALL
+    SELECT queue, updated_at, status FROM tasks
+     WHERE status IN ('done', 'failed', 'cancelled') AND updated_at >= :since
+       AND {_NAMED.format(column="queue")}
+)
+SELECT queue, at / :period * :period AS start, sum(ended IS NULL), sum(ended = 'done'),
+       sum(ended = 'failed'), sum(ended = 'cancelled')
+  FROM happened
+ GROUP BY 1, 2
+ ORDER BY 1, 2"""
 RUNNING_BY_KEY = """
 SELECT queue, concurrency_key, count(*) FROM tasks
  WHERE status IN ('running', 'holding') AND lease_until > :now
@@ -85,4 +116,21 @@ class SqliteQueues(SqliteConnection):
         found: list[JSONValue] = [row[0] for row in rows]
         by_key_values = {"now": now, "queues": encode(found)}
         by_key = await self._run(self._read_all, RUNNING_BY_KEY, by_key_values)
-        return overviews(rows, by_key, TOP_KEYS)
+        changed = [
+            (*row[:10], None if row[10] is None else from_micros(row[10]), row[11]) for row in rows
+        ]
+        return overviews(changed, by_key, TOP_KEYS)
+
+    async def activity_per_period(
+        self, since: datetime, period_seconds: int, queues: Sequence[str] = ()
+    ) -> list[QueueActivity]:
+        names: list[JSONValue] = [check_key("queue name", queue) for queue in queues]
+        period = check_period(period_seconds) * 1_000_000
+        params = {"since": to_micros(since), "period": period, "queues": encode(names)}
+        rows = await self._run(self._read_all, ACTIVITY_PER_PERIOD, params)
+        return [
+            QueueActivity(
+                queue, from_micros(start), created, done or 0, failed or 0, cancelled or 0
+            )
+            for queue, start, created, done, failed, cancelled in rows
+        ]

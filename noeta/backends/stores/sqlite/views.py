@@ -110,6 +110,10 @@ HELD_CLAIMS = """
 SELECT id, queue, status, owner, owner_epoch, lease_until, updated_at FROM tasks
  WHERE status IN ('running', 'holding') ORDER BY owner, id LIMIT ?"""
 
+# A walk of the task's own events (the primary key's range), stopped at the first launch.
+HAS_SUBTASKS = """
+SELECT EXISTS (SELECT 1 FROM events WHERE task_id = ? AND type = 'SubtaskLaunched')"""
+
 PREVIEW_CHARS = 2000
 _NEWEST = 2**62  # microseconds: after every real row
 
@@ -244,6 +248,10 @@ class SqliteViews(SqliteConnection):
             )
             for task, queue, status, owner, epoch, lease, updated in rows
         ]
+
+    async def has_subtasks(self, task_id: str) -> bool:
+        row = await self._run(self._read_one, HAS_SUBTASKS, (task_id,))
+        return bool(row[0])
 
 
 def _selection(
