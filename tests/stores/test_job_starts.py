@@ -8,8 +8,10 @@ from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
+from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 
 from noeta.backends.stores import open_store
+from noeta.backends.stores.postgres.claims import CLAIM_AND_START_JOBS
 from noeta.core.ports import payload
 from noeta.core.ports.pin import Pin
 from noeta.core.ports.store import (
@@ -126,3 +128,9 @@ async def test_a_taken_over_job_is_not_started_by_its_new_claim(store: Store) ->
     assert second.claim.taken_over and second.claim.epoch == first.claim.epoch + 1
     assert second.loaded is not None and not second.loaded.started_by_claim
     assert "ToolStarted" not in types(second)
+
+
+def test_the_starting_claim_is_short_enough_for_psycopgs_cache() -> None:
+    """psycopg converts a statement longer than this again at every execute: measured at
+    about 50 regex matches a claim (cProfile of a worker draining jobs)."""
+    assert len(CLAIM_AND_START_JOBS.encode()) <= MAX_CACHED_STATEMENT_LENGTH

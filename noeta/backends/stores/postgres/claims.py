@@ -3,6 +3,7 @@ renewing a worker's round, releasing, and what is due or owned."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 
 from noeta.backends.stores.job_starts import pin_names, pinned_data
@@ -89,25 +90,33 @@ WITH due AS MATERIALIZED (
 # (the claimer's pin first, as its run's first append would carry it). The CASE keeps a
 # non-pin third event's data from being read as JSON.
 _STARTING = """, starting AS (
-    SELECT d.id, job.data AS call,
-           CASE WHEN pinned.data::jsonb = %(pinned)s::jsonb THEN 1 ELSE 2 END AS events
-      FROM due AS d
-      JOIN events AS job ON job.task_id = d.id AND job.seq = 2 AND job.type = 'CallRequested'
-      LEFT JOIN events AS pinned ON pinned.task_id = d.id AND pinned.seq = 3
+    SELECT d.id, j.data AS call,
+           CASE WHEN k.data::jsonb = %(pinned)s::jsonb THEN 1 ELSE 2 END AS events
+      FROM due d JOIN events j ON j.task_id = d.id AND j.seq = 2 AND j.type = 'CallRequested'
+      LEFT JOIN events k ON k.task_id = d.id AND k.seq = 3
      WHERE NOT d.taken_over
-       AND CASE WHEN pinned.seq IS NULL THEN true
-                WHEN pinned.type <> 'PluginsPinned' THEN false
-                ELSE NOT EXISTS (
-                    SELECT FROM json_array_elements(pinned.data::json -> 'pins') AS pin
-                     WHERE NOT (pin ->> 0 = ANY(%(needs)s::text[]))) END
-       AND NOT EXISTS (SELECT FROM events AS e WHERE e.task_id = d.id AND e.seq > 3)
-       AND NOT EXISTS (SELECT FROM inbox AS i WHERE i.task_id = d.id AND i.taken_seq IS NULL)
+       AND CASE WHEN k.seq IS NULL THEN true WHEN k.type <> 'PluginsPinned' THEN false
+           ELSE ARRAY(SELECT x->>0 FROM json_array_elements(k.data::json->'pins') x)
+                <@ %(needs)s::text[] END
+       AND NOT EXISTS (SELECT FROM events e WHERE e.task_id = d.id AND e.seq > 3)
+       AND NOT EXISTS (SELECT FROM inbox i WHERE i.task_id = d.id AND i.taken_seq IS NULL)
 )"""
 # The claim's own update of a started job's row: its log's end, and its needs from the
 # pin it wrote, as the appends write them (0025).
 _START_ROW = """,
            last_seq = t.last_seq + coalesce(s.events, 0),
            needs = CASE WHEN s.events = 2 THEN %(needs)s::text[] ELSE t.needs END"""
+
+
+def _compact(statement: str) -> str:
+    """The statement without the whitespace its parser does not need: runs of it made one
+    space, none beside a parenthesis, comma or equals sign; quoted literals kept as they are."""
+    parts = re.split(r"('(?:[^']|'')*')", statement)
+    for i in range(0, len(parts), 2):
+        parts[i] = re.sub(r" ?([(),=]) ?", r"\1", " ".join(parts[i].split()))
+    return "".join(parts)
+
+
 _CLAIM_ONLY = {"starting": "", "start_row": "", "start_from": "due", "start_returns": ""}
 _CLAIM_STARTING = {
     "starting": _STARTING,
@@ -157,15 +166,15 @@ CLAIM_AND_LOAD = _CLAIM_DUE_TASKS.format(**_CLAIM_ONLY) + _LOAD.format(
 _STARTED = """, started AS (
     INSERT INTO events (task_id, seq, type, data, epoch, owner)
     SELECT c.id, c.last_seq - 2 + e.n, e.type, e.data, c.owner_epoch, %(worker)s
-      FROM claimed AS c
-     CROSS JOIN LATERAL (VALUES
-        (1, 'PluginsPinned', %(pinned)s::text),
-        (2, 'ToolStarted',
-         regexp_replace(c.call, '(,"retry_of":"([^"\\\\]|\\\\.)*")?}$', ',"trace":""}'))
-     ) AS e(n, type, data)
+      FROM claimed c, LATERAL (VALUES (1, 'PluginsPinned', %(pinned)s::text),
+           (2, 'ToolStarted',
+            regexp_replace(c.call, '(,"retry_of":"([^"\\\\]|\\\\.)*")?}$', ',"trace":""}'))
+      ) e(n, type, data)
      WHERE e.n > 2 - c.started
     RETURNING task_id, seq, epoch, type, data, created_at, owner
 )"""
+# Compacted (`_compact`): psycopg parses a statement longer than 4,096 bytes again at every
+# execute (its cache's limit), and this one is that long with its layout.
 CLAIM_AND_START_JOBS = _CLAIM_DUE_TASKS.format(**_CLAIM_STARTING) + _LOAD.format(
     started=_STARTED,
     mark="CASE WHEN c.started > 0 THEN 'started' END",
@@ -174,6 +183,7 @@ UNION ALL
 SELECT 2, s.task_id, s.seq, s.epoch, s.type, s.data, s.created_at, s.owner, NULL, NULL
   FROM started AS s""",
 )
+CLAIM_AND_START_JOBS = _compact(CLAIM_AND_START_JOBS)
 
 # The same, for one named task (noeta run claims the task it just created).
 CLAIM_THIS_TASK = """
