@@ -55,7 +55,7 @@ def claimed_tasks(rows: Sequence[tuple[Any, ...]], worker: str, version: str) ->
         part, task_id = row[0], row[1]
         if part == 0:
             claim = Claim(task_id, worker, row[3], row[6], taken_over=row[8])
-            claims[task_id] = (claim, row[2], row[4] == "started")
+            claims[task_id] = (claim, row[2], row[4] is not None)  # events the claim wrote
         elif part == 1:
             snapshots[task_id] = Snapshot(task_id, version, row[2], bytes(row[9]))
         elif part == 2:

@@ -110,10 +110,11 @@ _START_ROW = """,
 
 def _compact(statement: str) -> str:
     """The statement without the whitespace its parser does not need: runs of it made one
-    space, none beside a parenthesis, comma or equals sign; quoted literals kept as they are."""
+    space, none beside a parenthesis or comma; quoted literals kept as they are (and the
+    text others look for in pg_stat_statements, "owner_epoch = t.owner_epoch +")."""
     parts = re.split(r"('(?:[^']|'')*')", statement)
     for i in range(0, len(parts), 2):
-        parts[i] = re.sub(r" ?([(),=]) ?", r"\1", " ".join(parts[i].split()))
+        parts[i] = re.sub(r" ?([(),]) ?", r"\1", " ".join(parts[i].split()))
     return "".join(parts)
 
 
@@ -163,6 +164,8 @@ CLAIM_AND_LOAD = _CLAIM_DUE_TASKS.format(**_CLAIM_ONLY) + _LOAD.format(
 # reads do not see its inserts). The ToolStarted's data is the CallRequested's, less its
 # retry_of, plus an empty trace: both encodings keep their fields in order (events.py),
 # and a job's input is an object, so its text ends "}}" where no retry_of follows it.
+# RETURNING names a part 2 row's columns in order: they are read back as `s.*`. No SQL
+# comment in here: the statement is sent on one line (`_compact`).
 _STARTED = """, started AS (
     INSERT INTO events (task_id, seq, type, data, epoch, owner)
     SELECT c.id, c.last_seq - 2 + e.n, e.type, e.data, c.owner_epoch, %(worker)s
@@ -177,11 +180,10 @@ _STARTED = """, started AS (
 # execute (its cache's limit), and this one is that long with its layout.
 CLAIM_AND_START_JOBS = _CLAIM_DUE_TASKS.format(**_CLAIM_STARTING) + _LOAD.format(
     started=_STARTED,
-    mark="CASE WHEN c.started > 0 THEN 'started' END",
+    mark="nullif(c.started, 0)::text",
     started_rows="""
 UNION ALL
-SELECT 2, s.task_id, s.seq, s.epoch, s.type, s.data, s.created_at, s.owner, NULL, NULL
-  FROM started AS s""",
+SELECT 2, s.*, NULL, NULL FROM started AS s""",
 )
 CLAIM_AND_START_JOBS = _compact(CLAIM_AND_START_JOBS)
 
