@@ -1,7 +1,8 @@
-"""`noeta web` on a big store: the first page of the task list (rows, counts, HTML) at
-a million tasks, the next page by its cursor, a status filter, a text search, and a task
-page; each timed through the app itself (Starlette's TestClient), so the figure is what
-a browser waits for minus the network. Prints a table with the machine's load.
+"""`noeta web` on a big store: the first page of the task list (rows, each row's kind,
+input, error and runtime, counts, HTML) at a million tasks, the next page by its cursor,
+a status filter, the job-name and error-kind filters, text searches, and a task page;
+each timed through the app itself (Starlette's TestClient), so the figure is what a
+browser waits for minus the network. Prints a table with the machine's load.
 
     .venv/bin/python bench/web.py            # 1,000,000 tasks (about a minute to fill)
     .venv/bin/python bench/web.py --quick    # 50,000
@@ -49,6 +50,27 @@ SELECT 'task-' || g, 1, 'TaskCreated',
        now()
   FROM generate_series(%(first)s::int, %(last)s::int) AS g
 """
+# One task in ten a job (its call the second event: `resize` or `add`), and each failed
+# task's end (a job's failure, of kind ValueError, or a model's): what the list's columns,
+# its job-name and error-kind filters and its search over job names read.
+FILL_JOB_CALLS = """
+INSERT INTO events (task_id, seq, type, data, created_at)
+SELECT 'task-' || g, 2, 'CallRequested',
+       '{"v":1,"call_id":"job","name":"' || CASE WHEN g %% 20 = 0 THEN 'resize' ELSE 'add' END
+       || '","input":{"n":' || g || '}}',
+       now()
+  FROM generate_series(%(first)s::int, %(last)s::int) AS g WHERE g %% 10 = 0
+"""
+FILL_FINISHES = """
+INSERT INTO events (task_id, seq, type, data, created_at, epoch, owner)
+SELECT 'task-' || g, 3, 'TaskFinished',
+       '{"v":1,"status":"failed","answer":"","error":"'
+       || CASE WHEN g %% 10 = 0 THEN 'add failed: ValueError: bad ' || g
+               ELSE 'llm_error: overloaded' END || '"}',
+       now(), 1, 'worker-1'
+  FROM generate_series(%(first)s::int, %(last)s::int) AS g
+ WHERE g %% 89 = 0 AND g %% 1000 <> 0 AND g %% 997 <> 0 AND g %% 991 <> 0
+"""
 BATCH = 100_000
 RUNS = 7
 
@@ -72,6 +94,9 @@ async def fill(admin: psycopg.AsyncConnection[Any], tasks: int) -> float:
         params = {"first": first, "last": last, "n": tasks}
         await admin.execute(FILL_TASKS, params)
         await admin.execute(FILL_EVENTS, params)
+        await admin.execute(FILL_JOB_CALLS, params)
+        await admin.execute(FILL_FINISHES, params)
+    await admin.execute("UPDATE tasks SET last_seq = 3 WHERE status = 'failed'")
     await admin.execute("VACUUM ANALYZE tasks")
     await admin.execute("VACUUM ANALYZE events")
     return time.perf_counter() - started
@@ -97,6 +122,11 @@ def measure(url: str, tasks: int) -> None:
             ("task list, queue=q1, status=done", "/tasks?status=done&queue=q1"),
             ("task list, text = an id's end", f"/tasks?text=-{tasks // 2}"),
             ("task list, text in a prompt", f"/tasks?text=report%20{tasks // 3}"),
+            ("task list, text in a job's name", "/tasks?text=resiz"),
+            ("task list, text found nowhere", "/tasks?text=nowhere"),
+            ("task list, name=resize (a job's function)", "/tasks?name=resize"),
+            ("task list, error=ValueError", "/tasks?error=ValueError"),
+            ("task list, status=failed, error=llm_error", "/tasks?status=failed&error=llm_error"),
             ("a task's page", f"/tasks/task-{tasks // 2}"),
             ("workers", "/workers"),
         ]

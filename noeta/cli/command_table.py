@@ -61,6 +61,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "noeta.cli.replay:replay",
         "Fold task logs with this noeta and say where it parts from one; exit 1 if any.",
     ),
+    "result": LazyCommand(
+        "noeta.cli.result:result",
+        "Print the whole answer of task TASK_ID, or a job's result; exit 1 if it failed.",
+    ),
     "retry": LazyCommand(
         "noeta.cli.retry:retry",
         "Run failed or cancelled task TASK_ID again, as a new task; print its id.",
@@ -90,7 +94,7 @@ COMMANDS: dict[str, LazyCommand] = {
         "Print a task's log and, with --follow, its new events until it finishes.",
     ),
     "tasks": LazyCommand(
-        "noeta.cli.tasks:tasks",
+        "noeta.cli.task_list:tasks",
         "List tasks, newest first (with --parent: that task's subtasks, in launch order).",
     ),
     "web": LazyCommand(

@@ -177,6 +177,14 @@ def _bulk(
         )
         return
     click.echo(f"retried {_counts(outcome)}")
+    from noeta.cli.run import RUN_QUEUE  # each command's module imports no other's
+
+    if RUN_QUEUE in outcome.queues:  # tasks `noeta run` started: no default worker runs them
+        click.echo(
+            f"noeta: retries of tasks `noeta run` started wait in {RUN_QUEUE}, which only "
+            f"`noeta worker --queues {RUN_QUEUE}` serves",
+            err=True,
+        )
     for _, why in outcome.refusals:
         click.echo(f"noeta: not retried: {why}", err=True)
     if outcome.refused:

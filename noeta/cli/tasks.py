@@ -1,11 +1,10 @@
-"""Tasks that workers run: `submit` one, `send` it a message, list them (`tasks`), follow
-one's log (`tail`), and ask for one to stop (`cancel`)."""
+"""Tasks that workers run: `submit` one, `send` it a message, `show` one, follow one's
+log (`tail`), and ask for one to stop (`cancel`); the list is `task_list.py`."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -18,8 +17,8 @@ from noeta.cli.options import (
     store_option,
 )
 from noeta.cli.text import (
+    StepPrinter,
     event_json,
-    event_line,
     late_result_json,
     late_result_line,
     read_text,
@@ -200,72 +199,6 @@ async def _client_call(url: str | None, name: str, method: str, *args: Any, **op
 
 
 @click.command()
-@click.option(
-    "--status",
-    type=click.Choice([status.value for status in TaskStatus]),
-    default=None,
-    help="Only the tasks in this state.",
-)
-@click.option("--queue", default=None, help="Only the tasks of this queue.")
-@click.option("--parent", default=None, metavar="ID", help="Only the subtasks task ID launched.")
-@click.option(
-    "--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most N tasks."
-)
-@json_option
-@store_option
-def tasks(
-    status: str | None,
-    queue: str | None,
-    parent: str | None,
-    limit: int,
-    as_json: bool,
-    store: str | None,
-) -> None:
-    """List tasks, newest first (with --parent: that task's subtasks, in launch order)."""
-    if parent is not None:
-        check_key("task id", parent)
-    records, waits = asyncio.run(
-        _tasks_and_waits(store, status=status, queue=queue, parent=parent, limit=limit)
-    )
-    if as_json:
-        document = [task_json(r) | waiting_json(waits.get(r.id)) for r in records]
-        click.echo(json.dumps(document, ensure_ascii=False, indent=2))
-        return
-    if not records:
-        click.echo("no tasks")
-        return
-    rows = [("id", "status", "queue", "epoch", "owner", "updated")]
-    for record in records:
-        updated = record.updated_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-        rows.append(
-            (
-                record.id,
-                record.status.value + waiting_text(waits.get(record.id)),
-                record.queue,
-                str(record.owner_epoch),
-                record.owner or "-",
-                updated,
-            )
-        )
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    for row in rows:
-        click.echo(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
-
-
-async def _tasks_and_waits(
-    url: str | None, **filters: Any
-) -> tuple[list[TaskRecord], Mapping[str, tuple[str, ...]]]:
-    """The tasks, and for each that no live worker can run, what it needs (ADR-0092)."""
-    from noeta.client import AsyncClient
-
-    async with AsyncClient(url, application_name="noeta-tasks", start_embedded=False) as client:
-        records: list[TaskRecord] = await client.tasks(**filters)
-        return records, await unrunnable(await client.store(), records)
-
-
-@click.command()
 @click.argument("task_id")
 @click.option(
     "--from",
@@ -315,14 +248,18 @@ async def _tail(
     from noeta.client import AsyncClient
 
     line = open_status(progress, at_once=False)
+    steps = StepPrinter()
     client = AsyncClient(url, application_name="noeta-tail", start_embedded=False)
     async with client, shown(line):
-        # The line folds the whole log (a worker's view), even when fewer events print.
-        async for tailed in client.tail(task_id, after=0 if line.live else after, follow=follow):
+        # The whole log is read, even when fewer events print: the status line folds it
+        # (a worker's view), and a step reads the ones before it (a latency, a takeover).
+        async for tailed in client.tail(task_id, after=0, follow=follow):
             stored = tailed.stored
             printed = None
-            if tailed.seq > after:
-                printed = event_json(stored) if as_json else event_line(stored)
+            if as_json and tailed.seq > after:
+                printed = event_json(stored)
+            elif not as_json:
+                printed = "\n".join(steps.lines(stored, shown=tailed.seq > after)) or None
             written = Written(
                 tailed.seq, tailed.event, stored.created_at, stored.epoch, stored.owner
             )
@@ -370,8 +307,9 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
     for description, child in children:
         said = f"  {description}" if description else ""
         click.echo(f"  subtask {child.id}  {child.status.value}{said}")
+    steps = StepPrinter()
     for event in log:
-        click.echo(event_line(event))
+        click.echo("\n".join(steps.lines(event)))
     if late:
         click.echo("late results (a tool's result that came after its claim was gone):")
         for result in late:

@@ -13,6 +13,17 @@ from noeta.core.errors import ConfigError
 from noeta.core.ports.store import LateResult, Store, StoredEvent, TaskRecord
 from noeta.core.ports.store_values import KEPT_REPLY_PREFIX
 from noeta.core.ports.worker_registry import no_worker_offers
+from noeta.log_steps import (
+    Badge,
+    Body,
+    Line,
+    Part,
+    Step,
+    StepContext,
+    epoch_change,
+    json_text,
+    step_of,
+)
 
 if TYPE_CHECKING:
     from noeta.redaction import Scrubber
@@ -97,27 +108,58 @@ def event_json(event: StoredEvent) -> str:
     return json.dumps(document, ensure_ascii=False)
 
 
-def event_line(event: StoredEvent) -> str:
-    """One event as `noeta show` prints it: seq, time of day, type, its fields cut short."""
-    data = scrubbed(event.data)
-    if isinstance(data, dict):
-        data = {k: v for k, v in data.items() if k != "v"}
-    text = attempt_words(data) if event.type == "AttemptFailed" else ""
-    text = text or json.dumps(data, ensure_ascii=False)
-    if len(text) > 160:
-        text = text[:157] + "..."
-    at = event.created_at.isoformat()[11:23]
-    return f"{event.seq:>5}  {at}  {event.type:<13} {text}"
+class StepPrinter:
+    """A log as `noeta show` and `tail` print it: each event a step (what the web
+    timeline says, `noeta.log_steps`), its values folded to their first lines, a line at
+    every new claim; scrubbed of secrets. One per log: a step reads the ones before."""
+
+    def __init__(self) -> None:
+        self._context = StepContext()
+
+    def lines(self, event: StoredEvent, *, shown: bool = True) -> list[str]:
+        """The lines of `event`'s step (none if not `shown`: read for the steps after)."""
+        data = scrubbed(event.data)
+        changed = epoch_change(event, self._context)
+        if not isinstance(data, dict):
+            self._context.last_type = event.type
+            step = Step("", event.type, (Body(json_text(data)),))
+        else:
+            step = step_of(event, data, self._context)
+        if not shown:
+            return []
+        lines = [f"      ── {changed}"] if changed else []
+        at = event.created_at.isoformat()[11:23]
+        lines.append(f"{event.seq:>5}  {at}  {step.title}")
+        for part in step.parts:
+            lines.extend(STEP_INDENT + line for line in _part_lines(part))
+        return lines
 
 
-def attempt_words(data: Any) -> str:
-    """A job's failed attempt as a person reads it ("" for data not of that form)."""
-    try:
-        said = f"attempt {int(data['attempt'])} failed after {float(data['seconds']):.2f}s"
-        after = f"next at {data['retry_at']}" if data.get("retry_at") else "no attempt left"
-        return f"{said}: {data['error']}; {after}"
-    except (KeyError, TypeError, ValueError):
-        return ""
+STEP_INDENT = " " * 21  # under the step's title
+FOLD_LINES = 6  # a value shows its first lines; `--json` or the web view has the rest
+LINE_CHARS = 200
+
+
+def _part_lines(part: Part) -> list[str]:
+    match part:
+        case Line(before=before, task=task, after=after):
+            return [f"{before}{task}{after}"]
+        case Badge(text=text):
+            return [f"[{text}]"]
+        case Body(text=text):
+            return folded_lines(text)
+
+
+def folded_lines(text: str) -> list[str]:
+    """A value's first lines, each cut at LINE_CHARS, and how many more there are."""
+    lines = text.splitlines() or [""]
+    shown = [
+        line if len(line) <= LINE_CHARS else f"{line[:LINE_CHARS]}… ({len(line):,} characters)"
+        for line in lines[:FOLD_LINES]
+    ]
+    if len(lines) > FOLD_LINES:
+        shown.append(f"... {len(lines) - FOLD_LINES} more lines")
+    return [f"│ {line}" for line in shown]
 
 
 def late_result_fate(result: LateResult, log: list[StoredEvent]) -> str:

@@ -42,7 +42,8 @@ class BulkOutcome:
     """What a bulk retry or cancel did, or (a dry run) would do: `matched` tasks selected,
     `done` retried or asked to stop, `skipped` retried already (or finished, or asked to
     stop already), `refused` ones that cannot be (`refusals`: the first few, with why);
-    `sample`: the first few ids selected (a dry run) or made (a retry)."""
+    `sample`: the first few ids selected (a dry run) or made (a retry); `queues`: those
+    the retries made wait in."""
 
     matched: int = 0
     done: int = 0
@@ -50,6 +51,7 @@ class BulkOutcome:
     refused: int = 0
     refusals: list[tuple[str, str]] = field(default_factory=list)
     sample: list[str] = field(default_factory=list)
+    queues: set[str] = field(default_factory=set)
 
     @property
     def walked(self) -> int:
@@ -189,6 +191,7 @@ async def _retry_batch(
             built = [task for task in built if task.id not in made]
             continue
         outcome.done += len(built)
+        outcome.queues.update(task.queue for task in built)
         outcome.sample.extend(task.id for task in built[: SAMPLE_IDS - len(outcome.sample)])
         return
 

@@ -1,10 +1,15 @@
-"""The task list's filters as a request gives them (status, queue or parent, text),
-checked: a bad one is a 400 page saying why. The list and its bulk actions share them."""
+"""The task list's filters as a request gives them (status, queue or parent, text, job
+name, error kind, since), checked: a bad one is a 400 page saying why. The list and its
+bulk actions share them."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from noeta.core.errors import NoetaError
 from noeta.core.ports.store import TaskStatus, check_key
+from noeta.core.ports.store_views import checked_error_kind
+from noeta.task_columns import since
 from noeta.web.site import PageError
 
 MAX_TEXT_CHARS = 200
@@ -34,5 +39,20 @@ def checked(what: str, text: str | None) -> str | None:
         return None
     try:
         return check_key(what, text)
+    except NoetaError as error:
+        raise PageError(400, str(error)) from None
+
+
+def error_kind_of(text: str | None) -> str | None:
+    try:
+        return checked_error_kind(text)
+    except NoetaError as error:
+        raise PageError(400, str(error)) from None
+
+
+def since_of(text: str | None) -> datetime | None:
+    """The moment a `since` filter names (ISO 8601, or a span back: 15m, 2h, 3d)."""
+    try:
+        return None if text is None else since(text, datetime.now(UTC))
     except NoetaError as error:
         raise PageError(400, str(error)) from None

@@ -6,7 +6,6 @@ this process knows, whatever its source (a task id, a prompt, a tool's output)."
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from importlib import resources
@@ -93,14 +92,6 @@ def folded(text: str, *, raw: str = "", size: int | None = None) -> str:
     first = shown.split("\n", 1)[0][:120]
     summary = h(f"{first}… ({total:,} characters)")
     return f"<details><summary>{summary}</summary><pre>{h(shown)}</pre>{cut}</details>"
-
-
-def json_text(value: object) -> str:
-    """A JSON value as people read it: non-ASCII as itself, on one line when it is short."""
-    if isinstance(value, str):
-        return value
-    compact = json.dumps(value, ensure_ascii=False)
-    return compact if len(compact) <= 120 else json.dumps(value, ensure_ascii=False, indent=1)
 
 
 def form(action: str, csrf: str, fields: str, button: str, *, css: str = "") -> str:

@@ -207,7 +207,7 @@ def test_tail_on_a_terminal_shows_the_wait_under_the_events_and_clears_it(
     terminal.process.send_signal(signal.SIGINT)
     code, output = terminal.finish()
     assert code == 130, output
-    assert output.index("TaskCreated") < output.index("waiting for a message")
+    assert output.index("created") < output.index("waiting for a message")
     assert output.endswith(CLEAR), output  # the line is gone when the tail ends
 
     piped_tail = piped(["tail", "i", "--no-follow", "--json"], tmp_path)
@@ -246,6 +246,8 @@ def test_tail_follows_a_task_a_worker_runs_and_names_its_tool_live(tmp_path: Pat
         worker.terminate()
         worker.wait(timeout=OUTPUT_DEADLINE_SECONDS)
     assert code == 0, output
-    assert output.index("ToolStarted") < output.index("tool Bash") < output.index("ToolFinished")
+    # The step (its title), then the status line naming the call in flight, then the result.
+    started, in_flight = output.index("tool Bash (c1)"), output.index("| tool Bash")
+    assert started < in_flight < output.index("tool result (c1)")
     last_line = output.rsplit("\n", 1)[1]
     assert last_line.rsplit(CLEAR, 1)[-1] == "", output  # nothing left drawn at the end

@@ -60,4 +60,4 @@ def test_show_hides_keys_that_a_tool_printed(tmp_path: Path) -> None:
     for secret in [*KEYS, URL_PASSWORD]:
         assert secret not in shown.stdout
         assert secret not in as_json.stdout
-    assert "ToolFinished" in shown.stdout
+    assert "tool result (c1)" in shown.stdout and "[redacted]" in shown.stdout

@@ -268,3 +268,16 @@ def test_a_bulk_retry_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
     for arguments, message in refusals.items():
         refused = noeta("retry", *arguments, store=url)
         assert message in one_line_error(refused), arguments
+
+
+async def test_a_bulk_retry_of_tasks_noeta_run_started_says_where_they_wait(
+    store: Store, postgres_url: str
+) -> None:
+    await ended_jobs(store, postgres_url, 2, TaskStatus.FAILED, queue="noeta-run")
+    ran = await asyncio.to_thread(noeta, "retry", "--status", "failed", store=postgres_url)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "retried 2 of 2\n"
+    assert ran.stderr.splitlines()[-1] == (
+        "noeta: retries of tasks `noeta run` started wait in noeta-run, which only "
+        "`noeta worker --queues noeta-run` serves"
+    )

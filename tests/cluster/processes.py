@@ -105,12 +105,12 @@ class Cluster:
         return sorted(name for name in self.workers if name not in self.previous)
 
     def start_scheduler(self) -> None:
-        command = [sys.executable, "-m", "noeta", "scheduler", "--store", self.url]
+        # The URL, with its password, in env, not on argv (ps shows argv to every user).
+        command = [sys.executable, "-m", "noeta", "scheduler"]
         command += ["--cron", str(self.scratch / "cron.yaml")]
         output = (self.scratch / "scheduler.log").open("a")
-        self.scheduler = subprocess.Popen(
-            command, stdout=output, stderr=subprocess.STDOUT, env=self.env
-        )
+        env = {**self.env, "NOETA_STORE": self.url}
+        self.scheduler = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
 
     def restart_worker(self, name: str, *, failpoints: str = "") -> None:
         self.kill(self.workers[name])

@@ -69,6 +69,7 @@ async def test_every_reader_of_a_status_but_done_finds_its_rows_through_an_index
     await rows(postgres_url, FILL)
     await rows(postgres_url, "ANALYZE tasks")
     page = {"statuses": [status], "queue": None, "since": None, "limit": 50, "before_id": ""}
+    page |= {"created_since": None, "job_regex": None, "error_regex": None}  # no such filter
     readers: list[tuple[str, dict[str, Any]]] = [
         (capped_count(TaskStatus(status)), {"cap": 10000}),  # its count in the web view
         (LIST_TASKS, {"status": status, "queue": None, "limit": 100}),  # noeta list

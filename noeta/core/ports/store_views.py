@@ -7,6 +7,7 @@ Both stores implement `StoreViews`; nothing here writes, and nothing a worker ca
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -69,6 +70,56 @@ class HeldClaim:
     updated_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    """What the task list shows of a task beyond its row, read from its log's opening and
+    end: `kind` "agent" or the job's function name; `input` the prompt or the job's
+    arguments (JSON), cut; `error` a failed or cancelled task's error, cut; `started_at`
+    when its first claim wrote; `attempts` a job's runs of its function, an agent task's
+    claims."""
+
+    task_id: str
+    status: TaskStatus
+    kind: str
+    input: str
+    error: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    attempts: int
+
+    @property
+    def error_kind(self) -> str:
+        """The kind of its error: "cancelled" for a cancelled task, "" if none is told."""
+        return error_kind(self.error, cancelled=self.status is TaskStatus.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """The task list's filters beyond status, queue and text: a job's function name, an
+    error kind (`error_kind`), tasks created at or after a moment."""
+
+    job: str | None = None
+    error_kind: str | None = None
+    created_since: datetime | None = None
+
+
+NO_FILTER = TaskFilter()
+AGENT = "agent"  # the kind of a task that is not a job
+CANCELLED = "cancelled"  # the error kind of every cancelled task
+# An error's kind: its leading name (llm_error, internal_error), or a job's exception
+# type ("add failed: ValueError: …"). The stores' error filters match the same shapes.
+_ERROR_KIND = re.compile(r"(?:\S+ failed: )?([A-Za-z_][\w.]*): ")
+ERROR_KIND_NAME = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def error_kind(error: str, *, cancelled: bool = False) -> str:
+    """The kind of a finished task's `error` ("" if it has none that can be told)."""
+    if cancelled:
+        return CANCELLED
+    found = _ERROR_KIND.match(error)
+    return found.group(1) if found else ""
+
+
 @runtime_checkable
 class StoreViews(Protocol):
     async def task_page(
@@ -80,10 +131,17 @@ class StoreViews(Protocol):
         before: TaskCursor | None = None,
         limit: int = 50,
         finished_since: datetime | None = None,
+        where: TaskFilter = NO_FILTER,
     ) -> list[TaskRecord]:
         """Tasks newest first (by creation, then id, both descending), strictly before
-        `before`. `statuses` empty: any. `text`: a part of the id or of the prompt.
-        `finished_since`: only tasks that finished (done, failed, cancelled) then or later."""
+        `before`. `statuses` empty: any. `text`: a part of the id, of the prompt or of a
+        job's function name. `finished_since`: only tasks that finished (done, failed,
+        cancelled) then or later. `where`: the filters of `TaskFilter`."""
+        ...
+
+    async def task_summaries(self, task_ids: Sequence[str]) -> dict[str, TaskSummary]:
+        """The summary of each of `task_ids` that exists, in one statement (a page of the
+        task list is read in two: its rows, then this)."""
         ...
 
     async def count_tasks(
@@ -127,6 +185,24 @@ class StoreViews(Protocol):
     async def held_claims(self, limit: int = MAX_PAGE) -> list[HeldClaim]:
         """Tasks held now (running, holding) by owner, then id."""
         ...
+
+
+def checked_error_kind(kind: str | None) -> str | None:
+    """An error kind to filter by, if it has a kind's form (a name: llm_error, ValueError)."""
+    if kind is not None and not ERROR_KIND_NAME.fullmatch(kind):
+        raise ConfigError(
+            f"{kind[:80]!r} is not an error kind: a name such as llm_error or ValueError"
+        )
+    return kind
+
+
+def filtered_statuses(statuses: Sequence[TaskStatus], kind: str | None) -> list[TaskStatus]:
+    """The statuses a filter walks: an error kind is a failed task's, or "cancelled"."""
+    wanted = list(statuses or TaskStatus)
+    if kind is None:
+        return wanted
+    ended = TaskStatus.CANCELLED if kind == CANCELLED else TaskStatus.FAILED
+    return [status for status in wanted if status is ended]
 
 
 def check_page(limit: int) -> int:

@@ -11,27 +11,52 @@ from typing import Any
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _stored_event, _task_record
+from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS, summary
 from noeta.core.ports import payload
 from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
 from noeta.core.ports.store_views import (
+    CANCELLED,
     COUNT_CAP,
     MAX_PAGE,
+    NO_FILTER,
     HeldClaim,
     LogEntry,
     StatusCount,
     TaskCursor,
+    TaskFilter,
+    TaskSummary,
     check_page,
+    checked_error_kind,
     counted,
+    filtered_statuses,
     text_pattern,
 )
 
 # The rows a filter selects: its statuses, its queue, what finished since a moment (through
 # tasks_finished, or tasks_by_status_not_claimed_or_done for a failed or cancelled filter).
+# A job's function name and an error kind are matched in the stored JSON text of the call
+# (CallRequested, seq 2 or 3) and of the TaskFinished among the last events, by a regular
+# expression anchored on the field (PostgreSQL would refuse to decode some texts, below).
+# OFFSET 0 keeps the name filter's test a probe of the task's own events (its primary
+# key) as the walk reaches the task: without it the planner hashes every call it finds by
+# scanning the whole events table first (EXPLAIN at 200,000 tasks: 265 ms, now 18 ms).
+# The text search keeps the hashed form, as its prompt test does: a search that matches
+# nothing probes every task, and a million probes outlast the statement timeout.
 SELECTED = """status = ANY (%(statuses)s)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-   AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s)"""
+   AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s)
+   AND (%(created_since)s::timestamptz IS NULL OR created_at >= %(created_since)s)
+   AND (%(job_regex)s::text IS NULL OR EXISTS (
+        SELECT 1 FROM events
+         WHERE events.task_id = tasks.id AND events.seq IN (2, 3)
+           AND events.type = 'CallRequested' AND events.data ~ %(job_regex)s OFFSET 0))
+   AND (%(error_regex)s::text IS NULL OR EXISTS (
+        SELECT 1 FROM events
+         WHERE events.task_id = tasks.id AND events.seq > tasks.last_seq - 3
+           AND events.type = 'TaskFinished' AND events.data ~ %(error_regex)s))"""
 
-# The same, with a text that is part of the id or of the prompt (the task's first event).
+# The same, with a text that is part of the id, of the prompt (the task's first event) or
+# of a job's function name (its call).
 # The prompt is matched in the log's own escaped JSON text, never decoded: PostgreSQL
 # refuses to decode a \u0000 or a lone surrogate, and one such row would fail every search.
 # The plain substring test first: the regular expression runs only where it may match.
@@ -39,7 +64,12 @@ SELECTED_MATCHING = f"""{SELECTED}
    AND (id ILIKE %(pattern)s OR EXISTS (
         SELECT 1 FROM events
          WHERE events.task_id = tasks.id AND events.seq = 1
-           AND events.data ILIKE %(encoded_pattern)s AND events.data ~* %(prompt_regex)s))"""
+           AND events.data ILIKE %(encoded_pattern)s AND events.data ~* %(prompt_regex)s)
+        OR EXISTS (
+        SELECT 1 FROM events
+         WHERE events.task_id = tasks.id AND events.seq IN (2, 3)
+           AND events.type = 'CallRequested'
+           AND events.data ILIKE %(encoded_pattern)s AND events.data ~* %(name_regex)s))"""
 
 # Newest first, strictly before the cursor: the row comparison is the index's own order,
 # so each page is one backward walk of tasks_by_creation from the cursor, never a sort.
@@ -100,6 +130,31 @@ SELECT id, queue, status, owner, owner_epoch, lease_until, updated_at FROM tasks
  WHERE status IN ('running', 'holding') ORDER BY owner, id LIMIT %(limit)s
 """
 
+# A page's summaries in one statement: per task, a few index probes of its own events
+# (its opening, its call, its end; a job's runs), each text cut at %(chars)s.
+TASK_SUMMARIES = """
+SELECT t.id, t.status, t.owner_epoch, t.finished_at,
+       (SELECT e.created_at FROM events e WHERE e.task_id = t.id AND e.epoch > 0
+         ORDER BY e.seq LIMIT 1),
+       opening.size, opening.text, called.size, called.text, ending.size, ending.text,
+       CASE WHEN called.text IS NOT NULL THEN (
+            SELECT count(*) FROM events e WHERE e.task_id = t.id AND e.type = 'ToolStarted')
+       END
+  FROM tasks t
+  LEFT JOIN LATERAL (SELECT length(e.data) AS size, left(e.data, %(chars)s) AS text
+                       FROM events e WHERE e.task_id = t.id AND e.seq = 1) AS opening ON true
+  LEFT JOIN LATERAL (SELECT length(e.data) AS size, left(e.data, %(chars)s) AS text
+                       FROM events e
+                      WHERE e.task_id = t.id AND e.seq IN (2, 3) AND e.type = 'CallRequested'
+                      ORDER BY e.seq LIMIT 1) AS called ON true
+  LEFT JOIN LATERAL (SELECT length(e.data) AS size, left(e.data, %(chars)s) AS text
+                       FROM events e
+                      WHERE t.status IN ('failed', 'cancelled') AND e.task_id = t.id
+                        AND e.seq > t.last_seq - 3 AND e.type = 'TaskFinished'
+                      ORDER BY e.seq DESC LIMIT 1) AS ending ON true
+ WHERE t.id = ANY (%(ids)s)
+"""
+
 PREVIEW_CHARS = 2000
 _NEWEST = (datetime(9999, 12, 31, tzinfo=UTC), "")  # before every real row
 
@@ -117,6 +172,27 @@ def prompt_regex(text: str) -> str:
     return _PROMPT_PREFIX + re.sub(r"([^A-Za-z0-9])", r"\\\1", encoded)
 
 
+# A call's opening up to its function's name: the name follows the call id.
+_NAME_PREFIX = r'^\{"v":[0-9]+,"call_id":"(?:[^"\\]|\\.)*","name":"'
+
+
+def _literal(text: str) -> str:
+    """`text` (ASCII: stored JSON text) taken literally in a regular expression."""
+    return re.sub(r"([^A-Za-z0-9])", r"\\\1", text)
+
+
+def name_regex(text: str, *, whole: bool) -> str:
+    """A regular expression for a call whose function's name is `text` (`whole`) or holds
+    it, matched against the call's stored JSON text."""
+    encoded = _literal(payload.encode(text)[1:-1])
+    return _NAME_PREFIX + (f'{encoded}"' if whole else f'[^"]*{encoded}')
+
+
+def error_regex(kind: str) -> str:
+    """A regular expression for a TaskFinished whose error is of `kind` (`error_kind`)."""
+    return rf'"error":"(?:[^"\\ ]+ failed: )?{_literal(kind)}: '
+
+
 class PostgresViews(PostgresConnection):
     """The read-only views of `noeta web`."""
 
@@ -129,9 +205,10 @@ class PostgresViews(PostgresConnection):
         before: TaskCursor | None = None,
         limit: int = 50,
         finished_since: datetime | None = None,
+        where: TaskFilter = NO_FILTER,
     ) -> list[TaskRecord]:
         before_at, before_id = (before.created_at, before.id) if before else _NEWEST
-        params = _selection(statuses, queue, text, finished_since)
+        params = _selection(statuses, queue, text, finished_since, where)
         params |= {"before_at": before_at, "before_id": before_id, "limit": check_page(limit)}
         query = TASK_PAGE_MATCHING if text else TASK_PAGE
         return [_task_record(row) for row in await self._read(query, params)]
@@ -148,6 +225,25 @@ class PostgresViews(PostgresConnection):
         params = _selection(statuses, queue, text, finished_since) | {"cap": cap}
         rows = await self._read(COUNT_TASKS_MATCHING if text else COUNT_TASKS, params)
         return int(rows[0][0])
+
+    async def task_summaries(self, task_ids: Sequence[str]) -> dict[str, TaskSummary]:
+        if not task_ids:
+            return {}
+        params = {"ids": list(task_ids), "chars": SUMMARY_CHARS}
+        return {
+            row[0]: summary(
+                row[0],
+                TaskStatus(row[1]),
+                row[2],
+                row[4],
+                row[3],
+                None if row[6] is None else (row[5], row[6]),
+                None if row[8] is None else (row[7], row[8]),
+                None if row[10] is None else (row[9], row[10]),
+                row[11],
+            )
+            for row in await self._read(TASK_SUMMARIES, params)
+        }
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
         return counted(await self._read(TASK_COUNTS, {"cap": cap}), cap)
@@ -203,15 +299,24 @@ class PostgresViews(PostgresConnection):
 
 
 def _selection(
-    statuses: Sequence[TaskStatus], queue: str | None, text: str | None, since: datetime | None
+    statuses: Sequence[TaskStatus],
+    queue: str | None,
+    text: str | None,
+    since: datetime | None,
+    where: TaskFilter = NO_FILTER,
 ) -> dict[str, Any]:
+    kind = checked_error_kind(where.error_kind)
     params: dict[str, Any] = {
-        "statuses": [status.value for status in (statuses or TaskStatus)],
+        "statuses": [status.value for status in filtered_statuses(statuses, kind)],
         "queue": queue,
         "since": since,
+        "created_since": where.created_since,
+        "job_regex": None if where.job is None else name_regex(where.job, whole=True),
+        "error_regex": None if kind in (None, CANCELLED) else error_regex(kind),
     }
     if text:
         params["pattern"] = text_pattern(text)
         params["encoded_pattern"] = text_pattern(payload.encode(text)[1:-1])
         params["prompt_regex"] = prompt_regex(text)
+        params["name_regex"] = name_regex(text, whole=False)
     return params

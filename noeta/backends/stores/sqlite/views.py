@@ -9,17 +9,24 @@ from typing import Any
 
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import from_micros, task_record, to_micros
+from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS, summary
 from noeta.core.ports import payload
 from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
 from noeta.core.ports.store_views import (
+    CANCELLED,
     COUNT_CAP,
     MAX_PAGE,
+    NO_FILTER,
     HeldClaim,
     LogEntry,
     StatusCount,
     TaskCursor,
+    TaskFilter,
+    TaskSummary,
     check_page,
+    checked_error_kind,
     counted,
+    filtered_statuses,
     text_pattern,
 )
 
@@ -33,11 +40,46 @@ _SELECTED = """
    (:status IS NULL OR status IN (SELECT value FROM json_each(:status)))
    AND (:queue IS NULL OR queue = :queue)
    AND (:since IS NULL OR (updated_at >= :since
-                           AND status IN ('done', 'failed', 'cancelled')))"""
+                           AND status IN ('done', 'failed', 'cancelled')))
+   AND (:created_since IS NULL OR created_at >= :created_since)
+   AND (:job IS NULL OR EXISTS (
+        SELECT 1 FROM events WHERE events.task_id = tasks.id AND events.seq IN (2, 3)
+           AND events.type = 'CallRequested' AND json_extract(events.data, '$.name') = :job))
+   AND (:error_kind IS NULL OR EXISTS (
+        SELECT 1 FROM events WHERE events.task_id = tasks.id
+           AND events.seq > tasks.last_seq - 3 AND events.type = 'TaskFinished'
+           AND (json_extract(events.data, '$.error') GLOB :error_kind || ': *'
+                OR json_extract(events.data, '$.error')
+                   GLOB '* failed: ' || :error_kind || ': *')))"""
 _MATCHING = """
    AND (id LIKE :pattern ESCAPE '\\' OR EXISTS (
         SELECT 1 FROM events WHERE events.task_id = tasks.id AND events.seq = 1
-           AND json_extract(events.data, '$.prompt') LIKE :pattern ESCAPE '\\'))"""
+           AND json_extract(events.data, '$.prompt') LIKE :pattern ESCAPE '\\')
+        OR EXISTS (
+        SELECT 1 FROM events WHERE events.task_id = tasks.id AND events.seq IN (2, 3)
+           AND events.type = 'CallRequested'
+           AND json_extract(events.data, '$.name') LIKE :pattern ESCAPE '\\'))"""
+# A page's summaries in one statement, as PostgreSQL's (its comments say why).
+TASK_SUMMARIES = """
+SELECT t.id, t.status, t.owner_epoch, t.updated_at,
+       (SELECT e.created_at FROM events e WHERE e.task_id = t.id AND e.epoch > 0
+         ORDER BY e.seq LIMIT 1),
+       (SELECT length(e.data) FROM events e WHERE e.task_id = t.id AND e.seq = 1),
+       (SELECT substr(e.data, 1, :chars) FROM events e WHERE e.task_id = t.id AND e.seq = 1),
+       called.size, called.text,
+       (SELECT length(e.data) || ' ' || substr(e.data, 1, :chars) FROM events e
+         WHERE t.status IN ('failed', 'cancelled') AND e.task_id = t.id
+           AND e.seq > t.last_seq - 3 AND e.type = 'TaskFinished'
+         ORDER BY e.seq DESC LIMIT 1),
+       CASE WHEN called.text IS NOT NULL THEN (
+            SELECT count(*) FROM events e WHERE e.task_id = t.id AND e.type = 'ToolStarted')
+       END
+  FROM tasks t
+  LEFT JOIN (SELECT e.task_id, length(e.data) AS size, substr(e.data, 1, :chars) AS text
+               FROM events e
+              WHERE e.task_id IN (SELECT value FROM json_each(:ids)) AND e.seq IN (2, 3)
+                AND e.type = 'CallRequested') AS called ON called.task_id = t.id
+ WHERE t.id IN (SELECT value FROM json_each(:ids))"""
 _PAGE_WHERE = f"""
  WHERE (created_at, id) < (:before_at, :before_id) AND {_SELECTED}"""
 TASK_PAGE = f"""
@@ -84,8 +126,9 @@ class SqliteViews(SqliteConnection):
         before: TaskCursor | None = None,
         limit: int = 50,
         finished_since: datetime | None = None,
+        where: TaskFilter = NO_FILTER,
     ) -> list[TaskRecord]:
-        values = _selection(statuses, queue, text, finished_since) | {
+        values = _selection(statuses, queue, text, finished_since, where) | {
             "before_at": to_micros(before.created_at) if before else _NEWEST,
             "before_id": before.id if before else "",
             "limit": check_page(limit),
@@ -109,6 +152,27 @@ class SqliteViews(SqliteConnection):
         query = COUNT_TASKS_MATCHING if text else COUNT_TASKS
         row = await self._run(self._read_one, query, values)
         return int(row[0])
+
+    async def task_summaries(self, task_ids: Sequence[str]) -> dict[str, TaskSummary]:
+        if not task_ids:
+            return {}
+        values = {"ids": payload.encode(list(task_ids)), "chars": SUMMARY_CHARS}
+        found: dict[str, TaskSummary] = {}
+        for row in await self._run(self._read_all, TASK_SUMMARIES, values):
+            status = TaskStatus(row[1])
+            size, _, text = (row[9] or "").partition(" ")
+            found[row[0]] = summary(
+                row[0],
+                status,
+                row[2],
+                None if row[4] is None else from_micros(row[4]),
+                from_micros(row[3]),  # a finished row changes no more: when it finished
+                None if row[6] is None else (row[5], row[6]),
+                None if row[8] is None else (row[7], row[8]),
+                (int(size), text) if row[9] else None,
+                row[10],
+            )
+        return found
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
         def count() -> list[tuple[str, str, int]]:
@@ -183,12 +247,23 @@ class SqliteViews(SqliteConnection):
 
 
 def _selection(
-    statuses: Sequence[TaskStatus], queue: str | None, text: str | None, since: datetime | None
+    statuses: Sequence[TaskStatus],
+    queue: str | None,
+    text: str | None,
+    since: datetime | None,
+    where: TaskFilter = NO_FILTER,
 ) -> dict[str, Any]:
+    kind = checked_error_kind(where.error_kind)
+    if kind is not None:
+        statuses = filtered_statuses(statuses, kind)
+    created = where.created_since
     values: dict[str, Any] = {
-        "status": payload.encode([s.value for s in statuses]) if statuses else None,
+        "status": payload.encode([s.value for s in statuses]) if statuses or kind else None,
         "queue": queue,
         "since": None if since is None else to_micros(since),
+        "created_since": None if created is None else to_micros(created),
+        "job": where.job,
+        "error_kind": None if kind == CANCELLED else kind,
     }
     if text:
         values["pattern"] = text_pattern(text)

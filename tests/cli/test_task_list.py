@@ -1,0 +1,103 @@
+"""`noeta tasks` for operators: each task's kind (agent or the job's function), input,
+status with its error's kind, runtime, attempts, created and finished; --columns to
+choose them; --name, --error and --since to filter; bad input one line, exit 2."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from noeta.core.ports.store import TaskStatus
+from noeta.core.rules import events
+from tests.cli.test_result import a_chat, created, finish
+from tests.cli.test_run import noeta, one_line_error
+from tests.cli.test_tasks import append_as_worker
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'noeta.db'}"
+
+
+def a_job(store: str, task_id: str, name: str, arguments: dict[str, object]) -> None:
+    opening = events.TaskCreated(model="", tools=(name,))
+    created(store, task_id, opening, events.CallRequested("job", name, arguments))  # type: ignore[arg-type]
+
+
+def table(store: str, *arguments: str) -> list[list[str]]:
+    """The table's rows (the header first), cells split on runs of two spaces or more."""
+    result = noeta("tasks", *arguments, store=store)
+    assert result.returncode == 0, result.stderr
+    return [
+        [cell.strip() for cell in line.split("  ") if cell.strip()]
+        for line in result.stdout.splitlines()
+    ]
+
+
+@pytest.fixture
+def listed_tasks(store: str) -> str:
+    a_job(store, "add-1", "add", {"a": 1, "b": 2})
+    asyncio.run(append_as_worker(store, "add-1", events.ToolStarted("job", "add", {"a": 1})))
+    ended = events.TaskFinished("failed", error="add failed: ValueError: no")
+    finish(store, "add-1", ended, TaskStatus.FAILED)
+    a_job(store, "resize-1", "resize", {"path": "a.png"})
+    a_chat(store, "chat-1")
+    return store
+
+
+def test_the_list_shows_kind_input_status_with_error_kind_and_attempts(listed_tasks: str) -> None:
+    header, *rows = table(listed_tasks)
+    assert header == [
+        "id",
+        "kind",
+        "status",
+        "queue",
+        "attempts",
+        "runtime",
+        "created",
+        "finished",
+        "input",
+    ]
+    cells = {row[0]: dict(zip(header, row, strict=False)) for row in rows}
+    assert list(cells) == ["chat-1", "resize-1", "add-1"]  # newest first
+    assert cells["add-1"]["kind"] == "add" and cells["add-1"]["status"] == "failed (ValueError)"
+    assert cells["add-1"]["attempts"] == "1" and cells["add-1"]["input"] == '{"a": 1, "b": 2}'
+    assert cells["add-1"]["runtime"].endswith("s") and cells["add-1"]["finished"] != "-"
+    assert cells["resize-1"]["kind"] == "resize" and cells["resize-1"]["runtime"] == "-"
+    assert cells["chat-1"]["kind"] == "agent" and cells["chat-1"]["status"] == "ready"
+
+    [document] = json.loads(noeta("tasks", "--json", "--name", "add", store=listed_tasks).stdout)
+    assert document["kind"] == "add" and document["error_kind"] == "ValueError"
+    assert document["error"] == "add failed: ValueError: no" and document["attempts"] == 1
+    assert document["status"] == "failed" and document["finished_at"] is not None
+
+
+def test_columns_are_chosen_and_filters_narrow_the_list(listed_tasks: str) -> None:
+    assert table(listed_tasks, "--columns", "id,error", "--error", "ValueError") == [
+        ["id", "error"],
+        ["add-1", "add failed: ValueError: no"],
+    ]
+    assert table(listed_tasks, "--columns", "kind,id", "--name", "resize") == [
+        ["kind", "id"],
+        ["resize", "resize-1"],
+    ]
+    assert len(table(listed_tasks, "--since", "1h")) == 4
+    assert noeta("tasks", "--since", "2999-01-01T00:00Z", store=listed_tasks).stdout == "no tasks\n"
+    assert noeta("tasks", "--error", "KeyError", store=listed_tasks).stdout == "no tasks\n"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--columns", "id,nope"], "unknown column 'nope' (the columns: id, kind, status,"),
+        (["--status", "bogus"], "'bogus' is not one of"),
+        (["--since", "yesterday"], "is neither a moment"),
+        (["--since", "2026-13-45"], "is neither a moment"),
+        (["--error", "no such"], "is not an error kind"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(store: str, arguments: list[str], said: str) -> None:
+    assert said in one_line_error(noeta("tasks", *arguments, store=store), 2)
