@@ -1,26 +1,31 @@
-"""What one one-shot agent task costs PostgreSQL, counted, not timed: statements the
-worker sends, functions and triggers run, commits, rows written (and how many updates
-were not HOT, each of which adds an entry to every index of the table), per task.
+"""What one one-shot agent task (or one plain no-op job) costs PostgreSQL, counted, not
+timed: statements the worker sends, functions and triggers run, commits, rows written (and
+how many updates were not HOT, each of which adds an entry to every index of the table).
 
-Run:  .venv/bin/python bench/task_cost.py [--tasks N]
+Run:  .venv/bin/python bench/task_cost.py [--tasks N] [--jobs]
 It starts a private embedded PostgreSQL (fsync on, pg_stat_statements loaded,
-track_functions=all), creates N tasks (scripted model, one reply), then starts one
-`noeta worker` with no queue settings, no model limits and no retention, resets the
-statistics, releases the tasks and reads the statistics once they are done. The counts
-do not depend on the machine's load: run it on two checkouts to compare them.
+track_functions=all), creates N tasks (scripted model, one reply; with --jobs: N jobs of
+bench/noop_job.py's `@noeta.tool`, as bench/jobs.py drains), then starts one `noeta worker`
+with no queue settings, no model limits and no retention, resets the statistics, releases
+the tasks and reads the statistics once they are done. The counts do not depend on the
+machine's load: run it on two checkouts to compare them.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
+from pathlib import Path
 from typing import Any
 
+import noop_job  # the sibling modules (bench/ is on sys.path)
 import psycopg
-from worker import Bench, fresh_bench, next_xid  # the sibling module (bench/ is on sys.path)
+from worker import Bench, fresh_bench, next_xid
 
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
+from noeta.client.job_tasks import job_task
 
 QUEUE = "cost"
 # The bench's own statements, left out of the worker's.
@@ -63,9 +68,9 @@ async def snapshot(bench: Bench) -> dict[str, Any]:
     }
 
 
-def report(after: dict[str, Any], before: dict[str, Any], tasks: int) -> None:
+def report(after: dict[str, Any], before: dict[str, Any], tasks: int, what: str) -> None:
     per = float(tasks)
-    print(f"\nper task ({tasks} one-shot tasks, 1 worker):")
+    print(f"\nper task ({tasks} {what}, 1 worker):")
     print(
         f"  commits (pg_stat_database.xact_commit, all sessions): "
         f"{(after['commits'] - before['commits']) / per:.2f}"
@@ -98,12 +103,36 @@ def report(after: dict[str, Any], before: dict[str, Any], tasks: int) -> None:
         )
 
 
-async def measure(dsn: str, tasks: int) -> None:
+async def create_jobs(bench: Bench, ids: list[str], ready_at: object) -> None:
+    """No-op jobs, made as the client's enqueue makes them (one create_task each)."""
+    limit = asyncio.Semaphore(8)
+
+    async def one(task_id: str) -> None:
+        async with limit:
+            made = job_task(task_id, noop_job.noop, {}, QUEUE, ready_at)  # type: ignore[arg-type]
+            await bench.store.create_task(made)
+
+    await asyncio.gather(*(one(task_id) for task_id in ids))
+
+
+def jobs_env(bench: Bench) -> dict[str, str]:
+    """The workers' environment for jobs: a config naming bench/noop_job.py's module."""
+    config = bench.scratch / "jobs.yaml"
+    config.write_text("plugins:\n  - module: noop_job\n")
+    here = str(Path(__file__).parent)
+    pythonpath = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    return {"NOETA_CONFIG": str(config), "PYTHONPATH": pythonpath}
+
+
+async def measure(dsn: str, tasks: int, jobs: bool) -> None:
     async with fresh_bench(dsn) as bench:
         await bench.admin.execute("SELECT pg_stat_reset()")  # the migration's own runs
         ids = [f"{QUEUE}-{n}" for n in range(tasks)]
         later = await bench.value("SELECT clock_timestamp() + interval '1 hour'")
-        await bench.create(ids, QUEUE, bench.ok_model, ready_at=later)
+        if jobs:
+            await create_jobs(bench, ids, later)
+        else:
+            await bench.create(ids, QUEUE, bench.ok_model, ready_at=later)
         created = "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname = %s"
 
         async def counted() -> bool:  # the creations' statistics are in, before the reset
@@ -115,7 +144,8 @@ async def measure(dsn: str, tasks: int) -> None:
         print(f"  plpgsql function and trigger runs: {sum(c for _, c in functions) / tasks:.2f}")
         for name, calls in functions:
             print(f"    {calls / tasks:5.2f}  {name}")
-        async with bench.workers(["cost-w"], QUEUE, concurrency=8):
+        env = jobs_env(bench) if jobs else None
+        async with bench.workers(["cost-w"], QUEUE, concurrency=8, env=env):
             await bench.admin.execute("SELECT public.pg_stat_statements_reset()")
             await bench.admin.execute("SELECT pg_stat_reset()")
             before = await snapshot(bench)
@@ -128,20 +158,21 @@ async def measure(dsn: str, tasks: int) -> None:
 
         await bench.until(ended, "the worker's sessions end", 60)
         after = await snapshot(bench)
-        report(after, before, tasks)
+        report(after, before, tasks, "no-op jobs" if jobs else "one-shot tasks")
 
 
 def main() -> None:
     arguments = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     arguments.add_argument("--tasks", type=int, default=1000)
-    tasks = arguments.parse_args().tasks
+    arguments.add_argument("--jobs", action="store_true", help="plain no-op jobs, not agent tasks")
+    options = arguments.parse_args()
     settings = {"shared_preload_libraries": "pg_stat_statements", "track_functions": "all"}
     embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
     try:
         dsn = embedded.start()
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        asyncio.run(measure(dsn, tasks))
+        asyncio.run(measure(dsn, options.tasks, options.jobs))
     finally:
         embedded.stop()
         shutil.rmtree(embedded.root, ignore_errors=True)

@@ -24,6 +24,7 @@ from noeta.core.ports.store import (
     Continue,
     Delivery,
     InboxEntry,
+    JobStarts,
     LateResult,
     LoadedTask,
     NewEvent,
@@ -100,6 +101,7 @@ class ObservedStore:
         snapshot_version: str,
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
+        job_starts: JobStarts | None = None,
     ) -> list[ClaimedTask]:
         started = time.time_ns()
         with _observing("claim", None):
@@ -111,6 +113,7 @@ class ObservedStore:
                 snapshot_version=snapshot_version,
                 excluding=excluding,
                 offers=offers,
+                job_starts=job_starts,
             )
         for each in claimed:
             _claimed(each.claim, started)

@@ -216,6 +216,7 @@ class Worker:
                 snapshot_version=self.runner.snapshot_version,
                 excluding=self._own_tasks(),
                 offers=self.offers,
+                job_starts=self.runner.job_starts,  # fresh jobs started by the claim
             )
             if claimed:
                 await failpoints.hit("claim.after_commit")

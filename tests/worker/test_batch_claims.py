@@ -16,7 +16,7 @@ import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.config import Config
-from noeta.core.ports.store import ClaimedTask, LoadedTask, Store
+from noeta.core.ports.store import ClaimedTask, JobStarts, LoadedTask, Store
 from noeta.plugins.toolbox import Toolbox
 from noeta.worker.worker import Worker, WorkerSettings
 
@@ -41,6 +41,7 @@ class RecordedCalls:
         snapshot_version: str,
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
+        job_starts: JobStarts | None = None,
     ) -> list[ClaimedTask]:
         claimed = await self._store.claim_and_load(
             worker,
@@ -50,6 +51,7 @@ class RecordedCalls:
             snapshot_version=snapshot_version,
             excluding=excluding,
             offers=offers,
+            job_starts=job_starts,
         )
         self.claims.append((limit, len(claimed)))
         return claimed
@@ -76,9 +78,9 @@ async def test_free_slots_are_filled_by_one_claim_that_reads_the_tasks(
     for task_id in ids:
         await add_task(store, tmp_path, task_id, {"text": "done"})
     recorded = RecordedCalls(store)
-    runner = toolbox.runner(recorded, ProviderRegistry())  # type: ignore[arg-type]
+    runner = toolbox.runner(recorded, ProviderRegistry())
     settings = WorkerSettings("w", concurrency=4, lease_seconds=30, poll_seconds=0.2)
-    worker = Worker(recorded, runner, settings)  # type: ignore[arg-type]
+    worker = Worker(recorded, runner, settings)
     stop = asyncio.Event()
     running = asyncio.create_task(worker.run(stop))
     try:

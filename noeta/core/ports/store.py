@@ -41,6 +41,7 @@ from noeta.core.ports.store_values import (
     Finish,
     FireOutcome,
     InboxEntry,
+    JobStarts,
     LateResult,
     LoadedTask,
     NewEvent,
@@ -79,6 +80,7 @@ __all__ = [
     "FireOutcome",
     "InboxEntry",
     "LateResult",
+    "JobStarts",
     "LoadedTask",
     "MAX_CLAIM_BATCH",
     "MAX_KEY_CHARS",
@@ -139,6 +141,7 @@ class Store(Protocol):
         snapshot_version: str,
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
+        job_starts: JobStarts | None = None,
     ) -> list[ClaimedTask]:
         """Claim up to `limit` (1 to 1,000) of the claimable tasks due longest, each with
         its own epoch and lease, and read each as `load` would: in one round trip where
@@ -148,7 +151,8 @@ class Store(Protocol):
         in `excluding` is claimed (the claimer's own runs, whose leases may have lapsed
         while their renewal was held up: ADR-0079). `offers`: the plugin names the
         claimer has; a task that needs one it lacks is left for a worker that has it
-        (None: it runs anything; ADR-0092)."""
+        (None: it runs anything; ADR-0092). `job_starts`: the fresh plain jobs claimed are
+        started by the claim's own commit, their `loaded.started_by_claim` set (ADR-0100)."""
         ...
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

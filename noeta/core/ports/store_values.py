@@ -15,6 +15,7 @@ from typing import Literal
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.ports import payload
 from noeta.core.ports.payload import JSONValue
+from noeta.core.ports.pin import Pin
 from noeta.core.rules.task_id import check_concurrency_key, check_task_id
 
 DEFAULT_QUEUE = "default"
@@ -203,6 +204,22 @@ class LoadedTask:
     snapshot: Snapshot | None
     events: list[StoredEvent]  # the log after the snapshot (all of it without one)
     inbox: list[InboxEntry]  # untaken entries
+    # The claim that read it also started its job (`JobStarts`): the log ends with the
+    # ToolStarted this claim wrote, and the claimer runs the call without writing another.
+    started_by_claim: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JobStarts:
+    """Asks `Store.claim_and_load` to start the fresh plain jobs it claims, in the claim's
+    own commit: a job whose log is its creation (TaskCreated, CallRequested, at most its
+    pin), not taken over, with nothing in its inbox, gets the events its claimer's first
+    append would have written: `PluginsPinned(pins)` where its pin differs (every pinned
+    name among `pins`, else it is not started), then `ToolStarted` of its call as asked.
+    The claimer asks only when that is what its run would write: no gates, no append
+    hooks, no live trace (ADR-0100)."""
+
+    pins: tuple[Pin, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from noeta.core.rules.tool_input import input_problem
 from noeta.core.runner import attempts, cancelling, children, grace, late_results
 from noeta.core.runner.cancelling import CancelledWhileRunning
 from noeta.core.runner.context import RunContext
+from noeta.observability.tracing import Step
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +78,39 @@ async def run_tools(run: RunContext, calls: tuple[ToolCall, ...]) -> None:
         # ends once the result is in the log (a crash: the next claimer emits it).
         with run.trace.tool(call, run.state) as step:
             await run.append([ToolStarted(call.id, call.name, call.input, step.record)])
-            await failpoints.hit("tool.after_started")
-            output, cancelled = await cancelling.run_unless_cancelled(
-                run, tool, call, _context(run, call), _execute
-            )
-            await failpoints.hit("tool.before_finished")
-            if cancelled is not None:
-                await _record_cancelled(run, call, output, cancelled)
-                step.finished(output.content, output.is_error)
+            if not await _run_started(run, tool, call, step):
                 return  # the task is finished: no later call of the reply runs
-            await _record_or_keep(run, call, output)
-            step.finished(output.content, output.is_error)
+
+
+async def run_started_by_claim(run: RunContext, call: ToolCall) -> None:
+    """A fresh job's call whose ToolStarted its claim wrote (ADR-0100): the claimer asked
+    only where run_tools would have written exactly that (no gates, no hooks, no live
+    trace), so what follows is run_tools' own, the start already durable."""
+    tool = run.tools.get(call.name)
+    refusal = _refusal(run, tool, call)
+    with run.trace.tool(call, run.state) as step:
+        if tool is None or refusal:
+            await run.append_settling([ToolFinished(call.id, refusal, True)])
+            step.finished(refusal, True)
+            return
+        await _run_started(run, tool, call, step)
+
+
+async def _run_started(run: RunContext, tool: Tool, call: ToolCall, step: Step) -> bool:
+    """Run a call whose start is in the log and record its result; False if a cancel
+    finished the task meanwhile."""
+    await failpoints.hit("tool.after_started")
+    output, cancelled = await cancelling.run_unless_cancelled(
+        run, tool, call, _context(run, call), _execute
+    )
+    await failpoints.hit("tool.before_finished")
+    if cancelled is not None:
+        await _record_cancelled(run, call, output, cancelled)
+        step.finished(output.content, output.is_error)
+        return False
+    await _record_or_keep(run, call, output)
+    step.finished(output.content, output.is_error)
+    return True
 
 
 async def _record_or_keep(

@@ -26,6 +26,7 @@ from noeta.core.ports.store import (
     Delivery,
     Finish,
     InboxEntry,
+    JobStarts,
     LoadedTask,
     Store,
     TaskStatus,
@@ -49,19 +50,16 @@ from noeta.core.rules.next_action import (
     FindWhyCut,
     FinishTask,
     LeaveForNewerVersion,
-    LeavePluginMissing,
     LeaveUnreadable,
-    PinPlugins,
     RecoverCalls,
     RunTools,
     Stop,
-    check_pins,
     next_action,
     on_internal_error,
 )
 from noeta.core.rules.task_id import workspace_folder
 from noeta.core.rules.task_state import TaskState
-from noeta.core.runner import calls, children, grace, model_call, model_cuts, taking
+from noeta.core.runner import calls, children, grace, model_call, model_cuts, pins, taking
 from noeta.core.runner.cancelling import CANCEL_CHECK_SECONDS
 from noeta.core.runner.forked_workspace import copy_if_asked
 from noeta.core.runner.model_call import Providers
@@ -124,6 +122,11 @@ class TaskRunner:
         return os.path.join(self.workspaces, workspace_folder(task_id)) if self.workspaces else ""
 
     @property
+    def job_starts(self) -> JobStarts | None:
+        """What this runner's claims may start for it (ADR-0100; `pins.claim_starts`)."""
+        return pins.claim_starts(self.pins, self.gates, self.hook_plugins, self.draining)
+
+    @property
     def snapshot_version(self) -> str:
         """The version of the snapshots this runner reads and writes (and its claims ask for)."""
         return snapshot_version(self.agent)
@@ -134,6 +137,7 @@ class TaskRunner:
         version = self.snapshot_version
         state, inbox = await load_for_run(self.store, claim.task_id, version, loaded)
         run = _Run(self, claim, state, version, tracing.begin_attempt(claim, state))
+        run.started_by_claim = loaded is not None and loaded.started_by_claim
         if any(taking.kind_of(entry.payload) == "cancel" for entry in inbox):
             run.cancel_checked_at = -math.inf  # asked already: look before anything else
         else:
@@ -170,6 +174,9 @@ class _Run(RunWriter):
         self.runner = runner
         self.cancel_checked_at = -math.inf
         self._queue = ""
+        # The claim started the job's call (ADR-0100): its first step runs it, never as a
+        # half-done call to recover, and a draining worker does not hand it back.
+        self.started_by_claim = False
 
     # --- the RunContext the steps in calls.py see ---------------------------------------
 
@@ -231,7 +238,8 @@ class _Run(RunWriter):
         this code cannot read."""
         if self.state.newer_event:
             return None  # next_action leaves it; nothing writes to it first (ADR-0097)
-        stop = await self._check_pins(self.runner.pins) or await self._copy_workspace()
+        left = await pins.check(self, self.runner.pins, self.runner.load_attempts)
+        stop = RunResult(left, self.state) if left else await self._copy_workspace()
         if stop is None and self.hooks.on_event and not self.state.finished:
             await self._redeliver()
         return stop
@@ -310,6 +318,9 @@ class _Run(RunWriter):
                             if await self._cancelled_before_step():
                                 return RunResult("finished", self.state)
                             await calls.run_tools(self, to_run)
+                        case RecoverCalls(calls=((call, _),)) if self.started_by_claim:
+                            self.started_by_claim = False
+                            await calls.run_started_by_claim(self, call)
                         case RecoverCalls(calls=half_done):
                             await calls.recover_calls(self, half_done)
                 except (StoreError, asyncio.CancelledError):
@@ -323,8 +334,10 @@ class _Run(RunWriter):
     def _handing_back_before(self, action: object) -> bool:
         """A draining worker's run starts no model call or tool: the step it was in has
         ended (its result recorded), and the task goes back to another worker."""
-        return self.runner.draining and isinstance(
-            action, CallModel | FindWhyCut | RunTools | RecoverCalls | AwaitRetry
+        return (
+            self.runner.draining
+            and not self.started_by_claim
+            and isinstance(action, CallModel | FindWhyCut | RunTools | RecoverCalls | AwaitRetry)
         )
 
     async def _model_step(self, action: CallModel | FindWhyCut) -> None:
@@ -387,18 +400,3 @@ class _Run(RunWriter):
     async def _copy_workspace(self) -> RunResult | None:
         failed = await copy_if_asked(self, self.runner.workspace_copier, self.runner.workspace_for)
         return RunResult("finished", self.state) if failed else None
-
-    async def _check_pins(self, available: tuple[Pin, ...] | None) -> RunResult | None:
-        if available is None:
-            return None  # not checked (tests, `noeta run` alone)
-        match check_pins(self.state, available):
-            case PinPlugins(pins=pins):
-                self.pending.append(ev.PluginsPinned(pins))  # lands with the first append
-            case LeavePluginMissing(missing=missing):
-                names = ", ".join(f"{pin.name} ({pin.source} {pin.version})" for pin in missing)
-                if await self.give_up_loading(
-                    f"plugin_missing: this worker lacks {names}", self.runner.load_attempts
-                ):
-                    return RunResult("finished", self.state)
-                return RunResult("plugin_missing", self.state)
-        return None

@@ -23,6 +23,7 @@ from noeta.testing.store_contract.fixtures import (
     take_over,
 )
 from noeta.testing.store_contract.inbox import InboxContract
+from noeta.testing.store_contract.job_starts import JobStartsContract
 from noeta.testing.store_contract.late_results import LateResultContract
 from noeta.testing.store_contract.logs import LogContract
 from noeta.testing.store_contract.model_limits import ModelLimitContract
@@ -38,6 +39,7 @@ class StoreContract(
     StoreFixtures,
     ClaimContract,
     ClaimAndLoadContract,
+    JobStartsContract,
     FenceContract,
     InboxContract,
     LogContract,

@@ -47,7 +47,7 @@ def claim_params(
 def claimed_tasks(rows: Sequence[tuple[Any, ...]], worker: str, version: str) -> list[ClaimedTask]:
     """The claims in CLAIM_AND_LOAD's rows, each with its task as the statement read it;
     `loaded` None where that read missed the log's end (see CLAIM_AND_LOAD)."""
-    claims: dict[str, tuple[Claim, int]] = {}
+    claims: dict[str, tuple[Claim, int, bool]] = {}
     snapshots: dict[str, Snapshot] = {}
     events: dict[str, list[StoredEvent]] = {}
     inbox: dict[str, list[InboxEntry]] = {}
@@ -55,7 +55,7 @@ def claimed_tasks(rows: Sequence[tuple[Any, ...]], worker: str, version: str) ->
         part, task_id = row[0], row[1]
         if part == 0:
             claim = Claim(task_id, worker, row[3], row[6], taken_over=row[8])
-            claims[task_id] = (claim, row[2])
+            claims[task_id] = (claim, row[2], row[4] is not None)  # events the claim wrote
         elif part == 1:
             snapshots[task_id] = Snapshot(task_id, version, row[2], bytes(row[9]))
         elif part == 2:
@@ -67,9 +67,11 @@ def claimed_tasks(rows: Sequence[tuple[Any, ...]], worker: str, version: str) ->
             entry = inbox_entry((row[2], task_id, row[5], row[4], row[3], row[6]))
             inbox.setdefault(task_id, []).append(entry)
     claimed = []
-    for task_id, (claim, last_seq) in claims.items():
+    for task_id, (claim, last_seq, started) in claims.items():
         snapshot, log = snapshots.get(task_id), events.get(task_id, [])
         end = log[-1].seq if log else (snapshot.seq if snapshot else 0)
-        loaded = LoadedTask(snapshot, log, inbox.get(task_id, [])) if end == last_seq else None
+        loaded = None
+        if end == last_seq:
+            loaded = LoadedTask(snapshot, log, inbox.get(task_id, []), started_by_claim=started)
         claimed.append(ClaimedTask(claim, loaded))
     return claimed

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
+from noeta.backends.stores.job_starts import pin_names, pinned_data
 from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.core.ports.store import Claim, ClaimedTask, check_key, check_lease
+from noeta.core.ports.store import Claim, ClaimedTask, JobStarts, check_key, check_lease
 
 # Claim up to %(limit)s tasks, the highest priority first and then those due longest, each
 # with its own epoch and lease. The due rows are walked and locked by noeta_due_for_claim
@@ -26,15 +27,15 @@ WITH due AS MATERIALIZED (
                                %(offers)s::text[])
 ), lease AS (
     SELECT clock_timestamp() AS at, clock_timestamp() + make_interval(secs => %(lease)s) AS until
-), claimed AS (
+){starting}, claimed AS (
     UPDATE tasks AS t
        SET status = 'running', owner = %(worker)s, owner_epoch = t.owner_epoch + 1,
            lease_until = lease.until, claimable_at = lease.until,
-           updated_at = clock_timestamp()
-      FROM due, lease
+           updated_at = clock_timestamp(){start_row}
+      FROM {start_from}, lease
      WHERE t.id = due.id
     RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over, due.limited,
-              t.queue
+              t.queue{start_returns}
 ), charged AS (
     UPDATE queue_settings AS s
        SET rate_tokens = least(s.rate_count::float8, coalesce(s.rate_tokens, s.rate_count)
@@ -46,7 +47,40 @@ WITH due AS MATERIALIZED (
      WHERE s.queue = took.queue AND s.rate_count IS NOT NULL
 )"""
 
-CLAIM_NEXT_TASK = f"""{_CLAIM_DUE_TASKS}
+# A fresh plain job among the claimed (JobStarts, ADR-0100): its log is TaskCreated,
+# CallRequested and at most a PluginsPinned whose names the claimer has; not taken over
+# (a ready row: no fenced append can race the claim's); no inbox entry (a cancel is seen
+# by its run first). `events`: 1 (its ToolStarted) where its pin is the claimer's, else 2
+# (the claimer's pin first, as its run's first append would carry it). The CASE keeps a
+# non-pin third event's data from being read as JSON.
+_STARTING = """, starting AS (
+    SELECT d.id, j.data AS call,
+           CASE WHEN k.data::jsonb = %(pinned)s::jsonb THEN 1 ELSE 2 END AS events
+      FROM due d JOIN events j ON j.task_id = d.id AND j.seq = 2 AND j.type = 'CallRequested'
+      LEFT JOIN events k ON k.task_id = d.id AND k.seq = 3
+     WHERE NOT d.taken_over
+       AND CASE WHEN k.seq IS NULL THEN true WHEN k.type <> 'PluginsPinned' THEN false
+           ELSE ARRAY(SELECT x->>0 FROM json_array_elements(k.data::json->'pins') x)
+                <@ %(needs)s::text[] END
+       AND NOT EXISTS (SELECT FROM events e WHERE e.task_id = d.id AND e.seq > 3)
+       AND NOT EXISTS (SELECT FROM inbox i WHERE i.task_id = d.id AND i.taken_seq IS NULL)
+)"""
+# The claim's own update of a started job's row: its log's end, and its needs from the
+# pin it wrote, as the appends write them (0025).
+_START_ROW = """,
+           last_seq = t.last_seq + coalesce(s.events, 0),
+           needs = CASE WHEN s.events = 2 THEN %(needs)s::text[] ELSE t.needs END"""
+
+
+_CLAIM_ONLY = {"starting": "", "start_row": "", "start_from": "due", "start_returns": ""}
+_CLAIM_STARTING = {
+    "starting": _STARTING,
+    "start_row": _START_ROW,
+    "start_from": "due LEFT JOIN starting AS s ON s.id = due.id",
+    "start_returns": ", coalesce(s.events, 0) AS started, s.call",
+}
+
+CLAIM_NEXT_TASK = f"""{_CLAIM_DUE_TASKS.format(**_CLAIM_ONLY)}
 SELECT id, owner_epoch, lease_until, taken_over FROM claimed
 """
 
@@ -56,11 +90,11 @@ SELECT id, owner_epoch, lease_until, taken_over FROM claimed
 # snapshot, so an append committed after it began (a lapsed owner's, just before the
 # claim locked the row) is missing: the client sees the log end short of last_seq and
 # loads that task again.
-CLAIM_AND_LOAD = f"""{_CLAIM_DUE_TASKS}, snapshot AS (
+_LOAD = """, snapshot AS (
     SELECT s.task_id, s.seq, s.data FROM claimed AS c
       JOIN snapshots AS s ON s.task_id = c.id AND s.version = %(version)s
-)
-SELECT 0, c.id, c.last_seq, c.owner_epoch, NULL, NULL, c.lease_until, NULL, c.taken_over, NULL
+){started}
+SELECT 0, c.id, c.last_seq, c.owner_epoch, {mark}, NULL, c.lease_until, NULL, c.taken_over, NULL
   FROM claimed AS c
 UNION ALL
 SELECT 1, s.task_id, s.seq, NULL, NULL, NULL, NULL, NULL, NULL, s.data FROM snapshot AS s
@@ -72,9 +106,38 @@ SELECT 2, e.task_id, e.seq, e.epoch, e.type, e.data, e.created_at, e.owner, NULL
 UNION ALL
 SELECT 3, i.task_id, i.id, i.taken_seq, i.dedupe_key, i.payload, i.created_at, NULL, NULL,
        NULL
-  FROM claimed AS c JOIN inbox AS i ON i.task_id = c.id AND i.taken_seq IS NULL
+  FROM claimed AS c JOIN inbox AS i ON i.task_id = c.id AND i.taken_seq IS NULL{started_rows}
  ORDER BY 1, 2, 3
 """
+CLAIM_AND_LOAD = _CLAIM_DUE_TASKS.format(**_CLAIM_ONLY) + _LOAD.format(
+    started="", mark="NULL", started_rows=""
+)
+
+# The same, starting the fresh jobs it claims (ADR-0100): their events written in the
+# claim's statement and commit, read back with the rest of the log (the statement's own
+# reads do not see its inserts). The ToolStarted's data is the CallRequested's, less its
+# retry_of, plus an empty trace: both encodings keep their fields in order (events.py),
+# and a job's input is an object, so its text ends "}}" where no retry_of follows it.
+# RETURNING names a part 2 row's columns in order: they are read back as `s.*`.
+_STARTED = """, started AS (
+    INSERT INTO events (task_id, seq, type, data, epoch, owner)
+    SELECT c.id, c.last_seq - 2 + e.n, e.type, e.data, c.owner_epoch, %(worker)s
+      FROM claimed c, LATERAL (VALUES (1, 'PluginsPinned', %(pinned)s::text),
+           (2, 'ToolStarted',
+            regexp_replace(c.call, '(,"retry_of":"([^"\\\\]|\\\\.)*")?}$', ',"trace":""}'))
+      ) e(n, type, data)
+     WHERE e.n > 2 - c.started
+    RETURNING task_id, seq, epoch, type, data, created_at, owner
+)"""
+# Under 4,096 bytes: psycopg converts a longer statement again at every execute (the
+# limit of its cache; tests/stores/test_postgres_job_starts.py keeps it under).
+CLAIM_AND_START_JOBS = _CLAIM_DUE_TASKS.format(**_CLAIM_STARTING) + _LOAD.format(
+    started=_STARTED,
+    mark="nullif(c.started, 0)::text",
+    started_rows="""
+UNION ALL
+SELECT 2, s.*, NULL, NULL FROM started AS s""",
+)
 
 # The same, for one named task (noeta run claims the task it just created).
 CLAIM_THIS_TASK = """
@@ -164,10 +227,16 @@ class PostgresClaims(PostgresConnection):
         snapshot_version: str,
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
+        job_starts: JobStarts | None = None,
     ) -> list[ClaimedTask]:
         params = claim_params(worker, queues, lease_seconds, limit, excluding, offers)
         params["version"] = snapshot_version
-        rows = await self._write_many(CLAIM_AND_LOAD, params)
+        statement = CLAIM_AND_LOAD
+        if job_starts is not None:
+            statement = CLAIM_AND_START_JOBS
+            params["pinned"] = pinned_data(job_starts)
+            params["needs"] = pin_names(job_starts)
+        rows = await self._write_many(statement, params)
         return claimed_tasks(rows, worker, snapshot_version)
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

@@ -12,7 +12,9 @@ import functools
 import sqlite3
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
+from noeta.backends.stores.job_starts import start_events
 from noeta.backends.stores.sqlite.appends import SqliteAppends
 from noeta.backends.stores.sqlite.bulk import SqliteBulk
 from noeta.backends.stores.sqlite.claims import SqliteClaims
@@ -28,7 +30,7 @@ from noeta.backends.stores.sqlite.unique_jobs import SqliteUniqueJobs
 from noeta.backends.stores.sqlite.views import SqliteViews
 from noeta.backends.stores.sqlite.workers import SqliteWorkers
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
-from noeta.core.ports.store import ClaimedTask, LoadedTask, check_claim_limit
+from noeta.core.ports.store import Claim, ClaimedTask, JobStarts, LoadedTask, check_claim_limit
 from noeta.core.ports.store_capabilities import StoreCapabilities
 
 __all__ = ["SqliteStore"]
@@ -76,10 +78,12 @@ class SqliteStore(
         snapshot_version: str,
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
+        job_starts: JobStarts | None = None,
     ) -> list[ClaimedTask]:
         """One claim after another, each read after it: sqlite has one writer at a time
         and no round trip to save. A claim already made is never dropped: past the first,
-        a store error ends the batch, and a failed read leaves the task to its claimer."""
+        a store error ends the batch, and a failed read leaves the task to its claimer.
+        A fresh job is started (`job_starts`) by a fenced append right after its claim."""
         check_claim_limit(limit)
         claimed: list[ClaimedTask] = []
         for _ in range(limit):
@@ -98,8 +102,24 @@ class SqliteStore(
                 loaded = await self.load(claim.task_id, snapshot_version)
             except StoreError:
                 loaded = None
+            if loaded is not None and job_starts is not None and not claim.taken_over:
+                loaded = await self._start_job(claim, loaded, job_starts, snapshot_version)
             claimed.append(ClaimedTask(claim, loaded))
         return claimed
+
+    async def _start_job(
+        self, claim: Claim, loaded: LoadedTask, starts: JobStarts, version: str
+    ) -> LoadedTask | None:
+        """The fresh job's first events under its new claim (ADR-0100), and the task as it
+        then is; None (the claimer reads it) where that append's outcome is not known."""
+        events = start_events(loaded, starts)
+        if events is None:
+            return loaded
+        try:
+            await self.append(claim, loaded.events[-1].seq, events)
+            return replace(await self.load(claim.task_id, version), started_by_claim=True)
+        except StoreError:
+            return None
 
     @classmethod
     async def open(

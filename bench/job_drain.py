@@ -1,0 +1,101 @@
+"""Plain no-op jobs drained by `noeta worker` processes of one or more checkouts, interleaved
+in one server: jobs/s, worker and server CPU ms a job, and task-row updates a job (which
+says whose code ran: a checkout where the claim starts a job updates its row once less).
+
+Run from outside any checkout (a worker's working directory must not shadow PYTHONPATH):
+  cd /tmp && <venv>/bin/python <checkout>/bench/job_drain.py --tree main=<a checkout> \
+      --tree new=<another> [--jobs 2000] [--rounds 2]
+Each round drains a fresh batch per checkout and per process count (1, 2), concurrency
+16 a process, as bench/jobs.py does; the order of the checkouts alternates by round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+import jobs  # the sibling modules: bench/ is on sys.path
+from common import server
+from worker import Bench, cpu_seconds, find_postmaster, fresh_bench, server_cpu_seconds
+
+UPDATES = """
+SELECT n_tup_upd FROM pg_stat_user_tables
+ WHERE schemaname = current_schema() AND relname = 'tasks'
+"""
+
+
+async def drain(
+    bench: Bench, job_bench: jobs.JobBench, tree: str, label: str, count: int, processes: int
+) -> list[float]:
+    """[jobs/s, worker CPU ms, server CPU ms, task-row updates] a job, less the release."""
+    job_bench.env["PYTHONPATH"] = os.pathsep.join([str(jobs.BENCH), tree])
+    queue = f"{label}-{processes}"
+    ids = await job_bench.held_back(queue, count, "1 hour")
+    names = [f"{queue}-w{i}" for i in range(processes)]
+    postmaster = bench.postmaster
+    async with bench.workers(names, queue, concurrency=jobs.CONCURRENCY, env=job_bench.env) as up:
+        await bench.admin.execute("SELECT pg_stat_force_next_flush()")
+        updates = await bench.value(UPDATES)
+        worker_cpu = sum(cpu_seconds(w.pid) for w in up)
+        server_cpu = server_cpu_seconds(postmaster) if postmaster else 0.0
+        await bench.admin.execute(jobs.RELEASE, (queue,))
+        await bench.finished(queue, ids, within=900)
+        worker_cpu = sum(cpu_seconds(w.pid) for w in up) - worker_cpu
+        server_cpu = server_cpu_seconds(postmaster) - server_cpu if postmaster else float("nan")
+    await bench.until(lambda: _flushed(bench), "the workers' sessions end", 60)
+    updated = (await bench.value(UPDATES) - updates) / count - 1  # less the release
+    seconds = float(await bench.value(jobs.DRAIN, (f"{queue}-%",)))
+    return [count / seconds, worker_cpu * 1e3 / count, server_cpu * 1e3 / count, updated]
+
+
+async def _flushed(bench: Bench) -> bool:
+    """No worker session left: each reported its statistics as it ended."""
+    others = await bench.value(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        " AND application_name <> 'bench-submit'"
+    )
+    return bool(others == 0)
+
+
+async def run(dsn: str, trees: dict[str, str], count: int, rounds: int) -> None:
+    results: dict[tuple[str, int], list[list[float]]] = {}
+    async with fresh_bench(dsn) as bench:
+        bench.postmaster = await find_postmaster(bench)
+        job_bench = jobs.JobBench(bench)
+        for number in range(rounds):
+            order = list(trees.items())
+            for name, tree in order if number % 2 == 0 else reversed(order):
+                for processes in (1, 2):
+                    label = f"{name}-r{number}"
+                    figures = await drain(bench, job_bench, tree, label, count, processes)
+                    results.setdefault((name, processes), []).append(figures)
+                    shown = ", ".join(f"{x:,.2f}" for x in figures)
+                    print(f"  {name} x{processes} round {number}: {shown}", flush=True)
+    print(f"\n{count:,} no-op jobs a drain, concurrency {jobs.CONCURRENCY} a process")
+    print("checkout  procs  jobs/s (each run)  worker CPU ms/job  server CPU ms/job  row updates")
+    for (name, processes), runs in results.items():
+        columns = [
+            " / ".join(f"{run[i]:,.{0 if i == 0 else 2}f}" for run in runs) for i in range(4)
+        ]
+        print(
+            f"{name:9} {processes:5}  {columns[0]:18} {columns[1]:18} {columns[2]:17} {columns[3]}"
+        )
+
+
+def main() -> None:
+    arguments = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    arguments.add_argument("--tree", action="append", required=True, help="NAME=CHECKOUT")
+    arguments.add_argument("--jobs", type=int, default=2000)
+    arguments.add_argument("--rounds", type=int, default=2)
+    arguments.add_argument("--dsn")
+    options = arguments.parse_args()
+    trees = dict(tree.split("=", 1) for tree in options.tree)
+    with server(options.dsn) as dsn:
+        asyncio.run(run(dsn, trees, options.jobs, options.rounds))
+    print(f"\nload average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""A job started by its claim (issue 28, ADR-0100): its ToolStarted is durable with the
+claim, before the call runs. A worker SIGKILLed right after that claim's commit leaves a
+started call, which the next worker settles as any crash after ToolStarted: a retry-safe
+job runs (once), any other ends "outcome unknown" and never runs. Real worker processes."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from noeta.backends.stores import open_store
+from noeta.client import AsyncClient
+from noeta.core.errors import TaskFailed
+from noeta.core.ports.tool import OUTCOME_UNKNOWN
+from tests.client import jobs_for_tests
+from tests.client.test_job_recovery import LONG_LEASE, lines, recoveries
+from tests.worker.conftest import WorkerProcess, lapse_the_lease
+
+assert jobs_for_tests  # imported: its decorated functions are what enqueue can name
+
+KILLED_AFTER_CLAIM = "claim.after_commit=kill"
+
+
+def ran(ledger: Path) -> list[str]:
+    return lines(ledger) if ledger.exists() else []
+
+
+async def killed_after_the_claim(
+    client: AsyncClient,
+    url: str,
+    job_workers: Callable[..., WorkerProcess],
+    job: str,
+    **input: object,
+) -> str:
+    handle = await client.enqueue(job, input, id=f"{job}-1")
+    first = job_workers(url, "first", lease=LONG_LEASE, failpoints=KILLED_AFTER_CLAIM)
+    assert await first.exit_code() == -signal.SIGKILL
+    store = await open_store(url)
+    try:
+        log = await store.read_log(handle.id)
+    finally:
+        await store.close()
+    # The claim wrote the start, under its own epoch; nothing ran.
+    assert log[-1].type == "ToolStarted" and log[-1].epoch == 1 and log[-1].owner == "first"
+    assert await lapse_the_lease(url, handle.id) == 1
+    job_workers(url, "second", lease=LONG_LEASE)
+    return handle.id
+
+
+async def test_a_job_not_safe_to_repeat_never_runs_after_a_kill_past_its_claim(
+    client: AsyncClient, postgres_url: str, job_workers: Callable[..., WorkerProcess], ledger: Path
+) -> None:
+    task = await killed_after_the_claim(
+        client, postgres_url, job_workers, "send_email", to="ada@example.com"
+    )
+    with pytest.raises(TaskFailed) as failed:
+        await client.result(task, timeout=60)
+    assert failed.value.error == OUTCOME_UNKNOWN
+    assert ran(ledger) == []  # its claim started it; it never ran
+    assert await recoveries(client, task) == ["unknown"]
+
+
+async def test_a_retry_safe_job_runs_once_after_a_kill_past_its_claim(
+    client: AsyncClient, postgres_url: str, job_workers: Callable[..., WorkerProcess], ledger: Path
+) -> None:
+    task = await killed_after_the_claim(
+        client, postgres_url, job_workers, "resize", image="a.png", width=64
+    )
+    assert await client.job_result(task, timeout=60) == {"image": "a.png", "width": 64}
+    assert lines(ledger) == ["resize resize-1:job"]
+    assert await recoveries(client, task) == ["rerun"]

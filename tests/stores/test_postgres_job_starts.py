@@ -1,0 +1,46 @@
+"""A claim that starts fresh jobs, on PostgreSQL (ADR-0100; the behaviour is the store
+contract's, noeta/testing/store_contract/job_starts.py): the text it stores is the one
+`events.encode` writes, byte for byte, and the statement stays one psycopg caches."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
+from noeta.backends.stores import open_store
+from noeta.backends.stores.postgres.claims import CLAIM_AND_START_JOBS
+from noeta.core.ports import payload
+from noeta.core.ports.store import JobStarts, Store
+from noeta.core.rules import events as ev
+from noeta.testing.store_contract.job_starts import JOB_INPUT, JOB_PIN, claim_starting, job
+
+
+@pytest.fixture
+async def store(postgres_url: str) -> AsyncIterator[Store]:
+    opened = await open_store(postgres_url, migrate=True)
+    yield opened
+    await opened.close()
+
+
+@pytest.mark.parametrize("retry_of", ["", 'an "earlier" one'])
+async def test_the_stored_tool_started_is_the_encoders_text(
+    store: Store, postgres_url: str, retry_of: str
+) -> None:
+    await store.create_task(job("j", retry_of=retry_of))
+    [claimed] = await claim_starting(store, JobStarts((JOB_PIN,)))
+    assert claimed.loaded is not None and claimed.loaded.started_by_claim
+    with psycopg.connect(postgres_url) as connection:
+        row = connection.execute("SELECT data FROM events WHERE seq = 4").fetchone()
+    assert row is not None
+    assert row[0] == payload.encode(ev.encode(ev.ToolStarted("job", "send", JOB_INPUT))[1])
+
+
+def test_the_starting_claim_is_short_enough_for_psycopgs_cache() -> None:
+    """psycopg converts a statement longer than this again at every execute: measured at
+    about 50 regex matches a claim (cProfile of a worker draining jobs)."""
+    assert len(CLAIM_AND_START_JOBS.encode()) <= MAX_CACHED_STATEMENT_LENGTH
+    # Text others find the claim by in pg_stat_statements (bench/idle_wakeups.py, tests).
+    assert "owner_epoch = t.owner_epoch +" in CLAIM_AND_START_JOBS
