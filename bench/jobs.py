@@ -7,7 +7,7 @@ database clock's (events.created_at).
 1. Drain: N no-op jobs, made through the client's own job_task and the Store API, due an
    hour ahead; once the workers LISTEN, one UPDATE makes them claimable. Rate = N / (last
    TaskFinished - first ToolStarted), 1 and 2 processes. Every step is fenced: a job is a
-   claim that writes its ToolStarted (ADR-0100), and one append of ToolFinished +
+   claim that writes its ToolStarted (ADR-0101), and one append of ToolFinished +
    TaskFinished (ADR-0055).
 2. The same drain beside 200,000 jobs scheduled a day ahead (ready_at).
 3. Idle enqueue-to-start: one idle worker (--poll 1: only LISTEN/NOTIFY makes it fast),

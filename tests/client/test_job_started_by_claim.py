@@ -1,4 +1,4 @@
-"""A job started by its claim (issue 28, ADR-0100): its ToolStarted is durable with the
+"""A job started by its claim (issue 28, ADR-0101): its ToolStarted is durable with the
 claim, before the call runs. A worker SIGKILLed right after that claim's commit leaves a
 started call, which the next worker settles as any crash after ToolStarted: a retry-safe
 job runs (once), any other ends "outcome unknown" and never runs. Real worker processes."""

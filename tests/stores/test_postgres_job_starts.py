@@ -1,4 +1,4 @@
-"""A claim that starts fresh jobs, on PostgreSQL (ADR-0100; the behaviour is the store
+"""A claim that starts fresh jobs, on PostgreSQL (ADR-0101; the behaviour is the store
 contract's, noeta/testing/store_contract/job_starts.py): the text it stores is the one
 `events.encode` writes, byte for byte, and the statement stays one psycopg caches."""
 

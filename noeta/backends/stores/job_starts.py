@@ -1,4 +1,4 @@
-"""A claim that starts the fresh plain jobs it takes (`JobStarts`, ADR-0100): the events it
+"""A claim that starts the fresh plain jobs it takes (`JobStarts`, ADR-0101): the events it
 writes, as both stores need them (PostgreSQL in its claim statement, sqlite in Python)."""
 
 from __future__ import annotations

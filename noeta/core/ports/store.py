@@ -152,7 +152,7 @@ class Store(Protocol):
         while their renewal was held up: ADR-0079). `offers`: the plugin names the
         claimer has; a task that needs one it lacks is left for a worker that has it
         (None: it runs anything; ADR-0092). `job_starts`: the fresh plain jobs claimed are
-        started by the claim's own commit, their `loaded.started_by_claim` set (ADR-0100)."""
+        started by the claim's own commit, their `loaded.started_by_claim` set (ADR-0101)."""
         ...
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

@@ -217,7 +217,7 @@ class JobStarts:
     append would have written: `PluginsPinned(pins)` where its pin differs (every pinned
     name among `pins`, else it is not started), then `ToolStarted` of its call as asked.
     The claimer asks only when that is what its run would write: no gates, no append
-    hooks, no live trace (ADR-0100)."""
+    hooks, no live trace (ADR-0101)."""
 
     pins: tuple[Pin, ...]
 

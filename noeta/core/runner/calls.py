@@ -83,7 +83,7 @@ async def run_tools(run: RunContext, calls: tuple[ToolCall, ...]) -> None:
 
 
 async def run_started_by_claim(run: RunContext, call: ToolCall) -> None:
-    """A fresh job's call whose ToolStarted its claim wrote (ADR-0100): the claimer asked
+    """A fresh job's call whose ToolStarted its claim wrote (ADR-0101): the claimer asked
     only where run_tools would have written exactly that (no gates, no hooks, no live
     trace), so what follows is run_tools' own, the start already durable."""
     tool = run.tools.get(call.name)

@@ -1,5 +1,5 @@
 """What a worker's plugins decide about a run: the pins it checks before the first step,
-and whether its claims may start fresh jobs for it (ADR-0100)."""
+and whether its claims may start fresh jobs for it (ADR-0101)."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ class TaskRunner:
 
     @property
     def job_starts(self) -> JobStarts | None:
-        """What this runner's claims may start for it (ADR-0100; `pins.claim_starts`)."""
+        """What this runner's claims may start for it (ADR-0101; `pins.claim_starts`)."""
         return pins.claim_starts(self.pins, self.gates, self.hook_plugins, self.draining)
 
     @property
@@ -174,7 +174,7 @@ class _Run(RunWriter):
         self.runner = runner
         self.cancel_checked_at = -math.inf
         self._queue = ""
-        # The claim started the job's call (ADR-0100): its first step runs it, never as a
+        # The claim started the job's call (ADR-0101): its first step runs it, never as a
         # half-done call to recover, and a draining worker does not hand it back.
         self.started_by_claim = False
 

@@ -1,5 +1,5 @@
 """The contract for a claim that starts the fresh plain jobs it takes (`JobStarts`,
-ADR-0100): their first events written with the claim, exactly as the claimer's first
+ADR-0101): their first events written with the claim, exactly as the claimer's first
 append would write them, and only where that append would have been exactly those."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def logged_types(claimed: ClaimedTask) -> list[str]:
 
 
 class JobStartsContract:
-    """Claims that start fresh jobs (ADR-0100)."""
+    """Claims that start fresh jobs (ADR-0101)."""
 
     async def test_a_fresh_jobs_claim_writes_its_tool_started_as_its_run_would(
         self, store: Store

@@ -1,4 +1,4 @@
-"""What a plain job costs its worker in store calls (issue 28, ADR-0100): a fresh job is one
+"""What a plain job costs its worker in store calls (issue 28, ADR-0101): a fresh job is one
 claim (which starts it) and one append (its result and its finish). Counted, not timed;
 both stores, the real runner and a real `@noeta.tool` function."""
 

@@ -47,7 +47,7 @@ WITH due AS MATERIALIZED (
      WHERE s.queue = took.queue AND s.rate_count IS NOT NULL
 )"""
 
-# A fresh plain job among the claimed (JobStarts, ADR-0100): its log is TaskCreated,
+# A fresh plain job among the claimed (JobStarts, ADR-0101): its log is TaskCreated,
 # CallRequested and at most a PluginsPinned whose names the claimer has; not taken over
 # (a ready row: no fenced append can race the claim's); no inbox entry (a cancel is seen
 # by its run first). `events`: 1 (its ToolStarted) where its pin is the claimer's, else 2
@@ -113,7 +113,7 @@ CLAIM_AND_LOAD = _CLAIM_DUE_TASKS.format(**_CLAIM_ONLY) + _LOAD.format(
     started="", mark="NULL", started_rows=""
 )
 
-# The same, starting the fresh jobs it claims (ADR-0100): their events written in the
+# The same, starting the fresh jobs it claims (ADR-0101): their events written in the
 # claim's statement and commit, read back with the rest of the log (the statement's own
 # reads do not see its inserts). The ToolStarted's data is the CallRequested's, less its
 # retry_of, plus an empty trace: both encodings keep their fields in order (events.py),

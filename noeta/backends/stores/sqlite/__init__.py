@@ -110,7 +110,7 @@ class SqliteStore(
     async def _start_job(
         self, claim: Claim, loaded: LoadedTask, starts: JobStarts, version: str
     ) -> LoadedTask | None:
-        """The fresh job's first events under its new claim (ADR-0100), and the task as it
+        """The fresh job's first events under its new claim (ADR-0101), and the task as it
         then is; None (the claimer reads it) where that append's outcome is not known."""
         events = start_events(loaded, starts)
         if events is None:
