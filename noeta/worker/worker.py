@@ -40,6 +40,7 @@ from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.observability import metrics, tracing
 from noeta.worker.idle_registration import IdleRegistration
 from noeta.worker.jobs import JobManager
+from noeta.worker.lost_claims import adopted_load
 from noeta.worker.presence import Presence, offers_of
 from noeta.worker.renewal import Renewer
 from noeta.worker.shutdown import drain
@@ -82,6 +83,7 @@ class Worker:
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._wake = asyncio.Event()
         self._stopping = False
+        self._began: datetime | None = None  # the store's clock as this run began
         self._handing_back = False
         # The claims whose step the stop cut off (it did not end within the grace): a sync
         # function among them may run on in its thread, which nothing can stop.
@@ -112,6 +114,9 @@ class Worker:
         """Claim and run tasks until `stop` is set; then let running steps finish within
         the grace (or until `hand_back` is set) and hand every running task back."""
         await self.presence.register()  # a name another live worker holds is refused
+        if self.runner.job_starts is not None:  # what its own lost claims started (ADR-0101)
+            with contextlib.suppress(StoreError):
+                self._began = await self.store.clock()
         await warm_up()  # before the first claim: nothing a claim starts waits on imports
         renewing = asyncio.create_task(self.renewer.run(), name="noeta-renewal")
         listening = asyncio.create_task(self._listen(), name="noeta-wakeups")
@@ -261,7 +266,8 @@ class Worker:
             self.renewer.add(claim)
         if not claims:
             return False
-        self._start(claims[0])
+        version = self.runner.snapshot_version
+        self._start(claims[0], await adopted_load(self.store, claims[0], version, self._began))
         for claim in claims[1:]:
             self.adopted[claim.key] = claim
             self._spawn(self._start_adopted(claim))
@@ -290,7 +296,8 @@ class Worker:
         if self.adopted.pop(claim.key, None) is None or self._stopping:
             self._slots.release()  # lost while it waited, or the worker is stopping
             return
-        self._start(claim)
+        version = self.runner.snapshot_version
+        self._start(claim, await adopted_load(self.store, claim, version, self._began))
 
     def _start(self, claim: Claim, loaded: LoadedTask | None = None) -> None:
         self.renewer.add(claim)

@@ -72,3 +72,19 @@ async def test_a_retry_safe_job_runs_once_after_a_kill_past_its_claim(
     assert await client.job_result(task, timeout=60) == {"image": "a.png", "width": 64}
     assert lines(ledger) == ["resize resize-1:job"]
     assert await recoveries(client, task) == ["rerun"]
+
+
+async def test_a_job_its_lost_claim_started_runs_once_on_adoption(
+    client: AsyncClient, postgres_url: str, job_workers: Callable[..., WorkerProcess], ledger: Path
+) -> None:
+    """The claim committed and started the job, its reply was lost: the worker adopts the
+    job and runs it, once. It never ran anywhere, so it is not a crashed call: settling
+    it as one ended a job not safe to repeat "outcome unknown", for a dropped reply."""
+    handle = await client.enqueue("send_email", {"to": "ada@example.com"}, id="send_email-1")
+    worker = job_workers(
+        postgres_url, "w", lease=LONG_LEASE, failpoints="claim.after_commit=raise(CommitUnknown)@1"
+    )
+    assert await client.job_result(handle.id, timeout=60) == "sent to ada@example.com"
+    assert ran(ledger) == ["email send_email-1:job ada@example.com"]
+    assert "unknown" not in await recoveries(client, handle.id)
+    assert "adopted task send_email-1" in worker.log()
