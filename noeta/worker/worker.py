@@ -129,13 +129,19 @@ class Worker:
                         else:
                             acquired.cancel()
                         break
-                else:  # the idle worker woken by a NOTIFY: straight to the claim
+                else:  # a free slot: the idle worker woken by a call, or a run ended
                     await self._slots.acquire()
-                # One claim statement fills every slot free now (ADR-0060).
-                slots = 1 + await self._free_slots()
-                started = await self._claim(slots)
-                for _ in range(slots - started):
+                if self.registration is not None and self.registration.skips_the_claim:
+                    # What the claim would clear (no await since the check: a call sets
+                    # claim_next first); the registration below looks instead (ADR-0087).
+                    self._wake.clear()
                     self._slots.release()
+                    started = 0
+                else:  # one claim statement fills every slot free now (ADR-0060)
+                    slots = 1 + await self._free_slots()
+                    started = await self._claim(slots)
+                    for _ in range(slots - started):
+                        self._slots.release()
                 if self.registration is not None:
                     await self._keep_registration(started)
                     if (
@@ -206,6 +212,8 @@ class Worker:
         # Cleared before the claim, not after: a wake-up that arrives while the claim is
         # in flight (for a task committed too late for it to see) must not be lost.
         self._wake.clear()
+        if self.registration is not None:
+            self.registration.claiming()
         try:
             claimed = await self.store.claim_and_load(
                 settings.name,
@@ -220,18 +228,25 @@ class Worker:
                 await failpoints.hit("claim.after_commit")
         except CommitUnknown:
             log.warning("claim: the commit's outcome is unknown; adopting what is ours")
+            self._claimed(0, slots)
             return 1 if await self._adopt() else 0
         except StoreError as error:  # unreachable, read-only, out of disk, a timeout, ...
             self._claim_failures += 1
             log.warning("claim: %s; trying again in at most %.1f s", error, self._backoff())
+            self._claimed(0, slots)
             return 0
         self._claim_failures = 0
+        self._claimed(len(claimed), slots)
         for each in claimed:
             claim = each.claim
             verb = "took over" if claim.taken_over else "claimed"
             log.info("%s task %s (epoch %d)", verb, claim.task_id, claim.epoch)
             self._start(claim, each.loaded)
         return len(claimed)
+
+    def _claimed(self, started: int, asked: int) -> None:
+        if self.registration is not None:
+            self.registration.claimed(started, asked, failed=self._claim_failures > 0)
 
     def _own_tasks(self) -> set[str]:
         """The tasks this worker runs, holds or waits to run, whatever their epoch: never
@@ -407,13 +422,15 @@ class Worker:
                     timeout = min(timeout, due + 0.005)
         woken = asyncio.create_task(self._wake.wait())
         try:
-            await asyncio.wait(
+            done, _ = await asyncio.wait(
                 {woken, stopping},
                 timeout=timeout,
                 return_when=asyncio.FIRST_COMPLETED,
             )
         finally:
             woken.cancel()
+        if not done and self.registration is not None:
+            self.registration.waited_out()  # the poll, or a due time: claim
 
     def _backoff(self) -> float:
         """The wait after `_claim_failures` store errors in a row, jittered so workers do
