@@ -142,6 +142,8 @@ class Worker:
                     started = await self._claim(slots)
                     for _ in range(slots - started):
                         self._slots.release()
+                    if started:  # the runs just started send their first write before
+                        await asyncio.sleep(0)  # this loop's next statement (a pickup's)
                 if self.registration is not None:
                     await self._keep_registration(started)
                     if (
