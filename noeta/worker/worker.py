@@ -137,13 +137,8 @@ class Worker:
                     self._wake.clear()
                     self._slots.release()
                     started = 0
-                else:  # one claim statement fills every slot free now (ADR-0060)
-                    slots = 1 + await self._free_slots()
-                    started = await self._claim(slots)
-                    for _ in range(slots - started):
-                        self._slots.release()
-                    if started:  # the runs just started send their first write before
-                        await asyncio.sleep(0)  # this loop's next statement (a pickup's)
+                else:
+                    started = await self._claim_free_slots()
                 if self.registration is not None:
                     await self._keep_registration(started)
                     if (
@@ -207,6 +202,22 @@ class Worker:
             taken += 1
         return taken
 
+    async def _claim_free_slots(self) -> int:
+        """One claim statement fills every slot free now (ADR-0060); the runs it starts
+        send their first write before this loop's next statement (a pickup's, else it
+        waits behind the registration's)."""
+        slots = 1 + await self._free_slots()
+        if self.registration is not None:
+            self.registration.claiming()
+        started = await self._claim(slots)
+        for _ in range(slots - started):
+            self._slots.release()
+        if self.registration is not None:
+            self.registration.claimed(started, slots, failed=self._claim_failures > 0)
+        if started:
+            await asyncio.sleep(0)  # one turn of the loop: each new run to its first await
+        return started
+
     async def _claim(self, slots: int) -> int:
         """Claim up to `slots` tasks, read with their claim, and start running them;
         return how many slots that used (0: there was nothing to claim)."""
@@ -214,8 +225,6 @@ class Worker:
         # Cleared before the claim, not after: a wake-up that arrives while the claim is
         # in flight (for a task committed too late for it to see) must not be lost.
         self._wake.clear()
-        if self.registration is not None:
-            self.registration.claiming()
         try:
             claimed = await self.store.claim_and_load(
                 settings.name,
@@ -230,25 +239,18 @@ class Worker:
                 await failpoints.hit("claim.after_commit")
         except CommitUnknown:
             log.warning("claim: the commit's outcome is unknown; adopting what is ours")
-            self._claimed(0, slots)
             return 1 if await self._adopt() else 0
         except StoreError as error:  # unreachable, read-only, out of disk, a timeout, ...
             self._claim_failures += 1
             log.warning("claim: %s; trying again in at most %.1f s", error, self._backoff())
-            self._claimed(0, slots)
             return 0
         self._claim_failures = 0
-        self._claimed(len(claimed), slots)
         for each in claimed:
             claim = each.claim
             verb = "took over" if claim.taken_over else "claimed"
             log.info("%s task %s (epoch %d)", verb, claim.task_id, claim.epoch)
             self._start(claim, each.loaded)
         return len(claimed)
-
-    def _claimed(self, started: int, asked: int) -> None:
-        if self.registration is not None:
-            self.registration.claimed(started, asked, failed=self._claim_failures > 0)
 
     def _own_tasks(self) -> set[str]:
         """The tasks this worker runs, holds or waits to run, whatever their epoch: never
