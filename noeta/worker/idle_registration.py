@@ -38,8 +38,8 @@ class IdleRegistration:
         self._answered = 0  # the calls for a task heard before the last claim began
         self._answering = 0  # of them, the ones the last claim answered
         # Whether the next look for work is a claim. Else it is a registration, whose
-        # report says whether to claim: a claim that came back short, or with just the task
-        # a call announced, showed no backlog, and an idle worker must register anyway.
+        # report says whether to claim: a claim that found nothing, or just the task a
+        # call announced, showed no more work, and an idle worker must register anyway.
         self.claim_next = True
 
     async def listen(self) -> None:
@@ -70,7 +70,7 @@ class IdleRegistration:
 
     @property
     def skips_the_claim(self) -> bool:
-        """Whether to look for work without claiming: its last claim showed no backlog and
+        """Whether to look for work without claiming: its last claim found no more work and
         no call or poll came since, and it is registered (every task made claimable since
         then called a worker) or registers now (its report tells what it missed)."""
         in_force = time.monotonic() < self._registered_until
@@ -104,12 +104,12 @@ class IdleRegistration:
         self._answered = self._called
         self.claim_next = False
 
-    def claimed(self, started: int, asked: int, *, failed: bool = False) -> None:
-        """After a claim: claim again when a slot frees only if it failed, or came back
-        full with more than the one task a call announced (a backlog is likely). Else the
-        next look is a registration (ADR-0087: no lost wake-up, its report tells)."""
-        backlog = started == asked and started > min(self._answering, 1)
-        self.claim_next = self.claim_next or failed or backlog
+    def claimed(self, started: int, *, failed: bool = False) -> None:
+        """After a claim: claim again when a slot frees if it failed or found tasks, as
+        a busy worker always did, unless all it found was the one task a call announced
+        (no sign of more). It found nothing, or just that: the next look is a
+        registration (ADR-0087: no lost wake-up, its report tells)."""
+        self.claim_next = self.claim_next or failed or started > min(self._answering, 1)
 
     def waited_out(self) -> None:
         """The wait ended on the poll or a due time, not a call: claim."""

@@ -213,7 +213,7 @@ class Worker:
         for _ in range(slots - started):
             self._slots.release()
         if self.registration is not None:
-            self.registration.claimed(started, slots, failed=self._claim_failures > 0)
+            self.registration.claimed(started, failed=self._claim_failures > 0)
         if started:
             await asyncio.sleep(0)  # one turn of the loop: each new run to its first await
         return started
