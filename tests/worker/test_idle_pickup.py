@@ -129,8 +129,9 @@ async def test_one_submit_wakes_one_of_the_idle_workers(
             kinds["seconds_until_due"] += calls
     # The woken one claims once. Its claim found just the task it was called for, so it
     # registers when a slot frees (the registration says whether anything became
-    # claimable meanwhile) rather than claiming again first. Before ADR-0087 every idle worker claimed and asked seconds_until_due
-    # per NOTIFY; after it, until this test, the woken one claimed 2 (1 slot) or 3 times.
+    # claimable meanwhile) rather than claiming again first. Before ADR-0087 every idle
+    # worker claimed and asked seconds_until_due per NOTIFY; after it, until this test,
+    # the woken one claimed 2 (1 slot) or 3 times (4 slots).
     assert kinds == {"claim": 1, "register": 1, "seconds_until_due": 0}, counts
     # In all: the create, the claim, the task's 2 appends, the registration.
     assert sum(counts.values()) == 5, counts
