@@ -2,9 +2,9 @@
 `noeta worker` processes and a private PostgreSQL (fsync on) with pg_stat_statements.
 
 1. Statements per submit with 1 and with 50 idle workers (--concurrency 1, --poll 300 and
-   --lease 3600: no poll and no registration's refresh falls inside): tasks submitted one
-   at a time, each run to done and every worker idle again before the next; the server
-   counts the statements (pg_stat_statements).
+   --lease 3600: no poll and no registration's refresh falls inside), and with 1 idle
+   worker of 4 slots: tasks submitted one at a time, each run to done and every worker
+   idle again before the next; the server counts the statements (pg_stat_statements).
 2. A depth-target run of no-op jobs: producers, one create per job, keep DEPTH jobs
    queued for SECONDS while worker processes drain them; jobs/s, and how many backends
    wait in `Lock:object` (the notify lock), sampled from pg_stat_activity every 50 ms.
@@ -78,14 +78,14 @@ async def settled(bench: Bench, workers: int) -> bool:
     return bool(listening == named == workers and idle and registered == workers)
 
 
-async def statements_per_submit(bench: Bench, idle: int) -> list[str]:
-    names = [f"idle{idle}-w{n}" for n in range(idle)]
-    queue = f"idle{idle}"
+async def statements_per_submit(bench: Bench, idle: int, slots: int) -> list[str]:
+    names = [f"idle{idle}x{slots}-w{n}" for n in range(idle)]
+    queue = f"idle{idle}x{slots}"
     async with contextlib.AsyncExitStack() as started:
         for first in range(0, idle, 10):  # ten at a time: each batch is up within a minute
             batch = names[first : first + 10]
             await started.enter_async_context(
-                bench.workers(batch, queue, concurrency=1, lease=3600.0, poll=300.0)
+                bench.workers(batch, queue, concurrency=slots, lease=3600.0, poll=300.0)
             )
         await bench.until(lambda: settled(bench, idle), "every worker waits idle", 300)
         await bench.admin.execute("SELECT public.pg_stat_statements_reset()")
@@ -99,8 +99,9 @@ async def statements_per_submit(bench: Bench, idle: int) -> list[str]:
         by_kind[kind_of(query)] = by_kind.get(kind_of(query), 0) + calls
     total = sum(by_kind.values())
     shown = ", ".join(f"{kind} {calls / SUBMITS:.1f}" for kind, calls in sorted(by_kind.items()))
-    print(f"  {idle} idle: {total / SUBMITS:.1f} statements per submit ({shown})", flush=True)
-    return [str(idle), f"{total / SUBMITS:.1f}", shown]
+    per_submit = f"{total / SUBMITS:.1f} statements per submit ({shown})"
+    print(f"  {idle} idle x {slots} slots: {per_submit}", flush=True)
+    return [f"{idle} x {slots}", f"{total / SUBMITS:.1f}", shown]
 
 
 async def depth_target(
@@ -152,21 +153,21 @@ async def depth_target(
     ]
 
 
-async def run(dsn: str, idle_counts: Sequence[int], seconds: float) -> None:
+async def run(dsn: str, idle_counts: Sequence[tuple[int, int]], seconds: float) -> None:
     rows = []
-    for idle in idle_counts:
+    for idle, slots in idle_counts:
         async with fresh_schema(dsn) as (url, admin):
             store = await PostgresStore.open(url, application_name="bench-submit")
             bench = Bench(url, admin, store)
             try:
-                rows.append(await statements_per_submit(bench, idle))
+                rows.append(await statements_per_submit(bench, idle, slots))
             finally:
                 bench.kill_all()
                 await store.close()
                 shutil.rmtree(bench.scratch, ignore_errors=True)
     table(
         f"Statements per submit (all sessions, {SUBMITS} submits, one at a time)",
-        ["idle workers", "statements", "by kind (per submit)"],
+        ["idle workers x slots", "statements", "by kind (per submit)"],
         rows,
     )
     async with fresh_schema(dsn) as (url, admin):
@@ -189,7 +190,7 @@ def main() -> None:
     options = parser(__doc__)
     options.add_argument("--seconds", type=float, default=20.0)
     chosen = options.parse_args()
-    idle_counts = (1, 10) if chosen.quick else (1, 50)
+    idle_counts = [(1, 1), (1, 4), (10 if chosen.quick else 50, 1)]
     # 50 workers hold 4 connections each (a pool of concurrency + 2, and their LISTEN).
     settings = {"shared_preload_libraries": "pg_stat_statements", "max_connections": "300"}
     embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)

@@ -1,6 +1,6 @@
 """An idle worker's registration where the store wakes one worker per task (ADR-0087):
-its own channel, whether its LISTEN is in force, when to register again, and when the
-next timer or lapsing lease falls due (nobody announces those)."""
+its own channel, whether its LISTEN is in force, whether to claim or register when a slot
+frees, and when the next timer or lapsing lease falls due (nobody announces those)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,16 @@ class IdleRegistration:
         self._listening = False
         # Monotonic; 0: not registered, or woken (the waking took the registration).
         self._registered_until = 0.0
+        self._retry_at = 0.0  # monotonic: after a failed registration, polling until then
         self._due_at: float | None = None  # monotonic
         self._calls = 0  # heard so far: one during a registration may have taken it
+        self._called = 0  # of those, calls for a task (not a LISTEN (re)started)
+        self._answered = 0  # the calls for a task heard before the last claim began
+        self._answering = 0  # of them, the ones the last claim answered
+        # Whether the next look for work is a claim. Else it is a registration, whose
+        # report says whether to claim: a claim that found nothing, or just the task a
+        # call announced, showed no more work, and an idle worker must register anyway.
+        self.claim_next = True
 
     async def listen(self) -> None:
         """Wake the claim loop for each call on this worker's channel."""
@@ -44,6 +52,8 @@ class IdleRegistration:
             self._listening = self._listening or heard == "*"
             self._registered_until = 0.0
             self._calls += 1
+            self._called += heard != "*"
+            self.claim_next = True
             self._wake()
 
     @property
@@ -55,7 +65,16 @@ class IdleRegistration:
     def needed(self) -> bool:
         """Whether this worker, idle, must register (again) before it waits: only once its
         LISTEN is in force (a call before it would be lost)."""
-        return self._listening and time.monotonic() >= self._registered_until
+        now = time.monotonic()
+        return self._listening and now >= self._registered_until and now >= self._retry_at
+
+    @property
+    def skips_the_claim(self) -> bool:
+        """Whether to look for work without claiming: its last claim found no more work and
+        no call or poll came since, and it is registered (every task made claimable since
+        then called a worker) or registers now (its report tells what it missed)."""
+        in_force = time.monotonic() < self._registered_until
+        return not self.claim_next and (in_force or self.needed)
 
     async def register(self, poll_seconds: float) -> bool:
         """Register; whether to claim before waiting (a task is claimable now: one whose
@@ -65,16 +84,36 @@ class IdleRegistration:
             due = await self._store.wait_idle(self.channel, self._queues, self._lease)
         except StoreError as error:
             log.warning("could not register as idle (%s); polling meanwhile", error)
-            self._registered_until = time.monotonic() + poll_seconds
+            self._retry_at = time.monotonic() + poll_seconds
+            self.claim_next = True
             return True
         self._due_at = None if due is None else time.monotonic() + due
         if calls != self._calls:
             # A call came while registering (its notice can outrun the statement's
             # answer): the row it took is gone, so this registration is not in force.
-            return True
+            return True  # (the call set claim_next)
         # Refreshed at half a lease: never expired while this worker is alive and idle.
         self._registered_until = time.monotonic() + self._lease / 2
+        self.claim_next = self.claim_next or due == 0
         return due == 0
+
+    def claiming(self) -> None:
+        """A claim begins: it answers the calls heard so far (a call heard while it runs
+        may be for a task committed too late for it to see: claim again then)."""
+        self._answering = self._called - self._answered
+        self._answered = self._called
+        self.claim_next = False
+
+    def claimed(self, started: int, *, failed: bool = False) -> None:
+        """After a claim: claim again when a slot frees if it failed or found tasks, as
+        a busy worker always did, unless all it found was the one task a call announced
+        (no sign of more). It found nothing, or just that: the next look is a
+        registration (ADR-0087: no lost wake-up, its report tells)."""
+        self.claim_next = self.claim_next or failed or started > min(self._answering, 1)
+
+    def waited_out(self) -> None:
+        """The wait ended on the poll or a due time, not a call: claim."""
+        self.claim_next = True
 
     def wait_seconds(self, poll_seconds: float) -> float:
         """How long to wait for a call: the poll, or less if something falls due first

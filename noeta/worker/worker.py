@@ -135,13 +135,16 @@ class Worker:
                         else:
                             acquired.cancel()
                         break
-                else:  # the idle worker woken by a NOTIFY: straight to the claim
+                else:  # a free slot: the idle worker woken by a call, or a run ended
                     await self._slots.acquire()
-                # One claim statement fills every slot free now (ADR-0060).
-                slots = 1 + await self._free_slots()
-                started = await self._claim(slots)
-                for _ in range(slots - started):
+                if self.registration is not None and self.registration.skips_the_claim:
+                    # What the claim would clear (no await since the check: a call sets
+                    # claim_next first); the registration below looks instead (ADR-0087).
+                    self._wake.clear()
                     self._slots.release()
+                    started = 0
+                else:
+                    started = await self._claim_free_slots()
                 if self.registration is not None:
                     await self._keep_registration(started)
                     if (
@@ -204,6 +207,22 @@ class Worker:
             await self._slots.acquire()
             taken += 1
         return taken
+
+    async def _claim_free_slots(self) -> int:
+        """One claim statement fills every slot free now (ADR-0060); the runs it starts
+        send their first write before this loop's next statement (a pickup's, else it
+        waits behind the registration's)."""
+        slots = 1 + await self._free_slots()
+        if self.registration is not None:
+            self.registration.claiming()
+        started = await self._claim(slots)
+        for _ in range(slots - started):
+            self._slots.release()
+        if self.registration is not None:
+            self.registration.claimed(started, failed=self._claim_failures > 0)
+        if started:
+            await asyncio.sleep(0)  # one turn of the loop: each new run to its first await
+        return started
 
     async def _claim(self, slots: int) -> int:
         """Claim up to `slots` tasks, read with their claim, and start running them;
@@ -417,13 +436,15 @@ class Worker:
                     timeout = min(timeout, due + 0.005)
         woken = asyncio.create_task(self._wake.wait())
         try:
-            await asyncio.wait(
+            done, _ = await asyncio.wait(
                 {woken, stopping},
                 timeout=timeout,
                 return_when=asyncio.FIRST_COMPLETED,
             )
         finally:
             woken.cancel()
+        if not done and self.registration is not None:
+            self.registration.waited_out()  # the poll, or a due time: claim
 
     def _backoff(self) -> float:
         """The wait after `_claim_failures` store errors in a row, jittered so workers do
