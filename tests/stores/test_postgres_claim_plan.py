@@ -1,12 +1,9 @@
 """The claim walks its queue's part of the partial claim index, with many rows of every
-kind present: a backlog due in another queue, and tasks due tomorrow, are never read.
-The claim's walk is noeta_due_for_claim's query, run as the function runs it: with the
-generic plan it is made once per session with (0027, ADR-0099)."""
+kind present: a backlog due in another queue, and tasks due tomorrow, are never read."""
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import psycopg
@@ -57,59 +54,23 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return nodes
 
 
-# noeta_due_for_claim's arguments, in order: the claim's parameters they stand for.
-CLAIM_ARGUMENTS = ("queues", "limit", "excluding", "offers")
-# Its query prepared on its own, planned as the function plans it.
-PREPARE_CLAIM = "PREPARE claim(text[], integer, text[], text[]) AS {}"
-EXECUTE_CLAIM = (
-    "EXECUTE claim(%(queues)s::text[], %(limit)s::integer, %(excluding)s::text[],"
-    " %(offers)s::text[])"
-)
-CLAIM = "the claim's walk"  # explain() runs noeta_due_for_claim's query
-
-
-def claim_query(connection: psycopg.Connection[Any]) -> str:
-    """The query noeta_due_for_claim runs (its RETURN QUERY), its arguments as $1..$4."""
-    row = connection.execute("SELECT pg_get_functiondef('noeta_due_for_claim'::regproc)").fetchone()
-    assert row is not None
-    found = re.search(r"RETURN QUERY(.*?);\s*END", row[0], re.DOTALL)
-    assert found, row[0]
-    query = found.group(1)
-    for n, name in enumerate(CLAIM_ARGUMENTS, start=1):
-        query = re.sub(rf"\bp_{name}\b", f"${n}", query)
-    return query
-
-
 def explain(
     postgres_url: str, statement: str, params: dict[str, Any], *, fill: bool = True
 ) -> list[dict[str, Any]]:
-    """The executed plan's nodes (EXPLAIN ANALYZE, rolled back: nothing is claimed); for
-    CLAIM, of the function's query with the generic plan the function uses."""
+    """The executed plan's nodes (EXPLAIN ANALYZE, rolled back: nothing is claimed)."""
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         if fill:
             connection.execute(FILL)
-        if statement == CLAIM:
-            # The simple protocol: $1..$6 are PREPARE's own parameters, not this call's.
-            prepared = connection.pgconn.exec_(
-                PREPARE_CLAIM.format(claim_query(connection)).encode()
-            )
-            assert prepared.status == psycopg.pq.ExecStatus.COMMAND_OK, prepared.error_message
-            connection.execute("SET plan_cache_mode = force_generic_plan")
-            statement = EXECUTE_CLAIM
-        # Bound by the client: EXECUTE's arguments cannot be parameters of the EXPLAIN.
-        with (
-            connection.transaction(force_rollback=True),
-            psycopg.ClientCursor(connection) as cursor,
-        ):
-            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", params)
-            found = cursor.fetchone()
+        with connection.transaction(force_rollback=True):
+            row = connection.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", params)
+            found = row.fetchone()
     assert found is not None
     document = found[0] if isinstance(found[0], list) else json.loads(found[0])
     return plan_nodes(document[0]["Plan"])
 
 
 @pytest.mark.parametrize("params", [PARAMS, OFFERING], ids=["offers-anything", "offers-some"])
-@pytest.mark.parametrize("statement", [CLAIM, SECONDS_UNTIL_DUE])
+@pytest.mark.parametrize("statement", [CLAIM_NEXT_TASK, CLAIM_AND_LOAD, SECONDS_UNTIL_DUE])
 async def test_the_claim_reads_one_entry_of_its_queues_index(
     postgres_url: str, statement: str, params: dict[str, Any]
 ) -> None:
@@ -122,7 +83,6 @@ async def test_the_claim_reads_one_entry_of_its_queues_index(
     walk = walks[-1]  # after the one entry that says the queue's highest priority
     # The queue and the due-time bound are index conditions, not filters row by row...
     assert "queue = q.queue" in walk.get("Index Cond", ""), walk
-    assert "priority = p.priority" in walk.get("Index Cond", ""), walk
     assert "claimable_at" in walk.get("Index Cond", ""), walk
     assert "now()" in walk.get("Index Cond", ""), walk
     # ...so the walk reads the one row it returns: neither the 20,000 due in 'bulk' nor
@@ -134,16 +94,13 @@ async def test_the_claim_reads_one_entry_of_its_queues_index(
 async def test_a_batch_claim_reads_as_many_entries_as_it_claims(postgres_url: str) -> None:
     await migrate_database(postgres_url)
     params = {**PARAMS, "queues": ["default", "mail"], "limit": 8}
-    nodes = explain(postgres_url, CLAIM, params)
+    nodes = explain(postgres_url, CLAIM_NEXT_TASK, params)
     walks = [n for n in nodes if n.get("Index Name") == INDEX]
     assert walks, nodes
     for walk in walks:  # one walk per queue, each stopping at the limit
         assert walk["Actual Rows"] <= 8 and walk.get("Rows Removed by Filter", 0) == 0, walk
-    nodes = explain(postgres_url, CLAIM_NEXT_TASK, params, fill=False)
     update = next(n for n in nodes if n["Node Type"] == "ModifyTable")
     assert update["Actual Rows"] == 8, update  # one statement claimed eight
-    scans = [n for n in nodes if n.get("Relation Name") == "tasks" and "Scan" in n["Node Type"]]
-    assert [n["Node Type"] for n in scans] == ["Index Scan"], scans  # by primary key
 
 
 # 200,000 tasks waiting in one queue, beside the rows of FILL: some at priority 5, or
@@ -169,7 +126,13 @@ async def test_with_200000_waiting_the_claim_reads_one_entry_per_priority(
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute(WAITING, {"high": high})
         connection.execute("ANALYZE tasks")
-    nodes = explain(postgres_url, CLAIM, PARAMS, fill=False)
+        with connection.transaction(force_rollback=True):
+            row = connection.execute(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {CLAIM_NEXT_TASK}", PARAMS
+            ).fetchone()
+    assert row is not None
+    document = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    nodes = plan_nodes(document[0]["Plan"])
     top, walk = [n for n in nodes if n.get("Index Name") == INDEX]
     assert top["Actual Rows"] == 1 and buffers(top) <= 4, top  # the highest priority used
     assert walk["Actual Loops"] == high + 1, walk  # one probe per priority from there to 0
@@ -179,7 +142,6 @@ async def test_with_200000_waiting_the_claim_reads_one_entry_per_priority(
     assert walk.get("Rows Removed by Filter", 0) == 0, walk
     # A descent of a three-level index per probe, not a walk of 200,000 entries.
     assert buffers(walk) <= 4 * (high + 1), walk
-    nodes = explain(postgres_url, CLAIM_NEXT_TASK, PARAMS, fill=False)
     update = next(n for n in nodes if n["Node Type"] == "ModifyTable")
     assert update["Actual Rows"] == 1, update
 
@@ -199,36 +161,9 @@ async def test_the_claim_skips_in_its_walk_the_rows_it_cannot_run(postgres_url: 
     await migrate_database(postgres_url)
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute(UNRUNNABLE_AHEAD)
-    nodes = explain(postgres_url, CLAIM, OFFERING)
+    nodes = explain(postgres_url, CLAIM_NEXT_TASK, OFFERING)
     walk = [n for n in nodes if n.get("Index Name") == INDEX][-1]
     assert walk["Rows Removed by Filter"] == 300 and walk["Actual Rows"] == 1, walk
-    nodes = explain(postgres_url, CLAIM, PARAMS, fill=False)  # runs anything
+    nodes = explain(postgres_url, CLAIM_NEXT_TASK, PARAMS, fill=False)  # runs anything
     walk = [n for n in nodes if n.get("Index Name") == INDEX][-1]
     assert walk.get("Rows Removed by Filter", 0) == 0 and walk["Actual Rows"] == 1, walk
-
-
-# 20,000 tasks with five events each, beside one claimable task with three.
-LOGS = """
-INSERT INTO tasks (id, queue, status, claimable_at, last_seq)
-SELECT 'old-' || n, 'default', 'done', NULL, 5 FROM generate_series(1, 20000) n;
-INSERT INTO events (task_id, seq, type, data, epoch)
-SELECT 'old-' || n, s, 'Noted', '{}', 1 FROM generate_series(1, 20000) n, generate_series(1, 5) s;
-INSERT INTO tasks (id, queue, status, claimable_at, last_seq)
-VALUES ('next', 'default', 'ready', now() - interval '1 second', 3);
-INSERT INTO events (task_id, seq, type, data, epoch)
-SELECT 'next', s, 'Noted', '{}', 0 FROM generate_series(1, 3) s;
-ANALYZE tasks; ANALYZE events;
-"""
-
-
-async def test_the_claim_and_load_reads_the_claimed_logs_by_their_index(postgres_url: str) -> None:
-    """The function's rows are estimated (ROWS 10), not seen: the statement must still
-    join them to events, snapshots and the inbox by index, never by a scan of a table."""
-    await migrate_database(postgres_url)
-    with psycopg.connect(postgres_url, autocommit=True) as connection:
-        connection.execute(LOGS)
-    nodes = explain(postgres_url, CLAIM_AND_LOAD, {**PARAMS, "limit": 8}, fill=False)
-    scans = [(n["Node Type"], n.get("Relation Name")) for n in nodes if "Scan" in n["Node Type"]]
-    assert not [s for s in scans if s[0] == "Seq Scan"], scans
-    events = [n for n in nodes if n.get("Relation Name") == "events"]
-    assert events and all(n["Actual Rows"] * n["Actual Loops"] <= 3 for n in events), events

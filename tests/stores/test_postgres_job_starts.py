@@ -42,5 +42,6 @@ def test_the_starting_claim_is_short_enough_for_psycopgs_cache() -> None:
     """psycopg converts a statement longer than this again at every execute: measured at
     about 50 regex matches a claim (cProfile of a worker draining jobs)."""
     assert len(CLAIM_AND_START_JOBS.encode()) <= MAX_CACHED_STATEMENT_LENGTH
+    assert "--" not in CLAIM_AND_START_JOBS  # on one line, a comment would end it
     # Text others find the claim by in pg_stat_statements (bench/idle_wakeups.py, tests).
     assert "owner_epoch = t.owner_epoch +" in CLAIM_AND_START_JOBS

@@ -14,9 +14,10 @@ from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
 from noeta.core.ports.store import TaskStatus
 from noeta.testing.store_contract.fixtures import LEASE, created
 
+# (The start of the claim statement: pg_stat_activity keeps only its first kilobyte.)
 WAITING_ON_A_LOCK = """
 SELECT count(*) FROM pg_stat_activity
- WHERE wait_event_type = 'Lock' AND query LIKE '%noeta_due_for_claim(%'
+ WHERE wait_event_type = 'Lock' AND query LIKE '%WITH due AS MATERIALIZED%'
 """
 
 

@@ -3,6 +3,7 @@ renewing a worker's round, releasing, and what is due or owned."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 
 from noeta.backends.stores.job_starts import pin_names, pinned_data
@@ -11,20 +12,55 @@ from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.ports.store import Claim, ClaimedTask, JobStarts, check_key, check_lease
 
 # Claim up to %(limit)s tasks, the highest priority first and then those due longest, each
-# with its own epoch and lease. The due rows are walked and locked by noeta_due_for_claim
-# (0027; its file under queue/postgres/functions says how it walks the claim index, queue
-# limits and what the claimer offers): a function, so that the walk's plan is made once
-# per session (ADR-0099); sent as part of this statement, it was planned anew at every
-# call, and planning it cost more than running it. This statement takes the locked rows
-# (their locks last to its end: it is its own transaction), each with its own epoch and
-# lease, and charges the rate of the queues with settings for the tasks claimed
-# (`charged`), not for the candidates the function offered (0014). %(excluding)s: the
-# claimer's own runs (ADR-0079); %(offers)s: the plugin names it has, NULL for anything.
+# with its own epoch and lease. A queue without settings is walked as before limits
+# existed, per queue (LATERAL over the worker's queues), so a backlog due in another queue
+# is never read, and no lock or count is taken; and per priority: one entry of
+# tasks_claimable_by_priority says the highest a row of the queue has, then one probe per
+# priority from there down to 0 (a queue that never uses priorities: one probe). A queue
+# with settings is asked through noeta_claimable_under_limits (0013), which locks its
+# settings row, counts its live claims and returns at most the room left; those queues
+# are taken in name order, so two claimers never wait for each other's locks in a
+# circle. The rate's tokens are charged by `charged`, for the tasks claimed, not for the
+# candidates the function offered: the ORDER BY ... LIMIT across queues may drop some
+# (0014). That row is still locked by the function, in this transaction.
+# now() (the statement's start; this statement is its own transaction) is stable,
+# so PostgreSQL can use it as the index bound and stop each walk at the present;
+# clock_timestamp() is volatile and would make it a filter that walks every future-dated
+# row. SKIP LOCKED: claimants never wait on each other's tasks. %(excluding)s: the
+# claimer's own runs, never claimed again by it (ADR-0079); in a queue with settings the
+# function may offer one, which then only leaves its slot unused this once.
+# %(offers)s: the plugin names the claimer has; a task needing one it lacks is left to a
+# worker that has it (NULL: it offers anything, and the filter is one constant test).
+# The walk reads, and skips, the due rows it cannot run ahead of those it can: ADR-0092.
 _CLAIM_DUE_TASKS = """
 WITH due AS MATERIALIZED (
-    SELECT id, taken_over, limited
-      FROM noeta_due_for_claim(%(queues)s::text[], %(limit)s::integer, %(excluding)s::text[],
-                               %(offers)s::text[])
+    SELECT found.id, found.priority, found.claimable_at, found.taken_over, false AS limited
+      FROM (SELECT q.queue, (SELECT t.priority FROM tasks AS t
+                               WHERE t.queue = q.queue AND t.claimable_at IS NOT NULL
+                               ORDER BY t.priority DESC LIMIT 1) AS top
+              FROM unnest(%(queues)s::text[]) AS q(queue)
+             WHERE NOT EXISTS (SELECT FROM queue_settings AS s WHERE s.queue = q.queue)
+            OFFSET 0) AS q
+     CROSS JOIN generate_series(q.top, 0, -1) AS p(priority)
+     CROSS JOIN LATERAL (
+        SELECT t.id, t.priority, t.claimable_at, t.status IN ('running', 'holding') AS taken_over
+          FROM tasks AS t
+         WHERE t.queue = q.queue AND t.priority = p.priority AND t.claimable_at <= now()
+           AND t.id <> ALL(%(excluding)s::text[])
+           AND (%(offers)s::text[] IS NULL OR t.needs IS NULL OR t.needs <@ %(offers)s::text[])
+         ORDER BY t.claimable_at
+         LIMIT %(limit)s
+           FOR UPDATE SKIP LOCKED
+     ) AS found
+    UNION ALL
+    SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over, true
+      FROM (SELECT s.queue FROM queue_settings AS s
+             WHERE s.queue = ANY(%(queues)s::text[]) ORDER BY s.queue OFFSET 0) AS q
+     CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, %(limit)s, false, %(offers)s::text[])
+           AS limited
+     WHERE limited.id <> ALL(%(excluding)s::text[])
+     ORDER BY 2 DESC, 3
+     LIMIT %(limit)s
 ), lease AS (
     SELECT clock_timestamp() AS at, clock_timestamp() + make_interval(secs => %(lease)s) AS until
 ){starting}, claimed AS (
@@ -70,6 +106,16 @@ _STARTING = """, starting AS (
 _START_ROW = """,
            last_seq = t.last_seq + coalesce(s.events, 0),
            needs = CASE WHEN s.events = 2 THEN %(needs)s::text[] ELSE t.needs END"""
+
+
+def _compact(statement: str) -> str:
+    """The statement without the whitespace its parser does not need: runs of it made one
+    space, none beside a parenthesis or comma; quoted literals kept as they are (and the
+    text others look for in pg_stat_statements, "owner_epoch = t.owner_epoch +")."""
+    parts = re.split(r"('(?:[^']|'')*')", statement)
+    for i in range(0, len(parts), 2):
+        parts[i] = re.sub(r" ?([(),]) ?", r"\1", " ".join(parts[i].split()))
+    return "".join(parts)
 
 
 _CLAIM_ONLY = {"starting": "", "start_row": "", "start_from": "due", "start_returns": ""}
@@ -118,7 +164,8 @@ CLAIM_AND_LOAD = _CLAIM_DUE_TASKS.format(**_CLAIM_ONLY) + _LOAD.format(
 # reads do not see its inserts). The ToolStarted's data is the CallRequested's, less its
 # retry_of, plus an empty trace: both encodings keep their fields in order (events.py),
 # and a job's input is an object, so its text ends "}}" where no retry_of follows it.
-# RETURNING names a part 2 row's columns in order: they are read back as `s.*`.
+# RETURNING names a part 2 row's columns in order: they are read back as `s.*`. No SQL
+# comment in here: the statement is sent on one line (`_compact`).
 _STARTED = """, started AS (
     INSERT INTO events (task_id, seq, type, data, epoch, owner)
     SELECT c.id, c.last_seq - 2 + e.n, e.type, e.data, c.owner_epoch, %(worker)s
@@ -129,8 +176,8 @@ _STARTED = """, started AS (
      WHERE e.n > 2 - c.started
     RETURNING task_id, seq, epoch, type, data, created_at, owner
 )"""
-# Under 4,096 bytes: psycopg converts a longer statement again at every execute (the
-# limit of its cache; tests/stores/test_postgres_job_starts.py keeps it under).
+# Compacted (`_compact`): psycopg parses a statement longer than 4,096 bytes again at every
+# execute (its cache's limit), and this one is that long with its layout.
 CLAIM_AND_START_JOBS = _CLAIM_DUE_TASKS.format(**_CLAIM_STARTING) + _LOAD.format(
     started=_STARTED,
     mark="nullif(c.started, 0)::text",
@@ -138,6 +185,7 @@ CLAIM_AND_START_JOBS = _CLAIM_DUE_TASKS.format(**_CLAIM_STARTING) + _LOAD.format
 UNION ALL
 SELECT 2, s.*, NULL, NULL FROM started AS s""",
 )
+CLAIM_AND_START_JOBS = _compact(CLAIM_AND_START_JOBS)
 
 # The same, for one named task (noeta run claims the task it just created).
 CLAIM_THIS_TASK = """

@@ -1,2 +1,0 @@
--- The PostgreSQL twin moves the claim into noeta_claim_due, planned once per session.
--- sqlite has no functions and no plan cache to steer: nothing changes here.
