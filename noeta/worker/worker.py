@@ -38,6 +38,7 @@ from noeta.core.retry import backoff_seconds
 from noeta.core.rules import wakeups
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.observability import metrics, tracing
+from noeta.worker.claim_form import ClaimForm
 from noeta.worker.idle_registration import IdleRegistration
 from noeta.worker.jobs import JobManager
 from noeta.worker.lost_claims import adopted_load
@@ -100,6 +101,7 @@ class Worker:
             self._give_up,
         )
         idle_workers = store.capabilities.idle_workers
+        self._claim_form = ClaimForm()
         self.registration = (
             None
             if idle_workers is None
@@ -231,6 +233,7 @@ class Worker:
         # Cleared before the claim, not after: a wake-up that arrives while the claim is
         # in flight (for a task committed too late for it to see) must not be lost.
         self._wake.clear()
+        starts = self._claim_form.starts(self.runner.job_starts)
         try:
             claimed = await self.store.claim_and_load(
                 settings.name,
@@ -240,8 +243,9 @@ class Worker:
                 snapshot_version=self.runner.snapshot_version,
                 excluding=self._own_tasks(),
                 offers=self.offers,
-                job_starts=self.runner.job_starts,  # fresh jobs started by the claim
+                job_starts=starts,  # fresh jobs started by the claim (ADR-0101)
             )
+            self._claim_form.found(claimed, starts)
             if claimed:
                 await failpoints.hit("claim.after_commit")
         except CommitUnknown:

@@ -107,7 +107,11 @@ async def test_one_submit_wakes_one_of_the_idle_workers(
     url, store = counted
     for n in range(IDLE_WORKERS):
         workers(url, f"w{n}", lease=30, poll=300.0, concurrency=concurrency)
-    await until(lambda: settled(url, IDLE_WORKERS, IDLE_WORKERS), "every worker waits idle")
+    # Four worker processes start at once: on a loaded 2-core machine that alone can pass
+    # the default 30 s bound (a bound on a real condition, not a wait for time).
+    await until(
+        lambda: settled(url, IDLE_WORKERS, IDLE_WORKERS), "every worker waits idle", within=180
+    )
     await reset_statements(url)
 
     await add_task(store, tmp_path, "t", {"text": "done"})
@@ -142,9 +146,9 @@ async def test_a_killed_registered_worker_strands_no_task(
 ) -> None:
     url, store = counted
     survivor = workers(url, "survivor", lease=30, poll=1.0, concurrency=1)
-    await until(lambda: settled(url, 1, 1), "the survivor waits idle")
+    await until(lambda: settled(url, 1, 1), "the survivor waits idle", within=180)
     killed = workers(url, "killed", lease=30, poll=300.0, concurrency=1)
-    await until(lambda: settled(url, 2, 2), "both wait idle")
+    await until(lambda: settled(url, 2, 2), "both wait idle", within=180)
     killed.signal(signal.SIGKILL)  # its row stays, the newest: the one a task would wake
     assert await killed.exit_code() == -signal.SIGKILL
 
