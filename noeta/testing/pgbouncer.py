@@ -49,6 +49,7 @@ class PgBouncer:
             "password": parts.get("password") or os.environ.get("PGPASSWORD") or "",
         }
         self._aliases: dict[str, str] = {}  # alias -> schema
+        self._ignored = ""  # ignore_startup_parameters
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -90,6 +91,13 @@ class PgBouncer:
             self._write_config()
             self.admin("RELOAD")
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{alias}"
+
+    def ignore_startup_parameters(self, names: str) -> None:
+        """Set `ignore_startup_parameters` (e.g. "options": accepted and dropped) and
+        RELOAD; "" again refuses them, PgBouncer's default."""
+        self._ignored = names
+        self._write_config()
+        self.admin("RELOAD")
 
     def admin(self, command: str) -> list[tuple[str | None, ...]]:
         """A command on PgBouncer's admin console (simple protocol, as it requires)."""
@@ -133,6 +141,7 @@ class PgBouncer:
             f"auth_type = trust\nauth_file = {users}\nadmin_users = {server['user']}\n"
             f"pool_mode = transaction\ndefault_pool_size = {self.pool_size}\n"
             "max_client_conn = 500\nserver_reset_query =\n"
+            f"ignore_startup_parameters = {self._ignored}\n"
             f"{run_as}"  # its log: stderr, into output.log
         )
         for path in (users, config):
