@@ -105,12 +105,12 @@ bench-peers: reachable  ## noeta beside Procrastinate, PgQueuer and DBOS, interl
 	$(PEERS_VENV)/bin/pip install --quiet $(PEERS_PACKAGES)
 	$(BIN)/python bench/peers.py --peers-python $(PEERS_VENV)/bin/python $(ARGS)
 
-cluster: reachable  ## Workers under process, database and network faults, then every check (SPEC §9)
-	$(BIN)/python -m tests.cluster.run
+cluster: reachable  ## Workers under process, database and network faults, then every check (SPEC §9; CLUSTER_ARGS=--pgbouncer)
+	$(BIN)/python -m tests.cluster.run $(CLUSTER_ARGS)
 
-cluster-short: reachable  ## The short cluster run CI does (about 3 minutes, the same checks)
+cluster-short: reachable  ## The short cluster run CI does (about 3 minutes, the same checks; CLUSTER_ARGS=--pgbouncer: workers behind PgBouncer)
 	NOETA_CLUSTER_SECONDS=$${NOETA_CLUSTER_SECONDS:-90} NOETA_CLUSTER_TASKS=$${NOETA_CLUSTER_TASKS:-16} \
-	$(BIN)/python -m tests.cluster.run
+	$(BIN)/python -m tests.cluster.run $(CLUSTER_ARGS)
 
 cluster-upgrade: reachable  ## Previous-release workers beside current ones under faults, a rolling upgrade (ARGS=--previous COMMIT)
 	NOETA_CLUSTER_SECONDS=$${NOETA_CLUSTER_SECONDS:-90} NOETA_CLUSTER_TASKS=$${NOETA_CLUSTER_TASKS:-16} \
