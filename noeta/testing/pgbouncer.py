@@ -42,11 +42,11 @@ class PgBouncer:
         self.port = _free_port()
         parts = conninfo_to_dict(server_dsn)
         self._server = {
-            "host": parts.get("host") or "127.0.0.1",
-            "port": parts.get("port") or "5432",
-            "dbname": parts.get("dbname") or "postgres",
-            "user": parts.get("user") or os.environ.get("PGUSER") or "postgres",
-            "password": parts.get("password") or os.environ.get("PGPASSWORD") or "",
+            "host": str(parts.get("host") or "127.0.0.1"),
+            "port": str(parts.get("port") or "5432"),
+            "dbname": str(parts.get("dbname") or "postgres"),
+            "user": str(parts.get("user") or os.environ.get("PGUSER") or "postgres"),
+            "password": str(parts.get("password") or os.environ.get("PGPASSWORD") or ""),
         }
         self._aliases: dict[str, str] = {}  # alias -> schema
         self._ignored = ""  # ignore_startup_parameters
@@ -104,7 +104,10 @@ class PgBouncer:
         console = f"postgresql://{self.user}@127.0.0.1:{self.port}/pgbouncer"
         with psycopg.connect(console, autocommit=True) as connection:
             result = connection.pgconn.exec_(command.encode())
-            if result.status not in (psycopg.pq.ExecStatus.COMMAND_OK, psycopg.pq.ExecStatus.TUPLES_OK):
+            if result.status not in (
+                psycopg.pq.ExecStatus.COMMAND_OK,
+                psycopg.pq.ExecStatus.TUPLES_OK,
+            ):
                 raise RuntimeError(f"pgbouncer {command}: {result.error_message.decode()}")
             return [
                 tuple(
@@ -167,7 +170,7 @@ class PgBouncer:
 
 def _search_path(url: str) -> str:
     """The schema of a test URL (`with_search_path`'s `-c search_path=NAME`)."""
-    found = re.search(r"-c\s*search_path=(\w+)", conninfo_to_dict(url).get("options") or "")
+    found = re.search(r"-c\s*search_path=(\w+)", str(conninfo_to_dict(url).get("options") or ""))
     if found is None:
         raise ValueError("the URL names no search_path")
     return found.group(1)

@@ -139,11 +139,14 @@ class PostgresRetention(PostgresConnection):
         try:
             if self.pooled:
                 return await self._session_connection("noeta-prune")
-            return await self._pool.getconn()
+            connection: psycopg.AsyncConnection[Any] = await self._pool.getconn()
+            return connection
         except PoolTimeout as error:
             raise StoreUnavailable(f"cannot reach PostgreSQL at {self.where}") from error
         except psycopg.OperationalError as error:
-            raise StoreUnavailable(f"cannot reach PostgreSQL at {self.where}: {reason(error)}") from None
+            raise StoreUnavailable(
+                f"cannot reach PostgreSQL at {self.where}: {reason(error)}"
+            ) from None
 
     async def _put_back(self, connection: psycopg.AsyncConnection[Any], locked: bool) -> None:
         """Return the session to the pool without the lock; a session that cannot let go

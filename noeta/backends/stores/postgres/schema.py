@@ -30,6 +30,7 @@ SELECT version, name FROM noeta_migrations WHERE to_regclass('noeta_migrations')
 # cancel key of its own making, so a different pid means one is in between (ADR-0106).
 MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('noeta_migrations') IS NOT NULL, pg_backend_pid()"
 SESSION_ENV = "NOETA_STORE_SESSION"
+RECORD_MIGRATION = "INSERT INTO noeta_migrations (version, name) VALUES (%s, %s)"
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,6 @@ class SchemaChecked:
 
     server_version: int
     through_pooler: bool
-RECORD_MIGRATION = "INSERT INTO noeta_migrations (version, name) VALUES (%s, %s)"
 
 
 async def connect(dsn: str, **settings: Any) -> psycopg.AsyncConnection[Any]:
