@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from noeta.backends.stores import open_store
+from noeta.backends.stores import migrate_store, open_store
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.core.errors import ConfigError
 from noeta.core.ports.store import Store
@@ -96,3 +96,15 @@ def test_the_cli_says_so_in_one_line_without_the_password(tmp_path: Path) -> Non
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "NOETA_STORE_SESSION" in lines[0], done.stderr
     assert "S3cret-pw" not in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_migrating_beside_a_pooler_migrates_on_the_session_url(
+    empty_postgres_url: str, pgbouncer: PgBouncer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pooled = pgbouncer.pooled(empty_postgres_url)
+    monkeypatch.setenv("NOETA_STORE", pooled)
+    monkeypatch.setenv("NOETA_STORE_SESSION", empty_postgres_url)
+    applied = await migrate_store(None)  # `noeta db migrate`
+    assert applied
+    store = await open_store(pooled)  # finds the schema current, through the pooler
+    await store.close()
