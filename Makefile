@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: help install check lint test reachable bubblewrap chromium bench bench-scale bench-peers cluster cluster-short cluster-upgrade cluster-mutants clean
+.PHONY: help install check lint test reachable bubblewrap chromium pgbouncer bench bench-scale bench-peers cluster cluster-short cluster-upgrade cluster-mutants clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -14,6 +14,7 @@ install:  ## Create .venv and install noeta with its development tools
 	$(BIN)/pip install --quiet -e '.[dev]' -c constraints-dev.txt
 	@$(MAKE) --no-print-directory bubblewrap
 	@$(MAKE) --no-print-directory chromium
+	@$(MAKE) --no-print-directory pgbouncer
 
 lint:  ## Format check, lint, types, import contracts
 	$(BIN)/ruff format --check .
@@ -63,6 +64,19 @@ chromium:  ## Install Chromium for the browser test when the machine has none (a
 	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium; fi
 
+# The pooler tests (tests/stores/test_pgbouncer*.py, ADR-0106) run noeta through a real
+# PgBouncer in transaction mode; skipped without one, except under CI, where they fail.
+# `make install` brings it when missing and apt-get is there (Debian 12: 1.18).
+pgbouncer:  ## Install PgBouncer for the pooler tests when the machine has none (apt-get)
+	@if command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ]; then :; \
+	elif ! command -v apt-get >/dev/null; then \
+	  echo "no pgbouncer and no apt-get: install PgBouncer for the pooler tests (tests/stores)"; \
+	else \
+	  echo "installing pgbouncer for the pooler tests (apt-get)"; \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq \
+	    -o Dpkg::Options::=--force-confold pgbouncer; fi
+
 check: lint test  ## Everything a commit must pass
 
 bench:  ## Store, fold, workers, scheduler, tracing, submit, prune, CLI start and web figures (prints tables; not a test)
@@ -91,12 +105,12 @@ bench-peers: reachable  ## noeta beside Procrastinate, PgQueuer and DBOS, interl
 	$(PEERS_VENV)/bin/pip install --quiet $(PEERS_PACKAGES)
 	$(BIN)/python bench/peers.py --peers-python $(PEERS_VENV)/bin/python $(ARGS)
 
-cluster: reachable  ## Workers under process, database and network faults, then every check (SPEC §9)
-	$(BIN)/python -m tests.cluster.run
+cluster: reachable  ## Workers under process, database and network faults, then every check (SPEC §9; CLUSTER_ARGS=--pgbouncer)
+	$(BIN)/python -m tests.cluster.run $(CLUSTER_ARGS)
 
-cluster-short: reachable  ## The short cluster run CI does (about 3 minutes, the same checks)
+cluster-short: reachable  ## The short cluster run CI does (about 3 minutes, the same checks; CLUSTER_ARGS=--pgbouncer: workers behind PgBouncer)
 	NOETA_CLUSTER_SECONDS=$${NOETA_CLUSTER_SECONDS:-90} NOETA_CLUSTER_TASKS=$${NOETA_CLUSTER_TASKS:-16} \
-	$(BIN)/python -m tests.cluster.run
+	$(BIN)/python -m tests.cluster.run $(CLUSTER_ARGS)
 
 cluster-upgrade: reachable  ## Previous-release workers beside current ones under faults, a rolling upgrade (ARGS=--previous COMMIT)
 	NOETA_CLUSTER_SECONDS=$${NOETA_CLUSTER_SECONDS:-90} NOETA_CLUSTER_TASKS=$${NOETA_CLUSTER_TASKS:-16} \

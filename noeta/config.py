@@ -12,6 +12,8 @@ gates:
 subagent_models:                        # what an Agent call may name besides its own model
   - anthropic:claude-haiku-4-5          # an exact spec
   - openai:*                            # every spec that starts so (scripted: only if named)
+store_session: postgresql://noeta@db:5432/noeta  # PostgreSQL's own URL when NOETA_STORE is
+                                        # a pooler's (ADR-0106); NOETA_STORE_SESSION wins
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ if TYPE_CHECKING:  # built only from a config file that has gates
 CONFIG_ENV = "NOETA_CONFIG"
 _GATE_KEYS = {"tool", "field", "pattern", "outside_workspace", "action", "reason", "set"}
 _ACTIONS = ("allow", "deny", "ask", "rewrite")
-_KEYS = ("gates", "plugins", "subagent_models", "workspaces")
+_KEYS = ("gates", "plugins", "store_session", "subagent_models", "workspaces")
 
 
 def default_workspaces() -> str:
@@ -52,6 +54,8 @@ class Config:
     workspaces: str = field(default_factory=default_workspaces)
     # The models an Agent call may name besides its task's own (ADR-0076); none by default.
     subagent_models: tuple[str, ...] = ()
+    # PostgreSQL's own URL for LISTEN and session locks beside a pooler's (ADR-0106).
+    store_session: str | None = None
 
 
 def load_config(path: str | None) -> Config:
@@ -91,7 +95,11 @@ def load_config(path: str | None) -> Config:
         _model(path, item, yamlfile.line_of(model_items, index))
         for index, item in enumerate(model_items)
     )
-    return Config(plugins, gates, str(Path(workspaces).expanduser()), models)
+    store_session = document.get("store_session")
+    if store_session is not None and not isinstance(store_session, str):
+        line = yamlfile.line_of(document, "store_session")
+        raise ConfigError(f"{path}, line {line}: store_session must be a postgresql:// URL")
+    return Config(plugins, gates, str(Path(workspaces).expanduser()), models, store_session)
 
 
 def _list(path: str, document: dict[str, Any], key: str) -> list[Any]:

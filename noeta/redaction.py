@@ -19,7 +19,8 @@ REDACTED = "[redacted]"
 # noeta.plugins.tool_environment.) Values of these names are secrets whole, except that
 # a URL or connection string contributes its password and a header list its values.
 SECRET_NAMES = re.compile(
-    r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|DSN|AUTH(?!OR)|COOKIE|_HEADERS$|^NOETA_STORE$|^DATABASE_URL$",
+    r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|DSN|AUTH(?!OR)|COOKIE|_HEADERS$"
+    r"|^NOETA_STORE$|^NOETA_STORE_SESSION$|^DATABASE_URL$",
     re.I,
 )
 # Proxy settings carry a password only inside a URL (http://user:password@proxy).

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
+from noeta.backends.stores.embedded import make_home
+from noeta.testing.pgbouncer import PgBouncer, pgbouncer_binary
 from noeta.testing.postgres import TestPostgres
 
 
@@ -46,3 +49,21 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         return f"sqlite:///{tmp_path_factory.mktemp('store') / 'noeta.db'}"
     server: TestPostgres = request.getfixturevalue("postgres_server")
     return server.new_migrated_schema()
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(postgres_server: TestPostgres) -> Iterator[PgBouncer]:
+    """A real PgBouncer in transaction mode in front of the test server (ADR-0106), two
+    server sessions per schema. Skipped without one, except under CI, where it fails
+    (`make pgbouncer` installs it)."""
+    binary = pgbouncer_binary()
+    if binary is None:
+        why = "no pgbouncer on this machine (`make pgbouncer` installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    folder = make_home("noeta-test-pgbouncer-")  # reachable by the server's user, as root
+    bouncer = PgBouncer(binary, postgres_server.admin_dsn, folder)
+    bouncer.start()
+    yield bouncer
+    bouncer.remove()

@@ -71,3 +71,14 @@ def test_an_entry_that_is_not_a_model_spec_is_refused_with_its_line(
     message = str(refused.value)
     assert message.startswith(f"{config}, line 3: subagent_models: {entry!r} is not a model spec")
     assert "\n" not in message
+
+
+def test_store_session_is_read_and_anything_but_a_url_refused_with_its_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "noeta.yaml"
+    path.write_text("store_session: postgresql://noeta@db:5432/noeta\n")
+    assert load_config(str(path)).store_session == "postgresql://noeta@db:5432/noeta"
+    path.write_text("plugins: [core]\nstore_session: [a, b]\n")
+    with pytest.raises(ConfigError, match="line 2: store_session must be a postgresql:// URL"):
+        load_config(str(path))

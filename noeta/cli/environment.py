@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 STORE = ("NOETA_STORE", "the store URL when --store is not given")
+SESSION = ("NOETA_STORE_SESSION", "PostgreSQL's own URL when the store's is a pooler's")
 HOME = ("NOETA_HOME", "the embedded PostgreSQL's folder (default ~/.local/share/noeta)")
 CONFIG = ("NOETA_CONFIG", "the config file when --config is not given")
 MODEL = ("NOETA_MODEL", "the model spec when --model is not given")
@@ -46,10 +47,10 @@ def describe_environment(command: click.Command, path: str) -> None:
     if "model" in names:
         read.append(MODEL)
     if "store" in names:
-        read.append(PASSWORD)
+        read += [PASSWORD, SESSION]
     read += [item for item in _EXTRA.get(path, ()) if item not in read]
     if path == "noeta":
-        read = [STORE, HOME, CONFIG, MODEL, *_RUNS_TASKS]
+        read = [STORE, HOME, CONFIG, MODEL, SESSION, *_RUNS_TASKS]
     read.append(TRACEBACK)
     width = max(len(name) for name, _ in read)
     lines = [f"  {name.ljust(width)}  {meaning}" for name, meaning in read]

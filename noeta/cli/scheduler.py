@@ -68,14 +68,15 @@ async def _serve(
     config_path: str | None,
     retention: timedelta | None,
 ) -> None:
-    from noeta.backends.stores import open_store
+    from noeta.backends.stores import configured_session_url, open_store
     from noeta.config import load_config
     from noeta.plugins.toolbox import Toolbox
     from noeta.scheduler.cronfile import load_cron_files
     from noeta.scheduler.scheduler import Scheduler
 
     # Started and closed again, as `noeta submit` does: only the tool names are needed.
-    toolbox = await Toolbox.open(load_config(config_path))
+    config = load_config(config_path)
+    toolbox = await Toolbox.open(config)
     try:
         tools_by_plugin = {
             loaded.pin.name: tuple(tool.name for tool in loaded.plugin.tools())
@@ -91,7 +92,12 @@ async def _serve(
 
     stop, reload = asyncio.Event(), asyncio.Event()
     # One connection more for a prune, which holds its own for as long as it runs.
-    store = await open_store(url, application_name="noeta-scheduler", max_connections=3)
+    store = await open_store(
+        url,
+        session_url=configured_session_url(config.store_session),
+        application_name="noeta-scheduler",
+        max_connections=3,
+    )
     loop = asyncio.get_running_loop()
     worker = Scheduler(store, schedules, tools_for)
 

@@ -106,7 +106,7 @@ def worker(
 async def _serve(settings: WorkerSettings, url: str | None, config_path: str | None) -> None:
     from noeta import observability
     from noeta.backends.models.registry import ProviderRegistry
-    from noeta.backends.stores import open_store, resolve_url
+    from noeta.backends.stores import configured_session_url, open_store, resolve_url
     from noeta.config import load_config
     from noeta.observability import observed
     from noeta.plugins.tool_environment import PASSED_NAMES
@@ -131,13 +131,15 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
     for number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(number, on_signal)
     config = load_config(config_path)
-    observability.start("noeta-worker", secrets=[resolve_url(url)])
+    session_url = configured_session_url(config.store_session)
+    observability.start("noeta-worker", secrets=[resolve_url(url), session_url])
     toolbox = await Toolbox.open(config, runs_tools=True)
     observability.add_passed_secrets(PASSED_NAMES)  # what its tools may print
     providers = ProviderRegistry()
     connections = settings.concurrency + 2  # a run each, the renewer, one to spare
     store = await open_store(
         url,
+        session_url=session_url,
         application_name=f"noeta-worker:{settings.name}"[:63],
         max_connections=connections,
         min_connections=connections,  # open before the first claim, not under its runs

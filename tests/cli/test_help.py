@@ -44,6 +44,7 @@ def test_every_option_is_described_and_every_command_names_its_environment() -> 
         names = {option.name for option in command.params}
         if "store" in names:
             assert "NOETA_STORE" in epilog and "NOETA_HOME" in epilog, path
+            assert "NOETA_STORE_SESSION" in epilog, path
         if "config" in names:
             assert "NOETA_CONFIG" in epilog, path
         if path in ("noeta", "noeta run", "noeta worker"):

@@ -53,22 +53,32 @@ class Cluster:
     # Workers that run a previous release (tests/cluster/upgrade.py): name -> its tree.
     # They cannot start again once the schema is migrated past them: never restarted.
     previous: dict[str, Path] = field(default_factory=dict)
+    # Workers and the scheduler behind PgBouncer (`--pgbouncer`, ADR-0106): its URL for
+    # the pool, `url` (PostgreSQL's own) their NOETA_STORE_SESSION.
+    pooled_url: str | None = None
+
+    @property
+    def pool_url(self) -> str:
+        """What workers and the scheduler pool through: PgBouncer's URL, or the store's."""
+        return self.pooled_url or self.url
 
     @property
     def env(self) -> dict[str, str]:
+        session = {"NOETA_STORE_SESSION": self.url} if self.pooled_url else {}
         return {
             **os.environ,
             "NOETA_HOME": str(self.scratch / "home"),
             "NOETA_CLUSTER_LEDGER": str(self.scratch / "ledger"),
             "NOETA_FAILPOINTS": "",
             "PYTHONPATH": str(REPOSITORY / "examples"),
+            **session,
         }
 
     def note(self, what: str) -> None:
         self.timeline.append((time.monotonic() - self.started, what))
 
     def open_proxies(self, names: tuple[str, ...] = PROXIED) -> None:
-        host, port = host_and_port(self.url)
+        host, port = host_and_port(self.pool_url)
         for name in names:
             proxy = FaultProxy(host, port, cut_functions=APPENDS)
             proxy.start()
@@ -77,8 +87,8 @@ class Cluster:
     def worker_url(self, name: str) -> str:
         proxy = self.proxies.get(name)
         if proxy is None:
-            return self.url
-        return make_conninfo(self.url, host="127.0.0.1", port=str(proxy.port))
+            return self.pool_url
+        return make_conninfo(self.pool_url, host="127.0.0.1", port=str(proxy.port))
 
     def start_worker(
         self, name: str, *, failpoints: str = "", queues: str = "default", lease: float = LEASE
@@ -109,7 +119,7 @@ class Cluster:
         command = [sys.executable, "-m", "noeta", "scheduler"]
         command += ["--cron", str(self.scratch / "cron.yaml")]
         output = (self.scratch / "scheduler.log").open("a")
-        env = {**self.env, "NOETA_STORE": self.url}
+        env = {**self.env, "NOETA_STORE": self.pool_url}
         self.scheduler = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
 
     def restart_worker(self, name: str, *, failpoints: str = "") -> None:

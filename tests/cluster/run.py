@@ -13,6 +13,8 @@ each recovery path was taken, or the run fails. A failing run prints its seed an
 fault timeline first. The same seed replays the same tasks and fault choices (where they
 land in each task still depends on timing). Exit 0 if everything held.
 Server: NOETA_TEST_POSTGRES_DSN (no restarts then), else an embedded PostgreSQL.
+`--pgbouncer` (`make cluster-short CLUSTER_ARGS=--pgbouncer`): workers and the scheduler
+pool through a PgBouncer in transaction mode (ADR-0106), restarted once mid-chaos.
 Mutants of the store's SQL: NOETA_CLUSTER_MUTANT (see mutants.py).
 """
 
@@ -33,6 +35,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from noeta.backends.stores import open_store
+from noeta.backends.stores.embedded import make_home
+from noeta.testing.pgbouncer import PgBouncer, pgbouncer_binary
 from tests.cluster import counters, takeovers
 from tests.cluster.checks import check
 from tests.cluster.fanout import OUTBOX
@@ -107,13 +111,21 @@ def write_configs(scratch: Path) -> None:
 
 
 async def run(
-    server: ClusterServer, scratch: Path, seed: int, count: int, seconds: float, mutant: str
+    server: ClusterServer,
+    scratch: Path,
+    seed: int,
+    count: int,
+    seconds: float,
+    mutant: str,
+    bouncer: PgBouncer | None = None,
 ) -> int:
     url = server.new_schema()
     store = await open_store(url, migrate=True, application_name="noeta-cluster")
     if mutant:
         await asyncio.to_thread(apply_mutant, url, mutant)
     cluster = Cluster(url, scratch, server, store)
+    if bouncer is not None:
+        cluster.pooled_url = await asyncio.to_thread(bouncer.pooled, url)
     rng = random.Random(seed)
     workload = Workload(store, rng, plan_tasks(rng, count), scratch / "workspaces")
     write_configs(scratch)
@@ -132,7 +144,12 @@ async def run(
         except (TimeoutError, ScenarioFailed) as error:
             problems.append(str(error))
         started = time.monotonic()
+        restarting = None
+        if bouncer is not None:  # once, halfway through the chaos
+            restarting = asyncio.create_task(_restart_midway(cluster, bouncer, seconds / 2))
         await chaos.run(seconds)
+        if restarting is not None:
+            await restarting
         cluster.note("chaos ends; heal phase, no faults")
         unfinished: list[str] = []
         await steadily(lambda: _finish(workload, unfinished))
@@ -211,6 +228,12 @@ async def verdict(
     return 0
 
 
+async def _restart_midway(cluster: Cluster, bouncer: PgBouncer, after: float) -> None:
+    await asyncio.sleep(after)  # a point in the chaos, not a synchronisation
+    cluster.note("PgBouncer restarted (every pooled connection cut)")
+    await asyncio.to_thread(bouncer.restart)
+
+
 async def _finish(workload: Workload, unfinished: list[str]) -> None:
     unfinished[:] = await workload.finish(FINISH_WITHIN)
 
@@ -220,16 +243,47 @@ def main() -> None:
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     try:
         seed, count, seconds, mutant = settings(dict(os.environ))
+        pooled = pgbouncer_option(sys.argv[1:])
     except BadSetting as error:
         sys.exit(f"make cluster: {error}")
     print(
         f"NOETA_CLUSTER_SEED={seed} NOETA_CLUSTER_TASKS={count} NOETA_CLUSTER_SECONDS={seconds:g}"
-        + (f" NOETA_CLUSTER_MUTANT={mutant}" if mutant else ""),
+        + (f" NOETA_CLUSTER_MUTANT={mutant}" if mutant else "")
+        + (" --pgbouncer" if pooled else ""),
         flush=True,
     )
-    on_a_server(
-        "make cluster", lambda server, scratch: run(server, scratch, seed, count, seconds, mutant)
+
+    async def start(server: ClusterServer, scratch: Path) -> int:
+        if not pooled:
+            return await run(server, scratch, seed, count, seconds, mutant)
+        bouncer = start_pgbouncer(server)
+        try:
+            return await run(server, scratch, seed, count, seconds, mutant, bouncer)
+        finally:
+            bouncer.remove()
+
+    on_a_server("make cluster", start)
+
+
+def pgbouncer_option(arguments: list[str]) -> bool:
+    """Whether `--pgbouncer` was given; BadSetting for anything else."""
+    unknown = [argument for argument in arguments if argument != "--pgbouncer"]
+    if unknown:
+        raise BadSetting(f"unknown argument {unknown[0]!r} (known: --pgbouncer)")
+    return bool(arguments)
+
+
+def start_pgbouncer(server: ClusterServer) -> PgBouncer:
+    """A PgBouncer in transaction mode in front of the run's server; exits if none."""
+    binary = pgbouncer_binary()
+    if binary is None:
+        sys.exit("make cluster: --pgbouncer: no pgbouncer on this machine (`make pgbouncer`)")
+    # Four workers of four runs share eight server sessions: pooled, never starved.
+    bouncer = PgBouncer(
+        binary, server.postgres.admin_dsn, make_home("noeta-cluster-pgbouncer-"), pool_size=8
     )
+    bouncer.start()
+    return bouncer
 
 
 def on_a_server(

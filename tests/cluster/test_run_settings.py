@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.cluster.mutants import FUNCTIONS, MUTANTS, mutated_sql
-from tests.cluster.run import BadSetting, settings
+from tests.cluster.run import BadSetting, pgbouncer_option, settings
 
 
 @pytest.mark.parametrize(
@@ -42,3 +42,9 @@ def test_each_mutant_is_its_functions_file_with_one_fragment_changed(name: str) 
     assert mutant.original not in sql and mutant.mutated in sql
     current = (FUNCTIONS / f"{mutant.function}.sql").read_text(encoding="utf-8")
     assert sql == current.replace(mutant.original, mutant.mutated)
+
+
+def test_the_run_takes_pgbouncer_and_refuses_any_other_argument() -> None:
+    assert pgbouncer_option(["--pgbouncer"]) and not pgbouncer_option([])
+    with pytest.raises(BadSetting, match="unknown argument '--pgbouncr' \\(known: --pgbouncer\\)"):
+        pgbouncer_option(["--pgbouncr"])

@@ -7,6 +7,9 @@ commands run from different shells share it; one that starts it says so on stder
 one that only reads (`start_embedded=False`) joins a running one or fails, creating
 nothing. It is migrated automatically; a server named by URL is migrated only by
 `noeta db migrate`.
+
+Behind a pooler in transaction mode (PgBouncer), `NOETA_STORE_SESSION` (or `store_session:`
+in noeta.yaml) names a direct PostgreSQL URL for what needs a session of its own (ADR-0106).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from noeta.core.errors import ConfigError, StoreUnavailable
 from noeta.core.ports.store import Store
 
 STORE_ENV = "NOETA_STORE"
+SESSION_ENV = "NOETA_STORE_SESSION"
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
@@ -29,9 +33,22 @@ def resolve_url(url: str | None) -> str | None:
     return url or os.environ.get(STORE_ENV) or None
 
 
+def resolve_session_url(session_url: str | None) -> str | None:
+    """The direct URL for session work (LISTEN, session locks, migrating): the given one,
+    else $NOETA_STORE_SESSION, else None (the store URL itself, as before ADR-0106)."""
+    return session_url or os.environ.get(SESSION_ENV) or None
+
+
+def configured_session_url(config_value: str | None) -> str | None:
+    """$NOETA_STORE_SESSION, else noeta.yaml's `store_session:` (the environment wins, as
+    NOETA_STORE does over a deployment's file)."""
+    return os.environ.get(SESSION_ENV) or config_value
+
+
 async def open_store(
     url: str | None,
     *,
+    session_url: str | None = None,
     application_name: str = "noeta",
     migrate: bool = False,
     max_connections: int = 10,
@@ -40,8 +57,12 @@ async def open_store(
 ) -> Store:
     """Open the store at `url` (see the module docstring); raises ConfigError on a bad URL.
     `start_embedded=False`: with no URL, StoreUnavailable unless the embedded server runs.
-    On PostgreSQL the pool has `min_connections` open before this returns."""
+    On PostgreSQL the pool has `min_connections` open before this returns. `session_url`
+    (else $NOETA_STORE_SESSION): `url` is a pooler's, this one PostgreSQL's own."""
     url = resolve_url(url)
+    session_url = resolve_session_url(session_url)
+    if session_url is not None:
+        _check_session_url(session_url, url)
     if url is None:
         url, migrate = _embedded_dsn(start=start_embedded), True
     if store_kind(url) == "sqlite":
@@ -52,6 +73,7 @@ async def open_store(
 
     return await PostgresStore.open(
         url,
+        session_dsn=session_url,
         application_name=application_name,
         migrate=migrate,
         max_connections=max_connections,
@@ -59,9 +81,36 @@ async def open_store(
     )
 
 
+def _check_session_url(session_url: str, url: str | None) -> None:
+    """ConfigError unless the session URL is PostgreSQL's and goes with a PostgreSQL store."""
+    from noeta.backends.stores.urls import masked
+
+    try:
+        kind = store_kind(session_url)
+    except ConfigError:
+        kind = None
+    if kind != "postgres":
+        raise ConfigError(
+            f"{SESSION_ENV} (store_session:) {masked(session_url)!r} is not a PostgreSQL URL: "
+            "it names PostgreSQL itself, not a pooler, for LISTEN and session locks "
+            "(postgresql://USER:PASSWORD@HOST:PORT/DATABASE)"
+        )
+    if url is None or store_kind(url) != "postgres":
+        raise ConfigError(
+            f"{SESSION_ENV} (store_session:) is set, but the store is not a PostgreSQL URL: "
+            f"set {STORE_ENV} to the pooler's postgresql:// URL, or unset {SESSION_ENV}"
+        )
+
+
 async def migrate_store(url: str | None) -> list[Migration]:
-    """Apply the store's pending migrations; returns those applied."""
-    url = resolve_url(url) or _embedded_dsn()
+    """Apply the store's pending migrations; returns those applied. DDL under an advisory
+    lock goes to $NOETA_STORE_SESSION when it goes with the store's URL (ADR-0106)."""
+    url = resolve_url(url)
+    session_url = resolve_session_url(None)
+    if session_url is not None and url == os.environ.get(STORE_ENV):
+        _check_session_url(session_url, url)
+        url = session_url
+    url = url or _embedded_dsn()
     if store_kind(url) == "sqlite":
         from noeta.backends.stores.sqlite import SqliteStore
 

@@ -23,13 +23,13 @@ from noeta.backends.stores.postgres.logs import PostgresLogs
 from noeta.backends.stores.postgres.model_limits import PostgresModelLimits
 from noeta.backends.stores.postgres.queues import PostgresQueues
 from noeta.backends.stores.postgres.retention import PostgresRetention
-from noeta.backends.stores.postgres.schema import check_schema, migrate_database
+from noeta.backends.stores.postgres.schema import SESSION_ENV, check_schema, migrate_database
 from noeta.backends.stores.postgres.session import SessionLimits, startup_options
 from noeta.backends.stores.postgres.unique_jobs import PostgresUniqueJobs
 from noeta.backends.stores.postgres.views import PostgresViews
 from noeta.backends.stores.postgres.wakeups import PostgresWakeups
 from noeta.backends.stores.postgres.workers import PostgresWorkers
-from noeta.core.errors import StoreUnavailable
+from noeta.core.errors import ConfigError, StoreUnavailable
 from noeta.core.ports.store_capabilities import StoreCapabilities
 
 __all__ = [
@@ -83,6 +83,7 @@ class PostgresStore(
         cls,
         dsn: str,
         *,
+        session_dsn: str | None = None,
         application_name: str = "noeta",
         migrate: bool = False,
         max_connections: int = 10,
@@ -92,8 +93,13 @@ class PostgresStore(
     ) -> PostgresStore:
         """Connect, check (or with `migrate`, bring up to date) the schema, open the pool
         with `min_connections` connected (a worker opens them all before its first claim:
-        growing the pool under its first runs kept their renewal waiting, issue 26)."""
+        growing the pool under its first runs kept their renewal waiting, issue 26).
+
+        `session_dsn`: `dsn` is a pooler's in transaction mode and this is PostgreSQL's
+        own, for migrating, checking, LISTEN and the prune's lock (ADR-0106)."""
         where = describe(dsn)
+        direct = session_dsn or dsn
+        pooled = direct != dsn
         limits = SessionLimits.for_deadline(deadline_seconds, idle_in_transaction_seconds)
         connecting = {
             "application_name": application_name,
@@ -104,16 +110,28 @@ class PostgresStore(
             # only the one for a frozen client's open transaction.
             idle = "idle_in_transaction_session_timeout"
             only_idle = {idle: limits.settings(0)[idle]}
-            await migrate_database(dsn, **connecting, options=startup_options(dsn, only_idle))
-        checking = startup_options(dsn, limits.settings(0))
-        server_version = await check_schema(dsn, **connecting, options=checking)
-        settings = {
-            **connecting,
-            "options": startup_options(dsn, limits.settings(server_version)),
-        }
+            await migrate_database(direct, **connecting, options=startup_options(direct, only_idle))
+        checking = startup_options(direct, limits.settings(0))
+        checked = await check_schema(direct, **connecting, options=checking)
+        if checked.through_pooler and session_dsn is None:
+            raise ConfigError(
+                f"{where} is a connection pooler, not PostgreSQL itself: a LISTEN or a "
+                f"session lock through it is lost in transaction mode. Set {SESSION_ENV} "
+                "(store_session: in noeta.yaml) to PostgreSQL's own URL (or to this one, "
+                "for a pooler in session mode); see docs/scaling.md"
+            )
+        session_options = startup_options(direct, limits.settings(checked.server_version))
+        settings: dict[str, Any] = {**connecting, "autocommit": True}
+        if pooled:
+            # A pooler in transaction mode: no statement prepared on a server session
+            # another client gets next (PgBouncer before 1.21 knows none), and no startup
+            # options (it refuses them): the limits are set on the role (docs/scaling.md).
+            settings["prepare_threshold"] = None
+        else:
+            settings["options"] = session_options
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn,
-            kwargs={**settings, "autocommit": True},
+            kwargs=settings,
             min_size=min(min_connections, max_connections),
             max_size=max_connections,
             open=False,
@@ -125,4 +143,11 @@ class PostgresStore(
         except PoolTimeout as error:
             await pool.close()
             raise StoreUnavailable(f"cannot reach PostgreSQL at {where}") from error
-        return cls(pool, where, deadline_seconds, dsn)
+        return cls(
+            pool,
+            where,
+            deadline_seconds,
+            dsn,
+            session_dsn=direct,
+            session_options=session_options,
+        )

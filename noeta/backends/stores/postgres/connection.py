@@ -77,10 +77,21 @@ class PostgresConnection:
     """The pool a `PostgresStore` runs its statements on; each concern's methods use it."""
 
     def __init__(
-        self, pool: AsyncConnectionPool[Any], where: str, deadline_seconds: float, dsn: str = ""
+        self,
+        pool: AsyncConnectionPool[Any],
+        where: str,
+        deadline_seconds: float,
+        dsn: str = "",
+        *,
+        session_dsn: str | None = None,
+        session_options: str = "",
     ) -> None:
         self._pool = pool
-        self._dsn = dsn  # for the LISTEN connection, which cannot come from the pool
+        # For what needs a session of its own (a LISTEN, the prune's lock), which cannot
+        # come from the pool: PostgreSQL's own URL when the pool's is a pooler's (ADR-0106).
+        self._dsn = session_dsn or dsn
+        self.pooled = self._dsn != dsn  # the pool's URL is a pooler in transaction mode
+        self._session_options = session_options  # the limits, for a session of our own
         self.where = where
         self.deadline_seconds = deadline_seconds
         self._group_commit = GroupCommit(self._write_many)
@@ -96,6 +107,17 @@ class PostgresConnection:
             autocommit=True,
             application_name=application_name,
             connect_timeout=max(1, round(self.deadline_seconds)),
+        )
+
+    async def _session_connection(self, application_name: str) -> psycopg.AsyncConnection[Any]:
+        """A session of its own on PostgreSQL itself, under the pool's limits: for a lock
+        held across transactions, which a pooler in transaction mode would lose."""
+        return await psycopg.AsyncConnection.connect(
+            self._dsn,
+            autocommit=True,
+            application_name=application_name,
+            connect_timeout=max(1, round(self.deadline_seconds)),
+            options=self._session_options,
         )
 
     @contextlib.asynccontextmanager

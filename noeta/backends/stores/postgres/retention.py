@@ -74,10 +74,7 @@ class PostgresRetention(PostgresConnection):
         check_batch_size(batch_size, batch_events)
         if queue is not None:
             check_key("queue name", queue)
-        try:
-            connection = await self._pool.getconn()
-        except PoolTimeout as error:
-            raise StoreUnavailable(f"cannot reach PostgreSQL at {self.where}") from error
+        connection = await self._prune_session()
         locked = False
         try:
             locked = bool((await self._on(connection, TRY_PRUNE_LOCK, {}))[0][0])
@@ -135,12 +132,31 @@ class PostgresRetention(PostgresConnection):
         except (psycopg.Error, TimeoutError) as error:
             raise store_error(error, self.where, write=write, broken=connection.broken) from None
 
+    async def _prune_session(self) -> psycopg.AsyncConnection[Any]:
+        """A session to hold the prune lock on: one of the pool's, or, when the pool's URL
+        is a pooler's (whose sessions are shared per transaction), one of its own on
+        PostgreSQL itself (ADR-0106)."""
+        try:
+            if self.pooled:
+                return await self._session_connection("noeta-prune")
+            connection: psycopg.AsyncConnection[Any] = await self._pool.getconn()
+            return connection
+        except PoolTimeout as error:
+            raise StoreUnavailable(f"cannot reach PostgreSQL at {self.where}") from error
+        except psycopg.OperationalError as error:
+            raise StoreUnavailable(
+                f"cannot reach PostgreSQL at {self.where}: {reason(error)}"
+            ) from None
+
     async def _put_back(self, connection: psycopg.AsyncConnection[Any], locked: bool) -> None:
         """Return the session to the pool without the lock; a session that cannot let go
-        of it is closed instead, which frees it."""
+        of it is closed instead, which frees it. A session of its own is closed."""
         if locked and not connection.broken:
             try:
                 await self._on(connection, RELEASE_PRUNE_LOCK, {})
             except Exception:
                 await connection.close()
-        await self._pool.putconn(connection)
+        if self.pooled:
+            await connection.close()
+        else:
+            await self._pool.putconn(connection)

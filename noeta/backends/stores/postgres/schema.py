@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -25,8 +26,20 @@ APPLIED_MIGRATIONS = "SELECT version, name FROM noeta_migrations"
 APPLIED_MIGRATIONS_IF_ANY = """
 SELECT version, name FROM noeta_migrations WHERE to_regclass('noeta_migrations') IS NOT NULL
 """
-MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('noeta_migrations') IS NOT NULL"
+# The server's own pid beside the check: a pooler answers the connection's startup with a
+# cancel key of its own making, so a different pid means one is in between (ADR-0106).
+MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('noeta_migrations') IS NOT NULL, pg_backend_pid()"
+SESSION_ENV = "NOETA_STORE_SESSION"
 RECORD_MIGRATION = "INSERT INTO noeta_migrations (version, name) VALUES (%s, %s)"
+
+
+@dataclass(frozen=True)
+class SchemaChecked:
+    """What checking the schema learned of the server: its version (e.g. 160004) and
+    whether the connection went through a pooler rather than to PostgreSQL itself."""
+
+    server_version: int
+    through_pooler: bool
 
 
 async def connect(dsn: str, **settings: Any) -> psycopg.AsyncConnection[Any]:
@@ -35,6 +48,12 @@ async def connect(dsn: str, **settings: Any) -> psycopg.AsyncConnection[Any]:
     try:
         return await psycopg.AsyncConnection.connect(dsn, **settings)
     except psycopg.OperationalError as error:
+        if "unsupported startup parameter" in str(error):  # PgBouncer's refusal
+            raise ConfigError(
+                f"{where} is a connection pooler that refused a startup parameter "
+                f"({reason(error)}): give PostgreSQL's own URL in {SESSION_ENV} "
+                "(store_session: in noeta.yaml) beside the pooler's (docs/scaling.md)"
+            ) from None
         raise StoreUnavailable(
             f"cannot connect to PostgreSQL at {where}: {reason(error)}"
         ) from None
@@ -42,17 +61,17 @@ async def connect(dsn: str, **settings: Any) -> psycopg.AsyncConnection[Any]:
         raise ConfigError(f"invalid PostgreSQL URL ({where}): {reason(error)}") from None
 
 
-async def check_schema(dsn: str, **settings: Any) -> int:
-    """Raise `SchemaMismatch` unless the database has exactly this code's migrations;
-    return the server's version number (e.g. 160004)."""
+async def check_schema(dsn: str, **settings: Any) -> SchemaChecked:
+    """Raise `SchemaMismatch` unless the database has exactly this code's migrations."""
     async with await connect(dsn, **settings, autocommit=True) as connection:
         try:
-            applied = await _applied(connection)
+            applied, backend_pid = await _applied_and_pid(connection)
         except psycopg.Error as error:
             raise store_error(error, describe(dsn), write=False, broken=connection.broken) from None
         version = connection.info.server_version
+        pooled = backend_pid != connection.info.backend_pid
     migrations.require_current(migrations.load_migrations("postgres"), applied)
-    return version
+    return SchemaChecked(version, pooled)
 
 
 async def migrate_database(dsn: str, **settings: Any) -> list[migrations.Migration]:
@@ -84,9 +103,16 @@ async def migrate_database(dsn: str, **settings: Any) -> list[migrations.Migrati
 
 
 async def _applied(connection: psycopg.AsyncConnection[Any]) -> dict[int, str]:
+    return (await _applied_and_pid(connection))[0]
+
+
+async def _applied_and_pid(
+    connection: psycopg.AsyncConnection[Any],
+) -> tuple[dict[int, str], int]:
     cursor = await connection.execute(MIGRATIONS_TABLE_EXISTS)
     row = await cursor.fetchone()
-    if not row or not row[0]:
-        return {}
+    assert row is not None
+    if not row[0]:
+        return {}, row[1]
     cursor = await connection.execute(APPLIED_MIGRATIONS)
-    return {version: name for version, name in await cursor.fetchall()}
+    return {version: name for version, name in await cursor.fetchall()}, row[1]
