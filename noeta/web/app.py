@@ -55,6 +55,7 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
         finally:
             await feed.close()
             await site.search_index.close()
+            await history.close()
             await site.client.close()
 
     static = resources.files("noeta.web").joinpath("static")
