@@ -23,7 +23,7 @@ KEPT = timedelta(hours=25)  # the day chart's 24 hours, from the start of the fi
 # The first read is a day of the store's creations and finishes (2 s at a million): it
 # runs in the background, and a page waits for it this long at most (seconds), then is
 # drawn without its charts, which its live refresh brings once they are filled.
-FIRST_FILL_WAIT = 0.15
+FIRST_FILL_WAIT = 0.05
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
