@@ -17,8 +17,8 @@ from noeta.client.job_tasks import JOB_CALL_ID
 from noeta.core.ports.queue_settings import QueueActivity, QueueChange, queue_settings_store
 from noeta.core.ports.store import Finish, NewTask, Store, TaskStatus
 from noeta.core.rules import events
-from noeta.web.charts import WINDOWS
 from noeta.web import queue_history
+from noeta.web.charts import WINDOWS
 from noeta.web.queue_history import QueueHistory
 from noeta.web.queue_pages import FILLING
 from noeta.web.render import h

@@ -14,8 +14,8 @@ from starlette.testclient import TestClient
 from noeta.backends.stores.postgres import search
 from noeta.core.ports.store import NewTask, Store
 from noeta.core.rules import events
-from noeta.web.search_index import BUILDING_NOTE
 from noeta.web.render import h
+from noeta.web.search_index import BUILDING_NOTE
 from tests.web.conftest import encoded
 
 
