@@ -104,6 +104,9 @@ finished AS (
 UPDATE task_search_marks SET at = %(at)s, id = %(id)s
  WHERE walk = %(walk)s AND (at, id) < (%(at)s, %(id)s)"""
 
+# A mark not moved yet is -infinity, which no Python datetime holds: no task is older
+# than 1970.
+SEARCH_MARKS = "SELECT walk, greatest(at, 'epoch'), id FROM task_search_marks"
 HAS_TRIGRAMS = "SELECT to_regclass('task_search_trigrams') IS NOT NULL"
 
 # A task's stored text matched directly: a part of its id, of its prompt (its first
@@ -133,7 +136,10 @@ def matching_ids(selected: str) -> str:
     """The ids of the tasks matching %(needle)s under `selected` (a filter on `tasks`),
     newest first before the cursor, up to %(limit)s of each part (NULL: all): those in
     task_search; those created past its mark; those finished past the other, for their
-    error. The parts overlap; the caller's `id IN` takes each task once."""
+    error. The parts overlap; the caller's `id IN` takes each task once. The marks are
+    parameters (`SEARCH_MARKS`, read first), not subqueries: the planner sees how few
+    tasks are past them and walks tasks_by_creation and tasks_finished, not a status's
+    every task."""
     before = "(%(before_at)s, %(before_id)s)"
     return f"""
   (SELECT s.task_id
@@ -144,12 +150,12 @@ def matching_ids(selected: str) -> str:
     ORDER BY s.indexed_at DESC, s.task_id DESC LIMIT %(limit)s)
   UNION ALL
   (SELECT id FROM tasks
-    WHERE (created_at, id) > ({_mark("created", "at")}, {_mark("created", "id")})
+    WHERE (created_at, id) > (%(created_mark_at)s, %(created_mark_id)s)
       AND (created_at, id) < {before} AND {selected} AND {_MATCHING_DIRECTLY}
     ORDER BY created_at DESC, id DESC LIMIT %(limit)s)
   UNION ALL
   (SELECT id FROM tasks
-    WHERE finished_at >= {_mark("finished", "at")} AND status IN ('failed', 'cancelled')
+    WHERE finished_at >= %(finished_mark_at)s AND status IN ('failed', 'cancelled')
       AND (created_at, id) < {before} AND {selected} AND {_ERROR_DIRECTLY}
     ORDER BY created_at DESC, id DESC LIMIT %(limit)s)"""
 
@@ -200,6 +206,15 @@ class PostgresSearch(PostgresConnection):
                     "a search reads the whole task_search table: slower at a million tasks"
                 )
         return created and finished
+
+    async def search_marks(self) -> dict[str, Any]:
+        """The parameters of `matching_ids` that say where the walks are."""
+        marks = {walk: (at, last) for walk, at, last in await self._read(SEARCH_MARKS, {})}
+        return {
+            "created_mark_at": marks["created"][0],
+            "created_mark_id": marks["created"][1],
+            "finished_mark_at": marks["finished"][0],
+        }
 
     async def _search_step(self, walk: str, query: str, rows: int) -> bool:
         """One batch of a walk stored; True when the walk has reached its cutoff."""

@@ -184,6 +184,8 @@ class PostgresViews(PostgresSearch):
         before_at, before_id = (before.created_at, before.id) if before else _NEWEST
         params = _selection(statuses, queue, text, finished_since, where)
         params |= {"before_at": before_at, "before_id": before_id, "limit": check_page(limit)}
+        if text:
+            params |= await self.search_marks()
         query = TASK_PAGE_MATCHING if text else TASK_PAGE
         return [_task_record(row) for row in await self._read(query, params)]
 
@@ -198,6 +200,8 @@ class PostgresViews(PostgresSearch):
     ) -> int:
         params = _selection(statuses, queue, text, finished_since) | {"cap": cap}
         params |= {"before_at": _NEWEST[0], "before_id": _NEWEST[1], "limit": cap}
+        if text:
+            params |= await self.search_marks()
         rows = await self._read(COUNT_TASKS_MATCHING if text else COUNT_TASKS, params)
         return int(rows[0][0])
 
