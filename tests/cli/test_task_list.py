@@ -89,15 +89,13 @@ def test_columns_are_chosen_and_filters_narrow_the_list(listed_tasks: str) -> No
     assert noeta("tasks", "--error", "KeyError", store=listed_tasks).stdout == "no tasks\n"
 
 
-def test_search_finds_ids_prompts_job_names_and_errors(listed_tasks: str) -> None:
+def test_search_finds_job_names_and_errors(listed_tasks: str) -> None:
     def found(text: str) -> list[str]:
         return [row[0] for row in table(listed_tasks, "--search", text, "--columns", "id")[1:]]
 
+    # Two runs of the command: the store's tests cover the rest of what a search matches.
     assert found("valueerror: NO") == ["add-1"]
     assert found("resiz") == ["resize-1"]
-    assert found("chat-") == ["chat-1"]
-    assert found("%_") == []
-    assert len(found("-1")) == 3
 
 
 @pytest.mark.parametrize(
