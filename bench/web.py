@@ -1,9 +1,11 @@
-"""`noeta web` on a big store: the first page of the task list (rows, each row's kind,
-input, error and runtime, counts, HTML) at a million tasks, the next page by its cursor,
-a status filter, the job-name and error-kind filters, text searches, a task page, the
-queues page (its charts count every creation and finish of the last hour or day) and the
-model limits; each timed through the app itself (Starlette's TestClient), so the figure
-is what a browser waits for minus the network. Prints a table with the machine's load.
+"""`noeta web` on a big store: every operator page at a million tasks, each timed through
+the app itself (Starlette's TestClient), so the figure is what a browser waits for minus
+the network: the task list's first page (rows, each row's kind, input, error and runtime,
+counts, HTML), the next page by its cursor, its status, job-name and error-kind filters,
+text searches (ids, prompts, job names, errors; after the search's index is built, whose
+time and size are printed), a task page, the workers, queues (the first request: while
+its charts' rollup fills in the background) and model-limits pages. Prints a table with
+the machine's load.
 
     .venv/bin/python bench/web.py            # 1,000,000 tasks (about a minute to fill)
     .venv/bin/python bench/web.py --quick    # 50,000
@@ -25,6 +27,7 @@ import psycopg
 from starlette.testclient import TestClient
 
 from bench.common import fresh_schema, parser, server
+from noeta.backends.stores import open_store
 from noeta.client import AsyncClient
 from noeta.web.app import create_app
 from noeta.web.site import Site
@@ -110,10 +113,31 @@ async def fill(admin: psycopg.AsyncConnection[Any], tasks: int) -> float:
     return time.perf_counter() - started
 
 
+async def build_search_index(url: str) -> tuple[float, int]:
+    """The search's index built whole, as `noeta web` builds it behind a first search:
+    its seconds and batches."""
+    store = await open_store(url)
+    views = store.capabilities.views
+    assert views is not None
+    started, steps = time.perf_counter(), 1
+    try:
+        while not await views.index_search():
+            steps += 1
+    finally:
+        await store.close()
+    return time.perf_counter() - started, steps
+
+
 async def run(dsn: str, tasks: int) -> None:
     async with fresh_schema(dsn) as (url, admin):
         seconds = await fill(admin, tasks)
         print(f"filled {tasks:,} tasks and their first events in {seconds:.1f} s")
+        seconds, steps = await build_search_index(url)
+        print(f"built the search index in {seconds:.1f} s ({steps} steps of each walk)")
+        await admin.execute("VACUUM ANALYZE task_search")
+        cursor = await admin.execute("SELECT pg_total_relation_size('task_search')")
+        size = ((await cursor.fetchone()) or (0,))[0]
+        print(f"task_search with its indexes: {size / 2**20:,.0f} MiB")
         await asyncio.to_thread(measure, url, tasks)
 
 
@@ -127,14 +151,19 @@ def measure(url: str, tasks: int) -> None:
             ("task list, first page (rows + counts)", "/tasks"),
             ("task list, next page (cursor)", f"/tasks?before={cursor}"),
             ("task list, status=waiting", "/tasks?status=waiting"),
+            ("task list, status=failed", "/tasks?status=failed"),
             ("task list, queue=q1, status=done", "/tasks?status=done&queue=q1"),
-            ("task list, text = an id's end", f"/tasks?text=-{tasks // 2}"),
-            ("task list, text in a prompt", f"/tasks?text=report%20{tasks // 3}"),
-            ("task list, text in a job's name", "/tasks?text=resiz"),
-            ("task list, text found nowhere", "/tasks?text=nowhere"),
             ("task list, name=resize (a job's function)", "/tasks?name=resize"),
             ("task list, error=ValueError", "/tasks?error=ValueError"),
             ("task list, status=failed, error=llm_error", "/tasks?status=failed&error=llm_error"),
+            ("search: an id's end", f"/tasks?q=-{tasks // 2}"),
+            ("search: words of one prompt", f"/tasks?q=report%20{tasks // 3}"),
+            ("search: in every prompt", "/tasks?q=summarise"),
+            ("search: part of a job's name", "/tasks?q=resiz"),
+            ("search: an error message", f"/tasks?q=bad%20{(tasks // 890) * 890}"),
+            ("search: found nowhere", "/tasks?q=nowhere"),
+            ("search: two characters", "/tasks?q=zq"),
+            ("search + status=failed", "/tasks?q=overloaded&status=failed"),
             ("a task's page", f"/tasks/task-{tasks // 2}"),
             ("workers", "/workers"),
             ("queues, finished per minute (last hour)", "/queues"),

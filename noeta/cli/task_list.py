@@ -23,11 +23,15 @@ from noeta.core.ports.store_views import (
     TaskCursor,
     TaskFilter,
     TaskSummary,
+    checked_search,
 )
 from noeta.task_columns import runtime, shown_error_kind, since
 
 if TYPE_CHECKING:
     from noeta.core.ports.store import TaskRecord
+    from noeta.core.ports.store_views import StoreViews
+
+INDEX_STEPS = 25  # batches of the search's index a search brings in (ADR-0102)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,13 @@ def _since(_: click.Context, __: click.Parameter, value: str | None) -> datetime
         raise click.BadParameter(str(error)) from None
 
 
+def _search(_: click.Context, __: click.Parameter, value: str | None) -> str | None:
+    try:
+        return checked_search(value)
+    except ConfigError as error:
+        raise click.BadParameter(str(error)) from None
+
+
 def _error_kind(_: click.Context, __: click.Parameter, value: str | None) -> str | None:
     if value is not None and not ERROR_KIND_NAME.fullmatch(value):
         raise click.BadParameter(f"{value[:40]!r} is not an error kind (llm_error, ValueError)")
@@ -116,6 +127,13 @@ def _error_kind(_: click.Context, __: click.Parameter, value: str | None) -> str
     metavar="KIND",
     callback=_error_kind,
     help="Only the tasks that ended with this kind of error (ValueError, llm_error, cancelled).",
+)
+@click.option(
+    "--search",
+    default=None,
+    metavar="TEXT",
+    callback=_search,
+    help="Only the tasks whose id, prompt, job name or error holds TEXT (any case).",
 )
 @click.option(
     "--since",
@@ -142,6 +160,7 @@ def tasks(
     parent: str | None,
     job: str | None,
     error_kind: str | None,
+    search: str | None,
     since: datetime | None,
     columns: list[str],
     limit: int,
@@ -156,7 +175,9 @@ def tasks(
     if queue is not None:
         check_key("queue name", queue)
     where = TaskFilter(job=job, error_kind=error_kind, created_since=since)
-    found = asyncio.run(_listed(store, status, queue, parent, where, limit))
+    if search is not None and parent is not None:
+        raise click.UsageError("--search lists tasks from the store's search, not a parent's")
+    found = asyncio.run(_listed(store, status, queue, parent, where, limit, search))
     if as_json:
         click.echo(json.dumps([_json(listed) for listed in found], ensure_ascii=False, indent=2))
         return
@@ -200,6 +221,7 @@ async def _listed(
     parent: str | None,
     where: TaskFilter,
     limit: int,
+    search: str | None = None,
 ) -> list[Listed]:
     """The tasks: a keyset page of the views at a time (each page's summaries in one
     statement); a parent's subtasks from its log, filtered here."""
@@ -217,11 +239,18 @@ async def _listed(
                 summaries = await views.task_summaries([r.id for r in records])
             records = [r for r in records if _kept(r, summaries.get(r.id), where)]
         else:
+            if search is not None:
+                await _index_search(views)
             cursor = None
             while len(records) < limit:
                 asked = min(limit - len(records), MAX_PAGE)
                 page = await views.task_page(
-                    statuses=statuses, queue=queue, before=cursor, limit=asked, where=where
+                    statuses=statuses,
+                    queue=queue,
+                    text=search,
+                    before=cursor,
+                    limit=asked,
+                    where=where,
                 )
                 summaries |= await views.task_summaries([r.id for r in page])
                 records += page
@@ -230,6 +259,14 @@ async def _listed(
                 cursor = TaskCursor(page[-1].created_at, page[-1].id)
         needs: Mapping[str, tuple[str, ...]] = await unrunnable(store, records)
         return [Listed(r, summaries.get(r.id), needs.get(r.id)) for r in records]
+
+
+async def _index_search(views: StoreViews) -> None:
+    """Bring the search's index up to date, a few batches at most: past them (a big
+    store's first search) the tasks it does not hold yet are read as written."""
+    for _ in range(INDEX_STEPS):
+        if await views.index_search():
+            return
 
 
 def _kept(record: TaskRecord, summary: TaskSummary | None, where: TaskFilter) -> bool:

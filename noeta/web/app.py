@@ -54,6 +54,8 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
             yield
         finally:
             await feed.close()
+            await site.search_index.close()
+            await history.close()
             await site.client.close()
 
     static = resources.files("noeta.web").joinpath("static")

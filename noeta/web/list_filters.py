@@ -1,5 +1,5 @@
-"""The task list's filters as a request gives them (status, queue or parent, text, job
-name, error kind, since), checked: a bad one is a 400 page saying why. The list and its
+"""The task list's filters as a request gives them (status, queue or parent, text (`text`
+or `q`), job name, error kind, since), checked: a bad one is a 400 page saying why. The list and its
 bulk actions share them."""
 
 from __future__ import annotations
@@ -8,20 +8,18 @@ from datetime import UTC, datetime
 
 from noeta.core.errors import NoetaError
 from noeta.core.ports.store import TaskStatus, check_key
-from noeta.core.ports.store_views import checked_error_kind
+from noeta.core.ports.store_views import checked_error_kind, checked_search
 from noeta.task_columns import since
 from noeta.web.site import PageError
 
-MAX_TEXT_CHARS = 200
-
 
 def text_of(text: str | None) -> str | None:
-    """The text to find in ids and prompts, if it is short enough to search for."""
-    if text is not None and len(text) > MAX_TEXT_CHARS:
-        raise PageError(
-            400, f"the text to find is {len(text)} characters; at most {MAX_TEXT_CHARS}"
-        )
-    return text
+    """The text to find in ids, prompts, job names and errors, if one was given and its
+    length is one to search for ("" is none)."""
+    try:
+        return checked_search(text)
+    except NoetaError as error:
+        raise PageError(400, str(error)) from None
 
 
 def status_of(text: str | None) -> TaskStatus | None:

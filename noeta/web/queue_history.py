@@ -1,11 +1,13 @@
 """Tasks created and finished per queue and minute over the last day, rolled up in
 `noeta web`'s own memory: a minute is read from the store until it is final, then kept,
 so a page read at a million finishes a day counts only the last few minutes again (no
-table, no trigger, nothing on the path that creates or finishes a task)."""
+table, no trigger, nothing on the path that creates or finishes a task); the first
+read, the whole day, in the background while the pages go on without it."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +20,10 @@ MINUTE = timedelta(minutes=1)
 # finish committed later still than this is missed by the charts of this process.
 SETTLE = timedelta(seconds=30)
 KEPT = timedelta(hours=25)  # the day chart's 24 hours, from the start of the first one
+# The first read is a day of the store's creations and finishes (2 s at a million): it
+# runs in the background, and a page waits for it this long at most (seconds), then is
+# drawn without its charts, which its live refresh brings once they are filled.
+FIRST_FILL_WAIT = 0.05
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -32,13 +38,16 @@ class QueueHistory:
         self._final: dict[tuple[str, datetime], QueueActivity] = {}
         self._final_until: datetime | None = None  # minutes before it are in `_final`
         self._lock = asyncio.Lock()  # two pages at once read the store once
+        self._first_fill: asyncio.Task[list[QueueActivity]] | None = None
         self.rows_read = 0  # (queue, minute) rows the store returned, for the tests
 
     async def per_period(
         self, store: QueueSettingsStore, now: datetime, window: Window, queues: Sequence[str]
-    ) -> list[QueueActivity]:
+    ) -> list[QueueActivity] | None:
         """Tasks created and finished in each period of `window` up to `now`, per queue
-        (or `queues`)."""
+        (or `queues`); None while the first fill goes on (see FIRST_FILL_WAIT)."""
+        if self._final_until is None and not await self._first_fill_done(store, now):
+            return None
         minutes = await self._minutes(store, now)
         first, named = window.first(now), set(queues)
         period = timedelta(seconds=window.seconds)
@@ -54,6 +63,25 @@ class QueueHistory:
             QueueActivity(queue, start, *totals)
             for (queue, start), totals in sorted(summed.items())
         ]
+
+    async def _first_fill_done(self, store: QueueSettingsStore, now: datetime) -> bool:
+        if self._first_fill is None:
+            self._first_fill = asyncio.create_task(
+                self._minutes(store, now), name="noeta-web-queue-history"
+            )
+        if FIRST_FILL_WAIT > 0:
+            await asyncio.wait({self._first_fill}, timeout=FIRST_FILL_WAIT)
+        if not self._first_fill.done():
+            return False
+        fill, self._first_fill = self._first_fill, None
+        fill.result()  # a failed fill is this page's error; the next page starts another
+        return True
+
+    async def close(self) -> None:
+        if self._first_fill is not None:
+            self._first_fill.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._first_fill
 
     async def _minutes(self, store: QueueSettingsStore, now: datetime) -> list[QueueActivity]:
         oldest = _minute_of(now - KEPT)

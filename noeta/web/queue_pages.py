@@ -21,6 +21,10 @@ from noeta.web.site import PageError, Site
 
 REFRESH_SECONDS = 5  # live.js reads the page again this often and swaps its figures
 _REFRESH = f' data-refresh="{REFRESH_SECONDS}"'
+FILLING = (
+    "the charts are being filled from the last day's tasks: they appear here on their own "
+    "in a moment"
+)
 QUEUE_HEADINGS = (
     "queue",
     "claimable now",
@@ -47,10 +51,16 @@ async def queues_page(site: Site, request: Request, history: QueueHistory) -> HT
     now = await store.clock()
     overviews = await queues.queue_overview(names)
     counts: dict[str, list[QueueActivity]] = defaultdict(list)
-    for count in await history.per_period(queues, now, window, names):
+    activity = await history.per_period(queues, now, window, names)
+    for count in activity or []:
         counts[count.queue].append(count)
     shown = sorted({*(o.queue for o in overviews), *counts})
-    if not shown:
+    if activity is None:  # the charts' first fill: what each queue holds now, no charts
+        body = (
+            table(QUEUE_HEADINGS, [_row(o) for o in overviews], css="queues") if overviews else ""
+        )
+        body += f'<p class="muted filling">{h(FILLING)}</p>'
+    elif not shown:
         body = '<p class="muted">no queue has settings or tasks</p>'
     else:
         body = table(QUEUE_HEADINGS, [_row(o) for o in overviews], css="queues")

@@ -16,6 +16,7 @@ from noeta.core.ports.store import Store
 from noeta.core.ports.store_views import StoreViews
 from noeta.scheduler.cronfile import Schedule
 from noeta.web.render import h, link, page
+from noeta.web.search_index import SearchIndex
 from noeta.web.security import CsrfTokens, Sessions, new_token
 
 # How many live pages (server-sent event streams) one server keeps open at once.
@@ -36,6 +37,7 @@ class Site:
     csrf: CsrfTokens = field(default_factory=CsrfTokens)
     secure_cookie: bool = False  # off loopback the session cookie travels over HTTPS only
     max_streams: int = DEFAULT_MAX_STREAMS
+    search_index: SearchIndex = field(default_factory=SearchIndex)
     sessions: Sessions = field(init=False)
 
     def __post_init__(self) -> None:

@@ -1,7 +1,7 @@
-"""The tasks page: filters (status, queue, parent, text, job name, error kind, since),
-capped counts per status and queue, the bulk actions that fit the filter, and the list
-itself a keyset page at a time (fast at a million rows), each row's kind, input, error,
-runtime and attempts read for the whole page in one statement."""
+"""The tasks page: filters (status, queue, parent, an indexed text search, job name, error
+kind, since), capped counts per status and queue, the bulk actions that fit the filter,
+and the list a keyset page at a time (fast at a million rows), each row's kind, input,
+error, runtime and attempts read for the whole page in one statement."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from noeta.task_columns import runtime, shown_error_kind
 from noeta.web import bulk_pages
 from noeta.web.list_filters import checked, error_kind_of, since_of, status_of, text_of
 from noeta.web.render import h, link, page, status_badge, table, url, utc
+from noeta.web.search_index import BUILDING_NOTE
 from noeta.web.site import PageError, Site
 
 PAGE_ROWS = 50
@@ -34,7 +35,7 @@ async def tasks_page(site: Site, request: Request) -> HTMLResponse:
     status = status_of(query.get("status") or None)
     queue = checked("queue", query.get("queue") or None)
     parent = checked("parent", query.get("parent") or None)
-    text = text_of(query.get("text") or None)
+    text = text_of(query.get("text") or query.get("q") or None)
     name = checked("job name", query.get("name") or None)
     error = error_kind_of(query.get("error") or None)
     since = query.get("since") or None
@@ -42,6 +43,7 @@ async def tasks_page(site: Site, request: Request) -> HTMLResponse:
     before = _cursor(query.get("before") or None)
     views = await site.views()
     statuses = [status] if status else []
+    indexed = text is None or parent is not None or await site.search_index.before_search(views)
     if parent is not None:
         try:
             records = await site.client.tasks(status=status, queue=queue, parent=parent, limit=1000)
@@ -63,6 +65,8 @@ async def tasks_page(site: Site, request: Request) -> HTMLResponse:
     counts = await views.task_counts(COUNT_CAP)
     shown = {"name": name, "error": error, "since": since}
     body = _filters(status, queue, parent, text, shown) + _counts(counts)
+    if not indexed:
+        body += f'<p class="muted notice">{h(BUILDING_NOTE)}</p>'
     # The bulk actions count and act on status, queue and text only: under a narrower
     # filter they would act on tasks this list does not show.
     if parent is None and where == TaskFilter():
@@ -106,8 +110,8 @@ def _filters(
         f'<label>status<select name="status">{options}</select></label>'
         f'<label>queue<input name="queue" value="{h(queue or "")}" size="12"></label>'
         f'<label>parent<input name="parent" value="{h(parent or "")}" size="14"></label>'
-        f'<label>text (id, prompt or job)<input name="text" value="{h(text or "")}" size="20">'
-        "</label>"
+        "<label>text (id, prompt, job or error)"
+        f'<input name="text" value="{h(text or "")}" size="20"></label>'
         f'<label>job<input name="name" value="{h(shown["name"] or "")}" size="12"></label>'
         f'<label>error<input name="error" value="{h(shown["error"] or "")}" size="12"></label>'
         f'<label>since<input name="since" value="{h(shown["since"] or "")}" size="10"></label>'

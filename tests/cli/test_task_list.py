@@ -89,6 +89,15 @@ def test_columns_are_chosen_and_filters_narrow_the_list(listed_tasks: str) -> No
     assert noeta("tasks", "--error", "KeyError", store=listed_tasks).stdout == "no tasks\n"
 
 
+def test_search_finds_job_names_and_errors(listed_tasks: str) -> None:
+    def found(text: str) -> list[str]:
+        return [row[0] for row in table(listed_tasks, "--search", text, "--columns", "id")[1:]]
+
+    # Two runs of the command: the store's tests cover the rest of what a search matches.
+    assert found("valueerror: NO") == ["add-1"]
+    assert found("resiz") == ["resize-1"]
+
+
 @pytest.mark.parametrize(
     ("arguments", "said"),
     [
@@ -97,6 +106,8 @@ def test_columns_are_chosen_and_filters_narrow_the_list(listed_tasks: str) -> No
         (["--since", "yesterday"], "is neither a moment"),
         (["--since", "2026-13-45"], "is neither a moment"),
         (["--error", "no such"], "is not an error kind"),
+        (["--search", "x"], "search for 2 characters or more, not 'x'"),
+        (["--search", "x" * 10_000], "10,000 characters; at most 200"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(store: str, arguments: list[str], said: str) -> None:

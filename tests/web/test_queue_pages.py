@@ -10,15 +10,25 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import psycopg
+import pytest
 from starlette.testclient import TestClient
 
 from noeta.client.job_tasks import JOB_CALL_ID
 from noeta.core.ports.queue_settings import QueueActivity, QueueChange, queue_settings_store
 from noeta.core.ports.store import Finish, NewTask, Store, TaskStatus
 from noeta.core.rules import events
+from noeta.web import queue_history
 from noeta.web.charts import WINDOWS
 from noeta.web.queue_history import QueueHistory
+from noeta.web.queue_pages import FILLING
+from noeta.web.render import h
 from tests.web.conftest import SCRIPT, encoded, task_with_log
+
+
+@pytest.fixture(autouse=True)
+def whole_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each page waits for the charts' first fill (the test after the next: it does not)."""
+    monkeypatch.setattr(queue_history, "FIRST_FILL_WAIT", 60.0)
 
 
 def cells(page: str, queue: str) -> list[str]:
@@ -73,6 +83,23 @@ async def test_the_queues_page_draws_finished_tasks_per_minute_and_per_hour(
         done = sum(int(t.split(": ", 1)[1].split(" done")[0]) for t in set(titles))
         assert done == 2 and any("1 failed" in t for t in titles), titles
         assert page.count('<rect class="bar-failed"') == 1
+
+
+async def test_the_first_queues_page_comes_at_once_and_its_charts_once_filled(
+    store: Store, web: Callable[..., TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(queue_history, "FIRST_FILL_WAIT", 0.0)  # no wait: the fill is behind
+    claim = await task_with_log(store, "ended")
+    await store.append(claim, 1, encoded(events.TaskFinished("done")), next_state=Finish())
+    await task_with_log(store, "running")
+    http = web()
+    first = http.get("/queues").text
+    assert h(FILLING) in first and "<figure" not in first
+    assert cells(first, "default")[2] == "1"  # what the queue holds now is there
+    for _ in range(1000):  # each look is a page: the fill runs between them
+        if h(FILLING) not in (page := http.get("/queues").text):
+            break
+    assert "<figcaption>default: 1 finished in the last hour, per minute (UTC)" in page
 
 
 async def test_the_queues_page_refuses_a_bad_range_or_queue_with_one_message(

@@ -21,6 +21,10 @@ from noeta.core.ports.store_values import StoredEvent, TaskRecord, TaskStatus
 # this many index entries at most (a million done tasks are "10000+", not a scan).
 MAX_PAGE = 1000
 COUNT_CAP = 10_000
+# A text search's length: one character matches nearly every task and no index serves
+# it; a long one is not a search someone typed.
+MIN_SEARCH_CHARS = 2
+MAX_SEARCH_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +194,12 @@ class StoreViews(Protocol):
         """Whether the task's log launched a subtask (a task page links its subtasks then)."""
         ...
 
+    async def index_search(self) -> bool:
+        """Bring the text search's index a batch further (ADR-0102); True when it holds
+        every task but the last moments' (a search reads those directly). A store that
+        searches its tasks directly has nothing to do: True."""
+        ...
+
 
 def checked_error_kind(kind: str | None) -> str | None:
     """An error kind to filter by, if it has a kind's form (a name: llm_error, ValueError)."""
@@ -198,6 +208,19 @@ def checked_error_kind(kind: str | None) -> str | None:
             f"{kind[:80]!r} is not an error kind: a name such as llm_error or ValueError"
         )
     return kind
+
+
+def checked_search(text: str | None) -> str | None:
+    """A text to search for, if its length is one to search for ("" and None: none)."""
+    if not text:
+        return None
+    if len(text) < MIN_SEARCH_CHARS:
+        raise ConfigError(f"search for {MIN_SEARCH_CHARS} characters or more, not {text!r}")
+    if len(text) > MAX_SEARCH_CHARS:
+        raise ConfigError(
+            f"the text to search for is {len(text):,} characters; at most {MAX_SEARCH_CHARS}"
+        )
+    return text
 
 
 def filtered_statuses(statuses: Sequence[TaskStatus], kind: str | None) -> list[TaskStatus]:

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _stored_event, _task_record
+from noeta.backends.stores.postgres.search import PostgresSearch, matching_ids, search_params
 from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS, summary
 from noeta.core.ports import payload
 from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
@@ -29,19 +29,17 @@ from noeta.core.ports.store_views import (
     checked_error_kind,
     counted,
     filtered_statuses,
-    text_pattern,
 )
 
 # The rows a filter selects: its statuses, its queue, what finished since a moment (through
 # tasks_finished, or tasks_by_status_not_claimed_or_done for a failed or cancelled filter).
 # A job's function name and an error kind are matched in the stored JSON text of the call
 # (CallRequested, seq 2 or 3) and of the TaskFinished among the last events, by a regular
-# expression anchored on the field (PostgreSQL would refuse to decode some texts, below).
+# expression anchored on the field (PostgreSQL would refuse to decode some texts).
 # OFFSET 0 keeps the name filter's test a probe of the task's own events (its primary
 # key) as the walk reaches the task: without it the planner hashes every call it finds by
 # scanning the whole events table first (EXPLAIN at 200,000 tasks: 265 ms, now 18 ms).
-# The text search keeps the hashed form, as its prompt test does: a search that matches
-# nothing probes every task, and a million probes outlast the statement timeout.
+# A text search reads task_search and the tasks past its marks (search.py, ADR-0102).
 SELECTED = """status = ANY (%(statuses)s)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s)
@@ -55,22 +53,6 @@ SELECTED = """status = ANY (%(statuses)s)
          WHERE events.task_id = tasks.id AND events.seq > tasks.last_seq - 3
            AND events.type = 'TaskFinished' AND events.data ~ %(error_regex)s))"""
 
-# The same, with a text that is part of the id, of the prompt (the task's first event) or
-# of a job's function name (its call).
-# The prompt is matched in the log's own escaped JSON text, never decoded: PostgreSQL
-# refuses to decode a \u0000 or a lone surrogate, and one such row would fail every search.
-# The plain substring test first: the regular expression runs only where it may match.
-SELECTED_MATCHING = f"""{SELECTED}
-   AND (id ILIKE %(pattern)s OR EXISTS (
-        SELECT 1 FROM events
-         WHERE events.task_id = tasks.id AND events.seq = 1
-           AND events.data ILIKE %(encoded_pattern)s AND events.data ~* %(prompt_regex)s)
-        OR EXISTS (
-        SELECT 1 FROM events
-         WHERE events.task_id = tasks.id AND events.seq IN (2, 3)
-           AND events.type = 'CallRequested'
-           AND events.data ILIKE %(encoded_pattern)s AND events.data ~* %(name_regex)s))"""
-
 # Newest first, strictly before the cursor: the row comparison is the index's own order,
 # so each page is one backward walk of tasks_by_creation from the cursor, never a sort.
 TASK_PAGE = f"""
@@ -78,9 +60,9 @@ SELECT {TASK_COLUMNS} FROM tasks
  WHERE (created_at, id) < (%(before_at)s, %(before_id)s) AND {SELECTED}
  ORDER BY created_at DESC, id DESC LIMIT %(limit)s
 """
+# A text search (ADR-0102): the ids that match, each read once, newest first.
 TASK_PAGE_MATCHING = f"""
-SELECT {TASK_COLUMNS} FROM tasks
- WHERE (created_at, id) < (%(before_at)s, %(before_id)s) AND {SELECTED_MATCHING}
+SELECT {TASK_COLUMNS} FROM tasks WHERE id IN ({matching_ids(SELECTED)})
  ORDER BY created_at DESC, id DESC LIMIT %(limit)s
 """
 # One count for a bulk action's confirmation (LIMIT NULL: no cap): for a failed or
@@ -89,7 +71,8 @@ COUNT_TASKS = f"""
 SELECT count(*) FROM (SELECT 1 FROM tasks WHERE {SELECTED} LIMIT %(cap)s) AS selected
 """
 COUNT_TASKS_MATCHING = f"""
-SELECT count(*) FROM (SELECT 1 FROM tasks WHERE {SELECTED_MATCHING} LIMIT %(cap)s) AS selected
+SELECT count(*) FROM (SELECT 1 FROM tasks WHERE id IN ({matching_ids(SELECTED)})
+                      LIMIT %(cap)s) AS selected
 """
 
 
@@ -163,19 +146,6 @@ PREVIEW_CHARS = 2000
 _NEWEST = (datetime(9999, 12, 31, tzinfo=UTC), "")  # before every real row
 
 
-# The prompt's opening, then whole characters of its escaped JSON text (a plain one, a
-# \uXXXX escape, a two-character escape): a match starts on a character, never inside
-# an escape, so "n" does not match the n of a "\n".
-_PROMPT_PREFIX = r'"prompt":"(?:[^"\\]|\\u[0-9a-fA-F]{4}|\\[^u])*'
-
-
-def prompt_regex(text: str) -> str:
-    """A case-insensitive regular expression for `text` in a TaskCreated's prompt, matched
-    against the event's stored JSON text (ASCII, so `text` is encoded the same way)."""
-    encoded = payload.encode(text)[1:-1]
-    return _PROMPT_PREFIX + re.sub(r"([^A-Za-z0-9])", r"\\\1", encoded)
-
-
 # A call's opening up to its function's name: the name follows the call id.
 _NAME_PREFIX = r'^\{"v":[0-9]+,"call_id":"(?:[^"\\]|\\.)*","name":"'
 
@@ -197,7 +167,7 @@ def error_regex(kind: str) -> str:
     return rf'"error":"(?:[^"\\ ]+ failed: )?{_literal(kind)}: '
 
 
-class PostgresViews(PostgresConnection):
+class PostgresViews(PostgresSearch):
     """The read-only views of `noeta web`."""
 
     async def task_page(
@@ -214,6 +184,8 @@ class PostgresViews(PostgresConnection):
         before_at, before_id = (before.created_at, before.id) if before else _NEWEST
         params = _selection(statuses, queue, text, finished_since, where)
         params |= {"before_at": before_at, "before_id": before_id, "limit": check_page(limit)}
+        if text:
+            params |= await self.search_marks()
         query = TASK_PAGE_MATCHING if text else TASK_PAGE
         return [_task_record(row) for row in await self._read(query, params)]
 
@@ -227,6 +199,9 @@ class PostgresViews(PostgresConnection):
         cap: int | None = None,
     ) -> int:
         params = _selection(statuses, queue, text, finished_since) | {"cap": cap}
+        params |= {"before_at": _NEWEST[0], "before_id": _NEWEST[1], "limit": cap}
+        if text:
+            params |= await self.search_marks()
         rows = await self._read(COUNT_TASKS_MATCHING if text else COUNT_TASKS, params)
         return int(rows[0][0])
 
@@ -322,9 +297,4 @@ def _selection(
         "job_regex": None if where.job is None else name_regex(where.job, whole=True),
         "error_regex": None if kind in (None, CANCELLED) else error_regex(kind),
     }
-    if text:
-        params["pattern"] = text_pattern(text)
-        params["encoded_pattern"] = text_pattern(payload.encode(text)[1:-1])
-        params["prompt_regex"] = prompt_regex(text)
-        params["name_regex"] = name_regex(text, whole=False)
-    return params
+    return params | (search_params(text) if text else {})

@@ -1,5 +1,6 @@
 """The operator's read-only views on sqlite (`StoreViews`, for `noeta web`): the same
-queries as PostgreSQL's, on integer-microsecond times."""
+queries as PostgreSQL's, on integer-microsecond times; a text search is a LIKE over the
+tasks and their events as written (one machine's store: no search table, ADR-0102)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,12 @@ _MATCHING = """
         OR EXISTS (
         SELECT 1 FROM events WHERE events.task_id = tasks.id AND events.seq IN (2, 3)
            AND events.type = 'CallRequested'
-           AND json_extract(events.data, '$.name') LIKE :pattern ESCAPE '\\'))"""
+           AND json_extract(events.data, '$.name') LIKE :pattern ESCAPE '\\')
+        OR EXISTS (
+        SELECT 1 FROM events WHERE tasks.status IN ('failed', 'cancelled')
+           AND events.task_id = tasks.id AND events.seq > tasks.last_seq - 3
+           AND events.type = 'TaskFinished'
+           AND json_extract(events.data, '$.error') LIKE :pattern ESCAPE '\\'))"""
 # A page's summaries in one statement, as PostgreSQL's (its comments say why).
 TASK_SUMMARIES = """
 SELECT t.id, t.status, t.owner_epoch, t.updated_at,
@@ -252,6 +258,9 @@ class SqliteViews(SqliteConnection):
     async def has_subtasks(self, task_id: str) -> bool:
         row = await self._run(self._read_one, HAS_SUBTASKS, (task_id,))
         return bool(row[0])
+
+    async def index_search(self) -> bool:
+        return True  # a sqlite store searches its tasks as written (ADR-0102)
 
 
 def _selection(

@@ -1,0 +1,115 @@
+"""The text search (ADR-0102), the same on sqlite and PostgreSQL: it matches ids, prompts,
+job names and error messages, literally and in any case; on PostgreSQL through
+`task_search`, filled in batches past its marks, and right while the table is behind."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from noeta.backends.stores import open_store
+from noeta.core.ports.store import TaskStatus
+from noeta.core.ports.store_views import StoreViews
+from noeta.core.rules import events
+from tests.web.test_task_summaries import agent, job, run
+
+
+@pytest.fixture
+async def views(store_url: str) -> AsyncIterator[StoreViews]:
+    store = await open_store(store_url, migrate=True)
+    assert isinstance(store, StoreViews)
+    if hasattr(store, "search_settle"):
+        store.search_settle = timedelta(0)  # the tests' tasks are committed when indexed
+    yield store
+    await store.close()
+
+
+async def ids(views: StoreViews, text: str) -> list[str]:
+    return [record.id for record in await views.task_page(text=text)]
+
+
+async def fill(views: StoreViews) -> None:
+    while not await views.index_search():
+        pass
+
+
+async def failed_job(views: StoreViews, task_id: str, name: str, error: str) -> None:
+    await job(views, task_id, name, {"n": 1})
+    ended = events.TaskFinished("failed", error=error)
+    await run(views, task_id, ended, ends=TaskStatus.FAILED)
+
+
+async def some_tasks(views: StoreViews) -> None:
+    await agent(views, "a-quarter", "Summarise 100% of the QUARTERLY report_2 of C:\\logs")
+    await job(views, "j-resize", "resize_image", {"w": 10})
+    await failed_job(views, "j-add", "add", "add failed: ValueError: bad operand 42")
+    await agent(views, "a-plain", "nothing to see")
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["as-written", "indexed"])
+async def test_a_search_matches_ids_prompts_job_names_and_errors(
+    views: StoreViews, indexed: bool
+) -> None:
+    await some_tasks(views)
+    if indexed:
+        await fill(views)
+    assert await ids(views, "bad operand") == ["j-add"]
+    assert await ids(views, "VALUEERROR: BAD") == ["j-add"]
+    assert await ids(views, "ize_im") == ["j-resize"]
+    assert await ids(views, "quarterly REPORT") == ["a-quarter"]
+    assert await ids(views, "a-pl") == ["a-plain"]
+    assert await views.count_tasks(text="bad operand") == 1
+    assert await views.count_tasks(text="a-", cap=2) == 2
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["as-written", "indexed"])
+async def test_wildcards_and_the_escape_are_matched_literally(
+    views: StoreViews, indexed: bool
+) -> None:
+    await some_tasks(views)
+    if indexed:
+        await fill(views)
+    assert await ids(views, "0%") == ["a-quarter"]
+    assert await ids(views, "t_2") == ["a-quarter"]
+    assert await ids(views, "C:\\logs") == ["a-quarter"]
+    assert await ids(views, "y%r") == []
+    assert await ids(views, "_%") == []
+    assert await ids(views, "\\\\") == []
+
+
+async def test_an_error_written_after_the_task_was_indexed_is_found(
+    views: StoreViews,
+) -> None:
+    await job(views, "late", "slow_job", {})
+    await fill(views)
+    assert await ids(views, "timed out") == []
+    ended = events.TaskFinished("failed", error="slow_job failed: TimeoutError: timed out")
+    await run(views, "late", ended, ends=TaskStatus.FAILED)
+    assert await ids(views, "timed out") == ["late"]  # past the finish mark: read directly
+    await fill(views)
+    assert await ids(views, "timed out") == ["late"]
+
+
+async def test_postgres_fills_its_search_table_in_batches_past_its_marks(
+    views: StoreViews, store_url: str
+) -> None:
+    if store_url.startswith("sqlite"):
+        pytest.skip("the sqlite store searches its tasks as written (ADR-0102)")
+    await some_tasks(views)
+    await fill(views)
+    with psycopg.connect(store_url) as connection:
+        rows = connection.execute("SELECT task_id, haystack FROM task_search").fetchall()
+        marks = connection.execute("SELECT walk, at FROM task_search_marks").fetchall()
+        trigrams = connection.execute("SELECT to_regclass('task_search_trigrams')").fetchone()
+    found = dict(rows)
+    assert set(found) == {"a-quarter", "j-resize", "j-add", "a-plain"}
+    assert found["j-add"] == "j-add\nadd\nadd failed: valueerror: bad operand 42"
+    assert "summarise 100% of the quarterly report_2" in found["a-quarter"]
+    assert all(at.year > 2000 for _, at in marks)  # both walks reached the present
+    assert trigrams is not None and trigrams[0] is not None  # pg_trgm ships embedded
+    # A task created since is searched before the table holds it.
+    await agent(views, "a-new", "a fresh prompt")
+    assert await ids(views, "fresh prompt") == ["a-new"]
