@@ -12,17 +12,21 @@ gates:
 subagent_models:                        # what an Agent call may name besides its own model
   - anthropic:claude-haiku-4-5          # an exact spec
   - openai:*                            # every spec that starts so (scripted: only if named)
+prices:                                 # USD per million tokens, over the bundled table
+  anthropic:claude-sonnet-4-5: {input: 3, output: 15, cache_read: 0.3, cache_write: 3.75}
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from noeta.core.errors import ConfigError
+from noeta.core.rules.prices import BUNDLED, Price, price_table
 from noeta.plugins.loading import PluginSpec
 
 if TYPE_CHECKING:  # built only from a config file that has gates
@@ -31,7 +35,7 @@ if TYPE_CHECKING:  # built only from a config file that has gates
 CONFIG_ENV = "NOETA_CONFIG"
 _GATE_KEYS = {"tool", "field", "pattern", "outside_workspace", "action", "reason", "set"}
 _ACTIONS = ("allow", "deny", "ask", "rewrite")
-_KEYS = ("gates", "plugins", "subagent_models", "workspaces")
+_KEYS = ("gates", "plugins", "prices", "subagent_models", "workspaces")
 
 
 def default_workspaces() -> str:
@@ -52,6 +56,8 @@ class Config:
     workspaces: str = field(default_factory=default_workspaces)
     # The models an Agent call may name besides its task's own (ADR-0076); none by default.
     subagent_models: tuple[str, ...] = ()
+    # What tokens cost, per model spec: the bundled table with `prices:` laid over it.
+    prices: Mapping[str, Price] = field(default_factory=lambda: dict(BUNDLED))
 
 
 def load_config(path: str | None) -> Config:
@@ -91,7 +97,10 @@ def load_config(path: str | None) -> Config:
         _model(path, item, yamlfile.line_of(model_items, index))
         for index, item in enumerate(model_items)
     )
-    return Config(plugins, gates, str(Path(workspaces).expanduser()), models)
+    prices = price_table(
+        document.get("prices"), f"{path}, line {yamlfile.line_of(document, 'prices')}: prices"
+    )
+    return Config(plugins, gates, str(Path(workspaces).expanduser()), models, prices)
 
 
 def _list(path: str, document: dict[str, Any], key: str) -> list[Any]:

@@ -19,7 +19,8 @@ from noeta.backends.models.anthropic import AnthropicProvider
 from noeta.backends.models.openai import OpenAIProvider
 from noeta.backends.stores import open_store
 from noeta.config import Config
-from noeta.core.ports.model import Provider, ToolCall
+from noeta.core.ports.model import Provider, ToolCall, Usage
+from noeta.core.ports.model_limits import estimate_tokens
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
@@ -86,6 +87,35 @@ async def test_a_task_with_a_tool_call_runs_end_to_end(
     assert replies[-1]["usage"]["cache_read_tokens"] == 7  # type: ignore[index]
     for event in await store.read_log("t"):
         assert API_KEY not in str(event.data)
+
+
+async def test_the_log_keeps_each_replys_usage_as_sent_and_each_requests_estimate(
+    store: Store, fake: tuple[str, FakeAnthropic | FakeOpenAI]
+) -> None:
+    """Cache and reasoning tokens in the fields each API sends them; a reply with no usage
+    logged as unknown (null), never 0; each ModelCalled with its request's estimate."""
+    kind, server = fake
+    call = ToolCall("call_1", "Echo", {"text": "hi"})
+    counts = {"input_tokens": 11, "output_tokens": 70, "cache_read_tokens": 300}
+    if kind == "anthropic":
+        counts["cache_write_tokens"] = 50
+    else:
+        counts["reasoning_tokens"] = 40
+    server.script(Reply(tool_calls=(call,), **counts), Reply(text="done", with_usage=False))
+    created = events.TaskCreated(model=f"{kind}:test-model", prompt="say hi", tools=("Echo",))
+    await store.create_task(NewTask("u", [NewEvent(*events.encode(created))]))
+    claim = await store.claim_task("w", "u", 60)
+    assert claim is not None
+    chosen = provider(kind, server.base_url)
+    try:
+        await TaskRunner(store, Registry(chosen), {"Echo": Echo()}, sleep=Sleeps()).run(claim)
+    finally:
+        await chosen.close()
+    logged = [events.decode(e.type, e.data) for e in await store.read_log("u")]
+    replies = [e.usage for e in logged if isinstance(e, events.ModelReplied)]
+    assert replies == [Usage(**counts), None]
+    estimates = [e.input_estimate for e in logged if isinstance(e, events.ModelCalled)]
+    assert estimates == [estimate_tokens(request.body) for request in server.requests]
 
 
 async def test_each_retry_is_one_log_line_with_the_attempt_the_reason_and_the_wait(
