@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from noeta.core.ports.model import Usage
+from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.store import Store
 from noeta.core.rules import events
 from noeta.core.rules.fold import LoggedEvent
@@ -100,6 +101,36 @@ def summary_lines(usage: TaskUsage) -> list[str]:
     if usage.possibly_billed:
         total += f" + possibly billed {format_usd(usage.possibly_billed_cost)}"
     return [f"usage (with subtasks): {total}", *lines] if lines else ["usage: no model calls"]
+
+
+def usage_json(usage: TaskUsage) -> dict[str, JSONValue]:
+    """`noeta show --json`'s usage: amounts as decimal strings (exact), null if unknown."""
+    return {
+        "cost_usd": _amount(usage.cost),
+        "possibly_billed": usage.possibly_billed,
+        "possibly_billed_usd": _amount(usage.possibly_billed_cost),
+        "models": [
+            {
+                "model": cost.ledger.model,
+                "replies": cost.ledger.replies,
+                "replies_without_usage": cost.ledger.replies_without_usage,
+                **{name: getattr(cost.ledger.usage, name) for name in _USAGE_FIELDS},
+                "cost_usd": _amount(cost.billed),
+                "unknown_because": cost.unknown_because,
+                "possibly_billed": cost.ledger.possibly_billed,
+                "possibly_billed_input_tokens": cost.ledger.possibly_billed_input,
+                "possibly_billed_usd": _amount(cost.possibly_billed),
+            }
+            for cost in usage.costs
+        ],
+    }
+
+
+_USAGE_FIELDS = tuple(Usage.__dataclass_fields__)
+
+
+def _amount(amount: Decimal | None) -> str | None:
+    return None if amount is None else str(amount)
 
 
 def _decoded(event_type: str, data: object) -> events.Event | events.UnknownEvent:

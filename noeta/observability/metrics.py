@@ -81,6 +81,7 @@ def price_with(prices: Mapping[str, Price]) -> None:
 
 def uninstall() -> None:
     _on.sink = None
+    _on.prices = None
 
 
 def shutdown() -> None:
