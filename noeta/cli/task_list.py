@@ -181,11 +181,13 @@ def tasks(
     store: str | None,
 ) -> None:
     """List tasks, newest first (with --parent: that task's subtasks, in launch order)."""
-    from noeta.config import load_config
-
     if (with_cost or sort == "cost") and "cost" not in columns:
         columns = [*columns, "cost"]
-    prices = load_config(config).prices if "cost" in columns else None
+    prices = None
+    if "cost" in columns:  # the config (and YAML) only for a list that shows costs
+        from noeta.config import load_config
+
+        prices = load_config(config).prices
     if parent is not None:
         check_key("task id", parent)
     if job is not None:

@@ -111,7 +111,7 @@ def test_show_prints_steps_and_its_json_is_the_log_as_stored(tmp_path: Path) -> 
     assert "model reply" in titles
     assert "latency" in shown.stdout and "tokens in" in shown.stdout
     document = json.loads(noeta("show", "demo", "--json", store=store).stdout)
-    assert list(document) == ["task", "children", "log", "late_results"]
+    assert list(document) == ["task", "usage", "children", "log", "late_results"]
     assert [sorted(entry) for entry in document["log"]] == [["at", "data", "seq", "type"]] * 6
     assert [entry["type"] for entry in document["log"]] == [
         "TaskCreated",

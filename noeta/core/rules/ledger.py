@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from noeta.core.ports.model import Usage
 from noeta.core.rules.events import (
@@ -22,7 +23,9 @@ from noeta.core.rules.events import (
     ModelReplied,
     TaskCreated,
 )
-from noeta.core.rules.fold import LoggedEvent
+
+if TYPE_CHECKING:  # a ledger is read where no fold is (`noeta submit` loads the config)
+    from noeta.core.rules.fold import LoggedEvent
 
 
 @dataclass(frozen=True, slots=True)

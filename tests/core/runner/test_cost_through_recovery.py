@@ -106,7 +106,8 @@ async def test_show_bills_each_reply_once_and_the_killed_request_once(
     # The estimate's documented rule: a token per 4 bytes of the request, rounded up.
     possibly = -(-len(unanswered.body) // 4) * PRICES["input"] / 1_000_000
 
-    shown = subprocess.run(
+    shown = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "noeta", "show", "bill"],
         env=env,
         capture_output=True,
