@@ -3,6 +3,7 @@ error per bad entry, and a cost that is unknown (never 0) without a price or a u
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -99,3 +100,12 @@ def test_a_new_model_needs_every_kind_and_a_model_spec(tmp_path: Path) -> None:
     config.write_text("prices:\n  gpt-9: {input: 1}\n")
     with pytest.raises(ConfigError, match="'gpt-9' is not a model spec"):
         load_config(str(config))
+
+
+def test_the_readmes_prices_example_loads(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    [block] = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "prices:" in b]
+    config = tmp_path / "noeta.yaml"
+    config.write_text(block)
+    prices = load_config(str(config)).prices
+    assert prices["openai:my-finetune"].output == Decimal(4)
