@@ -79,7 +79,8 @@ def summary_lines(usage: TaskUsage) -> list[str]:
     for cost in usage.costs:
         entry, tokens = cost.ledger, cost.ledger.usage
         said = (
-            f"  {entry.model}: {entry.replies} replies, in {tokens.input_tokens:,} "
+            f"  {entry.model}: {counted(entry.replies, 'reply', 'replies')}, "
+            f"in {tokens.input_tokens:,} "
             f"cache read {tokens.cache_read_tokens:,} cache write {tokens.cache_write_tokens:,} "
             f"out {tokens.output_tokens:,}"
         )
@@ -90,7 +91,8 @@ def summary_lines(usage: TaskUsage) -> list[str]:
             said += f" ({cost.unknown_because})"
         if entry.possibly_billed:
             said += (
-                f"; possibly billed: {entry.possibly_billed} request(s) with no reply, "
+                f"; possibly billed: {counted(entry.possibly_billed, 'request', 'requests')} "
+                "with no reply, "
                 f"~{entry.possibly_billed_input:,} input tokens, "
                 f"{format_usd(cost.possibly_billed)}"
             )
@@ -101,6 +103,10 @@ def summary_lines(usage: TaskUsage) -> list[str]:
     if usage.possibly_billed:
         total += f" + possibly billed {format_usd(usage.possibly_billed_cost)}"
     return [f"usage (with subtasks): {total}", *lines] if lines else ["usage: no model calls"]
+
+
+def counted(number: int, one: str, many: str) -> str:
+    return f"{number} {one if number == 1 else many}"
 
 
 def usage_json(usage: TaskUsage) -> dict[str, JSONValue]:

@@ -66,8 +66,8 @@ def test_show_sums_the_tree_per_model_with_the_possibly_billed_apart(store: str)
     total = next(line for line in lines if line.startswith("usage"))
     assert total == "usage (with subtasks): cost $0.810500 + possibly billed $0.012000"
     [sonnet] = [line for line in lines if line.startswith(f"  {SONNET}")]
-    assert "1 replies, in 1,000 cache read 2,000,000 cache write 0 out 500  $0.610500" in sonnet
-    assert "possibly billed: 1 request(s) with no reply, ~4,000 input tokens" in sonnet
+    assert "1 reply, in 1,000 cache read 2,000,000 cache write 0 out 500  $0.610500" in sonnet
+    assert "possibly billed: 1 request with no reply, ~4,000 input tokens" in sonnet
 
     document = json.loads(noeta("show", "parent", "--json", store=store).stdout)["usage"]
     assert Decimal(document["cost_usd"]) == PARENT_COST + CHILD_COST

@@ -135,9 +135,9 @@ async def test_the_task_page_sums_its_usage_unknown_cost_and_possibly_billed(
     page = web().get("/tasks/billed").text
     usage = page.split('id="task-usage"', 1)[1].split("</div>", 1)[0]
     assert "usage (with subtasks): cost unknown + possibly billed unknown" in usage
-    assert "1 replies, in 1,234 cache read 7,000 cache write 0 out 56  unknown" in usage
+    assert "1 reply, in 1,234 cache read 7,000 cache write 0 out 56  unknown" in usage
     assert "no price for scripted:" in usage
-    assert "1 request(s) with no reply, ~900 input tokens" in usage
+    assert "1 request with no reply, ~900 input tokens" in usage
 
 
 async def test_a_10_mb_tool_output_is_cut_and_served_raw_in_parts(

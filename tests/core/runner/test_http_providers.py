@@ -276,7 +276,7 @@ async def _show_bills_what_the_fake_billed(
     assert total is not None, shown.stdout
     assert Decimal(total.group(1)) == bill / 1_000_000
     assert Decimal(total.group(2)) == (possibly / 1_000_000).quantize(Decimal("0.000001"))
-    assert "1 replies" in shown.stdout and "possibly billed: 1 request(s)" in shown.stdout
+    assert "1 reply" in shown.stdout and "possibly billed: 1 request" in shown.stdout
 
 
 async def until(condition: object, what: str, within: float = 30.0) -> None:
