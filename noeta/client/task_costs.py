@@ -74,7 +74,7 @@ async def task_usage(store: Store, task_id: str, prices: Mapping[str, Price]) ->
 
 
 def summary_lines(usage: TaskUsage) -> list[str]:
-    """`noeta show`'s usage and cost summary: a line per model, then the total."""
+    """`noeta show`'s usage and cost summary: the total, then a line per model."""
     lines = []
     for cost in usage.costs:
         entry, tokens = cost.ledger, cost.ledger.usage
