@@ -49,6 +49,14 @@ def test_a_model_call_reads_as_one_step_with_its_tokens_and_latency() -> None:
     ]
 
 
+def test_a_reply_without_usage_reads_as_unknown_tokens_never_0() -> None:
+    reply = events.ModelReplied((Text("hi"),), "end_turn", None)
+    lines = printed(stored(3, events.ModelCalled("ab" * 32)), stored(4, reply, after=0.5))
+    assert " " * 21 + "stop end_turn · tokens unknown (no usage in the reply) · latency 0.50 s" in (
+        lines
+    )
+
+
 def test_a_tool_call_shows_its_input_and_folds_a_long_result() -> None:
     output = "\n".join(f"line {n}" for n in range(1, 21))
     lines = printed(
