@@ -13,8 +13,9 @@ from decimal import Decimal, InvalidOperation
 from noeta.core.errors import ConfigError
 from noeta.core.rules.ledger import Ledger, ModelLedger
 
-# When the bundled table was checked against the providers' pricing pages
-# (platform.claude.com/docs/en/about-claude/pricing, openai.com/api/pricing).
+# When the bundled table was checked, against stored copies of the providers' pricing
+# pages (platform.claude.com/docs/en/about-claude/pricing, openai.com/api/pricing), not
+# the live pages: recheck before billing anyone, and override in noeta.yaml.
 PRICES_CHECKED = "2026-12-02"
 
 # The kinds a price is given for; each a field of `Usage` ("reasoning" is billed as output).
