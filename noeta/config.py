@@ -14,17 +14,21 @@ subagent_models:                        # what an Agent call may name besides it
   - openai:*                            # every spec that starts so (scripted: only if named)
 store_session: postgresql://noeta@db:5432/noeta  # PostgreSQL's own URL when NOETA_STORE is
                                         # a pooler's (ADR-0106); NOETA_STORE_SESSION wins
+prices:                                 # USD per million tokens, over the bundled table
+  anthropic:claude-sonnet-4-5: {input: 3, output: 15, cache_read: 0.3, cache_write: 3.75}
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from noeta.core.errors import ConfigError
+from noeta.core.rules.prices import BUNDLED, Price, price_table
 from noeta.plugins.loading import PluginSpec
 
 if TYPE_CHECKING:  # built only from a config file that has gates
@@ -33,7 +37,7 @@ if TYPE_CHECKING:  # built only from a config file that has gates
 CONFIG_ENV = "NOETA_CONFIG"
 _GATE_KEYS = {"tool", "field", "pattern", "outside_workspace", "action", "reason", "set"}
 _ACTIONS = ("allow", "deny", "ask", "rewrite")
-_KEYS = ("gates", "plugins", "store_session", "subagent_models", "workspaces")
+_KEYS = ("gates", "plugins", "prices", "store_session", "subagent_models", "workspaces")
 
 
 def default_workspaces() -> str:
@@ -56,6 +60,8 @@ class Config:
     subagent_models: tuple[str, ...] = ()
     # PostgreSQL's own URL for LISTEN and session locks beside a pooler's (ADR-0106).
     store_session: str | None = None
+    # What tokens cost, per model spec: the bundled table with `prices:` laid over it.
+    prices: Mapping[str, Price] = field(default_factory=lambda: dict(BUNDLED))
 
 
 def load_config(path: str | None) -> Config:
@@ -99,7 +105,10 @@ def load_config(path: str | None) -> Config:
     if store_session is not None and not isinstance(store_session, str):
         line = yamlfile.line_of(document, "store_session")
         raise ConfigError(f"{path}, line {line}: store_session must be a postgresql:// URL")
-    return Config(plugins, gates, str(Path(workspaces).expanduser()), models, store_session)
+    prices = price_table(
+        document.get("prices"), f"{path}, line {yamlfile.line_of(document, 'prices')}: prices"
+    )
+    return Config(plugins, gates, str(Path(workspaces).expanduser()), models, store_session, prices)
 
 
 def _list(path: str, document: dict[str, Any], key: str) -> list[Any]:

@@ -277,9 +277,14 @@ def _model_replied(
     event: LoggedEvent, data: dict[str, Any], context: StepContext
 ) -> tuple[Part, ...]:
     given = data.get("usage")
-    usage: dict[str, Any] = given if isinstance(given, dict) else {}
     facts = [f"stop {data.get('stop_reason')}"]
-    facts.append(f"tokens in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)}")
+    if isinstance(given, dict):
+        usage: dict[str, Any] = given
+        facts.append(
+            f"tokens in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)}"
+        )
+    else:  # the provider said no usage: unknown, never shown as 0
+        facts.append("tokens unknown (no usage in the reply)")
     if context.model_called is not None:
         seconds = (event.created_at - context.model_called).total_seconds()
         facts.append(f"latency {seconds:.2f} s")

@@ -84,7 +84,8 @@ COMMANDS: dict[str, LazyCommand] = {
     ),
     "show": LazyCommand(
         "noeta.cli.tasks:show",
-        "Show a task: its state, its subtasks and their states, and its log.",
+        "Show a task: its state, its subtasks and their states, what it cost (its "
+        "subtasks included, at the config's prices), and its log.",
     ),
     "submit": LazyCommand(
         "noeta.cli.tasks:submit", "Create a task for the workers to run; print its id."

@@ -1,6 +1,7 @@
 """`noeta tasks`: the task list for operators, newest first: kind (agent or the job's
 function), a one-line input, status with the error's kind, runtime, attempts, created
-and finished; the columns chosen with --columns, filtered by job name, error kind, time."""
+and finished; the columns chosen with --columns, filtered by job name, error kind, time;
+with --cost, what each cost (its subtasks included), sortable by it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from noeta.cli.options import json_option, store_option
+from noeta.cli.options import config_option, json_option, store_option
 from noeta.cli.text import scrubbed, task_json, unrunnable, waiting_json, waiting_text
 from noeta.core.errors import ConfigError
 from noeta.core.ports.store import TaskStatus, check_key
@@ -28,8 +30,10 @@ from noeta.core.ports.store_views import (
 from noeta.task_columns import runtime, shown_error_kind, since
 
 if TYPE_CHECKING:
+    from noeta.client.task_costs import TaskUsage
     from noeta.core.ports.store import TaskRecord
     from noeta.core.ports.store_views import StoreViews
+    from noeta.core.rules.prices import Price
 
 INDEX_STEPS = 25  # batches of the search's index a search brings in (ADR-0102)
 
@@ -41,6 +45,7 @@ class Listed:
     record: TaskRecord
     summary: TaskSummary | None
     needs: tuple[str, ...] | None
+    usage: TaskUsage | None = None  # read only when the cost is shown or sorted by
 
 
 def _moment(at: datetime | None) -> str:
@@ -50,6 +55,15 @@ def _moment(at: datetime | None) -> str:
 def _status(listed: Listed) -> str:
     kind = shown_error_kind(listed.summary)
     return listed.record.status.value + (f" ({kind})" if kind else "") + waiting_text(listed.needs)
+
+
+def _cost(listed: Listed) -> str:
+    from noeta.core.rules.prices import format_usd
+
+    if listed.usage is None:
+        return "-"
+    possibly = listed.usage.possibly_billed
+    return format_usd(listed.usage.cost) + (f" +{possibly} possibly billed" if possibly else "")
 
 
 def _summary_text(field: str) -> Callable[[Listed, datetime], str]:
@@ -77,6 +91,7 @@ COLUMNS: dict[str, Callable[[Listed, datetime], str]] = {
     "updated": lambda listed, now: _moment(listed.record.updated_at),
     "key": lambda listed, now: listed.record.concurrency_key or "-",
     "priority": lambda listed, now: str(listed.record.priority),
+    "cost": lambda listed, now: _cost(listed),
 }
 DEFAULT_COLUMNS = "id,kind,status,queue,attempts,runtime,created,finished,input"
 
@@ -152,7 +167,21 @@ def _error_kind(_: click.Context, __: click.Parameter, value: str | None) -> str
 @click.option(
     "--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most N tasks."
 )
+@click.option(
+    "--cost",
+    "with_cost",
+    is_flag=True,
+    help="Add a cost column: USD at the config's prices, subtasks included (reads each log).",
+)
+@click.option(
+    "--sort",
+    type=click.Choice(["created", "cost"]),
+    default="created",
+    show_default=True,
+    help="The order: newest first, or the costliest first (unknown costs last).",
+)
 @json_option
+@config_option
 @store_option
 def tasks(
     status: str | None,
@@ -164,10 +193,20 @@ def tasks(
     since: datetime | None,
     columns: list[str],
     limit: int,
+    with_cost: bool,
+    sort: str,
     as_json: bool,
+    config: str | None,
     store: str | None,
 ) -> None:
     """List tasks, newest first (with --parent: that task's subtasks, in launch order)."""
+    if (with_cost or sort == "cost") and "cost" not in columns:
+        columns = [*columns, "cost"]
+    prices = None
+    if "cost" in columns:  # the config (and YAML) only for a list that shows costs
+        from noeta.config import load_config
+
+        prices = load_config(config).prices
     if parent is not None:
         check_key("task id", parent)
     if job is not None:
@@ -177,7 +216,9 @@ def tasks(
     where = TaskFilter(job=job, error_kind=error_kind, created_since=since)
     if search is not None and parent is not None:
         raise click.UsageError("--search lists tasks from the store's search, not a parent's")
-    found = asyncio.run(_listed(store, status, queue, parent, where, limit, search))
+    found = asyncio.run(_listed(store, status, queue, parent, where, limit, search, prices))
+    if sort == "cost":
+        found.sort(key=_costliest_first)
     if as_json:
         click.echo(json.dumps([_json(listed) for listed in found], ensure_ascii=False, indent=2))
         return
@@ -195,8 +236,17 @@ def tasks(
         )
 
 
+def _costliest_first(listed: Listed) -> tuple[bool, Decimal]:
+    cost = listed.usage.cost if listed.usage is not None else None
+    return (cost is None, -(cost or Decimal(0)))
+
+
 def _json(listed: Listed) -> dict[str, Any]:
     document = task_json(listed.record) | waiting_json(listed.needs)
+    if listed.usage is not None:
+        from noeta.client.task_costs import usage_json
+
+        document["usage"] = usage_json(listed.usage)
     summary = listed.summary
     if summary is None:
         return document
@@ -222,6 +272,7 @@ async def _listed(
     where: TaskFilter,
     limit: int,
     search: str | None = None,
+    prices: Mapping[str, Price] | None = None,
 ) -> list[Listed]:
     """The tasks: a keyset page of the views at a time (each page's summaries in one
     statement); a parent's subtasks from its log, filtered here."""
@@ -258,7 +309,13 @@ async def _listed(
                     break
                 cursor = TaskCursor(page[-1].created_at, page[-1].id)
         needs: Mapping[str, tuple[str, ...]] = await unrunnable(store, records)
-        return [Listed(r, summaries.get(r.id), needs.get(r.id)) for r in records]
+        usages: dict[str, TaskUsage] = {}
+        if prices is not None:
+            from noeta.client.task_costs import task_usage
+
+            for record in records:
+                usages[record.id] = await task_usage(store, record.id, prices)
+        return [Listed(r, summaries.get(r.id), needs.get(r.id), usages.get(r.id)) for r in records]
 
 
 async def _index_search(views: StoreViews) -> None:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # each command imports the client (and the drivers) when it r
     from collections.abc import Mapping
 
     from noeta.client import TaskHandle
+    from noeta.client.task_costs import TaskUsage
     from noeta.core.ports.store import LateResult, StoredEvent, TaskRecord
 
 
@@ -286,13 +287,18 @@ def cancel(task_id: str, store: str | None) -> None:
 @click.command()
 @click.argument("task_id")
 @json_option
+@config_option
 @store_option
-def show(task_id: str, as_json: bool, store: str | None) -> None:
-    """Show a task: its state, its subtasks and their states, and its log."""
-    record, log, late, children, waits = asyncio.run(_show(task_id, store))
+def show(task_id: str, as_json: bool, config: str | None, store: str | None) -> None:
+    """Show a task: its state, its subtasks and their states, what it cost (its subtasks
+    included, at the config's prices), and its log."""
+    from noeta.client.task_costs import summary_lines, usage_json
+
+    record, log, late, children, waits, usage = asyncio.run(_show(task_id, store, config))
     if as_json:
         document = {
             "task": task_json(record) | waiting_json(waits.get(record.id)),
+            "usage": usage_json(usage),
             "children": [task_json(child) | {"description": d} for d, child in children],
             "log": [json.loads(event_json(e)) for e in log],
             "late_results": [late_result_json(result, log) for result in late],
@@ -307,6 +313,7 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
     for description, child in children:
         said = f"  {description}" if description else ""
         click.echo(f"  subtask {child.id}  {child.status.value}{said}")
+    click.echo("\n".join(summary_lines(usage)))
     steps = StepPrinter()
     for event in log:
         click.echo("\n".join(steps.lines(event)))
@@ -317,21 +324,27 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
 
 
 async def _show(
-    task_id: str, url: str | None
+    task_id: str, url: str | None, config: str | None
 ) -> tuple[
     TaskRecord,
     list[StoredEvent],
     list[LateResult],
     list[tuple[str, TaskRecord]],
     Mapping[str, tuple[str, ...]],
+    TaskUsage,
 ]:
     from noeta.client import AsyncClient
+    from noeta.config import load_config
 
-    async with AsyncClient(url, application_name="noeta-show", start_embedded=False) as client:
+    settings = load_config(config)  # a bad price table fails before the store is opened
+    async with AsyncClient(
+        url, config=settings, application_name="noeta-show", start_embedded=False
+    ) as client:
         record = await client.get(task_id)
         store = await client.store()
         # Late results first: one kept after the log was read would look unrecorded.
         late = await store.late_results(task_id)
         log = await store.read_log(task_id)
         children = await client.children(task_id)
-        return record, log, late, children, await unrunnable(store, [record])
+        usage = await client.usage(task_id)
+        return record, log, late, children, await unrunnable(store, [record]), usage

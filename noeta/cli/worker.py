@@ -108,7 +108,7 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import configured_session_url, open_store, resolve_url
     from noeta.config import load_config
-    from noeta.observability import observed
+    from noeta.observability import metrics, observed
     from noeta.plugins.tool_environment import PASSED_NAMES
     from noeta.plugins.toolbox import Toolbox
     from noeta.worker.append_journal import journaled
@@ -133,6 +133,7 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
     config = load_config(config_path)
     session_url = configured_session_url(config.store_session)
     observability.start("noeta-worker", secrets=[resolve_url(url), session_url])
+    metrics.price_with(config.prices)  # the cost counter's prices
     toolbox = await Toolbox.open(config, runs_tools=True)
     observability.add_passed_secrets(PASSED_NAMES)  # what its tools may print
     providers = ProviderRegistry()

@@ -44,6 +44,7 @@ from noeta.core.ports.store import (
 from noeta.core.ports.store_values import check_text
 
 if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqueue
+    from noeta.client.task_costs import TaskUsage
     from noeta.config import Config
 
 
@@ -324,6 +325,16 @@ class AsyncClient(QueueSettingsCalls, RetryCalls):
     async def get(self, task: TaskRef) -> TaskRecord:
         """The task's row now (its status, queue, owner); UnknownTask if there is none."""
         return await task_logs.task_row(await self.store(), _id(task))
+
+    async def usage(self, task: TaskRef) -> TaskUsage:
+        """What the task cost so far, its subtasks' included: `.usage` (tokens), `.cost`
+        (USD at the config's `prices:`; None, unknown, where a price or a reply's usage is
+        missing), `.possibly_billed` (requests whose reply never came), `.costs` per model."""
+        from noeta.client.task_costs import task_usage  # it folds logs: loaded when asked
+        from noeta.config import Config, load_config
+
+        config = self._config if isinstance(self._config, Config) else load_config(self._config)
+        return await task_usage(await self.store(), _id(task), config.prices)
 
     async def tasks(
         self,

@@ -128,6 +128,7 @@ class Client:
     result = _blocking(AsyncClient.result)
     job_result = _blocking(AsyncClient.job_result)
     get = _blocking(AsyncClient.get)
+    usage = _blocking(AsyncClient.usage)
     tasks = _blocking(AsyncClient.tasks)
     children = _blocking(AsyncClient.children)
     send = _blocking(AsyncClient.send)

@@ -40,6 +40,9 @@ class Instruments:
             metrics.MODEL_THROTTLED: meter.create_counter(
                 metrics.MODEL_THROTTLED, "{response}", "Model calls the provider answered 429"
             ),
+            metrics.MODEL_COST: meter.create_counter(
+                metrics.MODEL_COST, "USD", "What model replies cost, at the worker's prices"
+            ),
         }
         self.histograms: dict[str, Histogram] = {
             metrics.MODEL_DURATION: meter.create_histogram(
@@ -88,7 +91,7 @@ class Instruments:
             "Claimable tasks a queue's concurrency or pause holds back",
         )
 
-    def add(self, counter: str, amount: int, attributes: Attributes) -> None:
+    def add(self, counter: str, amount: float, attributes: Attributes) -> None:
         self.counters[counter].add(amount, dict(attributes))
 
     def record(self, histogram: str, value: float, attributes: Attributes) -> None:

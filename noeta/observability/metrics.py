@@ -10,12 +10,15 @@ the duration histograms: each failed call carries `error.type`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
 
 from noeta.observability import names
 
 if TYPE_CHECKING:
+    from noeta.core.ports.model import Usage
     from noeta.core.ports.store import Store
+    from noeta.core.rules.prices import Price
 
 # Seconds between the worker's queue-depth readings (one cheap statement each).
 QUEUE_DEPTH_SECONDS = 15.0
@@ -30,6 +33,7 @@ MODEL_THROTTLED = "noeta.model.throttled"
 MODEL_BUDGET_WAIT = "noeta.model.budget_wait"
 MODEL_DURATION = "gen_ai.client.operation.duration"
 TOKEN_USAGE = "gen_ai.client.token.usage"
+MODEL_COST = "noeta.model.cost"  # USD, at the worker's prices (noeta.yaml's `prices:`)
 TOOL_DURATION = "noeta.tool.duration"
 QUEUE_DEPTH = "noeta.queue.depth"
 QUEUE_RUNNING = "noeta.queue.running"  # live claims, per queue (and per busiest key)
@@ -41,7 +45,7 @@ Attributes = Mapping[str, str | bool]
 class MetricSink(Protocol):
     """Where readings go once metrics are on (`instruments.Instruments`)."""
 
-    def add(self, counter: str, amount: int, attributes: Attributes) -> None: ...
+    def add(self, counter: str, amount: float, attributes: Attributes) -> None: ...
 
     def record(self, histogram: str, value: float, attributes: Attributes) -> None: ...
 
@@ -56,6 +60,7 @@ class MetricSink(Protocol):
 
 class _Switch:
     sink: MetricSink | None = None  # set while metrics are on
+    prices: Mapping[str, Price] | None = None  # the cost counter's; None: no cost counted
 
 
 _on = _Switch()
@@ -69,8 +74,14 @@ def switch_on(sink: MetricSink) -> None:
     _on.sink = sink
 
 
+def price_with(prices: Mapping[str, Price]) -> None:
+    """The price table the cost counter uses (the worker's config's)."""
+    _on.prices = prices
+
+
 def uninstall() -> None:
     _on.sink = None
+    _on.prices = None
 
 
 def shutdown() -> None:
@@ -112,11 +123,26 @@ def model_call(seconds: float, provider: str, model: str, error_type: str) -> No
         sink.record(MODEL_DURATION, seconds, attributes)
 
 
-def tokens(provider: str, model: str, input_tokens: int, output_tokens: int) -> None:
-    if (sink := _on.sink) is not None:
-        base = _chat(provider, model)
-        sink.record(TOKEN_USAGE, input_tokens, {**base, names.TOKEN_TYPE: "input"})
-        sink.record(TOKEN_USAGE, output_tokens, {**base, names.TOKEN_TYPE: "output"})
+def replied(provider: str, model: str, usage: Usage | None) -> None:
+    """A reply's tokens, as the GenAI conventions count them (billable input, cached
+    included, and output), and its cost where the model has a price. A reply that said no
+    usage records nothing: unknown, never 0."""
+    if (sink := _on.sink) is None or usage is None:
+        return
+    base = _chat(provider, model)
+    sink.record(TOKEN_USAGE, usage.all_input_tokens, {**base, names.TOKEN_TYPE: "input"})
+    sink.record(TOKEN_USAGE, usage.output_tokens, {**base, names.TOKEN_TYPE: "output"})
+    if _on.prices is not None:
+        cost = _cost(f"{provider}:{model}", usage, _on.prices)
+        if cost is not None:
+            sink.add(MODEL_COST, float(cost), base)
+
+
+def _cost(spec: str, usage: Usage, prices: Mapping[str, Price]) -> Decimal | None:
+    from noeta.core.rules.ledger import ModelLedger
+    from noeta.core.rules.prices import cost_of
+
+    return cost_of(ModelLedger(spec, replies=1, usage=usage), prices).billed
 
 
 def model_throttled(provider: str, model: str) -> None:

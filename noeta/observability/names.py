@@ -13,6 +13,7 @@ INPUT_TOKENS = "gen_ai.usage.input_tokens"  # all input tokens, cached ones incl
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 CACHE_CREATION_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"  # part of the output tokens
 TOKEN_TYPE = "gen_ai.token.type"
 TOOL_NAME = "gen_ai.tool.name"
 TOOL_CALL_ID = "gen_ai.tool.call.id"

@@ -109,18 +109,20 @@ class ChatStep(tracing.Step):
 
     def replied(self, reply: ModelReply) -> None:
         usage, span = reply.usage, self.span
-        # noeta's input_tokens excludes cached tokens; the convention's includes them.
-        total_input = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
-        span.set_attribute(n.INPUT_TOKENS, total_input)
-        span.set_attribute(n.OUTPUT_TOKENS, usage.output_tokens)
-        span.set_attribute(n.CACHE_READ_TOKENS, usage.cache_read_tokens)
-        span.set_attribute(n.CACHE_CREATION_TOKENS, usage.cache_write_tokens)
+        if usage is not None:  # no usage said: no token attributes, never 0
+            # noeta's input_tokens excludes cached tokens; the convention's includes them.
+            span.set_attribute(n.INPUT_TOKENS, usage.all_input_tokens)
+            span.set_attribute(n.OUTPUT_TOKENS, usage.output_tokens)
+            span.set_attribute(n.CACHE_READ_TOKENS, usage.cache_read_tokens)
+            span.set_attribute(n.CACHE_CREATION_TOKENS, usage.cache_write_tokens)
+            if usage.reasoning_tokens:
+                span.set_attribute(n.REASONING_TOKENS, usage.reasoning_tokens)
         span.set_attribute(n.FINISH_REASONS, [reply.provider_stop_reason or reply.stop_reason])
         if reply.response_id:
             set_scrubbed(span, n.RESPONSE_ID, reply.response_id)
         if self.attempt.capture_content:
             set_scrubbed(span, n.OUTPUT_MESSAGES, content(reply.content))
-        metrics.tokens(self.provider, self.model, total_input, usage.output_tokens)
+        metrics.replied(self.provider, self.model, usage)
 
     def failed(self, error_type: str, message: str) -> None:
         self.error_type = error_type

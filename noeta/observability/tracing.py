@@ -164,9 +164,7 @@ class _MeteredStep(Step):
         self.error_type = ""
 
     def replied(self, reply: ModelReply) -> None:
-        usage = reply.usage
-        total = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
-        metrics.tokens(self.provider, self.model, total, usage.output_tokens)
+        metrics.replied(self.provider, self.model, reply.usage)
 
     def failed(self, error_type: str, message: str) -> None:
         self.error_type = error_type

@@ -10,9 +10,11 @@ protocols, so provider adapters are tested over real HTTP without leaving 127.0.
 Each request takes the next scripted response, or `Reply()` when none is queued:
 
 - `Reply(text, tool_calls, stop_reason, input_tokens, output_tokens, cache_read_tokens,
-  cache_write_tokens)`: a normal answer. `text=None` sends no text; `stop_reason` is the
-  wire value and defaults to the tool-use or end-of-turn one. Token counts mean what
-  noeta's `Usage` means: `input_tokens` excludes the cached ones.
+  cache_write_tokens, reasoning_tokens, with_usage)`: a normal answer. `text=None` sends
+  no text; `stop_reason` is the wire value and defaults to the tool-use or end-of-turn
+  one. Token counts mean what noeta's `Usage` means: `input_tokens` excludes the cached
+  ones; each is sent in the fields the real API uses. `server.billed` holds each reply
+  sent, with the model asked for, in order: what the provider would bill.
 - `HttpError(status, retry_after=None, body=None, headers={})`: an error status; the body
   defaults to the provider's error JSON (FakeOpenAI's 401 quotes the key, as OpenAI does).
 - `RawBody(body, status=200)`: any bytes, e.g. truncated or non-JSON or empty.
@@ -50,6 +52,8 @@ class Reply:
     output_tokens: int = 5
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0  # Anthropic only: OpenAI does not report cache writes
+    reasoning_tokens: int = 0  # OpenAI only, part of output_tokens (Anthropic folds it in)
+    with_usage: bool = True  # False: the reply has no usage object (some servers omit it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,7 @@ class _FakeServer:
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.arrivals: list[tuple[float, int]] = []
+        self.billed: list[tuple[str, Reply]] = []  # (model, reply) of each reply sent
         self._per_second = 0.0
         self._retry_after = ""
         self._bucket = 0.0
@@ -167,6 +172,10 @@ class _FakeServer:
             self._answered += 1
             return (self._queue.popleft() if self._queue else Reply()), self._answered
 
+    def record_billed(self, model: str, reply: Reply) -> None:
+        with self._lock:
+            self.billed.append((model, reply))
+
     def wait_until_stopped(self) -> None:
         self._stopping.wait()
 
@@ -194,7 +203,7 @@ class FakeAnthropic(_FakeServer):
                 {"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}
             )
         default_stop = "tool_use" if reply.tool_calls else "end_turn"
-        return {
+        document: dict[str, object] = {
             "id": f"msg_fake_{number}",
             "type": "message",
             "role": "assistant",
@@ -209,6 +218,7 @@ class FakeAnthropic(_FakeServer):
                 "output_tokens": reply.output_tokens,
             },
         }
+        return _with_usage(document, reply)
 
     def render_error(self, status: int, request: RecordedRequest) -> dict[str, object]:
         kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
@@ -261,7 +271,7 @@ class FakeOpenAI(_FakeServer):
             ]
         default_stop = "tool_calls" if reply.tool_calls else "stop"
         prompt_tokens = reply.input_tokens + reply.cache_read_tokens
-        return {
+        document: dict[str, object] = {
             "id": f"chatcmpl-fake-{number}",
             "object": "chat.completion",
             "created": 1_700_000_000,
@@ -279,8 +289,10 @@ class FakeOpenAI(_FakeServer):
                 "completion_tokens": reply.output_tokens,
                 "total_tokens": prompt_tokens + reply.output_tokens,
                 "prompt_tokens_details": {"cached_tokens": reply.cache_read_tokens},
+                "completion_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
             },
         }
+        return _with_usage(document, reply)
 
     def render_error(self, status: int, request: RecordedRequest) -> dict[str, object]:
         default_kind = "server_error" if status >= 500 else "invalid_request_error"
@@ -346,6 +358,7 @@ class _Handler(BaseHTTPRequestHandler):
                 model = _requested_model(body)
                 reply = _encode(fake.render_reply(response, model, number))
                 self._send(fake, 200, reply, {}, number)
+                fake.record_billed(model, response)
             case HttpError(status=status, retry_after=retry_after, body=error_body):
                 extra = dict(response.headers)
                 if retry_after is not None:
@@ -380,6 +393,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the test's own output says what went wrong
+
+
+def _with_usage(document: dict[str, object], reply: Reply) -> dict[str, object]:
+    if not reply.with_usage:
+        del document["usage"]
+    return document
 
 
 def _encode(document: dict[str, object]) -> bytes:

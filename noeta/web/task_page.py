@@ -11,6 +11,7 @@ from collections.abc import Callable
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
+from noeta.client.task_costs import summary_lines
 from noeta.core.errors import UnknownTask
 from noeta.core.ports.store import TaskRecord, TaskStatus
 from noeta.core.ports.store_views import LogEntry
@@ -25,6 +26,7 @@ LOG_PAGE_EVENTS = 200
 # What the page brings of one event whole; longer ones come as a preview and a raw link.
 INLINE_CHARS = 64 * 1024
 RAW_PART_CHARS = 1 << 20  # one part of a large event's raw text
+USAGE_MAX_EVENTS = 20_000  # the longest log whose usage a page view sums
 
 
 async def task_page(site: Site, request: Request) -> HTMLResponse:
@@ -51,6 +53,7 @@ async def task_page(site: Site, request: Request) -> HTMLResponse:
     if not record.status.finished and last >= record.last_seq:
         live = f' data-live="{h(url(f"/tasks/{task_id}/live", after=last))}"'
     body = _kind(head) + facts(record) + await _waiting_for(site, record)
+    body += await _usage(site, record)
     body += _links(site, record, context.trace_id, await views.has_subtasks(task_id))
     body += await _actions(site, session_of(request), record, head)
     body += _pager(task_id, after, last, record.last_seq)
@@ -115,6 +118,20 @@ def facts(record: TaskRecord) -> str:
     ]
     cells = "".join(f"<dt>{h(name)}</dt><dd>{value}</dd>" for name, value in shown)
     return f'<dl class="facts" id="task-facts" data-status="{h(record.status.value)}">{cells}</dl>'
+
+
+async def _usage(site: Site, record: TaskRecord) -> str:
+    """What the task cost, its subtasks included, as `noeta show` says it: summed from
+    the whole log, so not for a log longer than a page view should read."""
+    if record.last_seq > USAGE_MAX_EVENTS:
+        said = f"usage is not summed on this page for {record.last_seq:,} events"
+        return f'<p class="muted">{h(said)}; `noeta show {h(record.id)}` sums it</p>'
+    usage = await site.client.usage(record.id)
+    if not usage.costs:
+        return ""
+    total, *models = summary_lines(usage)
+    items = "".join(f"<li>{h(line.strip())}</li>" for line in models)
+    return f'<div class="usage" id="task-usage"><p>{h(total)}</p><ul>{items}</ul></div>'
 
 
 async def _waiting_for(site: Site, record: TaskRecord) -> str:

@@ -49,6 +49,14 @@ def test_a_model_call_reads_as_one_step_with_its_tokens_and_latency() -> None:
     ]
 
 
+def test_a_reply_without_usage_reads_as_unknown_tokens_never_0() -> None:
+    reply = events.ModelReplied((Text("hi"),), "end_turn", None)
+    lines = printed(stored(3, events.ModelCalled("ab" * 32)), stored(4, reply, after=0.5))
+    assert " " * 21 + "stop end_turn · tokens unknown (no usage in the reply) · latency 0.50 s" in (
+        lines
+    )
+
+
 def test_a_tool_call_shows_its_input_and_folds_a_long_result() -> None:
     output = "\n".join(f"line {n}" for n in range(1, 21))
     lines = printed(
@@ -111,7 +119,7 @@ def test_show_prints_steps_and_its_json_is_the_log_as_stored(tmp_path: Path) -> 
     assert "model reply" in titles
     assert "latency" in shown.stdout and "tokens in" in shown.stdout
     document = json.loads(noeta("show", "demo", "--json", store=store).stdout)
-    assert list(document) == ["task", "children", "log", "late_results"]
+    assert list(document) == ["task", "usage", "children", "log", "late_results"]
     assert [sorted(entry) for entry in document["log"]] == [["at", "data", "seq", "type"]] * 6
     assert [entry["type"] for entry in document["log"]] == [
         "TaskCreated",

@@ -23,6 +23,7 @@ import psycopg
 import pytest
 
 from noeta.client.job_tasks import JOB_CALL_ID
+from noeta.core.ports.model import Text, Usage
 from noeta.core.rules import events
 from noeta.testing import postgres
 from tests.cluster import previous_release
@@ -47,6 +48,23 @@ def _tasks(script: Path) -> dict[str, list[events.Event]]:
         # ADR-0096: a fork whose first worker copies its source's workspace: TaskCreated
         # version 3, so that no worker runs it without the files it was promised.
         "workspace-copy": [events.TaskCreated(model=model, prompt="go", workspace_from="src")],
+        # Issue 32: a reply whose usage the provider did not say, or with reasoning
+        # tokens: ModelReplied version 2, a usage an older noeta cannot read.
+        "unknown-usage": [
+            events.TaskCreated(model=model, prompt="go"),
+            events.ModelCalled("ab" * 32, "", 10),
+            events.ModelReplied((Text("hi"),), "end_turn", None),
+        ],
+        "reasoning-usage": [
+            events.TaskCreated(model=model, prompt="go"),
+            events.ModelCalled("ab" * 32, "", 10),
+            events.ModelReplied((Text("hi"),), "end_turn", Usage(1, 9, reasoning_tokens=5)),
+        ],
+        # Issue 32: a call records its request's estimated input tokens (a record only).
+        "estimated-call": [
+            events.TaskCreated(model=model, prompt="go"),
+            events.ModelCalled("ab" * 32, "", 123),
+        ],
         # ADR-0094: a job retried by hand names the task it retries.
         "retried-job": [
             events.TaskCreated(model="", tools=("Record",)),
@@ -59,6 +77,8 @@ LEFT = {
     "worker-tools": "TaskCreated",
     "attempt-failed": "AttemptFailed",
     "workspace-copy": "TaskCreated",
+    "unknown-usage": "ModelReplied",
+    "reasoning-usage": "ModelReplied",
 }
 
 
@@ -139,7 +159,10 @@ def test_the_previous_release_leaves_a_log_it_cannot_read_and_writes_nothing(
     assert task_id not in fleet.ledger.read_text()  # its call never ran
 
 
-@pytest.mark.parametrize(("task_id", "new_field"), [("forked", "forked_from"), ("retried-job", "")])
+@pytest.mark.parametrize(
+    ("task_id", "new_field"),
+    [("forked", "forked_from"), ("retried-job", ""), ("estimated-call", "input_estimate")],
+)
 def test_the_previous_release_runs_a_task_whose_new_field_it_does_not_know(
     fleet: Fleet, task_id: str, new_field: str
 ) -> None:
@@ -147,7 +170,10 @@ def test_the_previous_release_runs_a_task_whose_new_field_it_does_not_know(
     log = fleet.log(task_id)
     first, written = log[0], log[len(fleet.created[task_id]) :]
     assert all(owner == "previous" for _, _, owner in written)
-    if new_field:  # the fork: answered by its model, its origin kept
+    if new_field == "input_estimate":  # its open call sent again, the estimate kept
+        assert log[1][1]["input_estimate"] == 123
+        assert written[-1][0] == "TaskFinished" and written[-1][1]["answer"] == ANSWER
+    elif new_field:  # the fork: answered by its model, its origin kept
         assert first[1][new_field] == "src" and first[1]["forked_at"] == 4
         assert written[-1][0] == "TaskFinished" and written[-1][1]["answer"] == ANSWER
     else:  # the retried job: its call ran once, the retry's origin kept

@@ -47,6 +47,9 @@ EXAMPLES = [
     TaskCreated("scripted:x.yaml", "prompt \x00 with NUL", True, "system", 100, ("Bash", "Read")),
     MessageTaken(3, "lone \udc80 surrogate"),
     ModelCalled("ab" * 32),
+    ModelCalled("cd" * 32, "", 1234),
+    ModelReplied((Text("thought hard"),), "end_turn", Usage(5, 900, 0, 0, 640)),
+    ModelReplied((Text("no usage said"),), "end_turn", None),
     ModelReplied(
         (Text("let me"), ToolCall("c1", "Bash", {"command": "ls", "n": [1, 2.5, None]})),
         "tool_use",
@@ -145,3 +148,31 @@ def test_a_task_created_with_a_copied_workspace_is_read_only_by_a_noeta_that_kno
     # Without it, a TaskCreated is stored as before: no field, its old version.
     fresh = TaskCreated(model="scripted:x", tools=None, forked_from="t")
     assert "workspace_from" not in encode(fresh)[1] and encode(fresh)[1]["v"] == 2
+
+
+def test_a_reply_with_the_four_counts_is_stored_as_before_reasoning_tokens() -> None:
+    stored = (
+        '{"v":1,"content":[],"stop_reason":"end_turn","usage":{"input_tokens":1,'
+        '"output_tokens":2,"cache_read_tokens":3,"cache_write_tokens":4},'
+        '"provider_stop_reason":"","response_id":""}'
+    )
+    replied = ModelReplied((), "end_turn", Usage(1, 2, 3, 4))
+    assert payload.encode(encode(replied)[1]) == stored
+    assert decode("ModelReplied", payload.decode(stored)) == replied
+
+
+@pytest.mark.parametrize("usage", [Usage(5, 900, reasoning_tokens=640), None])
+def test_reasoning_or_unknown_usage_is_read_only_by_a_noeta_that_knows_it(
+    usage: Usage | None,
+) -> None:
+    """A noeta before them would fail to read that usage (its log unreadable): version 2
+    makes it leave the task to a newer worker instead (ADR-0097, kind 2)."""
+    _, data = encode(ModelReplied((), "end_turn", usage))
+    assert data["v"] == 2
+    assert decode("ModelReplied", data) == ModelReplied((), "end_turn", usage)
+    assert decode("ModelReplied", {**data, "v": 3}) == UnknownEvent("ModelReplied", 3)
+
+
+def test_a_call_without_an_estimate_is_stored_as_before_it() -> None:
+    assert encode(ModelCalled("ab"))[1] == {"v": 1, "request_sha256": "ab", "trace": ""}
+    assert encode(ModelCalled("ab", "", 7))[1]["input_estimate"] == 7

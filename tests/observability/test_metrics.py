@@ -16,6 +16,7 @@ from noeta.core.errors import Conflict
 from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
+from noeta.core.rules.prices import price_table
 from noeta.core.runner.task import TaskRunner
 from noeta.observability import instruments, metrics, observed
 
@@ -65,6 +66,32 @@ async def test_claims_conflicts_and_model_calls_are_counted(
     (duration,) = found["gen_ai.client.operation.duration"]
     assert duration.count == 1 and duration.attributes["gen_ai.provider.name"] == "scripted"
     assert "error.type" not in duration.attributes
+
+
+async def test_token_usage_follows_the_genai_conventions_and_cost_is_counted(
+    store: Store, tmp_path: Path, reader: InMemoryMetricReader
+) -> None:
+    """Billable input (cached included) and output, by `gen_ai.token.type`; the cost in USD
+    at the worker's prices."""
+    script = tmp_path / "t.yaml"
+    usage = {"input_tokens": 100, "output_tokens": 40, "cache_read_tokens": 1_000_000}
+    script.write_text(json.dumps({"replies": [{"text": "done", "usage": usage}]}))
+    spec = f"scripted:{script}"
+    prices = {"input": 2, "output": 10, "cache_read": 0.5, "cache_write": 0}
+    metrics.price_with(price_table({spec: prices}))
+    created = events.TaskCreated(model=spec, prompt="go")
+    await store.create_task(NewTask("t", [NewEvent(*events.encode(created))]))
+    claim = await store.claim("w", ["default"], 60)
+    assert claim is not None
+    await TaskRunner(store, ProviderRegistry()).run(claim)
+
+    found = points(reader)
+    tokens = {p.attributes["gen_ai.token.type"]: p for p in found["gen_ai.client.token.usage"]}
+    assert {kind: p.sum for kind, p in tokens.items()} == {"input": 1_000_100, "output": 40}
+    assert tokens["input"].attributes["gen_ai.operation.name"] == "chat"
+    (cost,) = found["noeta.model.cost"]
+    assert cost.value == pytest.approx(0.0002 + 0.0004 + 0.5)
+    assert cost.attributes["gen_ai.provider.name"] == "scripted"
 
 
 async def test_queue_depth_is_the_latest_reading_per_queue_and_an_empty_queue_reads_0(

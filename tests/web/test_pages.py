@@ -121,6 +121,25 @@ async def test_the_timeline_marks_takeovers_recoveries_and_model_calls(
     assert "calls Bash (c1)" in page
 
 
+async def test_the_task_page_sums_its_usage_unknown_cost_and_possibly_billed(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    reply = events.ModelReplied((Text("hi"),), "end_turn", Usage(1234, 56, 7000, 0))
+    happened = [
+        events.ModelCalled("ab" * 32, "", 900),
+        events.ModelCallCut(1, "worker_lost"),
+        events.ModelCalled("ab" * 32, "", 900),
+        reply,
+    ]
+    await task_with_log(store, "billed", happened)
+    page = web().get("/tasks/billed").text
+    usage = page.split('id="task-usage"', 1)[1].split("</div>", 1)[0]
+    assert "usage (with subtasks): cost unknown + possibly billed unknown" in usage
+    assert "1 reply, in 1,234 cache read 7,000 cache write 0 out 56  unknown" in usage
+    assert "no price for scripted:" in usage
+    assert "1 request with no reply, ~900 input tokens" in usage
+
+
 async def test_a_10_mb_tool_output_is_cut_and_served_raw_in_parts(
     store: Store, web: Callable[..., TestClient]
 ) -> None:
@@ -174,6 +193,7 @@ async def test_a_log_of_100000_events_is_paged(
     newest = http.get("/tasks/long").text
     assert newest.count("<li class=") == 200
     assert "events 99802 to 100001 of 100001" in newest
+    assert "usage is not summed on this page for 100,001 events" in newest
     first = http.get("/tasks/long", params={"after": 0}).text
     assert 'data-seq="1"' in first and 'data-seq="201"' not in first
     assert http.get("/tasks/long", params={"after": "-1"}).status_code == 400

@@ -8,11 +8,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import assert_never
 
+from noeta.backends.models.usage import anthropic_usage
 from noeta.backends.models.wire import (
     JsonEndpoint,
     MalformedReply,
     check_base_url,
-    count,
     encode_json,
     member,
 )
@@ -26,7 +26,6 @@ from noeta.core.ports.model import (
     Text,
     ToolCall,
     ToolResult,
-    Usage,
 )
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -178,21 +177,7 @@ def _parse_message(document: dict[str, object]) -> ModelReply:
     return ModelReply(
         content=tuple(content),
         stop_reason=_STOP_REASONS.get(stop_reason, "other"),
-        usage=_parse_usage(document.get("usage")),
+        usage=anthropic_usage(document.get("usage")),
         provider_stop_reason=stop_reason,
         response_id=response_id if isinstance(response_id, str) else "",
-    )
-
-
-def _parse_usage(usage: object) -> Usage:
-    if usage is None:
-        return Usage()
-    if not isinstance(usage, dict):
-        raise MalformedReply("'usage' is not an object")
-    # input_tokens counts only what was neither read from nor written to the cache.
-    return Usage(
-        input_tokens=count(usage, "input_tokens"),
-        output_tokens=count(usage, "output_tokens"),
-        cache_read_tokens=count(usage, "cache_read_input_tokens"),
-        cache_write_tokens=count(usage, "cache_creation_input_tokens"),
     )

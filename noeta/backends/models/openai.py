@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 
 import httpx
 
+from noeta.backends.models.usage import openai_usage
 from noeta.backends.models.wire import (
     JsonEndpoint,
     MalformedReply,
     check_base_url,
-    count,
     encode_json,
     member,
 )
@@ -28,7 +28,6 @@ from noeta.core.ports.model import (
     Text,
     ToolCall,
     ToolResult,
-    Usage,
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -204,7 +203,7 @@ def _parse_completion(document: dict[str, object]) -> ModelReply:
     return ModelReply(
         content=tuple(content),
         stop_reason=stop_reason,
-        usage=_parse_usage(document.get("usage")),
+        usage=openai_usage(document.get("usage")),
         provider_stop_reason=finish_reason,
         response_id=response_id if isinstance(response_id, str) else "",
     )
@@ -223,18 +222,3 @@ def _parse_tool_call(call: object) -> ToolCall:
     if not isinstance(parsed, dict):
         raise MalformedReply("the model returned tool arguments that are not valid JSON")
     return ToolCall(id=member(call, "id", str), name=member(function, "name", str), input=parsed)
-
-
-def _parse_usage(usage: object) -> Usage:
-    if usage is None:
-        return Usage()
-    if not isinstance(usage, dict):
-        raise MalformedReply("'usage' is not an object")
-    details = usage.get("prompt_tokens_details")
-    cached = count(details, "cached_tokens") if isinstance(details, dict) else 0
-    # prompt_tokens includes the cached ones; noeta's input_tokens, like Anthropic's, does not.
-    return Usage(
-        input_tokens=max(0, count(usage, "prompt_tokens") - cached),
-        output_tokens=count(usage, "completion_tokens"),
-        cache_read_tokens=cached,
-    )

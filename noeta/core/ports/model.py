@@ -70,17 +70,37 @@ StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "other"]
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    input_tokens: int = 0
+    """What one reply was billed for, by kind. The kinds do not overlap, except
+    `reasoning_tokens`: the part of `output_tokens` the model spent thinking (billed as
+    output; OpenAI reports it, Anthropic folds thinking into output)."""
+
+    input_tokens: int = 0  # neither read from nor written to the prompt cache
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def plus(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    @property
+    def all_input_tokens(self) -> int:
+        """Every input token, cached or not (the GenAI conventions' input count)."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
 
 
 @dataclass(frozen=True, slots=True)
 class ModelReply:
     content: tuple[Text | ToolCall, ...]
     stop_reason: StopReason
-    usage: Usage = field(default_factory=Usage)
+    # None: the provider sent no usage. Unknown, never counted as 0 tokens.
+    usage: Usage | None = field(default_factory=Usage)
     provider_stop_reason: str = ""  # as the provider said it, for the log
     response_id: str = ""
 

@@ -24,6 +24,9 @@ WORKER_TOOLS_VERSION = 2
 # A TaskCreated that starts in a copy of another task's workspace is version 3, so a noeta
 # that predates the copy leaves the fork to a newer one instead of running it on no files.
 WORKSPACE_COPY_VERSION = 3
+# A ModelReplied whose usage is unknown (the provider sent none: null) or holds reasoning
+# tokens is version 2: a noeta that predates them cannot read that usage (ADR-0097 kind 2).
+USAGE_VERSION = 2
 
 CutCause = Literal["worker_lost", "call", "not_sent"]
 TurnOutcome = Literal["answered", "no_answer", "failed"]
@@ -83,6 +86,10 @@ class ModelCalled:
 
     request_sha256: str
     trace: str = ""  # the call's span record (noeta.observability.span_record); "" untraced
+    # The request's input tokens as estimated before it was sent (model_limits'
+    # estimate_tokens): what a request whose reply never came may have been billed for.
+    # 0 (not stored) in logs written before it.
+    input_estimate: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +107,7 @@ class ModelCallCut:
 class ModelReplied:
     content: tuple[Text | ToolCall, ...]
     stop_reason: str  # noeta's StopReason
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage | None = field(default_factory=Usage)  # None: the provider sent none
     provider_stop_reason: str = ""
     response_id: str = ""
 
@@ -360,7 +367,7 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
     if not isinstance(version, int):
         raise ValueError(f"{event_type} data has no encoding version")
     cls = EVENT_TYPES.get(event_type)
-    newest = WORKSPACE_COPY_VERSION if cls is TaskCreated else ENCODING_VERSION
+    newest = _NEWEST_VERSION.get(cls, ENCODING_VERSION)  # type: ignore[arg-type]
     if cls is None or version > newest:
         return UnknownEvent(event_type, version)
     try:
@@ -380,6 +387,13 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
 _STORED_ONLY_WHEN_SET: dict[type, dict[str, object]] = {
     TaskCreated: {"forked_from": "", "forked_at": 0, "workspace_from": ""},
     CallRequested: {"retry_of": ""},
+    ModelCalled: {"input_estimate": 0},
+}
+
+# The newest encoding of the types that have more than one.
+_NEWEST_VERSION: dict[type, int] = {
+    TaskCreated: WORKSPACE_COPY_VERSION,
+    ModelReplied: USAGE_VERSION,
 }
 
 
@@ -388,6 +402,8 @@ def _version_of(event: Event) -> int:
         return WORKSPACE_COPY_VERSION
     if isinstance(event, TaskCreated) and event.tools is None:
         return WORKER_TOOLS_VERSION
+    if isinstance(event, ModelReplied) and (event.usage is None or event.usage.reasoning_tokens):
+        return USAGE_VERSION
     return ENCODING_VERSION
 
 
@@ -408,8 +424,13 @@ def _to_json(value: Any) -> JSONValue:
     if isinstance(value, Pin):
         return list(value.as_tuple())
     if isinstance(value, Usage):
-        return {name: getattr(value, name) for name in Usage.__dataclass_fields__}
+        # No reasoning tokens: the four counts of version 1, byte for byte.
+        names = Usage.__dataclass_fields__ if value.reasoning_tokens else _USAGE_V1
+        return {name: getattr(value, name) for name in names}
     return value  # type: ignore[no-any-return]
+
+
+_USAGE_V1 = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
 def _same(value: Any) -> Any:
@@ -430,7 +451,7 @@ def _blocks(value: Any) -> tuple[Text | ToolCall, ...]:
 
 _FROM_JSON: dict[tuple[type, str], Any] = {
     (ModelReplied, "content"): _blocks,
-    (ModelReplied, "usage"): lambda value: Usage(**value),
+    (ModelReplied, "usage"): lambda value: None if value is None else Usage(**value),
     (TaskCreated, "tools"): lambda value: None if value is None else tuple(value),
     (PluginsPinned, "pins"): lambda value: tuple(Pin(*pin) for pin in value),
 }

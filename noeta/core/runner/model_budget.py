@@ -99,12 +99,14 @@ def writer(store: Store, budget: ModelBudget | None) -> Append:
     return append_within_budget
 
 
-async def replied(store: Store, budget: ModelBudget | None, usage: Usage) -> None:
+async def replied(store: Store, budget: ModelBudget | None, usage: Usage | None) -> None:
     """Move the tokens taken at the call (an estimate) to the reply's real use. Advice
     to the limits, not the task's record: a store error here is logged, not raised.
-    Where the append found no limit on the call, there is nothing to correct: no
-    statement is sent."""
+    Where the append found no limit on the call, or the reply says no usage (the
+    estimate stands), there is nothing to correct: no statement is sent."""
     limiter = store.capabilities.model_limits
+    if usage is None:
+        return
     if budget is not None and budget.taken.by_a_limit and limiter is not None:
         try:
             await limiter.model_call_used(budget, usage.input_tokens + usage.output_tokens)

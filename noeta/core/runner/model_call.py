@@ -13,7 +13,12 @@ from typing import Protocol
 from noeta.core import failpoints
 from noeta.core.errors import CommitUnknown, NoetaError, StoreError, StoreUnavailable
 from noeta.core.ports.model import Provider, ProviderError
-from noeta.core.ports.model_limits import ModelBudget, ModelBudgetHeld, ModelBudgetWait
+from noeta.core.ports.model_limits import (
+    ModelBudget,
+    ModelBudgetHeld,
+    ModelBudgetWait,
+    estimate_tokens,
+)
 from noeta.core.ports.tool import Tool, spec_of
 from noeta.core.retry import ModelCallFailed, send_with_retries
 from noeta.core.rules import events as ev
@@ -61,7 +66,9 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
         # Within the shared limits, the append that records the call takes its budget, or
         # hands the task back (ModelBudgetWait ends the claim) and records nothing.
         budget = model_budget.budget_for(run.store, provider.name, model_name, body, keep_claim)
-        called = ev.ModelCalled(hashlib.sha256(body).hexdigest(), step.record)
+        called = ev.ModelCalled(
+            hashlib.sha256(body).hexdigest(), step.record, estimate_tokens(body)
+        )
         while True:
             try:
                 await run.append([called], budget=budget)

@@ -7,10 +7,12 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,8 @@ from noeta.backends.models.anthropic import AnthropicProvider
 from noeta.backends.models.openai import OpenAIProvider
 from noeta.backends.stores import open_store
 from noeta.config import Config
-from noeta.core.ports.model import Provider, ToolCall
+from noeta.core.ports.model import Provider, ToolCall, Usage
+from noeta.core.ports.model_limits import estimate_tokens
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
@@ -88,6 +91,35 @@ async def test_a_task_with_a_tool_call_runs_end_to_end(
         assert API_KEY not in str(event.data)
 
 
+async def test_the_log_keeps_each_replys_usage_as_sent_and_each_requests_estimate(
+    store: Store, fake: tuple[str, FakeAnthropic | FakeOpenAI]
+) -> None:
+    """Cache and reasoning tokens in the fields each API sends them; a reply with no usage
+    logged as unknown (null), never 0; each ModelCalled with its request's estimate."""
+    kind, server = fake
+    call = ToolCall("call_1", "Echo", {"text": "hi"})
+    counts = {"input_tokens": 11, "output_tokens": 70, "cache_read_tokens": 300}
+    if kind == "anthropic":
+        counts["cache_write_tokens"] = 50
+    else:
+        counts["reasoning_tokens"] = 40
+    server.script(Reply(tool_calls=(call,), **counts), Reply(text="done", with_usage=False))
+    created = events.TaskCreated(model=f"{kind}:test-model", prompt="say hi", tools=("Echo",))
+    await store.create_task(NewTask("u", [NewEvent(*events.encode(created))]))
+    claim = await store.claim_task("w", "u", 60)
+    assert claim is not None
+    chosen = provider(kind, server.base_url)
+    try:
+        await TaskRunner(store, Registry(chosen), {"Echo": Echo()}, sleep=Sleeps()).run(claim)
+    finally:
+        await chosen.close()
+    logged = [events.decode(e.type, e.data) for e in await store.read_log("u")]
+    replies = [e.usage for e in logged if isinstance(e, events.ModelReplied)]
+    assert replies == [Usage(**counts), None]
+    estimates = [e.input_estimate for e in logged if isinstance(e, events.ModelCalled)]
+    assert estimates == [estimate_tokens(request.body) for request in server.requests]
+
+
 async def test_each_retry_is_one_log_line_with_the_attempt_the_reason_and_the_wait(
     store: Store, fake: tuple[str, FakeAnthropic | FakeOpenAI], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -126,11 +158,17 @@ async def test_each_retry_is_one_log_line_with_the_attempt_the_reason_and_the_wa
         assert API_KEY not in line and secret_words not in line and "private" not in line
 
 
-async def test_the_request_resent_after_a_kill_is_byte_identical(
+async def test_the_request_resent_after_a_kill_is_byte_identical_and_billed_once(
     postgres_url: str, fake: tuple[str, FakeAnthropic | FakeOpenAI], tmp_path: Path
 ) -> None:
+    """A real SIGKILL between ModelCalled and ModelReplied, a takeover that sends the
+    request again: the same bytes, and the cost `noeta show` says equals the bill computed
+    from the fake's own records, the unanswered request counted once as possibly billed."""
     kind, server = fake
-    server.script(Stall(), Reply(text="4"))
+    counts = {"input_tokens": 120, "output_tokens": 9, "cache_read_tokens": 3000}
+    if kind == "anthropic":
+        counts["cache_write_tokens"] = 700
+    server.script(Stall(), Reply(text="4", **counts))
     env = {**os.environ, "NOETA_STORE": postgres_url, "NOETA_HOME": str(tmp_path)}
     if kind == "anthropic":
         env |= {"ANTHROPIC_API_KEY": API_KEY, "ANTHROPIC_BASE_URL": server.base_url}
@@ -195,6 +233,50 @@ async def test_the_request_resent_after_a_kill_is_byte_identical(
         if child.poll() is None:
             child.kill()
         await store.close()
+    await _show_bills_what_the_fake_billed(kind, server, env, tmp_path)
+
+
+# USD per million tokens, by kind: set in noeta.yaml, as an operator would.
+PRICES = {
+    "input": Decimal(3),
+    "output": Decimal(15),
+    "cache_read": Decimal("0.3"),
+    "cache_write": Decimal("3.75"),
+}
+
+
+async def _show_bills_what_the_fake_billed(
+    kind: str, server: FakeAnthropic | FakeOpenAI, env: dict[str, str], tmp_path: Path
+) -> None:
+    billed = [reply for _, reply in server.billed]
+    assert len(server.requests) == 2 and len(billed) == 1  # the first was never answered
+    bill = Decimal(0)
+    for reply in billed:  # the fake's records: what each wire usage field said
+        bill += reply.input_tokens * PRICES["input"] + reply.output_tokens * PRICES["output"]
+        bill += reply.cache_read_tokens * PRICES["cache_read"]
+        bill += reply.cache_write_tokens * PRICES["cache_write"]
+    # The estimate's documented rule: a token per 4 bytes of the request, rounded up.
+    possibly = -(-len(server.requests[0].body) // 4) * PRICES["input"]
+    config = tmp_path / "prices.yaml"
+    prices = ", ".join(f"{name}: {price}" for name, price in PRICES.items())
+    config.write_text(f"prices:\n  {kind}:test-model: {{{prices}}}\n")
+    shown = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "noeta", "show", "k", "--config", str(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    total = re.search(
+        r"^usage \(with subtasks\): cost \$(\S+) \+ possibly billed \$(\S+)$", shown.stdout, re.M
+    )
+    assert total is not None, shown.stdout
+    assert Decimal(total.group(1)) == bill / 1_000_000
+    assert Decimal(total.group(2)) == (possibly / 1_000_000).quantize(Decimal("0.000001"))
+    assert "1 reply" in shown.stdout and "possibly billed: 1 request" in shown.stdout
 
 
 async def until(condition: object, what: str, within: float = 30.0) -> None:
