@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from noeta.backends.stores import open_store
+from noeta.core.ports.retention import Pruning
 from noeta.core.ports.store import TaskStatus
 from noeta.core.ports.store_views import StoreViews
 from noeta.core.rules import events
@@ -113,3 +114,17 @@ async def test_postgres_fills_its_search_table_in_batches_past_its_marks(
     # A task created since is searched before the table holds it.
     await agent(views, "a-new", "a fresh prompt")
     assert await ids(views, "fresh prompt") == ["a-new"]
+
+
+async def test_a_pruned_tasks_row_of_the_search_goes_with_it(
+    views: StoreViews, store_url: str
+) -> None:
+    if store_url.startswith("sqlite"):
+        pytest.skip("the sqlite store searches its tasks as written (ADR-0102)")
+    await some_tasks(views)
+    await fill(views)
+    assert isinstance(views, Pruning)
+    assert (await views.prune_finished(timedelta(0))).tasks == 1  # j-add, the one finished
+    with psycopg.connect(store_url) as connection:
+        rows = connection.execute("SELECT task_id FROM task_search ORDER BY 1").fetchall()
+    assert [row[0] for row in rows] == ["a-plain", "a-quarter", "j-resize"]

@@ -72,6 +72,9 @@ BEGIN
     -- for the job) and its row would stay for ever. A key a producer has moved to a newer
     -- job meanwhile names that one, and stays.
     DELETE FROM job_unique_keys WHERE task_id = ANY (v_ids);
+    -- Their rows of the text search (0028): a search joins tasks and would never show
+    -- them, but nothing else would take them away.
+    DELETE FROM task_search WHERE task_id = ANY (v_ids);
     IF p_keep_ids THEN
         INSERT INTO pruned_task_ids (id) SELECT unnest(v_ids) ON CONFLICT (id) DO NOTHING;
     END IF;
