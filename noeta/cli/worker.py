@@ -16,7 +16,7 @@ from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import check_store_url, config_option, store_option
 
 if TYPE_CHECKING:  # `noeta worker --help` imports neither the worker nor its tools
-    from noeta.worker.worker import WorkerSettings
+    from noeta.worker.settings import WorkerSettings
 
 
 @click.command()
@@ -79,7 +79,7 @@ def worker(
     """Claim tasks from the queues and run them until SIGTERM or SIGINT."""
     from noeta import observability
     from noeta.core.ports.store import check_key, check_lease
-    from noeta.worker.worker import WorkerSettings
+    from noeta.worker.settings import WorkerSettings
 
     make_non_dumpable()  # first: the tools it runs must not read its environment or memory
     check_lease(lease_seconds)
