@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from noeta.observability import names
 
 if TYPE_CHECKING:
+    from noeta.core.ports.model_limits import ModelLimit
     from noeta.core.ports.store import Store
 
 # Seconds between the worker's queue-depth readings (one cheap statement each).
@@ -52,6 +53,8 @@ class MetricSink(Protocol):
     ) -> None: ...
 
     def shutdown(self) -> None: ...
+
+    def set_model_limits(self, limits: Sequence[ModelLimit]) -> None: ...
 
 
 class _Switch:
@@ -168,3 +171,18 @@ async def _measure_queue_load(sink: MetricSink, store: Store, queues: Sequence[s
         for key, count in overview.running_by_key.items() if overview else ():
             running[(queue, key)] = count
     sink.set_queue_load(running, waiting)
+
+
+# The shared model limits, read from the store at a Prometheus scrape (per limit key: a
+# few, each set by an operator with `noeta limit set`).
+MODEL_LIMIT_CALLS = "noeta.model_limit.calls"
+MODEL_LIMIT_HANDBACKS = "noeta.model_limit.handbacks"
+MODEL_LIMIT_THROTTLED = "noeta.model_limit.throttled"
+MODEL_LIMIT_PAUSED = "noeta.model_limit.paused"
+
+
+async def measure_model_limits(store: Store) -> None:
+    """One reading of the shared model limits' counts, where the store keeps limits."""
+    limiter = store.capabilities.model_limits
+    if (sink := _on.sink) is not None and limiter is not None:
+        sink.set_model_limits(await limiter.model_limits())

@@ -36,6 +36,7 @@ from noeta.core.ports.store import MAX_CLAIM_BATCH, Claim, ClaimKey, LoadedTask,
 from noeta.core.retry import backoff_seconds
 from noeta.core.rules import wakeups
 from noeta.core.runner.task import RunResult, TaskRunner
+from noeta.health.liveness import Liveness
 from noeta.observability import metrics, tracing
 from noeta.worker.idle_registration import IdleRegistration
 from noeta.worker.jobs import JobManager
@@ -48,13 +49,23 @@ from noeta.worker.warmup import warm_up
 
 log = logging.getLogger("noeta.worker")
 
+CLAIM_LOOP = "claim loop"
+
 
 class Worker(WaitingClaims):
-    def __init__(self, store: Store, runner: TaskRunner, settings: WorkerSettings) -> None:
+    def __init__(
+        self,
+        store: Store,
+        runner: TaskRunner,
+        settings: WorkerSettings,
+        liveness: Liveness | None = None,
+    ) -> None:
         self.store = store
         self.runner = runner
         self.settings = settings
-        self.renewer = Renewer(store, settings.lease_seconds, self._lost)
+        # Each loop's last turn, for /livez (`--health`); kept whether or not it is served.
+        self.liveness = liveness or Liveness()
+        self.renewer = Renewer(store, settings.lease_seconds, self._lost, liveness=self.liveness)
         self.jobs = JobManager(store, self._resume_holding)
         runner.jobs = self.jobs
         self.running: dict[ClaimKey, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
@@ -112,6 +123,7 @@ class Worker(WaitingClaims):
         try:
             while not stop.is_set():
                 if self._slots.locked():  # every slot busy: wait for one, or for the stop
+                    self.liveness.turned(CLAIM_LOOP, None)  # a run may rightly take hours
                     acquired = asyncio.create_task(self._slots.acquire())
                     await asyncio.wait({acquired, stopping}, return_when=asyncio.FIRST_COMPLETED)
                     if stop.is_set():
@@ -122,6 +134,9 @@ class Worker(WaitingClaims):
                         break
                 else:  # a free slot: the idle worker woken by a call, or a run ended
                     await self._slots.acquire()
+                # A claim, and a registration waiting up to a poll: each bounded.
+                self.liveness.turned(CLAIM_LOOP, self.settings.poll_seconds)
+                await failpoints.hit("worker.claim_loop")
                 if self.registration is not None and self.registration.skips_the_claim:
                     # What the claim would clear (no await since the check: a call sets
                     # claim_next first); the registration below looks instead (ADR-0087).
@@ -142,6 +157,7 @@ class Worker(WaitingClaims):
                 if not started:
                     await self._idle(stopping)
         finally:
+            self.liveness.forget(CLAIM_LOOP)  # stopped on purpose: not stuck
             stopping.cancel()
             await self._shut_down(hand_back)
             for background in (renewing, listening, measuring, watching, present):
@@ -327,6 +343,7 @@ class Worker(WaitingClaims):
                 due = await self.store.seconds_until_due(self.settings.queues)
                 if due is not None:
                     timeout = min(timeout, due + 0.005)
+        self.liveness.turned(CLAIM_LOOP, timeout)
         woken = asyncio.create_task(self._wake.wait())
         try:
             done, _ = await asyncio.wait(
