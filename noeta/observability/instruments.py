@@ -149,9 +149,10 @@ def make_provider(service_name: str, *readers: MetricReader) -> MeterProvider:
     )
 
 
-def install(provider: MeterProvider) -> None:
-    """Record metrics through `provider` from now on (`start` does this; tests pass theirs)."""
-    metrics.switch_on(Instruments(provider))
+def install(provider: MeterProvider, *, timed: bool = True) -> None:
+    """Record metrics through `provider` from now on (`start` does this; tests pass theirs);
+    `timed`: the store's gauges are read on a timer, not only when scraped."""
+    metrics.switch_on(Instruments(provider), timed=timed)
 
 
 def start(service_name: str, *, push: bool = True, pulled: Sequence[MetricReader] = ()) -> None:
@@ -163,7 +164,7 @@ def start(service_name: str, *, push: bool = True, pulled: Sequence[MetricReader
     )
 
     if not push:
-        install(make_provider(service_name, *pulled))
+        install(make_provider(service_name, *pulled), timed=False)
         return
     exporter: Any
     if os.environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() == "console":

@@ -59,6 +59,8 @@ class MetricSink(Protocol):
 
 class _Switch:
     sink: MetricSink | None = None  # set while metrics are on
+    # False when metrics are only scraped (`--health`, no OTLP): a scrape reads the store.
+    timed: bool = True
 
 
 _on = _Switch()
@@ -68,8 +70,14 @@ def enabled() -> bool:
     return _on.sink is not None
 
 
-def switch_on(sink: MetricSink) -> None:
-    _on.sink = sink
+def switch_on(sink: MetricSink, *, timed: bool = True) -> None:
+    _on.sink, _on.timed = sink, timed
+
+
+def read_on_a_timer() -> bool:
+    """Whether a worker reads the queue gauges every QUEUE_DEPTH_SECONDS (metrics are
+    pushed); scraped only, they are read at each scrape instead."""
+    return _on.sink is not None and _on.timed
 
 
 def uninstall() -> None:

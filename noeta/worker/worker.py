@@ -191,8 +191,8 @@ class Worker(WaitingClaims):
 
     async def _measure_queues(self) -> None:
         """Queue depth for the metric: one cheap count now and then, only if exported."""
-        if not metrics.enabled():
-            return
+        if not metrics.read_on_a_timer():
+            return  # off, or only scraped: a scrape reads it
         while True:
             with contextlib.suppress(StoreError):
                 await metrics.measure_queue_depth(self.store, self.settings.queues)
