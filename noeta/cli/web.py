@@ -180,6 +180,8 @@ async def _serve(
     else:
         click.echo(f"noeta web: log in at http://{shown}/login with {TOKEN_ENV}")
     health.start()
+    if health.address:
+        click.echo(f"noeta web: health: serving /livez, /readyz and /metrics on {health.address}")
     try:
         await _Server(config, feed).serve(sockets=[listening])
     finally:

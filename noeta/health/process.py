@@ -54,7 +54,7 @@ class ProcessHealth:
         self._beating = asyncio.create_task(self.liveness.beat_event_loop(), name="noeta-beat")
         self._server = HealthServer(self.listening, self.liveness, self.readiness, self._scrape)
         self._server.start()
-        log.info("health: serving /livez, /readyz and /metrics on %s", _shown(self.listening))
+        log.info("health: serving /livez, /readyz and /metrics on %s", self.address)
 
     def _scrape(self) -> tuple[bytes, str]:
         """The metrics text: the store readings first, if due, bounded; a store that does
@@ -74,6 +74,11 @@ class ProcessHealth:
         from noeta.observability import prometheus
 
         return prometheus.render()
+
+    @property
+    def address(self) -> str:
+        """HOST:PORT the health server listens on ("" when off)."""
+        return "" if self.listening is None else _shown(self.listening)
 
     async def close(self) -> None:
         if self._beating is not None:
