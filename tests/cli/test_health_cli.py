@@ -1,5 +1,5 @@
-"""`--health` given an address it cannot use, on the real executables: one line on stderr,
-exit 1, before anything starts (no store is opened)."""
+"""`--health` given an address it cannot use, and `--check` of a store that does not
+answer, on the real executables: one line on stderr, exit 1, before anything starts."""
 
 from __future__ import annotations
 
@@ -24,9 +24,11 @@ def taken() -> Iterator[str]:
         yield f"127.0.0.1:{listening.getsockname()[1]}"
 
 
-def noeta(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+def noeta(
+    tmp_path: Path, *arguments: str, store: str | None = None
+) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("NOETA_", "OTEL_"))}
-    environment["NOETA_STORE"] = f"sqlite:///{tmp_path / 'noeta.db'}"
+    environment["NOETA_STORE"] = store or f"sqlite:///{tmp_path / 'noeta.db'}"
     return subprocess.run(
         [NOETA, *arguments],
         capture_output=True,
@@ -49,6 +51,21 @@ def test_health_on_an_address_in_use_is_one_line_and_exit_1(
         == f"noeta: error: --health: cannot listen on {taken}: the address is in use\n"
     )
     assert not (tmp_path / "noeta.db").exists()  # refused before the store was opened
+
+
+@pytest.mark.parametrize("command", ["worker", "scheduler"])
+def test_check_of_a_store_that_does_not_answer_is_one_line_and_exit_1(
+    tmp_path: Path, command: str
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql://noeta:secret-password@127.0.0.1:{port}/noeta"
+    result = noeta(tmp_path, command, "--check", store=url)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith("noeta: not ready: store: cannot connect to PostgreSQL")
+    assert "secret-password" not in result.stderr
 
 
 @pytest.mark.parametrize("address", ["nonsense", "127.0.0.1:70000", "127.0.0.1:", "[::1]:x"])

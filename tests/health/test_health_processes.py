@@ -133,9 +133,6 @@ async def test_a_store_that_stops_answering_makes_the_worker_not_ready_but_live(
     status, text = await get(address, "/metrics")
     assert status == 200
     assert 'noeta_queue_depth{noeta_queue="default"} 0.0' in text  # read at the scrape
-    checked = await asyncio.to_thread(noeta, "worker", "--check", url=proxied)
-    assert (checked.returncode, checked.stderr) == (0, "")
-    assert checked.stdout == "ready: the store answers and its schema is current\n"
 
     proxy.stop()  # PostgreSQL is gone, as far as the worker can tell
 
@@ -150,10 +147,6 @@ async def test_a_store_that_stops_answering_makes_the_worker_not_ready_but_live(
     status, text = await get(address, "/metrics")  # the store readings fail, bounded
     assert status == 200
     assert "process_cpu_seconds_total" in text and "noeta_queue_depth" in text
-    checked = await asyncio.to_thread(noeta, "worker", "--check", url=proxied)
-    assert checked.returncode == 1 and checked.stdout == ""
-    assert len(checked.stderr.strip().splitlines()) == 1
-    assert checked.stderr.startswith("noeta: not ready: store: ")
     assert worker.process.poll() is None
 
 
