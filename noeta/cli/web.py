@@ -5,7 +5,6 @@ behind a token: NOETA_WEB_TOKEN, or one drawn at start and printed once in a log
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import socket
 from dataclasses import dataclass
@@ -110,21 +109,9 @@ class _Settings:
 
 def _listen(host: str, port: int) -> socket.socket:
     """The listening socket, made here so a taken address is one clear line, not a log."""
-    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    except socket.gaierror as error:
-        raise ConfigError(f"cannot listen on {shown}: {error.strerror}") from None
-    listening = socket.socket(family, socket.SOCK_STREAM)
-    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listening.bind((host, port))
-        listening.listen(128)
-    except OSError as error:
-        listening.close()
-        why = "the address is in use" if error.errno == errno.EADDRINUSE else error.strerror
-        raise ConfigError(f"cannot listen on {shown}: {why}") from None
-    return listening
+    from noeta.health.server import ListenAddress, listen
+
+    return listen(ListenAddress(host, port), option="")
 
 
 async def _serve(

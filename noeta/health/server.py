@@ -32,7 +32,7 @@ JSON = "application/json"
 
 
 @dataclass(frozen=True, slots=True)
-class HealthAddress:
+class ListenAddress:
     host: str
     port: int
 
@@ -45,7 +45,7 @@ class HealthAddress:
         return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
 
 
-def parse_address(text: str) -> HealthAddress:
+def parse_address(text: str) -> ListenAddress:
     """`HOST:PORT`, `[V6]:PORT`, `:PORT` or `PORT` (both: loopback)."""
     host, colon, port_text = text.strip().rpartition(":")
     if not colon:
@@ -53,23 +53,26 @@ def parse_address(text: str) -> HealthAddress:
     host = host.removeprefix("[").removesuffix("]") or DEFAULT_HOST
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535 or not host.strip():
         raise ConfigError(f"--health takes HOST:PORT (e.g. 127.0.0.1:9464), not {text!r}")
-    return HealthAddress(host, int(port_text))
+    return ListenAddress(host, int(port_text))
 
 
-def listen(address: HealthAddress) -> socket.socket:
-    """The listening socket, made before anything starts: a taken address is one line."""
+def listen(address: ListenAddress, option: str = "--health") -> socket.socket:
+    """The listening socket, made before anything starts: a taken address is one line
+    (`noeta web --bind` makes its own here too, with no `option` named)."""
+    said = f"{option}: " if option else ""
     try:
         family = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)[0][0]
     except socket.gaierror as error:
-        raise ConfigError(f"--health: cannot listen on {address}: {error.strerror}") from None
+        raise ConfigError(f"{said}cannot listen on {address}: {error.strerror}") from None
     listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listening.bind((address.host, address.port))
-        listening.listen(64)
+        listening.listen(128)
     except OSError as error:
         listening.close()
         why = "the address is in use" if error.errno == errno.EADDRINUSE else error.strerror
-        raise ConfigError(f"--health: cannot listen on {address}: {why}") from None
+        raise ConfigError(f"{said}cannot listen on {address}: {why}") from None
     return listening
 
 
