@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from noeta.cli.health_options import health_options, prepare_health, run_check
 from noeta.cli.options import check_store_url, config_option, store_option
 from noeta.core.errors import ConfigError
 
 if TYPE_CHECKING:  # `noeta scheduler --help` reads no cron file
     from noeta.core.ports.store import Store
+    from noeta.health.process import ProcessHealth
     from noeta.scheduler.cronfile import Schedule
 
 log = logging.getLogger("noeta.scheduler")
@@ -38,8 +40,15 @@ log = logging.getLogger("noeta.scheduler")
     help="Prune finished tasks older than this (30m, 12h, 7d, 2w) every 15 minutes, as "
     "`noeta db prune --finished-before` does. Default: keep them all.",
 )
+@health_options
 def scheduler(
-    store: str | None, cron_files: tuple[str, ...], config: str | None, retain: str | None
+    store: str | None,
+    cron_files: tuple[str, ...],
+    config: str | None,
+    retain: str | None,
+    health: str | None,
+    stuck_after: float,
+    check: bool,
 ) -> None:
     """Fire the cron files' schedules, once per slot however many schedulers run, and wake
     idle workers when a timer falls due; with --retain, prune finished tasks. Runs until
@@ -50,6 +59,9 @@ def scheduler(
     retention = parse_duration(retain) if retain is not None else None
     schedules = load_cron_files(cron_files)  # a broken file stops the scheduler here
     check_store_url(store)
+    if check:
+        run_check(health, store)
+    serving = prepare_health(health, store, stuck_after)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -58,7 +70,9 @@ def scheduler(
 
     observability.add_secrets([resolve_url(store)])
     observability.scrub_logs()  # its log lines, like a worker's, never carry a key or password
-    asyncio.run(_serve(store, cron_files, schedules, config, retention))
+    if serving.listening is not None:
+        observability.start("noeta-scheduler", secrets=[resolve_url(store)], scraped=True)
+    asyncio.run(_serve(store, cron_files, schedules, config, retention, serving))
 
 
 async def _serve(
@@ -67,6 +81,7 @@ async def _serve(
     schedules: list[Schedule],
     config_path: str | None,
     retention: timedelta | None,
+    health: ProcessHealth,
 ) -> None:
     from noeta.backends.stores import configured_session_url, open_store
     from noeta.config import load_config
@@ -99,7 +114,11 @@ async def _serve(
         max_connections=3,
     )
     loop = asyncio.get_running_loop()
-    worker = Scheduler(store, schedules, tools_for)
+    worker = Scheduler(store, schedules, tools_for, liveness=health.liveness)
+
+    def on_stop() -> None:
+        health.readiness.drain()
+        stop.set()
 
     def on_hangup() -> None:
         try:
@@ -117,19 +136,21 @@ async def _serve(
         reload.set()
 
     for number in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(number, stop.set)
+        loop.add_signal_handler(number, on_stop)
     loop.add_signal_handler(signal.SIGHUP, on_hangup)
     log.info(
         "scheduler: %d schedules from %s",
         len(schedules),
         ", ".join(cron_files) or "no cron file (timers only)",
     )
+    health.start()
     try:
         async with asyncio.TaskGroup() as running:
             running.create_task(worker.run(stop, reload))
             if retention is not None:
                 running.create_task(_retain(store, retention, stop))
     finally:
+        await health.close()
         await store.close()
     log.info("scheduler: stopped")
 

@@ -5,7 +5,6 @@ behind a token: NOETA_WEB_TOKEN, or one drawn at start and printed once in a log
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import socket
 from dataclasses import dataclass
@@ -14,10 +13,12 @@ from typing import TYPE_CHECKING
 
 import click
 
+from noeta.cli.health_options import health_options, prepare_health, run_check
 from noeta.cli.options import check_store_url, store_option
 from noeta.core.errors import ConfigError
 
 if TYPE_CHECKING:
+    from noeta.health.process import ProcessHealth
     from noeta.scheduler.cronfile import Schedule
 
 DEFAULT_BIND = "127.0.0.1:8787"
@@ -49,7 +50,16 @@ DEFAULT_MAX_STREAMS = 200  # the same as noeta.web.site's, which this must not i
     help="Cron files whose schedules the cron page shows with their next fires (repeatable).",
 )
 @store_option
-def web(bind: str, max_streams: int, cron_files: tuple[str, ...], store: str | None) -> None:
+@health_options
+def web(
+    bind: str,
+    max_streams: int,
+    cron_files: tuple[str, ...],
+    store: str | None,
+    health: str | None,
+    stuck_after: float,
+    check: bool,
+) -> None:
     """Watch and steer tasks in a browser: the task list, each task's log as a live
     timeline (takeovers and recoveries marked), workers and cron; cancel a task, send a
     message, answer a gate.
@@ -67,6 +77,8 @@ def web(bind: str, max_streams: int, cron_files: tuple[str, ...], store: str | N
     token = os.environ.get(TOKEN_ENV) or None
     check_token_rule(where, token)
     check_store_url(store)
+    if check:
+        run_check(health, store)
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
@@ -76,8 +88,14 @@ def web(bind: str, max_streams: int, cron_files: tuple[str, ...], store: str | N
 
     schedules = load_cron_files(cron_files) if cron_files else []
     listening = _listen(where.host, where.port)
+    serving = prepare_health(health, store, stuck_after)
+    if serving.listening is not None:
+        from noeta import observability
+        from noeta.backends.stores import resolve_url
+
+        observability.start("noeta-web", secrets=[resolve_url(store)], scraped=True)
     settings = _Settings(token, schedules, where.loopback, where.host, max_streams)
-    asyncio.run(_serve(listening, store, settings))
+    asyncio.run(_serve(listening, store, settings, serving))
 
 
 @dataclass(frozen=True)
@@ -91,24 +109,14 @@ class _Settings:
 
 def _listen(host: str, port: int) -> socket.socket:
     """The listening socket, made here so a taken address is one clear line, not a log."""
-    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    except socket.gaierror as error:
-        raise ConfigError(f"cannot listen on {shown}: {error.strerror}") from None
-    listening = socket.socket(family, socket.SOCK_STREAM)
-    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listening.bind((host, port))
-        listening.listen(128)
-    except OSError as error:
-        listening.close()
-        why = "the address is in use" if error.errno == errno.EADDRINUSE else error.strerror
-        raise ConfigError(f"cannot listen on {shown}: {why}") from None
-    return listening
+    from noeta.health.server import ListenAddress, listen
+
+    return listen(ListenAddress(host, port), option="")
 
 
-async def _serve(listening: socket.socket, url: str | None, settings: _Settings) -> None:
+async def _serve(
+    listening: socket.socket, url: str | None, settings: _Settings, health: ProcessHealth
+) -> None:
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -120,6 +128,7 @@ async def _serve(listening: socket.socket, url: str | None, settings: _Settings)
             self.feed = feed
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            health.readiness.drain()
             self.feed.stop_streams()
             super().handle_exit(sig, frame)
 
@@ -157,4 +166,10 @@ async def _serve(listening: socket.socket, url: str | None, settings: _Settings)
         click.echo(f"noeta web: open http://{shown}/login?token={site.token}")
     else:
         click.echo(f"noeta web: log in at http://{shown}/login with {TOKEN_ENV}")
-    await _Server(config, feed).serve(sockets=[listening])
+    health.start()
+    if health.address:
+        click.echo(f"noeta web: health: serving /livez, /readyz and /metrics on {health.address}")
+    try:
+        await _Server(config, feed).serve(sockets=[listening])
+    finally:
+        await health.close()

@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING
 import click
 
 from noeta.cli import bounds
+from noeta.cli.health_options import health_options, prepare_health, run_check
 from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import check_store_url, config_option, store_option
 
 if TYPE_CHECKING:  # `noeta worker --help` imports neither the worker nor its tools
-    from noeta.worker.worker import WorkerSettings
+    from noeta.health.process import ProcessHealth
+    from noeta.worker.settings import WorkerSettings
 
 
 @click.command()
@@ -65,6 +67,7 @@ if TYPE_CHECKING:  # `noeta worker --help` imports neither the worker nor its to
     help="Fail with plugin_missing a task of these queues that has waited this long while"
     " no live worker offered a plugin it needs (default: it waits until one does; 0: now).",
 )
+@health_options
 def worker(
     store: str | None,
     queues: str,
@@ -75,15 +78,21 @@ def worker(
     poll_seconds: float,
     grace_seconds: float,
     unrunnable_after: float | None,
+    health: str | None,
+    stuck_after: float,
+    check: bool,
 ) -> None:
     """Claim tasks from the queues and run them until SIGTERM or SIGINT."""
     from noeta import observability
     from noeta.core.ports.store import check_key, check_lease
-    from noeta.worker.worker import WorkerSettings
+    from noeta.worker.settings import WorkerSettings
 
     make_non_dumpable()  # first: the tools it runs must not read its environment or memory
     check_lease(lease_seconds)
     check_store_url(store)  # a malformed URL is one line before anything starts or logs
+    if check:
+        run_check(health, store)
+    serving = prepare_health(health, store, stuck_after)
     names = tuple(q.strip() for q in queues.split(",") if q.strip())
     for queue in names or ("",):
         check_key("queue name", queue)
@@ -100,10 +109,12 @@ def worker(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     observability.scrub_logs()
-    asyncio.run(_serve(settings, store, config))
+    asyncio.run(_serve(settings, store, config, serving))
 
 
-async def _serve(settings: WorkerSettings, url: str | None, config_path: str | None) -> None:
+async def _serve(
+    settings: WorkerSettings, url: str | None, config_path: str | None, health: ProcessHealth
+) -> None:
     from noeta import observability
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import configured_session_url, open_store, resolve_url
@@ -115,24 +126,11 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
     from noeta.worker.worker import Worker
 
     stop, hand_back = asyncio.Event(), asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def on_signal() -> None:
-        said = logging.getLogger("noeta.worker").info
-        if hand_back.is_set():
-            os._exit(1)  # a third signal: leave at once; leases will lapse
-        if stop.is_set():
-            said("stopping: handing running tasks back now")
-            hand_back.set()
-            return
-        said("stopping: claiming nothing more; running steps may finish (--grace)")
-        stop.set()
-
-    for number in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(number, on_signal)
+    _stop_on_signals(stop, hand_back, health)
     config = load_config(config_path)
     session_url = configured_session_url(config.store_session)
-    observability.start("noeta-worker", secrets=[resolve_url(url), session_url])
+    scraped = health.listening is not None
+    observability.start("noeta-worker", secrets=[resolve_url(url), session_url], scraped=scraped)
     metrics.price_with(config.prices)  # the cost counter's prices
     toolbox = await Toolbox.open(config, runs_tools=True)
     observability.add_passed_secrets(PASSED_NAMES)  # what its tools may print
@@ -155,10 +153,17 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
         settings.lease_seconds,
         ", ".join(p.pin.name for p in toolbox.plugins),
     )
-    worker = Worker(store, runner, settings)
+    worker = Worker(store, runner, settings, health.liveness)
+
+    async def measure() -> None:  # the queue and limit gauges, when a scrape asks
+        await metrics.measure_queue_depth(store, settings.queues)
+        await metrics.measure_model_limits(store)
+
+    health.start(measure)
     try:
         await worker.run(stop, hand_back)
     finally:
+        await health.close()
         await providers.close()
         await store.close()
         await toolbox.close()
@@ -168,3 +173,24 @@ async def _serve(settings: WorkerSettings, url: str | None, config_path: str | N
         # asyncio.run would wait for: its task is handed back, so leave without it.
         logging.shutdown()
         os._exit(0)
+
+
+def _stop_on_signals(stop: asyncio.Event, hand_back: asyncio.Event, health: ProcessHealth) -> None:
+    """SIGTERM or SIGINT: claim nothing more (and be not ready first); a second: hand the
+    running tasks back now; a third: leave at once."""
+
+    def on_signal() -> None:
+        said = logging.getLogger("noeta.worker").info
+        if hand_back.is_set():
+            os._exit(1)  # a third signal: leave at once; leases will lapse
+        if stop.is_set():
+            said("stopping: handing running tasks back now")
+            hand_back.set()
+            return
+        said("stopping: claiming nothing more; running steps may finish (--grace)")
+        health.readiness.drain()  # not ready before it stops claiming
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, on_signal)

@@ -7,7 +7,8 @@ pause or SIGSTOP would), `pause` (SIGSTOP this process: it stays at the point un
 SIGCONT, so a test decides what happens meanwhile, with no timing), `sleep(ms)` (delay
 only the task that hit the point), `raise(Name)` (raise ConnectionError, RuntimeError or
 a noeta store error by name). `action@N` fires on the N-th hit only. Unset, every point
-is one dictionary lookup on an empty dict. Points: claim.after_commit,
+is one dictionary lookup on an empty dict. Points: worker.claim_loop (each turn of a
+worker's claim loop: `sleep` freezes that loop alone, for /livez), claim.after_commit,
 append.before_commit, append.after_commit, cron.after_fire (the scheduler, after each
 slot it handles), run.after_create (`noeta run`, between creating its task and claiming
 it), model.after_called, model.after_reply (the reply came, not yet recorded),

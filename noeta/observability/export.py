@@ -41,10 +41,11 @@ def metrics_wanted() -> bool:
     return _wanted(_METRICS_ENDPOINTS, "OTEL_METRICS_EXPORTER")
 
 
-def start(service_name: str, secrets: Iterable[str | None] = ()) -> None:
-    """Start exporting traces and metrics if the standard OTEL_* variables ask for it.
+def start(service_name: str, secrets: Iterable[str | None] = (), *, scraped: bool = False) -> None:
+    """Start exporting traces and metrics if the standard OTEL_* variables ask for it,
+    and recording metrics for a Prometheus scrape if `scraped` (`--health`).
 
-    Nothing is imported, and nothing costs anything, when they do not. Either way the
+    Nothing is imported, and nothing costs anything, when neither asks. Either way the
     process's secrets (its environment's, and `secrets`) are kept out of every span.
     """
     tracing.add_environment_secrets()
@@ -67,10 +68,15 @@ def start(service_name: str, secrets: Iterable[str | None] = ()) -> None:
         provider = make_provider(service_name, [BatchSpanProcessor(exporter)])
         trace.set_tracer_provider(provider)
         install(provider)
-    if metrics_wanted():
+    if metrics_wanted() or scraped:
         from noeta.observability import instruments
 
-        instruments.start(service_name)
+        pulled = []
+        if scraped:
+            from noeta.observability import prometheus
+
+            pulled.append(prometheus.pull_reader())
+        instruments.start(service_name, push=metrics_wanted(), pulled=pulled)
 
 
 def shutdown(limit_seconds: float = SHUTDOWN_SECONDS) -> None:

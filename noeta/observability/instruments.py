@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Observation
@@ -13,6 +14,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 
+from noeta.core.ports.model_limits import ModelLimit
 from noeta.observability import metrics, names
 from noeta.observability.metrics import Attributes
 
@@ -91,6 +93,28 @@ class Instruments:
             "Claimable tasks a queue's concurrency or pause holds back",
         )
 
+        self.limits: list[ModelLimit] = []
+        limit_gauges = {
+            metrics.MODEL_LIMIT_CALLS: ("{call}", "Model calls a shared limit let through"),
+            metrics.MODEL_LIMIT_HANDBACKS: ("{task}", "Tasks handed back to wait for a limit"),
+            metrics.MODEL_LIMIT_THROTTLED: ("{response}", "429s answered under a limit"),
+            metrics.MODEL_LIMIT_PAUSED: ("1", "1 while a limit is paused (after a 429)"),
+        }
+        for name, (unit, about) in limit_gauges.items():
+            meter.create_observable_gauge(name, [self._observe_limits(name)], unit, about)
+
+    def _observe_limits(self, name: str) -> Callable[[CallbackOptions], list[Observation]]:
+        def observe(options: CallbackOptions) -> list[Observation]:
+            return [
+                Observation(_limit_value(name, limit), {names.MODEL_LIMIT: limit.key})
+                for limit in self.limits
+            ]
+
+        return observe
+
+    def set_model_limits(self, limits: Sequence[ModelLimit]) -> None:
+        self.limits = list(limits)
+
     def add(self, counter: str, amount: float, attributes: Attributes) -> None:
         self.counters[counter].add(amount, dict(attributes))
 
@@ -109,24 +133,42 @@ class Instruments:
         self.provider.shutdown()
 
 
-def make_provider(service_name: str, reader: MetricReader) -> MeterProvider:
+def _limit_value(name: str, limit: ModelLimit) -> int:
+    if name == metrics.MODEL_LIMIT_PAUSED:
+        until = limit.paused_until
+        return int(until is not None and until > datetime.now(UTC))
+    if name == metrics.MODEL_LIMIT_HANDBACKS:
+        return limit.handbacks
+    if name == metrics.MODEL_LIMIT_THROTTLED:
+        return limit.throttled
+    return limit.calls
+
+
+def make_provider(service_name: str, *readers: MetricReader) -> MeterProvider:
     attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
     # No atexit shutdown of its own: export.shutdown bounds the one at exit.
-    return MeterProvider([reader], resource=Resource.create(attributes), shutdown_on_exit=False)
+    return MeterProvider(
+        list(readers), resource=Resource.create(attributes), shutdown_on_exit=False
+    )
 
 
-def install(provider: MeterProvider) -> None:
-    """Record metrics through `provider` from now on (`start` does this; tests pass theirs)."""
-    metrics.switch_on(Instruments(provider))
+def install(provider: MeterProvider, *, timed: bool = True) -> None:
+    """Record metrics through `provider` from now on (`start` does this; tests pass theirs);
+    `timed`: the store's gauges are read on a timer, not only when scraped."""
+    metrics.switch_on(Instruments(provider), timed=timed)
 
 
-def start(service_name: str) -> None:
-    """Export over OTLP/HTTP every OTEL_METRIC_EXPORT_INTERVAL (60 s by default)."""
+def start(service_name: str, *, push: bool = True, pulled: Sequence[MetricReader] = ()) -> None:
+    """Export over OTLP/HTTP every OTEL_METRIC_EXPORT_INTERVAL (60 s by default) if `push`;
+    `pulled`: readers read when asked (the Prometheus scrape's)."""
     from opentelemetry.sdk.metrics.export import (
         ConsoleMetricExporter,
         PeriodicExportingMetricReader,
     )
 
+    if not push:
+        install(make_provider(service_name, *pulled), timed=False)
+        return
     exporter: Any
     if os.environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() == "console":
         exporter = ConsoleMetricExporter(out=sys.stderr)  # stdout is the command's answer
@@ -134,4 +176,4 @@ def start(service_name: str) -> None:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
         exporter = OTLPMetricExporter()
-    install(make_provider(service_name, PeriodicExportingMetricReader(exporter)))
+    install(make_provider(service_name, PeriodicExportingMetricReader(exporter), *pulled))

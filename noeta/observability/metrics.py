@@ -17,6 +17,7 @@ from noeta.observability import names
 
 if TYPE_CHECKING:
     from noeta.core.ports.model import Usage
+    from noeta.core.ports.model_limits import ModelLimit
     from noeta.core.ports.store import Store
     from noeta.core.rules.prices import Price
 
@@ -57,10 +58,14 @@ class MetricSink(Protocol):
 
     def shutdown(self) -> None: ...
 
+    def set_model_limits(self, limits: Sequence[ModelLimit]) -> None: ...
+
 
 class _Switch:
     sink: MetricSink | None = None  # set while metrics are on
     prices: Mapping[str, Price] | None = None  # the cost counter's; None: no cost counted
+    # False when metrics are only scraped (`--health`, no OTLP): a scrape reads the store.
+    timed: bool = True
 
 
 _on = _Switch()
@@ -70,8 +75,14 @@ def enabled() -> bool:
     return _on.sink is not None
 
 
-def switch_on(sink: MetricSink) -> None:
-    _on.sink = sink
+def switch_on(sink: MetricSink, *, timed: bool = True) -> None:
+    _on.sink, _on.timed = sink, timed
+
+
+def read_on_a_timer() -> bool:
+    """Whether a worker reads the queue gauges every QUEUE_DEPTH_SECONDS (metrics are
+    pushed); scraped only, they are read at each scrape instead."""
+    return _on.sink is not None and _on.timed
 
 
 def price_with(prices: Mapping[str, Price]) -> None:
@@ -194,3 +205,18 @@ async def _measure_queue_load(sink: MetricSink, store: Store, queues: Sequence[s
         for key, count in overview.running_by_key.items() if overview else ():
             running[(queue, key)] = count
     sink.set_queue_load(running, waiting)
+
+
+# The shared model limits, read from the store at a Prometheus scrape (per limit key: a
+# few, each set by an operator with `noeta limit set`).
+MODEL_LIMIT_CALLS = "noeta.model_limit.calls"
+MODEL_LIMIT_HANDBACKS = "noeta.model_limit.handbacks"
+MODEL_LIMIT_THROTTLED = "noeta.model_limit.throttled"
+MODEL_LIMIT_PAUSED = "noeta.model_limit.paused"
+
+
+async def measure_model_limits(store: Store) -> None:
+    """One reading of the shared model limits' counts, where the store keeps limits."""
+    limiter = store.capabilities.model_limits
+    if (sink := _on.sink) is not None and limiter is not None:
+        sink.set_model_limits(await limiter.model_limits())

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from noeta.client import job_tasks
@@ -34,6 +34,7 @@ from noeta.core.ports.store import (
 )
 from noeta.core.retry import backoff_seconds
 from noeta.core.rules import events
+from noeta.health.liveness import Liveness
 from noeta.scheduler.cronfile import JobAction, MessageAction, Schedule, TaskAction
 from noeta.scheduler.slots import next_slot, slots_between
 
@@ -50,6 +51,7 @@ FIRST_LOOK_BACK = timedelta(minutes=5)
 # this: a store back from an outage is seen within it, and a slot that fell due
 # meanwhile is still fired on time (MISSED_AFTER).
 RETRY_CAP_SECONDS = 10.0
+TICK = "scheduler tick"
 
 ToolsFor = Callable[[tuple[str, ...] | None], tuple[str, ...]]
 
@@ -80,12 +82,14 @@ class Scheduler:
     # The tool names a cron task gets, from its `plugins` (None: every configured plugin).
     tools_for: ToolsFor = lambda plugins: ()
     since: datetime | None = None  # the end of the last window announced to workers
+    liveness: Liveness = field(default_factory=Liveness)  # its tick's last turn, for /livez
 
     async def run(self, stop: asyncio.Event, reload: asyncio.Event | None = None) -> None:
         """Look, fire, sleep until the next thing is due (at most TICK_SECONDS); until
         `stop`. `reload` set: the caller swapped `schedules`; look again at once."""
         failures = 0  # store errors in a row
         while not stop.is_set():
+            self.liveness.turned(TICK, 0.0)  # a look: a few statements, each bounded
             try:
                 wait = await self.tick()
                 failures = 0
@@ -93,6 +97,7 @@ class Scheduler:
                 failures += 1
                 wait = min(RETRY_CAP_SECONDS, backoff_seconds(failures, None, random.random()))
                 log.warning("scheduler: %s; looking again in %.1f s", error, wait)
+            self.liveness.turned(TICK, wait)
             waiters = [asyncio.ensure_future(stop.wait())]
             if reload is not None:
                 waiters.append(asyncio.ensure_future(reload.wait()))
@@ -101,6 +106,7 @@ class Scheduler:
                 waiter.cancel()
             if reload is not None:
                 reload.clear()
+        self.liveness.forget(TICK)
 
     async def tick(self) -> float:
         """One look: announce due tasks, fire due slots; the seconds until the next look."""

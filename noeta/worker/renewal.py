@@ -19,8 +19,11 @@ from collections.abc import Callable
 from noeta.core.errors import StoreError
 from noeta.core.ports.store import Claim, ClaimKey, Store
 from noeta.core.retry import backoff_seconds
+from noeta.health.liveness import Liveness
 
 log = logging.getLogger(__name__)
+
+RENEWER = "lease renewer"
 
 
 class Renewer:
@@ -31,8 +34,10 @@ class Renewer:
         on_lost: Callable[[Claim], None],
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        liveness: Liveness | None = None,
     ) -> None:
         self.store = store
+        self.liveness = liveness or Liveness()
         self.lease_seconds = lease_seconds
         self.on_lost = on_lost
         self.monotonic = monotonic
@@ -78,10 +83,12 @@ class Renewer:
                 wait = max(0.0, next_round - self.monotonic())
                 if self._failures:
                     wait = min(wait, backoff_seconds(self._failures, None, random.random()))
+                self.liveness.turned(RENEWER, wait)  # then one statement, bounded
                 await asyncio.sleep(wait)
                 next_round = self.monotonic() + self.lease_seconds / 3
                 await self.renew_once()
         finally:
+            self.liveness.forget(RENEWER)
             for join in list(self._joins):
                 join.cancel()
 

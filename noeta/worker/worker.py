@@ -26,51 +26,47 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any
 
 from noeta.core import failpoints
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
-from noeta.core.ports.store import CANCEL_KEY, MAX_CLAIM_BATCH, Claim, ClaimKey, LoadedTask, Store
+from noeta.core.ports.store import MAX_CLAIM_BATCH, Claim, ClaimKey, LoadedTask, Store
 from noeta.core.retry import backoff_seconds
 from noeta.core.rules import wakeups
 from noeta.core.runner.task import RunResult, TaskRunner
+from noeta.health.liveness import Liveness
 from noeta.observability import metrics, tracing
 from noeta.worker.claim_form import ClaimForm
 from noeta.worker.idle_registration import IdleRegistration
 from noeta.worker.jobs import JobManager
-from noeta.worker.lost_claims import adopted_load
 from noeta.worker.presence import Presence, offers_of
 from noeta.worker.renewal import Renewer
+from noeta.worker.settings import WorkerSettings
 from noeta.worker.shutdown import drain
+from noeta.worker.waiting_claims import WaitingClaims
 from noeta.worker.warmup import warm_up
 
 log = logging.getLogger("noeta.worker")
 
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    name: str
-    queues: Sequence[str] = ("default",)
-    concurrency: int = 4
-    lease_seconds: float = 30.0
-    poll_seconds: float = 1.0  # the safety net under wake-ups
-    # How long a stopping worker lets running steps finish (`noeta worker --grace`, 30 s);
-    # 0: hand every running task back at once.
-    grace_seconds: float = 0.0
-    # Seconds a task may wait with no live worker offering what it needs before this
-    # worker fails it plugin_missing (`--unrunnable-after`); None: it waits (ADR-0092).
-    unrunnable_after: float | None = None
+CLAIM_LOOP = "claim loop"
 
 
-class Worker:
-    def __init__(self, store: Store, runner: TaskRunner, settings: WorkerSettings) -> None:
+class Worker(WaitingClaims):
+    def __init__(
+        self,
+        store: Store,
+        runner: TaskRunner,
+        settings: WorkerSettings,
+        liveness: Liveness | None = None,
+    ) -> None:
         self.store = store
         self.runner = runner
         self.settings = settings
-        self.renewer = Renewer(store, settings.lease_seconds, self._lost)
+        # Each loop's last turn, for /livez (`--health`); kept whether or not it is served.
+        self.liveness = liveness or Liveness()
+        self.renewer = Renewer(store, settings.lease_seconds, self._lost, liveness=self.liveness)
         self.jobs = JobManager(store, self._resume_holding)
         runner.jobs = self.jobs
         self.running: dict[ClaimKey, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
@@ -129,6 +125,7 @@ class Worker:
         try:
             while not stop.is_set():
                 if self._slots.locked():  # every slot busy: wait for one, or for the stop
+                    self.liveness.turned(CLAIM_LOOP, None)  # a run may rightly take hours
                     acquired = asyncio.create_task(self._slots.acquire())
                     await asyncio.wait({acquired, stopping}, return_when=asyncio.FIRST_COMPLETED)
                     if stop.is_set():
@@ -139,6 +136,9 @@ class Worker:
                         break
                 else:  # a free slot: the idle worker woken by a call, or a run ended
                     await self._slots.acquire()
+                # A claim, and a registration waiting up to a poll: each bounded.
+                self.liveness.turned(CLAIM_LOOP, self.settings.poll_seconds)
+                await failpoints.hit("worker.claim_loop")
                 if self.registration is not None and self.registration.skips_the_claim:
                     # What the claim would clear (no await since the check: a call sets
                     # claim_next first); the registration below looks instead (ADR-0087).
@@ -159,6 +159,7 @@ class Worker:
                 if not started:
                     await self._idle(stopping)
         finally:
+            self.liveness.forget(CLAIM_LOOP)  # stopped on purpose: not stuck
             stopping.cancel()
             await self._shut_down(hand_back)
             for background in (renewing, listening, measuring, watching, present):
@@ -192,8 +193,8 @@ class Worker:
 
     async def _measure_queues(self) -> None:
         """Queue depth for the metric: one cheap count now and then, only if exported."""
-        if not metrics.enabled():
-            return
+        if not metrics.read_on_a_timer():
+            return  # off, or only scraped: a scrape reads it
         while True:
             with contextlib.suppress(StoreError):
                 await metrics.measure_queue_depth(self.store, self.settings.queues)
@@ -270,58 +271,6 @@ class Worker:
         held = self.running.keys() | self.holding.keys() | self.adopted.keys()
         return {task_id for task_id, _ in held}
 
-    async def _adopt(self) -> bool:
-        """After a lost claim reply: run the tasks the store records as ours, not running.
-
-        The first uses the slot the claim loop holds; the rest are renewed from now on and
-        start as slots free up (a claim left unrenewed while it waits would lapse unrun).
-        """
-        here = self.running.keys() | self.holding.keys() | self.adopted.keys()
-        try:
-            owned = [c for c in await self.store.owned_by(self.settings.name) if c.key not in here]
-            renewed = await self.store.renew(owned, self.settings.lease_seconds)
-        except StoreError as error:
-            log.warning("adopting: %s", error)
-            return False
-        claims = sorted(renewed.values(), key=lambda claim: claim.task_id)
-        for claim in claims:
-            log.info("adopted task %s (epoch %d)", claim.task_id, claim.epoch)
-            self.renewer.add(claim)
-        if not claims:
-            return False
-        version = self.runner.snapshot_version
-        self._start(claims[0], await adopted_load(self.store, claims[0], version, self._began))
-        for claim in claims[1:]:
-            self.adopted[claim.key] = claim
-            self._spawn(self._start_adopted(claim))
-        return True
-
-    async def _give_up(self, task_id: str) -> None:
-        """No live worker offered what the task needs for `unrunnable_after`: claim it
-        whatever it needs, so its run fails it plugin_missing at once (ADR-0092)."""
-        if self._stopping or self._slots.locked():
-            return  # a slot comes free within a round or two: the task waits that long
-        await self._slots.acquire()
-        settings = self.settings
-        try:
-            claim = await self.store.claim_task(settings.name, task_id, settings.lease_seconds)
-        except BaseException:
-            self._slots.release()
-            raise
-        if claim is None:
-            self._slots.release()  # someone else took it meanwhile
-            return
-        self.runner.load_attempts.give_up_next(task_id)
-        self._start(claim)
-
-    async def _start_adopted(self, claim: Claim) -> None:
-        await self._slots.acquire()
-        if self.adopted.pop(claim.key, None) is None or self._stopping:
-            self._slots.release()  # lost while it waited, or the worker is stopping
-            return
-        version = self.runner.snapshot_version
-        self._start(claim, await adopted_load(self.store, claim, version, self._began))
-
     def _start(self, claim: Claim, loaded: LoadedTask | None = None) -> None:
         self.renewer.add(claim)
         running = self._run_claim(claim, loaded)
@@ -386,46 +335,6 @@ class Worker:
         self._background.add(future)
         future.add_done_callback(self._background.discard)
 
-    async def _resume_when_due(self, claim: Claim, due: datetime) -> None:
-        """A task holding its claim for a job has a wake-up pending: nothing will be
-        delivered when it falls due, so run the task again then (store clock)."""
-        try:
-            wait = (due - await self.store.clock()).total_seconds()
-        except StoreError:
-            return  # the wake-up is taken when the job's result resumes the task
-        loop = asyncio.get_running_loop()
-        loop.call_later(max(0.0, wait) + 0.005, self._resume_holding, claim)
-
-    async def _watch_holding(self) -> None:
-        """A cancel reaches a task holding its claim within a renewal round: nothing else
-        would run it before its job ends (which may take an hour)."""
-        while True:
-            await asyncio.sleep(self.settings.lease_seconds / 3)
-            for claim in list(self.holding.values()):
-                try:
-                    inbox = await self.store.read_inbox(claim.task_id)
-                except StoreError:
-                    break  # the renewer decides what an outage costs; look next round
-                if any(entry.dedupe_key == CANCEL_KEY for entry in inbox):
-                    self._resume_holding(claim)
-
-    def _resume_holding(self, claim: Claim) -> None:
-        """A job's result is in the inbox, a wake-up fell due or a cancel came: run the
-        task again under the claim it holds (if it still holds it; a resumed task that
-        finds nothing to do holds again)."""
-        held = self.holding.pop(claim.key, None)
-        if held is None and claim.key in self.running:
-            self._resume_on_hold.add(claim.key)  # it may be about to hold: see _run_claim
-        if held is None or self._stopping:
-            return
-        self._spawn(self._resume(held))
-
-    async def _resume(self, claim: Claim) -> None:
-        await self._slots.acquire()
-        log.info("task %s: resuming under its held claim", claim.task_id)
-        task = asyncio.create_task(self._run_claim(claim), name=f"noeta-task-{claim.task_id}")
-        self.running[claim.key] = (claim, task)
-
     async def _idle(self, stopping: asyncio.Task[bool]) -> None:
         # No NOTIFY says a lease lapsed or a timer fell due: ask the store when that is.
         timeout = self.settings.poll_seconds
@@ -438,6 +347,7 @@ class Worker:
                 due = await self.store.seconds_until_due(self.settings.queues)
                 if due is not None:
                     timeout = min(timeout, due + 0.005)
+        self.liveness.turned(CLAIM_LOOP, timeout)
         woken = asyncio.create_task(self._wake.wait())
         try:
             done, _ = await asyncio.wait(

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,7 @@ class WorkerProcess(NoetaProcess):
         config: Path | None = None,
         grace: float | None = None,
         unrunnable_after: float | None = None,
+        extra: Sequence[str] = (),
     ) -> None:
         # The URL (with its password) in the environment: a worker refuses it in argv.
         env = {**(env or {}), "NOETA_STORE": url}
@@ -95,6 +96,7 @@ class WorkerProcess(NoetaProcess):
         arguments += ["--grace", str(grace)] if grace is not None else []
         if unrunnable_after is not None:
             arguments += ["--unrunnable-after", str(unrunnable_after)]
+        arguments += extra
         super().__init__(arguments, name, folder, failpoints=failpoints, env=env)
 
 

@@ -18,7 +18,8 @@ from noeta.backends.models.registry import ProviderRegistry
 from noeta.config import Config
 from noeta.core.ports.store import ClaimedTask, JobStarts, LoadedTask, Store
 from noeta.plugins.toolbox import Toolbox
-from noeta.worker.worker import Worker, WorkerSettings
+from noeta.worker.settings import WorkerSettings
+from noeta.worker.worker import Worker
 
 from .conftest import add_task, status_of, until
 

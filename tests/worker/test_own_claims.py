@@ -20,7 +20,8 @@ from noeta.config import Config
 from noeta.core.ports.store import Claim, ClaimedTask, ClaimKey, Store
 from noeta.core.rules.task_id import workspace_folder
 from noeta.plugins.toolbox import Toolbox
-from noeta.worker.worker import Worker, WorkerSettings
+from noeta.worker.settings import WorkerSettings
+from noeta.worker.worker import Worker
 
 from .conftest import add_task, log_types, status_of, until
 

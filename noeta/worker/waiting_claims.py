@@ -1,0 +1,137 @@
+"""Claims the worker holds without running them: adopted ones waiting for a slot (after
+a lost claim reply), held ones waiting for a job's result, a wake-up or a cancel, and a
+task given up as unrunnable (ADR-0092). The claim loop itself is `noeta.worker.worker`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from datetime import datetime
+from typing import Any
+
+from noeta.core.errors import StoreError
+from noeta.core.ports.store import CANCEL_KEY, Claim, ClaimKey, LoadedTask, Store
+from noeta.core.runner.task import RunResult, TaskRunner
+from noeta.worker.lost_claims import adopted_load
+from noeta.worker.renewal import Renewer
+from noeta.worker.settings import WorkerSettings
+
+log = logging.getLogger("noeta.worker")
+
+
+class WaitingClaims:
+    """The part of `Worker` that keeps claims waiting; its state is the worker's."""
+
+    store: Store
+    runner: TaskRunner
+    settings: WorkerSettings
+    renewer: Renewer
+    running: dict[ClaimKey, tuple[Claim, asyncio.Task[RunResult | None]]]
+    holding: dict[ClaimKey, Claim]
+    adopted: dict[ClaimKey, Claim]
+    _resume_on_hold: set[ClaimKey]
+    _slots: asyncio.Semaphore
+    _stopping: bool
+    _began: datetime | None
+
+    def _start(self, claim: Claim, loaded: LoadedTask | None = None) -> None:
+        raise NotImplementedError  # the worker's: start running a claim
+
+    async def _run_claim(self, claim: Claim, loaded: LoadedTask | None = None) -> RunResult | None:
+        raise NotImplementedError  # the worker's: run one claim to its end
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        raise NotImplementedError  # the worker's: keep a background future
+
+    async def _adopt(self) -> bool:
+        """After a lost claim reply: run the tasks the store records as ours, not running.
+
+        The first uses the slot the claim loop holds; the rest are renewed from now on and
+        start as slots free up (a claim left unrenewed while it waits would lapse unrun).
+        """
+        here = self.running.keys() | self.holding.keys() | self.adopted.keys()
+        try:
+            owned = [c for c in await self.store.owned_by(self.settings.name) if c.key not in here]
+            renewed = await self.store.renew(owned, self.settings.lease_seconds)
+        except StoreError as error:
+            log.warning("adopting: %s", error)
+            return False
+        claims = sorted(renewed.values(), key=lambda claim: claim.task_id)
+        for claim in claims:
+            log.info("adopted task %s (epoch %d)", claim.task_id, claim.epoch)
+            self.renewer.add(claim)
+        if not claims:
+            return False
+        version = self.runner.snapshot_version
+        self._start(claims[0], await adopted_load(self.store, claims[0], version, self._began))
+        for claim in claims[1:]:
+            self.adopted[claim.key] = claim
+            self._spawn(self._start_adopted(claim))
+        return True
+
+    async def _give_up(self, task_id: str) -> None:
+        """No live worker offered what the task needs for `unrunnable_after`: claim it
+        whatever it needs, so its run fails it plugin_missing at once (ADR-0092)."""
+        if self._stopping or self._slots.locked():
+            return  # a slot comes free within a round or two: the task waits that long
+        await self._slots.acquire()
+        settings = self.settings
+        try:
+            claim = await self.store.claim_task(settings.name, task_id, settings.lease_seconds)
+        except BaseException:
+            self._slots.release()
+            raise
+        if claim is None:
+            self._slots.release()  # someone else took it meanwhile
+            return
+        self.runner.load_attempts.give_up_next(task_id)
+        self._start(claim)
+
+    async def _start_adopted(self, claim: Claim) -> None:
+        await self._slots.acquire()
+        if self.adopted.pop(claim.key, None) is None or self._stopping:
+            self._slots.release()  # lost while it waited, or the worker is stopping
+            return
+        version = self.runner.snapshot_version
+        self._start(claim, await adopted_load(self.store, claim, version, self._began))
+
+    async def _resume_when_due(self, claim: Claim, due: datetime) -> None:
+        """A task holding its claim for a job has a wake-up pending: nothing will be
+        delivered when it falls due, so run the task again then (store clock)."""
+        try:
+            wait = (due - await self.store.clock()).total_seconds()
+        except StoreError:
+            return  # the wake-up is taken when the job's result resumes the task
+        loop = asyncio.get_running_loop()
+        loop.call_later(max(0.0, wait) + 0.005, self._resume_holding, claim)
+
+    async def _watch_holding(self) -> None:
+        """A cancel reaches a task holding its claim within a renewal round: nothing else
+        would run it before its job ends (which may take an hour)."""
+        while True:
+            await asyncio.sleep(self.settings.lease_seconds / 3)
+            for claim in list(self.holding.values()):
+                try:
+                    inbox = await self.store.read_inbox(claim.task_id)
+                except StoreError:
+                    break  # the renewer decides what an outage costs; look next round
+                if any(entry.dedupe_key == CANCEL_KEY for entry in inbox):
+                    self._resume_holding(claim)
+
+    def _resume_holding(self, claim: Claim) -> None:
+        """A job's result is in the inbox, a wake-up fell due or a cancel came: run the
+        task again under the claim it holds (if it still holds it; a resumed task that
+        finds nothing to do holds again)."""
+        held = self.holding.pop(claim.key, None)
+        if held is None and claim.key in self.running:
+            self._resume_on_hold.add(claim.key)  # it may be about to hold: see _run_claim
+        if held is None or self._stopping:
+            return
+        self._spawn(self._resume(held))
+
+    async def _resume(self, claim: Claim) -> None:
+        await self._slots.acquire()
+        log.info("task %s: resuming under its held claim", claim.task_id)
+        task = asyncio.create_task(self._run_claim(claim), name=f"noeta-task-{claim.task_id}")
+        self.running[claim.key] = (claim, task)
