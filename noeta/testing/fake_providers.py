@@ -10,11 +10,12 @@ protocols, so provider adapters are tested over real HTTP without leaving 127.0.
 Each request takes the next scripted response, or `Reply()` when none is queued:
 
 - `Reply(text, tool_calls, stop_reason, input_tokens, output_tokens, cache_read_tokens,
-  cache_write_tokens)`: a normal answer. `text=None` sends no text; `stop_reason` is the
-  wire value and defaults to the tool-use or end-of-turn one. Token counts mean what
-  noeta's `Usage` means: `input_tokens` excludes the cached ones. A request that asks
-  for a stream (`"stream": true`) gets it as the API streams it (`fake_streams`), with
-  the text and tool arguments in small pieces; any other, one JSON document.
+  cache_write_tokens, piece_chars)`: a normal answer. `text=None` sends no text;
+  `stop_reason` is the wire value and defaults to the tool-use or end-of-turn one. Token
+  counts mean what noeta's `Usage` means: `input_tokens` excludes the cached ones. A
+  request that asks for a stream (`"stream": true`) gets it as the API streams it
+  (`fake_streams`), the text and tool arguments in small uneven pieces (or of
+  `piece_chars` each); any other request, one JSON document.
 - `RawStream(parts, end="done")`: a 200 event stream of these bytes (`server.stream_of`
   renders a reply's events, `server.error_event` an error event, to edit into faults);
   `end` is "done" (the body ends), "drop" (the connection closes mid-body) or "stall".
@@ -26,7 +27,7 @@ Each request takes the next scripted response, or `Reply()` when none is queued:
 
 `server.chunk_bytes = 7` writes every stream in pieces of 7 bytes, cut inside lines and
 characters; `server.first_bytes` holds when (time.monotonic()) each stream's first byte
-was written.
+was written; `server.reset()` makes a shared server as new for the next test.
 
 `server.limit_rate(10, retry_after="1")` makes it a rate-limited provider: a token bucket
 of 10 requests refilled at 10 a second; a request finding it empty is answered 429 with

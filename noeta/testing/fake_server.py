@@ -28,6 +28,7 @@ class Reply:
     output_tokens: int = 5
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0  # Anthropic only: OpenAI does not report cache writes
+    piece_chars: int | None = None  # streamed in pieces of this many characters, not uneven
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,17 @@ class FakeServer:
             raise RuntimeError("the fake server is not running: use it in a with block")
         return f"http://127.0.0.1:{self._server.server_port}{self.prefix}"
 
+    def reset(self) -> None:
+        """As new, for the next test of a module that shares one server."""
+        with self._lock:
+            self._queue.clear()
+            self.requests.clear()
+            self.arrivals.clear()
+            self.first_bytes.clear()
+            self.chunk_bytes = None
+            self._per_second = 0.0
+            self._answered = 0
+
     def script(self, *responses: Response) -> None:
         with self._lock:
             self._queue.extend(responses)
@@ -253,12 +265,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("transfer-encoding", "chunked")
         self.send_header(fake.request_id_header, f"req_fake_{number}")
         self.end_headers()
-        for index, part in enumerate(fake_streams.cut(parts, fake.chunk_bytes)):
-            if index == 0:
-                fake.first_bytes.append(time.monotonic())
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
-        if end == "done":
-            self.wfile.write(b"0\r\n\r\n")
+        try:
+            for index, part in enumerate(fake_streams.cut(parts, fake.chunk_bytes)):
+                if index == 0:
+                    fake.first_bytes.append(time.monotonic())
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            if end == "done":
+                self.wfile.write(b"0\r\n\r\n")
+                return
+        except (BrokenPipeError, ConnectionResetError):
+            # The client stopped reading (a reply over its bound): as a real server, go on.
+            self.close_connection = True
             return
         if end == "stall":
             fake.wait_until_stopped()

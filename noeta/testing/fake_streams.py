@@ -24,10 +24,11 @@ def sse(data: object, event: str | None = None) -> bytes:
     return f"{head}data: {text}\n\n".encode()
 
 
-def pieces(text: str) -> Iterator[str]:
+def pieces(text: str, every: int | None = None) -> Iterator[str]:
+    sizes = (every,) if every else PIECE_CHARS
     start, turn = 0, 0
     while start < len(text):
-        size = PIECE_CHARS[turn % len(PIECE_CHARS)]
+        size = sizes[turn % len(sizes)]
         yield text[start : start + size]
         start, turn = start + size, turn + 1
 
@@ -66,7 +67,7 @@ def anthropic_events(
         block: dict[str, object] = {"type": "text", "text": ""}
         events.append(_block_start(index, block))
         events.append(sse({"type": "ping"}, "ping"))
-        for piece in pieces(reply.text):
+        for piece in pieces(reply.text, reply.piece_chars):
             events.append(_block_delta(index, {"type": "text_delta", "text": piece}))
         events.append(_block_stop(index))
         index += 1
@@ -74,7 +75,7 @@ def anthropic_events(
         block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
         events.append(_block_start(index, block))
         events.append(_block_delta(index, {"type": "input_json_delta", "partial_json": ""}))
-        for piece in pieces(tool_arguments(call.input)):
+        for piece in pieces(tool_arguments(call.input), reply.piece_chars):
             events.append(_block_delta(index, {"type": "input_json_delta", "partial_json": piece}))
         events.append(_block_stop(index))
         index += 1
@@ -124,13 +125,13 @@ def openai_events(
     # A text reply opens with empty content; a reply of calls only, with null.
     opening = {"role": "assistant", "content": "" if reply.text is not None else None}
     events.append(chunk({**opening, "refusal": None}))
-    for piece in pieces(reply.text or ""):
+    for piece in pieces(reply.text or "", reply.piece_chars):
         events.append(chunk({"content": piece}))
     for index, call in enumerate(reply.tool_calls):
         function = {"name": call.name, "arguments": ""}
         first = {"index": index, "id": call.id, "type": "function", "function": function}
         events.append(chunk({"tool_calls": [first]}))
-        for piece in pieces(tool_arguments(call.input)):
+        for piece in pieces(tool_arguments(call.input), reply.piece_chars):
             fragment = {"index": index, "function": {"arguments": piece}}
             events.append(chunk({"tool_calls": [fragment]}))
     events.append(chunk({}, finish_reason))

@@ -31,6 +31,7 @@ class EventStreamDecoder:
         self._partial_bytes = 0
         self._after_cr = False  # a CR ended the last chunk: a LF opening the next is its pair
         self._started = False
+        self._head = b""
         self._event = ""
         self._data: list[bytes] = []
         self._data_bytes = 0
@@ -39,12 +40,16 @@ class EventStreamDecoder:
     def mid_event(self) -> bool:
         """Whether bytes of an event not yet ended have come: at the end of the stream,
         an event cut short."""
-        return bool(self._partial or self._data or self._event)
+        return bool(self._partial or self._data or self._event or self._head)
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
-        if not self._started and chunk:
-            self._started = True
-            chunk = chunk.removeprefix(_BOM)  # the first chunk holds 3 bytes in practice
+        if not self._started:  # a byte order mark opening the stream is no part of it
+            chunk = self._head + chunk
+            if len(chunk) < len(_BOM) and _BOM.startswith(chunk):
+                self._head = chunk
+                return []
+            self._started, self._head = True, b""
+            chunk = chunk.removeprefix(_BOM)
         if self._after_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]
         if not chunk:
