@@ -108,7 +108,8 @@ async def test_a_stream_without_its_stop_reason_is_retryable(wire: Wire) -> None
     wire.server.script(RawStream((*parts[:stop], *parts[stop + 1 :])))
     error = await wire.failure()
     assert (error.retryable, error.status) == (True, 200)
-    assert "malformed reply" in str(error)
+    field = "'stop_reason'" if isinstance(wire.server, FakeAnthropic) else "'finish_reason'"
+    assert f"malformed reply: {field} is missing" in str(error)
 
 
 async def test_a_stream_that_stalls_times_out_and_is_retryable(wire: Wire) -> None:

@@ -12,7 +12,6 @@ from noeta.backends.models.anthropic import AnthropicProvider
 from noeta.backends.models.openai import OpenAIProvider
 from noeta.core.ports.model import (
     ModelReply,
-    Provider,
     ReplyDelta,
     Text,
     TextDelta,
@@ -113,8 +112,3 @@ def test_the_request_asks_for_a_stream_and_stays_the_same_bytes() -> None:
         assert json.loads(body)["stream"] is True
     openai = json.loads(OpenAIProvider(API_KEY).encode_request(conversation()))
     assert openai["stream_options"] == {"include_usage": True}
-
-
-def test_the_fakes_are_providers() -> None:
-    provider: Provider = AnthropicProvider(API_KEY)
-    assert provider.name == "anthropic"
