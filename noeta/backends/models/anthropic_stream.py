@@ -46,6 +46,8 @@ class MessageStream:
         if name == "message":  # a relay that drops the event lines: the data names it
             kind = document.get("type")
             name = kind if isinstance(kind, str) else name
+        if name == "content_block_delta":  # nearly every event: tested first
+            return self._delta(document)
         if name == "error":
             raise _streamed_error(document)
         if name == "message_start":
@@ -54,8 +56,6 @@ class MessageStream:
             self._usage = dict(usage) if isinstance(usage, dict) else {}
         elif name == "content_block_start":
             self._start_block(document)
-        elif name == "content_block_delta":
-            return self._delta(document)
         elif name == "message_delta":
             self._message_delta(document)
         elif name == "message_stop":
@@ -84,21 +84,25 @@ class MessageStream:
         if index in self._blocks:
             raise MalformedReply(f"content block {index} started twice")
         self._blocks[index] = dict(member(document, "content_block", dict))
+        self._pieces[index] = []
 
     def _delta(self, document: dict[str, object]) -> Sequence[ReplyDelta]:
-        index = member(document, "index", int)
-        block = self._blocks.get(index)
-        if block is None:
-            raise MalformedReply(f"a delta for content block {index}, which never started")
-        delta = member(document, "delta", dict)
+        index, delta = document.get("index"), document.get("delta")
+        if not isinstance(index, int) or index not in self._blocks or not isinstance(delta, dict):
+            raise MalformedReply(f"a delta for content block {index!r}, which never started")
+        block = self._blocks[index]
         kind = delta.get("type")
         if kind == "text_delta" and block.get("type") == "text":
-            text = member(delta, "text", str)
-            self._pieces.setdefault(index, []).append(text)
+            text = delta.get("text")
+            if not isinstance(text, str):
+                raise MalformedReply("'text' is missing or not of type str")
+            self._pieces[index].append(text)
             return (TextDelta(index, text),) if text else _NO_DELTAS
         if kind == "input_json_delta" and block.get("type") == "tool_use":
-            fragment = member(delta, "partial_json", str)
-            self._pieces.setdefault(index, []).append(fragment)
+            fragment = delta.get("partial_json")
+            if not isinstance(fragment, str):
+                raise MalformedReply("'partial_json' is missing or not of type str")
+            self._pieces[index].append(fragment)
             if not fragment:
                 return _NO_DELTAS
             call_id, name = block.get("id"), block.get("name")

@@ -55,21 +55,27 @@ class EventStreamDecoder:
         if not chunk:
             return []
         self._after_cr = chunk.endswith(b"\r")
-        events: list[ServerSentEvent] = []
-        lines = chunk.splitlines(keepends=True)  # on CR, LF and CRLF: those of the standard
-        last = lines[-1]
-        if not last.endswith((b"\n", b"\r")):
-            lines.pop()
-        else:
-            last = b""
+        lines = chunk.splitlines()  # on CR, LF and CRLF: those of the standard
+        last = b"" if chunk.endswith((b"\n", b"\r")) else lines.pop()
         if lines and self._partial:
             lines[0] = b"".join((*self._partial, lines[0]))
             self._partial.clear()
             self._partial_bytes = 0
-        for line in lines:
-            event = self._line(line.rstrip(b"\r\n"))
-            if event is not None:
-                events.append(event)
+        events: list[ServerSentEvent] = []
+        for line in lines:  # one event is about three lines: the loop is kept lean
+            if not line:
+                if self._data:
+                    events.append(self._dispatch())
+                else:  # the standard drops an event that has no data
+                    self._event = ""
+            elif line.startswith(b"data:"):
+                value = line[6:] if line.startswith(b"data: ") else line[5:]
+                self._data_bytes += len(value) + 1
+                if self._data_bytes > self._max_event_bytes:
+                    raise EventStreamError(f"an event is over {self._max_event_bytes:,} bytes")
+                self._data.append(value)
+            else:
+                self._field(line)
         if last:
             self._partial_bytes += len(last)
             if self._partial_bytes + self._data_bytes > self._max_event_bytes:
@@ -77,28 +83,17 @@ class EventStreamDecoder:
             self._partial.append(last)
         return events
 
-    def _line(self, line: bytes) -> ServerSentEvent | None:
-        if not line:
-            return self._dispatch()
-        name, colon, value = line.partition(b":")
-        if not colon:
-            value = b""  # a field name alone: its value is empty
-        elif value.startswith(b" "):
-            value = value[1:]
-        if name == b"data":
-            self._data_bytes += len(value) + 1
-            if self._data_bytes > self._max_event_bytes:
-                raise EventStreamError(f"an event is over {self._max_event_bytes:,} bytes")
-            self._data.append(value)
+    def _field(self, line: bytes) -> None:
+        name, _, value = line.partition(b":")
+        if name == b"data":  # `data` alone: an empty line of data
+            self._data.append(b"")
+            self._data_bytes += 1
         elif name == b"event":
-            self._event = value.decode("utf-8", "replace")
+            self._event = value.removeprefix(b" ").decode("utf-8", "replace")
         # Comments (an empty name: keep-alives), `id` and `retry` are for reconnecting
         # browsers; a model reply is never resumed, so they are read past.
-        return None
 
-    def _dispatch(self) -> ServerSentEvent | None:
+    def _dispatch(self) -> ServerSentEvent:
         event = self._event or "message"
         data, self._data, self._data_bytes, self._event = self._data, [], 0, ""
-        if not data:
-            return None  # the standard drops an event that has no data
         return ServerSentEvent(event, data[0] if len(data) == 1 else b"\n".join(data))

@@ -62,11 +62,15 @@ class ReplyStream(Protocol):
         ...
 
 
+_JSON = json.JSONDecoder()
+
+
 def decode_event(event: ServerSentEvent) -> dict[str, object]:
     """An event's data as the JSON object every provider event is."""
     try:
-        document = json.loads(event.data)
-    except ValueError:
+        # Decoded as text first: `json.loads` of bytes first guesses their encoding.
+        document = _JSON.decode(event.data.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError is one
         raise MalformedReply(f"a {event.event!r} event is not JSON") from None
     if not isinstance(document, dict):
         raise MalformedReply(f"a {event.event!r} event is not a JSON object")
