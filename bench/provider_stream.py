@@ -37,7 +37,10 @@ SHAPES = {
     # A tool call whose arguments (a file to write) stream in pieces of 8 characters.
     "tool 8 kB": {"text": None, "call_chars": 8000, "piece_chars": 8},
     # A short answer: a handful of deltas.
-    "text 80 B": {"text": "A short answer of about eighty characters, as a quick reply may be.", "piece_chars": 4},
+    "text 80 B": {
+        "text": "A short answer of about eighty characters, as a quick reply may be.",
+        "piece_chars": 4,
+    },
 }
 
 
@@ -55,8 +58,15 @@ def serve(kind: str, connection: Connection) -> None:
                 shape, count = argument
                 calls: tuple[ToolCall, ...] = ()
                 if shape.get("call_chars"):
-                    calls = (ToolCall("call_1", "Write", {"path": "a.py", "text": "x" * shape["call_chars"]}),)
-                reply = Reply(text=shape["text"], tool_calls=calls, piece_chars=shape["piece_chars"])
+                    calls = (
+                        ToolCall(
+                            "call_1", "Write", {"path": "a.py", "text": "x" * shape["call_chars"]}
+                        ),
+                    )
+                pieces = {"piece_chars": shape["piece_chars"]}
+                if "piece_chars" not in Reply.__dataclass_fields__:  # a checkout before streaming
+                    pieces = {}
+                reply = Reply(text=shape["text"], tool_calls=calls, **pieces)
                 server.script(*([reply] * count))
                 connection.send(None)
             elif command == "first_bytes":
@@ -66,7 +76,9 @@ def serve(kind: str, connection: Connection) -> None:
                 return
 
 
-async def read_replies(provider: Any, body: bytes, count: int, hooked: bool) -> tuple[float, list[float]]:
+async def read_replies(
+    provider: Any, body: bytes, count: int, hooked: bool
+) -> tuple[float, list[float]]:
     firsts: list[float] = []
     started = time.process_time()
     for _ in range(count):
@@ -118,7 +130,9 @@ async def measure(kind: str, replies: int) -> None:
                 written: list[float] = parent.recv()
                 latency = ""
                 if hooked and len(written) == len(firsts):
-                    gaps = sorted((heard - wrote) * 1000 for wrote, heard in zip(written, firsts))
+                    gaps = sorted(
+                        (heard - wrote) * 1000 for wrote, heard in zip(written, firsts, strict=True)
+                    )
                     p90 = gaps[int(len(gaps) * 0.9)]
                     latency = f"{statistics.median(gaps):7.2f} ms median, {p90:6.2f} ms p90"
                 rows.append(f"  {name:10} {way:9} {cpu * 1e6:9.0f} µs CPU per reply  {latency}")
