@@ -70,8 +70,9 @@ def serve(kind: str, connection: Connection) -> None:
                 server.script(*([reply] * count))
                 connection.send(None)
             elif command == "first_bytes":
-                connection.send(list(server.first_bytes))
-                server.first_bytes.clear()
+                written = getattr(server, "first_bytes", [])  # none before streaming
+                connection.send(list(written))
+                written.clear()
             else:
                 return
 
