@@ -31,7 +31,8 @@ class MessageStream:
     """One reply's events, in order. Text and tool input are kept as their pieces and joined
     once at the end: appending to a string per delta would copy the text each time."""
 
-    def __init__(self) -> None:
+    def __init__(self, tell: bool) -> None:
+        self._tell = tell  # whether to make deltas: only when a hook hears them
         self._message: dict[str, object] | None = None
         self._usage: dict[str, object] = {}
         self._blocks: dict[int, dict[str, object]] = {}
@@ -97,13 +98,13 @@ class MessageStream:
             if not isinstance(text, str):
                 raise MalformedReply("'text' is missing or not of type str")
             self._pieces[index].append(text)
-            return (TextDelta(index, text),) if text else _NO_DELTAS
+            return (TextDelta(index, text),) if text and self._tell else _NO_DELTAS
         if kind == "input_json_delta" and block.get("type") == "tool_use":
             fragment = delta.get("partial_json")
             if not isinstance(fragment, str):
                 raise MalformedReply("'partial_json' is missing or not of type str")
             self._pieces[index].append(fragment)
-            if not fragment:
+            if not fragment or not self._tell:
                 return _NO_DELTAS
             call_id, name = block.get("id"), block.get("name")
             if not isinstance(call_id, str) or not isinstance(name, str):

@@ -40,7 +40,8 @@ class _CallParts:
 class CompletionStream:
     """One reply's chunks, in order; pieces are joined once at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, tell: bool) -> None:
+        self._tell = tell  # whether to make deltas: only when a hook hears them
         self._id: object = None
         self._content: list[str] | None = None  # None: no content came (a tool-only reply)
         self._refusal: list[str] = []
@@ -105,14 +106,15 @@ class CompletionStream:
             if self._content is None:
                 self._content = []
             self._content.append(content)
-            if content:
+            if content and self._tell:
                 deltas.append(TextDelta(CONTENT_BLOCK, content))
         elif content is not None:
             raise MalformedReply("'content' is not a string")
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
             self._refusal.append(refusal)
-            deltas.append(TextDelta(REFUSAL_BLOCK, refusal))
+            if self._tell:
+                deltas.append(TextDelta(REFUSAL_BLOCK, refusal))
         calls = delta.get("tool_calls") or []
         if not isinstance(calls, list):
             raise MalformedReply("'tool_calls' is not a list")
@@ -138,7 +140,9 @@ class CompletionStream:
             parts.name = name
         if isinstance(arguments, str) and arguments:
             parts.arguments.append(arguments)
-            deltas.append(ToolInputDelta(FIRST_CALL_BLOCK + index, parts.id, parts.name, arguments))
+            if self._tell:
+                block = FIRST_CALL_BLOCK + index
+                deltas.append(ToolInputDelta(block, parts.id, parts.name, arguments))
         elif arguments is not None and not isinstance(arguments, str):
             raise MalformedReply("the tool arguments are not a string")
 

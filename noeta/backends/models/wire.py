@@ -154,7 +154,7 @@ class JsonEndpoint:
     async def post(
         self,
         body: bytes,
-        stream: Callable[[], ReplyStream],
+        stream: Callable[[bool], ReplyStream],
         parse: Callable[[dict[str, object]], ModelReply],
         on_delta: OnDelta | None = None,
     ) -> ModelReply:
@@ -164,7 +164,9 @@ class JsonEndpoint:
                     content = await _read_at_most(response, MAX_ERROR_BYTES)
                     raise self._status_error(response, content or b"")
                 if _media_type(response) == EVENT_STREAM:
-                    return await self._read_stream(response, stream(), parse, on_delta)
+                    # Told whether anyone listens: without a hook, no delta is even made.
+                    reader = stream(on_delta is not None)
+                    return await self._read_stream(response, reader, parse, on_delta)
                 return await self._read_body(response, parse)
         except httpx.UnsupportedProtocol as exc:
             raise self._error(f"cannot send to {self.url}: {exc}", retryable=False) from None
