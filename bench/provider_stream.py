@@ -11,8 +11,8 @@ It prints the CPU per reply and, for the streamed ways, the latency from the fak
 a stream's first byte to the hook hearing its first delta (median and p90; both clocks
 are CLOCK_MONOTONIC, shared by the processes).
 
-`--tree /work/main` runs the client from another checkout (e.g. main before streaming:
-there every request is sent whole, so only the `whole` line means anything).
+`--tree /work/main` runs the client from another checkout (e.g. main before streaming,
+where every request is sent whole): only the `whole` way is read.
 
 Run:  .venv/bin/python bench/provider_stream.py [--replies N] [--tree PATH]
 It always exits 0: the figures are printed, not checked.
@@ -97,7 +97,7 @@ async def read_replies(
     return (time.process_time() - started) / count, firsts
 
 
-async def measure(kind: str, replies: int) -> None:
+async def measure(kind: str, replies: int, whole_only: bool) -> None:
     from noeta.backends.models.anthropic import AnthropicProvider
     from noeta.backends.models.openai import OpenAIProvider
     from tests.backends.models.sample_requests import conversation
@@ -116,11 +116,12 @@ async def measure(kind: str, replies: int) -> None:
     try:
         for name, shape in SHAPES.items():
             rows = []
-            for way, body, hooked in (
+            ways = [
                 ("whole", whole_body, False),
                 ("streamed", streamed_body, False),
                 ("hooked", streamed_body, True),
-            ):
+            ]
+            for way, body, hooked in ways[:1] if whole_only else ways:
                 parent.send(("script", (shape, replies + 5)))
                 parent.recv()
                 await read_replies(provider, body, 5, hooked)  # warm: connection, caches
@@ -158,7 +159,7 @@ def main() -> None:
     print(f"noeta from {os.path.dirname(noeta.__file__)}; load {os.getloadavg()[0]:.2f}")
     for kind in ("anthropic", "openai"):
         print(kind)
-        asyncio.run(measure(kind, options.replies))
+        asyncio.run(measure(kind, options.replies, whole_only=bool(options.tree)))
 
 
 if __name__ == "__main__":
