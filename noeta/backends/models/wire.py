@@ -241,7 +241,7 @@ class JsonEndpoint:
         return self._error(message, retryable=False, status=status, reason="reply too large")
 
     def _streamed_error(self, error: StreamedError, response: httpx.Response) -> ProviderError:
-        message = f"error event {error.kind}: {error.detail}{_request_id(response)}"
+        message = f"error event: {error.detail}{_request_id(response)}"
         return self._error(
             message,
             retryable=_is_retryable(error.status, httpx.Headers()),
