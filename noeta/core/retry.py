@@ -3,13 +3,15 @@ helper (`with_retries`, `backoff_seconds`) that model calls and job deliveries s
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from noeta.core.ports.model import ModelReply, Provider, ProviderError
+from noeta.core.ports.model import ModelReply, Provider, ProviderError, ReplyDelta
 
 DEFAULT_MAX_ATTEMPTS = 9
 BACKOFF_CAP_SECONDS = 30.0
@@ -110,11 +112,20 @@ async def send_with_retries(
     jitter: Callable[[], float] = random.random,
     task_id: str = "",
     on_throttled: Callable[[float | None], Awaitable[None]] | None = None,
+    on_delta: Callable[[int, ReplyDelta], None] | None = None,
 ) -> ModelReply:
     """Send `body` until a reply comes, or raise `ModelCallFailed`. Each retry is logged
     as one line (a warning) with the attempt, the reason and the wait. Each 429 is told
-    to `on_throttled` with its Retry-After (the shared limits pause on it) before the wait."""
+    to `on_throttled` with its Retry-After (the shared limits pause on it) before the wait.
+    `on_delta` hears each attempt's reply as it streams, with the attempt's number
+    (1-based): a delta of a higher number means the earlier attempt's are void."""
     throttled: list[float | None] = []
+    attempts = itertools.count(1)
+
+    def attempt() -> Awaitable[ModelReply]:
+        if on_delta is None:  # a provider (or a test's) that cannot stream is sent as ever
+            return provider.send(body)
+        return provider.send(body, functools.partial(on_delta, next(attempts)))
 
     async def sleep_after(seconds: float) -> None:
         if throttled and on_throttled is not None:
@@ -140,7 +151,7 @@ async def send_with_retries(
 
     try:
         return await with_retries(
-            lambda: provider.send(body),
+            attempt,
             ProviderError,
             max_attempts=max_attempts,
             wait=wait,

@@ -1,5 +1,5 @@
 """The Anthropic Messages API as a `Provider`, with prompt-cache breakpoints on the prefix
-that stays the same from one turn to the next.
+that stays the same from one turn to the next; every reply is streamed.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import assert_never
 
+from noeta.backends.models.anthropic_stream import MessageStream
 from noeta.backends.models.usage import anthropic_usage
 from noeta.backends.models.wire import (
     JsonEndpoint,
@@ -22,6 +23,7 @@ from noeta.core.ports.model import (
     Message,
     ModelReply,
     ModelRequest,
+    OnDelta,
     StopReason,
     Text,
     ToolCall,
@@ -108,10 +110,11 @@ class AnthropicProvider:
             {"role": message.role, "content": content}
             for message, content in zip(request.messages, contents, strict=True)
         ]
+        body["stream"] = True  # always, so a request re-sent is the same bytes
         return encode_json(body)
 
-    async def send(self, body: bytes) -> ModelReply:
-        return await self._endpoint.post(body, _parse_message)
+    async def send(self, body: bytes, on_delta: OnDelta | None = None) -> ModelReply:
+        return await self._endpoint.post(body, MessageStream, _parse_message, on_delta)
 
     async def close(self) -> None:
         await self._endpoint.close()

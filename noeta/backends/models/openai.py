@@ -1,5 +1,6 @@
 """The OpenAI Chat Completions API as a `Provider`; with a base URL it also drives the
-servers that speak it (vLLM, Ollama, llama.cpp), which often need no key.
+servers that speak it (vLLM, Ollama, llama.cpp), which often need no key. Every reply is
+streamed, with its usage.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import httpx
 
+from noeta.backends.models.openai_stream import CompletionStream
 from noeta.backends.models.usage import openai_usage
 from noeta.backends.models.wire import (
     JsonEndpoint,
@@ -24,6 +26,7 @@ from noeta.core.ports.model import (
     Message,
     ModelReply,
     ModelRequest,
+    OnDelta,
     StopReason,
     Text,
     ToolCall,
@@ -105,10 +108,13 @@ class OpenAIProvider:
             else:
                 messages.extend(_encode_user(message))
         body["messages"] = messages
+        # Always, so a request re-sent is the same bytes; the usage comes in a last chunk.
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
         return encode_json(body)
 
-    async def send(self, body: bytes) -> ModelReply:
-        return await self._endpoint.post(body, _parse_completion)
+    async def send(self, body: bytes, on_delta: OnDelta | None = None) -> ModelReply:
+        return await self._endpoint.post(body, CompletionStream, _parse_completion, on_delta)
 
     async def close(self) -> None:
         await self._endpoint.close()

@@ -30,10 +30,13 @@ from noeta.core.ports.model import (
     Message,
     ModelReply,
     ModelRequest,
+    OnDelta,
     ProviderError,
     StopReason,
     Text,
+    TextDelta,
     ToolCall,
+    ToolInputDelta,
     ToolResult,
     Usage,
 )
@@ -83,7 +86,7 @@ class ScriptedProvider:
         }
         return json.dumps(document, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
-    async def send(self, body: bytes) -> ModelReply:
+    async def send(self, body: bytes, on_delta: OnDelta | None = None) -> ModelReply:
         self.requests.append(body)
         index: int = json.loads(body)["reply"]
         if index >= len(self.replies):
@@ -103,6 +106,12 @@ class ScriptedProvider:
                 status=failure.status,
                 retry_after=failure.retry_after,
             )
+        if on_delta is not None:  # each block as one delta: a script has no pace to keep
+            for block, part in enumerate(scripted.reply.content):
+                if isinstance(part, Text):
+                    on_delta(TextDelta(block, part.text))
+                else:
+                    on_delta(ToolInputDelta(block, part.id, part.name, json.dumps(part.input)))
         return scripted.reply
 
     async def close(self) -> None:

@@ -1,29 +1,80 @@
 """What every provider adapter shares: deterministic JSON bytes, and one HTTP attempt that
-either yields a parsed reply or raises `ProviderError` saying whether to try again.
+either yields a parsed reply (streamed, or a JSON body from a server that would not stream)
+or raises `ProviderError` saying whether to try again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import email.utils
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 import httpx
 
+from noeta.backends.models.sse import EventStreamDecoder, EventStreamError, ServerSentEvent
 from noeta.core.errors import ConfigError, PayloadError
-from noeta.core.ports.model import ModelReply, ProviderError
+from noeta.core.ports.model import ModelReply, OnDelta, ProviderError, ReplyDelta
+from noeta.core.ports.payload import MAX_ENCODED_BYTES
 
 T = TypeVar("T")
 
 MAX_DETAIL_CHARS = 500  # of a provider's error message: enough to act on, short in a log
+# A reply's bytes on the wire, streamed or not: more than one event of the log may hold
+# could never be recorded, and a stream of that size is many times the largest reply.
+MAX_REPLY_BYTES = MAX_ENCODED_BYTES
+MAX_EVENT_BYTES = 16 * 1024 * 1024  # one streamed event, or a line still without its end
+MAX_ERROR_BYTES = 64 * 1024  # of an error body: its first words are all a message keeps
+# JSON of more bytes is decoded on a thread: the event loop runs every task of the worker.
+INLINE_DECODE_BYTES = 256 * 1024
+EVENT_STREAM = "text/event-stream"
 
 
 class MalformedReply(Exception):
     """Raised by a reply parser: a 2xx body lacks what the wire protocol promises."""
+
+
+class StreamedError(Exception):
+    """An error event in a stream that began with 200: the failure the same error would
+    have been as a status, so that it is retried (or not) by the same rules."""
+
+    def __init__(self, status: int, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.kind = kind  # one of the provider's documented error types, or "unknown"
+        self.detail = detail[:MAX_DETAIL_CHARS]
+
+
+class ReplyStream(Protocol):
+    """Rebuilds, from a provider's stream events, the document its non-streamed reply
+    is: one parser then reads both, so the two give the same `ModelReply`."""
+
+    def take(self, event: ServerSentEvent) -> Sequence[ReplyDelta]:
+        """Reads one event; the deltas it adds. Raises `MalformedReply`, `StreamedError`."""
+        ...
+
+    def document(self) -> dict[str, object]:
+        """The whole reply; `MalformedReply` if the stream stopped before its end."""
+        ...
+
+
+_JSON = json.JSONDecoder()
+
+
+def decode_event(event: ServerSentEvent) -> dict[str, object]:
+    """An event's data as the JSON object every provider event is."""
+    try:
+        # Decoded as text first: `json.loads` of bytes first guesses their encoding.
+        document = _JSON.decode(event.data.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError is one
+        raise MalformedReply(f"a {event.event!r} event is not JSON") from None
+    if not isinstance(document, dict):
+        raise MalformedReply(f"a {event.event!r} event is not a JSON object")
+    return document
 
 
 def encode_json(value: object) -> bytes:
@@ -101,10 +152,22 @@ class JsonEndpoint:
         )
 
     async def post(
-        self, body: bytes, parse: Callable[[dict[str, object]], ModelReply]
+        self,
+        body: bytes,
+        stream: Callable[[bool], ReplyStream],
+        parse: Callable[[dict[str, object]], ModelReply],
+        on_delta: OnDelta | None = None,
     ) -> ModelReply:
         try:
-            response = await self._client.post(self.url, content=body)
+            async with self._client.stream("POST", self.url, content=body) as response:
+                if not response.is_success:
+                    content = await _read_at_most(response, MAX_ERROR_BYTES)
+                    raise self._status_error(response, content or b"")
+                if _media_type(response) == EVENT_STREAM:
+                    # Told whether anyone listens: without a hook, no delta is even made.
+                    reader = stream(on_delta is not None)
+                    return await self._read_stream(response, reader, parse, on_delta)
+                return await self._read_body(response, parse)
         except httpx.UnsupportedProtocol as exc:
             raise self._error(f"cannot send to {self.url}: {exc}", retryable=False) from None
         except httpx.TimeoutException as exc:
@@ -119,25 +182,76 @@ class JsonEndpoint:
             raise self._error(
                 message, retryable=True, reason=f"connection failed ({kind})"
             ) from None
-        if not response.is_success:
-            raise self._status_error(response)
+
+    async def _read_stream(
+        self,
+        response: httpx.Response,
+        stream: ReplyStream,
+        parse: Callable[[dict[str, object]], ModelReply],
+        on_delta: OnDelta | None,
+    ) -> ModelReply:
+        decoder = EventStreamDecoder(MAX_EVENT_BYTES)
+        received = 0
         try:
-            document = json.loads(response.content)
-        except ValueError:
-            raise self._malformed("the body is not JSON", response) from None
-        if not isinstance(document, dict):
-            raise self._malformed("the body is not a JSON object", response)
+            async for chunk in response.aiter_bytes():
+                received += len(chunk)
+                if received > MAX_REPLY_BYTES:
+                    raise self._too_large(response)
+                for event in decoder.feed(chunk):
+                    if len(event.data) <= INLINE_DECODE_BYTES:
+                        deltas = stream.take(event)
+                    else:
+                        deltas = await asyncio.to_thread(stream.take, event)
+                    if on_delta is not None:
+                        for delta in deltas:
+                            on_delta(delta)
+            if decoder.mid_event:
+                raise MalformedReply("the stream stopped in the middle of an event")
+            if received <= INLINE_DECODE_BYTES:
+                return parse(stream.document())
+            # Joining the text and parsing the tool inputs of a long reply takes a while.
+            return await asyncio.to_thread(lambda: parse(stream.document()))
+        except (MalformedReply, EventStreamError) as exc:
+            raise self._malformed(str(exc), response) from None
+        except StreamedError as error:
+            raise self._streamed_error(error, response) from None
+
+    async def _read_body(
+        self, response: httpx.Response, parse: Callable[[dict[str, object]], ModelReply]
+    ) -> ModelReply:
+        """A server that answers a stream request with one JSON document (some compatible
+        ones, and a proxy's own answers) is read as it would have been before streaming."""
+        content = await _read_at_most(response, MAX_REPLY_BYTES)
+        if content is None:
+            raise self._too_large(response)
         try:
-            return parse(document)
+            if len(content) <= INLINE_DECODE_BYTES:
+                return _parse_body(content, parse)
+            return await asyncio.to_thread(_parse_body, content, parse)
         except MalformedReply as exc:
             raise self._malformed(str(exc), response) from None
 
     async def close(self) -> None:
         await self._client.aclose()
 
-    def _status_error(self, response: httpx.Response) -> ProviderError:
+    def _too_large(self, response: httpx.Response) -> ProviderError:
+        # Not retried: the same request would most likely be answered at the same length.
+        message = f"the reply is over {MAX_REPLY_BYTES:,} bytes{_request_id(response)}"
         status = response.status_code
-        detail = _error_detail(response.content) or response.reason_phrase
+        return self._error(message, retryable=False, status=status, reason="reply too large")
+
+    def _streamed_error(self, error: StreamedError, response: httpx.Response) -> ProviderError:
+        message = f"error event: {error.detail}{_request_id(response)}"
+        return self._error(
+            message,
+            retryable=_is_retryable(error.status, httpx.Headers()),
+            status=error.status,
+            reason=f"error event ({error.kind})",
+        )
+
+    def _status_error(self, response: httpx.Response, content: bytes) -> ProviderError:
+        status = response.status_code
+        detail = _error_detail(content) or response.reason_phrase
         message = f"HTTP {status} {detail}{_request_id(response)}"
         return self._error(
             message,
@@ -199,6 +313,33 @@ def _seconds(value: str | None) -> float | None:
     except ValueError:
         return None
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+async def _read_at_most(response: httpx.Response, limit: int) -> bytes | None:
+    """The body, or None once it is over `limit` bytes (the rest is never read)."""
+    parts: list[bytes] = []
+    received = 0
+    async for chunk in response.aiter_bytes():
+        received += len(chunk)
+        if received > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _parse_body(content: bytes, parse: Callable[[dict[str, object]], ModelReply]) -> ModelReply:
+    try:
+        document = json.loads(content)
+    except ValueError:
+        raise MalformedReply("the body is not JSON") from None
+    if not isinstance(document, dict):
+        raise MalformedReply("the body is not a JSON object")
+    return parse(document)
+
+
+def _media_type(response: httpx.Response) -> str:
+    value: str = response.headers.get("content-type", "")
+    return value.partition(";")[0].strip().lower()
 
 
 def _is_retryable(status: int, headers: httpx.Headers) -> bool:

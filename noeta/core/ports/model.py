@@ -3,11 +3,13 @@
 A request is assembled from the log alone, and a provider turns it into wire bytes
 deterministically (`encode_request`), so the request re-sent after a crash is byte for
 byte the one sent before and the provider's prompt cache still hits. One `send` is one
-HTTP attempt; retries are noeta's (`noeta.core.retry`), never an SDK's.
+HTTP attempt; retries are noeta's (`noeta.core.retry`), never an SDK's. A reply may be
+told as it comes (`ReplyDelta`), but only the whole `ModelReply` counts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -105,6 +107,33 @@ class ModelReply:
     response_id: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """More of a reply's text, as it is streamed. `block` tells the reply's blocks apart,
+    numbered as the adapter reads them; a block's text is the join of its deltas (the reply
+    leaves out a block of blanks only)."""
+
+    block: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInputDelta:
+    """A piece of a tool call's input as the model writes it: JSON text, whole only once
+    the call's pieces are joined, and parsed only in the `ModelReply`."""
+
+    block: int
+    call_id: str
+    name: str
+    fragment: str
+
+
+ReplyDelta = TextDelta | ToolInputDelta
+# Called on the event loop for each delta of one attempt, in order; it must not block. A
+# failed attempt's deltas are not taken back: the next attempt's say which one they are of.
+OnDelta = Callable[[ReplyDelta], None]
+
+
 class ProviderError(NoetaError):
     """One attempt failed. `retryable` says whether another attempt may succeed.
 
@@ -138,8 +167,9 @@ class Provider(Protocol):
         """The exact request body; the same request always gives the same bytes."""
         ...
 
-    async def send(self, body: bytes) -> ModelReply:
-        """One attempt. Raises `ProviderError` for anything but a usable reply."""
+    async def send(self, body: bytes, on_delta: OnDelta | None = None) -> ModelReply:
+        """One attempt. Raises `ProviderError` for anything but a usable reply. `on_delta`
+        hears the reply as it streams; without it nothing is told."""
         ...
 
     async def close(self) -> None: ...

@@ -133,6 +133,7 @@ async def test_the_request_is_a_messages_api_call(
                 ],
             },
         ],
+        "stream": True,
     }
 
 

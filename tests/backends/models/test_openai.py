@@ -116,6 +116,8 @@ async def test_the_request_is_a_chat_completions_call(
             {"role": "tool", "tool_call_id": "call-1", "content": "README.md\nsrc"},
             {"role": "tool", "tool_call_id": "call-2", "content": "Error: no such file"},
         ],
+        "stream": True,
+        "stream_options": {"include_usage": True},
     }
 
 

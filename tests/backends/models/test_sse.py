@@ -1,0 +1,72 @@
+"""The Server-Sent Events framing: whole events out of bytes cut anywhere, bounded."""
+
+from __future__ import annotations
+
+import pytest
+
+from noeta.backends.models.sse import EventStreamDecoder, EventStreamError, ServerSentEvent
+
+STREAM = (
+    "\ufeffevent: message_start\r\n"
+    'data: {"a": "é"}\r\n'
+    "\r\n"
+    ": a comment, as a keep-alive\n"
+    "id: 7\n"
+    "retry: 100\n"
+    "data: first line\n"
+    "data:second line\n"
+    "data\n"
+    "\n"
+    "event: ping\r"
+    "data: {}\r"
+    "\r"
+    "event: only a name, no data\n"
+    "\n"
+    "data: 😀 end\n\n"
+).encode()
+
+EXPECTED = [
+    ServerSentEvent("message_start", '{"a": "é"}'.encode()),
+    ServerSentEvent("message", b"first line\nsecond line\n"),
+    ServerSentEvent("ping", b"{}"),
+    ServerSentEvent("message", "😀 end".encode()),
+]
+
+
+def feed_all(chunks: list[bytes], max_event_bytes: int = 1000) -> list[ServerSentEvent]:
+    decoder = EventStreamDecoder(max_event_bytes)
+    events = [event for chunk in chunks for event in decoder.feed(chunk)]
+    assert not decoder.mid_event
+    return events
+
+
+def test_whole_stream_in_one_chunk() -> None:
+    assert feed_all([STREAM]) == EXPECTED
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 13])
+def test_chunks_cut_inside_lines_line_ends_and_characters(size: int) -> None:
+    chunks = [STREAM[start : start + size] for start in range(0, len(STREAM), size)]
+    assert feed_all(chunks) == EXPECTED
+
+
+def test_an_event_cut_short_is_not_given_and_is_seen_as_cut() -> None:
+    decoder = EventStreamDecoder(1000)
+    assert decoder.feed(b"event: message_stop\ndata: {}\n") == []
+    assert decoder.mid_event
+    line_only = EventStreamDecoder(1000)
+    assert line_only.feed(b'data: {"type": "mess') == []
+    assert line_only.mid_event
+
+
+def test_a_line_without_end_is_bounded() -> None:
+    decoder = EventStreamDecoder(100)
+    decoder.feed(b"data: " + b"x" * 50)
+    with pytest.raises(EventStreamError, match="over 100 bytes"):
+        decoder.feed(b"x" * 60)
+
+
+def test_an_event_of_many_lines_is_bounded() -> None:
+    decoder = EventStreamDecoder(100)
+    with pytest.raises(EventStreamError, match="over 100 bytes"):
+        decoder.feed(b"data: 0123456789\n" * 11)
