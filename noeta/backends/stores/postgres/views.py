@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from noeta.backends.stores.postgres.connection import PostgresConnection
+from noeta.backends.stores.postgres.failure_groups import PostgresFailureGroups
 from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _stored_event, _task_record
 from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS, summary
 from noeta.core.ports import payload
@@ -197,7 +197,7 @@ def error_regex(kind: str) -> str:
     return rf'"error":"(?:[^"\\ ]+ failed: )?{_literal(kind)}: '
 
 
-class PostgresViews(PostgresConnection):
+class PostgresViews(PostgresFailureGroups):
     """The read-only views of `noeta web`."""
 
     async def task_page(
@@ -225,8 +225,9 @@ class PostgresViews(PostgresConnection):
         text: str | None = None,
         finished_since: datetime | None = None,
         cap: int | None = None,
+        where: TaskFilter = NO_FILTER,
     ) -> int:
-        params = _selection(statuses, queue, text, finished_since) | {"cap": cap}
+        params = _selection(statuses, queue, text, finished_since, where) | {"cap": cap}
         rows = await self._read(COUNT_TASKS_MATCHING if text else COUNT_TASKS, params)
         return int(rows[0][0])
 
