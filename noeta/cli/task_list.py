@@ -134,6 +134,14 @@ def _error_kind(_: click.Context, __: click.Parameter, value: str | None) -> str
 @click.option(
     "--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most N tasks."
 )
+@click.option(
+    "--group-by",
+    "group_by",
+    type=click.Choice(["error"]),
+    default=None,
+    help="With --status failed: the failures grouped by error kind, job (or agent) and "
+    "queue, with counts and the first and last seen.",
+)
 @json_option
 @store_option
 def tasks(
@@ -145,10 +153,19 @@ def tasks(
     since: datetime | None,
     columns: list[str],
     limit: int,
+    group_by: str | None,
     as_json: bool,
     store: str | None,
 ) -> None:
     """List tasks, newest first (with --parent: that task's subtasks, in launch order)."""
+    if group_by is not None:
+        _check_grouping(status, parent, job, error_kind, since)
+        from noeta.cli.failure_list import print_failure_groups
+
+        if queue is not None:
+            check_key("queue name", queue)
+        print_failure_groups(store, queue, as_json)
+        return
     if parent is not None:
         check_key("task id", parent)
     if job is not None:
@@ -171,6 +188,18 @@ def tasks(
     for row in rows:
         click.echo(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+def _check_grouping(status: str | None, *given: object) -> None:
+    """--group-by error groups the failures, of --queue or all: nothing else narrows it."""
+    if status not in (None, TaskStatus.FAILED.value):
+        raise click.BadParameter(
+            f"--group-by error groups failed tasks, not {status} ones: give --status failed"
+        )
+    if any(option is not None for option in given):
+        raise click.UsageError(
+            "--group-by error takes --queue only (not --parent, --name, --error, --since)"
         )
 
 

@@ -16,9 +16,9 @@ from noeta.client.creating import TaskExists, create_all_once
 from noeta.core import failpoints
 from noeta.core.errors import ConfigError, NoetaError, StoreError, UnknownTask
 from noeta.core.ports.bulk import BulkCreate
-from noeta.core.ports.store import NewTask, Store, TaskRecord, TaskStatus
 from noeta.core.ports.retention import DEFAULT_BATCH_SIZE as PRUNE_BATCH
 from noeta.core.ports.retention import REST_PER_BATCH
+from noeta.core.ports.store import NewTask, Store, TaskRecord, TaskStatus
 from noeta.core.ports.store_views import MAX_PAGE, NO_FILTER, StoreViews, TaskCursor, TaskFilter
 from noeta.core.rules.task_id import retry_task_id
 

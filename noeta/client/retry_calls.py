@@ -12,8 +12,8 @@ from noeta.client.creating import TaskExists
 from noeta.client.handles import TaskHandle
 from noeta.client.submissions import new_id
 from noeta.core.errors import ConfigError
-from noeta.core.ports.store import Store, TaskStatus, check_key
 from noeta.core.ports.retention import DEFAULT_BATCH_SIZE as PRUNE_BATCH
+from noeta.core.ports.store import Store, TaskStatus, check_key
 from noeta.core.ports.store_values import check_text
 from noeta.core.ports.store_views import TaskFilter, checked_error_kind
 from noeta.core.rules.task_id import retry_task_id
@@ -107,7 +107,6 @@ class RetryCalls:
             batch_size=batch_size,
             progress=progress,
         )
-
 
     async def prune_many(
         self,

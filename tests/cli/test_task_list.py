@@ -97,7 +97,40 @@ def test_columns_are_chosen_and_filters_narrow_the_list(listed_tasks: str) -> No
         (["--since", "yesterday"], "is neither a moment"),
         (["--since", "2026-13-45"], "is neither a moment"),
         (["--error", "no such"], "is not an error kind"),
+        (["--group-by", "cause"], "Invalid value for '--group-by': 'cause' is not 'error'"),
+        (["--group-by", "error", "--status", "done"], "groups failed tasks, not done ones"),
+        (["--group-by", "error", "--name", "add"], "--group-by error takes --queue only"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(store: str, arguments: list[str], said: str) -> None:
     assert said in one_line_error(noeta("tasks", *arguments, store=store), 2)
+
+
+def test_failures_are_grouped_by_error_kind_job_and_queue(listed_tasks: str) -> None:
+    for n in range(2):
+        a_job(listed_tasks, f"add-{n + 2}", "add", {"a": n})
+        ended = events.TaskFinished("failed", error="add failed: ValueError: no")
+        finish(listed_tasks, f"add-{n + 2}", ended, TaskStatus.FAILED)
+    a_chat(listed_tasks, "chat-2")
+    finish(
+        listed_tasks,
+        "chat-2",
+        events.TaskFinished("failed", error="llm_error: 500"),
+        TaskStatus.FAILED,
+    )
+    header, *rows = table(listed_tasks, "--status", "failed", "--group-by", "error")
+    assert header == ["count", "error", "kind", "queue", "first", "last"]
+    assert [row[:4] for row in rows] == [
+        ["3", "ValueError", "add", "default"],
+        ["1", "llm_error", "agent", "default"],
+    ]
+    assert rows[0][4] <= rows[0][5] and rows[0][5].endswith("Z")
+    documents = json.loads(
+        noeta("tasks", "--group-by", "error", "--json", store=listed_tasks).stdout
+    )
+    assert [(d["error_kind"], d["kind"], d["count"]) for d in documents] == [
+        ("ValueError", "add", 3),
+        ("llm_error", "agent", 1),
+    ]
+    other = noeta("tasks", "--group-by", "error", "--queue", "other", store=listed_tasks)
+    assert other.stdout == "no failed tasks\n"

@@ -72,8 +72,9 @@ class Pruning(Protocol):
         """
         ...
 
-
-    async def prune_tasks(self, task_ids: Sequence[str], *, forget_ids: bool = False) -> PruneCounts:
+    async def prune_tasks(
+        self, task_ids: Sequence[str], *, forget_ids: bool = False
+    ) -> PruneCounts:
         """Remove those of `task_ids` that are finished and may be pruned (the family rule
         of `prune_finished`), whole, in one transaction (at most MAX_PRUNED_IDS of them);
         one another holds is left. A bulk prune from the task list, a batch at a time.
@@ -83,7 +84,9 @@ class Pruning(Protocol):
 
 def check_pruned_ids(task_ids: Sequence[str]) -> list[str]:
     if len(task_ids) > MAX_PRUNED_IDS:
-        raise ConfigError(f"a prune by id takes at most {MAX_PRUNED_IDS} tasks, not {len(task_ids)}")
+        raise ConfigError(
+            f"a prune by id takes at most {MAX_PRUNED_IDS} tasks, not {len(task_ids)}"
+        )
     return list(task_ids)
 
 

@@ -51,9 +51,7 @@ class SqliteTaskPruning(SqliteRetention):
                     "try again when it has finished"
                 ) from None
             await self._run(self._connection.create_function, "noeta_parent_ids", 1, parent_ids)
-            return await self._run(
-                self._write, lambda c, now: _prune_ids(c, now, ids, forget_ids)
-            )
+            return await self._run(self._write, lambda c, now: _prune_ids(c, now, ids, forget_ids))
         finally:
             os.close(lock)  # frees the lock
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from noeta.backends.stores.sqlite.failure_groups import SqliteFailureGroups
 from noeta.backends.stores.sqlite.encoding import from_micros, task_record, to_micros
+from noeta.backends.stores.sqlite.failure_groups import SqliteFailureGroups
 from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS, summary
 from noeta.core.ports import payload
 from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
