@@ -4,7 +4,7 @@ filter selects retried, cancelled or pruned in batches; a part of `AsyncClient` 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from noeta.client import bulk_actions, job_retry
 from noeta.client.bulk_actions import BulkOutcome, Progress, Selection
@@ -67,15 +67,19 @@ class RetryCalls:
         progress: Progress | None = None,
         job: str | None = None,
         error_kind: str | None = None,
+        created_since: datetime | None = None,
     ) -> BulkOutcome:
         """Retry every `status` task (failed or cancelled), newest first: of `queue`, that
         finished within `since`, whose id or prompt holds `text`, jobs of function `job`,
-        that ended with an `error_kind` error, at most `limit`. Each
+        that ended with an `error_kind` error, created at or after `created_since`, at most
+        `limit`. Each
         batch of `batch_size` is made in one transaction; a task retried already (by any
         run, or by `retry` without an id) is skipped, so a run cut anywhere can be run
         again, and two at once make one retry a task. `dry_run` counts and makes nothing.
         `progress` is called with the outcome so far after each batch."""
-        selection = retry_selection(status, queue, since, text, limit, job, error_kind)
+        selection = retry_selection(
+            status, queue, since, text, limit, job, error_kind, created_since
+        )
         return await bulk_actions.retry_many(
             await self.store(),
             selection,
@@ -95,10 +99,11 @@ class RetryCalls:
         batch_size: int = bulk_actions.DEFAULT_BATCH,
         progress: Progress | None = None,
         job: str | None = None,
+        created_since: datetime | None = None,
     ) -> BulkOutcome:
         """Ask every `status` task (not finished) to stop, as `cancel` does, in batches;
         the filters as `retry_many`'s."""
-        selection = _selection(status, queue, None, text, limit, job, None)
+        selection = _selection(status, queue, None, text, limit, job, None, created_since)
         bulk_actions.check_selection(selection, bulk_actions.CANCELLABLE, "cancelled")
         return await bulk_actions.cancel_many(
             await self.store(),
@@ -121,12 +126,13 @@ class RetryCalls:
         progress: Progress | None = None,
         job: str | None = None,
         error_kind: str | None = None,
+        created_since: datetime | None = None,
     ) -> BulkOutcome:
         """Prune every `status` task (done, failed or cancelled) the filters select (as
         `retry_many`'s), in batches of the store's prune: each task goes whole, its id
         stays taken (`noeta db prune`'s rules). A task that changed since it was read, or
         that a live subtask or parent keeps, is skipped and counted."""
-        selection = _selection(status, queue, since, text, limit, job, error_kind)
+        selection = _selection(status, queue, since, text, limit, job, error_kind, created_since)
         bulk_actions.check_selection(selection, bulk_actions.PRUNABLE, "pruned")
         return await bulk_actions.prune_many(
             await self.store(),
@@ -145,9 +151,10 @@ def retry_selection(
     limit: int | None = None,
     job: str | None = None,
     error_kind: str | None = None,
+    created_since: datetime | None = None,
 ) -> Selection:
     """The selection of a bulk retry, checked before any store is opened."""
-    selection = _selection(status, queue, since, text, limit, job, error_kind)
+    selection = _selection(status, queue, since, text, limit, job, error_kind, created_since)
     bulk_actions.check_selection(selection, bulk_actions.RETRYABLE, "retried")
     return selection
 
@@ -160,6 +167,7 @@ def _selection(
     limit: int | None,
     job: str | None,
     error_kind: str | None,
+    created_since: datetime | None,
 ) -> Selection:
     try:
         wanted = TaskStatus(status)
@@ -172,7 +180,7 @@ def _selection(
         raise ConfigError(f"since must not be negative, not {since}")
     if job is not None:
         check_key("job name", job)
-    where = TaskFilter(job=job, error_kind=checked_error_kind(error_kind))
+    where = TaskFilter(job, checked_error_kind(error_kind), created_since)
     return Selection(
         wanted, queue, None if text is None else check_text("text", text), since, limit, where
     )
