@@ -22,6 +22,7 @@ from noeta.cli.text import (
     late_result_json,
     late_result_line,
     read_text,
+    scrubbed,
     task_json,
     unrunnable,
     waiting_json,
@@ -289,7 +290,7 @@ def cancel(task_id: str, store: str | None) -> None:
 @store_option
 def show(task_id: str, as_json: bool, store: str | None) -> None:
     """Show a task: its state, its subtasks and their states, and its log."""
-    record, log, late, children, waits = asyncio.run(_show(task_id, store))
+    record, log, late, children, waits, silent = asyncio.run(_show(task_id, store))
     if as_json:
         document = {
             "task": task_json(record) | waiting_json(waits.get(record.id)),
@@ -310,6 +311,8 @@ def show(task_id: str, as_json: bool, store: str | None) -> None:
     steps = StepPrinter()
     for event in log:
         click.echo("\n".join(steps.lines(event)))
+    if silent:  # the latest claim wrote nothing: who held the task, and why it let go
+        click.echo(f"      ── {scrubbed(silent)}")
     if late:
         click.echo("late results (a tool's result that came after its claim was gone):")
         for result in late:
@@ -324,6 +327,7 @@ async def _show(
     list[LateResult],
     list[tuple[str, TaskRecord]],
     Mapping[str, tuple[str, ...]],
+    str,
 ]:
     from noeta.client import AsyncClient
 
@@ -334,4 +338,8 @@ async def _show(
         late = await store.late_results(task_id)
         log = await store.read_log(task_id)
         children = await client.children(task_id)
-        return record, log, late, children, await unrunnable(store, [record])
+        from noeta.silent_claims import silent_claim_words
+
+        logged_epoch = max((event.epoch for event in log), default=0)
+        silent = await silent_claim_words(store, record, logged_epoch)
+        return record, log, late, children, await unrunnable(store, [record]), silent

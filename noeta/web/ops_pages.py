@@ -1,6 +1,6 @@
 """The operator's other pages: workers (the registry's, live and recently departed, and
-who holds which task, at which epoch, until when; read again every few seconds) and cron (each schedule's next fires in
-UTC and in its zone, and what its latest slots did)."""
+who holds which task, at which epoch, until when; read again every few seconds) and cron
+(each schedule's next fires in UTC and in its zone, and what its latest slots did)."""
 
 from __future__ import annotations
 
