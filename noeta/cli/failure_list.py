@@ -13,7 +13,6 @@ import click
 
 from noeta.cli.text import scrubbed
 from noeta.core.errors import ConfigError
-from noeta.core.ports.store_views import COUNT_CAP
 
 if TYPE_CHECKING:
     from noeta.core.ports.store_views import FailureGroup
@@ -22,19 +21,19 @@ GROUPINGS = ("error",)  # what --group-by takes
 NO_KIND = "-"  # an error whose kind cannot be told
 
 
-async def _groups(url: str | None, queue: str | None) -> list[FailureGroup]:
+async def _groups(url: str | None, queue: str | None, newest: int) -> list[FailureGroup]:
     from noeta.client import AsyncClient
 
     async with AsyncClient(url, application_name="noeta-tasks", start_embedded=False) as client:
         views = (await client.store()).capabilities.views
         if views is None:
             raise ConfigError("this store cannot group tasks: it has no views")
-        return await views.failure_groups(queue=queue, cap=COUNT_CAP)
+        return await views.failure_groups(queue=queue, cap=newest)
 
 
-def print_failure_groups(url: str | None, queue: str | None, as_json: bool) -> None:
-    """The groups of the newest COUNT_CAP failures, the largest first."""
-    groups = asyncio.run(_groups(url, queue))
+def print_failure_groups(url: str | None, queue: str | None, newest: int, as_json: bool) -> None:
+    """The groups of the `newest` failures, the largest first."""
+    groups = asyncio.run(_groups(url, queue, newest))
     if as_json:
         click.echo(json.dumps([_json(group) for group in groups], ensure_ascii=False, indent=2))
         return
@@ -58,8 +57,8 @@ def print_failure_groups(url: str | None, queue: str | None, as_json: bool) -> N
         click.echo(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
-    if sum(group.count for group in groups) >= COUNT_CAP:
-        click.echo(f"noeta: the newest {COUNT_CAP:,} failures are grouped", err=True)
+    if sum(group.count for group in groups) >= newest:
+        click.echo(f"noeta: the newest {newest:,} failures are grouped (--limit N: more)", err=True)
     click.echo(
         "noeta: retry a group with `noeta retry --status failed --error KIND --name KIND "
         "--queue QUEUE` (--dry-run counts first)",

@@ -19,6 +19,7 @@ from noeta.core.errors import ConfigError
 from noeta.core.ports.store import TaskStatus, check_key
 from noeta.core.ports.store_views import (
     ERROR_KIND_NAME,
+    FAILURES_GROUPED,
     MAX_PAGE,
     TaskCursor,
     TaskFilter,
@@ -140,7 +141,8 @@ def _error_kind(_: click.Context, __: click.Parameter, value: str | None) -> str
     type=click.Choice(["error"]),
     default=None,
     help="With --status failed: the failures grouped by error kind, job (or agent) and "
-    "queue, with counts and the first and last seen.",
+    f"queue, with counts and the first and last seen (the newest {FAILURES_GROUPED:,}, "
+    "or --limit's).",
 )
 @json_option
 @store_option
@@ -164,7 +166,9 @@ def tasks(
 
         if queue is not None:
             check_key("queue name", queue)
-        print_failure_groups(store, queue, as_json)
+        source = click.get_current_context().get_parameter_source("limit")
+        newest = limit if source is click.core.ParameterSource.COMMANDLINE else None
+        print_failure_groups(store, queue, newest or FAILURES_GROUPED, as_json)
         return
     if parent is not None:
         check_key("task id", parent)

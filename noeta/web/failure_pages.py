@@ -8,7 +8,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from noeta.core.ports.store_views import AGENT, COUNT_CAP, FailureGroup
+from noeta.core.ports.store_views import AGENT, FAILURES_GROUPED, MAX_FAILURES, FailureGroup
 from noeta.web.list_filters import checked
 from noeta.web.render import h, link, page, table, url, utc
 from noeta.web.site import PageError, Site
@@ -27,22 +27,40 @@ async def failures_page(site: Site, request: Request) -> HTMLResponse:
         said = ", ".join(GROUPINGS)
         raise PageError(400, f"failures cannot be grouped by {grouping[:40]!r}: only by {said}")
     queue = checked("queue", request.query_params.get("queue") or None)
+    newest = _newest(request.query_params.get("newest") or None)
     views = await site.views()
-    groups = await views.failure_groups(queue=queue, cap=COUNT_CAP)
+    groups = await views.failure_groups(queue=queue, cap=newest)
     where = f" of queue {queue}" if queue else ""
     if not groups:
         body = f'<p class="muted" id="failures">no failed task{h(where)}</p>'
         return HTMLResponse(page("Failures", body))
     total = sum(group.count for group in groups)
     said = f"{total:,} failed tasks{where} by error kind, kind and queue, the largest group first"
-    if total >= COUNT_CAP:
-        said = f"the newest {COUNT_CAP:,} failed tasks{where}, by error kind, kind and queue"
+    if total >= newest:
+        said = f"the newest {newest:,} failed tasks{where}, by error kind, kind and queue"
+        wider = url("/failures", queue=queue, newest=min(MAX_FAILURES, newest * 10))
+        said_more = (
+            f" ({link(wider, 'read more of them')}: slower)" if newest < MAX_FAILURES else ""
+        )
+    else:
+        said_more = ""
     body = (
-        f'<p class="muted">{h(said)}</p>'
+        f'<p class="muted">{h(said)}{said_more}</p>'
         + table(HEADINGS, [_row(group) for group in groups], css="failures")
         + f'<p class="muted">{h(AGENT_NOTE)}</p>'
     )
     return HTMLResponse(page("Failures", f'<div id="failures">{body}</div>'))
+
+
+def _newest(text: str | None) -> int:
+    """How many of the newest failures to group (`newest=`), FAILURES_GROUPED unless given."""
+    if text is None:
+        return FAILURES_GROUPED
+    if not text.isdigit() or not 1 <= int(text) <= MAX_FAILURES:
+        raise PageError(
+            400, f"newest is a number of failures, 1 to {MAX_FAILURES:,}: not {text[:20]!r}"
+        )
+    return int(text)
 
 
 def _row(group: FailureGroup) -> list[str]:

@@ -118,6 +118,13 @@ async def test_none_matching_a_stale_selection_and_a_bad_grouping(
         "prune took it); 1 of the 4 confirmed no longer match (changed since the count)"
     )
 
+    newest = http.get("/failures", params={"newest": "1"}).text
+    assert "the newest 1 failed tasks, by error kind, kind and queue" in newest
+    assert "read more of them" in newest
+    for bad in ("0", "many", "100001"):
+        wrong = http.get("/failures", params={"newest": bad})
+        assert wrong.status_code == 400 and "newest is a number of failures" in wrong.text
+
     refused = http.get("/failures", params={"group-by": "cause"})
     assert refused.status_code == 400
     assert "failures cannot be grouped by 'cause': only by error" in html.unescape(refused.text)

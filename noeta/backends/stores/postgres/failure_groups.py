@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS
-from noeta.core.ports.store_views import AGENT, COUNT_CAP, FailureGroup, check_failure_query
+from noeta.core.ports.store_views import AGENT, FAILURES_GROUPED, FailureGroup, check_failure_query
 
 # The kind of a TaskFinished's error, as `store_views.error_kind` reads it from the error
 # ("add failed: ValueError: …" is a ValueError), matched in the event's stored JSON text
@@ -44,7 +44,7 @@ class PostgresFailureGroups(PostgresConnection):
     """`failure_groups`, one of the read-only views of `noeta web`."""
 
     async def failure_groups(
-        self, *, queue: str | None = None, cap: int = COUNT_CAP
+        self, *, queue: str | None = None, cap: int = FAILURES_GROUPED
     ) -> list[FailureGroup]:
         params = {
             "queue": queue,

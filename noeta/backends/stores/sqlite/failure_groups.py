@@ -10,7 +10,7 @@ from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import from_micros
 from noeta.core.ports.store_views import (
     AGENT,
-    COUNT_CAP,
+    FAILURES_GROUPED,
     FailureGroup,
     check_failure_query,
     error_kind,
@@ -34,7 +34,7 @@ class SqliteFailureGroups(SqliteConnection):
     """`failure_groups`, one of the read-only views of `noeta web`."""
 
     async def failure_groups(
-        self, *, queue: str | None = None, cap: int = COUNT_CAP
+        self, *, queue: str | None = None, cap: int = FAILURES_GROUPED
     ) -> list[FailureGroup]:
         values = {"queue": queue, "cap": check_failure_query(queue, cap)}
         rows = await self._run(self._read_all, NEWEST_FAILURES, values)
