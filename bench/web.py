@@ -170,6 +170,7 @@ def measure(url: str, tasks: int) -> None:
             ("queues, finished per hour (last day)", "/queues?range=day"),
             ("one queue, finished per minute", "/queues?queue=q1"),
             ("model limits", "/limits"),
+            ("failures by cause (the newest 10,000)", "/failures"),
         ]
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"\n{tasks:,} tasks; load {load}; the first request, then median and worst of {RUNS}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 # An epoch that ended on one of these handed the task back (a wait): the next claim
@@ -103,6 +103,7 @@ def epoch_change(event: LoggedEvent, context: StepContext) -> str:
     if not event.epoch or event.epoch == context.epoch:
         return ""
     who = event.owner or "?"
+    silent = _silent_between(context.epoch, event.epoch)
     if context.epoch == 0:
         text = f"epoch {event.epoch}: claimed by {who}"
     elif context.last_type in _HANDED_BACK:
@@ -117,7 +118,72 @@ def epoch_change(event: LoggedEvent, context: StepContext) -> str:
             "(a crash, a lost lease or a shutdown)"
         )
     context.epoch, context.owner = event.epoch, event.owner
-    return text
+    return text + silent
+
+
+def _silent_between(before: int, now: int) -> str:
+    """The claims between two epochs of the log: each took the task and wrote nothing
+    (a worker that lacked a plugin the task pinned, or stopped, or lost its lease first).
+    The store keeps only the latest claim's holder, so theirs are not known."""
+    first = max(before, 0) + 1
+    if now - first < 1:
+        return ""
+    said = f"epoch {first}" if now - first == 1 else f"epochs {first} to {now - 1}"
+    return f" ({said} claimed the task before and wrote nothing; the holder is not kept)"
+
+
+# Why a claim hands its task back having written nothing (the worker's log line says which).
+_HANDED_BACK_WHY = "(it lacked a plugin the task pinned, or was shutting down)"
+
+
+@dataclass(frozen=True, slots=True)
+class LatestClaim:
+    """The task row's claim (the latest), and what the workers registry says of its worker
+    (`worker_state` live, dead or stopped, None if it is not listed)."""
+
+    status: str
+    owner: str | None
+    epoch: int
+    lease_until: datetime | None
+    updated_at: datetime
+    worker_state: str | None = None
+    worker_seen: datetime | None = None
+
+
+def claim_that_wrote_nothing(claim: LatestClaim, logged_epoch: int, now: datetime) -> str:
+    """The words for the latest claim when the log holds nothing of it ("" otherwise):
+    which worker holds or held the task, until when, and why it let go if that is known.
+    It claimed after the log's last event; the moment itself is not kept."""
+    if claim.owner is None or claim.epoch <= logged_epoch:
+        return ""
+    who = f"epoch {claim.epoch}: claimed by {claim.owner} after the last event"
+    worker = _worker_words(claim) + _silent_between(logged_epoch, claim.epoch)
+    lease = claim.lease_until
+    if claim.status in ("running", "holding") and lease is not None and lease > now:
+        held = f"it holds the task, lease until {_at(lease)}, and has written nothing yet"
+        return f"{who}; {held}{worker}"
+    if lease is not None and lease <= now:
+        return f"{who}; it wrote nothing and its lease lapsed at {_at(lease)}{worker}"
+    why = "as it stopped" if claim.worker_state == "stopped" else _HANDED_BACK_WHY
+    back = f"it wrote nothing and handed the task back at {_at(claim.updated_at)} {why}"
+    return f"{who}; {back}{worker}"
+
+
+def _worker_words(claim: LatestClaim) -> str:
+    match claim.worker_state:
+        case None:
+            return f"; {claim.owner} is not in the workers registry"
+        case "dead":
+            seen = f" since {_at(claim.worker_seen)}" if claim.worker_seen else ""
+            return f"; its worker is dead (silent{seen})"
+        case "stopped":
+            return "; its worker has stopped"
+        case _:
+            return "; its worker is live"
+
+
+def _at(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.astimezone(UTC).strftime("%H:%M:%S UTC")
 
 
 def attempt_words(data: Any) -> str:

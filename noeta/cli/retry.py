@@ -13,15 +13,13 @@ from noeta.cli.options import store_option
 from noeta.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from datetime import timedelta
-
-    from noeta.client.bulk_actions import BulkOutcome
+    from noeta.client.bulk_actions import BulkOutcome, Selection
     from noeta.client.handles import TaskHandle
 
 BATCH_DEFAULT = 500
 INTERRUPTED_EXIT = 130
 # What only a bulk retry takes: named when given with a TASK_ID instead.
-_BULK_ONLY = ("--since", "--limit", "--dry-run")
+_BULK_ONLY = ("--since", "--limit", "--dry-run", "--name", "--error")
 
 
 @click.command()
@@ -51,6 +49,15 @@ _BULK_ONLY = ("--since", "--limit", "--dry-run")
 @click.option(
     "--limit", type=click.IntRange(min=1), default=None, help="With --status: the newest N only."
 )
+@click.option("--name", "job", default=None, metavar="JOB", help="With --status: jobs of JOB only.")
+@click.option(
+    "--error",
+    "error_kind",
+    default=None,
+    metavar="KIND",
+    help="With --status: only those that ended with this kind of error (a group of "
+    "`noeta tasks --status failed --group-by error`).",
+)
 @click.option("--dry-run", is_flag=True, help="With --status: count them and retry nothing.")
 @click.option(
     "--batch-size",
@@ -68,6 +75,8 @@ def retry(
     queue: str | None,
     since: str | None,
     limit: int | None,
+    job: str | None,
+    error_kind: str | None,
     dry_run: bool,
     batch_size: int,
     store: str | None,
@@ -89,7 +98,14 @@ def retry(
     match. None matching is one line and exit 0; a task that cannot be retried (no step
     to run again from) is named, and the exit is 1.
     """
-    given = {"--queue": queue, "--since": since, "--limit": limit, "--dry-run": dry_run or None}
+    given = {
+        "--queue": queue,
+        "--since": since,
+        "--limit": limit,
+        "--dry-run": dry_run or None,
+        "--name": job,
+        "--error": error_kind,
+    }
     if task_id is not None:
         if status is not None:
             raise ConfigError("give a TASK_ID or --status, not both")
@@ -112,8 +128,9 @@ def retry(
     from noeta.core.ports.retention import parse_duration
 
     age = None if since is None else parse_duration(since)
-    retry_selection(status, queue, age, None, limit)  # a bad one before any store opens
-    _bulk(store, status, queue, age, limit, dry_run, batch_size)
+    # A bad one before any store opens.
+    selection = retry_selection(status, queue, age, None, limit, job, error_kind)
+    _bulk(store, selection, dry_run, batch_size)
 
 
 async def _one(
@@ -125,15 +142,7 @@ async def _one(
         return await client.retry(task_id, id=new_id, force=force, queue=queue)
 
 
-def _bulk(
-    url: str | None,
-    status: str,
-    queue: str | None,
-    since: timedelta | None,
-    limit: int | None,
-    dry_run: bool,
-    batch_size: int,
-) -> None:
+def _bulk(url: str | None, selection: Selection, dry_run: bool, batch_size: int) -> None:
     so_far: list[BulkOutcome] = []
 
     def progress(outcome: BulkOutcome) -> None:
@@ -145,10 +154,12 @@ def _bulk(
 
         async with AsyncClient(url, application_name="noeta-retry") as client:
             return await client.retry_many(
-                status=status,
-                queue=queue,
-                since=since,
-                limit=limit,
+                status=selection.status,
+                queue=selection.queue,
+                since=selection.since,
+                limit=selection.limit,
+                job=selection.where.job,
+                error_kind=selection.where.error_kind,
                 dry_run=dry_run,
                 batch_size=batch_size,
                 progress=progress,
@@ -164,7 +175,7 @@ def _bulk(
             err=True,
         )
         raise SystemExit(INTERRUPTED_EXIT) from None
-    where = f" in queue {queue}" if queue else ""
+    status, where = selection.status.value, _described(selection)
     if not outcome.matched:
         click.echo(f"no {status} task{where} matches: nothing to retry")
         return
@@ -189,6 +200,13 @@ def _bulk(
         click.echo(f"noeta: not retried: {why}", err=True)
     if outcome.refused:
         raise SystemExit(1)
+
+
+def _described(selection: Selection) -> str:
+    said = f" of job {selection.where.job}" if selection.where.job else ""
+    if selection.where.error_kind:
+        said += f" that ended with a {selection.where.error_kind}"
+    return said + (f" in queue {selection.queue}" if selection.queue else "")
 
 
 def _counts(outcome: BulkOutcome) -> str:

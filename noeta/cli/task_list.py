@@ -21,6 +21,7 @@ from noeta.core.errors import ConfigError
 from noeta.core.ports.store import TaskStatus, check_key
 from noeta.core.ports.store_views import (
     ERROR_KIND_NAME,
+    FAILURES_GROUPED,
     MAX_PAGE,
     TaskCursor,
     TaskFilter,
@@ -180,6 +181,15 @@ def _error_kind(_: click.Context, __: click.Parameter, value: str | None) -> str
     show_default=True,
     help="The order: newest first, or the costliest first (unknown costs last).",
 )
+@click.option(
+    "--group-by",
+    "group_by",
+    type=click.Choice(["error"]),
+    default=None,
+    help="With --status failed: the failures grouped by error kind, job (or agent) and "
+    f"queue, with counts and the first and last seen (the newest {FAILURES_GROUPED:,}, "
+    "or --limit's).",
+)
 @json_option
 @config_option
 @store_option
@@ -195,11 +205,22 @@ def tasks(
     limit: int,
     with_cost: bool,
     sort: str,
+    group_by: str | None,
     as_json: bool,
     config: str | None,
     store: str | None,
 ) -> None:
     """List tasks, newest first (with --parent: that task's subtasks, in launch order)."""
+    if group_by is not None:
+        _check_grouping(status, parent, job, error_kind, since, search)
+        from noeta.cli.failure_list import print_failure_groups
+
+        if queue is not None:
+            check_key("queue name", queue)
+        source = click.get_current_context().get_parameter_source("limit")
+        newest = limit if source is click.core.ParameterSource.COMMANDLINE else None
+        print_failure_groups(store, queue, newest or FAILURES_GROUPED, as_json)
+        return
     if (with_cost or sort == "cost") and "cost" not in columns:
         columns = [*columns, "cost"]
     prices = None
@@ -239,6 +260,18 @@ def tasks(
 def _costliest_first(listed: Listed) -> tuple[bool, Decimal]:
     cost = listed.usage.cost if listed.usage is not None else None
     return (cost is None, -(cost or Decimal(0)))
+
+
+def _check_grouping(status: str | None, *given: object) -> None:
+    """--group-by error groups the failures, of --queue or all: nothing else narrows it."""
+    if status not in (None, TaskStatus.FAILED.value):
+        raise click.BadParameter(
+            f"--group-by error groups failed tasks, not {status} ones: give --status failed"
+        )
+    if any(option is not None for option in given):
+        raise click.UsageError(
+            "--group-by error takes --queue only (not --parent, --name, --error, --since, --search)"
+        )
 
 
 def _json(listed: Listed) -> dict[str, Any]:

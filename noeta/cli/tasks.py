@@ -22,6 +22,7 @@ from noeta.cli.text import (
     late_result_json,
     late_result_line,
     read_text,
+    scrubbed,
     task_json,
     unrunnable,
     waiting_json,
@@ -294,7 +295,7 @@ def show(task_id: str, as_json: bool, config: str | None, store: str | None) -> 
     included, at the config's prices), and its log."""
     from noeta.client.task_costs import summary_lines, usage_json
 
-    record, log, late, children, waits, usage = asyncio.run(_show(task_id, store, config))
+    record, log, late, children, waits, usage, silent = asyncio.run(_show(task_id, store, config))
     if as_json:
         document = {
             "task": task_json(record) | waiting_json(waits.get(record.id)),
@@ -317,6 +318,8 @@ def show(task_id: str, as_json: bool, config: str | None, store: str | None) -> 
     steps = StepPrinter()
     for event in log:
         click.echo("\n".join(steps.lines(event)))
+    if silent:  # the latest claim wrote nothing: who held the task, and why it let go
+        click.echo(f"      ── {scrubbed(silent)}")
     if late:
         click.echo("late results (a tool's result that came after its claim was gone):")
         for result in late:
@@ -332,6 +335,7 @@ async def _show(
     list[tuple[str, TaskRecord]],
     Mapping[str, tuple[str, ...]],
     TaskUsage,
+    str,
 ]:
     from noeta.client import AsyncClient
     from noeta.config import load_config
@@ -347,4 +351,9 @@ async def _show(
         log = await store.read_log(task_id)
         children = await client.children(task_id)
         usage = await client.usage(task_id)
-        return record, log, late, children, await unrunnable(store, [record]), usage
+        from noeta.silent_claims import silent_claim_words
+
+        logged_epoch = max((event.epoch for event in log), default=0)
+        silent = await silent_claim_words(store, record, logged_epoch)
+        waits = await unrunnable(store, [record])
+        return record, log, late, children, waits, usage, silent

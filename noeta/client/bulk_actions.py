@@ -1,10 +1,12 @@
-"""Retrying or cancelling every task a filter selects (issue 30): the selection walked newest
-first a page at a time, each page one batch; a retry's id is its source's (`<id>.retry-N`),
-so a run cut anywhere, or two at once, never retries a task twice (ADR-0098)."""
+"""Retrying, cancelling or pruning every task a filter selects (issue 30, issue 31): the
+selection walked newest first a page at a time, each page one batch; a retry's id is its
+source's (`<id>.retry-N`), so a run cut anywhere, or two at once, never retries a task
+twice (ADR-0098); a pruned task is gone, so a prune run again goes on where it stopped."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -14,8 +16,10 @@ from noeta.client.creating import TaskExists, create_all_once
 from noeta.core import failpoints
 from noeta.core.errors import ConfigError, NoetaError, StoreError, UnknownTask
 from noeta.core.ports.bulk import BulkCreate
+from noeta.core.ports.retention import DEFAULT_BATCH_SIZE as PRUNE_BATCH
+from noeta.core.ports.retention import REST_PER_BATCH
 from noeta.core.ports.store import NewTask, Store, TaskRecord, TaskStatus
-from noeta.core.ports.store_views import MAX_PAGE, StoreViews, TaskCursor
+from noeta.core.ports.store_views import MAX_PAGE, NO_FILTER, StoreViews, TaskCursor, TaskFilter
 from noeta.core.rules.task_id import retry_task_id
 
 DEFAULT_BATCH = 500
@@ -23,18 +27,21 @@ SAMPLE_IDS = 5  # the ids a dry run shows, and the refusals an outcome keeps who
 READS_AT_ONCE = 8  # logs read at once while a batch is built: under the client's pool
 RETRYABLE = job_retry.RETRYABLE
 CANCELLABLE = tuple(status for status in TaskStatus if not status.finished)
+PRUNABLE = tuple(status for status in TaskStatus if status.finished)
 
 
 @dataclass(frozen=True, slots=True)
 class Selection:
     """The tasks of one status, in `queue` (None: any), whose id or prompt holds `text`,
-    that finished within `since` (for a finished status), the newest `limit` of them."""
+    that finished within `since` (for a finished status), that pass `where` (a job's
+    name, an error kind, a creation time), the newest `limit` of them."""
 
     status: TaskStatus
     queue: str | None = None
     text: str | None = None
     since: timedelta | None = None
     limit: int | None = None
+    where: TaskFilter = NO_FILTER
 
 
 @dataclass(slots=True)
@@ -74,7 +81,7 @@ def check_selection(selection: Selection, allowed: Sequence[TaskStatus], action:
         )
     if selection.limit is not None and selection.limit < 1:
         raise ConfigError(f"limit must be at least 1, not {selection.limit}")
-    if selection.since is not None and selection.status not in RETRYABLE:
+    if selection.since is not None and not selection.status.finished:
         raise ConfigError("since counts from a task's finish: only for a finished status")
 
 
@@ -142,6 +149,40 @@ async def cancel_many(
 
     async for page in walk.pages():
         await _bounded([one(record.id) for record in page])
+        if progress is not None:
+            progress(outcome)
+        await failpoints.hit("bulk.after_batch")
+    return outcome
+
+
+async def prune_many(
+    store: Store,
+    selection: Selection,
+    *,
+    dry_run: bool = False,
+    batch_size: int = PRUNE_BATCH,
+    progress: Progress | None = None,
+) -> BulkOutcome:
+    """Prune every task `selection` picks (finished), a batch at a time, each batch one
+    transaction of the store's prune (`Pruning.prune_tasks`), resting as long as it took
+    as `prune_finished` does. A task that changed since the page was read (another prune
+    took it, a live subtask keeps it) is skipped and counted."""
+    check_selection(selection, PRUNABLE, "pruned")
+    pruning = store.capabilities.pruning
+    if pruning is None:
+        raise ConfigError(f"this store ({type(store).__name__}) cannot prune")
+    walk = await _Walk.start(store, selection, check_batch(batch_size))
+    if dry_run:
+        return await walk.counted()
+    outcome = BulkOutcome(matched=walk.total)
+    rest = 0.0
+    async for page in walk.pages():
+        await asyncio.sleep(rest)  # as long as the batch before took: claims keep pace
+        started = time.monotonic()
+        pruned = await pruning.prune_tasks([record.id for record in page])
+        rest = (time.monotonic() - started) * REST_PER_BATCH
+        outcome.done += pruned.tasks
+        outcome.skipped += len(page) - pruned.tasks
         if progress is not None:
             progress(outcome)
         await failpoints.hit("bulk.after_batch")
@@ -227,6 +268,7 @@ class _Walk:
             text=selection.text,
             finished_since=since,
             cap=selection.limit,
+            where=selection.where,
         )
         return cls(views, selection, since, batch, total)
 
@@ -255,6 +297,7 @@ class _Walk:
             before=before,
             limit=size,
             finished_since=self.since,
+            where=self.selection.where,
         )
 
 

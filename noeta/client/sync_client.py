@@ -137,6 +137,7 @@ class Client:
     retry = _made_one(AsyncClient.retry)
     retry_many = _blocking(AsyncClient.retry_many)
     cancel_many = _blocking(AsyncClient.cancel_many)
+    prune_many = _blocking(AsyncClient.prune_many)
 
     def tail(self, task: TaskRef, *, after: int = 0, follow: bool = True) -> Iterator[TailedEvent]:
         events = self._client.tail(task, after=after, follow=follow)

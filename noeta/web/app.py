@@ -16,7 +16,16 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from noeta.core.errors import NoetaError, StoreError
-from noeta.web import actions, bulk_pages, live, ops_pages, queue_pages, task_list, task_page
+from noeta.web import (
+    actions,
+    bulk_pages,
+    failure_pages,
+    live,
+    ops_pages,
+    queue_pages,
+    task_list,
+    task_page,
+)
 from noeta.web.gate import Gate
 from noeta.web.queue_history import QueueHistory
 from noeta.web.render import forget_secret, scrubbed
@@ -73,6 +82,7 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
             # Not under /tasks/: "bulk" may be a task's id.
             route("/bulk/{action}", bulk_pages.confirm),
             route("/bulk/{action}", bulk_pages.act, ("POST",)),
+            route("/failures", failure_pages.failures_page),
             route("/workers", ops_pages.workers_page),
             route("/cron", ops_pages.cron_page),
             route("/queues", queues),

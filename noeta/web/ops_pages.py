@@ -1,6 +1,6 @@
 """The operator's other pages: workers (the registry's, live and recently departed, and
-who holds which task, at which epoch, until when) and cron (each schedule's next fires in
-UTC and in its zone, and what its latest slots did)."""
+who holds which task, at which epoch, until when; read again every few seconds) and cron
+(each schedule's next fires in UTC and in its zone, and what its latest slots did)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from noeta.client.fleet import Fleet, FleetWorker, read_fleet, seen_ago
 from noeta.core.ports.store import CronFireRecord
 from noeta.core.ports.store_views import MAX_PAGE, HeldClaim
 from noeta.scheduler.slots import next_slot, zone
+from noeta.web.queue_pages import REFRESH_SECONDS
 from noeta.web.render import h, link, page, status_badge, table, url, utc
 from noeta.web.site import Site
 
+LIVE = f' data-refresh="{REFRESH_SECONDS}"'
 HISTORY_ROWS = 10
 NEXT_FIRES = 3
 WORKER_HEADINGS = [
@@ -76,7 +78,10 @@ async def workers_page(site: Site, request: Request) -> HTMLResponse:
         parts.append(f'<p class="muted">the first {MAX_PAGE} held tasks are shown</p>')
     parts.append(f'<p class="muted">{h(LEASE_NOTE)}</p>')
     status = h(f"store clock {utc(fleet.clock)}")
-    return HTMLResponse(page("Workers", "".join(parts), status_line=status))
+    # live.js reads the page again every few seconds and swaps #figures (as on the
+    # queues page): a worker that starts, dies or takes a task shows without a reload.
+    body = f'<div id="figures">{"".join(parts)}</div>'
+    return HTMLResponse(page("Workers", body, status_line=status, live=LIVE))
 
 
 def _worker_row(each: FleetWorker, fleet: Fleet) -> list[str]:

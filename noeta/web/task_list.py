@@ -64,13 +64,14 @@ async def tasks_page(site: Site, request: Request) -> HTMLResponse:
     summaries = await views.task_summaries([record.id for record in records])
     counts = await views.task_counts(COUNT_CAP)
     shown = {"name": name, "error": error, "since": since}
-    body = _filters(status, queue, parent, text, shown) + _counts(counts)
+    body = _filters(status, queue, parent, text, shown)
+    # The bulk actions act on this list's filter whole (not on a parent's subtasks), and
+    # sit right under it.
+    if parent is None:
+        body += await bulk_pages.buttons(site, status, queue, text, where)
+    body += _counts(counts)
     if not indexed:
         body += f'<p class="muted notice">{h(BUILDING_NOTE)}</p>'
-    # The bulk actions count and act on status, queue and text only: under a narrower
-    # filter they would act on tasks this list does not show.
-    if parent is None and where == TaskFilter():
-        body += await bulk_pages.buttons(site, status, queue, text)
     body += _list(records, summaries) if records else '<p class="muted">no task matches</p>'
     if more is not None:
         cursor = f"{more.created_at.isoformat()}~{more.id}"

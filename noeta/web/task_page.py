@@ -18,6 +18,7 @@ from noeta.core.ports.store_views import LogEntry
 from noeta.core.ports.worker_registry import no_worker_offers
 from noeta.core.task_loading import load_state, snapshot_version
 from noeta.log_steps import json_text
+from noeta.silent_claims import silent_claim_words
 from noeta.web import timeline
 from noeta.web.render import form, h, link, page, scrubbed, status_badge, url, utc
 from noeta.web.site import PageError, Site, not_found, session_of, whole_number
@@ -46,11 +47,14 @@ async def task_page(site: Site, request: Request) -> HTMLResponse:
         task_id, after_seq=after, limit=LOG_PAGE_EVENTS, inline_chars=INLINE_CHARS
     )
     items = timeline.render(task_id, entries, context)
+    if last_page := not entries or entries[-1].seq >= record.last_seq:
+        words = await silent_claim_words(await site.store(), record, context.epoch)
+        items += timeline.silent_claim(words)
     if not context.trace_id:
         context.trace_id = _trace_id(task_id, head)
     last = entries[-1].seq if entries else after
     live = ""
-    if not record.status.finished and last >= record.last_seq:
+    if not record.status.finished and last_page:
         live = f' data-live="{h(url(f"/tasks/{task_id}/live", after=last))}"'
     body = _kind(head) + facts(record) + await _waiting_for(site, record)
     body += await _usage(site, record)

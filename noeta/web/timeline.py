@@ -1,8 +1,9 @@
 """A task's log as a timeline: one entry per event (turns, model calls with tokens and
 latency, tool calls with their input and output folded, waits, messages, wake-ups,
-children), and a mark at every epoch change saying which worker took the task and what
-became of the claim before. What each step says is `noeta.log_steps` (the terminal's
-`show` says the same); this renders it as HTML, a page (or a live batch) at a time."""
+children), a mark at every epoch change saying which worker took the task and what became
+of the claim before, and one after the last event for a claim that wrote nothing. What
+each step says is `noeta.log_steps` (the terminal's `show` says the same); this renders it
+as HTML, a page (or a live batch) at a time."""
 
 from __future__ import annotations
 
@@ -33,6 +34,13 @@ FORKABLE = frozenset({"ModelReplied", "ToolFinished", "TurnEnded"})
 def render(task_id: str, entries: list[LogEntry], context: Context) -> str:
     """The timeline items of `entries` (HTML), updating `context` as it reads them."""
     return "".join(_item(task_id, entry, context) for entry in entries)
+
+
+def silent_claim(words: str) -> str:
+    """The mark after the log's last event for a claim that wrote nothing (its words from
+    `noeta.log_steps.claim_that_wrote_nothing`); none without words. live.js removes it
+    when the claim's first event arrives."""
+    return f'<li class="epoch silent" id="silent-claim">{h(words)}</li>' if words else ""
 
 
 def _item(task_id: str, entry: LogEntry, context: Context) -> str:

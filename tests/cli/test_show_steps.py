@@ -130,3 +130,47 @@ def test_show_prints_steps_and_its_json_is_the_log_as_stored(tmp_path: Path) -> 
         "TaskFinished",
     ]
     assert document["log"][0]["data"]["prompt"] == "What?"
+
+
+def test_claims_that_wrote_nothing_between_two_epochs_are_said() -> None:
+    lines = printed(
+        stored(2, events.ToolStarted("c1", "add", {}), epoch=1),
+        stored(3, events.ToolStarted("c1", "add", {}), after=5, epoch=4),
+    )
+    assert lines[0] == "      ── epoch 1: claimed by w1"
+    assert lines[3] == (
+        "      ── epoch 4: taken over by w4: epoch 1 on w1 ended mid-step after ToolStarted "
+        "(a crash, a lost lease or a shutdown) (epochs 2 to 3 claimed the task before and "
+        "wrote nothing; the holder is not kept)"
+    )
+
+
+def test_show_says_which_worker_holds_a_task_it_has_written_nothing_to(tmp_path: Path) -> None:
+    import asyncio
+
+    from noeta.backends.stores import open_store
+    from noeta.core.ports.store import NewEvent, NewTask
+
+    url = f"sqlite:///{tmp_path / 'noeta.db'}"
+
+    async def claimed_silently() -> None:
+        store = await open_store(url, migrate=True)
+        try:
+            created = events.TaskCreated(model="scripted:x.yaml", prompt="hi")
+            assert await store.create_task(NewTask("quiet", [NewEvent(*events.encode(created))]))
+            assert await store.claim_task("lacks-plugin", "quiet", 600) is not None
+        finally:
+            await store.close()
+
+    asyncio.run(claimed_silently())
+    shown = noeta("show", "quiet", store=url)
+    assert shown.returncode == 0, shown.stderr
+    last = shown.stdout.splitlines()[-1]
+    assert last.startswith(
+        "      ── epoch 1: claimed by lacks-plugin after the last event; it holds the task, "
+        "lease until "
+    ), last
+    assert last.endswith(
+        "and has written nothing yet; lacks-plugin is not in the workers registry"
+    ), last
+    assert "silent" not in noeta("show", "quiet", "--json", store=url).stdout

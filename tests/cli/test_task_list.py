@@ -108,7 +108,43 @@ def test_search_finds_job_names_and_errors(listed_tasks: str) -> None:
         (["--error", "no such"], "is not an error kind"),
         (["--search", "x"], "search for 2 characters or more, not 'x'"),
         (["--search", "x" * 10_000], "10,000 characters; at most 200"),
+        (["--group-by", "cause"], "Invalid value for '--group-by': 'cause' is not 'error'"),
+        (["--group-by", "error", "--status", "done"], "groups failed tasks, not done ones"),
+        (["--group-by", "error", "--name", "add"], "--group-by error takes --queue only"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(store: str, arguments: list[str], said: str) -> None:
     assert said in one_line_error(noeta("tasks", *arguments, store=store), 2)
+
+
+def test_failures_are_grouped_by_error_kind_job_and_queue(listed_tasks: str) -> None:
+    for n in range(2):
+        a_job(listed_tasks, f"add-{n + 2}", "add", {"a": n})
+        ended = events.TaskFinished("failed", error="add failed: ValueError: no")
+        finish(listed_tasks, f"add-{n + 2}", ended, TaskStatus.FAILED)
+    a_chat(listed_tasks, "chat-2")
+    finish(
+        listed_tasks,
+        "chat-2",
+        events.TaskFinished("failed", error="llm_error: 500"),
+        TaskStatus.FAILED,
+    )
+    header, *rows = table(listed_tasks, "--status", "failed", "--group-by", "error")
+    assert header == ["count", "error", "kind", "queue", "first", "last"]
+    assert [row[:4] for row in rows] == [
+        ["3", "ValueError", "add", "default"],
+        ["1", "llm_error", "agent", "default"],
+    ]
+    assert rows[0][4] <= rows[0][5] and rows[0][5].endswith("Z")
+    documents = json.loads(
+        noeta("tasks", "--group-by", "error", "--json", store=listed_tasks).stdout
+    )
+    assert [(d["error_kind"], d["kind"], d["count"]) for d in documents] == [
+        ("ValueError", "add", 3),
+        ("llm_error", "agent", 1),
+    ]
+    newest = noeta(
+        "tasks", "--group-by", "error", "--limit", "1", "--queue", "default", store=listed_tasks
+    )
+    assert newest.stdout.splitlines()[1].split()[:3] == ["1", "llm_error", "agent"]
+    assert "noeta: the newest 1 failures are grouped (--limit N: more)" in newest.stderr

@@ -2,8 +2,10 @@
 logs in through the link the command printed, the list shows the task, its page follows
 it live (a reply lands in the DOM over server-sent events), the cancel button stops it,
 the page is kept as a screenshot, and a step's "fork from here" makes a fork of it. A
-filtered list is retried and cancelled in bulk through its buttons and confirmation pages.
-The queues and limits pages are read from the navigation and refresh their figures.
+filtered list is retried and cancelled in bulk through its buttons and confirmation pages,
+a failure group retried from the failures page; the workers page shows a worker that
+registers without a reload. The queues and limits pages are read from the navigation and
+refresh their figures.
 
 Chromium is the distribution's (`make chromium` installs it; CI runs that first). Without
 one the test is skipped saying so, except under CI, where it fails."""
@@ -174,24 +176,43 @@ def test_a_browser_retries_and_cancels_a_filtered_list_in_bulk(
         chromium.open(web.first_line().split("open ", 1)[1].strip())
         chromium.wait_for("table.tasks a")
 
-        chromium.open(f"{base}/tasks?status=failed")
-        assert chromium.wait_for("a.bulk-retry") == "retry all 3"
-        chromium.click("a.bulk-retry", navigates=True)
-        assert "retry 3 failed tasks?" in chromium.wait_for("#bulk-count")
+        # The failures by cause, from the navigation: a group retried from its row.
+        chromium.click('nav a[href="/failures"]', navigates=True)
+        row = chromium.wait_for("table.failures tbody tr", "llm_error")
+        assert row.startswith("3llm_erroragentdefault"), row
+        chromium.click("table.failures a.bulk-retry", navigates=True)
+        said = chromium.wait_for("#bulk-count")
+        assert "retry 3 failed tasks that ended with llm_error of queue default?" in said
         chromium.click("form.confirm button", navigates=True)
         assert "retried 3 of 3 tasks" in chromium.wait_for("#confirmation")
 
-        chromium.open(f"{base}/tasks?status=ready&queue=slow")
+        # A bulk retry and a bulk cancel from the list's filters, the new ones among them.
+        chromium.open(f"{base}/tasks?status=failed&error=RuntimeError&since=1h")
+        assert chromium.wait_for("a.bulk-retry") == "retry all 1"
+        chromium.click("a.bulk-retry", navigates=True)
+        assert "retry 1 failed task that ended with RuntimeError" in chromium.wait_for(
+            "#bulk-count"
+        )
+        chromium.click("form.confirm button", navigates=True)
+        assert "retried 1 of 1 tasks" in chromium.wait_for("#confirmation")
+        chromium.open(f"{base}/tasks?status=ready&queue=slow&since=1h")
         assert chromium.wait_for("a.bulk-cancel") == "cancel all 2"
         chromium.click("a.bulk-cancel", navigates=True)
-        assert "cancel 2 ready tasks of queue slow?" in chromium.wait_for("#bulk-count")
+        assert "cancel 2 ready tasks of queue slow" in chromium.wait_for("#bulk-count")
         chromium.click("form.danger button", navigates=True)
         assert "asked to stop 2 of 2 tasks" in chromium.wait_for("#confirmation")
+
+        # The workers page reads itself again: a worker that registers shows unreloaded.
+        chromium.click('nav a[href="/workers"]', navigates=True)
+        chromium.wait_for("body[data-refresh]")
+        assert "no worker is live" in chromium.wait_for("#figures")
+        asyncio.run(_worker_registers(postgres_url, "worker-late"))
+        assert chromium.wait_for("#figures td", "worker-late") == "worker-late"
     finally:
         web.stop()
     with noeta.Client(postgres_url) as client:
         assert {task.id for task in client.tasks(status="ready", queue="default")} == {
-            f"failed-{n}.retry-1" for n in range(3)
+            f"{source}.retry-1" for source in ["failed-0", "failed-1", "failed-2", "job-failed"]
         }
 
 
@@ -304,12 +325,36 @@ async def _failed_and_ready(url: str) -> None:
         first = [NewEvent(*events.encode(created))]
         for n in range(2):
             assert await store.create_task(NewTask(f"queued-{n}", first, queue="slow"))
+        error = "llm_error: the reply was cut"
         for n in range(3):
             assert await store.create_task(NewTask(f"failed-{n}", first))
             claim = await store.claim_task("worker-a", f"failed-{n}", 30)
             assert claim is not None
-            ended = [NewEvent(*events.encode(events.TaskFinished("failed", error="cut")))]
+            ended = [NewEvent(*events.encode(events.TaskFinished("failed", error=error)))]
             await store.append(claim, 1, ended, next_state=Finish(TaskStatus.FAILED))
+        job = events.CallRequested("job", "send", {"to": "a"})  # type: ignore[arg-type]
+        opening = [NewEvent(*events.encode(events.TaskCreated(model="", tools=("send",))))]
+        assert await store.create_task(
+            NewTask("job-failed", [*opening, NewEvent(*events.encode(job))])
+        )
+        claim = await store.claim_task("worker-a", "job-failed", 30)
+        assert claim is not None
+        failed = events.TaskFinished("failed", error="send failed: RuntimeError: down")
+        ending = [NewEvent(*events.encode(failed))]
+        await store.append(claim, 2, ending, next_state=Finish(TaskStatus.FAILED))
+    finally:
+        await store.close()
+
+
+async def _worker_registers(url: str, name: str) -> None:
+    from noeta.backends.stores import open_store
+    from noeta.core.ports.worker_registry import WorkerEntry
+
+    store = await open_store(url)
+    try:
+        registry = store.capabilities.workers
+        assert registry is not None
+        await registry.record_worker(WorkerEntry(name, ("default",), None, instance=name), 600)
     finally:
         await store.close()
 

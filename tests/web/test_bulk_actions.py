@@ -39,9 +39,12 @@ async def test_retry_all_is_offered_confirmed_and_done_once(
     await store.create_task(NewTask("queued", encoded(events.TaskCreated(model=SCRIPT))))
     http = web()
     assert bulk_links(http.get("/tasks").text) == []  # no status filtered: no bulk action
-    assert bulk_links(http.get("/tasks", params={"status": "done"}).text) == []
+    assert bulk_links(http.get("/tasks", params={"status": "running"}).text) == []
     offered = bulk_links(http.get("/tasks", params={"status": "failed", "queue": "default"}).text)
-    assert offered == [("/bulk/retry?status=failed&amp;queue=default", "retry all 3")]
+    assert offered == [
+        ("/bulk/retry?status=failed&amp;queue=default", "retry all 3"),
+        ("/bulk/prune?status=failed&amp;queue=default", "prune all 3"),
+    ]
 
     confirmation = http.get("/bulk/retry", params={"status": "failed", "queue": "default"})
     assert confirmation.status_code == 200
@@ -72,7 +75,8 @@ async def test_cancel_all_asks_each_unfinished_task_to_stop(
     page = http.get("/tasks", params={"status": "ready"}).text
     assert bulk_links(page) == [("/bulk/cancel?status=ready", "cancel all 4")]
     assert bulk_links(http.get("/tasks", params={"status": "failed"}).text) == [
-        ("/bulk/retry?status=failed", "retry all 1")
+        ("/bulk/retry?status=failed", "retry all 1"),
+        ("/bulk/prune?status=failed", "prune all 1"),
     ]
     confirmation = http.get("/bulk/cancel", params={"status": "ready"})
     assert "cancel 4 ready tasks?" in confirmation.text
@@ -92,6 +96,7 @@ async def test_a_bulk_action_refuses_what_does_not_fit_its_filter(
         ("/bulk/retry", "running"): (400, "a running task cannot be retried"),
         ("/bulk/retry", "ready"): (400, "a ready task cannot be retried"),
         ("/bulk/cancel", "failed"): (400, "a failed task cannot be asked to stop"),
+        ("/bulk/prune", "ready"): (400, "a ready task cannot be pruned"),
         ("/bulk/retry", ""): (400, "a bulk action needs a status"),
         ("/bulk/retry", "bogus"): (400, "unknown status"),
         ("/bulk/delete", "failed"): (404, "there is no bulk action"),

@@ -73,10 +73,18 @@ async def test_filters_by_job_error_and_since_and_bad_ones_are_400(
     assert len(rows(http.get("/tasks", params={"since": "1h"}).text)) == 2
     later = http.get("/tasks", params={"since": "2999-01-01T00:00:00Z"})
     assert "no task matches" in later.text
-    # The bulk actions count by status, queue and text only: not offered under a narrower filter.
-    assert bulk_links(http.get("/tasks", params={"status": "failed"}).text) != []
+    # The bulk actions count and act on the whole filter: under a narrower one too.
+    assert [
+        text for _, text in bulk_links(http.get("/tasks", params={"status": "failed"}).text)
+    ] == [
+        "retry all 2",
+        "prune all 2",
+    ]
     narrower = http.get("/tasks", params={"status": "failed", "name": "add"})
-    assert bulk_links(narrower.text) == []
+    assert bulk_links(narrower.text) == [
+        ("/bulk/retry?status=failed&amp;name=add", "retry all 1"),
+        ("/bulk/prune?status=failed&amp;name=add", "prune all 1"),
+    ]
     bad_since = http.get("/tasks", params={"since": "yesterday"})
     assert bad_since.status_code == 400 and "is neither a moment" in bad_since.text
     bad_error = http.get("/tasks", params={"error": "no such"})

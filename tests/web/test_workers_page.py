@@ -73,3 +73,14 @@ async def test_a_worker_shows_what_it_holds_and_the_departed_are_below(
     assert "held-1" in held and "lease ends in" in held
     unlisted = section(page, "old-version holds")
     assert "not in the registry" in unlisted and "held-2" in unlisted
+
+
+async def test_the_workers_page_is_live_like_the_queues_page(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    await registry_of(store).record_worker(run_of("w-1"), LEASE)
+    page = web().get("/workers").text
+    # live.js reads a data-refresh page again and swaps its #figures and status line.
+    assert '<body data-refresh="5">' in page
+    figures = page[page.index('<div id="figures">') :]
+    assert "<td>w-1</td><td>live</td>" in figures

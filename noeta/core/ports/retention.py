@@ -8,6 +8,7 @@ history. Its id stays taken unless the operator forgets it (ADR-0066).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
@@ -25,6 +26,8 @@ DEFAULT_BATCH_EVENTS = 20_000
 # After each batch a prune rests as long as the batch took: it takes at most about half
 # of one server connection's time, and claims and appends beside it keep their pace.
 REST_PER_BATCH = 1.0
+# Tasks one prune by id takes in one transaction (a bulk prune's batch).
+MAX_PRUNED_IDS = 1000
 
 _DURATION = re.compile(r"(\d+)\s*(s|m|h|d|w)")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -68,6 +71,23 @@ class Pruning(Protocol):
         nothing. Raises `PruneRunning` if another prune runs on this store.
         """
         ...
+
+    async def prune_tasks(
+        self, task_ids: Sequence[str], *, forget_ids: bool = False
+    ) -> PruneCounts:
+        """Remove those of `task_ids` that are finished and may be pruned (the family rule
+        of `prune_finished`), whole, in one transaction (at most MAX_PRUNED_IDS of them);
+        one another holds is left. A bulk prune from the task list, a batch at a time.
+        Raises `PruneRunning` if another prune runs on this store."""
+        ...
+
+
+def check_pruned_ids(task_ids: Sequence[str]) -> list[str]:
+    if len(task_ids) > MAX_PRUNED_IDS:
+        raise ConfigError(
+            f"a prune by id takes at most {MAX_PRUNED_IDS} tasks, not {len(task_ids)}"
+        )
+    return list(task_ids)
 
 
 def parse_duration(text: str) -> timedelta:

@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import ConfigError
 from noeta.core.ports.payload import JSONValue
-from noeta.core.ports.store_values import StoredEvent, TaskRecord, TaskStatus
+from noeta.core.ports.store_values import StoredEvent, TaskRecord, TaskStatus, check_key
 
 # The most a page or a count asks the store for: a page is read whole, a count walks
 # this many index entries at most (a million done tasks are "10000+", not a scan).
@@ -25,6 +25,10 @@ COUNT_CAP = 10_000
 # it; a long one is not a search someone typed.
 MIN_SEARCH_CHARS = 2
 MAX_SEARCH_CHARS = 200
+# The failures one grouping reads, the newest: by default (two index probes each; about
+# 1.5 s for 10,000 on a loaded 2-core machine, bench/web.py), and at most when asked.
+FAILURES_GROUPED = 2_000
+MAX_FAILURES = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,20 @@ def error_kind(error: str, *, cancelled: bool = False) -> str:
     return found.group(1) if found else ""
 
 
+@dataclass(frozen=True, slots=True)
+class FailureGroup:
+    """Failed tasks that share a cause: their error's `error_kind` ("" if none can be
+    told), their `kind` ("agent" or the job's function name) and queue; how many, and the
+    first and last time one of them finished."""
+
+    error_kind: str
+    kind: str
+    queue: str
+    count: int
+    first_at: datetime
+    last_at: datetime
+
+
 @runtime_checkable
 class StoreViews(Protocol):
     async def task_page(
@@ -156,9 +174,17 @@ class StoreViews(Protocol):
         text: str | None = None,
         finished_since: datetime | None = None,
         cap: int | None = None,
+        where: TaskFilter = NO_FILTER,
     ) -> int:
         """How many tasks `task_page` would walk with these filters, in one statement;
         with `cap`, counted up to `cap` (a bulk action's button), else exactly."""
+        ...
+
+    async def failure_groups(
+        self, *, queue: str | None = None, cap: int = FAILURES_GROUPED
+    ) -> list[FailureGroup]:
+        """The newest `cap` failed tasks (by finish; of `queue`, or any) grouped by error
+        kind, kind and queue, in one statement: the largest group first."""
         ...
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
@@ -230,6 +256,15 @@ def filtered_statuses(statuses: Sequence[TaskStatus], kind: str | None) -> list[
         return wanted
     ended = TaskStatus.CANCELLED if kind == CANCELLED else TaskStatus.FAILED
     return [status for status in wanted if status is ended]
+
+
+def check_failure_query(queue: str | None, cap: int) -> int:
+    """The cap of a `failure_groups` query, checked with its queue's name."""
+    if queue is not None:
+        check_key("queue name", queue)
+    if isinstance(cap, bool) or not 1 <= cap <= MAX_FAILURES:
+        raise ConfigError(f"failures are grouped over 1 to {MAX_FAILURES:,} tasks, not {cap}")
+    return cap
 
 
 def check_page(limit: int) -> int:

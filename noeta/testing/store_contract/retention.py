@@ -159,3 +159,34 @@ class RetentionContract:
         asked = ["live", "gone", "free", "live"]
         assert await bulk(store).taken_ids(asked) == {"live", "gone"}
         assert await bulk(store).taken_ids([]) == set()
+
+    async def test_prune_tasks_takes_the_finished_ones_named_whole(self, store: Store) -> None:
+        slot = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+        await store.fire_cron(CronFire("nightly", slot, created("cron-run")))
+        ids = ["gone", "not-named", "live", "p", "p.c1.1"]
+        await bulk(store).create_tasks([created(task_id) for task_id in ids])
+        for task_id in ("gone", "live"):
+            await store.deliver(Delivery(task_id, {"text": "hi"}, "m1"))
+            await store.put_snapshot(Snapshot(task_id, "v1", 1, b"state"))
+            await store.keep_late_result(LateResult(task_id, "c1", "late", False, 1, "w"))
+        for task_id in ("gone", "not-named", "p.c1.1", "cron-run"):
+            await finish(store, task_id, TaskStatus.FAILED)
+        named = ["gone", "live", "p.c1.1", "cron-run", "no-such-task"]
+
+        counts = await pruning(store).prune_tasks(named)
+
+        # The running one, and the subtask whose parent is live, stay.
+        assert counts == PruneCounts(tasks=2, events=4)
+        for task_id in ("gone", "cron-run"):
+            assert await store.get_task(task_id) is None
+            assert await store.read_log(task_id) == []
+            assert await store.read_inbox(task_id, untaken_only=False) == []
+            assert await store.get_snapshot(task_id, "v1") is None
+            assert await store.late_results(task_id) == []
+        assert [fire.task_id for fire in await store.cron_history("nightly")] == []
+        for task_id in ("not-named", "live", "p", "p.c1.1"):
+            assert await store.get_task(task_id) is not None
+        assert len(await store.read_inbox("live")) == 1
+        assert not await store.create_task(created("gone"))  # its id stays taken
+        assert await pruning(store).prune_tasks(["gone"]) == PruneCounts()  # gone already
+        assert await pruning(store).prune_tasks([]) == PruneCounts()

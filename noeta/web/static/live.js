@@ -14,6 +14,9 @@ document.addEventListener("DOMContentLoaded", () => {
     const holder = document.createElement("template");
     holder.innerHTML = event.data;
     for (const row of holder.content.children) row.classList.add("fresh");
+    // A claim said to have written nothing has now written: its mark goes.
+    const silent = document.getElementById("silent-claim");
+    if (silent) silent.remove();
     timeline.append(holder.content);
   });
   source.addEventListener("facts", (event) => {

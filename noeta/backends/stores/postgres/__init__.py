@@ -22,9 +22,9 @@ from noeta.backends.stores.postgres.late_results import PostgresLateResults
 from noeta.backends.stores.postgres.logs import PostgresLogs
 from noeta.backends.stores.postgres.model_limits import PostgresModelLimits
 from noeta.backends.stores.postgres.queues import PostgresQueues
-from noeta.backends.stores.postgres.retention import PostgresRetention
 from noeta.backends.stores.postgres.schema import SESSION_ENV, check_schema, migrate_database
 from noeta.backends.stores.postgres.session import SessionLimits, startup_options
+from noeta.backends.stores.postgres.task_pruning import PostgresTaskPruning
 from noeta.backends.stores.postgres.unique_jobs import PostgresUniqueJobs
 from noeta.backends.stores.postgres.views import PostgresViews
 from noeta.backends.stores.postgres.wakeups import PostgresWakeups
@@ -51,7 +51,7 @@ class PostgresStore(
     PostgresWakeups,
     PostgresLateResults,
     PostgresBulk,
-    PostgresRetention,
+    PostgresTaskPruning,
     PostgresViews,
     PostgresModelLimits,
     PostgresQueues,

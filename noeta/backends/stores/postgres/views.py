@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from noeta.backends.stores.postgres.failure_groups import PostgresFailureGroups
 from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _stored_event, _task_record
 from noeta.backends.stores.postgres.search import PostgresSearch, matching_ids, search_params
 from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS, summary
@@ -167,7 +168,7 @@ def error_regex(kind: str) -> str:
     return rf'"error":"(?:[^"\\ ]+ failed: )?{_literal(kind)}: '
 
 
-class PostgresViews(PostgresSearch):
+class PostgresViews(PostgresSearch, PostgresFailureGroups):
     """The read-only views of `noeta web`."""
 
     async def task_page(
@@ -197,8 +198,9 @@ class PostgresViews(PostgresSearch):
         text: str | None = None,
         finished_since: datetime | None = None,
         cap: int | None = None,
+        where: TaskFilter = NO_FILTER,
     ) -> int:
-        params = _selection(statuses, queue, text, finished_since) | {"cap": cap}
+        params = _selection(statuses, queue, text, finished_since, where) | {"cap": cap}
         params |= {"before_at": _NEWEST[0], "before_id": _NEWEST[1], "limit": cap}
         if text:
             params |= await self.search_marks()

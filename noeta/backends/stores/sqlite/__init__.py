@@ -24,8 +24,8 @@ from noeta.backends.stores.sqlite.late_results import SqliteLateResults
 from noeta.backends.stores.sqlite.logs import SqliteLogs
 from noeta.backends.stores.sqlite.model_limits import SqliteModelLimits
 from noeta.backends.stores.sqlite.queues import SqliteQueues
-from noeta.backends.stores.sqlite.retention import SqliteRetention
 from noeta.backends.stores.sqlite.schema import SqliteSchema
+from noeta.backends.stores.sqlite.task_pruning import SqliteTaskPruning
 from noeta.backends.stores.sqlite.unique_jobs import SqliteUniqueJobs
 from noeta.backends.stores.sqlite.views import SqliteViews
 from noeta.backends.stores.sqlite.workers import SqliteWorkers
@@ -47,7 +47,7 @@ class SqliteStore(
     SqliteSchema,
     SqliteBulk,
     SqliteUniqueJobs,
-    SqliteRetention,
+    SqliteTaskPruning,
     SqliteViews,
     SqliteModelLimits,
     SqliteQueues,

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import from_micros, task_record, to_micros
+from noeta.backends.stores.sqlite.failure_groups import SqliteFailureGroups
 from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS, summary
 from noeta.core.ports import payload
 from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
@@ -124,7 +124,7 @@ PREVIEW_CHARS = 2000
 _NEWEST = 2**62  # microseconds: after every real row
 
 
-class SqliteViews(SqliteConnection):
+class SqliteViews(SqliteFailureGroups):
     """The read-only views of `noeta web`."""
 
     async def task_page(
@@ -155,8 +155,9 @@ class SqliteViews(SqliteConnection):
         text: str | None = None,
         finished_since: datetime | None = None,
         cap: int | None = None,
+        where: TaskFilter = NO_FILTER,
     ) -> int:
-        values = _selection(statuses, queue, text, finished_since) | {
+        values = _selection(statuses, queue, text, finished_since, where) | {
             "cap": -1 if cap is None else cap  # sqlite's LIMIT -1: no limit
         }
         query = COUNT_TASKS_MATCHING if text else COUNT_TASKS
