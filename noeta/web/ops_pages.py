@@ -35,6 +35,7 @@ WORKER_HEADINGS = [
     "started",
     "last seen",
 ]
+HELD_SHOWN = 20  # of each holder's claims on the page
 DEPARTED_NOTE = (
     "dead: silent past its lease (killed, frozen, cut off from the store); it is live again "
     "at its next round, if it has one. stopped: it stopped and said so. Both are deleted "
@@ -105,8 +106,10 @@ def _worker_row(each: FleetWorker, fleet: Fleet) -> list[str]:
 
 
 def _held(claims: tuple[HeldClaim, ...], now: datetime) -> str:
+    """A holder's first HELD_SHOWN claims: the page stays one screen a worker, and fast,
+    when a fleet holds thousands (a worker's count is in its row above)."""
     rows = []
-    for claim in claims:
+    for claim in claims[:HELD_SHOWN]:
         left = (claim.lease_until - now).total_seconds()
         state = f"lease ends in {left:.1f} s" if left >= 0 else f"LAPSED {-left:.1f} s ago"
         rows.append(
@@ -119,7 +122,12 @@ def _held(claims: tuple[HeldClaim, ...], now: datetime) -> str:
                 h(utc(claim.updated_at)),
             ]
         )
-    return table(["task", "status", "queue", "epoch", "lease", "last written"], rows)
+    shown = table(["task", "status", "queue", "epoch", "lease", "last written"], rows)
+    if len(claims) > HELD_SHOWN:
+        more = len(claims) - HELD_SHOWN
+        every = link(url("/tasks", status="running"), "the running tasks")
+        shown += f'<p class="muted">and {more:,} more: {every} lists them all</p>'
+    return shown
 
 
 async def cron_page(site: Site, request: Request) -> HTMLResponse:

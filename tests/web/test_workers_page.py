@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 from noeta.core.ports.store import Store
 from noeta.core.ports.worker_registry import WorkerEntry, WorkerRegistry
 from noeta.testing.store_contract.fixtures import until_store_time
+from noeta.web.ops_pages import HELD_SHOWN
 from tests.web.conftest import task_with_log
 
 LEASE = 600.0
@@ -84,3 +85,15 @@ async def test_the_workers_page_is_live_like_the_queues_page(
     assert '<body data-refresh="5">' in page
     figures = page[page.index('<div id="figures">') :]
     assert "<td>w-1</td><td>live</td>" in figures
+
+
+async def test_a_worker_holding_many_shows_its_first_and_counts_the_rest(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    await registry_of(store).record_worker(run_of("many"), LEASE)
+    for n in range(HELD_SHOWN + 3):
+        await task_with_log(store, f"held-{n:02}", worker="many")
+    held = section(web().get("/workers").text, "many holds")
+    assert held.startswith(f"<h2>many holds ({HELD_SHOWN + 3})</h2>")
+    assert held.count("/tasks/held-") == HELD_SHOWN
+    assert "and 3 more" in held and "/tasks?status=running" in held
