@@ -49,7 +49,9 @@ def running(
     config.write_text(CONFIG)
     ledger = folder / "ledger"
     env = {"NOETA_CONFIG": str(config), "NOETA_TEST_LEDGER": str(ledger)}
-    worker = WorkerProcess(url, "canvas", folder, env=env, poll=0.1, concurrency=8, lease=30)
+    worker = WorkerProcess(
+        url, "canvas", folder, env=env, poll=0.1, concurrency=8, lease=30, queues="default,parked"
+    )
     yield Running(url, folder, ledger, config, worker)
     worker.stop()
 
@@ -122,9 +124,7 @@ async def test_ignore_errors_makes_a_failure_a_result(client: AsyncClient) -> No
     assert "boom on 40" in str(result[1]["error"])
 
 
-async def test_a_signature_used_twice_is_two_members(
-    client: AsyncClient, running: Running
-) -> None:
+async def test_a_signature_used_twice_is_two_members(client: AsyncClient, running: Running) -> None:
     twice = add.s(50, 5)
     handle = await client.canvas(chord(group(twice, twice), tsum.s()))
     assert await client.job_result(handle, timeout=60) == 110
@@ -134,51 +134,39 @@ async def test_a_signature_used_twice_is_two_members(
 async def test_a_cancelled_canvas_cancels_its_members(
     client: AsyncClient, running: Running
 ) -> None:
-    # Its members wait in a queue no worker serves until the canvas is cancelled.
+    # Its members wait in a paused queue until the canvas is cancelled.
+    await client.set_queue("parked", paused=True)
     parked = group(add.s(60, 1).set(queue="parked"), add.s(60, 2).set(queue="parked"))
     handle = await client.canvas(chord(parked, tsum.s()))
     await until(lambda: _launched(client, handle.id, 2), "both members launched")
     assert await client.cancel(handle)
     with pytest.raises(TaskCancelled):
         await client.job_result(handle, timeout=60)
-    later = WorkerProcess(
-        running.url, "parked", running.folder, env=_env(running), poll=0.1, queues="parked"
-    )
-    try:
-        for _, member in await client.children(handle):
-            with pytest.raises(TaskCancelled):
-                await client.result(member.id, timeout=60)
-    finally:
-        later.stop()
+    await client.set_queue("parked", paused=False)
+    for _, member in await client.children(handle):
+        with pytest.raises(TaskCancelled):
+            await client.result(member.id, timeout=60)
     assert not [line for line in running.lines() if line.startswith("add 60")]
 
 
 async def test_a_member_cancelled_while_the_chord_waits_fails_it(
     client: AsyncClient, running: Running
 ) -> None:
+    await client.set_queue("parked", paused=True)
     header = group(add.s(70, 1), add.s(70, 2).set(queue="parked"))
     handle = await client.canvas(chord(header, tsum.s()))
     await until(lambda: _launched(client, handle.id, 2), "both members launched")
     parked = [m for _, m in await client.children(handle) if m.queue == "parked"]
     assert await client.cancel(parked[0].id)
-    later = WorkerProcess(
-        running.url, "parked2", running.folder, env=_env(running), poll=0.1, queues="parked"
-    )
-    try:
-        with pytest.raises(TaskFailed) as failed:
-            await client.job_result(handle, timeout=60)
-    finally:
-        later.stop()
+    await client.set_queue("parked", paused=False)
+    with pytest.raises(TaskFailed) as failed:
+        await client.job_result(handle, timeout=60)
     assert "member m1 (add) cancelled" in failed.value.error
     assert not [line for line in running.lines() if line.startswith("tsum [71")]
 
 
 async def _launched(client: AsyncClient, canvas: str, count: int) -> bool:
     return len(await client.children(canvas)) >= count
-
-
-def _env(running: Running) -> dict[str, str]:
-    return {"NOETA_CONFIG": str(running.config), "NOETA_TEST_LEDGER": str(running.ledger)}
 
 
 assert canvas_jobs and asyncio  # imported: its functions are what the canvases name
