@@ -52,6 +52,14 @@ def _tasks(script: Path) -> dict[str, list[events.Event]]:
             events.TaskCreated(model="", tools=("Record",)),
             events.CallRequested(JOB_CALL_ID, "Record", {}, retry_of="failed-job"),
         ],
+        # ADR-0104: a canvas of jobs is a new event type: no older worker launches its
+        # members (it would run the task as one without a model or a prompt).
+        "canvas": [
+            events.TaskCreated(model="", tools=()),
+            events.CanvasRequested(
+                {"jobs": {}, "tree": {"group": [{"job": "Record", "input": {}, "receives": ""}]}}
+            ),
+        ],
     }
 
 
@@ -59,6 +67,7 @@ LEFT = {
     "worker-tools": "TaskCreated",
     "attempt-failed": "AttemptFailed",
     "workspace-copy": "TaskCreated",
+    "canvas": "CanvasRequested",
 }
 
 
