@@ -16,6 +16,7 @@ from noeta.client import AsyncClient
 from noeta.client.canvas import chain, chord, group
 from noeta.core.errors import TaskCancelled, TaskFailed
 from noeta.testing.postgres import TestPostgres
+from tests.cli.test_run import noeta
 from tests.client import canvas_jobs
 from tests.client.canvas_jobs import add, boom, mul, tsum
 from tests.worker.conftest import WorkerProcess, until
@@ -80,6 +81,11 @@ async def test_a_chord_runs_its_callback_once_with_every_result(
     assert running.lines().count("tsum [100, 101, 102, 103, 104]") == 1
     children = await client.children(handle)
     assert [record.status.value for _, record in children] == ["done"] * 6
+    shown = await asyncio.to_thread(noeta, "show", handle.id, store=running.url)
+    assert shown.returncode == 0, shown.stderr
+    assert "canvas\n" in shown.stdout and "chord(group(add x5), tsum)" in shown.stdout
+    for _, member in children:
+        assert f"subtask {member.id}  done" in shown.stdout
 
 
 async def test_canvases_nest_a_chain_of_groups_and_a_chord_of_chains(

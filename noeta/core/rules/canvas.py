@@ -107,6 +107,26 @@ def leaves(node: Mapping[str, JSONValue]) -> Iterator[Mapping[str, JSONValue]]:
         yield node
 
 
+def outline(node: Mapping[str, JSONValue], limit: int = 200) -> str:
+    """The tree in a line, as a person reads it: `chord(group(add x5), tsum)`."""
+    text = _outline(node)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _outline(node: Mapping[str, JSONValue]) -> str:
+    if "job" in node:
+        return str(node["job"])
+    runs: list[list[object]] = []  # [member, how many times in a row]
+    for member in map(_outline, _members(node)):
+        if runs and runs[-1][0] == member:
+            runs[-1][1] = int(str(runs[-1][1])) + 1
+        else:
+            runs.append([member, 1])
+    said = ", ".join(f"{text} x{count}" if count != 1 else str(text) for text, count in runs)
+    kind = next((kind for kind in ("chain", "group", "chord") if kind in node), "canvas")
+    return f"{kind}({said})"
+
+
 class _Walk:
     """One evaluation of the tree: each leaf's outcome from its end, if it came back."""
 
