@@ -10,13 +10,15 @@ one fenced append.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from noeta.core import failpoints
 from noeta.core.ports.pin import Pin
 from noeta.core.ports.store import InboxEntry, NewEvent, NewTask, Wait
 from noeta.core.rules import events as ev
 from noeta.core.rules import subtasks
-from noeta.core.rules.canvas import AwaitMembers, LaunchMembers, MemberLaunch
+from noeta.core.rules.canvas import AwaitMembers, LaunchMembers, MemberLaunch, next_step
+from noeta.core.rules.fold import LoggedEvent, fold
 from noeta.core.rules.next_action import AwaitSubtasks
 from noeta.core.runner import children
 from noeta.core.runner.context import RunContext
@@ -80,7 +82,20 @@ async def take_ends(run: RunContext, inbox: list[InboxEntry]) -> bool:
         taken.append(entry.id)
     if taken:
         await failpoints.hit("canvas.before_ends_taken")
+        if _still_waiting(run, returned):  # the wait rides on the take: two statements fewer
+            wait = Wait(wake_on_prefix=subtasks.HANDBACK_PREFIX)
+            await run.append(returned, take=taken, next_state=wait)
+            return False
         await run.append(returned, take=taken)
         return True
     await run.append([], next_state=Wait(wake_on_prefix=subtasks.HANDBACK_PREFIX))
     return False
+
+
+def _still_waiting(run: RunContext, returned: Sequence[ev.Event]) -> bool:
+    """Whether, these ends taken, the canvas has nothing to launch or finish yet. An end
+    delivered meanwhile wakes the task again: a wait is claimable once its inbox holds
+    a matching entry, whenever it came."""
+    seq = run.state.last_seq
+    ahead = fold([LoggedEvent(seq + n, event) for n, event in enumerate(returned, 1)], run.state)
+    return isinstance(next_step(ahead), AwaitMembers)
