@@ -135,8 +135,9 @@ def _kind(head: list[LogEntry]) -> str:
     if created.get("model"):
         return f'<p class="kind">agent task on model {h(created["model"])}</p>'
     requested = next((e.data for e in head if e.type == "CanvasRequested"), None)
-    if isinstance(requested, dict) and isinstance(requested.get("spec"), dict):
-        tree = requested["spec"].get("tree")  # ADR-0104: its members are its subtasks
+    spec = requested.get("spec") if isinstance(requested, dict) else None
+    if isinstance(spec, dict):
+        tree = spec.get("tree")  # ADR-0104: its members are its subtasks
         shown = canvas.outline(tree) if isinstance(tree, dict) else "?"
         return f'<p class="kind">canvas of jobs · <code>{h(shown)}</code></p>'
     call = next((e.data for e in head if e.type == "CallRequested"), None)
