@@ -15,7 +15,7 @@ import pytest
 from noeta.client import AsyncClient
 from noeta.client.canvas import chain, chord, group
 from noeta.core.errors import TaskCancelled, TaskFailed
-from noeta.testing.postgres import TestPostgres
+from noeta.testing import postgres
 from tests.cli.test_run import noeta
 from tests.client import canvas_jobs
 from tests.client.canvas_jobs import add, boom, mul, tsum
@@ -44,7 +44,7 @@ def running(
     if request.param == "sqlite":
         url = f"sqlite:///{folder / 'noeta.db'}"
     else:
-        server: TestPostgres = request.getfixturevalue("postgres_server")
+        server: postgres.TestPostgres = request.getfixturevalue("postgres_server")
         url = server.new_migrated_schema()
     config = folder / "noeta.yaml"
     config.write_text(CONFIG)
