@@ -1,4 +1,4 @@
-"""Two plain jobs (docs/api.md): functions a worker runs under the tool recovery contract,
+"""Plain jobs (docs/api.md): functions a worker runs under the tool recovery contract,
 and a model may call as tools. Run a worker with them:
 
     noeta worker --config examples/app/noeta.yaml      # from the repository's root
@@ -8,6 +8,8 @@ and a model may call as tools. Run a worker with them:
 - `send_receipt` is not: a receipt must not go out twice. Its `recover` asks the outbox
   (here a file; in life the mail provider's API, keyed the same way) whether the run that
   was cut off sent it; if so that is the result, else the job fails "outcome unknown".
+- `count_words`, `add_up` and `scale` are the members of examples/canvas.py's chain and
+  chord: the same result every run, so retry_safe.
 """
 
 from __future__ import annotations
@@ -50,3 +52,21 @@ def send_receipt(order: str, cents: int, ctx: noeta.ToolContext) -> dict[str, ob
         file.write(json.dumps({"key": ctx.idempotency_key, "order": order, "cents": cents}))
         file.write("\n")
     return {"sent": order, "found_by_recover": False}
+
+
+@noeta.tool(retry_safe=True)
+def count_words(text: str) -> int:
+    """How many words `text` has."""
+    return len(text.split())
+
+
+@noeta.tool(retry_safe=True)
+def add_up(counts: list[int]) -> int:
+    """A chord's callback: the sum of its header's results."""
+    return sum(counts)
+
+
+@noeta.tool(retry_safe=True)
+def scale(count: int, factor: int) -> int:
+    """In a chain, `count` is the previous member's result."""
+    return count * factor

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         TaskHandle,
         UnknownJob,
     )
+    from noeta.client.canvas import CanvasRefused, Signature, chain, chord, group, signature
     from noeta.core.errors import (
         ConfigError,
         NoetaError,
@@ -35,12 +36,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AsyncClient",
+    "CanvasRefused",
     "Client",
     "ConfigError",
     "ForkRefused",
     "NoetaError",
     "PayloadError",
     "ResultTimeout",
+    "Signature",
     "SoftTimeLimitExceeded",
     "StoreError",
     "Submission",
@@ -52,6 +55,10 @@ __all__ = [
     "ToolError",
     "UnknownJob",
     "UnknownTask",
+    "chain",
+    "chord",
+    "group",
+    "signature",
     "tool",
 ]
 
@@ -75,6 +82,10 @@ _HOME = {
     "ToolContext": "noeta.core.ports.tool",
     "ToolError": "noeta.core.ports.tool",
     "tool": "noeta.plugins.function_tools",
+    **dict.fromkeys(
+        ("CanvasRefused", "Signature", "chain", "chord", "group", "signature"),
+        "noeta.client.canvas",
+    ),
 }
 
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from noeta.core.rules import canvas
+
 # An epoch that ended on one of these handed the task back (a wait): the next claim
 # resumed it. Any other last event: the claim ended mid-step (crash, lost lease, shutdown).
 _HANDED_BACK = {"TurnEnded", "ToolWaiting", "SubtaskLaunched", "WakeupScheduled", "JobStarted"}
@@ -272,7 +274,12 @@ def _flow_step(kind: str, data: dict[str, Any]) -> Step:
             return Step("", "subtask of", (named,))
         case "SubtaskReturned":
             named = Line("", str(data.get("child_id")), f" {data.get('status')}")
-            return Step("wait", "subtask returned", (named,))
+            return Step("wait", "subtask returned", (named, *_body(data.get("report") or "")))
+        case "CanvasRequested":  # ADR-0104
+            spec = data.get("spec")
+            tree = spec.get("tree") if isinstance(spec, dict) else None
+            said = canvas.outline(tree) if isinstance(tree, dict) else "?"
+            return Step("", "canvas", (Line(said),))
         case "WakeupScheduled":
             named = Line(f"{data.get('wakeup_id')} due {data.get('due')}")
             return Step("wait", "wake-up set", (named, *_body(data.get("prompt") or "")))
@@ -305,7 +312,8 @@ def _fields(data: dict[str, Any]) -> dict[str, Any]:
 def _created(data: dict[str, Any]) -> tuple[Part, ...]:
     listed = data.get("tools", [])
     if not data.get("model"):  # a job: no model; its one call (CallRequested) follows
-        parts: list[Part] = [Line(f"job {', '.join(str(t) for t in listed or [])}")]
+        named = ", ".join(str(t) for t in listed or [])
+        parts: list[Part] = [Line(f"job {named}" if named else "a canvas of jobs")]
     else:
         facts = f"model {data.get('model')}" + (" · interactive" if data.get("interactive") else "")
         tools = (

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from noeta.core.retry import ModelRetry
 from noeta.core.rules import events as ev
+from noeta.core.rules.canvas import AwaitMembers, LaunchMembers
 from noeta.core.rules.fold import LoggedEvent, fold
 from noeta.core.rules.next_action import (
     Action,
@@ -154,6 +155,8 @@ class TaskProgress:
                 return f"waiting for an answer about {name} (noeta answer)", True
             case AwaitSubtasks(children=children):
                 return f"waiting for {_count(len(children), 'subtask')}", True
+            case LaunchMembers() | AwaitMembers():  # a canvas (ADR-0104)
+                return f"waiting for {_count(len(state.subtasks), 'member')}", True
             case AwaitMessage() if state.wakeups:
                 return f"waiting for a timer due {state.wakeups[0][1]}", True
             case AwaitMessage() if state.jobs:

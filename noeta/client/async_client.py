@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from noeta.client import job_tasks, messages, task_logs, unique_jobs
+from noeta.client.canvas_calls import CanvasCalls
 from noeta.client.creating import create_batch, create_once
 from noeta.client.handles import TaskHandle
 from noeta.client.in_flight import CallsInFlight, tracked
@@ -51,7 +52,7 @@ if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqu
 TaskRef = str | TaskHandle
 
 
-class AsyncClient(QueueSettingsCalls, RetryCalls):
+class AsyncClient(QueueSettingsCalls, RetryCalls, CanvasCalls):
     def __init__(
         self,
         store: str | None = None,

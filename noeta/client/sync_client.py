@@ -135,6 +135,7 @@ class Client:
     cancel = _blocking(AsyncClient.cancel)
     answer = _blocking(AsyncClient.answer)
     retry = _made_one(AsyncClient.retry)
+    canvas = _made_one(AsyncClient.canvas)
     retry_many = _blocking(AsyncClient.retry_many)
     cancel_many = _blocking(AsyncClient.cancel_many)
     prune_many = _blocking(AsyncClient.prune_many)

@@ -15,7 +15,7 @@ it), model.after_called, model.after_reply (the reply came, not yet recorded),
 tool.after_started, tool.before_finished, tool.grace_wait (a claimer about to wait for a
 half-done call's result, ADR-0083), subtask.before_launch, subtask.after_launch,
 subtask.before_handback_taken, subtask.before_finish, subtask.after_finish (a child's
-finishing append),
+finishing append), canvas.before_launch, canvas.before_ends_taken (ADR-0104),
 hooks.before_on_event, hooks.before_wait, bulk.after_batch (a bulk retry or cancel, after
 each batch and its progress).
 """

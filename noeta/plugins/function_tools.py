@@ -36,6 +36,7 @@ from noeta.plugins.function_schema import input_schema_of
 from noeta.plugins.soft_limits import within_soft_limit
 
 if TYPE_CHECKING:
+    from noeta.client.canvas import Signature
     from noeta.client.handles import TaskHandle
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -172,6 +173,19 @@ class FunctionTool:
 
     # Celery's call site: enqueue a call as a plain job, through the function the client
     # installs (noeta/client/celery_calls.py).
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """Celery's signature: this call as a canvas member (ADR-0104); in a chain it
+        receives the previous result as its first argument."""
+        from noeta.client.canvas import Signature
+
+        return Signature(self.name, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature: a canvas member that receives no previous result."""
+        from noeta.client.canvas import Signature
+
+        return Signature(self.name, args, kwargs, immutable=True)
 
     def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
         """Enqueue this call as a job, as Celery's `delay`; `handle.get()` waits for it."""

@@ -16,6 +16,7 @@ from noeta.core.errors import UnknownTask
 from noeta.core.ports.store import TaskRecord, TaskStatus
 from noeta.core.ports.store_views import LogEntry
 from noeta.core.ports.worker_registry import no_worker_offers
+from noeta.core.rules import canvas
 from noeta.core.task_loading import load_state, snapshot_version
 from noeta.log_steps import json_text
 from noeta.silent_claims import silent_claim_words
@@ -154,6 +155,12 @@ def _kind(head: list[LogEntry]) -> str:
         return ""
     if created.get("model"):
         return f'<p class="kind">agent task on model {h(created["model"])}</p>'
+    requested = next((e.data for e in head if e.type == "CanvasRequested"), None)
+    spec = requested.get("spec") if isinstance(requested, dict) else None
+    if isinstance(spec, dict):
+        tree = spec.get("tree")  # ADR-0104: its members are its subtasks
+        shown = canvas.outline(tree) if isinstance(tree, dict) else "?"
+        return f'<p class="kind">canvas of jobs · <code>{h(shown)}</code></p>'
     call = next((e.data for e in head if e.type == "CallRequested"), None)
     if not isinstance(call, dict):
         return '<p class="kind">job</p>'

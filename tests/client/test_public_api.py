@@ -11,12 +11,14 @@ import noeta
 
 PUBLIC = [
     "AsyncClient",
+    "CanvasRefused",
     "Client",
     "ConfigError",
     "ForkRefused",
     "NoetaError",
     "PayloadError",
     "ResultTimeout",
+    "Signature",
     "SoftTimeLimitExceeded",
     "StoreError",
     "Submission",
@@ -28,6 +30,10 @@ PUBLIC = [
     "ToolError",
     "UnknownJob",
     "UnknownTask",
+    "chain",
+    "chord",
+    "group",
+    "signature",
     "tool",
 ]
 

@@ -70,6 +70,14 @@ def _tasks(script: Path) -> dict[str, list[events.Event]]:
             events.TaskCreated(model="", tools=("Record",)),
             events.CallRequested(JOB_CALL_ID, "Record", {}, retry_of="failed-job"),
         ],
+        # ADR-0104: a canvas of jobs is a new event type: no older worker launches its
+        # members (it would run the task as one without a model or a prompt).
+        "canvas": [
+            events.TaskCreated(model="", tools=()),
+            events.CanvasRequested(
+                {"jobs": {}, "tree": {"group": [{"job": "Record", "input": {}, "receives": ""}]}}
+            ),
+        ],
     }
 
 
@@ -79,6 +87,7 @@ LEFT = {
     "workspace-copy": "TaskCreated",
     "unknown-usage": "ModelReplied",
     "reasoning-usage": "ModelReplied",
+    "canvas": "CanvasRequested",
 }
 
 

@@ -89,15 +89,7 @@ def test_the_celery_style_example_runs_on_two_workers(store: str, tmp_path: Path
     picture = tmp_path / "cat.png"
     picture.write_bytes(bytes(range(256)) * 64)
     try:
-        ran = subprocess.run(
-            [sys.executable, "-m", "examples.celery_style", str(picture)],
-            cwd=REPOSITORY,
-            env={**os.environ, "NOETA_STORE": store},
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        ran = run_example(store, "examples.celery_style", str(picture))
     finally:
         for worker in workers:
             worker.stop()
@@ -106,3 +98,32 @@ def test_the_celery_style_example_runs_on_two_workers(store: str, tmp_path: Path
     assert widths == [4, 8, 16, 32, 64]
     for width in (4, 8, 16, 32, 64):
         assert (tmp_path / f"cat.w{width}.png").read_bytes() == picture.read_bytes()[: width * 16]
+
+
+def test_the_canvas_example_runs_a_chord_and_a_chain(
+    store: str, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    ran = run_example(store, "examples.canvas")
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[:2] == ["words: 9", "scaled: 60"]
+    members = lines[2:]
+    assert [line.split()[1:] for line in members] == [
+        ["count_words", "done"],
+        ["count_words", "done"],
+        ["count_words", "done"],
+        ["add_up", "done"],
+    ]
+
+
+def run_example(store: str, module: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """`python -m <module> ARGUMENTS` from the repository's root, on `store`."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *arguments],
+        cwd=REPOSITORY,
+        env={**os.environ, "NOETA_STORE": store},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )

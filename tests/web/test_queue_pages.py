@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from noeta.client.job_tasks import JOB_CALL_ID
 from noeta.core.ports.queue_settings import QueueActivity, QueueChange, queue_settings_store
-from noeta.core.ports.store import Finish, NewTask, Store, TaskStatus
+from noeta.core.ports.store import Finish, NewEvent, NewTask, Store, TaskStatus
 from noeta.core.rules import events
 from noeta.web import queue_history
 from noeta.web.charts import WINDOWS
@@ -157,6 +157,22 @@ async def test_the_subtasks_link_shows_only_when_the_task_launched_one(
     http = web()
     assert ">subtasks</a>" not in http.get("/tasks/alone").text
     assert '<a href="/tasks?parent=parent">subtasks</a>' in http.get("/tasks/parent").text
+
+
+async def test_a_canvas_page_says_its_tree_and_links_its_members(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    tree = {"chord": [{"group": [{"job": "add"}, {"job": "add"}]}, {"job": "tsum"}]}
+    requested = events.CanvasRequested({"jobs": {}, "tree": tree})
+    created = events.TaskCreated(model="", tools=())
+    assert await store.create_task(NewTask("canvas-1", encoded(created, requested)))
+    claim = await store.claim("worker-a", ["default"], 30)
+    assert claim is not None
+    launched = events.SubtaskLaunched("m0", "canvas-1.m0.1", "add")
+    await store.append(claim, 2, [NewEvent(*events.encode(launched))])
+    page = web().get("/tasks/canvas-1").text
+    assert '<p class="kind">canvas of jobs · <code>chord(group(add x2), tsum)</code></p>' in page
+    assert '<a href="/tasks?parent=canvas-1">subtasks</a>' in page
 
 
 async def test_the_throughput_rollup_reads_a_final_minute_once(

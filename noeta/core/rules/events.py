@@ -274,6 +274,15 @@ class SubtaskReturned:
     child_id: str
     status: str  # the child's final status: "done", "failed", "cancelled"
     inbox_id: int
+    report: str = ""  # a canvas member's result or error, the canvas's to fold (ADR-0104)
+
+
+@dataclass(frozen=True, slots=True)
+class CanvasRequested:
+    """The task is a canvas of jobs (chain, group, chord; ADR-0104): its members run as
+    its subtasks, their results fold here. A new event type: an older noeta leaves it."""
+
+    spec: dict[str, JSONValue]  # noeta.core.rules.canvas's tree and the jobs' pins
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +340,7 @@ Event = (
     | SubtaskOf
     | SubtaskLaunched
     | SubtaskReturned
+    | CanvasRequested
     | PluginRecord
     | TurnEnded
     | TaskFinished
@@ -388,6 +398,7 @@ _STORED_ONLY_WHEN_SET: dict[type, dict[str, object]] = {
     TaskCreated: {"forked_from": "", "forked_at": 0, "workspace_from": ""},
     CallRequested: {"retry_of": ""},
     ModelCalled: {"input_estimate": 0},
+    SubtaskReturned: {"report": ""},
 }
 
 # The newest encoding of the types that have more than one.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import assert_never
 
 from noeta.core.ports.model import Message, Text, ToolCall, ToolResult
@@ -19,6 +19,7 @@ from noeta.core.rules.conversation import extend
 from noeta.core.rules.events import (
     AttemptFailed,
     CallRequested,
+    CanvasRequested,
     Event,
     JobFinished,
     JobLost,
@@ -107,6 +108,8 @@ class _Folding:
     job: str
     attempts: int
     retry_at: str
+    canvas: dict[str, JSONValue] | None
+    canvas_results: tuple[tuple[str, str, str], ...]
 
     def __init__(self, start: TaskState) -> None:
         # A fold runs per append: the scalars go in and out in C (attrgetter, one dict
@@ -193,6 +196,8 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             _apply_wakeup(f, event)
         case SubtaskOf() | SubtaskLaunched() | SubtaskReturned():
             _apply_subtask(f, event)
+        case CanvasRequested(spec=spec):
+            f.canvas = spec
         case PluginRecord(plugin=plugin, data=data):
             others = tuple(record for record in f.plugin_records if record[0] != plugin)
             f.plugin_records = (*others, (plugin, data))
@@ -265,7 +270,7 @@ def _apply_wakeup(f: _Folding, event: WakeupScheduled | WokenUp) -> None:
     match event:
         case WakeupScheduled(wakeup_id=wakeup_id, due=due, prompt=prompt):
             # ISO 8601 in UTC sorts as time does: the first pending is the next due.
-            f.wakeups = tuple(sorted((*f.wakeups, (wakeup_id, due, prompt)), key=_due))
+            f.wakeups = tuple(sorted((*f.wakeups, (wakeup_id, due, prompt)), key=itemgetter(1)))
         case WokenUp(wakeup_id=wakeup_id):
             woken = next((w for w in f.wakeups if w[0] == wakeup_id), None)
             if woken is None:
@@ -285,13 +290,12 @@ def _apply_subtask(f: _Folding, event: SubtaskOf | SubtaskLaunched | SubtaskRetu
             f.subtasks = (*f.subtasks, (call_id, child_id, f.replies))
             f.children += 1
             f.turn_children += 1
-        case SubtaskReturned(child_id=child_id, inbox_id=inbox_id):
+        case SubtaskReturned(child_id=child_id, status=status, inbox_id=inbox_id):
             f.taken.add(inbox_id)
+            if f.canvas is not None:  # a member's end is the canvas's to weigh (ADR-0104)
+                call = next((s[0] for s in f.subtasks if s[1] == child_id), "")
+                f.canvas_results = (*f.canvas_results, (call, status, event.report))
             f.subtasks = tuple(s for s in f.subtasks if s[1] != child_id)
-
-
-def _due(wakeup: tuple[str, str, str]) -> str:
-    return wakeup[1]
 
 
 def _end_job(f: _Folding, event: JobFinished | JobLost | JobStopped) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from noeta.core.ports.model import ToolCall
 from noeta.core.ports.pin import Pin
+from noeta.core.rules.canvas import AwaitMembers, CanvasEnded, LaunchMembers, next_step
 from noeta.core.rules.task_state import TaskState
 from noeta.core.rules.texts import (
     EMPTY_REPLIES_LIMIT,
@@ -136,6 +137,8 @@ Action = (
     | FinishTask
     | AwaitMessage
     | AwaitSubtasks
+    | LaunchMembers
+    | AwaitMembers
     | LeaveForNewerVersion
     | LeaveUnreadable
     | Stop
@@ -151,6 +154,11 @@ def next_action(state: TaskState) -> Action:
         return LeaveUnreadable("the log does not start with TaskCreated")
     if state.finished:
         return Stop()
+    if state.canvas is not None:  # no model: a pure rule over its members' ends (ADR-0104)
+        step = next_step(state)
+        if isinstance(step, CanvasEnded):
+            return FinishTask(step.status, step.answer, step.error)
+        return step
     if state.turn_open:
         return _within_turn(state)
     if state.turn == 0 or state.config.interactive or state.jobs or state.wakeups:

@@ -68,6 +68,10 @@ class TaskState:
     # ISO 8601, store clock; "" none waits).
     attempts: int = 0
     retry_at: str = ""
+    # A canvas's tree (CanvasRequested's spec; None for any other task) and its members'
+    # ends: (call id, status, report), in the order they came back (ADR-0104).
+    canvas: dict[str, JSONValue] | None = None
+    canvas_results: tuple[tuple[str, str, str], ...] = ()
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)

@@ -37,8 +37,8 @@ from noeta.core.ports.store_values import answer_key
 from noeta.core.ports.tool import Jobs, Tool
 from noeta.core.ports.workspace_copy import WorkspaceCopier
 from noeta.core.retry import Sleep
+from noeta.core.rules import canvas, wakeups
 from noeta.core.rules import events as ev
-from noeta.core.rules import wakeups
 from noeta.core.rules.gates import Gate
 from noeta.core.rules.next_action import (
     AwaitAnswer,
@@ -59,7 +59,7 @@ from noeta.core.rules.next_action import (
 )
 from noeta.core.rules.task_id import workspace_folder
 from noeta.core.rules.task_state import TaskState
-from noeta.core.runner import calls, children, grace, model_call, model_cuts, pins, taking
+from noeta.core.runner import calls, children, grace, members, model_call, model_cuts, pins, taking
 from noeta.core.runner.cancelling import CANCEL_CHECK_SECONDS
 from noeta.core.runner.forked_workspace import copy_if_asked
 from noeta.core.runner.model_call import Providers
@@ -299,11 +299,11 @@ class _Run(RunWriter):
                                 [], next_state=Wait(until=wakeups.next_due(self.state))
                             )
                             return RunResult("waiting", self.state)
-                        case AwaitSubtasks():
+                        case AwaitSubtasks() | canvas.LaunchMembers() | canvas.AwaitMembers():
                             inbox = await self._inbox()
                             if await self._cancel_if_asked(inbox):
                                 return RunResult("finished", self.state)
-                            if not await children.take_handbacks(self, action, inbox):
+                            if not await members.advance(self, action, inbox):
                                 return RunResult("waiting", self.state)
                         case EndTurn() | FinishTask():
                             await self.settle([], action)
@@ -348,7 +348,7 @@ class _Run(RunWriter):
             await grace.record_corrections(self)
             # Its jobs live only as long as this claim: a budget wait keeps it rather
             # than handing the task back.
-            await model_call.call_model(self, keep_claim=self._has_jobs())
+            await model_call.call_model(self, keep_claim=bool(taking.jobs_running_here(self)))
 
     # --- steps ------------------------------------------------------------------------
 
@@ -369,9 +369,6 @@ class _Run(RunWriter):
         deliveries = children.finish_deliveries(self, status, report)
         await children.before_finish(self)
         return deliveries
-
-    def _has_jobs(self) -> bool:
-        return bool(taking.jobs_running_here(self))
 
     async def _cancelled_before_step(self) -> bool:
         """Finished as cancelled if a cancel was asked (looked for when one is due)."""

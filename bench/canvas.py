@@ -1,0 +1,145 @@
+"""What a canvas of jobs costs (ADR-0104), beside the same work as independent jobs in the
+same run: a group of N no-op jobs with a chord callback (time, statements per member) and
+a chain of L no-op jobs (the latency each link adds: a member's finish to the next one's
+start; goal <= 3 ms).
+
+Run:  .venv/bin/python bench/canvas.py [--members N] [--links L] [--workers W]
+It starts a private embedded PostgreSQL (fsync on, pg_stat_statements loaded), W `noeta
+worker` processes (concurrency 8) on a fresh schema, and prints the tables. Statements are
+every statement the server ran meanwhile (workers and the submitting client) but the
+bench's own counting, per member.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import time
+from typing import Any
+
+import noop_job  # the sibling modules (bench/ is on sys.path)
+import psycopg
+from task_cost import OWN, jobs_env
+from worker import Bench, fresh_bench, ms, table, verdict
+
+from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
+from noeta.client import AsyncClient
+from noeta.client.canvas import chain, chord, group
+
+QUEUE = "default"
+COUNT = "SELECT query, calls FROM public.pg_stat_statements"
+# Each member's finish (its TaskFinished) and the next member's start (its ToolStarted),
+# on the store's clock, in the chain's order (member ids end .m<i>.1).
+HOPS = """
+SELECT split_part(e.task_id, '.', 2), e.type, e.created_at FROM events e
+ WHERE e.task_id LIKE %s AND e.type IN ('TaskFinished', 'ToolStarted')
+"""
+
+
+async def statements(bench: Bench) -> int:
+    rows = await bench.rows(COUNT)
+    return sum(int(calls) for query, calls in rows if not any(own in query for own in OWN))
+
+
+async def reset(bench: Bench) -> None:
+    await bench.admin.execute("SELECT public.pg_stat_statements_reset()")
+
+
+async def independent_jobs(bench: Bench, client: AsyncClient, count: int) -> tuple[float, int]:
+    await reset(bench)
+    began = time.monotonic()
+    handles = await client.enqueue_many("noop", [{}] * count)
+    await bench.finished(QUEUE, [handle.id for handle in handles], within=3600)
+    return time.monotonic() - began, await statements(bench)
+
+
+async def a_chord(bench: Bench, client: AsyncClient, count: int) -> tuple[float, int]:
+    await reset(bench)
+    began = time.monotonic()
+    handle = await client.canvas(
+        chord(group(noop_job.noop.si() for _ in range(count)), noop_job.noop.si())
+    )  # type: ignore[attr-defined]
+    await client.job_result(handle, timeout=3600)
+    return time.monotonic() - began, await statements(bench)
+
+
+async def a_chain(bench: Bench, client: AsyncClient, links: int) -> tuple[float, list[float]]:
+    began = time.monotonic()
+    handle = await client.canvas(chain(*(noop_job.noop.si() for _ in range(links))))  # type: ignore[attr-defined]
+    await client.job_result(handle, timeout=3600)
+    took = time.monotonic() - began
+    at: dict[tuple[int, str], Any] = {}
+    for member, kind, when in await bench.rows(HOPS, (f"{handle.id}.m%",)):
+        at[(int(member[1:]), kind)] = when
+    hops = [
+        (at[(n + 1, "ToolStarted")] - at[(n, "TaskFinished")]).total_seconds()
+        for n in range(links - 1)
+    ]
+    return took, hops
+
+
+async def jobs_one_after_another(client: AsyncClient, links: int) -> float:
+    """The same chain driven by the client: enqueue, wait for the result, enqueue the next."""
+    began = time.monotonic()
+    for _ in range(links):
+        await client.job_result(await client.enqueue("noop"), timeout=600)
+    return time.monotonic() - began
+
+
+async def measure(dsn: str, members: int, links: int, workers: int) -> None:
+    async with fresh_bench(dsn) as bench:
+        names = [f"canvas-w{n}" for n in range(workers)]
+        env = jobs_env(bench)
+        async with (
+            bench.workers(names, QUEUE, concurrency=8, poll=0.2, env=env),
+            AsyncClient(bench.dsn, config=str(bench.scratch / "jobs.yaml")) as client,
+        ):
+            plain_time, plain_statements = await independent_jobs(bench, client, members)
+            chord_time, chord_statements = await a_chord(bench, client, members)
+            chain_time, hops = await a_chain(bench, client, links)
+            by_hand = await jobs_one_after_another(client, links)
+    table(
+        f"a group of {members} no-op jobs with a chord callback, beside {members} jobs",
+        ["", "total s", "ms per member", "statements per member"],
+        [
+            ["independent jobs", f"{plain_time:.2f}", ms(plain_time / members),
+             f"{plain_statements / members:.1f}"],
+            ["chord", f"{chord_time:.2f}", ms(chord_time / members),
+             f"{chord_statements / members:.1f}"],
+        ],
+    )  # fmt: skip
+    hops.sort()
+    p95 = hops[int(0.95 * (len(hops) - 1))]
+    table(
+        f"a chain of {links} no-op jobs: the latency a link adds (finish to next start)",
+        ["", "total s", "ms per link", "median hop ms", "p95 hop ms", "goal <= 3 ms"],
+        [
+            ["chain", f"{chain_time:.2f}", ms(chain_time / links),
+             ms(statistics.median(hops)), ms(p95), verdict(statistics.median(hops) <= 0.003)],
+            ["client: enqueue, get, next", f"{by_hand:.2f}", ms(by_hand / links), "", "", ""],
+        ],
+    )  # fmt: skip
+
+
+def main() -> None:
+    arguments = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    arguments.add_argument("--members", type=int, default=1000)
+    arguments.add_argument("--links", type=int, default=100)
+    arguments.add_argument("--workers", type=int, default=2)
+    options = arguments.parse_args()
+    settings = {"shared_preload_libraries": "pg_stat_statements"}
+    embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
+    try:
+        dsn = embedded.start()
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        asyncio.run(measure(dsn, options.members, options.links, options.workers))
+    finally:
+        embedded.stop()
+        shutil.rmtree(embedded.root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Celery's canvas on plain jobs (ADR-0104): chain, group, chord and their nesting, a
+member failing (with and without ignore_errors), cancels both ways, on both stores, run
+by one real worker process per store (shared by the module's tests: each uses its own
+ids and reads only its own ledger lines)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from noeta.client import AsyncClient
+from noeta.client.canvas import chain, chord, group
+from noeta.core.errors import TaskCancelled, TaskFailed
+from noeta.testing import postgres
+from tests.cli.test_run import noeta
+from tests.client import canvas_jobs
+from tests.client.canvas_jobs import add, boom, mul, tsum
+from tests.worker.conftest import WorkerProcess, until
+
+CONFIG = "plugins:\n  - module: tests.client.canvas_jobs\n"
+
+
+@dataclass
+class Running:
+    url: str
+    folder: Path
+    ledger: Path
+    config: Path
+    worker: WorkerProcess
+
+    def lines(self) -> list[str]:
+        return self.ledger.read_text().splitlines() if self.ledger.exists() else []
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def running(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Running]:
+    folder = tmp_path_factory.mktemp(f"canvas-{request.param}")
+    if request.param == "sqlite":
+        url = f"sqlite:///{folder / 'noeta.db'}"
+    else:
+        server: postgres.TestPostgres = request.getfixturevalue("postgres_server")
+        url = server.new_migrated_schema()
+    config = folder / "noeta.yaml"
+    config.write_text(CONFIG)
+    ledger = folder / "ledger"
+    env = {"NOETA_CONFIG": str(config), "NOETA_TEST_LEDGER": str(ledger)}
+    worker = WorkerProcess(
+        url, "canvas", folder, env=env, poll=0.1, concurrency=8, lease=30, queues="default,parked"
+    )
+    yield Running(url, folder, ledger, config, worker)
+    worker.stop()
+
+
+@pytest.fixture
+async def client(running: Running) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(running.url, config=str(running.config)) as client:
+        yield client
+
+
+async def test_a_chain_passes_each_result_to_the_next_member(client: AsyncClient) -> None:
+    handle = await client.canvas(chain(add.s(1, 2), add.s(3), mul.s(10)))
+    assert await client.job_result(handle, timeout=60) == 60  # ((1 + 2) + 3) * 10
+
+
+async def test_a_group_returns_its_results_in_order(client: AsyncClient) -> None:
+    handle = await client.canvas(group(add.s(n, n) for n in range(6)))
+    assert await client.job_result(handle, timeout=60) == [0, 2, 4, 6, 8, 10]
+
+
+async def test_a_chord_runs_its_callback_once_with_every_result(
+    client: AsyncClient, running: Running
+) -> None:
+    handle = await client.canvas(chord(group(add.s(n, 100) for n in range(5)), tsum.s()))
+    assert await client.job_result(handle, timeout=60) == 510
+    assert running.lines().count("tsum [100, 101, 102, 103, 104]") == 1
+    children = await client.children(handle)
+    assert [record.status.value for _, record in children] == ["done"] * 6
+    shown = await asyncio.to_thread(noeta, "show", handle.id, store=running.url)
+    assert shown.returncode == 0, shown.stderr
+    assert "canvas\n" in shown.stdout and "chord(group(add x5), tsum)" in shown.stdout
+    for _, member in children:
+        assert f"subtask {member.id}  done" in shown.stdout
+
+
+async def test_canvases_nest_a_chain_of_groups_and_a_chord_of_chains(
+    client: AsyncClient,
+) -> None:
+    of_groups = chain(group(add.s(1, 1), add.s(2, 2)), tsum.s(), add.s(1))
+    of_chains = chord([chain(add.s(3, 3), add.s(1)), chain(add.s(4, 4), mul.s(2))], tsum.s())
+    # Deeper than the subtask depth limit (3): a canvas's nesting is one task's data.
+    deep = chain(add.s(0, 1), chain(add.s(1), chain(add.s(1), chain(add.s(1), add.s(1)))))
+    handles = [await client.canvas(c) for c in (of_groups, of_chains, deep)]
+    results = [await client.job_result(h, timeout=60) for h in handles]
+    assert results == [7, 7 + 16, 5]
+
+
+async def test_a_failed_member_fails_the_chain_with_its_error(
+    client: AsyncClient, running: Running
+) -> None:
+    handle = await client.canvas(chain(add.s(20, 1), boom.s(), add.s(1000)))
+    with pytest.raises(TaskFailed) as failed:
+        await client.job_result(handle, timeout=60)
+    assert "member m1 (boom) failed" in failed.value.error
+    assert "boom on 21" in failed.value.error
+    assert "add 21 1000" not in running.lines()  # what follows a failure never runs
+
+
+async def test_a_chord_whose_callback_raises_fails_once(
+    client: AsyncClient, running: Running
+) -> None:
+    handle = await client.canvas(chord(group(add.s(30, 1), add.s(30, 2)), boom.s()))
+    with pytest.raises(TaskFailed) as failed:
+        await client.job_result(handle, timeout=60)
+    assert "member m2 (boom) failed" in failed.value.error
+    assert running.lines().count("boom [31, 32]") == 1
+
+
+async def test_ignore_errors_makes_a_failure_a_result(client: AsyncClient) -> None:
+    handle = await client.canvas(group(add.s(40, 1), boom.s(40).set(ignore_errors=True)))
+    result = await client.job_result(handle, timeout=60)
+    assert isinstance(result, list)
+    assert result[0] == 41
+    assert isinstance(result[1], dict)
+    assert "boom on 40" in str(result[1]["error"])
+
+
+async def test_a_signature_used_twice_is_two_members(client: AsyncClient, running: Running) -> None:
+    twice = add.s(50, 5)
+    handle = await client.canvas(chord(group(twice, twice), tsum.s()))
+    assert await client.job_result(handle, timeout=60) == 110
+    assert running.lines().count("add 50 5") == 2
+
+
+async def test_a_cancelled_canvas_cancels_its_members(
+    client: AsyncClient, running: Running
+) -> None:
+    # Its members wait in a paused queue until the canvas is cancelled.
+    await client.set_queue("parked", paused=True)
+    parked = group(add.s(60, 1).set(queue="parked"), add.s(60, 2).set(queue="parked"))
+    handle = await client.canvas(chord(parked, tsum.s()))
+    await until(lambda: _launched(client, handle.id, 2), "both members launched")
+    assert await client.cancel(handle)
+    with pytest.raises(TaskCancelled):
+        await client.job_result(handle, timeout=60)
+    await client.set_queue("parked", paused=False)
+    for _, member in await client.children(handle):
+        with pytest.raises(TaskCancelled):
+            await client.result(member.id, timeout=60)
+    assert not [line for line in running.lines() if line.startswith("add 60")]
+
+
+async def test_a_member_cancelled_while_the_chord_waits_fails_it(
+    client: AsyncClient, running: Running
+) -> None:
+    await client.set_queue("parked", paused=True)
+    header = group(add.s(70, 1), add.s(70, 2).set(queue="parked"))
+    handle = await client.canvas(chord(header, tsum.s()))
+    await until(lambda: _launched(client, handle.id, 2), "both members launched")
+    parked = [m for _, m in await client.children(handle) if m.queue == "parked"]
+    assert await client.cancel(parked[0].id)
+    await client.set_queue("parked", paused=False)
+    with pytest.raises(TaskFailed) as failed:
+        await client.job_result(handle, timeout=60)
+    assert "member m1 (add) cancelled" in failed.value.error
+    assert not [line for line in running.lines() if line.startswith("tsum [71")]
+
+
+async def _launched(client: AsyncClient, canvas: str, count: int) -> bool:
+    return len(await client.children(canvas)) >= count
+
+
+assert canvas_jobs and asyncio  # imported: its functions are what the canvases name
