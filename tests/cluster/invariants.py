@@ -33,6 +33,18 @@ def check_log(events: Sequence[StoredEvent], inbox: Sequence[InboxEntry]) -> lis
     ]
 
 
+def check_log_so_far(events: Sequence[StoredEvent]) -> list[str]:
+    """The checks that must hold at every commit of a log, a running task's too: each
+    blames an event by what came before it, so what one finds was a broken log when read."""
+    return [
+        *_seq_is_contiguous(events),
+        *_model_calls_pair_up(events),
+        *_tool_starts_and_finishes_pair_up(events),
+        *_epochs_never_go_back(events),
+        *_one_owner_per_epoch(events),
+    ]
+
+
 def _data(event: StoredEvent) -> dict[str, Any]:
     return event.data if isinstance(event.data, dict) else {}
 

@@ -39,6 +39,7 @@ from noeta.backends.stores.embedded import make_home
 from noeta.testing.pgbouncer import PgBouncer, pgbouncer_binary
 from tests.cluster import counters, takeovers
 from tests.cluster.checks import check
+from tests.cluster.early_stop import EarlyChecks
 from tests.cluster.fanout import OUTBOX
 from tests.cluster.faults import Chaos
 from tests.cluster.hook_checks import EVENTS, counted
@@ -139,20 +140,30 @@ async def run(
         for name in WORKERS:
             cluster.start_worker(name)
         cluster.start_scheduler()
-        try:
-            await run_targeted(cluster, workload)  # on its own queue: the pool idles
+        # A mutant run stops at the first check that fails for good (early_stop.py).
+        early = EarlyChecks(store) if mutant else None
+        try:  # on its own queue: the pool idles
+            await _watched(early, run_targeted(cluster, workload))
         except (TimeoutError, ScenarioFailed) as error:
             problems.append(str(error))
+            if isinstance(error, ScenarioFailed) and early is not None:
+                early.problems.append(str(error))  # what must never happen did: final
+        if early is not None and await early.found_something():
+            return await _stopped_early(cluster, chaos, workload, seed, early, problems)
         started = time.monotonic()
         restarting = None
         if bouncer is not None:  # once, halfway through the chaos
             restarting = asyncio.create_task(_restart_midway(cluster, bouncer, seconds / 2))
-        await chaos.run(seconds)
+        await _watched(early, chaos.run(seconds))
         if restarting is not None:
             await restarting
         cluster.note("chaos ends; heal phase, no faults")
+        if early is not None and await early.found_something():
+            return await _stopped_early(cluster, chaos, workload, seed, early, problems)
         unfinished: list[str] = []
-        await steadily(lambda: _finish(workload, unfinished))
+        await _watched(early, steadily(lambda: _finish(workload, unfinished)))
+        if early is not None and await early.found_something():
+            return await _stopped_early(cluster, chaos, workload, seed, early, problems)
         took = time.monotonic() - started
         cluster.stop_everything()
         problems += [
@@ -166,6 +177,33 @@ async def run(
         cluster.stop_everything()
         cluster.close_proxies()
         await store.close()
+
+
+async def _watched(early: EarlyChecks | None, phase: Coroutine[Any, Any, None]) -> None:
+    """Run a phase: to its end, or in a mutant run until a finished task fails a check."""
+    if early is None:
+        await phase
+    else:
+        await early.run_until_found(phase)
+
+
+async def _stopped_early(
+    cluster: Cluster,
+    chaos: Chaos,
+    workload: Workload,
+    seed: int,
+    early: EarlyChecks,
+    problems: list[str],
+) -> int:
+    """A mutant run's end at its first final problem: only what the finished tasks show
+    (and a targeted scenario's refusal that did not come); unfinished tasks are not
+    checked, as they could not finish yet."""
+    cluster.note(f"stopped early: {len(early.problems)} problem(s) found")
+    await asyncio.to_thread(cluster.server.settled)  # a cancelled restart's thread ran on
+    cluster.stop_everything()
+    stalls = [problem for problem in problems if problem not in early.problems]
+    summary = f"stopped early, {len(early.checked)} finished task(s) checked"
+    return await verdict(cluster, chaos, workload, seed, summary, [*early.problems, *stalls])
 
 
 async def verdict(
