@@ -1,7 +1,7 @@
 """A mutant run's early stop: each task's log invariants checked as soon as it finishes
 (a finished task is appended to no more, so what they find the end's checks would find
-too), a running task's log by those that hold at every commit, and the run ended at the
-first problem instead of running its whole chaos."""
+too), a running task's log by those that hold at every commit (and its takes marked),
+and the run ended at the first problem instead of running its whole chaos."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from noeta.core.errors import StoreError
 from noeta.core.ports.store import Store
 from noeta.core.rules.replay import replay
 from tests.cluster.fanout import OUTBOX
-from tests.cluster.invariants import check_log, check_log_so_far
+from tests.cluster.invariants import check_log, check_log_so_far, takes_marked
 
 WATCH_EVERY = 0.5  # seconds between two looks for newly finished tasks
 
@@ -38,10 +38,10 @@ class EarlyChecks:
             if record.id in self.checked or record.id == OUTBOX:
                 continue
             log = await self.store.read_log(record.id)
+            inbox = await self.store.read_inbox(record.id, untaken_only=False)  # after the log
             if not record.status.finished:  # it may have finished since: read as running
-                self._found(record.id, check_log_so_far(log))
+                self._found(record.id, [*check_log_so_far(log), *takes_marked(log, inbox)])
                 continue
-            inbox = await self.store.read_inbox(record.id, untaken_only=False)
             self.checked.add(record.id)
             self._found(record.id, check_log(log, inbox))
             parted = replay(log)

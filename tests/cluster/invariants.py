@@ -45,6 +45,17 @@ def check_log_so_far(events: Sequence[StoredEvent]) -> list[str]:
     ]
 
 
+def takes_marked(events: Sequence[StoredEvent], inbox: Sequence[InboxEntry]) -> list[str]:
+    """Every take in the log is marked in the inbox, read after the log: the append that
+    takes an entry marks it in the same transaction, and a mark is never undone."""
+    marked = {entry.id for entry in inbox if entry.taken_seq is not None}
+    return [
+        f"seq {event.seq}: inbox entry {entry} taken, not marked taken in the inbox"
+        for event in events
+        if (field := _TAKES.get(event.type)) and (entry := _data(event).get(field)) not in marked
+    ]
+
+
 def _data(event: StoredEvent) -> dict[str, Any]:
     return event.data if isinstance(event.data, dict) else {}
 

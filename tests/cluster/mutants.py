@@ -61,7 +61,7 @@ MUTANTS = {
         "    IF cardinality(p_take) > 0 THEN",
         "    IF false THEN",
         "a message delivered to the log without its take in the inbox",
-        ("inbox marks", "inbox entry", "taken 2 times"),  # the log takes, the inbox not
+        ("inbox marks", "inbox entry", "taken 2 times"),  # the log takes; the inbox does not
     ),
 }
 

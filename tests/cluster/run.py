@@ -15,7 +15,9 @@ land in each task still depends on timing). Exit 0 if everything held.
 Server: NOETA_TEST_POSTGRES_DSN (no restarts then), else an embedded PostgreSQL.
 `--pgbouncer` (`make cluster-short CLUSTER_ARGS=--pgbouncer`): workers and the scheduler
 pool through a PgBouncer in transaction mode (ADR-0106), restarted once mid-chaos.
-Mutants of the store's SQL: NOETA_CLUSTER_MUTANT (see mutants.py).
+Mutants of the store's SQL: NOETA_CLUSTER_MUTANT (see mutants.py); such a run stops at
+the first problem a task's log shows (early_stop.py), as any does with
+NOETA_CLUSTER_STOP_EARLY=1.
 """
 
 from __future__ import annotations
@@ -140,8 +142,10 @@ async def run(
         for name in WORKERS:
             cluster.start_worker(name)
         cluster.start_scheduler()
-        # A mutant run stops at the first check that fails for good (early_stop.py).
-        early = EarlyChecks(store) if mutant else None
+        # A mutant run stops at the first check that fails for good (early_stop.py); any run
+        # does with NOETA_CLUSTER_STOP_EARLY=1.
+        stop_early = mutant or os.environ.get("NOETA_CLUSTER_STOP_EARLY") == "1"
+        early = EarlyChecks(store) if stop_early else None
         try:  # on its own queue: the pool idles
             await _watched(early, run_targeted(cluster, workload))
         except (TimeoutError, ScenarioFailed) as error:
