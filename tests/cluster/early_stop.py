@@ -68,7 +68,7 @@ class EarlyChecks:
                 return
             await asyncio.sleep(WATCH_EVERY)
 
-    async def run_until_found(self, phase: Coroutine[Any, Any, None]) -> bool:
+    async def run_until_found(self, phase: Coroutine[Any, Any, object]) -> bool:
         """Run `phase`, watching the tasks finish: cancelled at the first problem found
         (True), else run to its end (False; its exception, if any, is raised)."""
         running = asyncio.ensure_future(phase)

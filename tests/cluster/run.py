@@ -192,7 +192,7 @@ def _start_pool(cluster: Cluster) -> None:
     cluster.start_scheduler()
 
 
-async def _watched(early: EarlyChecks | None, phase: Coroutine[Any, Any, None]) -> None:
+async def _watched(early: EarlyChecks | None, phase: Coroutine[Any, Any, object]) -> None:
     """Run a phase: to its end, or in a mutant run until a finished task fails a check."""
     if early is None:
         await phase

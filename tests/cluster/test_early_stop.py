@@ -5,11 +5,13 @@ still running) does not."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 from noeta.backends.stores import open_store
-from noeta.core.ports.store import NewEvent, NewTask
+from noeta.core.ports.store import InboxEntry, NewEvent, NewTask, StoredEvent
 from noeta.core.rules import events
 from tests.cluster.early_stop import EarlyChecks
+from tests.cluster.invariants import takes_marked
 from tests.cluster.mutants import apply_mutant
 
 
@@ -40,3 +42,18 @@ async def test_a_running_tasks_seq_gap_stops_the_run_and_a_running_job_does_not(
         assert await early.run_until_found(asyncio.Event().wait()) is True
     finally:
         await store.close()
+
+
+def test_a_running_tasks_take_must_be_marked_in_the_inbox_read_after_its_log() -> None:
+    now = datetime(2026, 12, 2, tzinfo=UTC)
+    log = [
+        StoredEvent("t", 1, "TaskCreated", {}, now),
+        StoredEvent("t", 2, "MessageTaken", {"inbox_id": 7}, now),
+        StoredEvent("t", 3, "SubtaskReturned", {"inbox_id": 8}, now),
+    ]
+    # Entry 9 came and was taken after the log was read: no problem of this log's.
+    inbox = [InboxEntry(7, "t", {}, None, 2, now), InboxEntry(8, "t", {}, None, None, now)]
+    inbox.append(InboxEntry(9, "t", {}, None, 4, now))
+    assert takes_marked(log, inbox) == ["seq 3: inbox entry 8 taken, not marked taken in the inbox"]
+    inbox[1] = InboxEntry(8, "t", {}, None, 3, now)
+    assert takes_marked(log, inbox) == []
