@@ -157,12 +157,7 @@ async def run(
                 return await _stopped_early(cluster, chaos, workload, seed, early, problems)
             _start_pool(cluster)
         started = time.monotonic()
-        restarting = None
-        if bouncer is not None:  # once, halfway through the chaos
-            restarting = asyncio.create_task(_restart_midway(cluster, bouncer, seconds / 2))
-        await _watched(early, chaos.run(seconds))
-        if restarting is not None:
-            await restarting
+        await _watched(early, _chaos(cluster, chaos, seconds, bouncer))
         cluster.note("chaos ends; heal phase, no faults")
         if early is not None and await early.found_something():
             return await _stopped_early(cluster, chaos, workload, seed, early, problems)
@@ -183,6 +178,17 @@ async def run(
         cluster.stop_everything()
         cluster.close_proxies()
         await store.close()
+
+
+async def _chaos(cluster: Cluster, chaos: Chaos, seconds: float, bouncer: PgBouncer | None) -> None:
+    restarting = None
+    if bouncer is not None:  # once, halfway through the chaos
+        restarting = asyncio.create_task(_restart_midway(cluster, bouncer, seconds / 2))
+    try:
+        await chaos.run(seconds)
+    finally:
+        if restarting is not None:  # a stopped run's too: no restart left half done
+            await restarting
 
 
 def _start_pool(cluster: Cluster) -> None:
