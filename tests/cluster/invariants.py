@@ -33,6 +33,29 @@ def check_log(events: Sequence[StoredEvent], inbox: Sequence[InboxEntry]) -> lis
     ]
 
 
+def check_log_so_far(events: Sequence[StoredEvent]) -> list[str]:
+    """The checks that must hold at every commit of a log, a running task's too: each
+    blames an event by what came before it, so what one finds was a broken log when read."""
+    return [
+        *_seq_is_contiguous(events),
+        *_model_calls_pair_up(events),
+        *_tool_starts_and_finishes_pair_up(events),
+        *_epochs_never_go_back(events),
+        *_one_owner_per_epoch(events),
+    ]
+
+
+def takes_marked(events: Sequence[StoredEvent], inbox: Sequence[InboxEntry]) -> list[str]:
+    """Every take in the log is marked in the inbox, read after the log: the append that
+    takes an entry marks it in the same transaction, and a mark is never undone."""
+    marked = {entry.id for entry in inbox if entry.taken_seq is not None}
+    return [
+        f"seq {event.seq}: inbox entry {entry} taken, not marked taken in the inbox"
+        for event in events
+        if (field := _TAKES.get(event.type)) and (entry := _data(event).get(field)) not in marked
+    ]
+
+
 def _data(event: StoredEvent) -> dict[str, Any]:
     return event.data if isinstance(event.data, dict) else {}
 

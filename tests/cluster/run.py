@@ -15,7 +15,9 @@ land in each task still depends on timing). Exit 0 if everything held.
 Server: NOETA_TEST_POSTGRES_DSN (no restarts then), else an embedded PostgreSQL.
 `--pgbouncer` (`make cluster-short CLUSTER_ARGS=--pgbouncer`): workers and the scheduler
 pool through a PgBouncer in transaction mode (ADR-0106), restarted once mid-chaos.
-Mutants of the store's SQL: NOETA_CLUSTER_MUTANT (see mutants.py).
+Mutants of the store's SQL: NOETA_CLUSTER_MUTANT (see mutants.py); such a run stops at
+the first problem a task's log shows (early_stop.py), as any does with
+NOETA_CLUSTER_STOP_EARLY=1.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from noeta.backends.stores.embedded import make_home
 from noeta.testing.pgbouncer import PgBouncer, pgbouncer_binary
 from tests.cluster import counters, takeovers
 from tests.cluster.checks import check
+from tests.cluster.early_stop import EarlyChecks
 from tests.cluster.fanout import OUTBOX
 from tests.cluster.faults import Chaos
 from tests.cluster.hook_checks import EVENTS, counted
@@ -136,23 +139,32 @@ async def run(
         print("NOETA_TEST_POSTGRES_DSN: a server this run cannot restart; no restart faults")
     try:
         cluster.open_proxies()
-        for name in WORKERS:
-            cluster.start_worker(name)
-        cluster.start_scheduler()
-        try:
-            await run_targeted(cluster, workload)  # on its own queue: the pool idles
+        # A mutant run stops at the first check that fails for good (early_stop.py); any run
+        # does with NOETA_CLUSTER_STOP_EARLY=1. Such a run starts the pool after the targeted
+        # scenarios, where most stop: its five starts do not slow theirs.
+        stop_early = mutant or os.environ.get("NOETA_CLUSTER_STOP_EARLY") == "1"
+        early = EarlyChecks(store) if stop_early else None
+        if early is None:
+            _start_pool(cluster)
+        try:  # on its own queue: the pool idles
+            await _watched(early, run_targeted(cluster, workload))
         except (TimeoutError, ScenarioFailed) as error:
             problems.append(str(error))
+            if isinstance(error, ScenarioFailed) and early is not None:
+                early.problems.append(str(error))  # what must never happen did: final
+        if early is not None:
+            if await early.found_something():
+                return await _stopped_early(cluster, chaos, workload, seed, early, problems)
+            _start_pool(cluster)
         started = time.monotonic()
-        restarting = None
-        if bouncer is not None:  # once, halfway through the chaos
-            restarting = asyncio.create_task(_restart_midway(cluster, bouncer, seconds / 2))
-        await chaos.run(seconds)
-        if restarting is not None:
-            await restarting
+        await _watched(early, _chaos(cluster, chaos, seconds, bouncer))
         cluster.note("chaos ends; heal phase, no faults")
+        if early is not None and await early.found_something():
+            return await _stopped_early(cluster, chaos, workload, seed, early, problems)
         unfinished: list[str] = []
-        await steadily(lambda: _finish(workload, unfinished))
+        await _watched(early, steadily(lambda: _finish(workload, unfinished)))
+        if early is not None and await early.found_something():
+            return await _stopped_early(cluster, chaos, workload, seed, early, problems)
         took = time.monotonic() - started
         cluster.stop_everything()
         problems += [
@@ -166,6 +178,51 @@ async def run(
         cluster.stop_everything()
         cluster.close_proxies()
         await store.close()
+
+
+async def _chaos(cluster: Cluster, chaos: Chaos, seconds: float, bouncer: PgBouncer | None) -> None:
+    restarting = None
+    if bouncer is not None:  # once, halfway through the chaos
+        restarting = asyncio.create_task(_restart_midway(cluster, bouncer, seconds / 2))
+    try:
+        await chaos.run(seconds)
+    finally:
+        if restarting is not None:  # a stopped run's too: no restart left half done
+            await restarting
+
+
+def _start_pool(cluster: Cluster) -> None:
+    """The workers of the default queue, which the chaos hits, and the scheduler."""
+    for name in WORKERS:
+        cluster.start_worker(name)
+    cluster.start_scheduler()
+
+
+async def _watched(early: EarlyChecks | None, phase: Coroutine[Any, Any, object]) -> None:
+    """Run a phase: to its end, or in a mutant run until a finished task fails a check."""
+    if early is None:
+        await phase
+    else:
+        await early.run_until_found(phase)
+
+
+async def _stopped_early(
+    cluster: Cluster,
+    chaos: Chaos,
+    workload: Workload,
+    seed: int,
+    early: EarlyChecks,
+    problems: list[str],
+) -> int:
+    """A mutant run's end at its first final problem: only what the finished tasks show
+    (and a targeted scenario's refusal that did not come); unfinished tasks are not
+    checked, as they could not finish yet."""
+    cluster.note(f"stopped early: {len(early.problems)} problem(s) found")
+    await asyncio.to_thread(cluster.server.settled)  # a cancelled restart's thread ran on
+    cluster.stop_everything()
+    stalls = [problem for problem in problems if problem not in early.problems]
+    summary = f"stopped early, {len(early.checked)} finished task(s) checked"
+    return await verdict(cluster, chaos, workload, seed, summary, [*early.problems, *stalls])
 
 
 async def verdict(

@@ -9,6 +9,7 @@ with pg_ctl on the same port, so every client's DSN stays valid.
 from __future__ import annotations
 
 import random
+import threading
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -36,6 +37,8 @@ class ClusterServer:
                 pass
         except (psycopg.Error, StoreUnavailable) as error:
             raise ServerUnanswered(_describe(error)) from None
+        # Held through a restart: a run stopped mid-fault waits for the server to be back.
+        self.restarting = threading.Lock()
 
     @property
     def can_restart(self) -> bool:
@@ -48,8 +51,14 @@ class ClusterServer:
         """Stop the server in `mode` (fast: clients are told; immediate: no checkpoint,
         WAL replayed at start, like a crash) and start it again on the same port."""
         assert self.postgres.embedded is not None
-        self.postgres.embedded.stop(mode=mode)
-        self.postgres.embedded.start()
+        with self.restarting:
+            self.postgres.embedded.stop(mode=mode)
+            self.postgres.embedded.start()
+
+    def settled(self) -> None:
+        """Return once no restart is under way (one a cancelled fault left running)."""
+        with self.restarting:
+            pass
 
     def terminate_worker_backends(self, rng: random.Random) -> int:
         """Terminate a random half of the workers' backends; how many were terminated."""
