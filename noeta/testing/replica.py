@@ -20,6 +20,8 @@ REPLAY_WAIT_SECONDS = 60.0  # a bound on waiting for a replay, never a step in a
 class TestReplica:
     """A hot standby streaming from `primary`'s server."""
 
+    __test__ = False  # a fixture, not a test class
+
     def __init__(self, primary: TestPostgres) -> None:
         self.primary_dsn = primary.admin_dsn
         self.embedded = EmbeddedPostgres(make_home("noeta-test-replica-"), settings=TEST_SETTINGS)

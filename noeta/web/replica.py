@@ -66,13 +66,17 @@ class ReadReplica:
 
     def __init__(self, url: str, *, probe_seconds: float = PROBE_SECONDS) -> None:
         self.where = describe(url)
-        # Its own session URL: NOETA_STORE_SESSION names the primary's, never this one's.
-        self.client = AsyncClient(
-            url, application_name="noeta-web", start_embedded=False, session_url=url
-        )
         self._url, self._probe_seconds = url, probe_seconds
+        self.client = self._new_client()
         self._connection: psycopg.AsyncConnection[Any] | None = None
+        self._lost = False  # the probe's connection broke: so did the pages' pool's
         self._asking = asyncio.Lock()
+
+    def _new_client(self) -> AsyncClient:
+        # Its own session URL: NOETA_STORE_SESSION names the primary's, never this one's.
+        return AsyncClient(
+            self._url, application_name="noeta-web", start_embedded=False, session_url=self._url
+        )
 
     async def open(self) -> ReplicaState:
         """Open the reads' store and check this is a standby: at start, before serving."""
@@ -96,12 +100,24 @@ class ReadReplica:
             for attempt in (1, 2):  # a kept connection a restart ended: one fresh try
                 try:
                     async with asyncio.timeout(self._probe_seconds):
-                        return await self._ask()
+                        state = await self._ask()
                 except (psycopg.Error, TimeoutError) as error:
                     await self._drop()
                     if attempt == 2:
                         raise ReplicaAway(self.where, error) from None
+                    continue
+                if self._lost:
+                    await self._reopen()
+                return state
         raise AssertionError("unreachable")
+
+    async def _reopen(self) -> None:
+        """The replica went away (a restart, a stop) and answers again: the pool's
+        connections died with it, so the pages read through a new pool; without this
+        the first page after every restart failed with "lost the connection"."""
+        self._lost = False
+        old, self.client = self.client, self._new_client()
+        await old.close()
 
     async def _ask(self) -> ReplicaState:
         if self._connection is None:
@@ -121,6 +137,7 @@ class ReadReplica:
     async def _drop(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
+            self._lost = True
             with contextlib.suppress(Exception):
                 await connection.close()
 
