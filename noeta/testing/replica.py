@@ -48,7 +48,7 @@ class TestReplica:
     def start(self) -> None:
         """Start the standby (again, on the same port when it is free)."""
         dsn = self.embedded.start()
-        self.port = int(conninfo_to_dict(dsn)["port"])
+        self.port = int(str(conninfo_to_dict(dsn)["port"]))
 
     def stop(self) -> None:
         """A real stop: the server process ends, its port refuses connections."""
