@@ -14,7 +14,7 @@ import psycopg
 
 from noeta.backends.stores.postgres.connection import describe
 from noeta.client import AsyncClient
-from noeta.core.errors import ConfigError, StoreUnavailable
+from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 
 # A replica that takes longer than this to answer the lag query is "not answering": the
 # page says so at once instead of waiting the store's deadline on every read.
@@ -70,7 +70,7 @@ class ReadReplica:
         self.client = self._new_client()
         self._connection: psycopg.AsyncConnection[Any] | None = None
         self._lost = False  # the probe's connection broke: so did the pages' pool's
-        self._asking = asyncio.Lock()
+        self._asking: asyncio.Future[ReplicaState] | None = None
 
     def _new_client(self) -> AsyncClient:
         # Its own session URL: NOETA_STORE_SESSION names the primary's, never this one's.
@@ -85,7 +85,7 @@ class ReadReplica:
             state = await self.state()
         except ReplicaAway as away:
             raise StoreUnavailable(str(away)) from None
-        except StoreUnavailable as error:
+        except StoreError as error:  # unreachable, a schema not this code's, …
             raise StoreUnavailable(f"the read replica (--replica): {error}") from None
         if not state.in_recovery:
             raise ConfigError(
@@ -95,21 +95,32 @@ class ReadReplica:
         return state
 
     async def state(self) -> ReplicaState:
-        """The replica's lag now; ReplicaAway if it does not answer within the bound."""
-        async with self._asking:
-            for attempt in (1, 2):  # a kept connection a restart ended: one fresh try
-                try:
-                    async with asyncio.timeout(self._probe_seconds):
-                        state = await self._ask()
-                except (psycopg.Error, TimeoutError) as error:
-                    await self._drop()
-                    if attempt == 2:
-                        raise ReplicaAway(self.where, error) from None
-                    continue
-                if self._lost:
-                    await self._reopen()
-                return state
-        raise AssertionError("unreachable")
+        """The replica's lag now; ReplicaAway if it does not answer within the bound.
+        Pages asking at once share one question: a frozen replica holds each of them
+        one bound, not one bound per page before it."""
+        if self._asking is None or self._asking.done():
+            self._asking = asyncio.ensure_future(self._asked())
+        return await asyncio.shield(self._asking)
+
+    async def _asked(self) -> ReplicaState:
+        kept = self._connection is not None
+        try:
+            state = await self._ask_within_bound()
+        except ReplicaAway as away:
+            if not (kept and isinstance(away.__cause__, psycopg.OperationalError)):
+                raise
+            state = await self._ask_within_bound()  # a kept connection a restart ended
+        if self._lost:
+            await self._reopen()
+        return state
+
+    async def _ask_within_bound(self) -> ReplicaState:
+        try:
+            async with asyncio.timeout(self._probe_seconds):
+                return await self._ask()
+        except (psycopg.Error, TimeoutError) as error:
+            await self._drop()
+            raise ReplicaAway(self.where, error) from error
 
     async def _reopen(self) -> None:
         """The replica went away (a restart, a stop) and answers again: the pool's
@@ -142,6 +153,8 @@ class ReadReplica:
                 await connection.close()
 
     async def close(self) -> None:
+        if self._asking is not None and not self._asking.done():
+            self._asking.cancel()
         await self._drop()
         await self.client.close()
 

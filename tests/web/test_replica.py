@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+from datetime import timedelta
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -19,7 +20,7 @@ from noeta.core.ports.store import CANCEL_KEY, Store
 from noeta.testing.postgres import TestPostgres
 from noeta.testing.replica import TestReplica
 from noeta.web.live import LiveFeed
-from noeta.web.replica import ReadReplica
+from noeta.web.replica import ReadReplica, ReplicaState
 from noeta.web.site import Site
 from tests.web.conftest import task_with_log
 from tests.web.test_actions import form_fields
@@ -41,6 +42,11 @@ def replica_url(replica: TestReplica, postgres_url: str) -> str:
     return replica.url_for(postgres_url)
 
 
+def reading(url: str) -> ReadReplica:
+    """The pages' replica, with a bound no loaded machine meets: a stop refuses at once."""
+    return ReadReplica(url, probe_seconds=60)
+
+
 def on_replica(replica: TestReplica, query: str) -> object:
     with psycopg.connect(replica.url_for(replica.primary_dsn), autocommit=True) as connection:
         row = connection.execute(query).fetchone()
@@ -58,7 +64,7 @@ async def test_pages_read_from_the_replica_and_say_its_lag(
 ) -> None:
     await task_with_log(store, "replayed")
     replica.wait_replayed()
-    http = web(replica=ReadReplica(replica_url))
+    http = web(replica=reading(replica_url))
     shown = http.get("/tasks/replayed")
     assert shown.status_code == 200
     assert status_line(shown.text).endswith("caught up (all received WAL replayed)")
@@ -84,7 +90,7 @@ async def test_an_action_goes_to_the_primary(
 ) -> None:
     await task_with_log(store, "cancel-me")
     replica.wait_replayed()
-    http = web(replica=ReadReplica(replica_url))
+    http = web(replica=reading(replica_url))
     fields = form_fields(http.get("/tasks/cancel-me").text, "/tasks/cancel-me/cancel")
     done = http.post("/tasks/cancel-me/cancel", data=fields)
     assert done.status_code == 200 and "cancel requested" in done.text, done.text
@@ -94,7 +100,7 @@ async def test_an_action_goes_to_the_primary(
 async def test_the_live_feed_listens_on_the_primary(
     store: Store, postgres_url: str, replica_url: str
 ) -> None:
-    site = Site(AsyncClient(postgres_url), replica=ReadReplica(replica_url))
+    site = Site(AsyncClient(postgres_url), replica=reading(replica_url))
     feed = LiveFeed(site)
     try:
         async with feed.watch("heard"):
@@ -115,7 +121,7 @@ async def test_a_stopped_replica_is_one_line_and_actions_still_work(
 ) -> None:
     await task_with_log(store, "still-cancellable")
     replica.wait_replayed()
-    http = web(replica=ReadReplica(replica_url))
+    http = web(replica=reading(replica_url))
     page = http.get("/tasks/still-cancellable").text
     fields = form_fields(page, "/tasks/still-cancellable/cancel")
     replica.stop()
@@ -161,3 +167,13 @@ def test_a_primary_given_as_the_replica_is_refused(postgres_url: str) -> None:
     assert result.returncode == 1, result
     assert result.stderr.count("\n") == 1, result.stderr
     assert "is not a replica: pg_is_in_recovery() is false there" in result.stderr
+
+
+def test_the_lag_line_says_a_promoted_or_unstreaming_replica() -> None:
+    where = "127.0.0.1:5433/noeta"
+    promoted = ReplicaState(where, False, None, None, True)
+    assert promoted.line() == f"replica {where} is not in recovery: it is a primary now"
+    lost = ReplicaState(where, True, timedelta(seconds=12.5), None, False)
+    assert lost.line() == (
+        f"replica {where}: receives no WAL by streaming; replay lag 12.5 s (last replayed commit)"
+    )
