@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-from datetime import timedelta
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
