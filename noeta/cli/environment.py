@@ -17,6 +17,7 @@ FAILPOINTS = ("NOETA_FAILPOINTS", "points where the process dies or freezes (tes
 OTEL = ("OTEL_*", "OpenTelemetry export: OTEL_EXPORTER_OTLP_ENDPOINT, …")
 JOURNAL = ("NOETA_APPEND_JOURNAL", "a file to journal acknowledged appends to (make cluster)")
 WEB_TOKEN = ("NOETA_WEB_TOKEN", "the token every request needs (unset: drawn, in a login link)")
+WEB_REPLICA = ("NOETA_WEB_REPLICA", "a streaming replica the pages read from (--replica)")
 JAEGER = ("NOETA_JAEGER_URL", "Jaeger's address: a task's page links to its trace")
 TRACEBACK = ("NOETA_TRACEBACK", "set: an unexpected error shows its traceback")
 
@@ -29,7 +30,7 @@ _EXTRA: dict[str, tuple[tuple[str, str], ...]] = {
     "noeta db status": (HOME,),
     "noeta db start": (HOME,),
     "noeta db stop": (HOME,),
-    "noeta web": (WEB_TOKEN, JAEGER),
+    "noeta web": (WEB_TOKEN, WEB_REPLICA, JAEGER),
 }
 
 

@@ -24,6 +24,32 @@ if TYPE_CHECKING:
 DEFAULT_BIND = "127.0.0.1:8787"
 JAEGER_ENV = "NOETA_JAEGER_URL"
 DEFAULT_MAX_STREAMS = 200  # the same as noeta.web.site's, which this must not import
+REPLICA_ENV = "NOETA_WEB_REPLICA"
+
+
+def _replica_url(ctx: click.Context, param: click.Parameter, url: str | None) -> str | None:
+    """A PostgreSQL URL, or a usage error (exit 2): a replica is PostgreSQL's."""
+    if not url:
+        return None
+    from noeta.backends.stores import store_kind
+
+    try:
+        kind = store_kind(url)
+    except ConfigError as error:
+        raise click.BadParameter(f"not a PostgreSQL URL ({error})") from None
+    if kind != "postgres":
+        raise click.BadParameter("not a PostgreSQL URL: a read replica is a PostgreSQL standby")
+    from noeta.backends.stores.urls import holds_password, masked
+
+    source = ctx.get_parameter_source(param.name or "replica")
+    if source is click.core.ParameterSource.COMMANDLINE and holds_password(url):
+        click.echo(
+            f"noeta: warning: --replica {masked(url)} puts a password on the command line, "
+            f"where every process on this machine can read it; give it in {REPLICA_ENV}, "
+            "or leave it out of the URL and set PGPASSFILE",
+            err=True,
+        )
+    return url
 
 
 @click.command()
@@ -49,12 +75,24 @@ DEFAULT_MAX_STREAMS = 200  # the same as noeta.web.site's, which this must not i
     metavar="FILE",
     help="Cron files whose schedules the cron page shows with their next fires (repeatable).",
 )
+@click.option(
+    "--replica",
+    envvar=REPLICA_ENV,
+    default=None,
+    metavar="URL",
+    callback=_replica_url,
+    help=(
+        "A streaming replica's postgresql:// URL: every page reads from it (its lag on "
+        "each page); actions and the live feed's LISTEN stay on the primary (--store)."
+    ),
+)
 @store_option
 @health_options
 def web(
     bind: str,
     max_streams: int,
     cron_files: tuple[str, ...],
+    replica: str | None,
     store: str | None,
     health: str | None,
     stuck_after: float,
@@ -77,6 +115,12 @@ def web(
     token = os.environ.get(TOKEN_ENV) or None
     check_token_rule(where, token)
     check_store_url(store)
+    if replica is not None:
+        from noeta.backends.stores import resolve_url, store_kind
+
+        resolved = resolve_url(store)
+        if resolved is not None and store_kind(resolved) != "postgres":
+            raise ConfigError("--replica needs a PostgreSQL store (--store): it is its replica")
     if check:
         run_check(health, store)
     try:
@@ -94,7 +138,7 @@ def web(
         from noeta.backends.stores import resolve_url
 
         observability.start("noeta-web", secrets=[resolve_url(store)], scraped=True)
-    settings = _Settings(token, schedules, where.loopback, where.host, max_streams)
+    settings = _Settings(token, schedules, where.loopback, where.host, max_streams, replica)
     asyncio.run(_serve(listening, store, settings, serving))
 
 
@@ -105,6 +149,13 @@ class _Settings:
     loopback: bool
     host: str
     max_streams: int
+    replica: str | None  # --replica: the pages' reads go there
+
+
+def _password_of(url: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict
+
+    return str(conninfo_to_dict(url).get("password") or "")
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -136,11 +187,24 @@ async def _serve(
     from noeta.client import AsyncClient
     from noeta.web.app import create_app
     from noeta.web.live import LiveFeed
+    from noeta.web.render import forget_secret
+    from noeta.web.replica import ReadReplica
     from noeta.web.security import TOKEN_ENV, new_token
     from noeta.web.site import Site
 
     client = AsyncClient(url, application_name="noeta-web")
     await client.store()  # a store that cannot be opened is one line, before serving
+    replica = None
+    if settings.replica is not None:
+        forget_secret(_password_of(settings.replica))
+        replica = ReadReplica(settings.replica)
+        try:
+            lag = await replica.open()  # unreachable, or a primary: one line, before serving
+        except BaseException:
+            await replica.close()
+            await client.close()
+            raise
+        click.echo(f"noeta web: pages read from the {lag.line()}")
     loopback = settings.loopback
     hosts = ("127.0.0.1", "localhost", "::1", settings.host.lower()) if loopback else ()
     site = Site(
@@ -151,6 +215,7 @@ async def _serve(
         allowed_hosts=hosts,
         secure_cookie=not loopback,  # off loopback, serve it behind HTTPS
         max_streams=settings.max_streams,
+        replica=replica,
     )
     feed = LiveFeed(site)
     app = create_app(site, feed)

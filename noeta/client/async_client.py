@@ -61,11 +61,13 @@ class AsyncClient(QueueSettingsCalls, RetryCalls, CanvasCalls):
         application_name: str = "noeta-client",
         start_embedded: bool = True,
         max_connections: int = 10,
+        session_url: str | None = None,
     ) -> None:
         """`max_connections`: the client's pool; calls beyond it wait for a connection
         (up to the store's deadline), so many concurrent calls want a bigger pool, or
-        `enqueue_many` (one connection for a whole batch)."""
-        self._url = store
+        `enqueue_many` (one connection for a whole batch). `session_url`: PostgreSQL's
+        own URL behind a pooler (else $NOETA_STORE_SESSION; ADR-0106)."""
+        self._url, self._session_url = store, session_url
         self._max_connections = max_connections
         self._config = config
         self._application_name = application_name
@@ -97,6 +99,7 @@ class AsyncClient(QueueSettingsCalls, RetryCalls, CanvasCalls):
 
                 self._store = await open_store(
                     self._url,
+                    session_url=self._session_url,
                     application_name=self._application_name,
                     start_embedded=self._start_embedded,
                     max_connections=self._max_connections,

@@ -42,6 +42,8 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
 
     def route(path: str, handler: Handler, methods: tuple[str, ...] = ("GET",)) -> Route:
         async def endpoint(request: Request) -> Response:
+            if "GET" in methods:  # a page: read from the replica, if any, and say its lag
+                await site.note_replica()
             return await handler(site, request)
 
         return Route(path, endpoint, methods=list(methods))
@@ -66,6 +68,8 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
             await site.search_index.close()
             await history.close()
             await site.client.close()
+            if site.replica is not None:
+                await site.replica.close()
 
     static = resources.files("noeta.web").joinpath("static")
     app = Starlette(

@@ -101,7 +101,8 @@ class LiveFeed:
         self._tasks.append(asyncio.create_task(self._listen()))
 
     async def _listen(self) -> None:
-        capabilities = (await self._site.store()).capabilities
+        # The primary's: a standby hears no NOTIFY. The reads follow the pages' store.
+        capabilities = (await self._site.primary_store()).capabilities
         sources = [
             source for source in (capabilities.finishes, capabilities.wakeups) if source is not None
         ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from importlib import resources
 from string import Template
@@ -24,6 +25,8 @@ _LAYOUT = Template(
 )
 _scrub = Scrubber()
 _scrub.add_environment()
+# Said on every page of one request, after its own status line: the read replica's lag.
+status_note: ContextVar[str] = ContextVar("status_note", default="")
 
 
 def forget_secret(secret: str) -> None:
@@ -50,6 +53,8 @@ def url(path: str, **query: object) -> str:
 
 def page(title: str, body: str, *, status_line: str = "", live: str = "") -> str:
     """A whole page: the layout with its title, navigation and `body` (HTML already)."""
+    if note := status_note.get():
+        status_line += f' <span class="replica" id="replica">{h(note)}</span>'
     return _LAYOUT.substitute(title=h(title), body=body, status_line=status_line, live=live)
 
 

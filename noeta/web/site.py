@@ -1,6 +1,6 @@
-"""What every page of `noeta web` shares: the client and its store's views, the token,
-sessions and CSRF tokens, the settings the command was started with, and the pages that
-say no (404, 400, 403, 409) in words instead of a traceback."""
+"""What every page of `noeta web` shares: the client (and, with --replica, a second one
+its pages read from) and its store's views, the token, sessions and CSRF tokens, the
+settings the command was started with, and the pages that say no in words."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from noeta.core.errors import ConfigError
 from noeta.core.ports.store import Store
 from noeta.core.ports.store_views import StoreViews
 from noeta.scheduler.cronfile import Schedule
-from noeta.web.render import h, link, page
+from noeta.web.render import h, link, page, status_note
+from noeta.web.replica import ReadReplica
 from noeta.web.search_index import SearchIndex
 from noeta.web.security import CsrfTokens, Sessions, new_token
 
@@ -27,7 +28,7 @@ DEFAULT_MAX_STREAMS = 200
 class Site:
     """The state of one `noeta web` process."""
 
-    client: AsyncClient
+    client: AsyncClient  # the primary's: every action, and the live feed's LISTEN
     # Every request needs it (or a session made from it): NOETA_WEB_TOKEN, or drawn at start.
     token: str = field(default_factory=new_token)
     schedules: list[Schedule] = field(default_factory=list)
@@ -38,16 +39,37 @@ class Site:
     secure_cookie: bool = False  # off loopback the session cookie travels over HTTPS only
     max_streams: int = DEFAULT_MAX_STREAMS
     search_index: SearchIndex = field(default_factory=SearchIndex)
+    # --replica: what the pages read through (a streaming standby) and how far behind it is.
+    replica: ReadReplica | None = None
     sessions: Sessions = field(init=False)
 
     def __post_init__(self) -> None:
         self.sessions = Sessions(self.token)
 
+    @property
+    def reader(self) -> AsyncClient:
+        """The client the pages read through: the replica's if there is one."""
+        return self.client if self.replica is None else self.replica.client
+
     async def store(self) -> Store:
+        """The store the pages read (the replica's, with --replica): never write to it."""
+        return await self.reader.store()
+
+    async def primary_store(self) -> Store:
+        """The primary's store: for what a standby cannot do (LISTEN, any write)."""
         return await self.client.store()
 
-    async def views(self) -> StoreViews:
-        views = (await self.client.store()).capabilities.views
+    async def note_replica(self) -> None:
+        """Before a page is read: the replica's lag for its status line, or ReplicaAway
+        (a 503 page saying so) if it does not answer. Never a silent read of the primary
+        instead: the replica is there to keep the pages' load off it (docs/web.md)."""
+        if self.replica is not None:
+            status_note.set((await self.replica.state()).line())
+
+    async def views(self, *, primary: bool = False) -> StoreViews:
+        """The pages' views (the replica's); `primary`: the primary's, for what writes."""
+        store = await (self.primary_store() if primary else self.store())
+        views = store.capabilities.views
         if views is None:
             raise ConfigError("this store offers no views for noeta web")
         return views

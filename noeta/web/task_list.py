@@ -43,10 +43,12 @@ async def tasks_page(site: Site, request: Request) -> HTMLResponse:
     before = _cursor(query.get("before") or None)
     views = await site.views()
     statuses = [status] if status else []
-    indexed = text is None or parent is not None or await site.search_index.before_search(views)
+    # The index is filled by writing: on the primary, whatever store the page reads.
+    indexing = text is not None and parent is None
+    indexed = not indexing or await site.search_index.before_search(await site.views(primary=True))
     if parent is not None:
         try:
-            records = await site.client.tasks(status=status, queue=queue, parent=parent, limit=1000)
+            records = await site.reader.tasks(status=status, queue=queue, parent=parent, limit=1000)
         except UnknownTask:
             raise PageError(404, f"there is no task {parent!r} to list the subtasks of") from None
         more = None

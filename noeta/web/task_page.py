@@ -70,7 +70,7 @@ async def task_page(site: Site, request: Request) -> HTMLResponse:
 
 async def _record(site: Site, task_id: str) -> TaskRecord:
     try:
-        return await site.client.get(task_id)
+        return await site.reader.get(task_id)
     except UnknownTask:
         raise not_found(f"task with the id {task_id!r}") from None
 
@@ -131,7 +131,7 @@ async def _usage(site: Site, record: TaskRecord) -> str:
     if record.last_seq > USAGE_MAX_EVENTS:
         said = f"usage is not summed on this page for {record.last_seq:,} events"
         return f'<p class="muted">{h(said)}; `noeta show {h(record.id)}` sums it</p>'
-    usage = await site.client.usage(record.id)
+    usage = await site.reader.usage(record.id)
     if not usage.costs:
         return ""
     total, *models = summary_lines(usage)
