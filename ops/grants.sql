@@ -124,7 +124,12 @@ BEGIN
             ('workers',           'SELECT, INSERT, UPDATE, DELETE'),
             -- A unique or debounced enqueue locks its key's row (FOR UPDATE needs
             -- UPDATE), makes it, and points it at the new job (ADR-0093); never deleted.
-            ('job_unique_keys',   'SELECT, INSERT, UPDATE'))
+            ('job_unique_keys',   'SELECT, INSERT, UPDATE'),
+            -- The text search's table and its two marks (ADR-0102): a search (`noeta web`,
+            -- `noeta tasks --search`, run with this role's URL) upserts rows and moves the
+            -- marks; only the owner's prune deletes rows.
+            ('task_search',       'SELECT, INSERT, UPDATE'),
+            ('task_search_marks', 'SELECT, UPDATE'))
         SELECT c.relname AS name, d.privileges
           FROM pg_class AS c
           LEFT JOIN declared AS d ON d.name = c.relname

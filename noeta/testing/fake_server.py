@@ -17,7 +17,6 @@ from types import TracebackType
 from typing import Any, Literal, Self, cast
 
 from noeta.core.ports.model import ToolCall
-from noeta.testing import fake_streams
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +279,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header(fake.request_id_header, f"req_fake_{number}")
         self.end_headers()
         try:
-            for index, part in enumerate(fake_streams.cut(parts, fake.chunk_bytes)):
+            for index, part in enumerate(cut(parts, fake.chunk_bytes)):
                 if index == 0:
                     fake.first_bytes.append(time.monotonic())
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
@@ -313,3 +312,12 @@ def _requested(body: bytes) -> tuple[str, bool]:
         return "fake-model", False
     model = document.get("model")
     return (model if isinstance(model, str) else "fake-model"), document.get("stream") is True
+
+
+def cut(parts: Sequence[bytes], every: int | None) -> list[bytes]:
+    """The parts as written: whole, or re-cut into `every` bytes each, ignoring where
+    lines and characters end."""
+    if not every:
+        return list(parts)
+    joined = b"".join(parts)
+    return [joined[start : start + every] for start in range(0, len(joined), every)]

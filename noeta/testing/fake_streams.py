@@ -6,7 +6,7 @@ escape, a multi-byte character's neighbours), and the usage where each API sends
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # fake_server writes what this module renders
@@ -31,15 +31,6 @@ def pieces(text: str, every: int | None = None) -> Iterator[str]:
         size = sizes[turn % len(sizes)]
         yield text[start : start + size]
         start, turn = start + size, turn + 1
-
-
-def cut(parts: Sequence[bytes], every: int | None) -> list[bytes]:
-    """The parts as written: whole, or re-cut into `every` bytes each, ignoring where
-    lines and characters end."""
-    if not every:
-        return list(parts)
-    joined = b"".join(parts)
-    return [joined[start : start + every] for start in range(0, len(joined), every)]
 
 
 def tool_arguments(call_input: object) -> str:

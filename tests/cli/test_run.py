@@ -61,10 +61,11 @@ def test_run_prints_the_answer_and_show_prints_the_log(sqlite_store: str) -> Non
     assert result.stderr.strip() == "task demo: done"
     shown = noeta("show", "demo", store=sqlite_store)
     assert shown.returncode == 0
-    assert "done" in shown.stdout.splitlines()[0]
-    titles = [
-        line.split(maxsplit=2)[2] for line in shown.stdout.splitlines()[1:] if line[:5].strip()
-    ]
+    lines = shown.stdout.splitlines()
+    assert "done" in lines[0]
+    # Then what it cost (a scripted model is free), then the log's steps.
+    assert lines[1] == "usage (with subtasks): cost $0.000000"
+    titles = [line.split(maxsplit=2)[2] for line in lines[3:] if line[:5].strip()]
     assert titles == [
         "created",
         "plugins",

@@ -96,6 +96,7 @@ async def test_a_noeta_that_predates_the_copy_leaves_the_fork_alone(
     await client.fork("t", at, id="f", message="read notes.txt", workspace="copy")
     # What a noeta without the copy knows of a TaskCreated: versions up to 2.
     monkeypatch.setattr(events, "WORKSPACE_COPY_VERSION", events.WORKER_TOOLS_VERSION)
+    monkeypatch.setitem(events._NEWEST_VERSION, events.TaskCreated, events.WORKER_TOOLS_VERSION)
     store = await client.store()
     result = await run_once(runner, store, "f")
     assert result.outcome == "left_for_newer"

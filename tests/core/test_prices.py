@@ -49,6 +49,12 @@ def test_a_cost_sums_each_kind_at_its_price_and_the_possibly_billed_input_apart(
     assert format_usd(cost.billed) == "$0.708000"
 
 
+def test_a_scripted_model_is_free_a_known_price_not_an_unknown_one() -> None:
+    scripted = ModelLedger("scripted:examples/hello.yaml", replies=1, usage=Usage(10, 5))
+    assert cost_of(scripted, BUNDLED).billed == Decimal(0)
+    assert cost_of(scripted, BUNDLED).unknown_because == ""
+
+
 def test_a_model_with_no_price_or_a_reply_without_usage_costs_unknown_never_0() -> None:
     no_price = cost_of(ModelLedger("openai:my-finetune", replies=1, usage=Usage(5, 5)), BUNDLED)
     assert (no_price.billed, no_price.unknown_because) == (None, "no price for openai:my-finetune")

@@ -56,6 +56,8 @@ DECLARED = {
     "finish_waiters": {"SELECT", "INSERT", "DELETE"},  # marked by result(), taken by the finish
     "workers": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # each worker's row (ADR-0092)
     "job_unique_keys": {"SELECT", "INSERT", "UPDATE"},  # a key locked, made, moved (ADR-0093)
+    "task_search": {"SELECT", "INSERT", "UPDATE"},  # a search fills it (ADR-0102)
+    "task_search_marks": {"SELECT", "UPDATE"},  # and moves its marks
 }
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 

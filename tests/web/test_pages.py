@@ -134,9 +134,9 @@ async def test_the_task_page_sums_its_usage_unknown_cost_and_possibly_billed(
     await task_with_log(store, "billed", happened)
     page = web().get("/tasks/billed").text
     usage = page.split('id="task-usage"', 1)[1].split("</div>", 1)[0]
-    assert "usage (with subtasks): cost unknown + possibly billed unknown" in usage
-    assert "1 reply, in 1,234 cache read 7,000 cache write 0 out 56  unknown" in usage
-    assert "no price for scripted:" in usage
+    # A scripted model is free: known, $0 (an unknown price is test_cost_cli's).
+    assert "usage (with subtasks): cost $0.000000 + possibly billed $0.000000" in usage
+    assert "1 reply, in 1,234 cache read 7,000 cache write 0 out 56  $0.000000" in usage
     assert "1 request with no reply, ~900 input tokens" in usage
 
 

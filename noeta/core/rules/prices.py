@@ -80,11 +80,17 @@ class ModelCost:
     unknown_because: str = ""  # "no price for …", "2 replies said no usage"
 
 
+_FREE = _price("0", "0", "0", "0")
+
+
 def price_of(model: str, prices: Mapping[str, Price]) -> Price | None:
     """The price of a model spec: its own entry, else the one its dated snapshot or alias
-    name is of. None: unknown, so its cost is unknown (never 0)."""
+    name is of. None: unknown, so its cost is unknown (never 0). A scripted model is a
+    local file that no one bills: free, a known price."""
     if model in prices:
         return prices[model]
+    if model.startswith("scripted:"):
+        return _FREE
     base = _SNAPSHOT.sub("", model) if _SNAPSHOT.search(model) else model
     base = _ALIASES.get(base, base)
     return prices.get(base)
