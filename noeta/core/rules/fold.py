@@ -18,6 +18,7 @@ from noeta.core.ports.pin import Pin
 from noeta.core.rules.conversation import extend
 from noeta.core.rules.events import (
     AttemptFailed,
+    BudgetExceeded,
     CallRequested,
     Event,
     JobFinished,
@@ -107,6 +108,8 @@ class _Folding:
     job: str
     attempts: int
     retry_at: str
+    spent: tuple[int, int, int, int, int]
+    call_estimate: int
 
     def __init__(self, start: TaskState) -> None:
         # A fold runs per append: the scalars go in and out in C (attrgetter, one dict
@@ -183,6 +186,8 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             | ToolAnswered()
         ):
             _apply_tool(f, event)
+        case BudgetExceeded():
+            pass  # the refusal is a record: the append that holds it ends the task
         case PluginsPinned(pins=pins):
             f.pins = pins
         case JobStarted(job_id=job_id):
@@ -320,12 +325,16 @@ def _apply_model(
     f: _Folding, event: ModelCalled | ModelCallCut | ModelReplied | ModelFailed
 ) -> None:
     match event:
-        case ModelCalled(trace=trace):
+        case ModelCalled(trace=trace, input_estimate=estimate):
             f.model_attempts += 1
             f.model_call_open = f.last_seq
             f.trace = trace or f.trace
+            f.call_estimate = estimate
         case ModelCallCut(cause=cause):
             # Why the open call got no reply (ADR-0080): only a "call" cut is the model's.
+            if f.model_call_open and cause != "not_sent" and _billed_here(f):
+                i, o, r, w, unanswered = f.spent  # possibly billed, as the ledger counts it
+                f.spent = (i, o, r, w, unanswered + f.call_estimate)
             f.model_call_open = 0
             f.model_workers_lost += cause == "worker_lost"
             f.model_calls_unsent += cause == "not_sent"
@@ -339,8 +348,26 @@ def _reset_model_attempts(f: _Folding) -> None:
     f.model_attempts = f.model_workers_lost = f.model_calls_unsent = f.model_call_open = 0
 
 
+def _billed_here(f: _Folding) -> bool:
+    """Not copied from a fork's source (its calls are the source's, as in the ledger)."""
+    return f.config is None or f.last_seq > f.config.forked_at
+
+
 def _take_reply(f: _Folding, reply: ModelReplied) -> None:
     _reset_model_attempts(f)
+    if _billed_here(f):
+        i, o, r, w, unanswered = f.spent
+        usage = reply.usage
+        if usage is None:  # unknown: its request's estimate stands for it
+            f.spent = (i + f.call_estimate, o, r, w, unanswered)
+        else:
+            f.spent = (
+                i + usage.input_tokens,
+                o + usage.output_tokens,
+                r + usage.cache_read_tokens,
+                w + usage.cache_write_tokens,
+                unanswered,
+            )
     f.replies += 1
     # A blank block (older logs hold some) is left out: Anthropic refuses it re-sent.
     texts = tuple(

@@ -68,6 +68,12 @@ class TaskState:
     # ISO 8601, store clock; "" none waits).
     attempts: int = 0
     retry_at: str = ""
+    # What the model calls spent, for the task's budget (counted as the ledger counts,
+    # after any fork point): (input, output, cache-read, cache-write tokens of the
+    # replies, estimated input of requests possibly billed). A reply that said no usage
+    # counts its request's estimate as input. `call_estimate`: the open call's estimate.
+    spent: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+    call_estimate: int = 0
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)
