@@ -74,6 +74,10 @@ class TaskState:
     # counts its request's estimate as input. `call_estimate`: the open call's estimate.
     spent: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
     call_estimate: int = 0
+    # `on_budget: ask` (ADR-0107): model calls a person allowed past the budget, not yet
+    # made; and, once a person denied one, the task's error.
+    budget_allowed: int = 0
+    budget_denied: str = ""
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)

@@ -61,8 +61,12 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
     body = provider.encode_request(request)
     estimate = estimate_tokens(body)
     refused = task_budget.refusal(run.state, estimate)
-    if refused is not None:  # not sent: the refusal and the end, in one append
-        await run.settle([refused], FinishTask("failed", error=task_budget.error_of(refused)))
+    if refused is not None:  # not sent: the refusal, and the end or the question
+        if config.on_budget == "ask":
+            await run.append([refused])  # the loop then waits for the answer
+        else:
+            failed = FinishTask("failed", error=task_budget.error_of(refused))
+            await run.settle([refused], failed)
         return
     # The span ends once the call's outcome is in the log; cut short, the next claimer
     # emits it from the record written with ModelCalled (ADR-0024).

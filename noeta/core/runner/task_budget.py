@@ -10,6 +10,7 @@ from decimal import Decimal
 
 from noeta.core.rules import events as ev
 from noeta.core.rules.prices import BUNDLED, MILLION, Price, price_of
+from noeta.core.rules.task_spend import budget_question
 from noeta.core.rules.task_state import TaskState
 
 # The prices a budget's cost is reckoned at: the worker's (noeta.yaml's `prices:` laid
@@ -26,8 +27,8 @@ def refusal(state: TaskState, estimate: int) -> ev.BudgetExceeded | None:
     None if the budget allows it (or the task has none). The estimate is of the input
     only: a call may overshoot by its output and its input beyond the estimate."""
     config = state.config
-    if config is None or not config.has_budget:
-        return None
+    if config is None or not config.has_budget or state.budget_allowed:
+        return None  # none, or a person allowed this call past it
     input_tokens, output, cache_read, cache_write, unanswered = state.spent
     if config.budget_tokens:
         spent = input_tokens + output + cache_read + cache_write + unanswered
@@ -51,14 +52,7 @@ def refusal(state: TaskState, estimate: int) -> ev.BudgetExceeded | None:
 
 def error_of(refused: ev.BudgetExceeded) -> str:
     """The task's error: its kind, and the budget it names."""
-    if refused.budget == "tokens":
-        spent, limit = f"{refused.spent} tokens", f"--max-tokens {refused.limit}"
-    else:
-        spent, limit = f"${refused.spent}", f"--max-cost {refused.limit}"
-    return (
-        f"budget_exceeded: {limit}: {spent} spent, and the next call's request is "
-        f"estimated at {refused.estimate} input tokens"
-    )
+    return f"budget_exceeded: {budget_question(refused)}"
 
 
 def _usd(amount: Decimal) -> str:

@@ -18,11 +18,14 @@ import pytest
 
 from noeta.backends.models.anthropic import AnthropicProvider
 from noeta.backends.stores import open_store
+from noeta.client import messages
 from noeta.core.ports.model import ToolCall
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
 from noeta.core.rules.prices import BUNDLED
+from noeta.core.rules.texts import BUDGET_CALL
 from noeta.core.runner.task import TaskRunner
+from noeta.core.task_loading import load_state, snapshot_version
 from noeta.testing.fake_providers import FakeAnthropic, Reply, Stall
 from tests.core.runner.crash_child import LedgerTool
 from tests.core.runner.test_http_providers import API_KEY, Registry, until
@@ -158,3 +161,47 @@ async def test_a_call_killed_before_its_reply_counts_once_toward_the_budget(
     refused = [e for e in logged if isinstance(e, events.BudgetExceeded)]
     assert [(r.budget, r.spent) for r in refused] == [("tokens", str(20_000 + unanswered))]
     assert len(server.requests) == 2  # the stalled one and its re-send; no third
+
+
+async def test_on_budget_ask_waits_for_an_answer_and_allow_lets_one_more_call_go(
+    store: Store, server: FakeAnthropic
+) -> None:
+    """The refused call waits as a gate's question does; `allow` sends it (one call past
+    the budget), and the task goes on to its answer."""
+    server.script(echo_reply(1, 1000, 100), echo_reply(2, 1000, 100), Reply(text="done"))
+    await create(store, "ask", budget_tokens=2250, on_budget="ask")
+    logged = await run_task(store, server, "ask")
+    assert len(server.requests) == 2
+    assert isinstance(logged[-1], events.BudgetExceeded)  # and nothing after it: it waits
+    state = await load_state(store, "ask", snapshot_version())
+    assert state.waiting_call == BUDGET_CALL
+    assert state.waiting_question.startswith("--max-tokens 2250: 2200 tokens spent")
+
+    async def opened() -> Store:
+        return store
+
+    await messages.answer(opened, "ask", BUDGET_CALL, "allow", "")
+    logged = await run_task(store, server, "ask")
+    assert len(server.requests) == 3
+    finished = logged[-1]
+    assert isinstance(finished, events.TaskFinished)
+    assert (finished.status, finished.answer) == ("done", "done")
+
+
+async def test_on_budget_ask_denied_fails_the_task_naming_the_budget(
+    store: Store, server: FakeAnthropic
+) -> None:
+    server.script(echo_reply(1, 1000, 100), echo_reply(2, 1000, 100))
+    await create(store, "deny", budget_tokens=2250, on_budget="ask")
+    await run_task(store, server, "deny")
+
+    async def opened() -> Store:
+        return store
+
+    await messages.answer(opened, "deny", BUDGET_CALL, "deny", "too dear")
+    logged = await run_task(store, server, "deny")
+    assert len(server.requests) == 2
+    finished = logged[-1]
+    assert isinstance(finished, events.TaskFinished) and finished.status == "failed"
+    assert finished.error.startswith("budget_exceeded: --max-tokens 2250: 2200 tokens spent")
+    assert finished.error.endswith("(a person denied more: too dear)")
