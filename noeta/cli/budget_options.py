@@ -12,7 +12,7 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class UsdAmount(click.ParamType):
+class UsdAmount(click.ParamType[str]):
     """A positive amount of US dollars, kept as its decimal string (never a float)."""
 
     name = "USD"
