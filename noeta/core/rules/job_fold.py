@@ -3,13 +3,23 @@ and the call's result ends it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from noeta.core.ports.model import ToolCall
+from noeta.core.ports.model import ToolCall, ToolResult
 from noeta.core.rules.events import CallRequested
 
-if TYPE_CHECKING:
-    from noeta.core.rules.fold import _Folding
+
+class _Folding(Protocol):
+    """What of the fold's builder these read and write (fold.py's `_Folding`)."""
+
+    job: str
+    turn: int
+    turn_open: bool
+    calls: tuple[ToolCall, ...]
+    results: list[ToolResult]
+    last_turn_outcome: str
+    last_answer: str
+    last_turn_error: str
 
 
 def request_call(f: _Folding, event: CallRequested) -> None:

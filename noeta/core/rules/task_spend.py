@@ -3,13 +3,26 @@ refusal and a person's answer to it change the fold: `fold.py` calls these."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from noeta.core.rules.events import BudgetExceeded, ModelCalled, ModelReplied
+from noeta.core.ports.payload import JSONValue
+from noeta.core.rules.events import BudgetExceeded, ModelCalled, ModelReplied, TaskCreated
 from noeta.core.rules.texts import BUDGET_CALL
 
-if TYPE_CHECKING:
-    from noeta.core.rules.fold import _Folding
+
+class _Folding(Protocol):
+    """What of the fold's builder these read and write (fold.py's `_Folding`)."""
+
+    config: TaskCreated | None
+    last_seq: int
+    model_call_open: int
+    spent: tuple[int, int, int, int, int]
+    call_estimate: int
+    budget_allowed: int
+    budget_denied: str
+    waiting_call: str
+    waiting_input: tuple[tuple[str, JSONValue], ...]
+    waiting_question: str
 
 
 def budget_question(refused: BudgetExceeded) -> str:
