@@ -29,6 +29,8 @@ def budget_question(refused: BudgetExceeded) -> str:
     """What the refusal says: the budget, what was spent, the refused call's estimate."""
     if refused.budget == "tokens":
         spent, limit = f"{refused.spent} tokens", f"--max-tokens {refused.limit}"
+    elif refused.spent == "unknown":  # a model with no price: its cost is never taken as 0
+        spent, limit = "an unknown amount (the model has no price)", f"--max-cost {refused.limit}"
     else:
         spent, limit = f"${refused.spent}", f"--max-cost {refused.limit}"
     return (

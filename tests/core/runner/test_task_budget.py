@@ -205,3 +205,18 @@ async def test_on_budget_ask_denied_fails_the_task_naming_the_budget(
     assert isinstance(finished, events.TaskFinished) and finished.status == "failed"
     assert finished.error.startswith("budget_exceeded: --max-tokens 2250: 2200 tokens spent")
     assert finished.error.endswith("(a person denied more: too dear)")
+
+
+async def test_max_cost_on_a_model_with_no_price_sends_nothing(
+    store: Store, server: FakeAnthropic
+) -> None:
+    """Its cost is unknown, never 0: the first call is refused, saying why."""
+    created = events.TaskCreated(model="anthropic:no-such-model", prompt="go", budget_cost="1")
+    await store.create_task(NewTask("np", [NewEvent(*events.encode(created))]))
+    logged = await run_task(store, server, "np")
+    assert server.requests == []
+    finished = logged[-1]
+    assert isinstance(finished, events.TaskFinished) and finished.status == "failed"
+    assert finished.error.startswith(
+        "budget_exceeded: --max-cost 1: an unknown amount (the model has no price) spent"
+    )
