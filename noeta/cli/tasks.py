@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from noeta.cli.budget_options import budget_options
 from noeta.cli.options import (
     DEFAULT_MODEL,
     config_option,
@@ -89,6 +90,7 @@ READ_ONLY_METHODS = frozenset({"tasks"})
     show_default=True,
     help=f"{MIN_PRIORITY}-{MAX_PRIORITY}; higher is claimed first within its queue.",
 )
+@budget_options
 @config_option
 @store_option
 def submit(
@@ -101,6 +103,9 @@ def submit(
     job_input: str | None,
     key: str | None,
     priority: int,
+    max_cost: str | None,
+    max_tokens: int | None,
+    on_budget: str,
     config: str | None,
     store: str | None,
 ) -> None:
@@ -116,6 +121,8 @@ def submit(
         check_concurrency_key(key)
     placing = {"queue": queue, "id": task_id, "key": key, "priority": priority}
     if job is not None:
+        if max_cost is not None or max_tokens is not None:
+            raise ConfigError("a job calls no model: --max-cost and --max-tokens are for agents")
         if prompt or interactive:
             raise ConfigError("a job takes --input, not a prompt nor --interactive")
         arguments = _job_arguments(job_input)
@@ -132,7 +139,17 @@ def submit(
     # a script is read as `noeta run` reads it.
     model = checked_spec(model)
     handle = asyncio.run(
-        _submit(store, config, prompt, model=model, interactive=interactive, **placing)
+        _submit(
+            store,
+            config,
+            prompt,
+            model=model,
+            interactive=interactive,
+            max_cost=max_cost,
+            max_tokens=max_tokens,
+            on_budget=on_budget,
+            **placing,
+        )
     )
     click.echo(handle.id)
 

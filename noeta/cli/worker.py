@@ -119,6 +119,7 @@ async def _serve(
     from noeta.backends.models.registry import ProviderRegistry
     from noeta.backends.stores import configured_session_url, open_store, resolve_url
     from noeta.config import load_config
+    from noeta.core.runner import task_budget
     from noeta.observability import metrics, observed
     from noeta.plugins.tool_environment import PASSED_NAMES
     from noeta.plugins.toolbox import Toolbox
@@ -132,6 +133,7 @@ async def _serve(
     scraped = health.listening is not None
     observability.start("noeta-worker", secrets=[resolve_url(url), session_url], scraped=scraped)
     metrics.price_with(config.prices)  # the cost counter's prices
+    task_budget.price_with(config.prices)  # and the tasks' --max-cost
     toolbox = await Toolbox.open(config, runs_tools=True)
     observability.add_passed_secrets(PASSED_NAMES)  # what its tools may print
     providers = ProviderRegistry()

@@ -12,9 +12,9 @@ import json
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
-from noeta.client import job_tasks, messages, task_logs, unique_jobs
+from noeta.client import job_tasks, messages, submissions, task_logs, unique_jobs
 from noeta.client.canvas_calls import CanvasCalls
 from noeta.client.creating import create_batch, create_once
 from noeta.client.handles import TaskHandle
@@ -143,12 +143,12 @@ class AsyncClient(QueueSettingsCalls, RetryCalls, CanvasCalls):
         config: str | Config | None = None,
         key: str | None = None,
         priority: int = DEFAULT_PRIORITY,
+        **budget: Unpack[submissions.BudgetOptions],
     ) -> TaskHandle:
         """Create an agent task; `tools` default to every tool of the plugins its worker
-        pins (no plugin is started here: `config` is not read, kept for callers that pass
-        it). `key` is its concurrency key (a tenant: counted against its queue's per-key
-        limit), `priority` 0-9 (higher claimed first)."""
-        item = Submission(prompt, model, queue, id, interactive, tools, key, priority)
+        pins (no plugin starts here: `config` is kept for callers that pass it). `key`: its
+        concurrency key (a tenant), `priority` 0-9 (higher first); `budget`: BudgetOptions."""
+        item = Submission(prompt, model, queue, id, interactive, tools, key, priority, **budget)
         task = agent_task(item)
         await create_once(await self.store(), task)
         return TaskHandle(task.id, task.queue)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
+from typing import TypedDict
 
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.ports.store import DEFAULT_PRIORITY, DEFAULT_QUEUE, NewEvent, NewTask, check_key
@@ -30,6 +32,49 @@ class Submission:
     tools: Sequence[str] | None = None  # None: every tool of its worker's plugins
     key: str | None = None  # its concurrency key (a tenant), as `submit`'s
     priority: int | None = None
+    # Its budget (ADR-0107): USD (a decimal string, or a Decimal), and tokens of every
+    # kind, over the task's model calls; `on_budget` "fail" or "ask". None: no budget.
+    max_cost: str | Decimal | None = None
+    max_tokens: int | None = None
+    on_budget: str = "fail"
+
+
+BUDGET_POLICIES = ("fail", "ask")
+
+
+class BudgetOptions(TypedDict, total=False):
+    """A task's budget over its model calls (ADR-0107): `max_cost` in USD (a decimal
+    string or a Decimal), `max_tokens` of every kind; when the next call would pass it,
+    `on_budget` "fail" (the default: the task fails, `budget_exceeded`) or "ask"."""
+
+    max_cost: str | Decimal | None
+    max_tokens: int | None
+    on_budget: str
+
+
+def checked_budget(
+    max_cost: str | Decimal | None, max_tokens: int | None, on_budget: str
+) -> dict[str, object]:
+    """A budget's TaskCreated fields; ConfigError for a cost or a token count that is not
+    a positive number, or an unknown policy."""
+    fields: dict[str, object] = {}
+    if max_cost is not None:
+        try:
+            cost = Decimal(str(max_cost).strip())
+        except InvalidOperation:
+            raise ConfigError(f"max cost {str(max_cost)!r} is not a number (USD)") from None
+        if not cost.is_finite() or cost <= 0:
+            raise ConfigError(f"max cost must be more than 0 USD, not {str(max_cost)!r}")
+        fields["budget_cost"] = str(cost)
+    if max_tokens is not None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+            raise ConfigError(f"max tokens must be a whole number above 0, not {max_tokens!r}")
+        fields["budget_tokens"] = max_tokens
+    if on_budget not in BUDGET_POLICIES:
+        raise ConfigError(f"on_budget must be fail or ask, not {on_budget!r}")
+    if fields and on_budget != "fail":
+        fields["on_budget"] = on_budget  # "fail" is the default: not stored
+    return fields
 
 
 def with_batch_defaults(item: Submission | str, batch: Submission) -> Submission:
@@ -63,6 +108,7 @@ def agent_task(item: Submission) -> NewTask:
         prompt=item.prompt if item.prompt.strip() else "",
         interactive=item.interactive,
         tools=tuple(item.tools) if item.tools is not None else None,
+        **checked_budget(item.max_cost, item.max_tokens, item.on_budget),  # type: ignore[arg-type]
     )
     priority = DEFAULT_PRIORITY if item.priority is None else item.priority
     first = [NewEvent(*events.encode(created))]

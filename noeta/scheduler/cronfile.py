@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from noeta import yamlfile
 from noeta.backends.models.registry import stored_spec
+from noeta.client.submissions import BUDGET_POLICIES, checked_budget
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.store import DEFAULT_PRIORITY, DEFAULT_QUEUE, check_key
@@ -43,7 +44,17 @@ _SCHEDULE_KEYS = (
     "max_catch_up",
     "enabled",
 )
-_TASK_KEYS = ("prompt", "model", "queue", "plugins", "key", "priority")
+_TASK_KEYS = (
+    "prompt",
+    "model",
+    "queue",
+    "plugins",
+    "key",
+    "priority",
+    "max_cost",
+    "max_tokens",
+    "on_budget",
+)
 _MESSAGE_KEYS = ("task", "text")
 _JOB_KEYS = ("name", "input", "queue", "key", "priority")
 
@@ -58,6 +69,8 @@ class TaskAction:
     plugins: tuple[str, ...] | None = None  # names of the config's plugins; None = all
     key: str | None = None  # its concurrency key (a tenant), counted by the queue's limits
     priority: int = DEFAULT_PRIORITY
+    # Its budget: TaskCreated's fields, as `checked_budget` made them (ADR-0107).
+    budget: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +244,24 @@ def _action(field: _Field) -> TaskAction | MessageAction | JobAction:
         plugins=inner.names("plugins"),
         key=inner.concurrency_key(),
         priority=inner.integer("priority", default=DEFAULT_PRIORITY, low=0, high=MAX_PRIORITY),
+        budget=_budget(inner),
     )
+
+
+def _budget(field: _Field) -> tuple[tuple[str, object], ...]:
+    """`max_cost:` (USD, a number or text), `max_tokens:`, `on_budget:` (fail or ask)."""
+    cost, tokens = field.mapping.get("max_cost"), field.mapping.get("max_tokens")
+    if isinstance(cost, bool) or not isinstance(cost, int | float | str | None):
+        raise field.error("max_cost", f"must be a number of USD, not {_kind(cost)}")
+    policy = field.choice("on_budget", BUDGET_POLICIES, default="fail")
+    fields: dict[str, object] = {}
+    for key, cost_given, tokens_given in (("max_cost", cost, None), ("max_tokens", None, tokens)):
+        try:
+            given = None if cost_given is None else str(cost_given)
+            fields |= checked_budget(given, tokens_given, policy)
+        except ConfigError as error:
+            raise field.error(key, str(error)) from None
+    return tuple(fields.items())
 
 
 class _Field:

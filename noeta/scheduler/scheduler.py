@@ -176,7 +176,10 @@ class Scheduler:
         match schedule.action:
             case TaskAction(prompt=prompt, model=model, queue=queue, plugins=plugins):
                 created = events.TaskCreated(
-                    model=model, prompt=prompt, tools=self.tools_for(plugins)
+                    model=model,
+                    prompt=prompt,
+                    tools=self.tools_for(plugins),
+                    **dict(schedule.action.budget),  # type: ignore[arg-type]
                 )
                 first = [NewEvent(*events.encode(created))]
                 key, priority = schedule.action.key, schedule.action.priority

@@ -9,9 +9,11 @@ from noeta.core.ports.model import Text, ToolCall, Usage
 from noeta.core.ports.pin import Pin
 from noeta.core.rules import snapshot
 from noeta.core.rules.events import (
+    BUDGET_VERSION,
     EVENT_TYPES,
     WORKSPACE_COPY_VERSION,
     AttemptFailed,
+    BudgetExceeded,
     CallRequested,
     CanvasRequested,
     JobFinished,
@@ -59,6 +61,8 @@ EXAMPLES = [
         "msg_1",
     ),
     ModelFailed("HTTP 401: invalid x-api-key", 1),
+    TaskCreated("anthropic:m", "go", budget_tokens=200_000, budget_cost="0.50", on_budget="ask"),
+    BudgetExceeded("cost", "0.450000", 812, "0.40"),
     ToolStarted("c1", "Bash", {"command": "ls"}),
     ToolFinished("c1", "out", False, "rerun"),
     ToolWaiting("c1", "Bash", {"command": "rm -rf build"}, "May this Bash call run?"),
@@ -139,8 +143,28 @@ def test_a_task_created_with_its_workers_tools_is_read_only_by_a_noeta_that_know
     assert encode(listed)[1]["v"] == 1
     assert listed.tool_names(["Read", "Bash"]) == ("Read",)
     # A noeta that read only version 1 saw a version 2 event as a newer noeta's; this one
-    # so sees a version past the newest it knows (3, a fork's copied workspace).
-    assert isinstance(decode(kind, {**data, "v": WORKSPACE_COPY_VERSION + 1}), UnknownEvent)
+    # so sees a version past the newest it knows (4, a budget).
+    assert isinstance(decode(kind, {**data, "v": BUDGET_VERSION + 1}), UnknownEvent)
+
+
+def test_a_task_created_with_a_budget_is_left_alone_by_a_noeta_before_budgets() -> None:
+    budgeted = TaskCreated(model="anthropic:m", budget_cost="0.50")
+    kind, data = encode(budgeted)
+    assert (data["v"], data["budget_cost"]) == (BUDGET_VERSION, "0.50")
+    assert "budget_tokens" not in data and "on_budget" not in data
+    assert decode(kind, data) == budgeted
+    # The newest version a noeta before budgets knew was a copied workspace's.
+    assert data["v"] > WORKSPACE_COPY_VERSION
+    # Without one, a TaskCreated is stored as before: no field, its old version.
+    assert set(encode(TaskCreated(model="anthropic:m"))[1]) == {
+        "v",
+        "model",
+        "prompt",
+        "interactive",
+        "system",
+        "max_tokens",
+        "tools",
+    }
 
 
 def test_a_task_created_with_a_copied_workspace_is_read_only_by_a_noeta_that_knows_it() -> None:

@@ -250,7 +250,8 @@ def test_bad_schedule_fields(tmp_path: Path, extra: str, line: int, expected: st
         (
             "name: a\nschedule: '@daily'\ntask:\n  prompt: p\n  model: 'openai:m'\n  agent: x",
             "line 7: schedules[0].task.agent: unknown key "
-            "(known: prompt, model, queue, plugins, key, priority)",
+            "(known: prompt, model, queue, plugins, key, priority, max_cost, max_tokens, "
+            "on_budget)",
         ),
         (
             "name: a\nschedule: '@daily'\ntask: {prompt: p, model: 'openai:m', plugins: core}",
@@ -437,6 +438,38 @@ def test_a_task_or_job_schedule_reads_its_key_and_priority(tmp_path: Path) -> No
     ],
 )
 def test_a_bad_key_or_priority_is_refused(tmp_path: Path, fields: str, expected: str) -> None:
+    body = one(f"name: a\nschedule: '@daily'\ntask: {{prompt: hi, model: 'openai:m', {fields}}}")
+    assert error(tmp_path, body).startswith(expected)
+    assert schema_errors(write(tmp_path, body))
+
+
+def test_a_task_schedule_reads_its_budget(tmp_path: Path) -> None:
+    body = one(
+        "name: a\nschedule: '@daily'\ntask: {prompt: hi, model: 'openai:gpt-4o', "
+        "max_cost: 0.50, max_tokens: 200000, on_budget: ask}"
+    )
+    path = write(tmp_path, body)
+    assert schema_errors(path) == []
+    [schedule] = load_cron_files([path])
+    assert isinstance(schedule.action, TaskAction)
+    assert dict(schedule.action.budget) == {
+        "budget_cost": "0.5",
+        "budget_tokens": 200000,
+        "on_budget": "ask",
+    }
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ("max_cost: 0", "line 4: schedules[0].task.max_cost: max cost must be more than 0 USD"),
+        ("max_cost: -1", "line 4: schedules[0].task.max_cost: max cost must be more than 0 USD"),
+        ("max_cost: lots", "line 4: schedules[0].task.max_cost: max cost 'lots' is not a number"),
+        ("max_tokens: 0", "line 4: schedules[0].task.max_tokens: max tokens must be a whole"),
+        ("on_budget: bogus", "line 4: schedules[0].task.on_budget: 'bogus' is not one of fail"),
+    ],
+)
+def test_a_bad_budget_is_refused(tmp_path: Path, fields: str, expected: str) -> None:
     body = one(f"name: a\nschedule: '@daily'\ntask: {{prompt: hi, model: 'openai:m', {fields}}}")
     assert error(tmp_path, body).startswith(expected)
     assert schema_errors(write(tmp_path, body))

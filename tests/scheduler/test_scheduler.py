@@ -11,6 +11,7 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.core.ports.store import FireOutcome, Store
+from noeta.core.rules import events
 from noeta.scheduler.cronfile import MessageAction, Schedule, TaskAction
 from noeta.scheduler.scheduler import MISSED_AFTER, Scheduler, task_id_for
 from noeta.testing.store_contract import created
@@ -122,3 +123,18 @@ async def test_a_message_schedule_delivers_to_its_task(store: Store) -> None:
     inbox = await store.read_inbox("chat-1")
     assert inbox[0].payload == {"text": "any news?"}
     assert inbox[0].dedupe_key is not None and inbox[0].dedupe_key.startswith("cron:s:")
+
+
+async def test_a_task_schedule_gives_each_task_its_budget(store: Store) -> None:
+    budget = (("budget_cost", "0.50"), ("budget_tokens", 9000), ("on_budget", "ask"))
+    action = TaskAction(prompt="tick", model="scripted:x.yaml", budget=budget)
+    await down_since(store, 1)
+    await Scheduler(store, [every_minute(action=action, overlap="allow")]).tick()
+    tasks = await store.list_tasks(limit=10)
+    assert tasks
+    for task in tasks:
+        [first, *_] = await store.read_log(task.id)
+        created = events.decode(first.type, first.data)
+        assert isinstance(created, events.TaskCreated)
+        budget = (created.budget_cost, created.budget_tokens, created.on_budget)
+        assert budget == ("0.50", 9000, "ask")

@@ -27,6 +27,9 @@ WORKSPACE_COPY_VERSION = 3
 # A ModelReplied whose usage is unknown (the provider sent none: null) or holds reasoning
 # tokens is version 2: a noeta that predates them cannot read that usage (ADR-0097 kind 2).
 USAGE_VERSION = 2
+# A TaskCreated with a budget is version 4, so a noeta that predates budgets leaves the
+# task to a newer one instead of running it unbounded.
+BUDGET_VERSION = 4
 
 CutCause = Literal["worker_lost", "call", "not_sent"]
 TurnOutcome = Literal["answered", "no_answer", "failed"]
@@ -52,6 +55,15 @@ class TaskCreated:
     # The task whose workspace this one starts in a copy of (a fork's `--workspace copy`,
     # ADR-0096), made by the worker that first runs it; "" (not stored): a fresh one.
     workspace_from: str = ""
+    # The task's budget (`--max-tokens`, `--max-cost` in USD as a decimal string), checked
+    # before each model call; 0 and "" (not stored): none. `on_budget`: "fail" or "ask".
+    budget_tokens: int = 0
+    budget_cost: str = ""
+    on_budget: str = ""
+
+    @property
+    def has_budget(self) -> bool:
+        return bool(self.budget_tokens or self.budget_cost)
 
     def tool_names(self, worker_tools: Iterable[str]) -> tuple[str, ...]:
         """The tools the task may call, on a worker that has `worker_tools` (in order)."""
@@ -118,6 +130,19 @@ class ModelFailed:
 
     error: str
     attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetExceeded:
+    """A model call the task's budget did not allow, not sent: `budget` is "tokens" or
+    "cost", `spent` what the log says was spent (tokens, or USD), `estimate` the refused
+    request's estimated input tokens, `limit` the budget. A new type: an older noeta
+    leaves the task."""
+
+    budget: str
+    spent: str
+    estimate: int
+    limit: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +349,7 @@ Event = (
     | ModelCallCut
     | ModelReplied
     | ModelFailed
+    | BudgetExceeded
     | ToolStarted
     | ToolFinished
     | AttemptFailed
@@ -395,7 +421,14 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
 # byte for byte as before (the golden logs), and an older noeta ignores them.
 # Per class, each such field and the default at which it is left out.
 _STORED_ONLY_WHEN_SET: dict[type, dict[str, object]] = {
-    TaskCreated: {"forked_from": "", "forked_at": 0, "workspace_from": ""},
+    TaskCreated: {
+        "forked_from": "",
+        "forked_at": 0,
+        "workspace_from": "",
+        "budget_tokens": 0,
+        "budget_cost": "",
+        "on_budget": "",
+    },
     CallRequested: {"retry_of": ""},
     ModelCalled: {"input_estimate": 0},
     SubtaskReturned: {"report": ""},
@@ -403,12 +436,14 @@ _STORED_ONLY_WHEN_SET: dict[type, dict[str, object]] = {
 
 # The newest encoding of the types that have more than one.
 _NEWEST_VERSION: dict[type, int] = {
-    TaskCreated: WORKSPACE_COPY_VERSION,
+    TaskCreated: BUDGET_VERSION,
     ModelReplied: USAGE_VERSION,
 }
 
 
 def _version_of(event: Event) -> int:
+    if isinstance(event, TaskCreated) and (event.has_budget or event.on_budget):
+        return BUDGET_VERSION
     if isinstance(event, TaskCreated) and event.workspace_from:
         return WORKSPACE_COPY_VERSION
     if isinstance(event, TaskCreated) and event.tools is None:

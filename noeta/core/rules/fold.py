@@ -15,9 +15,11 @@ from typing import assert_never
 from noeta.core.ports.model import Message, Text, ToolCall, ToolResult
 from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.pin import Pin
+from noeta.core.rules import job_fold, task_spend
 from noeta.core.rules.conversation import extend
 from noeta.core.rules.events import (
     AttemptFailed,
+    BudgetExceeded,
     CallRequested,
     CanvasRequested,
     Event,
@@ -48,7 +50,7 @@ from noeta.core.rules.events import (
     WokenUp,
 )
 from noeta.core.rules.task_state import TaskState, build_state
-from noeta.core.rules.texts import JOB_LOST, RESULT_CORRECTED, WOKEN_UP
+from noeta.core.rules.texts import BUDGET_CALL, JOB_LOST, RESULT_CORRECTED, WOKEN_UP
 
 # Said to the model, from the fold, after a reply cut off by the output limit: being
 # derived from the log, it is part of the byte-identical request on a re-send.
@@ -110,6 +112,10 @@ class _Folding:
     retry_at: str
     canvas: dict[str, JSONValue] | None
     canvas_results: tuple[tuple[str, str, str], ...]
+    spent: tuple[int, int, int, int, int]
+    call_estimate: int
+    budget_allowed: int
+    budget_denied: str
 
     def __init__(self, start: TaskState) -> None:
         # A fold runs per append: the scalars go in and out in C (attrgetter, one dict
@@ -171,7 +177,7 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             if prompt:
                 _open_turn(f, prompt)
         case CallRequested():
-            _request_call(f, event)
+            job_fold.request_call(f, event)
         case MessageTaken(inbox_id=inbox_id, text=text):
             f.taken.add(inbox_id)
             _open_turn(f, text)
@@ -186,6 +192,8 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             | ToolAnswered()
         ):
             _apply_tool(f, event)
+        case BudgetExceeded():
+            task_spend.refused(f, event)
         case PluginsPinned(pins=pins):
             f.pins = pins
         case JobStarted(job_id=job_id):
@@ -243,7 +251,7 @@ def _apply_tool(
                 f.settled_unknown = (*f.settled_unknown, call_id)
             f.results.append(ToolResult(call_id, content, is_error))
             if f.job:
-                _end_job_call(f, content, is_error)
+                job_fold.end_job_call(f, content, is_error)
             elif len(f.results) == len(f.calls):
                 _hand_results_to_model(f)
         case ToolResultCorrected(call_id=call_id, content=content, is_error=is_error):
@@ -256,7 +264,9 @@ def _apply_tool(
             f.waiting_input = tuple(input.items())
         case ToolAnswered(call_id=call_id, decision=decision, note=note, inbox_id=inbox_id):
             f.taken.add(inbox_id)
-            if decision == "allow":
+            if call_id == BUDGET_CALL:
+                task_spend.answered(f, decision, note)
+            elif decision == "allow":
                 f.approved = (*f.approved, (call_id, f.waiting_input))
             else:
                 denial = f"A person denied this call{': ' + note if note else '.'}"
@@ -328,8 +338,10 @@ def _apply_model(
             f.model_attempts += 1
             f.model_call_open = f.last_seq
             f.trace = trace or f.trace
+            task_spend.called(f, event)
         case ModelCallCut(cause=cause):
             # Why the open call got no reply (ADR-0080): only a "call" cut is the model's.
+            task_spend.cut(f, cause)
             f.model_call_open = 0
             f.model_workers_lost += cause == "worker_lost"
             f.model_calls_unsent += cause == "not_sent"
@@ -345,6 +357,7 @@ def _reset_model_attempts(f: _Folding) -> None:
 
 def _take_reply(f: _Folding, reply: ModelReplied) -> None:
     _reset_model_attempts(f)
+    task_spend.replied(f, reply)
     f.replies += 1
     # A blank block (older logs hold some) is left out: Anthropic refuses it re-sent.
     texts = tuple(
@@ -369,24 +382,6 @@ def _take_reply(f: _Folding, reply: ModelReplied) -> None:
     f.truncated_in_row = f.empty_in_row = 0
     f.calls = calls
     f.last_answer = "\n".join(block.text for block in texts)
-
-
-def _request_call(f: _Folding, event: CallRequested) -> None:
-    """A plain job: one turn whose only step is the call (no model, no message)."""
-    f.job = event.name
-    f.turn += 1
-    f.turn_open = True
-    f.calls = (ToolCall(event.call_id, event.name, event.input),)
-
-
-def _end_job_call(f: _Folding, content: str, is_error: bool) -> None:
-    """A plain job's call settled: its result (or error, "outcome unknown" included) is
-    the turn's, so the task finishes with it."""
-    f.turn_open = False
-    f.calls = ()
-    f.results.clear()
-    f.last_turn_outcome = "failed" if is_error else "answered"
-    f.last_answer, f.last_turn_error = ("", content) if is_error else (content, "")
 
 
 def _hand_results_to_model(f: _Folding) -> None:

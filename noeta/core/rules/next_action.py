@@ -195,6 +195,8 @@ def on_internal_error(state: TaskState, error: str) -> EndTurn | FinishTask:
 
 
 def _within_turn(state: TaskState) -> Action:
+    if state.budget_denied:
+        return FinishTask("failed", error=state.budget_denied)
     if state.waiting_call:
         return AwaitAnswer(state.waiting_call)
     if state.calls:

@@ -29,7 +29,7 @@ COMPANIONS: dict[str, frozenset[str]] = {
     "JobStarted": frozenset({"ToolStarted", "ToolFinished"}),
 }
 RECORDS_NEXT: dict[type, frozenset[str]] = {
-    actions.CallModel: frozenset({"ModelCalled", "ModelFailed"}),
+    actions.CallModel: frozenset({"ModelCalled", "ModelFailed", "BudgetExceeded"}),
     actions.FindWhyCut: frozenset({"ModelCallCut", "ModelReplied", "ModelFailed"}),
     actions.RunTools: frozenset(
         {

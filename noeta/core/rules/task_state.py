@@ -72,6 +72,16 @@ class TaskState:
     # ends: (call id, status, report), in the order they came back (ADR-0104).
     canvas: dict[str, JSONValue] | None = None
     canvas_results: tuple[tuple[str, str, str], ...] = ()
+    # What the model calls spent, for the task's budget (counted as the ledger counts,
+    # after any fork point): (input, output, cache-read, cache-write tokens of the
+    # replies, estimated input of requests possibly billed). A reply that said no usage
+    # counts its request's estimate as input. `call_estimate`: the open call's estimate.
+    spent: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+    call_estimate: int = 0
+    # `on_budget: ask` (ADR-0107): model calls a person allowed past the budget, not yet
+    # made; and, once a person denied one, the task's error.
+    budget_allowed: int = 0
+    budget_denied: str = ""
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)

@@ -48,3 +48,7 @@ RESULT_CORRECTED = (
     "unknown. It did run to its end: its result came after the call was settled. Its {kind}:"
     "\n{content}"
 )
+
+# The call id an `on_budget: ask` task waits on: `noeta answer ID budget allow` allows
+# one more model call past the budget; `deny` fails the task.
+BUDGET_CALL = "budget"

@@ -22,9 +22,9 @@ from noeta.core.ports.model_limits import (
 from noeta.core.ports.tool import Tool, spec_of
 from noeta.core.retry import ModelCallFailed, send_with_retries
 from noeta.core.rules import events as ev
-from noeta.core.rules.next_action import EndTurn
+from noeta.core.rules.next_action import EndTurn, FinishTask
 from noeta.core.rules.request import build_request
-from noeta.core.runner import model_budget, model_cuts, model_reply
+from noeta.core.runner import model_budget, model_cuts, model_reply, task_budget
 from noeta.observability import metrics, tracing
 
 
@@ -59,6 +59,15 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
     tool_specs = tuple(spec_of(run.tools[name]) for name in names if name in run.tools)
     request = build_request(run.state, model_name, tool_specs)
     body = provider.encode_request(request)
+    estimate = estimate_tokens(body)
+    refused = task_budget.refusal(run.state, estimate)
+    if refused is not None:  # not sent: the refusal, and the end or the question
+        if config.on_budget == "ask":
+            await run.append([refused])  # the loop then waits for the answer
+        else:
+            failed = FinishTask("failed", error=task_budget.error_of(refused))
+            await run.settle([refused], failed)
+        return
     # The span ends once the call's outcome is in the log; cut short, the next claimer
     # emits it from the record written with ModelCalled (ADR-0024).
     with run.trace.chat(provider.name, model_name, run.state) as step:
@@ -66,9 +75,7 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
         # Within the shared limits, the append that records the call takes its budget, or
         # hands the task back (ModelBudgetWait ends the claim) and records nothing.
         budget = model_budget.budget_for(run.store, provider.name, model_name, body, keep_claim)
-        called = ev.ModelCalled(
-            hashlib.sha256(body).hexdigest(), step.record, estimate_tokens(body)
-        )
+        called = ev.ModelCalled(hashlib.sha256(body).hexdigest(), step.record, estimate)
         while True:
             try:
                 await run.append([called], budget=budget)
