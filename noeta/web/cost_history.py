@@ -17,7 +17,7 @@ from noeta.core.ports.store import StoredEvent
 from noeta.core.ports.store_views import FinishedTask, StoreViews
 from noeta.core.rules import events
 from noeta.core.rules.fold import LoggedEvent
-from noeta.core.rules.ledger import ModelLedger, ledger_of
+from noeta.core.rules.ledger import Ledger, ModelLedger, ledger_of
 
 KEPT_DAYS = 30  # today (UTC) and the 29 days before
 WALK_ROWS = 1000  # finished tasks a step reads, then their ledgers' events in one statement
@@ -104,8 +104,7 @@ class CostHistory:
                 return
 
     def _add(self, task: FinishedTask, stored: Iterable[StoredEvent]) -> None:
-        log = [LoggedEvent(event.seq, _decoded(event.type, event.data)) for event in stored]
-        ledger = ledger_of(log)
+        ledger = ledger_from(stored)
         if not ledger:
             return
         day = task.finished_at.astimezone(UTC).date()
@@ -130,6 +129,11 @@ class CostHistory:
 
 def first_kept_day(now: datetime) -> date:
     return now.astimezone(UTC).date() - timedelta(days=KEPT_DAYS - 1)
+
+
+def ledger_from(stored: Iterable[StoredEvent]) -> Ledger:
+    """A task's own ledger from its ledger events (`StoreViews.ledger_events`)."""
+    return ledger_of(LoggedEvent(event.seq, _decoded(event.type, event.data)) for event in stored)
 
 
 def _decoded(event_type: str, data: object) -> events.Event | events.UnknownEvent:

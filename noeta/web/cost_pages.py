@@ -20,7 +20,14 @@ from noeta.core.ports.model import Usage
 from noeta.core.rules.ledger import Ledger, ModelLedger, combined
 from noeta.core.rules.prices import Price, costs_of, format_usd
 from noeta.web.charts import Series, stacked_bars
-from noeta.web.cost_history import KEPT_DAYS, NO_KEY, CostHistory, CostRow, first_kept_day
+from noeta.web.cost_history import (
+    KEPT_DAYS,
+    NO_KEY,
+    CostHistory,
+    CostRow,
+    first_kept_day,
+    ledger_from,
+)
 from noeta.web.render import h, link, page, table, url, utc
 from noeta.web.site import PageError, Site, whole_number
 
@@ -151,6 +158,23 @@ async def cost_page(site: Site, request: Request, history: CostHistory) -> HTMLR
     )
     body = f'<div id="figures">{body}</div><p class="muted">{h(note)}</p>'
     return HTMLResponse(page("Cost", body, status_line=_clock(now)))
+
+
+async def listed_cost(site: Site, task_ids: Sequence[str]) -> str:
+    """The task list's total: what the tasks it lists cost (each one's own calls)."""
+    found = await (await site.views()).ledger_events(task_ids)
+    ledger = combined(ledger_from(found.get(task_id, [])) for task_id in task_ids)
+    if not ledger:
+        return ""
+    figures = figures_of(ledger, site.client.prices())
+    said = f"cost of the {counted(len(task_ids), 'task', 'tasks')} listed: {figures.cost}"
+    if figures.possibly_billed:
+        requests = counted(figures.possibly_billed, "request", "requests")
+        said += f"; possibly billed {format_usd(figures.possibly_billed_cost)} ({requests}"
+        said += " with no reply)"
+    words = "each task's own model calls, the tasks of this page only; by day: "
+    about = f'<span class="muted">({h(words)}{link("/cost", "cost")})</span>'
+    return f'<p class="list-cost" id="list-cost">{h(said)} {about}</p>'
 
 
 def _days(text: str | None) -> int:
