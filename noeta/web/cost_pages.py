@@ -31,7 +31,8 @@ from noeta.web.cost_history import (
 from noeta.web.render import h, link, page, table, url, utc
 from noeta.web.site import PageError, Site, whole_number
 
-REFRESH_SECONDS = 5  # while the first walk goes on, live.js reads the page again this often
+REFRESH_SECONDS = 10  # live.js reads the page again this often: a walk of what finished since
+_REFRESH = f' data-refresh="{REFRESH_SECONDS}"'
 COMPUTING = (
     "computing: the tasks finished in the last 30 days are being read (their model "
     "calls only); the figures appear here on their own when they are counted"
@@ -131,8 +132,7 @@ async def cost_page(site: Site, request: Request, history: CostHistory) -> HTMLR
     caught_up = await history.refresh(await site.views(), now)
     if history.through is None:
         body = f'<div id="figures"><p class="muted filling">{h(COMPUTING)}</p></div>'
-        live = f' data-refresh="{REFRESH_SECONDS}"'
-        return HTMLResponse(page("Cost", body, status_line=_clock(now), live=live))
+        return HTMLResponse(page("Cost", body, status_line=_clock(now), live=_REFRESH))
     prices = site.client.prices()
     today = now.astimezone(UTC).date()
     first = max(first_kept_day(now), today - timedelta(days=days - 1))
@@ -157,7 +157,7 @@ async def cost_page(site: Site, request: Request, history: CostHistory) -> HTMLR
         "billed: requests sent whose reply never came, at their estimated input tokens."
     )
     body = f'<div id="figures">{body}</div><p class="muted">{h(note)}</p>'
-    return HTMLResponse(page("Cost", body, status_line=_clock(now)))
+    return HTMLResponse(page("Cost", body, status_line=_clock(now), live=_REFRESH))
 
 
 async def listed_cost(site: Site, task_ids: Sequence[str]) -> str:
