@@ -7,17 +7,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
+from noeta.backends.stores import open_store
 from noeta.client import AsyncClient
 from noeta.core.ports.model import Text, Usage
 from noeta.core.ports.store import Finish, NewTask, Store
 from noeta.core.rules import events
-from noeta.core.rules.ledger import Ledger, combined
+from noeta.core.rules.fold import LoggedEvent
+from noeta.core.rules.ledger import Ledger, combined, ledger_of
 from noeta.core.rules.prices import BUNDLED, costs_of, format_usd, total_cost
 from noeta.web import cost_history
+from noeta.web.cost_history import ledger_from
 from noeta.web.cost_pages import COMPUTING
 from noeta.web.render import h
 from tests.web.conftest import SCRIPT, encoded
@@ -280,3 +285,35 @@ async def test_the_task_list_totals_the_cost_of_the_tasks_it_lists(
     unpriced = web().get("/tasks", params={"queue": "mail"}).text
     mail = re.search(r'<p class="list-cost" id="list-cost">(.*?)</p>', unpriced, re.S)
     assert mail is not None and "cost of the 1 task listed: unknown" in mail.group(1)
+
+
+async def test_both_stores_walk_the_finished_tasks_and_read_their_ledgers_whole(
+    store: Store, tmp_path: Path
+) -> None:
+    """The page's two reads on PostgreSQL and sqlite: the finished tasks by finish past a
+    mark, and their ledger events, long ones cut, giving the ledger of the whole log."""
+    local = await open_store(f"sqlite:///{tmp_path / 'noeta.db'}", migrate=True)
+    try:
+        for each in (store, local):
+            await known_tasks(each)
+            views = each.capabilities.views
+            assert views is not None
+            start = datetime(2020, 1, 1, tzinfo=UTC)
+            walked = await views.finished_tasks(start, "", 2, 0.0)
+            rest = await views.finished_tasks(
+                walked.tasks[-1].finished_at, walked.tasks[-1].task_id, 2, 0.0
+            )
+            found = walked.tasks + rest.tasks
+            assert sorted(task.task_id for task in found) == ["mail-1", "research-1", "research-2"]
+            [first] = [task for task in found if task.task_id == "research-1"]
+            assert (first.queue, first.concurrency_key) == ("research", "tenant-a")
+            ids = ["research-1", "research-2", "mail-1", "still-running"]
+            read = await views.ledger_events(ids)
+            for task_id in ids:
+                log = [
+                    LoggedEvent(e.seq, events.decode(e.type, e.data))
+                    for e in await each.read_log(task_id)
+                ]
+                assert ledger_from(read[task_id]) == ledger_of(log), task_id
+    finally:
+        await local.close()

@@ -20,27 +20,46 @@ from noeta.core.ports.store_views import (
 )
 
 # The next finishes past the walk's mark and short of the cutoff (the search's: no task
-# still uncommitted can carry an older finished_at), one range read of tasks_finished.
+# still uncommitted can carry an older finished_at), in (finished_at, id) order with no
+# index of that order: the rest of the mark's own moment, then every task finished up to
+# the moment of the `limit`-th one after it, ties included, so the order is exact. One
+# `ORDER BY finished_at, id LIMIT` over tasks_finished sorted the whole range left
+# (EXPLAIN at 20,000 tasks: 19,940 rows read for 1,000, 88 ms; now 1,000).
 FINISHED_TASKS = f"""
-WITH {CUTOFF}
-SELECT c.at, t.id, t.queue, t.concurrency_key, t.finished_at
-  FROM cutoff c LEFT JOIN LATERAL (
-    SELECT id, queue, concurrency_key, finished_at FROM tasks
-     WHERE finished_at >= %(after)s AND (finished_at, id) > (%(after)s, %(after_id)s)
-       AND finished_at < c.at
-     ORDER BY finished_at, id LIMIT %(limit)s) AS t ON true
- ORDER BY t.finished_at, t.id"""
+WITH {CUTOFF},
+bound AS (
+  SELECT max(finished_at) AS at FROM (
+    SELECT finished_at FROM tasks
+     WHERE finished_at > %(after)s AND finished_at < (SELECT at FROM cutoff)
+     ORDER BY finished_at LIMIT %(limit)s) AS next),
+batch AS (
+  (SELECT id, queue, concurrency_key, finished_at FROM tasks
+    WHERE finished_at = %(after)s AND id > %(after_id)s
+      AND finished_at < (SELECT at FROM cutoff))
+  UNION ALL
+  (SELECT id, queue, concurrency_key, finished_at FROM tasks
+    WHERE finished_at > %(after)s AND finished_at <= (SELECT at FROM bound))
+  ORDER BY finished_at, id LIMIT %(limit)s)
+SELECT c.at, b.id, b.queue, b.concurrency_key, b.finished_at
+  FROM cutoff c LEFT JOIN batch b ON true
+ ORDER BY b.finished_at, b.id"""
 
-# Each task's ledger events (events_pkey per task; the type filtered on the row, whose
-# long text stays in TOAST unless the event is a ledger's).
+
+# Each task's ledger events, probed per task through events_pkey (the type filtered on
+# the row, whose long text stays in TOAST unless the event is a ledger's). OFFSET 0 keeps
+# the probes: without it the planner hashes every event of the table for a batch (EXPLAIN
+# at 20,000 tasks: a sequential scan of 58,000 events for 1,000 tasks, 136 ms).
 LEDGER_EVENTS = """
-SELECT e.task_id, e.seq, e.type, e.created_at,
-       CASE WHEN octet_length(e.data) <= %(whole)s THEN e.data END,
-       CASE WHEN octet_length(e.data) > %(whole)s THEN left(e.data, %(part)s) END,
-       CASE WHEN octet_length(e.data) > %(whole)s THEN right(e.data, %(part)s) END
+SELECT e.task_id, e.seq, e.type, e.created_at, e.whole, e.opening, e.ending
   FROM unnest(%(ids)s::text[]) AS wanted(id)
-  JOIN events e ON e.task_id = wanted.id
- WHERE e.type = ANY(%(types)s)
+ CROSS JOIN LATERAL (
+    SELECT task_id, seq, type, created_at,
+           CASE WHEN octet_length(data) <= %(whole)s THEN data END AS whole,
+           CASE WHEN octet_length(data) > %(whole)s THEN left(data, %(part)s) END AS opening,
+           CASE WHEN octet_length(data) > %(whole)s THEN right(data, %(part)s) END AS ending
+      FROM events
+     WHERE events.task_id = wanted.id AND events.type = ANY(%(types)s)
+     OFFSET 0) AS e
  ORDER BY e.task_id, e.seq"""
 
 
