@@ -333,9 +333,9 @@ class AsyncClient(QueueSettingsCalls, RetryCalls):
         missing), `.possibly_billed` (requests whose reply never came), `.costs` per model."""
         from noeta.client.task_costs import task_usage  # it folds logs: loaded when asked
 
-        return await task_usage(await self.store(), _id(task), self.prices())
+        return await task_usage(await self.store(), _id(task), await self.prices())
 
-    def prices(self) -> Mapping[str, Price]:
+    async def prices(self) -> Mapping[str, Price]:
         """USD per million tokens by model spec, as `usage()` prices: the bundled table
         with the config's `prices:` over it."""
         from noeta.config import Config, load_config

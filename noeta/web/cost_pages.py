@@ -133,7 +133,7 @@ async def cost_page(site: Site, request: Request, history: CostHistory) -> HTMLR
     if history.through is None:
         body = f'<div id="figures"><p class="muted filling">{h(COMPUTING)}</p></div>'
         return HTMLResponse(page("Cost", body, status_line=_clock(now), live=_REFRESH))
-    prices = site.client.prices()
+    prices = await site.client.prices()
     today = now.astimezone(UTC).date()
     first = max(first_kept_day(now), today - timedelta(days=days - 1))
     rows = history.rows(first)
@@ -166,7 +166,7 @@ async def listed_cost(site: Site, task_ids: Sequence[str]) -> str:
     ledger = combined(ledger_from(found.get(task_id, [])) for task_id in task_ids)
     if not ledger:
         return ""
-    figures = figures_of(ledger, site.client.prices())
+    figures = figures_of(ledger, await site.client.prices())
     said = f"cost of the {counted(len(task_ids), 'task', 'tasks')} listed: {figures.cost}"
     if figures.possibly_billed:
         requests = counted(figures.possibly_billed, "request", "requests")
