@@ -4,11 +4,13 @@ the network: the task list's first page (rows, each row's kind, input, error and
 counts, HTML), the next page by its cursor, its status, job-name and error-kind filters,
 text searches (ids, prompts, job names, errors; after the search's index is built, whose
 time and size are printed), a task page, the workers, queues (the first request: while
-its charts' rollup fills in the background) and model-limits pages. Prints a table with
-the machine's load.
+its charts' rollup fills in the background), model-limits and cost pages (the cost page's
+first walk of 30 days of finished tasks, each agent task with a model call and its reply,
+timed until its figures are drawn). Prints a table with the machine's load.
 
-    .venv/bin/python bench/web.py            # 1,000,000 tasks (about a minute to fill)
-    .venv/bin/python bench/web.py --quick    # 50,000
+    .venv/bin/python bench/web.py                   # 1,000,000 tasks (about a minute to fill)
+    .venv/bin/python bench/web.py --tasks 100000    # any number
+    .venv/bin/python bench/web.py --quick           # 50,000
 """
 
 from __future__ import annotations
@@ -79,6 +81,22 @@ SELECT 'task-' || g, 3, 'TaskFinished',
   FROM generate_series(%(first)s::int, %(last)s::int) AS g
  WHERE g %% 89 = 0 AND g %% 1000 <> 0 AND g %% 997 <> 0 AND g %% 991 <> 0
 """
+# Each agent task (nine in ten) called its model once and got a reply with its usage:
+# what the cost page's walk reads (its ledger events), priced with the bundled table.
+FILL_MODEL_CALLS = """
+INSERT INTO events (task_id, seq, type, data, created_at, epoch, owner)
+SELECT 'task-' || g, s.seq, s.type,
+       CASE s.type WHEN 'ModelCalled'
+            THEN '{"v":1,"request_sha256":"' || md5(g::text) || '","input_estimate":1200}'
+            ELSE '{"v":1,"content":[{"type":"text","text":"the summary of report ' || g
+                 || '"}],"stop_reason":"end_turn","usage":{"input_tokens":1200,'
+                 || '"output_tokens":' || (g %% 500) || ',"cache_read_tokens":0,'
+                 || '"cache_write_tokens":0}}' END,
+       now(), 1, 'worker-1'
+  FROM generate_series(%(first)s::int, %(last)s::int) AS g,
+       (VALUES (4, 'ModelCalled'), (5, 'ModelReplied')) AS s(seq, type)
+ WHERE g %% 10 <> 0
+"""
 BATCH = 100_000
 RUNS = 7
 
@@ -107,7 +125,15 @@ async def fill(admin: psycopg.AsyncConnection[Any], tasks: int) -> float:
         await admin.execute(FILL_EVENTS, params)
         await admin.execute(FILL_JOB_CALLS, params)
         await admin.execute(FILL_FINISHES, params)
+        await admin.execute(FILL_MODEL_CALLS, params)
     await admin.execute("UPDATE tasks SET last_seq = 3 WHERE status = 'failed'")
+    # The insert's trigger stamps every finish with the statement's moment: a second after
+    # its creation instead, as the fill means (one finish per ms; the cost page's walk, like
+    # the queues page's charts, reads finishes in their order).
+    await admin.execute(
+        "UPDATE tasks SET finished_at = created_at + interval '1 second'"
+        " WHERE finished_at IS NOT NULL"
+    )
     await admin.execute("VACUUM ANALYZE tasks")
     await admin.execute("VACUUM ANALYZE events")
     return time.perf_counter() - started
@@ -171,7 +197,18 @@ def measure(url: str, tasks: int) -> None:
             ("one queue, finished per minute", "/queues?queue=q1"),
             ("model limits", "/limits"),
             ("failures by cause (the newest 10,000)", "/failures"),
+            ("cost page, its figures (after the walk below)", "/cost"),
+            ("cost page, by concurrency key, 7 days", "/cost?by=key&days=7"),
         ]
+        started = time.perf_counter()
+        first = http.get("/cost")
+        cold = (time.perf_counter() - started) * 1000
+        while "computing:" in http.get("/cost").text:  # each request waits up to 0.5 s
+            pass
+        walked = time.perf_counter() - started
+        said = "computing" if "computing:" in first.text else "drawn"
+        print(f"cost page: first request {cold:.0f} ms ({said}),")
+        print(f"  its figures drawn after {walked:.1f} s (the walk of 30 days of finished tasks)")
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"\n{tasks:,} tasks; load {load}; the first request, then median and worst of {RUNS}")
         print(f"{'page':<42} {'first ms':>9} {'median ms':>10} {'worst ms':>9} {'bytes':>8}")
@@ -181,8 +218,10 @@ def measure(url: str, tasks: int) -> None:
 
 
 def main() -> None:
-    options = parser(__doc__).parse_args()
-    tasks = 50_000 if options.quick else 1_000_000
+    arguments = parser(__doc__)
+    arguments.add_argument("--tasks", type=int, help="how many tasks (default 1,000,000)")
+    options = arguments.parse_args()
+    tasks = options.tasks or (50_000 if options.quick else 1_000_000)
     with server(options.dsn) as dsn:
         asyncio.run(run(dsn, tasks))
 

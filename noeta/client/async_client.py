@@ -47,6 +47,7 @@ from noeta.core.ports.store_values import check_text
 if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqueue
     from noeta.client.task_costs import TaskUsage
     from noeta.config import Config
+    from noeta.core.rules.prices import Price
 
 
 TaskRef = str | TaskHandle
@@ -335,10 +336,16 @@ class AsyncClient(QueueSettingsCalls, RetryCalls, CanvasCalls):
         (USD at the config's `prices:`; None, unknown, where a price or a reply's usage is
         missing), `.possibly_billed` (requests whose reply never came), `.costs` per model."""
         from noeta.client.task_costs import task_usage  # it folds logs: loaded when asked
+
+        return await task_usage(await self.store(), _id(task), await self.prices())
+
+    async def prices(self) -> Mapping[str, Price]:
+        """USD per million tokens by model spec, as `usage()` prices: the bundled table
+        with the config's `prices:` over it."""
         from noeta.config import Config, load_config
 
         config = self._config if isinstance(self._config, Config) else load_config(self._config)
-        return await task_usage(await self.store(), _id(task), config.prices)
+        return config.prices
 
     async def tasks(
         self,

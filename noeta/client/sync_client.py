@@ -129,6 +129,7 @@ class Client:
     job_result = _blocking(AsyncClient.job_result)
     get = _blocking(AsyncClient.get)
     usage = _blocking(AsyncClient.usage)
+    prices = _blocking(AsyncClient.prices)
     tasks = _blocking(AsyncClient.tasks)
     children = _blocking(AsyncClient.children)
     send = _blocking(AsyncClient.send)

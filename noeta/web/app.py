@@ -19,6 +19,7 @@ from noeta.core.errors import NoetaError, StoreError
 from noeta.web import (
     actions,
     bulk_pages,
+    cost_pages,
     failure_pages,
     live,
     ops_pages,
@@ -26,6 +27,7 @@ from noeta.web import (
     task_list,
     task_page,
 )
+from noeta.web.cost_history import CostHistory
 from noeta.web.gate import Gate
 from noeta.web.queue_history import QueueHistory
 from noeta.web.render import forget_secret, scrubbed
@@ -56,6 +58,11 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
     async def queues(site: Site, request: Request) -> Response:
         return await queue_pages.queues_page(site, request, history)
 
+    costs = CostHistory()  # the cost page's rollup per day, queue, key and model, kept here
+
+    async def cost(site: Site, request: Request) -> Response:
+        return await cost_pages.cost_page(site, request, costs)
+
     async def home(site: Site, request: Request) -> Response:
         return RedirectResponse("/tasks", status_code=303)
 
@@ -67,6 +74,7 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
             await feed.close()
             await site.search_index.close()
             await history.close()
+            await costs.close()
             await site.client.close()
             if site.replica is not None:
                 await site.replica.close()
@@ -91,6 +99,7 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
             route("/cron", ops_pages.cron_page),
             route("/queues", queues),
             route("/limits", queue_pages.limits_page),
+            route("/cost", cost),
             Mount("/static", StaticFiles(directory=str(static)), name="static"),
         ],
         exception_handlers={

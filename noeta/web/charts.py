@@ -1,10 +1,10 @@
-"""Throughput charts drawn on the server as SVG (no script, no chart library): a queue's
-finished tasks per period as stacked bars, done under failed under cancelled, and its
-unfinished tasks at each period's end as a line."""
+"""Charts drawn on the server as SVG (no script, no chart library): a queue's finished
+tasks per period as stacked bars, done under failed under cancelled, and its unfinished
+tasks at each period's end as a line; any figures per period as stacked bars (costs)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -106,6 +106,56 @@ def depth_chart(queue: str, ends: Sequence[int], window: Window, now: datetime) 
     axis = _axis(top, first, now)
     line = f'<polyline class="depth" points="{" ".join(points)}"/>'
     return _figure("chart depth", label, axis + line + "".join(marks))
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One part of a stacked bar chart: its CSS class, its name, a figure per period."""
+
+    css: str
+    name: str
+    values: Sequence[float]
+
+
+def stacked_bars(
+    label: str,
+    periods: Sequence[str],
+    series: Sequence[Series],
+    scale: Callable[[float], str],
+    notes: Sequence[str] = (),
+) -> str:
+    """A bar per period (`periods` names each), `series` stacked from the bottom; the
+    figures written by `scale`; `notes`, if given, add to each period's title."""
+    totals = [sum(part.values[index] for part in series) for index in range(len(periods))]
+    top = max(totals, default=0.0) or 1.0
+    plot_width, plot_height = WIDTH - LEFT, HEIGHT - TOP - BOTTOM
+    step = plot_width / max(len(periods), 1)
+    bars = []
+    for index, period in enumerate(periods):
+        x, base = LEFT + index * step, float(HEIGHT - BOTTOM)
+        said = ", ".join(f"{part.name} {scale(part.values[index])}" for part in series)
+        note = notes[index] if index < len(notes) else ""
+        title = h(f"{period}: {scale(totals[index])} ({said}){note}")
+        for part in series:
+            value = part.values[index]
+            if not value:
+                continue
+            tall = plot_height * value / top
+            base -= tall
+            bars.append(
+                f'<rect class="{h(part.css)}" x="{x:.1f}" y="{base:.1f}"'
+                f' width="{max(step - 1, 1):.1f}" height="{tall:.1f}"><title>{title}</title></rect>'
+            )
+    axis = (
+        f'<line class="axis" x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH}"'
+        f' y2="{HEIGHT - BOTTOM}"/>'
+        f'<text x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end">{h(scale(top))}</text>'
+        f'<text x="{LEFT - 4}" y="{HEIGHT - BOTTOM}" text-anchor="end">0</text>'
+        f'<text x="{LEFT}" y="{HEIGHT - 6}">{h(periods[0] if periods else "")}</text>'
+        f'<text x="{WIDTH}" y="{HEIGHT - 6}" text-anchor="end">'
+        f"{h(periods[-1] if periods else '')}</text>"
+    )
+    return _figure("chart", label, axis + "".join(bars))
 
 
 def _axis(top: int, first: datetime, now: datetime) -> str:

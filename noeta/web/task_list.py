@@ -22,6 +22,7 @@ from noeta.core.ports.store_views import (
 )
 from noeta.task_columns import runtime, shown_error_kind
 from noeta.web import bulk_pages
+from noeta.web.cost_pages import listed_cost
 from noeta.web.list_filters import checked, error_kind_of, since_of, status_of, text_of
 from noeta.web.render import h, link, page, status_badge, table, url, utc
 from noeta.web.search_index import BUILDING_NOTE
@@ -74,6 +75,8 @@ async def tasks_page(site: Site, request: Request) -> HTMLResponse:
     body += _counts(counts)
     if not indexed:
         body += f'<p class="muted notice">{h(BUILDING_NOTE)}</p>'
+    if records:
+        body += await listed_cost(site, [record.id for record in records])
     body += _list(records, summaries) if records else '<p class="muted">no task matches</p>'
     if more is not None:
         cursor = f"{more.created_at.isoformat()}~{more.id}"

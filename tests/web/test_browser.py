@@ -4,8 +4,8 @@ it live (a reply lands in the DOM over server-sent events), the cancel button st
 the page is kept as a screenshot, and a step's "fork from here" makes a fork of it. A
 filtered list is retried and cancelled in bulk through its buttons and confirmation pages,
 a failure group retried from the failures page; the workers page shows a worker that
-registers without a reload. The queues and limits pages are read from the navigation and
-refresh their figures.
+registers without a reload. The queues, limits and cost pages are read from the navigation
+and refresh their figures.
 
 Chromium is the distribution's (`make chromium` installs it; CI runs that first). Without
 one the test is skipped saying so, except under CI, where it fails."""
@@ -222,6 +222,7 @@ def test_a_browser_reads_the_queues_and_limits_pages_live_and_a_finish_drops_can
     chromium: Chromium, postgres_url: str, tmp_path: Path
 ) -> None:
     claim = asyncio.run(_queue_limit_and_running_task(postgres_url))
+    asyncio.run(_spent(postgres_url))
     web = Process("web", "--store", postgres_url, "--bind", "127.0.0.1:0", log=tmp_path / "web.log")
     try:
         serving = web.first_line()
@@ -244,6 +245,12 @@ def test_a_browser_reads_the_queues_and_limits_pages_live_and_a_finish_drops_can
         chromium.click('nav a[href="/limits"]', navigates=True)
         row = chromium.wait_for("table.limits tbody tr", "anthropic/claude-x")
         assert "600" in row and "90,000" in row
+
+        # The cost page: its figures (read again until the finish is past the settle).
+        chromium.click('nav a[href="/cost"]', navigates=True)
+        chromium.wait_for("#cost-total", "cost $0.004500")  # 1,000 in and 100 out at $3/$15
+        assert chromium.evaluate("document.querySelectorAll('figure.chart svg').length") == 2
+        chromium.screenshot(artifacts() / "web-cost.png")
 
         # A task's page follows it live; once it finishes, its cancel button is gone.
         chromium.open(f"{base}/tasks/{claim.task_id}")
@@ -282,6 +289,28 @@ async def _queue_limit_and_running_task(url: str) -> Claim:
         assert limiter is not None
         await limiter.set_model_limit("anthropic/claude-x", 600, 90_000)
         return claim
+    finally:
+        await store.close()
+
+
+async def _spent(url: str) -> None:
+    """A finished task with one reply: 1,000 tokens in, 100 out, on a priced model (in a
+    queue drawn after `mail`, whose chart the test reads first)."""
+    from noeta.backends.stores import open_store
+    from noeta.core.ports.model import Text, Usage
+    from noeta.core.ports.store import Finish, NewEvent, NewTask
+
+    store = await open_store(url)
+    try:
+        created = events.TaskCreated(model="anthropic:claude-sonnet-4-5", prompt="spend")
+        opening = [NewEvent(*events.encode(created))]
+        assert await store.create_task(NewTask("spent", opening, queue="research"))
+        claim = await store.claim_task("worker-a", "spent", 300)
+        assert claim is not None
+        replied = events.ModelReplied((Text("ok"),), "end_turn", Usage(1000, 100))
+        happened = [events.ModelCalled("0" * 64), replied, events.TaskFinished("done", "ok")]
+        ended = [NewEvent(*events.encode(event)) for event in happened]
+        await store.append(claim, 1, ended, next_state=Finish())
     finally:
         await store.close()
 

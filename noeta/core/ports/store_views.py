@@ -29,6 +29,9 @@ MAX_SEARCH_CHARS = 200
 # 1.5 s for 10,000 on a loaded 2-core machine, bench/web.py), and at most when asked.
 FAILURES_GROUPED = 2_000
 MAX_FAILURES = 100_000
+# The events a task's ledger reads (noeta.core.rules.ledger), and nothing else of a log.
+LEDGER_EVENT_TYPES = ("TaskCreated", "ModelCalled", "ModelReplied", "ModelCallCut", "ModelFailed")
+MAX_LEDGER_TASKS = 5_000  # the tasks one `ledger_events` reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,25 @@ class FailureGroup:
     last_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class FinishedTask:
+    """A finished task as the cost page counts it: where it ran and when it finished."""
+
+    task_id: str
+    queue: str
+    concurrency_key: str | None
+    finished_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedTasks:
+    """A step of a walk of the finished tasks: the next ones by finish (then id), and
+    the cutoff the walk may not pass (no finish before it can still be uncommitted)."""
+
+    tasks: list[FinishedTask]
+    cutoff: datetime
+
+
 @runtime_checkable
 class StoreViews(Protocol):
     async def task_page(
@@ -220,6 +242,20 @@ class StoreViews(Protocol):
         """Whether the task's log launched a subtask (a task page links its subtasks then)."""
         ...
 
+    async def finished_tasks(
+        self, after: datetime, after_id: str, limit: int, settle: float
+    ) -> FinishedTasks:
+        """Up to `limit` tasks finished after (`after`, `after_id`), by finish then id, and
+        before the cutoff: `settle` seconds ago, and no later than any finish still
+        uncommitted could be stamped. Nothing on a task's own path writes for it."""
+        ...
+
+    async def ledger_events(self, task_ids: Sequence[str]) -> dict[str, list[StoredEvent]]:
+        """Each task's events a ledger reads (LEDGER_EVENT_TYPES), in order, in one
+        statement. A long event's data holds only what a ledger reads of it (its version,
+        model, fork point, estimate, usage, cut), its other fields at their defaults."""
+        ...
+
     async def index_search(self) -> bool:
         """Bring the text search's index a batch further (ADR-0102); True when it holds
         every task but the last moments' (a search reads those directly). A store that
@@ -265,6 +301,12 @@ def check_failure_query(queue: str | None, cap: int) -> int:
     if isinstance(cap, bool) or not 1 <= cap <= MAX_FAILURES:
         raise ConfigError(f"failures are grouped over 1 to {MAX_FAILURES:,} tasks, not {cap}")
     return cap
+
+
+def check_ledger_tasks(task_ids: Sequence[str]) -> list[str]:
+    if len(task_ids) > MAX_LEDGER_TASKS:
+        raise ConfigError(f"ledgers are read for {MAX_LEDGER_TASKS:,} tasks at most at once")
+    return list(task_ids)
 
 
 def check_page(limit: int) -> int:

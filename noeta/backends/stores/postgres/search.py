@@ -25,7 +25,7 @@ FINISHED_ROWS = 5000  # finishes a step of the walk by finish passes (most need 
 # created_at and finished_at are stamped inside the transaction that writes them, so
 # none uncommitted is older than the oldest open transaction's start (of this role's
 # sessions: another role's start is hidden from it, which the settle covers).
-_CUTOFF = """cutoff AS (
+CUTOFF = """cutoff AS (
   SELECT least(clock_timestamp() - %(settle)s::interval,
                (SELECT min(xact_start) FROM pg_stat_activity
                  WHERE datname = current_database() AND pid <> pg_backend_pid()
@@ -60,7 +60,7 @@ SELECT c.at, b.id, b.created_at, b.walked_at, b.wanted, opening.size, opening.te
 
 # The next tasks by creation (tasks_by_creation), each read whole.
 CREATED_BATCH = f"""
-WITH {_CUTOFF},
+WITH {CUTOFF},
 batch AS (
   SELECT id, created_at, created_at AS walked_at, status, last_seq, true AS wanted
     FROM tasks
@@ -72,7 +72,7 @@ batch AS (
 # The next finishes (tasks_finished): a failed or cancelled task is read again for its
 # error; a done one only moves the walk on.
 FINISHED_BATCH = f"""
-WITH {_CUTOFF},
+WITH {CUTOFF},
 batch AS (
   SELECT id, created_at, finished_at AS walked_at, status, last_seq,
          status IN ('failed', 'cancelled') AS wanted

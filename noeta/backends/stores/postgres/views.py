@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from noeta.backends.stores.postgres.failure_groups import PostgresFailureGroups
+from noeta.backends.stores.postgres.finished_usage import PostgresFinishedUsage
 from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _stored_event, _task_record
 from noeta.backends.stores.postgres.search import PostgresSearch, matching_ids, search_params
 from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS, summary
@@ -168,7 +169,7 @@ def error_regex(kind: str) -> str:
     return rf'"error":"(?:[^"\\ ]+ failed: )?{_literal(kind)}: '
 
 
-class PostgresViews(PostgresSearch, PostgresFailureGroups):
+class PostgresViews(PostgresSearch, PostgresFailureGroups, PostgresFinishedUsage):
     """The read-only views of `noeta web`."""
 
     async def task_page(

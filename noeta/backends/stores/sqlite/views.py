@@ -10,6 +10,7 @@ from typing import Any
 
 from noeta.backends.stores.sqlite.encoding import from_micros, task_record, to_micros
 from noeta.backends.stores.sqlite.failure_groups import SqliteFailureGroups
+from noeta.backends.stores.sqlite.finished_usage import SqliteFinishedUsage
 from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS, summary
 from noeta.core.ports import payload
 from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
@@ -124,7 +125,7 @@ PREVIEW_CHARS = 2000
 _NEWEST = 2**62  # microseconds: after every real row
 
 
-class SqliteViews(SqliteFailureGroups):
+class SqliteViews(SqliteFailureGroups, SqliteFinishedUsage):
     """The read-only views of `noeta web`."""
 
     async def task_page(
