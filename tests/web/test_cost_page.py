@@ -25,11 +25,13 @@ from noeta.web import cost_history
 from noeta.web.cost_history import ledger_from
 from noeta.web.cost_pages import COMPUTING
 from noeta.web.render import h
-from tests.web.conftest import SCRIPT, encoded
+from tests.web.conftest import encoded
 
 PRICED = "anthropic:claude-sonnet-4-5"
 # Text that looks like a reply's fields, inside the reply's own text: the page must read
 # the reply's usage, not this (a long reply leaves the store as its opening and end).
+# A model the bundled table does not price (a scripted one is free: a known $0).
+UNPRICED = "openai:my-finetune"
 DECOY = 'x,"usage":{"input_tokens":999999},"model":"openai:gpt-5",' * 200
 
 
@@ -99,7 +101,7 @@ async def known_tasks(store: Store) -> None:
     await finished_task(
         store,
         "mail-1",
-        SCRIPT,
+        UNPRICED,
         [events.ModelCalled("e" * 64, input_estimate=10), reply(10, 5)],
         queue="mail",
     )
@@ -184,7 +186,7 @@ async def test_the_cost_page_shows_the_ledgers_sums_by_model_queue_and_key(
     assert cells(text, "by concurrency key", "tenant-a")[1:] == expected_cells(tenant_a)
     assert cells(text, "by concurrency key", "tenant-b")[1:] == expected_cells(tenant_b)
     # The model without a price: its tokens counted, its cost unknown, never 0.
-    unpriced = cells(text, "by model", SCRIPT)
+    unpriced = cells(text, "by model", UNPRICED)
     assert unpriced[1:6] == ["1", "10", "0", "0", "5"] and unpriced[6] == "unknown"
     assert cells(text, "by queue", "mail")[6] == "unknown"
     assert cells(text, "by concurrency key", "(no key)")[6] == "unknown"
@@ -202,7 +204,7 @@ async def test_the_cost_page_shows_the_ledgers_sums_by_model_queue_and_key(
         f"cost {format_usd(known)} + unknown; possibly billed 1 request, ~500 input tokens, "
         f"{format_usd(possibly)}"
     )
-    assert h(f"no price for {SCRIPT}") in text
+    assert h(f"no price for {UNPRICED}") in text
     # Drawn: a chart of cost per day and one of tokens by kind.
     assert text.count("<svg") == 2 and "cost per day (UTC) by model" in text
 
