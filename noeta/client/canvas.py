@@ -4,6 +4,7 @@ written (an unknown job or bad arguments named by the member's call id, `m<i>`).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 from collections.abc import Iterable, Mapping
@@ -16,7 +17,7 @@ from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.store import NewEvent, NewTask, check_key
 from noeta.core.rules import events, subtasks
 from noeta.core.rules.canvas import MAX_MEMBERS, MAX_NESTING, member_call_id
-from noeta.plugins.function_tools import FunctionTool
+from noeta.plugins.function_tools import FunctionTool, install_signature
 from noeta.plugins.loading import module_pin
 
 if TYPE_CHECKING:
@@ -51,9 +52,9 @@ class Signature:
 
     def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
         """Run this one call as a plain job (what Celery's signature.delay does)."""
-        from noeta.client.celery_calls import default_client
-
-        return default_client().enqueue(self.job, _bound(self, (*self.args, *args), kwargs))
+        client = _celery_calls().default_client()
+        handle: TaskHandle = client.enqueue(self.job, _bound(self, (*self.args, *args), kwargs))
+        return handle
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +70,8 @@ class _Composite:
         return self.apply_async()
 
     def apply_async(self, *, queue: str | None = None, id: str | None = None) -> TaskHandle:
-        from noeta.client.celery_calls import default_client
-
-        handle: TaskHandle = default_client().canvas(self, queue=queue, id=id)  # type: ignore[arg-type]
+        client = _celery_calls().default_client()
+        handle: TaskHandle = client.canvas(self, queue=queue, id=id)
         return handle
 
 
@@ -206,13 +206,15 @@ def _bound(
 ) -> dict[str, Any]:
     """The input from the signature's arguments, as a call would bind them; `receiving`:
     the first parameter, left for the previous result."""
-    from noeta.client.celery_calls import call_input
     from noeta.client.job_tasks import job_tool
+
+    call_input = _celery_calls().call_input
 
     tool = tool or job_tool(sig.job)
     kwargs = {**sig.kwargs, **extra}
     if not receiving:
-        return call_input(tool, args, kwargs)
+        whole: dict[str, Any] = call_input(tool, args, kwargs)
+        return whole
     placeholder = object()
     bound = call_input(tool, (placeholder, *args), kwargs)
     return {name: value for name, value in bound.items() if value is not placeholder}
@@ -226,3 +228,13 @@ def _json(tool: FunctionTool, input: dict[str, Any]) -> dict[str, JSONValue]:
     except (TypeError, ValueError) as error:
         raise PayloadError(f"the input of job {tool.name!r} is not JSON: {error}") from None
     return checked
+
+
+install_signature(Signature)  # what `fn.s()` and `fn.si()` make
+
+
+def _celery_calls() -> Any:
+    """noeta.client.celery_calls, imported by name when a call needs it: it imports the
+    clients, which import this module (the canvas calls), so a plain import would make a
+    cycle (tests/test_import_graph.py)."""
+    return importlib.import_module("noeta.client.celery_calls")

@@ -77,11 +77,12 @@ class Client:
         application_name: str = "noeta-client",
         start_embedded: bool = True,
         max_connections: int = 10,
+        session_url: str | None = None,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        made = _make(store, config, application_name, start_embedded, max_connections)
+        made = _make(store, config, application_name, start_embedded, max_connections, session_url)
         self._client = self._run(made)
         # A script that never calls close() (the Celery habit) still closes the store
         # and the loop: when the Client is collected, or at the latest at interpreter
@@ -184,6 +185,7 @@ async def _make(
     name: str,
     start_embedded: bool,
     max_connections: int,
+    session_url: str | None,
 ) -> AsyncClient:
     # Made on its loop: its lock belongs to that loop.
     return AsyncClient(
@@ -192,4 +194,5 @@ async def _make(
         application_name=name,
         start_embedded=start_embedded,
         max_connections=max_connections,
+        session_url=session_url,
     )

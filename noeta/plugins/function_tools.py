@@ -36,7 +36,6 @@ from noeta.plugins.function_schema import input_schema_of
 from noeta.plugins.soft_limits import within_soft_limit
 
 if TYPE_CHECKING:
-    from noeta.client.canvas import Signature
     from noeta.client.handles import TaskHandle
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -174,18 +173,16 @@ class FunctionTool:
     # Celery's call site: enqueue a call as a plain job, through the function the client
     # installs (noeta/client/celery_calls.py).
 
-    def s(self, *args: Any, **kwargs: Any) -> Signature:
+    # `s` and `si` give a noeta.client.canvas.Signature, typed Any here: naming that class
+    # even for the type checker would make plugins and the client import each other.
+    def s(self, *args: Any, **kwargs: Any) -> Any:
         """Celery's signature: this call as a canvas member (ADR-0104); in a chain it
         receives the previous result as its first argument."""
-        from noeta.client.canvas import Signature
+        return _signature_maker()(self.name, args, kwargs)
 
-        return Signature(self.name, args, kwargs)
-
-    def si(self, *args: Any, **kwargs: Any) -> Signature:
+    def si(self, *args: Any, **kwargs: Any) -> Any:
         """An immutable signature: a canvas member that receives no previous result."""
-        from noeta.client.canvas import Signature
-
-        return Signature(self.name, args, kwargs, immutable=True)
+        return _signature_maker()(self.name, args, kwargs, immutable=True)
 
     def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
         """Enqueue this call as a job, as Celery's `delay`; `handle.get()` waits for it."""
@@ -242,6 +239,22 @@ def _call_site() -> Callable[..., Any]:
     if not _installed_call_site:
         importlib.import_module("noeta.client")  # its celery_calls module installs it
     return _installed_call_site[0]
+
+
+# Likewise the canvas's Signature (`fn.s()`, `fn.si()`; ADR-0104): noeta.client.canvas
+# installs its class here when imported.
+_installed_signature: list[Callable[..., Any]] = []
+
+
+def install_signature(make: Callable[..., Any]) -> None:
+    """Set what a `@noeta.tool` function's `s`/`si` make (the client's Signature)."""
+    _installed_signature[:] = [make]
+
+
+def _signature_maker() -> Callable[..., Any]:
+    if not _installed_signature:
+        importlib.import_module("noeta.client.canvas")  # it installs its Signature
+    return _installed_signature[0]
 
 
 @overload
