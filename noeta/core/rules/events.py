@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from noeta.core.ports.model import Text, ToolCall, Usage
 from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.pin import Pin
+from noeta.core.rules.event_json import FROM_JSON, same, to_json
 
 ENCODING_VERSION = 1
 # A TaskCreated whose tools are its worker's (tools null) is version 2, so a noeta that
@@ -383,7 +384,7 @@ def encode(event: Event) -> tuple[str, dict[str, JSONValue]]:
         value = getattr(event, name)
         if optional is not None and name in optional and value == optional[name]:
             continue  # a field added later, at its default: stored as before it existed
-        data[name] = _to_json(value)
+        data[name] = to_json(value)
     return type(event).__name__, data
 
 
@@ -408,7 +409,7 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
         return UnknownEvent(event_type, version)
     try:
         values = {
-            name: _FROM_JSON.get((cls, name), _same)(data[name])
+            name: _FROM_JSON.get((cls, name), same)(data[name])
             for name in _FIELD_NAMES[cls]
             if name in data
         }
@@ -453,51 +454,5 @@ def _version_of(event: Event) -> int:
     return ENCODING_VERSION
 
 
-# What an event's field holds as JSON already (its exact type): most fields, passed with
-# one lookup instead of a test per kind below.
-_AS_IS = frozenset({str, int, float, bool, type(None), dict, list})
-
-
-def _to_json(value: Any) -> JSONValue:
-    if type(value) in _AS_IS:
-        return value  # type: ignore[no-any-return]
-    if isinstance(value, tuple):
-        return [_to_json(item) for item in value]
-    if isinstance(value, Text):
-        return {"type": "text", "text": value.text}
-    if isinstance(value, ToolCall):
-        return {"type": "tool_call", "id": value.id, "name": value.name, "input": value.input}
-    if isinstance(value, Pin):
-        return list(value.as_tuple())
-    if isinstance(value, Usage):
-        # No reasoning tokens: the four counts of version 1, byte for byte.
-        names = Usage.__dataclass_fields__ if value.reasoning_tokens else _USAGE_V1
-        return {name: getattr(value, name) for name in names}
-    return value  # type: ignore[no-any-return]
-
-
-_USAGE_V1 = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _blocks(value: Any) -> tuple[Text | ToolCall, ...]:
-    blocks: list[Text | ToolCall] = []
-    for block in value:
-        if block["type"] == "text":
-            blocks.append(Text(block["text"]))
-        elif block["type"] == "tool_call":
-            blocks.append(ToolCall(block["id"], block["name"], block["input"]))
-        else:
-            raise TypeError(f"unknown content block {block['type']!r}")
-    return tuple(blocks)
-
-
-_FROM_JSON: dict[tuple[type, str], Any] = {
-    (ModelReplied, "content"): _blocks,
-    (ModelReplied, "usage"): lambda value: None if value is None else Usage(**value),
-    (TaskCreated, "tools"): lambda value: None if value is None else tuple(value),
-    (PluginsPinned, "pins"): lambda value: tuple(Pin(*pin) for pin in value),
-}
+# The converters of event_json, keyed by class as `decode` looks them up.
+_FROM_JSON = {(EVENT_TYPES[cls], name): convert for (cls, name), convert in FROM_JSON.items()}
