@@ -154,12 +154,20 @@ class PostgresConnection:
         return rows[0] if rows else None
 
     async def _write_many(
-        self, query: str, params: Mapping[str, Any], *, task_id: str | None = None
+        self,
+        query: str,
+        params: Mapping[str, Any],
+        *,
+        task_id: str | None = None,
+        pool: AsyncConnectionPool[Any] | None = None,
     ) -> list[tuple[Any, ...]]:
-        """Run a write; a broken connection means its outcome is unknown (CommitUnknown)."""
+        """Run a write (on the store's pool, or `pool`); a broken connection means its
+        outcome is unknown (CommitUnknown)."""
         for attempt in range(DEADLOCK_RETRIES + 1):
             try:
-                rows = await self._run_all([(query, params)], write=True, task_id=task_id)
+                rows = await self._run_all(
+                    [(query, params)], write=True, task_id=task_id, pool=pool
+                )
                 return rows[0]
             except _Rerun as error:
                 if attempt == DEADLOCK_RETRIES:
@@ -176,15 +184,7 @@ class PostgresConnection:
         if self._generic_settings is None:
             return await self._write_many(query, params)
         pool = self._generic_pool or await self._open_generic_pool(self._generic_settings)
-        for attempt in range(DEADLOCK_RETRIES + 1):
-            try:
-                rows = await self._run_all([(query, params)], write=True, pool=pool)
-                return rows[0]
-            except _Rerun as error:
-                if attempt == DEADLOCK_RETRIES:
-                    raise
-                log.info("store: %s; re-running the statement with its checks", error)
-        raise AssertionError("unreachable")
+        return await self._write_many(query, params, pool=pool)
 
     async def _open_generic_pool(self, settings: dict[str, Any]) -> AsyncConnectionPool[Any]:
         """The claims' connection, opened at the first claim: a client, which never claims,
