@@ -112,3 +112,14 @@ def test_the_request_asks_for_a_stream_and_stays_the_same_bytes() -> None:
         assert json.loads(body)["stream"] is True
     openai = json.loads(OpenAIProvider(API_KEY).encode_request(conversation()))
     assert openai["stream_options"] == {"include_usage": True}
+
+
+def test_the_whole_form_is_the_streamed_one_without_its_stream_keys() -> None:
+    """The form releases before streaming sent, to the byte: what a re-send of a request
+    they recorded must be (SPEC §4)."""
+    for provider in (AnthropicProvider(API_KEY), OpenAIProvider(API_KEY)):
+        streamed = json.loads(provider.encode_request(conversation()))
+        whole = provider.encode_request(conversation(), stream=False)
+        streamed.pop("stream")
+        streamed.pop("stream_options", None)
+        assert whole == json.dumps(streamed, ensure_ascii=False, separators=(",", ":")).encode()
