@@ -35,6 +35,7 @@ class EventStreamDecoder:
         self._event = ""
         self._data: list[bytes] = []
         self._data_bytes = 0
+        self._names: dict[bytes, str] = {}
 
     @property
     def mid_event(self) -> bool:
@@ -43,6 +44,46 @@ class EventStreamDecoder:
         return bool(self._partial or self._data or self._event or self._head)
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        if (
+            chunk.endswith(b"\n\n")
+            and self._started
+            and not (self._after_cr or self._partial or self._data or self._event)
+            and b"\r" not in chunk
+        ):
+            # Whole events, LF-ended, from an event's start: what the APIs send (an event
+            # a write), read a block at a time, not a line at a time.
+            events, rest = self._plain_events(chunk)
+            return events + self._lines(rest) if rest else events
+        return self._lines(chunk)
+
+    def _plain_events(self, chunk: bytes) -> tuple[list[ServerSentEvent], bytes]:
+        """The events of `chunk` that are `event: NAME` (or none) and one `data:` line;
+        the bytes from the first that is not, to be read line by line."""
+        events: list[ServerSentEvent] = []
+        blocks = chunk.split(b"\n\n")
+        blocks.pop()  # b"": the chunk ends with the blank line
+        for index, block in enumerate(blocks):
+            head, newline, rest = block.partition(b"\n")
+            if head.startswith(b"event: ") and rest.startswith(b"data: ") and b"\n" not in rest:
+                name, data = self._name(head[7:]), rest[6:]
+            elif head.startswith(b"data: ") and not newline:
+                name, data = "message", head[6:]
+            else:
+                return events, b"\n\n".join(blocks[index:]) + b"\n\n"
+            if len(data) >= self._max_event_bytes:
+                raise EventStreamError(f"an event is over {self._max_event_bytes:,} bytes")
+            events.append(ServerSentEvent(name, data))
+        return events, b""
+
+    def _name(self, raw: bytes) -> str:
+        name = self._names.get(raw)
+        if name is None:
+            name = raw.decode("utf-8", "replace") or "message"
+            if len(self._names) < 32:  # an API names a handful; a hostile server, any
+                self._names[raw] = name
+        return name
+
+    def _lines(self, chunk: bytes) -> list[ServerSentEvent]:
         if not self._started:  # a byte order mark opening the stream is no part of it
             chunk = self._head + chunk
             if len(chunk) < len(_BOM) and _BOM.startswith(chunk):
