@@ -6,9 +6,7 @@ system) is the client's alone: the adapter, httpx and the stream parsing. For ea
 provider and reply shape, N replies are read three ways:
 - whole:     the request without `stream` (a JSON document, as every call was before);
 - streamed:  the request as sent now, no delta hook;
-- hooked:    streamed, with a hook that appends each delta to a list;
-- no HTTP:   the same stream's events fed to the adapter's reader in-process, no socket
-             and no HTTP parser: the adapter's own share of `streamed`.
+- hooked:    streamed, with a hook that appends each delta to a list.
 It prints the CPU per reply and, for the streamed ways, the latency from the fake writing
 a stream's first byte to the hook hearing its first delta (median and p90; both clocks
 are CLOCK_MONOTONIC, shared by the processes).
@@ -99,38 +97,6 @@ async def read_replies(
     return (time.process_time() - started) / count, firsts
 
 
-async def read_without_http(kind: str, provider: Any, shape: dict[str, Any], count: int) -> float:
-    """CPU per reply of the adapter's own part: the fake's events, one chunk each as it
-    writes them, fed straight to the stream reader (no socket, no HTTP parser)."""
-    import httpx
-
-    from noeta.backends.models import anthropic, anthropic_stream, openai, openai_stream
-    from noeta.core.ports.model import ToolCall
-    from noeta.testing.fake_providers import FakeAnthropic, FakeOpenAI, Reply
-
-    fake = FakeAnthropic() if kind == "anthropic" else FakeOpenAI()
-    calls: tuple[ToolCall, ...] = ()
-    if shape.get("call_chars"):
-        calls = (ToolCall("call_1", "Write", {"path": "a.py", "text": "x" * shape["call_chars"]}),)
-    events = fake.stream_of(Reply(text=shape["text"], tool_calls=calls, piece_chars=4))
-    if kind == "anthropic":
-        reader, parse = anthropic_stream.MessageStream, anthropic._parse_message
-    else:
-        reader, parse = openai_stream.CompletionStream, openai._parse_completion
-
-    async def body() -> Any:
-        for event in events:
-            yield event
-
-    started = time.process_time()
-    for _ in range(count):
-        response = httpx.Response(
-            200, headers={"content-type": "text/event-stream"}, content=body()
-        )
-        await provider._endpoint._read_stream(response, reader(False), parse, None)
-    return (time.process_time() - started) / count
-
-
 async def measure(kind: str, replies: int) -> None:
     from noeta.backends.models.anthropic import AnthropicProvider
     from noeta.backends.models.openai import OpenAIProvider
@@ -173,9 +139,6 @@ async def measure(kind: str, replies: int) -> None:
                     p90 = gaps[int(len(gaps) * 0.9)]
                     latency = f"{statistics.median(gaps):7.2f} ms median, {p90:6.2f} ms p90"
                 rows.append(f"  {name:10} {way:9} {cpu * 1e6:9.0f} µs CPU per reply  {latency}")
-            if not whole_only:
-                cpu = await read_without_http(kind, provider, shape, replies)
-                rows.append(f"  {name:10} {'no HTTP':9} {cpu * 1e6:9.0f} µs CPU per reply")
             print("\n".join(rows))
     finally:
         await provider.close()

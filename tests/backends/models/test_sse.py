@@ -107,3 +107,22 @@ def test_a_whole_event_over_the_bound_is_refused() -> None:
     decoder.feed(b"\n")
     with pytest.raises(EventStreamError, match="over 100 bytes"):
         decoder.feed(b"event: e\ndata: " + b"x" * 100 + b"\n\n")
+
+
+def test_lf_ended_events_cut_anywhere_are_read_once_and_an_unended_one_held() -> None:
+    for size in (2, 3, 5, 8, 13, 21):
+        chunks = [b"\n"] + [PLAIN[start : start + size] for start in range(0, len(PLAIN), size)]
+        assert feed_all(chunks) == PLAIN_EXPECTED
+    decoder = EventStreamDecoder(1000)
+    assert decoder.feed(b"\nevent: message_stop\n") == []
+    assert decoder.feed(b"data: {}\n") == []
+    assert decoder.mid_event
+    assert decoder.feed(b"\n") == [ServerSentEvent("message_stop", b"{}")]
+    assert not decoder.mid_event
+
+
+def test_an_unended_event_held_is_bounded() -> None:
+    decoder = EventStreamDecoder(100)
+    decoder.feed(b"\ndata: " + b"x" * 60)
+    with pytest.raises(EventStreamError, match="over 100 bytes"):
+        decoder.feed(b"x" * 50)
