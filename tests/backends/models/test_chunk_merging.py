@@ -4,11 +4,19 @@ body of many chunks reaches h11 as few."""
 
 from __future__ import annotations
 
+import ssl
+import subprocess
+from pathlib import Path
+
 import h11
 import httpx
 import pytest
 
+from noeta.backends.models.anthropic import AnthropicProvider
 from noeta.backends.models.chunk_merging import ChunkMerger, MergingBackend, merging_transport
+from noeta.core.ports.model import ReplyDelta, Text, TextDelta
+from noeta.testing.fake_providers import FakeAnthropic, Reply
+from tests.backends.models.sample_requests import API_KEY, conversation
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 EVENTS = [b"event: ping\ndata: {}\n\n", b"data: " + "é😀".encode() * 40 + b"\n\n", b"x"]
@@ -116,3 +124,60 @@ def test_the_provider_transport_reads_through_the_merger_unless_a_proxy_is_set(
     assert merging_transport("https://api.example.com/v1") is None
     monkeypatch.setenv("NO_PROXY", "api.example.com")
     assert merging_transport("https://api.example.com/v1") is not None
+
+
+@pytest.fixture
+def tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ssl.SSLContext:
+    """A server context with a certificate for 127.0.0.1, which the client trusts."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subject = ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+    files = ["-keyout", str(key), "-out", str(cert)]
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            *subject,
+            *files,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    return context
+
+
+async def test_a_reply_streamed_over_tls_is_read_through_the_merger(
+    tls: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merger reads the decrypted stream (start_tls), never the TCP one beneath."""
+    fed: list[bytes] = []
+    feed = ChunkMerger.feed
+
+    def spied(merger: ChunkMerger, data: bytes) -> bytes:
+        fed.append(data)
+        return feed(merger, data)
+
+    monkeypatch.setattr(ChunkMerger, "feed", spied)
+    fake = FakeAnthropic()
+    fake.tls = tls
+    with fake:
+        fake.script(Reply(text="word " * 300, piece_chars=3), Reply(text="again"))
+        provider = AnthropicProvider(API_KEY, base_url=fake.base_url, timeout_seconds=30)
+        told: list[ReplyDelta] = []
+        try:
+            first = await provider.send(provider.encode_request(conversation()), told.append)
+            second = await provider.send(provider.encode_request(conversation()))
+        finally:
+            await provider.close()
+    assert fake.base_url.startswith("https://")
+    assert first.content == (Text("word " * 300),) and second.content == (Text("again"),)
+    assert "".join(d.text for d in told if isinstance(d, TextDelta)) == "word " * 300
+    assert fed and fed[0].startswith(b"HTTP/1.1 200")  # plain text: after the TLS layer
