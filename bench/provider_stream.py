@@ -11,8 +11,8 @@ It prints the CPU per reply and, for the streamed ways, the latency from the fak
 a stream's first byte to the hook hearing its first delta (median and p90; both clocks
 are CLOCK_MONOTONIC, shared by the processes).
 
-`--tree /work/main` runs the client from another checkout (e.g. main before streaming,
-where every request is sent whole): only the `whole` way is read.
+`--tree /work/main` runs the client from another checkout (a before and after in one
+run); a checkout from before streaming sends every request whole: only `whole` is read.
 
 Run:  .venv/bin/python bench/provider_stream.py [--replies N] [--tree PATH]
 It always exits 0: the figures are printed, not checked.
@@ -97,7 +97,7 @@ async def read_replies(
     return (time.process_time() - started) / count, firsts
 
 
-async def measure(kind: str, replies: int, whole_only: bool) -> None:
+async def measure(kind: str, replies: int) -> None:
     from noeta.backends.models.anthropic import AnthropicProvider
     from noeta.backends.models.openai import OpenAIProvider
     from tests.backends.models.sample_requests import conversation
@@ -113,6 +113,7 @@ async def measure(kind: str, replies: int, whole_only: bool) -> None:
     document.pop("stream", None)
     document.pop("stream_options", None)
     whole_body = json.dumps(document, separators=(",", ":")).encode()
+    whole_only = b'"stream":true' not in streamed_body  # a checkout before streaming
     try:
         for name, shape in SHAPES.items():
             rows = []
@@ -159,7 +160,7 @@ def main() -> None:
     print(f"noeta from {os.path.dirname(noeta.__file__)}; load {os.getloadavg()[0]:.2f}")
     for kind in ("anthropic", "openai"):
         print(kind)
-        asyncio.run(measure(kind, options.replies, whole_only=bool(options.tree)))
+        asyncio.run(measure(kind, options.replies))
 
 
 if __name__ == "__main__":

@@ -159,6 +159,15 @@ class FakeOpenAI(FakeServer):
     path = "/v1/chat/completions"
     prefix = "/v1"
 
+    def __init__(self) -> None:
+        super().__init__()
+        # As an older vLLM or proxy: a request with `stream_options` is refused (400).
+        self.refuses_stream_options = False
+
+    def reset(self) -> None:
+        super().reset()
+        self.refuses_stream_options = False
+
     def render_reply(self, reply: Reply, model: str, number: int) -> dict[str, object]:
         message: dict[str, object] = {"role": "assistant", "content": reply.text, "refusal": None}
         if reply.tool_calls:
@@ -211,6 +220,14 @@ class FakeOpenAI(FakeServer):
             document = request.json()
         except ValueError:
             return None
+        if (
+            self.refuses_stream_options
+            and isinstance(document, dict)
+            and "stream_options" in document
+        ):
+            reason = "Unrecognized request argument supplied: stream_options"
+            error = {"message": reason, "type": "invalid_request_error", "param": None}
+            return {"error": {**error, "code": None}}
         model = document.get("model") if isinstance(document, dict) else None
         if isinstance(model, str) and "max_tokens" in document and _REASONING.match(model):
             reason = (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -94,6 +95,7 @@ class FakeServer:
         self.billed: list[tuple[str, Reply]] = []  # (model, reply) of each reply sent
         self.chunk_bytes: int | None = None
         self.first_bytes: list[float] = []
+        self.tls: ssl.SSLContext | None = None  # set before entering: served over TLS
         self._per_second = 0.0
         self._retry_after = ""
         self._bucket = 0.0
@@ -122,6 +124,8 @@ class FakeServer:
     def __enter__(self) -> Self:
         self._server = _HTTPServer(("127.0.0.1", 0), _Handler)
         self._server.fake = self
+        if self.tls is not None:
+            self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
         # A short poll so that stopping the server does not add half a second to each test.
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
@@ -146,7 +150,8 @@ class FakeServer:
     def base_url(self) -> str:
         if self._server is None:
             raise RuntimeError("the fake server is not running: use it in a with block")
-        return f"http://127.0.0.1:{self._server.server_port}{self.prefix}"
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://127.0.0.1:{self._server.server_port}{self.prefix}"
 
     def reset(self) -> None:
         """As new, for the next test of a module that shares one server."""

@@ -17,9 +17,12 @@ PIECE_CHARS = (1, 4, 2, 7, 3, 5)
 
 
 def sse(data: object, event: str | None = None) -> bytes:
-    """One event. UTF-8 as the APIs send it (not \\u escapes), so bytes cut anywhere can
-    split a character."""
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    """One event. Compact UTF-8 JSON as the APIs send it (not \\u escapes), so bytes cut
+    anywhere can split a character."""
+    compact = (",", ":")
+    text = (
+        data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=compact)
+    )
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {text}\n\n".encode()
 

@@ -83,7 +83,7 @@ class AnthropicProvider:
     def __repr__(self) -> str:
         return f"AnthropicProvider(base_url={self.base_url!r})"
 
-    def encode_request(self, request: ModelRequest) -> bytes:
+    def encode_request(self, request: ModelRequest, *, stream: bool = True) -> bytes:
         body: dict[str, object] = {"model": request.model, "max_tokens": request.max_tokens}
         if request.system:
             body["system"] = [
@@ -110,7 +110,8 @@ class AnthropicProvider:
             {"role": message.role, "content": content}
             for message, content in zip(request.messages, contents, strict=True)
         ]
-        body["stream"] = True  # always, so a request re-sent is the same bytes
+        if stream:  # last, as the only key the two forms differ by
+            body["stream"] = True
         return encode_json(body)
 
     async def send(self, body: bytes, on_delta: OnDelta | None = None) -> ModelReply:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 from noeta.backends.models.sse import ServerSentEvent
@@ -26,6 +27,14 @@ ERROR_STATUSES = {
 
 _NO_DELTAS: tuple[ReplyDelta, ...] = ()
 
+# A text delta as the API sends it (compact JSON), with a text JSON needs no escape for:
+# read without decoding JSON (a long reply is a thousand of them). Any other form of it,
+# spaced, reordered or escaped, is decoded as JSON.
+_TEXT_DELTA = re.compile(
+    rb'\{"type":"content_block_delta","index":(0|[1-9][0-9]{0,8}),'
+    rb'"delta":\{"type":"text_delta","text":"([^"\\\x00-\x1f]*)"\}\}'
+)
+
 
 class MessageStream:
     """One reply's events, in order. Text and tool input are kept as their pieces and joined
@@ -41,7 +50,13 @@ class MessageStream:
 
     def take(self, event: ServerSentEvent) -> Sequence[ReplyDelta]:
         name = event.event
-        if name == "ping":
+        if name == "content_block_delta":  # nearly every event, most of them text
+            text = _TEXT_DELTA.fullmatch(event.data)
+            if text is not None:
+                block = self._blocks.get(int(text[1]))
+                if block is not None and block.get("type") == "text":
+                    return self._text(int(text[1]), text[2])
+        elif name == "ping":
             return _NO_DELTAS
         document = decode_event(event)
         if name == "message":  # a relay that drops the event lines: the data names it
@@ -86,6 +101,16 @@ class MessageStream:
             raise MalformedReply(f"content block {index} started twice")
         self._blocks[index] = dict(member(document, "content_block", dict))
         self._pieces[index] = []
+
+    def _text(self, index: int, raw: bytes) -> Sequence[ReplyDelta]:
+        """A text delta read from its bytes: the API's own form, its text without a
+        character JSON escapes; anything else is decoded as JSON."""
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MalformedReply("a 'content_block_delta' event is not JSON") from None
+        self._pieces[index].append(text)
+        return (TextDelta(index, text),) if text and self._tell else _NO_DELTAS
 
     def _delta(self, document: dict[str, object]) -> Sequence[ReplyDelta]:
         index, delta = document.get("index"), document.get("delta")

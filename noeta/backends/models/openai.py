@@ -6,6 +6,7 @@ streamed, with its usage.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,7 @@ from noeta.core.ports.model import (
     ModelReply,
     ModelRequest,
     OnDelta,
+    ProviderError,
     StopReason,
     Text,
     ToolCall,
@@ -34,6 +36,8 @@ from noeta.core.ports.model import (
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+log = logging.getLogger(__name__)
 
 _REASONING_MODEL = re.compile(r"(o\d|gpt-5)(\b|[-.])")
 
@@ -69,6 +73,7 @@ class OpenAIProvider:
             timeout_seconds=timeout_seconds,
             secret=api_key or None,
         )
+        self._refuses_stream_options = False
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> OpenAIProvider:
@@ -84,7 +89,7 @@ class OpenAIProvider:
     def __repr__(self) -> str:
         return f"OpenAIProvider(base_url={self.base_url!r})"
 
-    def encode_request(self, request: ModelRequest) -> bytes:
+    def encode_request(self, request: ModelRequest, *, stream: bool = True) -> bytes:
         limit = "max_completion_tokens" if is_reasoning_model(request.model) else "max_tokens"
         body: dict[str, object] = {"model": request.model, limit: request.max_tokens}
         if request.tools:
@@ -108,16 +113,57 @@ class OpenAIProvider:
             else:
                 messages.extend(_encode_user(message))
         body["messages"] = messages
-        # Always, so a request re-sent is the same bytes; the usage comes in a last chunk.
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
+        if stream and not self._refuses_stream_options:
+            # Last: the streamed form is the whole one and these keys. The usage comes
+            # in a last chunk, which only this option asks for.
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         return encode_json(body)
 
     async def send(self, body: bytes, on_delta: OnDelta | None = None) -> ModelReply:
+        try:
+            return await self._post(body, on_delta)
+        except ProviderError as error:
+            whole = _whole_form(body)
+            if whole is None or not _refuses_stream_options(error):
+                raise
+        # A server that knows no `stream_options` (older vLLM and proxies) refuses the
+        # request (400). Without the option a stream has no usage, so the request is sent
+        # whole instead, once: the usage stays exact, the reply comes at once. Once that
+        # worked it is remembered: this provider's later requests are encoded whole, and
+        # the request_sha256 recorded for them names the bytes sent (ADR-0108).
+        reply = await self._post(whole, on_delta)
+        if not self._refuses_stream_options:
+            self._refuses_stream_options = True
+            log.warning(
+                "%s refuses stream_options: its model calls are sent whole from now on"
+                " (their replies are not streamed)",
+                self.base_url,
+            )
+        return reply
+
+    async def _post(self, body: bytes, on_delta: OnDelta | None) -> ModelReply:
         return await self._endpoint.post(body, CompletionStream, _parse_completion, on_delta)
 
     async def close(self) -> None:
         await self._endpoint.close()
+
+
+_STREAMED_SUFFIX = b',"stream":true,"stream_options":{"include_usage":true}}'
+
+
+def _whole_form(body: bytes) -> bytes | None:
+    """The body `encode_request(…, stream=False)` gives for the request `body` streams
+    (the stream keys are its last); None if `body` is not a streamed request of ours."""
+    if not body.endswith(_STREAMED_SUFFIX):
+        return None
+    return body[: -len(_STREAMED_SUFFIX)] + b"}"
+
+
+def _refuses_stream_options(error: ProviderError) -> bool:
+    # The servers word it differently ("Unrecognized request argument supplied:
+    # stream_options", "extra fields not permitted"), but every one names the field.
+    return error.status == 400 and "stream_options" in str(error)
 
 
 def is_reasoning_model(model: str) -> bool:

@@ -75,7 +75,8 @@ class ScriptedProvider:
     def from_file(cls, path: str, *, follow_links: bool = True) -> ScriptedProvider:
         return cls(path, load_script(path, follow_links=follow_links))
 
-    def encode_request(self, request: ModelRequest) -> bytes:
+    def encode_request(self, request: ModelRequest, *, stream: bool = True) -> bytes:
+        # One form: the script's replies are told as a stream when a hook listens.
         document = {
             "reply": request.replies_so_far,
             "model": request.model,

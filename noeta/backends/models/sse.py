@@ -35,14 +35,79 @@ class EventStreamDecoder:
         self._event = ""
         self._data: list[bytes] = []
         self._data_bytes = 0
+        self._names: dict[bytes, str] = {}
+        self._held: list[bytes] = []  # LF-ended lines of an event not yet ended
+        self._held_bytes = 0
 
     @property
     def mid_event(self) -> bool:
         """Whether bytes of an event not yet ended have come: at the end of the stream,
         an event cut short."""
-        return bool(self._partial or self._data or self._event or self._head)
+        return bool(self._held or self._partial or self._data or self._event or self._head)
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        if (
+            self._started
+            and not (self._after_cr or self._partial or self._data or self._event)
+            and b"\r" not in chunk
+        ):
+            # LF-ended lines, from an event's start, as the APIs send them: the events
+            # read a block at a time, not a line at a time; the one not yet ended held
+            # (joined once it ends: only new bytes are scanned).
+            held = self._held
+            if chunk.rfind(b"\n\n") < 0 and not (
+                chunk.startswith(b"\n") and held and held[-1].endswith(b"\n")
+            ):
+                held.append(chunk)
+                self._held_bytes += len(chunk)
+                if self._held_bytes > self._max_event_bytes:
+                    raise EventStreamError(f"an event is over {self._max_event_bytes:,} bytes")
+                return []
+            data = b"".join((*held, chunk)) if held else chunk
+            end = data.rfind(b"\n\n") + 2
+            events, rest = self._plain_events(data[:end])
+            tail = data[end:]
+            if rest:  # an event to read line by line: it and all after it are
+                self._held, self._held_bytes = [], 0
+                events.extend(self._lines(rest + tail))
+            else:
+                self._held, self._held_bytes = [tail] if tail else [], len(tail)
+                if len(tail) > self._max_event_bytes:
+                    raise EventStreamError(f"an event is over {self._max_event_bytes:,} bytes")
+            return events
+        if self._held:
+            chunk = b"".join((*self._held, chunk))
+            self._held, self._held_bytes = [], 0
+        return self._lines(chunk)
+
+    def _plain_events(self, chunk: bytes) -> tuple[list[ServerSentEvent], bytes]:
+        """The events of `chunk` that are `event: NAME` (or none) and one `data:` line;
+        the bytes from the first that is not, to be read line by line."""
+        events: list[ServerSentEvent] = []
+        blocks = chunk.split(b"\n\n")
+        blocks.pop()  # b"": the chunk ends with the blank line
+        for index, block in enumerate(blocks):
+            head, newline, rest = block.partition(b"\n")
+            if head.startswith(b"event: ") and rest.startswith(b"data: ") and b"\n" not in rest:
+                name, data = self._name(head[7:]), rest[6:]
+            elif head.startswith(b"data: ") and not newline:
+                name, data = "message", head[6:]
+            else:
+                return events, b"\n\n".join(blocks[index:]) + b"\n\n"
+            if len(data) >= self._max_event_bytes:
+                raise EventStreamError(f"an event is over {self._max_event_bytes:,} bytes")
+            events.append(ServerSentEvent(name, data))
+        return events, b""
+
+    def _name(self, raw: bytes) -> str:
+        name = self._names.get(raw)
+        if name is None:
+            name = raw.decode("utf-8", "replace") or "message"
+            if len(self._names) < 32:  # an API names a handful; a hostile server, any
+                self._names[raw] = name
+        return name
+
+    def _lines(self, chunk: bytes) -> list[ServerSentEvent]:
         if not self._started:  # a byte order mark opening the stream is no part of it
             chunk = self._head + chunk
             if len(chunk) < len(_BOM) and _BOM.startswith(chunk):

@@ -16,6 +16,7 @@ from typing import Protocol, TypeVar
 
 import httpx
 
+from noeta.backends.models.chunk_merging import merging_transport
 from noeta.backends.models.sse import EventStreamDecoder, EventStreamError, ServerSentEvent
 from noeta.core.errors import ConfigError, PayloadError
 from noeta.core.ports.model import ModelReply, OnDelta, ProviderError, ReplyDelta
@@ -143,12 +144,14 @@ class JsonEndpoint:
         self._secret = secret
         self._timeout_seconds = timeout_seconds
         # httpx never retries a request (its transport retries only connection setup, and
-        # zero times by default), so noeta's retry policy is the only one. Passing our own
-        # transport would also switch off HTTPS_PROXY and friends, so the default stays.
+        # zero times by default), so noeta's retry policy is the only one. Its transport
+        # reads through the chunk merger unless a proxy is set (HTTPS_PROXY and friends):
+        # passing a transport would switch those off, so then httpx keeps its own.
         self._client = httpx.AsyncClient(
             headers=dict(headers),
             timeout=httpx.Timeout(timeout_seconds),
             follow_redirects=False,
+            transport=merging_transport(url),
         )
 
     async def post(

@@ -163,8 +163,13 @@ class Provider(Protocol):
 
     name: str  # the GenAI semantic-convention provider name, e.g. "anthropic", "openai"
 
-    def encode_request(self, request: ModelRequest) -> bytes:
-        """The exact request body; the same request always gives the same bytes."""
+    def encode_request(self, request: ModelRequest, *, stream: bool = True) -> bytes:
+        """The exact request body; the same request always gives the same bytes.
+
+        `stream=False`: the form that asks for the reply whole, as releases before
+        streaming sent every request: a call one of them recorded is re-sent in it, byte
+        for byte (`request_sha256` says which form was sent). A provider that cannot
+        stream, or that has found its server refuses to, gives that form either way."""
         ...
 
     async def send(self, body: bytes, on_delta: OnDelta | None = None) -> ModelReply:

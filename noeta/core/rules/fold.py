@@ -116,6 +116,7 @@ class _Folding:
     call_estimate: int
     budget_allowed: int
     budget_denied: str
+    first_request: str
 
     def __init__(self, start: TaskState) -> None:
         # A fold runs per append: the scalars go in and out in C (attrgetter, one dict
@@ -335,6 +336,7 @@ def _apply_model(
 ) -> None:
     match event:
         case ModelCalled(trace=trace):
+            f.first_request = f.first_request or event.request_sha256
             f.model_attempts += 1
             f.model_call_open = f.last_seq
             f.trace = trace or f.trace
@@ -353,6 +355,7 @@ def _apply_model(
 
 def _reset_model_attempts(f: _Folding) -> None:
     f.model_attempts = f.model_workers_lost = f.model_calls_unsent = f.model_call_open = 0
+    f.first_request = ""
 
 
 def _take_reply(f: _Folding, reply: ModelReplied) -> None:

@@ -82,6 +82,10 @@ class TaskState:
     # made; and, once a person denied one, the task's error.
     budget_allowed: int = 0
     budget_denied: str = ""
+    # The open call's request as first sent (its first ModelCalled's request_sha256): a
+    # re-send sends those bytes, whichever release's worker recorded them; "" when no
+    # call is open.
+    first_request: str = ""
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from noeta.core import failpoints
 from noeta.core.errors import CommitUnknown, NoetaError, StoreError, StoreUnavailable
-from noeta.core.ports.model import Provider, ProviderError
+from noeta.core.ports.model import ModelRequest, Provider, ProviderError
 from noeta.core.ports.model_limits import (
     ModelBudget,
     ModelBudgetHeld,
@@ -58,7 +58,7 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
     names = config.tool_names(run.tools)
     tool_specs = tuple(spec_of(run.tools[name]) for name in names if name in run.tools)
     request = build_request(run.state, model_name, tool_specs)
-    body = provider.encode_request(request)
+    body = as_first_sent(provider, request, run.state.first_request)
     estimate = estimate_tokens(body)
     refused = task_budget.refusal(run.state, estimate)
     if refused is not None:  # not sent: the refusal, and the end or the question
@@ -94,6 +94,19 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
                 metrics.model_budget_wait(provider.name, model_name, held.limit, seconds)
         await failpoints.hit("model.after_called")
         await _send(run, provider, model_name, body, step, budget, called.request_sha256)
+
+
+def as_first_sent(provider: Provider, request: ModelRequest, first_request: str) -> bytes:
+    """The request's body; re-sending a call, the bytes its first ModelCalled recorded
+    (SPEC §4). A worker of a release before streaming sent the request in the form that
+    asks for the reply whole: its successor sends that form, not today's. A request the
+    log no longer assembles the same way (a late result told since) is sent as it is now.
+    """
+    body = provider.encode_request(request)
+    if not first_request or hashlib.sha256(body).hexdigest() == first_request:
+        return body
+    whole = provider.encode_request(request, stream=False)
+    return whole if hashlib.sha256(whole).hexdigest() == first_request else body
 
 
 async def _send(

@@ -3,7 +3,6 @@ new (each fake forgets what the last test scripted and was sent)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -11,7 +10,6 @@ import pytest
 
 from noeta.backends.models.anthropic import AnthropicProvider
 from noeta.backends.models.openai import OpenAIProvider
-from noeta.backends.models.wire import encode_json
 from noeta.core.ports.model import ProviderError
 from noeta.testing.fake_providers import FakeAnthropic, FakeOpenAI
 from noeta.testing.fake_server import FakeServer
@@ -28,10 +26,7 @@ class Wire:
 
     def whole_body(self) -> bytes:
         """The same request without streaming: the reply comes as one JSON document."""
-        document = json.loads(self.stream_body())
-        document.pop("stream")
-        document.pop("stream_options", None)
-        return encode_json(document)
+        return self.provider.encode_request(conversation(), stream=False)
 
     async def failure(self) -> ProviderError:
         with pytest.raises(ProviderError) as caught:

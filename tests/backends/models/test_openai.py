@@ -1,8 +1,11 @@
-"""The OpenAI adapter against a local server that speaks Chat Completions."""
+"""The OpenAI adapter against a local server that speaks Chat Completions; a server that
+refuses `stream_options` is sent the request whole instead, once, and whole from then on
+(ADR-0108)."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 
@@ -14,6 +17,7 @@ from noeta.core.ports.model import (
     Message,
     ModelReply,
     ProviderError,
+    ReplyDelta,
     Text,
     ToolCall,
     ToolResult,
@@ -342,3 +346,47 @@ async def test_blank_text_beside_tool_calls_is_not_kept(
     server.script(Reply(text=" \n", tool_calls=(call,)))
     reply = await provider.send(provider.encode_request(conversation()))
     assert reply.content == (call,)
+
+
+async def test_a_server_refusing_stream_options_gets_the_request_whole_once_and_after(
+    server: FakeOpenAI, provider: OpenAIProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.refuses_stream_options = True
+    server.script(Reply(text="first", input_tokens=12), Reply(text="second", input_tokens=13))
+    told: list[ReplyDelta] = []
+    caplog.set_level(logging.WARNING, logger="noeta.backends.models.openai")
+    first = await provider.send(provider.encode_request(conversation()), told.append)
+    assert first.content == (Text("first"),)
+    assert first.usage == Usage(input_tokens=12, output_tokens=5)  # exact: from the body
+    refused, resent = server.requests
+    assert json.loads(refused.body)["stream_options"] == {"include_usage": True}
+    assert resent.body == provider.encode_request(conversation(), stream=False)
+    # From now on the provider encodes the whole form: what its ModelCalled records is
+    # what it sends, and no request is refused first.
+    body = provider.encode_request(conversation())
+    assert body == resent.body
+    second = await provider.send(body)
+    assert second.content == (Text("second"),) and len(server.requests) == 3
+    assert told == []  # a whole reply is not told in pieces
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings == [
+        f"{provider.base_url} refuses stream_options: its model calls are sent whole"
+        " from now on (their replies are not streamed)"
+    ]
+
+
+async def test_another_400_is_not_resent_and_a_failed_resend_is_not_remembered(
+    server: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    server.script(HttpError(400))  # a refusal for another reason
+    with pytest.raises(ProviderError) as caught:
+        await provider.send(provider.encode_request(conversation()))
+    assert caught.value.status == 400 and len(server.requests) == 1
+    server.refuses_stream_options = True
+    server.script(HttpError(503))
+    with pytest.raises(ProviderError) as caught:
+        await provider.send(provider.encode_request(conversation()))
+    assert_keeps_key_secret(caught.value)
+    assert caught.value.status == 503 and caught.value.retryable
+    assert len(server.requests) == 3  # refused, then resent whole once
+    assert b"stream_options" in provider.encode_request(conversation())  # not learnt

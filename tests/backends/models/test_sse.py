@@ -70,3 +70,59 @@ def test_an_event_of_many_lines_is_bounded() -> None:
     decoder = EventStreamDecoder(100)
     with pytest.raises(EventStreamError, match="over 100 bytes"):
         decoder.feed(b"data: 0123456789\n" * 11)
+
+
+PLAIN = (
+    b"event: message_start\ndata: {}\n\n"
+    b"data: no name\n\n"
+    b": a keep-alive between two events\n\n"
+    b"event: \ndata: an empty name\n\n"
+    b"event: two\ndata: lines\ndata: of data\n\n"
+    b"\n\n\n"
+    b"event: ping\ndata: {}\n\n"
+    b"event: only a name\n\n"
+    b"data: last\n\n"
+)
+PLAIN_EXPECTED = [
+    ServerSentEvent("message_start", b"{}"),
+    ServerSentEvent("message", b"no name"),
+    ServerSentEvent("message", b"an empty name"),
+    ServerSentEvent("two", b"lines\nof data"),
+    ServerSentEvent("ping", b"{}"),
+    ServerSentEvent("message", b"last"),
+]
+
+
+def test_lf_ended_events_read_a_block_at_a_time_are_read_as_line_by_line() -> None:
+    """The block path (whole events in a chunk) and the line path agree, on events the
+    first reads itself and those it hands to the second."""
+    by_event = [event + b"\n\n" for event in PLAIN.split(b"\n\n")[:-1]]
+    by_byte = [PLAIN[index : index + 1] for index in range(len(PLAIN))]
+    for chunks in ([PLAIN], by_event, by_byte):
+        assert feed_all([b"\n", *chunks]) == PLAIN_EXPECTED
+
+
+def test_a_whole_event_over_the_bound_is_refused() -> None:
+    decoder = EventStreamDecoder(100)
+    decoder.feed(b"\n")
+    with pytest.raises(EventStreamError, match="over 100 bytes"):
+        decoder.feed(b"event: e\ndata: " + b"x" * 100 + b"\n\n")
+
+
+def test_lf_ended_events_cut_anywhere_are_read_once_and_an_unended_one_held() -> None:
+    for size in (2, 3, 5, 8, 13, 21):
+        chunks = [b"\n"] + [PLAIN[start : start + size] for start in range(0, len(PLAIN), size)]
+        assert feed_all(chunks) == PLAIN_EXPECTED
+    decoder = EventStreamDecoder(1000)
+    assert decoder.feed(b"\nevent: message_stop\n") == []
+    assert decoder.feed(b"data: {}\n") == []
+    assert decoder.mid_event
+    assert decoder.feed(b"\n") == [ServerSentEvent("message_stop", b"{}")]
+    assert not decoder.mid_event
+
+
+def test_an_unended_event_held_is_bounded() -> None:
+    decoder = EventStreamDecoder(100)
+    decoder.feed(b"\ndata: " + b"x" * 60)
+    with pytest.raises(EventStreamError, match="over 100 bytes"):
+        decoder.feed(b"x" * 50)

@@ -9,7 +9,10 @@ from dataclasses import replace
 import pytest
 
 from noeta.backends.models.anthropic import AnthropicProvider
+from noeta.backends.models.anthropic_stream import MessageStream
 from noeta.backends.models.openai import OpenAIProvider
+from noeta.backends.models.sse import ServerSentEvent
+from noeta.backends.models.wire import MalformedReply
 from noeta.core.ports.model import (
     ModelReply,
     ReplyDelta,
@@ -112,3 +115,47 @@ def test_the_request_asks_for_a_stream_and_stays_the_same_bytes() -> None:
         assert json.loads(body)["stream"] is True
     openai = json.loads(OpenAIProvider(API_KEY).encode_request(conversation()))
     assert openai["stream_options"] == {"include_usage": True}
+
+
+def test_the_whole_form_is_the_streamed_one_without_its_stream_keys() -> None:
+    """The form releases before streaming sent, to the byte: what a re-send of a request
+    they recorded must be (SPEC §4)."""
+    for provider in (AnthropicProvider(API_KEY), OpenAIProvider(API_KEY)):
+        streamed = json.loads(provider.encode_request(conversation()))
+        whole = provider.encode_request(conversation(), stream=False)
+        streamed.pop("stream")
+        streamed.pop("stream_options", None)
+        assert whole == json.dumps(streamed, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_an_anthropic_text_delta_is_read_alike_from_its_bytes_or_as_json() -> None:
+    """The compact form with a text JSON needs no escape for is read without decoding
+    JSON; escaped, spaced or aimed at a block that is no text, it is decoded as JSON:
+    the same text either way, told as it came."""
+    texts = ["plain é😀", 'a "quote"', "a \\ back", "line\nend", "", "ascii é"]
+    data = [
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}
+        for t in texts
+    ]
+    forms = [json.dumps(d, ensure_ascii=False, separators=(",", ":")) for d in data]
+    forms.append(json.dumps(data[0]))  # spaced
+    forms.append(json.dumps(data[5], separators=(",", ":")))  # ASCII escapes
+    stream = MessageStream(tell=True)
+    start = {"type": "message_start", "message": {"id": "m", "role": "assistant", "usage": {}}}
+    stream.take(ServerSentEvent("message_start", json.dumps(start).encode()))
+    for index, block in enumerate([{"type": "text", "text": ""}, {"type": "tool_use"}]):
+        begun = {"type": "content_block_start", "index": index, "content_block": block}
+        stream.take(ServerSentEvent("content_block_start", json.dumps(begun).encode()))
+    told = [stream.take(ServerSentEvent("content_block_delta", f.encode())) for f in forms]
+    not_text = '{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"}}'
+    assert stream.take(ServerSentEvent("content_block_delta", not_text.encode())) == ()
+    stream.take(ServerSentEvent("message_stop", b'{"type":"message_stop"}'))
+    expected = [*texts, texts[0], texts[5]]
+    text, tool = stream.document()["content"]  # type: ignore[misc]
+    assert (text, tool) == ({"type": "text", "text": "".join(expected)}, {"type": "tool_use"})
+    assert [[d.text for d in deltas if isinstance(d, TextDelta)] for deltas in told] == [
+        [text] if text else [] for text in expected
+    ]
+    broken = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\xff"}}'
+    with pytest.raises(MalformedReply, match="not JSON"):
+        stream.take(ServerSentEvent("content_block_delta", broken))

@@ -1,9 +1,11 @@
 """Tasks end to end with each HTTP provider against its local fake server, on both stores;
-and the byte-identical re-send after the process is really killed mid-call."""
+and the byte-identical re-send after the process is really killed mid-call, or after an
+upgrade (the first send a worker of the previous release's)."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -12,8 +14,10 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -21,15 +25,17 @@ from noeta.backends.models.anthropic import AnthropicProvider
 from noeta.backends.models.openai import OpenAIProvider
 from noeta.backends.stores import open_store
 from noeta.config import Config
-from noeta.core.ports.model import Provider, ToolCall, Usage
+from noeta.core.ports.model import ModelReply, ModelRequest, OnDelta, Provider, ToolCall, Usage
 from noeta.core.ports.model_limits import estimate_tokens
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
+from noeta.core.runner.model_call import as_first_sent
 from noeta.core.runner.task import TaskRunner
 from noeta.plugins.toolbox import Toolbox
 from noeta.testing.fake_providers import FakeAnthropic, FakeOpenAI, HttpError, Reply, Stall
+from tests.backends.models.sample_requests import conversation
 
-from .test_runner import Echo, Sleeps
+from .test_runner import Crash, Echo, Sleeps
 
 API_KEY = "sk-test-not-a-real-key-0123456789"
 
@@ -234,6 +240,70 @@ async def test_the_request_resent_after_a_kill_is_byte_identical_and_billed_once
             child.kill()
         await store.close()
     await _show_bills_what_the_fake_billed(kind, server, env, tmp_path)
+
+
+@dataclass
+class PreviousRelease:
+    """A worker of the release before streaming, whose every request asked for the reply
+    whole; it dies once its request is out."""
+
+    inner: Provider
+    name: str
+
+    def encode_request(self, request: ModelRequest, *, stream: bool = True) -> bytes:
+        return self.inner.encode_request(request, stream=False)
+
+    async def send(self, body: bytes, on_delta: OnDelta | None = None) -> ModelReply:
+        raise Crash
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_request_an_older_worker_sent_whole_is_resent_whole_after_the_upgrade(
+    store: Store, fake: tuple[str, FakeAnthropic | FakeOpenAI]
+) -> None:
+    """SPEC §4: a re-send is byte-identical to the first send, even when the first was a
+    worker of the previous release: the bytes its ModelCalled recorded, not today's
+    streamed form."""
+    kind, server = fake
+    server.script(Reply(text="4"))
+    created = events.TaskCreated(model=f"{kind}:test-model", prompt="2+2?")
+    await store.create_task(NewTask("o", [NewEvent(*events.encode(created))]))
+    current = provider(kind, server.base_url)
+    older = await store.claim_task("older", "o", 60)
+    assert older is not None
+    with pytest.raises(Crash):
+        await TaskRunner(store, Registry(PreviousRelease(current, kind))).run(older)
+    assert await store.release(older)  # as its lease running out would
+    (first,) = await requests_recorded(store, "o")
+    heir = await store.claim_task("current", "o", 60)
+    assert heir is not None
+    try:
+        result = await TaskRunner(store, Registry(current), sleep=Sleeps()).run(heir)
+    finally:
+        await current.close()
+    assert (result.state.finished, result.state.last_answer) == ("done", "4")
+    (resent,) = server.requests
+    assert hashlib.sha256(resent.body).hexdigest() == first
+    assert "stream" not in json.loads(resent.body)  # answered whole, as first asked
+    assert await requests_recorded(store, "o") == [first, first]
+
+
+def test_a_request_the_log_now_assembles_otherwise_is_sent_as_it_is_now() -> None:
+    """A first ModelCalled no form of today's request matches (a late result told since
+    changed the request): the request is sent as this release encodes it now."""
+    chosen = AnthropicProvider(API_KEY)
+    streamed = chosen.encode_request(conversation())
+    whole = chosen.encode_request(conversation(), stream=False)
+    for recorded, sent in [("", streamed), (whole, whole), (streamed, streamed), (b"x", streamed)]:
+        sha = hashlib.sha256(recorded).hexdigest() if recorded else ""
+        assert as_first_sent(chosen, conversation(), sha) == sent
+
+
+async def requests_recorded(store: Store, task_id: str) -> list[str]:
+    log = await store.read_log(task_id)
+    return [cast(dict[str, str], e.data)["request_sha256"] for e in log if e.type == "ModelCalled"]
 
 
 # USD per million tokens, by kind: set in noeta.yaml, as an operator would.

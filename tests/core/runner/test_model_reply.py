@@ -64,8 +64,8 @@ class Answering:
     name: str = "scripted"
     bodies: list[bytes] = field(default_factory=list)
 
-    def encode_request(self, request: Any) -> bytes:
-        return self.inner.encode_request(request)
+    def encode_request(self, request: Any, *, stream: bool = True) -> bytes:
+        return self.inner.encode_request(request, stream=stream)
 
     async def send(self, body: bytes) -> ModelReply:
         self.bodies.append(body)

@@ -210,8 +210,8 @@ class CrashingProvider:
     name: str = "scripted"
     bodies: list[bytes] = field(default_factory=list)
 
-    def encode_request(self, request: Any) -> bytes:
-        return self.inner.encode_request(request)
+    def encode_request(self, request: Any, *, stream: bool = True) -> bytes:
+        return self.inner.encode_request(request, stream=stream)
 
     async def send(self, body: bytes) -> ModelReply:
         self.bodies.append(body)
@@ -299,7 +299,7 @@ async def test_two_interruptions_then_a_reply_is_fine(store: Store, tmp_path: Pa
 class BuggyProvider:
     name: str = "buggy"
 
-    def encode_request(self, request: Any) -> bytes:
+    def encode_request(self, request: Any, *, stream: bool = True) -> bytes:
         return b"{}"
 
     async def send(self, body: bytes) -> ModelReply:
