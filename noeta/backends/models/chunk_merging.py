@@ -1,7 +1,7 @@
 """A provider's HTTP/1.1 responses re-framed as they are read: the chunks of a chunked body
 that one read brings are handed on as one chunk. A server sends each streamed event as a
 chunk of its own, and the HTTP parser under httpx (h11) costs about 10 µs a chunk: for a
-long reply, most of what streaming costs the worker (ADR-0108). The bytes of the body are
+long reply, most of what streaming costs the worker (ADR-0111). The bytes of the body are
 the same; only where its chunks are cut changes, which HTTP leaves to each hop.
 """
 

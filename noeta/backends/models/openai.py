@@ -131,7 +131,7 @@ class OpenAIProvider:
         # request (400). Without the option a stream has no usage, so the request is sent
         # whole instead, once: the usage stays exact, the reply comes at once. Once that
         # worked it is remembered: this provider's later requests are encoded whole, and
-        # the request_sha256 recorded for them names the bytes sent (ADR-0108).
+        # the request_sha256 recorded for them names the bytes sent (ADR-0111).
         reply = await self._post(whole, on_delta)
         if not self._refuses_stream_options:
             self._refuses_stream_options = True

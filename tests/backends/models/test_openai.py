@@ -1,6 +1,6 @@
 """The OpenAI adapter against a local server that speaks Chat Completions; a server that
 refuses `stream_options` is sent the request whole instead, once, and whole from then on
-(ADR-0108)."""
+(ADR-0111)."""
 
 from __future__ import annotations
 
