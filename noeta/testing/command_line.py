@@ -42,9 +42,9 @@ def run_in_process(
     from noeta.cli.main import cli
 
     outcome: list[Result] = []
-    saved = dict(os.environ)
+    saved, wanted = dict(os.environ), dict(environment)  # `environment` may be os.environ
     os.environ.clear()
-    os.environ.update(environment)
+    os.environ.update(wanted)
     try:
         runner = threading.Thread(
             target=lambda: outcome.append(
