@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-NOETA = str(Path(sys.executable).parent / "noeta")
+from noeta.testing.command_line import run_in_process
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +28,7 @@ def noeta(
 ) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("NOETA_", "OTEL_"))}
     environment["NOETA_STORE"] = store or f"sqlite:///{tmp_path / 'noeta.db'}"
-    return subprocess.run(
-        [NOETA, *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=environment,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    return run_in_process(arguments, environment)
 
 
 @pytest.mark.parametrize("command", [["worker"], ["scheduler"], ["web", "--bind", "127.0.0.1:0"]])

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from noeta.testing.command_line import run_in_process
 
 
 @pytest.fixture
@@ -23,14 +24,7 @@ def noeta(
     store_url: str, *arguments: str, command: str = "limit"
 ) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "NOETA_STORE": store_url}  # not --store: it holds a password
-    return subprocess.run(
-        [sys.executable, "-m", "noeta", *filter(None, [command]), *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=environment,
-        check=False,
-    )
+    return run_in_process([*filter(None, [command]), *arguments], environment)
 
 
 def listed(store_url: str) -> list[dict[str, object]]:

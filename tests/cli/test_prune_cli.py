@@ -8,7 +8,6 @@ import asyncio
 import fcntl
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
@@ -16,22 +15,14 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.backends.stores.postgres.retention import RELEASE_PRUNE_LOCK, TRY_PRUNE_LOCK
+from noeta.testing.command_line import run_in_process
 from noeta.testing.store_contract.fixtures import created
 from noeta.testing.store_contract.retention import finish
-
-NOETA = str(Path(sys.executable).parent / "noeta")
 
 
 def noeta(*arguments: str, store: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("NOETA_", "OTEL_"))}
-    return subprocess.run(
-        [NOETA, *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**environment, "NOETA_STORE": store},  # not --store: it holds a password
-        check=False,
-    )
+    return run_in_process(arguments, {**environment, "NOETA_STORE": store})  # not --store
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:

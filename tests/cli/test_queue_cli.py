@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,22 +15,13 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.core.ports.store import NewEvent, NewTask
-
-NOETA = str(Path(sys.executable).parent / "noeta")
+from noeta.testing.command_line import run_in_process
 
 
 def noeta(url: str, *arguments: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("NOETA_", "OTEL_"))}
     environment["NOETA_STORE"] = url
-    return subprocess.run(
-        [NOETA, *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=environment,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    return run_in_process(arguments, environment)
 
 
 @pytest.fixture

@@ -1,22 +1,21 @@
-"""`noeta export` and `noeta replay` through the real executable (issue 30 item 2): an
+"""`noeta export` and `noeta replay` as the executable runs them (issue 30 item 2): an
 export of logs this code wrote replays clean (exit 0); a log from a newer noeta or a
 truncated export is named in one line (exit 1)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 from pathlib import Path
 
-NOETA = str(Path(sys.executable).parent / "noeta")
+from noeta.testing.command_line import run_in_process
+
 SCRIPT = "scripted:" + str(Path(__file__).parents[2] / "examples" / "three-steps.yaml")
 
 
 def noeta(*arguments: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [NOETA, *arguments], input=stdin, capture_output=True, text=True, timeout=120, check=False
-    )
+    return run_in_process(arguments, os.environ, stdin)
 
 
 def test_an_export_replays_and_a_changed_one_parts(tmp_path: Path) -> None:

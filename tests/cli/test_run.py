@@ -12,26 +12,40 @@ from pathlib import Path
 
 import pytest
 
+from noeta.testing.command_line import run_in_process
+
 EXAMPLE = Path(__file__).parents[2] / "examples" / "hello.yaml"
 
 
 def noeta(
     *arguments: str, store: str, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    environment = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL")
-    }
+    """`noeta ARGUMENTS` on `store`, run in this process (a new one costs about a second of
+    CPU and proves nothing more about parsing, output and exit codes)."""
+    return run_in_process(arguments, command_environment(store, env), stdin)
+
+
+def noeta_process(
+    *arguments: str, store: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`noeta ARGUMENTS` as a real process: for what only a process shows (state read once
+    at import, such as NOETA_FAILPOINTS; what the interpreter prints)."""
     return subprocess.run(
         [sys.executable, "-m", "noeta", *arguments],
         capture_output=True,
         text=True,
         timeout=120,
         input=stdin,
-        env={**environment, "NOETA_STORE": store, **(env or {})},
+        env=command_environment(store, env),
         check=False,
     )
+
+
+def command_environment(store: str, env: dict[str, str] | None) -> dict[str, str]:
+    """This process's environment without the providers' keys, with NOETA_STORE and `env`."""
+    keys = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL")
+    environment = {k: v for k, v in os.environ.items() if k not in keys}
+    return {**environment, "NOETA_STORE": store, **(env or {})}
 
 
 @pytest.fixture
@@ -199,7 +213,7 @@ def test_run_keeps_its_task_while_a_worker_is_idle_on_the_same_store(
         while "listening for wake-ups" not in output.read_text():
             assert time.monotonic() < deadline and worker.poll() is None, output.read_text()
             time.sleep(0.05)
-        result = noeta(
+        result = noeta_process(
             "run",
             "What does noeta guarantee?",
             "--model",

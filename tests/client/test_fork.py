@@ -5,9 +5,9 @@ tool's side-effect ledger and the scripted model's requests show it."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,10 +25,10 @@ from noeta.core.rules import events
 from noeta.core.rules.fold import LoggedEvent, fold
 from noeta.core.rules.next_action import next_action
 from noeta.core.runner.task import TaskRunner
+from noeta.testing.command_line import run_in_process
 from tests.core.runner.test_runner import Echo, create, run_once, script
 from tests.core.test_golden_logs import NAMES, plain, read_log
 
-NOETA = str(Path(sys.executable).parent / "noeta")
 GOLDEN = "tool_results_back_to_the_model"  # a golden log with several fork points
 CALL = {"tool_calls": [{"id": "c1", "name": "Echo", "input": {"text": "a"}}]}
 
@@ -180,9 +180,9 @@ async def test_the_forks_of_a_golden_log_are_stored_whole(client: AsyncClient) -
 def test_the_command_prints_the_fork_or_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'noeta.db'}"
     model = script(tmp_path, {"text": "4"})
-    submitted = run([NOETA, "submit", "2+2?", "--model", model, "--id", "t", "--store", url])
+    submitted = run(["submit", "2+2?", "--model", model, "--id", "t", "--store", url])
     assert submitted.returncode == 0, submitted.stderr
-    forked = run([NOETA, "fork", "t", "--at", "1", "--id", "f", "--store", url])
+    forked = run(["fork", "t", "--at", "1", "--id", "f", "--store", url])
     assert (forked.returncode, forked.stdout.strip()) == (0, "f")
     bad = {
         ("fork", "t", "--at", "7"): "seq 7 is not in task t's log (seqs 1 to 1)",
@@ -193,7 +193,7 @@ def test_the_command_prints_the_fork_or_one_line(tmp_path: Path) -> None:
         ("fork", "t", "--at", "1", "--reply-file", str(tmp_path / "none.json")): "none.json",
     }
     for arguments, said in bad.items():
-        failed = run([NOETA, *arguments, "--store", url])
+        failed = run([*arguments, "--store", url])
         assert failed.returncode != 0, arguments
         lines = failed.stderr.strip().splitlines()
         assert len(lines) == 1 and said in lines[0], (arguments, failed.stderr)
@@ -201,7 +201,8 @@ def test_the_command_prints_the_fork_or_one_line(tmp_path: Path) -> None:
 
 
 def run(arguments: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(arguments, capture_output=True, text=True, timeout=120, check=False)
+    """`noeta ARGUMENTS`, run in this process (the same entry point, no interpreter start)."""
+    return run_in_process(arguments, os.environ)
 
 
 def test_a_reply_file_is_checked(tmp_path: Path) -> None:
@@ -209,10 +210,8 @@ def test_a_reply_file_is_checked(tmp_path: Path) -> None:
     reply.write_text(json.dumps({"content": "not a list"}))
     url = f"sqlite:///{tmp_path / 'noeta.db'}"
     model = script(tmp_path, {"text": "4"})
-    assert (
-        run([NOETA, "submit", "q", "--model", model, "--id", "t", "--store", url]).returncode == 0
-    )
-    failed = run([NOETA, "fork", "t", "--at", "1", "--reply-file", str(reply), "--store", url])
+    assert run(["submit", "q", "--model", model, "--id", "t", "--store", url]).returncode == 0
+    failed = run(["fork", "t", "--at", "1", "--reply-file", str(reply), "--store", url])
     assert failed.returncode != 0 and 'a "content" list' in failed.stderr
 
 

@@ -21,7 +21,7 @@ from noeta.plugins.core import Read
 from noeta.plugins.core.workspace_copy import WorkspaceCopies
 from noeta.plugins.core.worktrees import Worktrees
 from noeta.plugins.toolbox import Toolbox
-from tests.client.test_fork import NOETA, run
+from tests.client.test_fork import run
 from tests.core.runner.test_runner import Echo, create, run_once, script
 from tests.plugins.core.test_workspace_copy import UNCONFINED, git
 
@@ -129,16 +129,14 @@ async def test_a_fresh_fork_is_stored_as_before_and_a_fork_of_a_copy_copies_its_
 def test_the_command_takes_fresh_or_copy(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'noeta.db'}"
     model = script(tmp_path, {"text": "4"})
-    submitted = run([NOETA, "submit", "2+2?", "--model", model, "--id", "t", "--store", url])
+    submitted = run(["submit", "2+2?", "--model", model, "--id", "t", "--store", url])
     assert submitted.returncode == 0, submitted.stderr
-    forked = run(
-        [NOETA, "fork", "t", "--at", "1", "--id", "f", "--workspace", "copy", "--store", url]
-    )
+    forked = run(["fork", "t", "--at", "1", "--id", "f", "--workspace", "copy", "--store", url])
     assert (forked.returncode, forked.stdout.strip()) == (0, "f"), forked.stderr
-    failed = run([NOETA, "fork", "t", "--at", "1", "--workspace", "foo", "--store", url])
+    failed = run(["fork", "t", "--at", "1", "--workspace", "foo", "--store", url])
     lines = failed.stderr.strip().splitlines()
     assert failed.returncode != 0 and len(lines) == 1 and "'foo' is not one of" in lines[0]
-    helped = run([NOETA, "fork", "--help"])
+    helped = run(["fork", "--help"])
     assert "not versioned by the log" in " ".join(helped.stdout.split())
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from noeta.backends.stores import open_store
 from noeta.client import AsyncClient, Submission
 from noeta.core.errors import PayloadError
+from noeta.testing.command_line import run_in_process
 
 SCRIPT = "scripted:" + str(Path(__file__).parents[2] / "examples" / "hello.yaml")
 NUL = "a\x00b"
@@ -57,15 +57,8 @@ async def test_the_client_refuses_a_nul_naming_the_field_and_writes_nothing(
 
 def noeta(store: str, *arguments: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("NOETA_")}
-    return subprocess.run(
-        [sys.executable, "-m", "noeta", *arguments],
-        capture_output=True,
-        text=True,
-        input=stdin,
-        timeout=120,
-        env={**environment, "NOETA_STORE": store, "NOETA_HOME": str(Path(store).parent)},
-        check=False,
-    )
+    environment |= {"NOETA_STORE": store, "NOETA_HOME": str(Path(store).parent)}
+    return run_in_process(arguments, environment, stdin)
 
 
 # A command line cannot hold a NUL: it comes through standard input, or a cron file.

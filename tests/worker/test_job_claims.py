@@ -7,13 +7,12 @@ import asyncio
 import os
 import re
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from noeta.core.ports.store import Store
+from noeta.testing.command_line import run_in_process
 
 from .conftest import (
     WorkerProcess,
@@ -174,12 +173,7 @@ async def test_a_cancel_reaches_a_task_holding_its_claim_for_a_job(
     await until(holding, "the task holds its claim while the job runs")
     assert running(name)  # the test sees the job: it can see it stop
     cancel = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "noeta", "cancel", "t", "--store", postgres_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+        run_in_process, ["cancel", "t", "--store", postgres_url], os.environ
     )
     assert cancel.returncode == 0 and "cancel requested" in cancel.stdout, cancel.stderr
 

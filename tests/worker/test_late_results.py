@@ -6,15 +6,15 @@ decided by the test, never by timing."""
 from __future__ import annotations
 
 import json
+import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 from noeta.core.ports.store import Store
 from noeta.core.ports.tool import OUTCOME_UNKNOWN
+from noeta.testing.command_line import run_in_process
 
 from .conftest import (
     WorkerProcess,
@@ -126,13 +126,8 @@ async def test_a_result_that_comes_after_the_call_was_settled_is_kept_for_the_op
 
 
 def noeta_show(url: str, *options: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "noeta", "show", "t", "--store", url, *options],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = run_in_process(["show", "t", "--store", url, *options], os.environ)
+    assert result.returncode == 0, result.stderr
     return result.stdout
 
 

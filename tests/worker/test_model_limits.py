@@ -5,8 +5,6 @@ limit set`, no task fails, and a 429's Retry-After holds every worker off."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 
 import psycopg
@@ -14,6 +12,7 @@ import psycopg
 from noeta.core.ports.model_limits import ModelLimiter
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
+from noeta.testing.command_line import run_in_process
 from noeta.testing.fake_providers import FakeAnthropic, HttpError, Reply
 
 from .conftest import WorkerProcess, status_of, until
@@ -22,14 +21,8 @@ MODEL = "fake-model"
 
 
 def limit_set(url: str, *arguments: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "noeta", "limit", "set", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "NOETA_STORE": url},  # not --store: it holds a password
-        check=False,
-    )
+    # not --store: it holds a password
+    result = run_in_process(["limit", "set", *arguments], {**os.environ, "NOETA_STORE": url})
     assert result.returncode == 0, result.stderr
 
 
