@@ -30,7 +30,7 @@ VERBS = {
 SKIPPED = {
     "retry": "retried already",
     "cancel": "finished, or asked to stop already",
-    "prune": "kept: a live subtask, parent or retry, or another prune took it",
+    "prune": "kept: a live subtask or parent, or another prune took it",
 }
 
 

@@ -79,6 +79,15 @@ async def test_failures_are_grouped_and_a_group_is_retried_then_discarded(
     after = http.get("/failures").text
     assert "KeyError" not in after and "ValueError" in after
 
+    # "retry all" then "discard all": the sources go, their live retries stay (ADR-0108).
+    confirmation = http.get(f"/bulk/prune?{group}")
+    done = http.post("/bulk/prune", data=form_fields(confirmation.text, "/bulk/prune"))
+    assert "pruned 3 of 3 tasks" in done.text, done.text
+    for n in range(3):
+        assert await store.get_task(f"add-{n}") is None
+        assert await store.get_task(f"add-{n}.retry-1") is not None
+    assert "ValueError" not in http.get("/failures").text
+
 
 async def test_the_bulk_buttons_sit_under_every_filter_of_the_list(
     store: Store, web: Callable[..., TestClient]
@@ -114,8 +123,7 @@ async def test_none_matching_a_stale_selection_and_a_bad_grouping(
     said = re.search(r'id="confirmation">([^<]*)<', done.text)
     assert said is not None
     assert html.unescape(said.group(1)) == (
-        "pruned 2 of 3 tasks; 1 skipped (kept: a live subtask, parent or retry, or another "
-        "prune took it); 1 of the 4 confirmed no longer match (changed since the count)"
+        "pruned 3 of 3 tasks; 1 of the 4 confirmed no longer match (changed since the count)"
     )
 
     newest = http.get("/failures", params={"newest": "1"}).text
