@@ -21,9 +21,11 @@ from noeta.core.ports.store_values import StoredEvent, TaskRecord, TaskStatus, c
 # this many index entries at most (a million done tasks are "10000+", not a scan).
 MAX_PAGE = 1000
 COUNT_CAP = 10_000
-# A text search's length: one character matches nearly every task and no index serves
-# it; a long one is not a search someone typed.
-MIN_SEARCH_CHARS = 2
+# A text search's length: the trigram index serves three characters or more; a shorter
+# text has no trigram, and one found in few tasks is a scan of the whole index table
+# (551 ms at a million, ADR-0103), so it is refused with the filters that do serve it.
+# A long one is not a search someone typed.
+MIN_SEARCH_CHARS = 3
 MAX_SEARCH_CHARS = 200
 # The failures one grouping reads, the newest: by default (two index probes each; about
 # 1.5 s for 10,000 on a loaded 2-core machine, bench/web.py), and at most when asked.
@@ -277,7 +279,10 @@ def checked_search(text: str | None) -> str | None:
     if not text:
         return None
     if len(text) < MIN_SEARCH_CHARS:
-        raise ConfigError(f"search for {MIN_SEARCH_CHARS} characters or more, not {text!r}")
+        raise ConfigError(
+            f"search for {MIN_SEARCH_CHARS} characters or more, not {text!r}: a shorter "
+            "text has no index to find it by; filter by job name, or open a task by its id"
+        )
     if len(text) > MAX_SEARCH_CHARS:
         raise ConfigError(
             f"the text to search for is {len(text):,} characters; at most {MAX_SEARCH_CHARS}"
