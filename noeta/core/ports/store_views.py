@@ -205,10 +205,12 @@ class StoreViews(Protocol):
         ...
 
     async def failure_groups(
-        self, *, queue: str | None = None, cap: int = FAILURES_GROUPED
+        self, *, queue: str | None = None, cap: int | None = FAILURES_GROUPED
     ) -> list[FailureGroup]:
-        """The newest `cap` failed tasks (by finish; of `queue`, or any) grouped by error
-        kind, kind and queue, in one statement: the largest group first."""
+        """The newest `cap` failed tasks (by finish; of `queue`, or any), or every one
+        (`cap` None), grouped by error kind, kind and queue in one statement, the largest
+        group first. Every one is fast once `index_search` has built the search index
+        (PostgreSQL groups what it holds, ADR-0103), as slow as reading each before."""
         ...
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
@@ -299,11 +301,11 @@ def filtered_statuses(statuses: Sequence[TaskStatus], kind: str | None) -> list[
     return [status for status in wanted if status is ended]
 
 
-def check_failure_query(queue: str | None, cap: int) -> int:
-    """The cap of a `failure_groups` query, checked with its queue's name."""
+def check_failure_query(queue: str | None, cap: int | None) -> int | None:
+    """The cap of a `failure_groups` query (None: no cap), checked with its queue's name."""
     if queue is not None:
         check_key("queue name", queue)
-    if isinstance(cap, bool) or not 1 <= cap <= MAX_FAILURES:
+    if cap is not None and (isinstance(cap, bool) or not 1 <= cap <= MAX_FAILURES):
         raise ConfigError(f"failures are grouped over 1 to {MAX_FAILURES:,} tasks, not {cap}")
     return cap
 

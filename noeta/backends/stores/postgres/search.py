@@ -12,8 +12,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.backends.stores.task_search_rows import SEARCH_CHARS, haystack, needle
+from noeta.backends.stores.task_search_rows import (
+    SEARCH_CHARS,
+    haystack,
+    how_it_ended,
+    needle,
+)
 from noeta.core.ports import payload
+from noeta.core.ports.store import TaskStatus
 from noeta.core.ports.store_views import text_pattern
 
 log = logging.getLogger("noeta.store")
@@ -40,7 +46,7 @@ def _mark(walk: str, column: str) -> str:
 # and, for a task whose text is wanted, the cut texts of its opening, call and end.
 _TEXTS = """
 SELECT c.at, b.id, b.created_at, b.walked_at, b.wanted, opening.size, opening.text,
-       called.size, called.text, ending.size, ending.text
+       called.size, called.text, ending.size, ending.text, b.status
   FROM cutoff c LEFT JOIN batch b ON true
   LEFT JOIN LATERAL (SELECT length(e.data) AS size, left(e.data, %(chars)s) AS text
                        FROM events e WHERE b.wanted AND e.task_id = b.id AND e.seq = 1
@@ -90,10 +96,14 @@ batch AS (
 # before it is read with its error by the walk by creation.
 STORE_BATCH = """
 WITH stored AS (
-  INSERT INTO task_search AS s (task_id, created_at, haystack)
-  SELECT * FROM unnest(%(ids)s::text[], %(ats)s::timestamptz[], %(texts)s::text[])
+  INSERT INTO task_search AS s (task_id, created_at, haystack, ended, error_kind, kind)
+  SELECT * FROM unnest(%(ids)s::text[], %(ats)s::timestamptz[], %(texts)s::text[],
+                       %(ended)s::text[], %(error_kinds)s::text[], %(kinds)s::text[])
   ON CONFLICT (task_id) DO UPDATE SET created_at = excluded.created_at,
-                                      haystack = excluded.haystack
+                                      haystack = excluded.haystack,
+                                      ended = excluded.ended,
+                                      error_kind = excluded.error_kind,
+                                      kind = excluded.kind
    WHERE length(excluded.haystack) >= length(s.haystack)
       OR excluded.created_at <> s.created_at
   RETURNING 1),
@@ -225,12 +235,16 @@ class PostgresSearch(PostgresConnection):
         walked = [row for row in read if row[1] is not None]
         done = len(walked) < rows
         at, last = (cutoff, "") if done else (walked[-1][3], walked[-1][1])
+        ends = [how_it_ended(TaskStatus(row[11]), *_cut_texts(row)[1:]) for row in texts]
         await self._write(
             STORE_BATCH,
             {
                 "ids": [row[1] for row in texts],
                 "ats": [row[2] for row in texts],
                 "texts": [haystack(row[1], *_cut_texts(row)) for row in texts],
+                "ended": [end[0] for end in ends],
+                "error_kinds": [end[1] for end in ends],
+                "kinds": [end[2] for end in ends],
                 "walk": walk,
                 "at": at,
                 "id": last,

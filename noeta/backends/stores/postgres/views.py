@@ -12,7 +12,7 @@ from typing import Any
 from noeta.backends.stores.postgres.failure_groups import PostgresFailureGroups
 from noeta.backends.stores.postgres.finished_usage import PostgresFinishedUsage
 from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _stored_event, _task_record
-from noeta.backends.stores.postgres.search import PostgresSearch, matching_ids, search_params
+from noeta.backends.stores.postgres.search import matching_ids, search_params
 from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS, summary
 from noeta.core.ports import payload
 from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
@@ -169,7 +169,7 @@ def error_regex(kind: str) -> str:
     return rf'"error":"(?:[^"\\ ]+ failed: )?{_literal(kind)}: '
 
 
-class PostgresViews(PostgresSearch, PostgresFailureGroups, PostgresFinishedUsage):
+class PostgresViews(PostgresFailureGroups, PostgresFinishedUsage):
     """The read-only views of `noeta web`."""
 
     async def task_page(
