@@ -9,11 +9,13 @@ ALTER TABLE task_search
     ADD COLUMN error_kind text,  -- as store_views.error_kind reads the error; '' if none
     ADD COLUMN kind       text;  -- 'agent', or the job's function name
 
--- The failed and cancelled rows newest first: what the failures page groups (a few
--- rows a failure) and what a search filtered to those statuses walks, stopping at its
--- page (a text every failure holds), or reads whole (one few hold).
+-- The failed and cancelled rows newest first: what a search filtered to those statuses
+-- walks, stopping at its page (a text many failures hold). With the kinds included, the
+-- failures page groups every failure from this index alone (an index-only scan once
+-- vacuum has marked the pages: 11,202 failures in 33-48 ms at a million tasks, where
+-- the table's rows sit one a page).
 CREATE INDEX task_search_ended ON task_search (ended, created_at, task_id)
-    WHERE ended IS NOT NULL;
+    INCLUDE (error_kind, kind) WHERE ended IS NOT NULL;
 
 -- Rows written before this migration have no ended: both walks start again and write
 -- every row anew (the same texts, with the new columns). Until they are done, a search
