@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from noeta.client.bulk_actions import BulkOutcome, Progress
 from noeta.core.errors import NoetaError
+from noeta.web.render import scrubbed
 
 log = logging.getLogger("noeta.web")
 
@@ -91,7 +92,7 @@ class BulkRuns:
         except BulkStopped:
             run.stopped = True
         except NoetaError as error:  # the store failed, or refused: run it again to go on
-            run.failure = str(error)
+            run.failure = scrubbed(str(error))
         except Exception as error:  # a bug: said on the page, logged without its text
             log.error("noeta web: bulk %s run failed: %s", run.action, type(error).__name__)
             run.failure = f"unexpected {type(error).__name__} (a bug in noeta web)"
