@@ -2,11 +2,13 @@
 the app itself (Starlette's TestClient), so the figure is what a browser waits for minus
 the network: the task list's first page (rows, each row's kind, input, error and runtime,
 counts, HTML), the next page by its cursor, its status, job-name and error-kind filters,
-text searches (ids, prompts, job names, errors; after the search's index is built, whose
-time and size are printed), a task page, the workers, queues (the first request: while
-its charts' rollup fills in the background), model-limits and cost pages (the cost page's
-first walk of 30 days of finished tasks, each agent task with a model call and its reply,
-timed until its figures are drawn). Prints a table with the machine's load.
+text searches (ids, prompts, job names, errors, alone and with status=failed; after the
+search's index is built, whose time and size are printed), a task page, the workers,
+queues (the first request: while its charts' rollup fills in the background),
+model-limits, failures (every failure, from the search's index; the newest 2,000 read
+one by one) and cost pages (the cost page's first walk of 30 days of finished tasks,
+each agent task with a model call and its reply, timed until its figures are drawn).
+Prints a table with the machine's load.
 
     .venv/bin/python bench/web.py                   # 1,000,000 tasks (about a minute to fill)
     .venv/bin/python bench/web.py --tasks 100000    # any number
@@ -188,15 +190,20 @@ def measure(url: str, tasks: int) -> None:
             ("search: part of a job's name", "/tasks?q=resiz"),
             ("search: an error message", f"/tasks?q=bad%20{(tasks // 890) * 890}"),
             ("search: found nowhere", "/tasks?q=nowhere"),
-            ("search: two characters", "/tasks?q=zq"),
+            ("search: three characters, found nowhere", "/tasks?q=zqx"),
             ("search + status=failed", "/tasks?q=overloaded&status=failed"),
+            (
+                "search + status=failed, a rare text",
+                f"/tasks?q=bad%20{(tasks // 890) * 890}&status=failed",
+            ),
             ("a task's page", f"/tasks/task-{tasks // 2}"),
             ("workers", "/workers"),
             ("queues, finished per minute (last hour)", "/queues"),
             ("queues, finished per hour (last day)", "/queues?range=day"),
             ("one queue, finished per minute", "/queues?queue=q1"),
             ("model limits", "/limits"),
-            ("failures by cause (the newest 10,000)", "/failures"),
+            ("failures by cause (every failure, indexed)", "/failures"),
+            ("failures by cause (the newest 2,000, read)", "/failures?newest=2000"),
             ("cost page, its figures (after the walk below)", "/cost"),
             ("cost page, by concurrency key, 7 days", "/cost?by=key&days=7"),
         ]

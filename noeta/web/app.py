@@ -73,6 +73,7 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
         finally:
             await feed.close()
             await site.search_index.close()
+            await site.bulk_runs.close()
             await history.close()
             await costs.close()
             await site.client.close()
@@ -94,6 +95,8 @@ def create_app(site: Site, feed: live.LiveFeed | None = None) -> Starlette:
             # Not under /tasks/: "bulk" may be a task's id.
             route("/bulk/{action}", bulk_pages.confirm),
             route("/bulk/{action}", bulk_pages.act, ("POST",)),
+            route("/bulk/runs/{run}", bulk_pages.run_page),
+            route("/bulk/runs/{run}/stop", bulk_pages.stop, ("POST",)),
             route("/failures", failure_pages.failures_page),
             route("/workers", ops_pages.workers_page),
             route("/cron", ops_pages.cron_page),

@@ -15,6 +15,7 @@ from noeta.core.errors import ConfigError
 from noeta.core.ports.store import Store
 from noeta.core.ports.store_views import StoreViews
 from noeta.scheduler.cronfile import Schedule
+from noeta.web.bulk_runs import BulkRuns
 from noeta.web.render import h, link, page, status_note
 from noeta.web.replica import ReadReplica
 from noeta.web.search_index import SearchIndex
@@ -39,6 +40,7 @@ class Site:
     secure_cookie: bool = False  # off loopback the session cookie travels over HTTPS only
     max_streams: int = DEFAULT_MAX_STREAMS
     search_index: SearchIndex = field(default_factory=SearchIndex)
+    bulk_runs: BulkRuns = field(default_factory=BulkRuns)  # bulk actions in the background
     # --replica: what the pages read through (a streaming standby) and how far behind it is.
     replica: ReadReplica | None = None
     sessions: Sessions = field(init=False)

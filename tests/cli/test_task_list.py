@@ -106,7 +106,7 @@ def test_search_finds_job_names_and_errors(listed_tasks: str) -> None:
         (["--since", "yesterday"], "is neither a moment"),
         (["--since", "2026-13-45"], "is neither a moment"),
         (["--error", "no such"], "is not an error kind"),
-        (["--search", "x"], "search for 2 characters or more, not 'x'"),
+        (["--search", "xy"], "search for 3 characters or more, not 'xy'"),
         (["--search", "x" * 10_000], "10,000 characters; at most 200"),
         (["--group-by", "cause"], "Invalid value for '--group-by': 'cause' is not 'error'"),
         (["--group-by", "error", "--status", "done"], "groups failed tasks, not done ones"),

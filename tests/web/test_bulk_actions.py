@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from httpx import Response
 from starlette.testclient import TestClient
 
 from noeta.core.ports.store import CANCEL_KEY, Finish, NewTask, Store, TaskStatus
@@ -24,6 +25,21 @@ async def failed_task(store: Store, task_id: str, queue: str = "default") -> Non
     assert claim is not None
     finished = events.TaskFinished("failed", error="llm_truncated")
     await store.append(claim, 1, encoded(finished), next_state=FAILED)
+
+
+def run_ended(http: TestClient, response: Response) -> str:
+    """The page of a bulk run (where its POST led) once the run has ended: each read of it
+    waits up to a second server-side for the run's task, so this is a bounded wait on an
+    event, not a timed one."""
+    assert response.status_code == 303, response.text
+    run = response.headers["location"]
+    assert re.fullmatch(r"/bulk/runs/[\w-]+", run), run
+    for _ in range(600):
+        page = http.get(run)
+        assert page.status_code == 200, page.text
+        if 'id="confirmation"' in page.text:
+            return page.text
+    raise AssertionError(f"the bulk run {run} never ended")
 
 
 def bulk_links(page: str) -> list[tuple[str, str]]:
@@ -54,14 +70,13 @@ async def test_retry_all_is_offered_confirmed_and_done_once(
     assert http.post("/bulk/retry", data={**fields, "csrf": "forged"}).status_code == 403
     assert await store.get_task("f0.retry-1") is None  # the forged form did nothing
 
-    done = http.post("/bulk/retry", data=fields)
-    assert done.status_code == 200, done.text
-    assert "retried 3 of 3 tasks" in done.text
+    done = run_ended(http, http.post("/bulk/retry", data=fields))
+    assert "retried 3 of 3 tasks" in done
     for n in range(3):
         assert await store.get_task(f"f{n}.retry-1") is not None
     assert await store.get_task("elsewhere.retry-1") is None
-    again = http.post("/bulk/retry", data=fields)  # the form sent twice
-    assert "retried 0 of 3 tasks; 3 skipped (retried already)" in again.text
+    again = run_ended(http, http.post("/bulk/retry", data=fields))  # the form sent twice
+    assert "retried 0 of 3 tasks; 3 skipped (retried already)" in again
 
 
 async def test_cancel_all_asks_each_unfinished_task_to_stop(
@@ -80,8 +95,10 @@ async def test_cancel_all_asks_each_unfinished_task_to_stop(
     ]
     confirmation = http.get("/bulk/cancel", params={"status": "ready"})
     assert "cancel 4 ready tasks?" in confirmation.text
-    done = http.post("/bulk/cancel", data=form_fields(confirmation.text, "/bulk/cancel"))
-    assert "asked to stop 4 of 4 tasks" in done.text
+    done = run_ended(
+        http, http.post("/bulk/cancel", data=form_fields(confirmation.text, "/bulk/cancel"))
+    )
+    assert "asked to stop 4 of 4 tasks" in done
     for n in range(4):
         assert [e.dedupe_key for e in await store.read_inbox(f"r{n}")] == [CANCEL_KEY]
     assert await store.read_inbox("running") == []  # not in the filter

@@ -72,6 +72,7 @@ async def test_failures_are_grouped_by_error_kind_kind_and_queue(views: StoreVie
     ]
     values = groups[0]
     assert values.first_at <= values.last_at
+    assert shape(await views.failure_groups(cap=None)) == shape(groups)  # every failure
     assert shape(await views.failure_groups(queue="other")) == [("llm_error", "agent", "other", 2)]
     # The newest two failures only: agent-2, then plain.
     assert sorted(shape(await views.failure_groups(cap=2))) == [

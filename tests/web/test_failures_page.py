@@ -15,6 +15,7 @@ from noeta.client import AsyncClient
 from noeta.core.ports.store import Store
 from noeta.core.ports.store_views import StoreViews
 from tests.web.test_actions import form_fields
+from tests.web.test_bulk_actions import run_ended
 from tests.web.test_failure_groups import ended
 
 
@@ -59,8 +60,10 @@ async def test_failures_are_grouped_and_a_group_is_retried_then_discarded(
     assert "retry 3 failed tasks of job add that ended with ValueError of queue default?" in (
         confirmation.text
     )
-    done = http.post("/bulk/retry", data=form_fields(confirmation.text, "/bulk/retry"))
-    assert "retried 3 of 3 tasks" in done.text
+    done = run_ended(
+        http, http.post("/bulk/retry", data=form_fields(confirmation.text, "/bulk/retry"))
+    )
+    assert "retried 3 of 3 tasks" in done
     for n in range(3):
         assert await store.get_task(f"add-{n}.retry-1") is not None
     assert await store.get_task("add-key.retry-1") is None
@@ -73,11 +76,22 @@ async def test_failures_are_grouped_and_a_group_is_retried_then_discarded(
     fields = form_fields(confirmation.text, "/bulk/prune")
     assert http.post("/bulk/prune", data={**fields, "csrf": "forged"}).status_code == 403
     assert await store.get_task("add-key") is not None
-    done = http.post("/bulk/prune", data=fields)
-    assert "pruned 1 of 1 tasks" in done.text, done.text
+    done = run_ended(http, http.post("/bulk/prune", data=fields))
+    assert "pruned 1 of 1 tasks" in done, done
     assert await store.get_task("add-key") is None and await store.read_log("add-key") == []
     after = http.get("/failures").text
     assert "KeyError" not in after and "ValueError" in after
+
+    # "retry all" then "discard all": the sources go, their live retries stay (ADR-0108).
+    confirmation = http.get(f"/bulk/prune?{group}")
+    done = run_ended(
+        http, http.post("/bulk/prune", data=form_fields(confirmation.text, "/bulk/prune"))
+    )
+    assert "pruned 3 of 3 tasks" in done, done
+    for n in range(3):
+        assert await store.get_task(f"add-{n}") is None
+        assert await store.get_task(f"add-{n}.retry-1") is not None
+    assert "ValueError" not in http.get("/failures").text
 
 
 async def test_the_bulk_buttons_sit_under_every_filter_of_the_list(
@@ -110,12 +124,13 @@ async def test_none_matching_a_stale_selection_and_a_bad_grouping(
     async with AsyncClient(postgres_url) as client:  # one retried, one pruned since the count
         await client.retry("add-0")
         await client.prune_many(status="failed", job="add", error_kind="KeyError")
-    done = http.post("/bulk/prune", data=form_fields(confirmation.text, "/bulk/prune"))
-    said = re.search(r'id="confirmation">([^<]*)<', done.text)
+    done = run_ended(
+        http, http.post("/bulk/prune", data=form_fields(confirmation.text, "/bulk/prune"))
+    )
+    said = re.search(r'id="confirmation">([^<]*)<', done)
     assert said is not None
     assert html.unescape(said.group(1)) == (
-        "pruned 2 of 3 tasks; 1 skipped (kept: a live subtask, parent or retry, or another "
-        "prune took it); 1 of the 4 confirmed no longer match (changed since the count)"
+        "pruned 3 of 3 tasks; 1 of the 4 confirmed no longer match (changed since the count)"
     )
 
     newest = http.get("/failures", params={"newest": "1"}).text

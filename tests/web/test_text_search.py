@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from noeta.backends.stores import open_store
+from noeta.backends.stores.postgres import search
 from noeta.core.ports.retention import Pruning
 from noeta.core.ports.store import TaskStatus
 from noeta.core.ports.store_views import StoreViews
@@ -128,3 +129,33 @@ async def test_a_pruned_tasks_row_of_the_search_goes_with_it(
     with psycopg.connect(store_url) as connection:
         rows = connection.execute("SELECT task_id FROM task_search ORDER BY 1").fetchall()
     assert [row[0] for row in rows] == ["a-plain", "a-quarter", "j-resize"]
+
+
+async def test_a_search_of_failed_tasks_finds_each_however_far_the_index_has_read_it(
+    views: StoreViews, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search, "ENDED_WALK", 1)  # PostgreSQL walks one failure first
+    # On PostgreSQL a search filtered to failed tasks reads only the rows of task_search
+    # that say how their task ended (ADR-0103): a task indexed while it ran, then failed,
+    # has no such row until the walk by finish passes it, and is matched whole meanwhile.
+    await agent(views, "a-late", "watch the quarterly numbers")
+    await agent(views, "a-early", "watch the quarterly numbers early")
+    ended = events.TaskFinished("failed", error="llm_error: the provider said 500")
+    await run(views, "a-early", ended, ends=TaskStatus.FAILED)
+    await agent(views, "a-fine", "watch the quarterly numbers as well")
+    await run(views, "a-fine", events.TaskFinished("done", answer="ok"), ends=TaskStatus.DONE)
+    await fill(views)
+    await run(views, "a-late", ended, ends=TaskStatus.FAILED)
+    failed = [TaskStatus.FAILED]
+    for _ in range(2):  # before the walk by finish passes a-late, then after
+        found = await views.task_page(statuses=failed, text="quarterly numbers")
+        assert sorted(record.id for record in found) == ["a-early", "a-late"]
+        # A page the newest failures fill (on PostgreSQL, from the walk of their rows).
+        newest = await views.task_page(statuses=failed, text="quarterly numbers", limit=1)
+        assert [record.id for record in newest] == ["a-early"]
+        two = await views.task_page(statuses=failed, text="quarterly numbers", limit=2)
+        assert [record.id for record in two] == ["a-early", "a-late"]
+        assert await views.count_tasks(statuses=failed, text="quarterly numbers") == 2
+        assert await views.count_tasks(statuses=failed, text="provider said") == 2
+        assert await views.count_tasks(statuses=[TaskStatus.DONE], text="quarterly") == 1
+        await fill(views)

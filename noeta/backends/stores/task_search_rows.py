@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 
 from noeta.backends.stores.task_summary_rows import string_field
-from noeta.core.ports.store_views import text_pattern
+from noeta.core.ports.store import TaskStatus
+from noeta.core.ports.store_views import AGENT, error_kind, text_pattern
 
 # Of each event's stored text: a prompt's first two thousand-odd characters are searched
 # (the opening of a prompt says what it is; a megabyte's would bloat the index).
@@ -33,6 +34,20 @@ def haystack(
     if ending is not None:
         fields.append(string_field(ending[1], ending[0], "error"))
     return storable("\n".join(field for field in fields if field).lower())
+
+
+def how_it_ended(
+    status: TaskStatus, call: tuple[int, str] | None, ending: tuple[int, str] | None
+) -> tuple[str | None, str | None, str | None]:
+    """A failed or cancelled task's status, error kind and kind (agent or the job's
+    function), as the failures page groups them (ADR-0103); (None, None, None) for any
+    other task."""
+    if status not in (TaskStatus.FAILED, TaskStatus.CANCELLED):
+        return None, None, None
+    kind = AGENT if call is None else string_field(call[1], call[0], "name") or "job"
+    error = string_field(ending[1], ending[0], "error") if ending else ""
+    cancelled = status is TaskStatus.CANCELLED
+    return status.value, storable(error_kind(error, cancelled=cancelled)), storable(kind)
 
 
 def storable(text: str) -> str:

@@ -21,9 +21,11 @@ from noeta.core.ports.store_values import StoredEvent, TaskRecord, TaskStatus, c
 # this many index entries at most (a million done tasks are "10000+", not a scan).
 MAX_PAGE = 1000
 COUNT_CAP = 10_000
-# A text search's length: one character matches nearly every task and no index serves
-# it; a long one is not a search someone typed.
-MIN_SEARCH_CHARS = 2
+# A text search's length: the trigram index serves three characters or more; a shorter
+# text has no trigram, and one found in few tasks is a scan of the whole index table
+# (551 ms at a million, ADR-0103), so it is refused with the filters that do serve it.
+# A long one is not a search someone typed.
+MIN_SEARCH_CHARS = 3
 MAX_SEARCH_CHARS = 200
 # The failures one grouping reads, the newest: by default (two index probes each; about
 # 1.5 s for 10,000 on a loaded 2-core machine, bench/web.py), and at most when asked.
@@ -203,10 +205,12 @@ class StoreViews(Protocol):
         ...
 
     async def failure_groups(
-        self, *, queue: str | None = None, cap: int = FAILURES_GROUPED
+        self, *, queue: str | None = None, cap: int | None = FAILURES_GROUPED
     ) -> list[FailureGroup]:
-        """The newest `cap` failed tasks (by finish; of `queue`, or any) grouped by error
-        kind, kind and queue, in one statement: the largest group first."""
+        """The newest `cap` failed tasks (by finish; of `queue`, or any), or every one
+        (`cap` None), grouped by error kind, kind and queue in one statement, the largest
+        group first. Every one is fast once `index_search` has built the search index
+        (PostgreSQL groups what it holds, ADR-0103), as slow as reading each before."""
         ...
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:
@@ -277,7 +281,10 @@ def checked_search(text: str | None) -> str | None:
     if not text:
         return None
     if len(text) < MIN_SEARCH_CHARS:
-        raise ConfigError(f"search for {MIN_SEARCH_CHARS} characters or more, not {text!r}")
+        raise ConfigError(
+            f"search for {MIN_SEARCH_CHARS} characters or more, not {text!r}: a shorter "
+            "text has no index to find it by; filter by job name, or open a task by its id"
+        )
     if len(text) > MAX_SEARCH_CHARS:
         raise ConfigError(
             f"the text to search for is {len(text):,} characters; at most {MAX_SEARCH_CHARS}"
@@ -294,11 +301,11 @@ def filtered_statuses(statuses: Sequence[TaskStatus], kind: str | None) -> list[
     return [status for status in wanted if status is ended]
 
 
-def check_failure_query(queue: str | None, cap: int) -> int:
-    """The cap of a `failure_groups` query, checked with its queue's name."""
+def check_failure_query(queue: str | None, cap: int | None) -> int | None:
+    """The cap of a `failure_groups` query (None: no cap), checked with its queue's name."""
     if queue is not None:
         check_key("queue name", queue)
-    if isinstance(cap, bool) or not 1 <= cap <= MAX_FAILURES:
+    if cap is not None and (isinstance(cap, bool) or not 1 <= cap <= MAX_FAILURES):
         raise ConfigError(f"failures are grouped over 1 to {MAX_FAILURES:,} tasks, not {cap}")
     return cap
 

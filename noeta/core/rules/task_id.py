@@ -24,6 +24,10 @@ MAX_FOLDER_CHARS = 200
 # `<root>.retry-N`: the Nth run after the first (N from 1, no leading zero, so that no
 # other id reads as the same root and number: "a.retry-0" is a root of its own).
 _RETRY_ID = re.compile(r"(?P<root>.+)\.retry-(?P<n>[1-9][0-9]*)")
+# What follows `<id>.` in the id of a retry of `<id>` or of one of that retry's subtasks
+# (`<retry>.<call>.<n>`). A subtask of `<id>` itself whose call id reads `retry-N` is
+# `<id>.retry-N.<n>`: a segment of digits next, so it does not match.
+_RETRY_LINE = re.compile(r"retry-[1-9][0-9]*(\.(?![0-9]+(\.|$))|$)")
 
 
 def check_task_id(task_id: str) -> str:
@@ -44,6 +48,14 @@ def _follows_the_rule(kind: str, value: str) -> str:
     raise PayloadError(
         f"the {kind} {shown!r} ({len(value)} characters) is not allowed: a {kind} is {TASK_ID_RULE}"
     )
+
+
+def in_retry_line(task_id: str, other: str) -> bool:
+    """Whether `other` is a retry of `task_id` or a subtask of one: named after it
+    (ADR-0098) but no subtask of it, so nothing it does reports to `task_id`, and it does
+    not keep `task_id` from a prune (ADR-0108)."""
+    prefix = f"{task_id}."
+    return other.startswith(prefix) and _RETRY_LINE.match(other, len(prefix)) is not None
 
 
 def retry_task_id(source: str) -> str:

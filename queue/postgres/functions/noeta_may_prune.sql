@@ -3,6 +3,10 @@ CREATE OR REPLACE FUNCTION noeta_may_prune(p_id text)
  LANGUAGE sql
  STABLE
 AS $function$
+    -- A live retry of the task (<id>.retry-N, ADR-0098) or a subtask of that retry
+    -- (<id>.retry-N.<call>.<n>) is named after it but reports nothing to it: it does
+    -- not keep the task (ADR-0108). A subtask whose call id reads retry-N
+    -- (<id>.retry-N.<n>: digits next) is a subtask, and does.
     SELECT NOT EXISTS (
                SELECT 1 FROM tasks parent
                 WHERE parent.id = ANY (noeta_possible_parent_ids(p_id))
@@ -11,5 +15,7 @@ AS $function$
                SELECT 1 FROM tasks child
                 WHERE child.id ~>=~ (p_id || '.') AND child.id ~<~ (p_id || '/')
                   AND child.status IN ('ready', 'running', 'holding', 'waiting')
-                  AND strpos(child.id, '.') > 0)
+                  AND strpos(child.id, '.') > 0
+                  AND substr(child.id, length(p_id) + 2)
+                      !~ '^retry-[1-9][0-9]*(\.(?![0-9]+(\.|$))|$)')
 $function$;

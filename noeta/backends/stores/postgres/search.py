@@ -12,8 +12,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
-from noeta.backends.stores.task_search_rows import SEARCH_CHARS, haystack, needle
+from noeta.backends.stores.task_search_rows import (
+    SEARCH_CHARS,
+    haystack,
+    how_it_ended,
+    needle,
+)
 from noeta.core.ports import payload
+from noeta.core.ports.store import TaskStatus
 from noeta.core.ports.store_views import text_pattern
 
 log = logging.getLogger("noeta.store")
@@ -40,7 +46,7 @@ def _mark(walk: str, column: str) -> str:
 # and, for a task whose text is wanted, the cut texts of its opening, call and end.
 _TEXTS = """
 SELECT c.at, b.id, b.created_at, b.walked_at, b.wanted, opening.size, opening.text,
-       called.size, called.text, ending.size, ending.text
+       called.size, called.text, ending.size, ending.text, b.status
   FROM cutoff c LEFT JOIN batch b ON true
   LEFT JOIN LATERAL (SELECT length(e.data) AS size, left(e.data, %(chars)s) AS text
                        FROM events e WHERE b.wanted AND e.task_id = b.id AND e.seq = 1
@@ -90,10 +96,14 @@ batch AS (
 # before it is read with its error by the walk by creation.
 STORE_BATCH = """
 WITH stored AS (
-  INSERT INTO task_search AS s (task_id, created_at, haystack)
-  SELECT * FROM unnest(%(ids)s::text[], %(ats)s::timestamptz[], %(texts)s::text[])
+  INSERT INTO task_search AS s (task_id, created_at, haystack, ended, error_kind, kind)
+  SELECT * FROM unnest(%(ids)s::text[], %(ats)s::timestamptz[], %(texts)s::text[],
+                       %(ended)s::text[], %(error_kinds)s::text[], %(kinds)s::text[])
   ON CONFLICT (task_id) DO UPDATE SET created_at = excluded.created_at,
-                                      haystack = excluded.haystack
+                                      haystack = excluded.haystack,
+                                      ended = excluded.ended,
+                                      error_kind = excluded.error_kind,
+                                      kind = excluded.kind
    WHERE length(excluded.haystack) >= length(s.haystack)
       OR excluded.created_at <> s.created_at
   RETURNING 1),
@@ -132,22 +142,54 @@ _MATCHING_DIRECTLY = f"""(id ILIKE %(pattern)s OR EXISTS (
         OR {_ERROR_DIRECTLY})"""
 
 
-def matching_ids(selected: str) -> str:
+# The newest failed (or cancelled) rows of task_search a search of that status walks
+# before it asks the trigram index (matching_ids).
+ENDED_WALK = 2000
+
+
+def matching_ids(selected: str, *, ended: bool = False) -> str:
     """The ids of the tasks matching %(needle)s under `selected` (a filter on `tasks`),
     newest first before the cursor, up to %(limit)s of each part (NULL: all): those in
     task_search; those created past its mark; those finished past the other, for their
     error. The parts overlap; the caller's `id IN` takes each task once. The marks are
     parameters (`SEARCH_MARKS`, read first), not subqueries: the planner sees how few
     tasks are past them and walks tasks_by_creation and tasks_finished, not a status's
-    every task."""
+    every task.
+
+    `ended`: the filter's statuses (%(ended)s) are failed or cancelled ones only: the
+    rows of task_search that say so are read alone (ADR-0103). Of one status
+    (%(ended_one)s), its newest %(ended_walk)s rows (ENDED_WALK) are walked first
+    (task_search_ended, newest first): a text many of them hold fills the page there,
+    and the trigram index is not read at all (a one-time filter). The planner believes
+    few rows match a text, and the index reads every match before the newest are taken
+    (10,000 heap rows for a text 10,000 failures hold). A task that ended past the walk
+    by finish's mark has no such row yet: the third part matches it whole."""
     before = "(%(before_at)s, %(before_id)s)"
-    return f"""
+    rows = "ended = ANY (%(ended)s) AND" if ended else ""
+    ended_since = _MATCHING_DIRECTLY if ended else _ERROR_DIRECTLY
+    indexed = f"""
   (SELECT s.task_id
      FROM (SELECT task_id, created_at AS indexed_at FROM task_search
-            WHERE haystack LIKE %(needle)s) AS s
+            WHERE {rows} haystack LIKE %(needle)s) AS s
      JOIN tasks ON tasks.id = s.task_id
     WHERE (s.indexed_at, s.task_id) < {before} AND {selected}
-    ORDER BY s.indexed_at DESC, s.task_id DESC LIMIT %(limit)s)
+    ORDER BY s.indexed_at DESC, s.task_id DESC LIMIT %(limit)s)"""
+    if ended:
+        indexed = f"""
+  (WITH walked AS MATERIALIZED (
+     SELECT s.task_id
+       FROM (SELECT task_id, created_at AS indexed_at, haystack FROM task_search
+              WHERE ended = %(ended_one)s AND (created_at, task_id) < {before}
+              ORDER BY ended DESC, created_at DESC, task_id DESC
+              LIMIT %(ended_walk)s) AS s
+       JOIN tasks ON tasks.id = s.task_id
+      WHERE s.haystack LIKE %(needle)s AND {selected}
+      ORDER BY s.indexed_at DESC, s.task_id DESC LIMIT %(limit)s)
+   SELECT task_id FROM walked WHERE (SELECT count(*) FROM walked) = %(limit)s
+   UNION ALL
+   SELECT task_id FROM {indexed} AS indexed
+    WHERE (SELECT count(*) FROM walked) IS DISTINCT FROM %(limit)s)"""
+    return f"""{indexed}
   UNION ALL
   (SELECT id FROM tasks
     WHERE (created_at, id) > (%(created_mark_at)s, %(created_mark_id)s)
@@ -156,7 +198,7 @@ def matching_ids(selected: str) -> str:
   UNION ALL
   (SELECT id FROM tasks
     WHERE finished_at >= %(finished_mark_at)s AND status IN ('failed', 'cancelled')
-      AND (created_at, id) < {before} AND {selected} AND {_ERROR_DIRECTLY}
+      AND (created_at, id) < {before} AND {selected} AND {ended_since}
     ORDER BY created_at DESC, id DESC LIMIT %(limit)s)"""
 
 
@@ -177,6 +219,7 @@ def search_params(text: str) -> dict[str, Any]:
     encoded = _literal(payload.encode(text)[1:-1])
     return {
         "needle": needle(text),
+        "ended_walk": ENDED_WALK,
         "pattern": text_pattern(text),
         "encoded_pattern": text_pattern(payload.encode(text)[1:-1]),
         "prompt_regex": f'"prompt":"{_FIELD_BODY}{encoded}',
@@ -225,12 +268,16 @@ class PostgresSearch(PostgresConnection):
         walked = [row for row in read if row[1] is not None]
         done = len(walked) < rows
         at, last = (cutoff, "") if done else (walked[-1][3], walked[-1][1])
+        ends = [how_it_ended(TaskStatus(row[11]), *_cut_texts(row)[1:]) for row in texts]
         await self._write(
             STORE_BATCH,
             {
                 "ids": [row[1] for row in texts],
                 "ats": [row[2] for row in texts],
                 "texts": [haystack(row[1], *_cut_texts(row)) for row in texts],
+                "ended": [end[0] for end in ends],
+                "error_kinds": [end[1] for end in ends],
+                "kinds": [end[2] for end in ends],
                 "walk": walk,
                 "at": at,
                 "id": last,

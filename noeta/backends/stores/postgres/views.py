@@ -12,7 +12,7 @@ from typing import Any
 from noeta.backends.stores.postgres.failure_groups import PostgresFailureGroups
 from noeta.backends.stores.postgres.finished_usage import PostgresFinishedUsage
 from noeta.backends.stores.postgres.logs import TASK_COLUMNS, _stored_event, _task_record
-from noeta.backends.stores.postgres.search import PostgresSearch, matching_ids, search_params
+from noeta.backends.stores.postgres.search import matching_ids, search_params
 from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS, summary
 from noeta.core.ports import payload
 from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
@@ -76,6 +76,15 @@ COUNT_TASKS_MATCHING = f"""
 SELECT count(*) FROM (SELECT 1 FROM tasks WHERE id IN ({matching_ids(SELECTED)})
                       LIMIT %(cap)s) AS selected
 """
+# The same, for a filter of failed or cancelled tasks only: through their rows of
+# task_search alone (matching_ids, ADR-0103).
+TASK_PAGE_MATCHING_ENDED = TASK_PAGE_MATCHING.replace(
+    matching_ids(SELECTED), matching_ids(SELECTED, ended=True)
+)
+COUNT_TASKS_MATCHING_ENDED = COUNT_TASKS_MATCHING.replace(
+    matching_ids(SELECTED), matching_ids(SELECTED, ended=True)
+)
+ENDED = {TaskStatus.FAILED.value, TaskStatus.CANCELLED.value}
 
 
 # Each status counted over at most cap of its rows, the status a literal so that the
@@ -169,7 +178,7 @@ def error_regex(kind: str) -> str:
     return rf'"error":"(?:[^"\\ ]+ failed: )?{_literal(kind)}: '
 
 
-class PostgresViews(PostgresSearch, PostgresFailureGroups, PostgresFinishedUsage):
+class PostgresViews(PostgresFailureGroups, PostgresFinishedUsage):
     """The read-only views of `noeta web`."""
 
     async def task_page(
@@ -188,7 +197,8 @@ class PostgresViews(PostgresSearch, PostgresFailureGroups, PostgresFinishedUsage
         params |= {"before_at": before_at, "before_id": before_id, "limit": check_page(limit)}
         if text:
             params |= await self.search_marks()
-        query = TASK_PAGE_MATCHING if text else TASK_PAGE
+        ended = bool(text) and set(params["statuses"]) <= ENDED
+        query = TASK_PAGE_MATCHING_ENDED if ended else TASK_PAGE_MATCHING if text else TASK_PAGE
         return [_task_record(row) for row in await self._read(query, params)]
 
     async def count_tasks(
@@ -205,7 +215,11 @@ class PostgresViews(PostgresSearch, PostgresFailureGroups, PostgresFinishedUsage
         params |= {"before_at": _NEWEST[0], "before_id": _NEWEST[1], "limit": cap}
         if text:
             params |= await self.search_marks()
-        rows = await self._read(COUNT_TASKS_MATCHING if text else COUNT_TASKS, params)
+        ended = bool(text) and set(params["statuses"]) <= ENDED
+        query = (
+            COUNT_TASKS_MATCHING_ENDED if ended else COUNT_TASKS_MATCHING if text else COUNT_TASKS
+        )
+        rows = await self._read(query, params)
         return int(rows[0][0])
 
     async def task_summaries(self, task_ids: Sequence[str]) -> dict[str, TaskSummary]:
@@ -300,4 +314,6 @@ def _selection(
         "job_regex": None if where.job is None else name_regex(where.job, whole=True),
         "error_regex": None if kind in (None, CANCELLED) else error_regex(kind),
     }
+    params["ended"] = params["statuses"]
+    params["ended_one"] = params["statuses"][0] if len(params["statuses"]) == 1 else None
     return params | (search_params(text) if text else {})

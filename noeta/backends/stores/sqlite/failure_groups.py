@@ -34,9 +34,10 @@ class SqliteFailureGroups(SqliteConnection):
     """`failure_groups`, one of the read-only views of `noeta web`."""
 
     async def failure_groups(
-        self, *, queue: str | None = None, cap: int = FAILURES_GROUPED
+        self, *, queue: str | None = None, cap: int | None = FAILURES_GROUPED
     ) -> list[FailureGroup]:
-        values = {"queue": queue, "cap": check_failure_query(queue, cap)}
+        # LIMIT -1: no limit (every failure: a sqlite store is one machine's, and small).
+        values = {"queue": queue, "cap": check_failure_query(queue, cap) or -1}
         rows = await self._run(self._read_all, NEWEST_FAILURES, values)
         counts: Counter[tuple[str, str, str]] = Counter()
         first: dict[tuple[str, str, str], int] = {}

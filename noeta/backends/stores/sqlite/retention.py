@@ -24,9 +24,11 @@ from noeta.core.ports.retention import (
 )
 from noeta.core.ports.store import check_key
 from noeta.core.rules.subtasks import possible_parent_ids
+from noeta.core.rules.task_id import in_retry_line
 
 # The family rule of queue/postgres/functions/noeta_may_prune.sql: no live parent, no live
-# subtask. Ids compare bytewise here (BINARY), so a parent's subtasks are one PK range.
+# subtask (a live retry, or a retry's subtask, is none: ADR-0108). Ids compare bytewise
+# here (BINARY), so a parent's subtasks are one PK range.
 PRUNABLE = """
   FROM tasks t
  WHERE t.status IN ('done', 'failed', 'cancelled') AND t.updated_at < :before
@@ -36,7 +38,8 @@ PRUNABLE = """
                       AND parent.status IN ('ready', 'running', 'holding', 'waiting'))
    AND NOT EXISTS (SELECT 1 FROM tasks child
                     WHERE child.id >= t.id || '.' AND child.id < t.id || '/'
-                      AND child.status IN ('ready', 'running', 'holding', 'waiting'))"""
+                      AND child.status IN ('ready', 'running', 'holding', 'waiting')
+                      AND NOT noeta_in_retry_line(t.id, child.id))"""
 COUNT_PRUNABLE = f"SELECT count(*), coalesce(sum(t.last_seq), 0) {PRUNABLE}"
 PICK_PRUNABLE = f"SELECT t.id, t.last_seq {PRUNABLE} ORDER BY t.updated_at LIMIT :limit"
 LAST_EVENT = "SELECT max(seq) FROM events WHERE task_id = :id"
@@ -68,6 +71,13 @@ def parent_ids(task_id: str) -> str:
     return json.dumps(possible_parent_ids(task_id))
 
 
+def register_family_rule(connection: sqlite3.Connection) -> None:
+    """The functions PRUNABLE calls: a task's possible parents, and whether a live task
+    named after it is only its retry (or a retry's subtask), which keeps nothing."""
+    connection.create_function("noeta_parent_ids", 1, parent_ids, deterministic=True)
+    connection.create_function("noeta_in_retry_line", 2, in_retry_line, deterministic=True)
+
+
 class SqliteRetention(SqliteConnection):
     """`prune_finished` (the `Pruning` port)."""
 
@@ -95,7 +105,7 @@ class SqliteRetention(SqliteConnection):
                 ) from None
             cutoff = now_micros() - older_than // timedelta(microseconds=1)
             params: dict[str, object] = {"before": cutoff, "queue": queue}
-            await self._run(self._connection.create_function, "noeta_parent_ids", 1, parent_ids)
+            await self._run(register_family_rule, self._connection)
             if dry_run:
                 tasks, events = await self._run(self._read_one, COUNT_PRUNABLE, params)
                 return PruneCounts(tasks, events)

@@ -15,11 +15,12 @@ from noeta.backends.stores.sqlite.retention import (
     DELETE_TASKS,
     KEEP_PRUNED_IDS,
     SqliteRetention,
-    parent_ids,
+    register_family_rule,
 )
 from noeta.core.ports.retention import PruneCounts, PruneRunning, check_pruned_ids
 
-# The family rule of retention.PRUNABLE (no live parent, no live subtask), for ids.
+# The family rule of retention.PRUNABLE (no live parent, no live subtask; a live retry is
+# none: ADR-0108), for ids.
 PICK_PRUNABLE_IDS = """
 SELECT t.id FROM tasks t
  WHERE t.id IN (SELECT value FROM json_each(:ids))
@@ -29,7 +30,8 @@ SELECT t.id FROM tasks t
                       AND parent.status IN ('ready', 'running', 'holding', 'waiting'))
    AND NOT EXISTS (SELECT 1 FROM tasks child
                     WHERE child.id >= t.id || '.' AND child.id < t.id || '/'
-                      AND child.status IN ('ready', 'running', 'holding', 'waiting'))"""
+                      AND child.status IN ('ready', 'running', 'holding', 'waiting')
+                      AND NOT noeta_in_retry_line(t.id, child.id))"""
 
 
 class SqliteTaskPruning(SqliteRetention):
@@ -50,7 +52,7 @@ class SqliteTaskPruning(SqliteRetention):
                     f"another prune is running on sqlite store {self._path}; "
                     "try again when it has finished"
                 ) from None
-            await self._run(self._connection.create_function, "noeta_parent_ids", 1, parent_ids)
+            await self._run(register_family_rule, self._connection)
             return await self._run(self._write, lambda c, now: _prune_ids(c, now, ids, forget_ids))
         finally:
             os.close(lock)  # frees the lock
