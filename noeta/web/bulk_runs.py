@@ -1,7 +1,7 @@
 """Bulk actions running in the background of `noeta web` (issue 31): a confirmed retry,
 cancel or prune of a filter starts a run and the request returns at once; the run's page
 shows how far it is and stops it between two batches. The bulk logic is batch-wise and
-idempotent (ADR-0098, ADR-0103): a run stopped, or lost with the process, is started again
+idempotent (ADR-0098, ADR-0112): a run stopped, or lost with the process, is started again
 from the list and skips what was done, so nothing here is kept beyond this process."""
 
 from __future__ import annotations

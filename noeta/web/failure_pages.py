@@ -1,6 +1,6 @@
 """The failures page (issue 31, issue 33 item 2: dead letters): every failed task grouped
 by error kind, kind (agent or the job's function) and queue, with counts and the first
-and last seen, from the search index once it is built (ADR-0103; the newest failures
+and last seen, from the search index once it is built (ADR-0112; the newest failures
 until then, or when asked for); each group links to its tasks, and to retrying or
 pruning them all (the bulk pages: a count to confirm first, then batches)."""
 

@@ -1,4 +1,4 @@
--- Pruning a task no longer waits for its live retry (issue 31, ADR-0108): a retry is
+-- Pruning a task no longer waits for its live retry (issue 31, ADR-0113): a retry is
 -- named after its source (ADR-0098) but is no subtask of it; "retry all" then "discard
 -- all" discards the sources. The function's file: functions/noeta_may_prune.sql.
 CREATE OR REPLACE FUNCTION noeta_may_prune(p_id text)
@@ -8,7 +8,7 @@ CREATE OR REPLACE FUNCTION noeta_may_prune(p_id text)
 AS $function$
     -- A live retry of the task (<id>.retry-N, ADR-0098) or a subtask of that retry
     -- (<id>.retry-N.<call>.<n>) is named after it but reports nothing to it: it does
-    -- not keep the task (ADR-0108). A subtask whose call id reads retry-N
+    -- not keep the task (ADR-0113). A subtask whose call id reads retry-N
     -- (<id>.retry-N.<n>: digits next) is a subtask, and does.
     SELECT NOT EXISTS (
                SELECT 1 FROM tasks parent

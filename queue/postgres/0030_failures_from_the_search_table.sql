@@ -1,5 +1,5 @@
 -- The failures page groups every failure, and a search filtered to failed or cancelled
--- tasks walks only those (issue 31, ADR-0103): a failed or cancelled task's row of
+-- tasks walks only those (issue 31, ADR-0112): a failed or cancelled task's row of
 -- task_search (0028) also holds how it ended, its error's kind and its kind (agent or
 -- the job's function), read by the same walks that fill the row, off every task's path.
 -- NULL in every other row: a finished status is final, so a row the walk by finish wrote

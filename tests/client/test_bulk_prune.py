@@ -47,7 +47,7 @@ async def test_a_failure_group_is_retried_and_pruned_by_its_filters(
         again = await client.prune_many(**chosen, error_kind="RuntimeError")
         assert (again.matched, again.done) == (0, 0)
 
-        # A task whose retry is live goes too (ADR-0108): "retry all" then "discard all"
+        # A task whose retry is live goes too (ADR-0113): "retry all" then "discard all"
         # leaves the retries, not their sources.
         retried = await client.retry(elsewhere[0])
         gone = await client.prune_many(status="failed", queue="other", error_kind="RuntimeError")

@@ -1,4 +1,4 @@
-"""The prune's family rule on both stores (ADR-0108): a finished task with a live subtask
+"""The prune's family rule on both stores (ADR-0113): a finished task with a live subtask
 (or a subtask of one) is kept, by the prune by id and the prune by age alike; one whose
 live descendants are only its retry, or a subtask of its retry, is pruned. A subtask whose
 call id reads like a retry (`<id>.retry-1.<n>`) is still a subtask."""

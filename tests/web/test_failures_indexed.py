@@ -1,4 +1,4 @@
-"""Every failure grouped from the search index on PostgreSQL (ADR-0103): the groups are
+"""Every failure grouped from the search index on PostgreSQL (ADR-0112): the groups are
 those the failures read one by one give, whether a failure was indexed, failed after its
 task was indexed, or came after the index's walks; none is counted twice, and a pruned
 one is gone. Read from the index for real: a kind planted in its row shows."""

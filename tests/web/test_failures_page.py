@@ -82,7 +82,7 @@ async def test_failures_are_grouped_and_a_group_is_retried_then_discarded(
     after = http.get("/failures").text
     assert "KeyError" not in after and "ValueError" in after
 
-    # "retry all" then "discard all": the sources go, their live retries stay (ADR-0108).
+    # "retry all" then "discard all": the sources go, their live retries stay (ADR-0113).
     confirmation = http.get(f"/bulk/prune?{group}")
     done = run_ended(
         http, http.post("/bulk/prune", data=form_fields(confirmation.text, "/bulk/prune"))

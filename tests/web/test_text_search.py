@@ -136,7 +136,7 @@ async def test_a_search_of_failed_tasks_finds_each_however_far_the_index_has_rea
 ) -> None:
     monkeypatch.setattr(search, "ENDED_WALK", 1)  # PostgreSQL walks one failure first
     # On PostgreSQL a search filtered to failed tasks reads only the rows of task_search
-    # that say how their task ended (ADR-0103): a task indexed while it ran, then failed,
+    # that say how their task ended (ADR-0112): a task indexed while it ran, then failed,
     # has no such row until the walk by finish passes it, and is matched whole meanwhile.
     await agent(views, "a-late", "watch the quarterly numbers")
     await agent(views, "a-early", "watch the quarterly numbers early")

@@ -40,7 +40,7 @@ def how_it_ended(
     status: TaskStatus, call: tuple[int, str] | None, ending: tuple[int, str] | None
 ) -> tuple[str | None, str | None, str | None]:
     """A failed or cancelled task's status, error kind and kind (agent or the job's
-    function), as the failures page groups them (ADR-0103); (None, None, None) for any
+    function), as the failures page groups them (ADR-0112); (None, None, None) for any
     other task."""
     if status not in (TaskStatus.FAILED, TaskStatus.CANCELLED):
         return None, None, None

@@ -23,7 +23,7 @@ MAX_PAGE = 1000
 COUNT_CAP = 10_000
 # A text search's length: the trigram index serves three characters or more; a shorter
 # text has no trigram, and one found in few tasks is a scan of the whole index table
-# (551 ms at a million, ADR-0103), so it is refused with the filters that do serve it.
+# (551 ms at a million, ADR-0112), so it is refused with the filters that do serve it.
 # A long one is not a search someone typed.
 MIN_SEARCH_CHARS = 3
 MAX_SEARCH_CHARS = 200
@@ -210,7 +210,7 @@ class StoreViews(Protocol):
         """The newest `cap` failed tasks (by finish; of `queue`, or any), or every one
         (`cap` None), grouped by error kind, kind and queue in one statement, the largest
         group first. Every one is fast once `index_search` has built the search index
-        (PostgreSQL groups what it holds, ADR-0103), as slow as reading each before."""
+        (PostgreSQL groups what it holds, ADR-0112), as slow as reading each before."""
         ...
 
     async def task_counts(self, cap: int = COUNT_CAP) -> list[StatusCount]:

@@ -53,7 +53,7 @@ def _follows_the_rule(kind: str, value: str) -> str:
 def in_retry_line(task_id: str, other: str) -> bool:
     """Whether `other` is a retry of `task_id` or a subtask of one: named after it
     (ADR-0098) but no subtask of it, so nothing it does reports to `task_id`, and it does
-    not keep `task_id` from a prune (ADR-0108)."""
+    not keep `task_id` from a prune (ADR-0113)."""
     prefix = f"{task_id}."
     return other.startswith(prefix) and _RETRY_LINE.match(other, len(prefix)) is not None
 

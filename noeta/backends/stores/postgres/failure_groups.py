@@ -1,7 +1,7 @@
 """Failures by cause on PostgreSQL (`StoreViews.failure_groups`): failed tasks grouped by
 their error's kind, their kind (agent or the job's function) and queue. The newest `cap`
 are read directly, each task's own end and call through the events' primary key; every
-one (no cap) is read from `task_search`, whose walks keep each failure's kinds (ADR-0103),
+one (no cap) is read from `task_search`, whose walks keep each failure's kinds (ADR-0112),
 and only the tasks its walks have not reached yet directly."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ NEWEST_FAILURE_GROUPS = _grouped(
 
 # Every failure: those the search table's walks have passed (created before the walk by
 # creation's mark and finished before the walk by finish's: each such failure's row was
-# written after it failed, ADR-0103) from the table's kinds, through its partial index
+# written after it failed, ADR-0112) from the table's kinds, through its partial index
 # task_search_ended; the rest (created or finished since, a few seconds' worth once the
 # table is built) read directly. The two parts split the failures by their own row's
 # times: none is counted twice. A row of a pruned id used again (another creation) is

@@ -157,7 +157,7 @@ def matching_ids(selected: str, *, ended: bool = False) -> str:
     every task.
 
     `ended`: the filter's statuses (%(ended)s) are failed or cancelled ones only: the
-    rows of task_search that say so are read alone (ADR-0103). Of one status
+    rows of task_search that say so are read alone (ADR-0112). Of one status
     (%(ended_one)s), its newest %(ended_walk)s rows (ENDED_WALK) are walked first
     (task_search_ended, newest first): a text many of them hold fills the page there,
     and the trigram index is not read at all (a one-time filter). The planner believes

@@ -77,7 +77,7 @@ SELECT count(*) FROM (SELECT 1 FROM tasks WHERE id IN ({matching_ids(SELECTED)})
                       LIMIT %(cap)s) AS selected
 """
 # The same, for a filter of failed or cancelled tasks only: through their rows of
-# task_search alone (matching_ids, ADR-0103).
+# task_search alone (matching_ids, ADR-0112).
 TASK_PAGE_MATCHING_ENDED = TASK_PAGE_MATCHING.replace(
     matching_ids(SELECTED), matching_ids(SELECTED, ended=True)
 )

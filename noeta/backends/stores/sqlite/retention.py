@@ -27,7 +27,7 @@ from noeta.core.rules.subtasks import possible_parent_ids
 from noeta.core.rules.task_id import in_retry_line
 
 # The family rule of queue/postgres/functions/noeta_may_prune.sql: no live parent, no live
-# subtask (a live retry, or a retry's subtask, is none: ADR-0108). Ids compare bytewise
+# subtask (a live retry, or a retry's subtask, is none: ADR-0113). Ids compare bytewise
 # here (BINARY), so a parent's subtasks are one PK range.
 PRUNABLE = """
   FROM tasks t

@@ -20,7 +20,7 @@ from noeta.backends.stores.sqlite.retention import (
 from noeta.core.ports.retention import PruneCounts, PruneRunning, check_pruned_ids
 
 # The family rule of retention.PRUNABLE (no live parent, no live subtask; a live retry is
-# none: ADR-0108), for ids.
+# none: ADR-0113), for ids.
 PICK_PRUNABLE_IDS = """
 SELECT t.id FROM tasks t
  WHERE t.id IN (SELECT value FROM json_each(:ids))
