@@ -11,6 +11,18 @@ from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.ports.store import Claim, ClaimedTask, JobStarts, check_key, check_lease
 
+# The claim itself, of the rows `due` picked (the due walk's, or the named ones').
+_CLAIMED = """ claimed AS (
+    UPDATE tasks AS t
+       SET status = 'running', owner = %(worker)s, owner_epoch = t.owner_epoch + 1,
+           lease_until = lease.until, claimable_at = lease.until,
+           updated_at = clock_timestamp(){start_row}
+      FROM {start_from}, lease
+     WHERE t.id = due.id
+    RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over, due.limited,
+              t.queue{start_returns}
+)"""
+
 # Claim up to %(limit)s tasks, the highest priority first and then those due longest, each
 # with its own epoch and lease. A queue without settings is walked as before limits
 # existed, per queue (LATERAL over the worker's queues), so a backlog due in another queue
@@ -32,7 +44,8 @@ from noeta.core.ports.store import Claim, ClaimedTask, JobStarts, check_key, che
 # %(offers)s: the plugin names the claimer has; a task needing one it lacks is left to a
 # worker that has it (NULL: it offers anything, and the filter is one constant test).
 # The walk reads, and skips, the due rows it cannot run ahead of those it can: ADR-0092.
-_CLAIM_DUE_TASKS = """
+_CLAIM_DUE_TASKS = (
+    """
 WITH due AS MATERIALIZED (
     SELECT found.id, found.priority, found.claimable_at, found.taken_over, false AS limited
       FROM (SELECT q.queue, (SELECT t.priority FROM tasks AS t
@@ -63,16 +76,9 @@ WITH due AS MATERIALIZED (
      LIMIT %(limit)s
 ), lease AS (
     SELECT clock_timestamp() AS at, clock_timestamp() + make_interval(secs => %(lease)s) AS until
-){starting}, claimed AS (
-    UPDATE tasks AS t
-       SET status = 'running', owner = %(worker)s, owner_epoch = t.owner_epoch + 1,
-           lease_until = lease.until, claimable_at = lease.until,
-           updated_at = clock_timestamp(){start_row}
-      FROM {start_from}, lease
-     WHERE t.id = due.id
-    RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over, due.limited,
-              t.queue{start_returns}
-), charged AS (
+){starting},"""
+    + _CLAIMED
+    + """, charged AS (
     UPDATE queue_settings AS s
        SET rate_tokens = least(s.rate_count::float8, coalesce(s.rate_tokens, s.rate_count)
                + extract(epoch FROM lease.at - coalesce(s.rate_at, lease.at))
@@ -82,6 +88,7 @@ WITH due AS MATERIALIZED (
            AS took, lease
      WHERE s.queue = took.queue AND s.rate_count IS NOT NULL
 )"""
+)
 
 # A fresh plain job among the claimed (JobStarts, ADR-0101): its log is TaskCreated,
 # CallRequested and at most a PluginsPinned whose names the claimer has; not taken over
@@ -187,6 +194,32 @@ SELECT 2, s.*, NULL, NULL FROM started AS s""",
 )
 CLAIM_AND_START_JOBS = _compact(CLAIM_AND_START_JOBS)
 
+# The claim and load of CLAIM_AND_LOAD, from the named tasks only (`only`: a worker
+# continuing what the run it just ended made claimable; ADR-0108): those claimable now, in
+# the claimer's queues and in none with settings (a queue's limits, paused, rate and per
+# key, are the due walk's to weigh: a task there waits for it), needing nothing it lacks.
+# SKIP LOCKED: a task another claimer is taking, or a writer holds, is left to it.
+_CLAIM_NAMED_TASKS = (
+    """
+WITH due AS MATERIALIZED (
+    SELECT t.id, t.status IN ('running', 'holding') AS taken_over, false AS limited
+      FROM tasks AS t
+     WHERE t.id = ANY(%(only)s::text[]) AND t.claimable_at <= now()
+       AND t.queue = ANY(%(queues)s::text[]) AND t.id <> ALL(%(excluding)s::text[])
+       AND (%(offers)s::text[] IS NULL OR t.needs IS NULL OR t.needs <@ %(offers)s::text[])
+       AND NOT EXISTS (SELECT FROM queue_settings AS s WHERE s.queue = t.queue)
+     ORDER BY t.id
+     LIMIT %(limit)s
+       FOR UPDATE OF t SKIP LOCKED
+), lease AS (
+    SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until
+),"""
+    + _CLAIMED
+)
+CLAIM_NAMED_AND_LOAD = _CLAIM_NAMED_TASKS.format(**_CLAIM_ONLY) + _LOAD.format(
+    started="", mark="NULL", started_rows=""
+)
+
 # The same, for one named task (noeta run claims the task it just created).
 CLAIM_THIS_TASK = """
 WITH lease AS (SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until)
@@ -276,11 +309,15 @@ class PostgresClaims(PostgresConnection):
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
+        only: Collection[str] | None = None,
     ) -> list[ClaimedTask]:
         params = claim_params(worker, queues, lease_seconds, limit, excluding, offers)
         params["version"] = snapshot_version
         statement = CLAIM_AND_LOAD
-        if job_starts is not None:
+        if only is not None:  # a continuation: named tasks, claimed as they are
+            params["only"] = list(only)
+            statement = CLAIM_NAMED_AND_LOAD
+        elif job_starts is not None:
             statement = CLAIM_AND_START_JOBS
             params["pinned"] = pinned_data(job_starts)
             params["needs"] = pin_names(job_starts)

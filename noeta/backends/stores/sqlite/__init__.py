@@ -79,6 +79,7 @@ class SqliteStore(
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
+        only: Collection[str] | None = None,
     ) -> list[ClaimedTask]:
         """One claim after another, each read after it: sqlite has one writer at a time
         and no round trip to save. A claim already made is never dropped: past the first,
@@ -89,7 +90,7 @@ class SqliteStore(
         for _ in range(limit):
             try:
                 claim = await self.claim(
-                    worker, queues, lease_seconds, excluding=excluding, offers=offers
+                    worker, queues, lease_seconds, excluding=excluding, offers=offers, only=only
                 )
             except StoreError:
                 if not claimed:
@@ -102,7 +103,8 @@ class SqliteStore(
                 loaded = await self.load(claim.task_id, snapshot_version)
             except StoreError:
                 loaded = None
-            if loaded is not None and job_starts is not None and not claim.taken_over:
+            fresh = loaded is not None and only is None and not claim.taken_over
+            if fresh and loaded is not None and job_starts is not None:
                 loaded = await self._start_job(claim, loaded, job_starts, snapshot_version)
             claimed.append(ClaimedTask(claim, loaded))
         return claimed
