@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from noeta.core.errors import CommitUnknown, StoreError
-from noeta.core.ports.store import Claim, ClaimedTask, Store
+from noeta.core.ports.store import Claim, ClaimedTask, JobStarts, Store
 from noeta.core.runner.task import RunResult
 from noeta.worker.settings import WorkerSettings
 from noeta.worker.waiting_claims import WaitingClaims
@@ -38,6 +38,7 @@ async def claim_follow_on(
     snapshot_version: str,
     excluding: set[str],
     offers: tuple[str, ...] | None,
+    job_starts: JobStarts | None,
 ) -> ClaimedTask | None:
     """Claim (and read) one of `task_ids` if it is claimable now, in this worker's queues,
     in none with settings; None otherwise, or on a store error: whoever claims next
@@ -50,6 +51,7 @@ async def claim_follow_on(
             snapshot_version=snapshot_version,
             excluding=excluding,
             offers=offers,
+            job_starts=job_starts,
             only=task_ids,
         )
     except CommitUnknown:
@@ -85,6 +87,7 @@ class ContinuingClaims(WaitingClaims):
                 snapshot_version=self.runner.snapshot_version,
                 excluding=self._own_tasks(),
                 offers=self.offers,
+                job_starts=self.runner.job_starts,  # a member: started by the claim
             )
         except CommitUnknown:
             log.warning("continuing: the claim's outcome is unknown; adopting what is ours")

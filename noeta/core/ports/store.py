@@ -155,8 +155,8 @@ class Store(Protocol):
         (None: it runs anything; ADR-0092). `job_starts`: the fresh plain jobs claimed are
         started by the claim's own commit, their `loaded.started_by_claim` set (ADR-0101).
         `only`: claim among these tasks alone, whatever is due before them, and none in a
-        queue with settings (its limits are the due walk's); `job_starts` is then not used:
-        a worker continuing what its last run made claimable (ADR-0108)."""
+        queue with settings (its limits are the due walk's): a worker continuing what its
+        last run made claimable (ADR-0108)."""
         ...
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

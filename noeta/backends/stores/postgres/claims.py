@@ -91,7 +91,8 @@ WITH due AS MATERIALIZED (
 )
 
 # A fresh plain job among the claimed (JobStarts, ADR-0101): its log is TaskCreated,
-# CallRequested and at most a PluginsPinned whose names the claimer has; not taken over
+# CallRequested and at most a PluginsPinned whose names the claimer has, then at most the
+# SubtaskOf of a canvas member (ADR-0104, ADR-0108); not taken over
 # (a ready row: no fenced append can race the claim's); no inbox entry (a cancel is seen
 # by its run first). `events`: 1 (its ToolStarted) where its pin is the claimer's, else 2
 # (the claimer's pin first, as its run's first append would carry it). The CASE keeps a
@@ -105,7 +106,8 @@ _STARTING = """, starting AS (
        AND CASE WHEN k.seq IS NULL THEN true WHEN k.type <> 'PluginsPinned' THEN false
            ELSE ARRAY(SELECT x->>0 FROM json_array_elements(k.data::json->'pins') x)
                 <@ %(needs)s::text[] END
-       AND NOT EXISTS (SELECT FROM events e WHERE e.task_id = d.id AND e.seq > 3)
+       AND NOT EXISTS (SELECT FROM events e WHERE e.task_id = d.id AND e.seq > 3
+                          AND (e.seq > 4 OR e.type <> 'SubtaskOf'))
        AND NOT EXISTS (SELECT FROM inbox i WHERE i.task_id = d.id AND i.taken_seq IS NULL)
 )"""
 # The claim's own update of a started job's row: its log's end, and its needs from the
@@ -213,11 +215,23 @@ WITH due AS MATERIALIZED (
        FOR UPDATE OF t SKIP LOCKED
 ), lease AS (
     SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until
-),"""
+){starting},"""
     + _CLAIMED
 )
 CLAIM_NAMED_AND_LOAD = _CLAIM_NAMED_TASKS.format(**_CLAIM_ONLY) + _LOAD.format(
     started="", mark="NULL", started_rows=""
+)
+# The same, starting the fresh jobs it claims (a canvas's next member), as
+# CLAIM_AND_START_JOBS does.
+CLAIM_NAMED_AND_START_JOBS = _compact(
+    _CLAIM_NAMED_TASKS.format(**_CLAIM_STARTING)
+    + _LOAD.format(
+        started=_STARTED,
+        mark="nullif(c.started, 0)::text",
+        started_rows="""
+UNION ALL
+SELECT 2, s.*, NULL, NULL FROM started AS s""",
+    )
 )
 
 # The same, for one named task (noeta run claims the task it just created).
@@ -314,13 +328,14 @@ class PostgresClaims(PostgresConnection):
         params = claim_params(worker, queues, lease_seconds, limit, excluding, offers)
         params["version"] = snapshot_version
         statement = CLAIM_AND_LOAD
-        if only is not None:  # a continuation: named tasks, claimed as they are
-            params["only"] = list(only)
-            statement = CLAIM_NAMED_AND_LOAD
-        elif job_starts is not None:
+        if job_starts is not None:
             statement = CLAIM_AND_START_JOBS
             params["pinned"] = pinned_data(job_starts)
             params["needs"] = pin_names(job_starts)
+        if only is not None:  # a continuation: among the named tasks alone
+            params["only"] = list(only)
+            named = job_starts is None
+            statement = CLAIM_NAMED_AND_LOAD if named else CLAIM_NAMED_AND_START_JOBS
         rows = await self._write_many(statement, params)
         return claimed_tasks(rows, worker, snapshot_version)
 

@@ -103,8 +103,7 @@ class SqliteStore(
                 loaded = await self.load(claim.task_id, snapshot_version)
             except StoreError:
                 loaded = None
-            fresh = loaded is not None and only is None and not claim.taken_over
-            if fresh and loaded is not None and job_starts is not None:
+            if loaded is not None and job_starts is not None and not claim.taken_over:
                 loaded = await self._start_job(claim, loaded, job_starts, snapshot_version)
             claimed.append(ClaimedTask(claim, loaded))
         return claimed
