@@ -15,6 +15,7 @@ import pytest
 from noeta.client import AsyncClient
 from noeta.client.canvas import chain, chord, group
 from noeta.core.errors import TaskCancelled, TaskFailed
+from noeta.core.rules.replay import replay
 from noeta.testing import postgres
 from tests.cli.test_run import noeta
 from tests.client import canvas_jobs
@@ -99,7 +100,7 @@ async def test_a_chains_worker_continues_each_link_in_the_slot_it_ran_the_last_i
         *(f"{canvas}.m1.1 (epoch 1)", f"{canvas} (epoch 3)"),
         *(f"{canvas}.m2.1 (epoch 1)", f"{canvas} (epoch 4)"),
     ]
-    assert [line for line in log if "claimed task" in line][0].endswith(f"{canvas} (epoch 1)")
+    assert next(line for line in log if "claimed task" in line).endswith(f"{canvas} (epoch 1)")
     assert sum("claimed task" in line for line in log) == 1
 
 
@@ -121,6 +122,9 @@ async def test_a_chord_runs_its_callback_once_with_every_result(
     assert "canvas\n" in shown.stdout and "chord(group(add x5), tsum)" in shown.stdout
     for _, member in children:
         assert f"subtask {member.id}  done" in shown.stdout
+    store = await client.store()  # `noeta replay` follows the canvas and its members
+    for task_id in [handle.id, *(member.id for _, member in children)]:
+        assert replay(await store.read_log(task_id)) is None, task_id
 
 
 async def test_canvases_nest_a_chain_of_groups_and_a_chord_of_chains(
