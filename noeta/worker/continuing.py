@@ -17,16 +17,28 @@ from noeta.worker.waiting_claims import WaitingClaims
 log = logging.getLogger("noeta.worker")
 
 
-def follow_on(result: RunResult) -> tuple[str, ...]:
-    """What the run just ended made claimable, for its worker to take next: a canvas
-    member's canvas (the member's finish handed its end back), or the first member a
-    canvas's step created (the next link of a chain; the rest of a group are claimed
-    as any task is)."""
+# How many canvases a worker remembers as waiting on a fan-in (a bound, not a tuning).
+QUIET_CANVASES = 1024
+
+
+def follow_on(task_id: str, result: RunResult, quiet: dict[str, None]) -> tuple[str, ...]:
+    """What the run just ended (task `task_id`) made claimable, for its worker to take
+    next: a canvas member's canvas (the member's finish handed its end back), or the
+    first member a canvas's step created (the next link of a chain; the rest of a group
+    are claimed as any task is). `quiet`, updated here: the canvases whose last step
+    here launched nothing (a group's fan-in: the next end rarely lets anything start,
+    and a claim that finds the canvas busy is a statement for nothing); their members'
+    finishes leave them to the ordinary claims."""
     state = result.state
     if state.finished and state.job and state.parent:
-        return (state.parent,)
-    if state.canvas is not None and result.outcome == "waiting" and result.created:
-        return result.created[:1]
+        return () if state.parent in quiet else (state.parent,)
+    if state.canvas is not None and result.outcome == "waiting":
+        if result.created:
+            quiet.pop(task_id, None)
+            return result.created[:1]
+        quiet[task_id] = None
+        while len(quiet) > QUIET_CANVASES:
+            del quiet[next(iter(quiet))]
     return ()
 
 
@@ -67,6 +79,8 @@ class ContinuingClaims(WaitingClaims):
     worker's."""
 
     offers: tuple[str, ...] | None
+    # The canvases whose last step here launched nothing, oldest first (`follow_on`).
+    quiet_canvases: dict[str, None]
 
     def _own_tasks(self) -> set[str]:
         raise NotImplementedError  # the worker's: the tasks it runs, holds or waits to run

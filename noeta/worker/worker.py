@@ -77,6 +77,7 @@ class Worker(ContinuingClaims):
         self._resume_on_hold: set[ClaimKey] = set()
         # Adopted claims waiting for a slot: renewed all the while, so none lapses unrun.
         self.adopted: dict[ClaimKey, Claim] = {}
+        self.quiet_canvases: dict[str, None] = {}  # continuing.follow_on's
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._wake = asyncio.Event()
         self._stopping = False
@@ -283,7 +284,7 @@ class Worker(ContinuingClaims):
         follow: tuple[str, ...] = ()
         try:
             result = await self.runner.run(claim, loaded)
-            follow = follow_on(result)
+            follow = follow_on(claim.task_id, result, self.quiet_canvases)
             log.info("task %s: %s", claim.task_id, result.state.finished or result.outcome)
             self.presence.count(result.state.finished)
             holding = result.outcome == "holding"
