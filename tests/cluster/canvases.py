@@ -15,7 +15,8 @@ from typing import Any
 from noeta.client.canvas import Canvas, canvas_task, chain, chord, group
 from noeta.core.ports.store import DEFAULT_QUEUE, NewTask, StoredEvent, TaskStatus
 from noeta.core.rules.canvas import leaves
-from tests.cluster.canvas_jobs import add, collect
+from tests.cluster.canvas_jobs import cluster_add as add
+from tests.cluster.canvas_jobs import cluster_collect as collect
 
 KINDS = ("chord", "chain")
 CHORD_MEMBERS = 6
