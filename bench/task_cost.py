@@ -1,6 +1,8 @@
 """What one one-shot agent task (or one plain no-op job) costs PostgreSQL, counted, not
 timed: statements the worker sends, functions and triggers run, commits, rows written (and
 how many updates were not HOT, each of which adds an entry to every index of the table).
+Beside the counts, each statement's planning and execution time a task as
+pg_stat_statements (track_planning on) records them: times, so they do depend on the load.
 
 Run:  .venv/bin/python bench/task_cost.py [--tasks N] [--jobs]
 It starts a private embedded PostgreSQL (fsync on, pg_stat_statements loaded,
@@ -31,7 +33,7 @@ QUEUE = "cost"
 # The bench's own statements, left out of the worker's.
 OWN = ("pg_stat", "count(*) FROM tasks", "UPDATE tasks SET ready_at = NULL", "pg_snapshot")
 STATEMENTS = """
-SELECT query, calls FROM public.pg_stat_statements
+SELECT query, calls, total_plan_time, total_exec_time FROM public.pg_stat_statements
  WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
  ORDER BY calls DESC
 """
@@ -78,11 +80,19 @@ def report(after: dict[str, Any], before: dict[str, Any], tasks: int, what: str)
     # Transaction ids assigned: the committing writes, each a WAL flush (less the release).
     writes = (after["writes"] - before["writes"] - 1) / per
     print(f"  WAL-flushing commits (transaction ids assigned): {writes:.2f}")
-    worker = [(q, c) for q, c in after["statements"] if not any(o in q for o in OWN)]
-    print(f"  statements sent: {sum(c for _, c in worker) / per:.2f}")
-    for query, calls in worker:
+    worker = [row for row in after["statements"] if not any(o in row[0] for o in OWN)]
+    print(f"  statements sent: {sum(row[1] for row in worker) / per:.2f}")
+    plan, run = (sum(row[i] for row in worker) * 1000 / per for i in (2, 3))
+    print(
+        f"  server time (pg_stat_statements, µs a task): planning {plan:.0f}, execution {run:.0f}"
+    )
+    print("    calls   plan µs   exec µs  (a task)")
+    for query, calls, planning, execution in worker:
         if calls >= tasks / 20:
-            print(f"    {calls / per:5.2f}  {' '.join(query.split())[:100]}")
+            print(
+                f"    {calls / per:5.2f}  {planning * 1000 / per:8.0f}"
+                f"  {execution * 1000 / per:8.0f}  {' '.join(query.split())[:80]}"
+            )
     # The bench's release (one UPDATE of every task) ran the claimable trigger once a task.
     functions = [
         (n, c - tasks if n == "noeta_notify_claimable" else c) for n, c in after["functions"]
@@ -166,7 +176,11 @@ def main() -> None:
     arguments.add_argument("--tasks", type=int, default=1000)
     arguments.add_argument("--jobs", action="store_true", help="plain no-op jobs, not agent tasks")
     options = arguments.parse_args()
-    settings = {"shared_preload_libraries": "pg_stat_statements", "track_functions": "all"}
+    settings = {
+        "shared_preload_libraries": "pg_stat_statements",
+        "pg_stat_statements.track_planning": "on",
+        "track_functions": "all",
+    }
     embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
     try:
         dsn = embedded.start()

@@ -1,4 +1,4 @@
-"""A run's end continued at once in its slot (ADR-0108): a canvas member's finish makes
+"""A run's end continued at once in its slot (ADR-0109): a canvas member's finish makes
 its canvas claimable, and a canvas's step makes its next member; the worker that ran the
 one claims the other straight away, by name, instead of leaving it to a wake-up and the
 claim loop. Each is an ordinary claim (epoch, lease, fence); missing it loses nothing:
@@ -90,7 +90,7 @@ class ContinuingClaims(WaitingClaims):
 
     async def _continue(self, task_ids: tuple[str, ...]) -> bool:
         """Claim one of `task_ids` (what the run just ended made claimable) and run it in
-        the slot that run held; False if none was claimed (ADR-0108)."""
+        the slot that run held; False if none was claimed (ADR-0109)."""
         if self._stopping or self.runner.draining:
             return False
         try:

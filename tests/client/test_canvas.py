@@ -73,7 +73,7 @@ async def test_a_chain_passes_each_result_to_the_next_member(client: AsyncClient
 async def test_a_chains_worker_continues_each_link_in_the_slot_it_ran_the_last_in(
     request: pytest.FixtureRequest, tmp_path: Path, store_kind: str
 ) -> None:
-    """ADR-0108: a member's finish makes its canvas claimable and the canvas's step makes
+    """ADR-0109: a member's finish makes its canvas claimable and the canvas's step makes
     the next member; the worker that ran the one claims the other by name, in the same
     slot. With one slot, the claim loop gets none while the chain runs, so every link
     after the first claim is a continuation, whatever wakes the loop."""

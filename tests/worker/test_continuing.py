@@ -1,4 +1,4 @@
-"""What a worker continues with when a run ends (ADR-0108): a member's canvas, a canvas
+"""What a worker continues with when a run ends (ADR-0109): a member's canvas, a canvas
 step's first new member; and not a canvas whose last step here launched nothing (a
 fan-in, where the claim would mostly find it busy)."""
 

@@ -156,7 +156,7 @@ class Store(Protocol):
         started by the claim's own commit, their `loaded.started_by_claim` set (ADR-0101).
         `only`: claim among these tasks alone, whatever is due before them, and none in a
         queue with settings (its limits are the due walk's): a worker continuing what its
-        last run made claimable (ADR-0108)."""
+        last run made claimable (ADR-0109)."""
         ...
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

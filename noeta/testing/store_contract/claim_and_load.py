@@ -147,7 +147,7 @@ class ClaimAndLoadContract:
     async def test_a_named_claim_takes_only_those_claimable_in_its_queues_without_settings(
         self, store: Store
     ) -> None:
-        """`only` (ADR-0108): a worker continuing what its last run made claimable takes
+        """`only` (ADR-0109): a worker continuing what its last run made claimable takes
         that task, whatever is due before it, and nothing a plain claim would not take:
         not one waiting, in another queue, excluded, or in a queue with settings."""
         await created_due(store, ["older", "named", "other"])

@@ -129,7 +129,7 @@ class JobStartsContract:
     async def test_a_canvas_member_is_started_by_its_claim_named_or_not(self, store: Store) -> None:
         """A member's SubtaskOf comes after its pin (ADR-0104): its run would still write
         only the pin and the ToolStarted first, so a claim starts it, and so does the
-        claim of the worker continuing its canvas by name (ADR-0108)."""
+        claim of the worker continuing its canvas by name (ADR-0109)."""
         starts = JobStarts((JOB_PIN, OTHER_PIN))
         await store.create_task(job("c.m0.1", member_of="c"))
         await store.create_task(job("c.m1.1", member_of="c"))

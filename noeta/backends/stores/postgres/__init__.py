@@ -143,6 +143,8 @@ class PostgresStore(
         except PoolTimeout as error:
             await pool.close()
             raise StoreUnavailable(f"cannot reach PostgreSQL at {where}") from error
+        # The claims' own connection forces generic plans (ADR-0108); none behind a pooler.
+        generic = f"{session_options} -c plan_cache_mode=force_generic_plan".strip()
         return cls(
             pool,
             where,
@@ -150,4 +152,5 @@ class PostgresStore(
             dsn,
             session_dsn=direct,
             session_options=session_options,
+            generic_settings=None if pooled else {**settings, "options": generic},
         )

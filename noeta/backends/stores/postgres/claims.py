@@ -18,7 +18,7 @@ _CLAIMED = """ claimed AS (
            lease_until = lease.until, claimable_at = lease.until,
            updated_at = clock_timestamp(){start_row}
       FROM {start_from}, lease
-     WHERE t.id = due.id
+     WHERE t.id = due.id AND t.id = ANY(ARRAY(SELECT d.id FROM due AS d))
     RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over, due.limited,
               t.queue{start_returns}
 )"""
@@ -44,18 +44,25 @@ _CLAIMED = """ claimed AS (
 # %(offers)s: the plugin names the claimer has; a task needing one it lacks is left to a
 # worker that has it (NULL: it offers anything, and the filter is one constant test).
 # The walk reads, and skips, the due rows it cannot run ahead of those it can: ADR-0092.
+# Planned once per connection (ADR-0108): planning it took longer than running it, so the
+# claims that load run their generic plan, which must be as good as a custom one whatever
+# the parameters. Hence `capped`: a constant LIMIT that bounds the planner's estimate of
+# `due` (a LIMIT parameter is estimated at a tenth of the rows); the update finds its rows
+# by primary key (ANY(ARRAY(...))), never by a hash of `tasks`; and the reads of events,
+# snapshots and inbox rows are LATERAL subqueries behind OFFSET 0, which the planner
+# cannot turn into a hash join over the whole table.
 _CLAIM_DUE_TASKS = (
     """
-WITH due AS MATERIALIZED (
-    SELECT found.id, found.priority, found.claimable_at, found.taken_over, false AS limited
+WITH due AS MATERIALIZED (SELECT * FROM (
+    SELECT found.*, false AS limited
       FROM (SELECT q.queue, (SELECT t.priority FROM tasks AS t
                                WHERE t.queue = q.queue AND t.claimable_at IS NOT NULL
                                ORDER BY t.priority DESC LIMIT 1) AS top
               FROM unnest(%(queues)s::text[]) AS q(queue)
              WHERE NOT EXISTS (SELECT FROM queue_settings AS s WHERE s.queue = q.queue)
-            OFFSET 0) AS q
-     CROSS JOIN generate_series(q.top, 0, -1) AS p(priority)
-     CROSS JOIN LATERAL (
+            OFFSET 0) AS q,
+           generate_series(q.top, 0, -1) AS p(priority),
+           LATERAL (
         SELECT t.id, t.priority, t.claimable_at, t.status IN ('running', 'holding') AS taken_over
           FROM tasks AS t
          WHERE t.queue = q.queue AND t.priority = p.priority AND t.claimable_at <= now()
@@ -68,12 +75,11 @@ WITH due AS MATERIALIZED (
     UNION ALL
     SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over, true
       FROM (SELECT s.queue FROM queue_settings AS s
-             WHERE s.queue = ANY(%(queues)s::text[]) ORDER BY s.queue OFFSET 0) AS q
-     CROSS JOIN LATERAL noeta_claimable_under_limits(q.queue, %(limit)s, false, %(offers)s::text[])
-           AS limited
+             WHERE s.queue = ANY(%(queues)s::text[]) ORDER BY s.queue OFFSET 0) AS q,
+           noeta_claimable_under_limits(q.queue, %(limit)s, false, %(offers)s::text[]) AS limited
      WHERE limited.id <> ALL(%(excluding)s::text[])
      ORDER BY 2 DESC, 3
-     LIMIT %(limit)s
+     LIMIT %(limit)s) AS capped LIMIT 1000
 ), lease AS (
     SELECT clock_timestamp() AS at, clock_timestamp() + make_interval(secs => %(lease)s) AS until
 ){starting},"""
@@ -92,7 +98,8 @@ WITH due AS MATERIALIZED (
 
 # A fresh plain job among the claimed (JobStarts, ADR-0101): its log is TaskCreated,
 # CallRequested and at most a PluginsPinned whose names the claimer has, then at most the
-# SubtaskOf of a canvas member (ADR-0104, ADR-0108); not taken over
+# SubtaskOf of a canvas member (ADR-0104, ADR-0109: a member's fourth event, and no other
+# event is a SubtaskOf, so its type is enough); not taken over
 # (a ready row: no fenced append can race the claim's); no inbox entry (a cancel is seen
 # by its run first). `events`: 1 (its ToolStarted) where its pin is the claimer's, else 2
 # (the claimer's pin first, as its run's first append would carry it). The CASE keeps a
@@ -100,15 +107,20 @@ WITH due AS MATERIALIZED (
 _STARTING = """, starting AS (
     SELECT d.id, j.data AS call,
            CASE WHEN k.data::jsonb = %(pinned)s::jsonb THEN 1 ELSE 2 END AS events
-      FROM due d JOIN events j ON j.task_id = d.id AND j.seq = 2 AND j.type = 'CallRequested'
-      LEFT JOIN events k ON k.task_id = d.id AND k.seq = 3
+      FROM due d
+     CROSS JOIN LATERAL (SELECT j.data FROM events j
+                          WHERE j.task_id = d.id AND j.seq = 2 AND j.type = 'CallRequested'
+                         OFFSET 0) AS j
+      LEFT JOIN LATERAL (SELECT k.seq, k.type, k.data FROM events k
+                          WHERE k.task_id = d.id AND k.seq = 3 OFFSET 0) AS k ON true
      WHERE NOT d.taken_over
        AND CASE WHEN k.seq IS NULL THEN true WHEN k.type <> 'PluginsPinned' THEN false
            ELSE ARRAY(SELECT x->>0 FROM json_array_elements(k.data::json->'pins') x)
                 <@ %(needs)s::text[] END
-       AND NOT EXISTS (SELECT FROM events e WHERE e.task_id = d.id AND e.seq > 3
-                          AND (e.seq > 4 OR e.type <> 'SubtaskOf'))
-       AND NOT EXISTS (SELECT FROM inbox i WHERE i.task_id = d.id AND i.taken_seq IS NULL)
+       AND NOT (SELECT EXISTS (SELECT FROM events e WHERE e.task_id = d.id AND e.seq > 3
+                                 AND e.type <> 'SubtaskOf'))
+       AND NOT (SELECT EXISTS (SELECT FROM inbox i
+                                WHERE i.task_id = d.id AND i.taken_seq IS NULL))
 )"""
 # The claim's own update of a started job's row: its log's end, and its needs from the
 # pin it wrote, as the appends write them (0025).
@@ -117,13 +129,28 @@ _START_ROW = """,
            needs = CASE WHEN s.events = 2 THEN %(needs)s::text[] ELSE t.needs END"""
 
 
+# What `_compact` keeps as it is: quoted literals, and the text others look for in
+# pg_stat_statements to count claims.
+_KEPT = re.compile(r"('(?:[^']|'')*'|owner_epoch = t\.owner_epoch \+)")
+# An operator or a parenthesis or comma, with the spaces around it. None of the operators
+# the claims use ends in a character that would join the next into a longer token or a
+# comment: no "- -", no "/ *" (and a multi-character operator cannot end in + or -).
+_SPACED = re.compile(r" ?(<@|<=|<>|=>|[(),=<>+*/-]) ?")
+# A table's alias needs no AS.
+_TABLE_AS = re.compile(
+    r"\b(tasks|events|inbox|snapshots?|queue_settings|due|claimed|started|starting) AS (?=\w\b)"
+)
+# Nor a subquery's, or a function's (the names the claims give them).
+_ALIAS_AS = re.compile(r"\)AS (?=(?:q|p|found|capped|limited|took|j|k|e|i|s)\b)")
+
+
 def _compact(statement: str) -> str:
     """The statement without the whitespace its parser does not need: runs of it made one
-    space, none beside a parenthesis or comma; quoted literals kept as they are (and the
-    text others look for in pg_stat_statements, "owner_epoch = t.owner_epoch +")."""
-    parts = re.split(r"('(?:[^']|'')*')", statement)
+    space, none beside a parenthesis, comma or operator; `_KEPT` kept as it is."""
+    parts = _KEPT.split(statement)
     for i in range(0, len(parts), 2):
-        parts[i] = re.sub(r" ?([(),]) ?", r"\1", " ".join(parts[i].split()))
+        parts[i] = _SPACED.sub(r"\1", " ".join(parts[i].split()))
+        parts[i] = _ALIAS_AS.sub(")", _TABLE_AS.sub(r"\1 ", parts[i]))
     return "".join(parts)
 
 
@@ -146,8 +173,9 @@ SELECT id, owner_epoch, lease_until, taken_over FROM claimed
 # claim locked the row) is missing: the client sees the log end short of last_seq and
 # loads that task again.
 _LOAD = """, snapshot AS (
-    SELECT s.task_id, s.seq, s.data FROM claimed AS c
-      JOIN snapshots AS s ON s.task_id = c.id AND s.version = %(version)s
+    SELECT s.task_id, s.seq, s.data FROM claimed AS c,
+           LATERAL (SELECT s.task_id, s.seq, s.data FROM snapshots AS s
+                          WHERE s.task_id = c.id AND s.version = %(version)s OFFSET 0) AS s
 ){started}
 SELECT 0, c.id, c.last_seq, c.owner_epoch, {mark}, NULL, c.lease_until, NULL, c.taken_over, NULL
   FROM claimed AS c
@@ -155,17 +183,19 @@ UNION ALL
 SELECT 1, s.task_id, s.seq, NULL, NULL, NULL, NULL, NULL, NULL, s.data FROM snapshot AS s
 UNION ALL
 SELECT 2, e.task_id, e.seq, e.epoch, e.type, e.data, e.created_at, e.owner, NULL, NULL
-  FROM claimed AS c
-  JOIN events AS e ON e.task_id = c.id
+  FROM claimed AS c, LATERAL (SELECT * FROM events AS e WHERE e.task_id = c.id
    AND e.seq > coalesce((SELECT s.seq FROM snapshot AS s WHERE s.task_id = c.id), 0)
+   OFFSET 0) AS e
 UNION ALL
 SELECT 3, i.task_id, i.id, i.taken_seq, i.dedupe_key, i.payload, i.created_at, NULL, NULL,
        NULL
-  FROM claimed AS c JOIN inbox AS i ON i.task_id = c.id AND i.taken_seq IS NULL{started_rows}
+  FROM claimed AS c,
+       LATERAL (SELECT * FROM inbox AS i WHERE i.task_id = c.id AND i.taken_seq IS NULL
+                OFFSET 0) AS i{started_rows}
  ORDER BY 1, 2, 3
 """
-CLAIM_AND_LOAD = _CLAIM_DUE_TASKS.format(**_CLAIM_ONLY) + _LOAD.format(
-    started="", mark="NULL", started_rows=""
+CLAIM_AND_LOAD = _compact(
+    _CLAIM_DUE_TASKS.format(**_CLAIM_ONLY) + _LOAD.format(started="", mark="NULL", started_rows="")
 )
 
 # The same, starting the fresh jobs it claims (ADR-0101): their events written in the
@@ -197,7 +227,7 @@ SELECT 2, s.*, NULL, NULL FROM started AS s""",
 CLAIM_AND_START_JOBS = _compact(CLAIM_AND_START_JOBS)
 
 # The claim and load of CLAIM_AND_LOAD, from the named tasks only (`only`: a worker
-# continuing what the run it just ended made claimable; ADR-0108): those claimable now, in
+# continuing what the run it just ended made claimable; ADR-0109): those claimable now, in
 # the claimer's queues and in none with settings (a queue's limits, paused, rate and per
 # key, are the due walk's to weigh: a task there waits for it), needing nothing it lacks.
 # SKIP LOCKED: a task another claimer is taking, or a writer holds, is left to it.
@@ -218,8 +248,9 @@ WITH due AS MATERIALIZED (
 ){starting},"""
     + _CLAIMED
 )
-CLAIM_NAMED_AND_LOAD = _CLAIM_NAMED_TASKS.format(**_CLAIM_ONLY) + _LOAD.format(
-    started="", mark="NULL", started_rows=""
+CLAIM_NAMED_AND_LOAD = _compact(
+    _CLAIM_NAMED_TASKS.format(**_CLAIM_ONLY)
+    + _LOAD.format(started="", mark="NULL", started_rows="")
 )
 # The same, starting the fresh jobs it claims (a canvas's next member), as
 # CLAIM_AND_START_JOBS does.
@@ -336,7 +367,7 @@ class PostgresClaims(PostgresConnection):
             params["only"] = list(only)
             named = job_starts is None
             statement = CLAIM_NAMED_AND_LOAD if named else CLAIM_NAMED_AND_START_JOBS
-        rows = await self._write_many(statement, params)
+        rows = await self._write_generic(statement, params)
         return claimed_tasks(rows, worker, snapshot_version)
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

@@ -85,6 +85,7 @@ class PostgresConnection:
         *,
         session_dsn: str | None = None,
         session_options: str = "",
+        generic_settings: dict[str, Any] | None = None,
     ) -> None:
         self._pool = pool
         # For what needs a session of its own (a LISTEN, the prune's lock), which cannot
@@ -95,8 +96,14 @@ class PostgresConnection:
         self.where = where
         self.deadline_seconds = deadline_seconds
         self._group_commit = GroupCommit(self._write_many)
+        # The claims' connection (`_write_generic`): its settings, None behind a pooler.
+        self._generic_settings = generic_settings
+        self._generic_pool: AsyncConnectionPool[Any] | None = None
+        self._generic_opening = asyncio.Lock()
 
     async def close(self) -> None:
+        if self._generic_pool is not None:
+            await self._generic_pool.close()
         await self._pool.close()
 
     async def _listening_connection(self, application_name: str) -> psycopg.AsyncConnection[Any]:
@@ -147,18 +154,59 @@ class PostgresConnection:
         return rows[0] if rows else None
 
     async def _write_many(
-        self, query: str, params: Mapping[str, Any], *, task_id: str | None = None
+        self,
+        query: str,
+        params: Mapping[str, Any],
+        *,
+        task_id: str | None = None,
+        pool: AsyncConnectionPool[Any] | None = None,
     ) -> list[tuple[Any, ...]]:
-        """Run a write; a broken connection means its outcome is unknown (CommitUnknown)."""
+        """Run a write (on the store's pool, or `pool`); a broken connection means its
+        outcome is unknown (CommitUnknown)."""
         for attempt in range(DEADLOCK_RETRIES + 1):
             try:
-                rows = await self._run_all([(query, params)], write=True, task_id=task_id)
+                rows = await self._run_all(
+                    [(query, params)], write=True, task_id=task_id, pool=pool
+                )
                 return rows[0]
             except _Rerun as error:
                 if attempt == DEADLOCK_RETRIES:
                     raise
                 log.info("store: %s; re-running the statement with its checks", error)
         raise AssertionError("unreachable")
+
+    async def _write_generic(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """`_write_many` for a statement whose generic plan is as good as a custom one (the
+        claims that load): it runs on a connection of its own whose session forces generic
+        plans, so its cached plan is made once per connection instead of at every run
+        (ADR-0108). Behind a pooler nothing is prepared, so nothing is cached: it runs on
+        the pool as any write."""
+        if self._generic_settings is None:
+            return await self._write_many(query, params)
+        pool = self._generic_pool or await self._open_generic_pool(self._generic_settings)
+        return await self._write_many(query, params, pool=pool)
+
+    async def _open_generic_pool(self, settings: dict[str, Any]) -> AsyncConnectionPool[Any]:
+        """The claims' connection, opened at the first claim: a client, which never claims,
+        never holds one."""
+        async with self._generic_opening:
+            if self._generic_pool is None:
+                pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                    self._dsn,
+                    kwargs=settings,
+                    min_size=1,
+                    max_size=1,
+                    open=False,
+                    timeout=self.deadline_seconds,
+                    name=f"noeta-claims:{self.where}",
+                )
+                try:
+                    await pool.open(wait=True, timeout=self.deadline_seconds)
+                except PoolTimeout as error:
+                    await pool.close()
+                    raise StoreUnavailable(f"cannot reach PostgreSQL at {self.where}") from error
+                self._generic_pool = pool
+            return self._generic_pool
 
     async def _read(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         return (await self._run_all([(query, params)], write=False))[0]
@@ -169,17 +217,19 @@ class PostgresConnection:
         *,
         write: bool,
         task_id: str | None = None,
+        pool: AsyncConnectionPool[Any] | None = None,
     ) -> list[list[tuple[Any, ...]]]:
-        """Run statements in one round trip (pipelined), under one deadline. Every driver
-        error leaves as a `StoreError` (see `store_error`)."""
+        """Run statements in one round trip (pipelined), under one deadline, on the store's
+        pool (or `pool`). Every driver error leaves as a `StoreError` (see `store_error`)."""
+        pool = pool or self._pool
         held = _HELD.get()
         if held is not None and (
-            held.pool is not self._pool or held.task is not asyncio.current_task(held.loop)
+            held.pool is not pool or held.task is not asyncio.current_task(held.loop)
         ):
-            held = None  # a burst on another store, or of the task that spawned this one
+            held = None  # a burst on another pool, or of the task that spawned this one
         connection = held.connection if held is not None else None
         if connection is None:
-            connection = await self._checkout()
+            connection = await self._checkout(pool)
             if held is not None:
                 held.connection = connection
         loop = held.loop if held is not None else asyncio.get_running_loop()
@@ -201,11 +251,13 @@ class PostgresConnection:
             raise
         finally:
             if held is None:
-                await self._pool.putconn(connection)
+                await pool.putconn(connection)
 
-    async def _checkout(self) -> psycopg.AsyncConnection[Any]:
+    async def _checkout(
+        self, pool: AsyncConnectionPool[Any] | None = None
+    ) -> psycopg.AsyncConnection[Any]:
         try:
-            connection: psycopg.AsyncConnection[Any] = await self._pool.getconn()
+            connection: psycopg.AsyncConnection[Any] = await (pool or self._pool).getconn()
         except PoolTimeout as error:
             raise StoreUnavailable(self._why_no_connection()) from error
         except psycopg.Error as error:  # PoolClosed: this store was closed

@@ -63,7 +63,7 @@ SELECT queue, count(*) FROM tasks
  WHERE claimable_at <= ? AND queue IN (SELECT value FROM json_each(?))
  GROUP BY queue"""
 # CLAIM_NAMED_AND_LOAD's rule (PostgreSQL's claims.py): the first of the named tasks
-# claimable now, in the claimer's queues and in none with settings (ADR-0108).
+# claimable now, in the claimer's queues and in none with settings (ADR-0109).
 FIND_NAMED_CLAIMABLE = f"""
 SELECT x.id, x.owner_epoch, x.status IN ('running', 'holding'), x.queue FROM tasks AS x
  WHERE x.id IN (SELECT value FROM json_each(:only))

@@ -1,0 +1,134 @@
+"""The claims that load run one cached generic plan per connection (ADR-0108): that plan
+never hashes or scans `tasks` or `events` whole, whatever its parameters, and the store
+really runs it (no custom plan, planned anew at every claim)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from noeta.backends.stores.postgres import PostgresStore
+from noeta.backends.stores.postgres.claims import CLAIM_AND_LOAD, CLAIM_AND_START_JOBS
+from noeta.core.ports.store import JobStarts, NewEvent, NewTask
+from tests.stores.test_postgres_claim_plan import FILL, plan_nodes
+
+# Every done task of FILL with a log of five events: the events table is as big as the
+# tasks table's share of it, so a plan that hashes it would read it whole at every claim.
+EVENTS = """
+INSERT INTO events (task_id, seq, type, data, epoch, owner)
+SELECT t.id, s, 'TaskCreated', '{"v":1}', 1, 'w' FROM tasks t, generate_series(1, 5) s
+ WHERE t.id LIKE 'done-%';
+ANALYZE events;
+"""
+TYPES = {
+    "queues": "text[]",
+    "excluding": "text[]",
+    "offers": "text[]",
+    "limit": "integer",
+    "lease": "float8",
+    "worker": "text",
+    "version": "text",
+    "pinned": "text",
+    "needs": "text[]",
+}
+VALUES = {
+    "queues": "'{default}'",
+    "excluding": "'{}'",
+    "offers": "NULL",
+    "limit": "3",
+    "lease": "30",
+    "worker": "'w'",
+    "version": "'v'",
+    "pinned": "'{\"pins\":[]}'",
+    "needs": "'{}'",
+}
+WHOLE_TABLES = {"tasks", "events", "snapshots", "inbox"}
+
+
+def generic_plan(connection: psycopg.Connection[Any], statement: str) -> list[dict[str, Any]]:
+    """The executed generic plan's nodes (rolled back: nothing is claimed)."""
+    names: list[str] = []
+
+    def placeholder(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    text = re.sub(r"%\((\w+)\)s", placeholder, statement).replace("%%", "%")
+    connection.execute(f"PREPARE claim({', '.join(TYPES[n] for n in names)}) AS {text}")
+    connection.execute("SET plan_cache_mode = force_generic_plan")
+    with connection.transaction(force_rollback=True):
+        arguments = ", ".join(VALUES[n] for n in names)
+        row = connection.execute(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim({arguments})"
+        ).fetchone()
+    connection.execute("DEALLOCATE claim")
+    assert row is not None
+    document = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    return plan_nodes(document[0]["Plan"])
+
+
+@pytest.mark.parametrize("statement", [CLAIM_AND_LOAD, CLAIM_AND_START_JOBS], ids=["load", "start"])
+async def test_the_generic_plan_reads_rows_by_key_only(postgres_url: str, statement: str) -> None:
+    store = await PostgresStore.open(postgres_url, migrate=True)
+    await store.close()
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(FILL)
+        connection.execute(EVENTS)
+        nodes = generic_plan(connection, statement)
+    scans = [n for n in nodes if n.get("Relation Name") in WHOLE_TABLES]
+    kinds = [(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in scans]
+    # Each read of a big table goes by a key: an index condition, never a whole scan to
+    # hash (the 100,000 events, the 65,000 tasks).
+    keyed = [n for n in scans if n.get("Index Cond") or n.get("Recheck Cond")]
+    assert keyed == [n for n in scans if n["Node Type"] != "ModifyTable"], kinds
+    assert sum(n.get("Rows Removed by Filter", 0) for n in scans) == 0, kinds
+    claimed = next(n for n in nodes if n["Node Type"] == "ModifyTable")
+    assert claimed["Actual Rows"] == 3, claimed
+
+
+@pytest.fixture
+async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
+    opened = await PostgresStore.open(postgres_url, migrate=True, max_connections=1)
+    yield opened
+    await opened.close()
+
+
+PLANS = """
+SELECT generic_plans, custom_plans FROM pg_prepared_statements
+ WHERE statement LIKE '%%owner_epoch = t.owner_epoch +%%'
+"""
+
+
+async def claims_connection(store: PostgresStore, query: str) -> list[tuple[Any, ...]]:
+    """`query`'s rows on the claims' own connection (opened by a claim first)."""
+    pool = store._generic_pool
+    assert pool is not None, "no claim ran on a connection of its own"
+    return (await store._run_all([(query, {})], write=False, pool=pool))[0]
+
+
+@pytest.mark.parametrize("starting", [False, True], ids=["load", "start"])
+async def test_the_store_runs_the_claims_generic_plan(store: PostgresStore, starting: bool) -> None:
+    created = NewEvent("TaskCreated", {"v": 1, "model": "scripted:x"})
+    await store.create_tasks([NewTask(f"t{n}", [created]) for n in range(12)])
+    starts = JobStarts(()) if starting else None
+    for _ in range(10):  # psycopg prepares a statement at its 6th run on a connection
+        [claimed] = await store.claim_and_load(
+            "w", ["default"], 30, snapshot_version="v", job_starts=starts
+        )
+        assert claimed.claim.epoch == 1
+    [(generic, custom)] = await claims_connection(store, PLANS)
+    assert custom == 0 and generic >= 4, (generic, custom)
+
+
+async def test_only_the_claims_connection_forces_generic_plans(store: PostgresStore) -> None:
+    await store.create_task(NewTask("t", [NewEvent("TaskCreated", {"v": 1, "model": "x"})]))
+    await store.claim_and_load("w", ["default"], 30, snapshot_version="v")
+    setting = "SELECT current_setting('plan_cache_mode')"
+    assert await claims_connection(store, setting) == [("force_generic_plan",)]
+    assert await store._read(setting, {}) == [("auto",)]  # every other statement's
