@@ -130,7 +130,9 @@ def canvas_task(canvas: Canvas, task_id: str, queue: str, config: str | Config |
     except ValueError as error:
         raise CanvasRefused(str(error)) from None
     created = events.TaskCreated(model="", tools=())
-    requested = events.CanvasRequested({"jobs": spec.pins, "tree": tree})
+    # The queue its members run in unless a signature names one: read from the spec, a
+    # launch costs no round trip for the canvas's row.
+    requested = events.CanvasRequested({"jobs": spec.pins, "tree": tree, "queue": queue})
     log = [NewEvent(*events.encode(event)) for event in (created, requested)]
     return NewTask(task_id, log, queue=queue)
 

@@ -102,6 +102,7 @@ class ObservedStore:
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
+        only: Collection[str] | None = None,
     ) -> list[ClaimedTask]:
         started = time.time_ns()
         with _observing("claim", None):
@@ -114,6 +115,7 @@ class ObservedStore:
                 excluding=excluding,
                 offers=offers,
                 job_starts=job_starts,
+                only=only,
             )
         for each in claimed:
             _claimed(each.claim, started)

@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from noeta.core.ports.store import ClaimedTask, JobStarts, LoadedTask
 
 # What a fresh job's log holds before its first run: its creation, its one call, and at
-# most the pin of a run that stopped before it began (ADR-0101). Read by type alone.
+# most the pin of a run that stopped before it began (ADR-0101), or a canvas member's pin
+# and link to its canvas (ADR-0104). Read by type alone.
 _FRESH_JOB = ("TaskCreated", "CallRequested")
+_FRESH_JOB_ENDS = ((), ("PluginsPinned",), ("PluginsPinned", "SubtaskOf"))
 
 
 def fresh_job(loaded: LoadedTask | None) -> bool:
@@ -18,7 +20,7 @@ def fresh_job(loaded: LoadedTask | None) -> bool:
     if loaded is None or loaded.snapshot is not None or loaded.inbox:
         return False
     types = tuple(event.type for event in loaded.events)
-    return types[:2] == _FRESH_JOB and types[2:] in ((), ("PluginsPinned",))
+    return types[:2] == _FRESH_JOB and types[2:] in _FRESH_JOB_ENDS
 
 
 class ClaimForm:

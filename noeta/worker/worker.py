@@ -39,13 +39,13 @@ from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.health.liveness import Liveness
 from noeta.observability import metrics, tracing
 from noeta.worker.claim_form import ClaimForm
+from noeta.worker.continuing import ContinuingClaims, follow_on
 from noeta.worker.idle_registration import IdleRegistration
 from noeta.worker.jobs import JobManager
 from noeta.worker.presence import Presence, offers_of
 from noeta.worker.renewal import Renewer
 from noeta.worker.settings import WorkerSettings
 from noeta.worker.shutdown import drain
-from noeta.worker.waiting_claims import WaitingClaims
 from noeta.worker.warmup import warm_up
 
 log = logging.getLogger("noeta.worker")
@@ -53,7 +53,7 @@ log = logging.getLogger("noeta.worker")
 CLAIM_LOOP = "claim loop"
 
 
-class Worker(WaitingClaims):
+class Worker(ContinuingClaims):
     def __init__(
         self,
         store: Store,
@@ -77,6 +77,7 @@ class Worker(WaitingClaims):
         self._resume_on_hold: set[ClaimKey] = set()
         # Adopted claims waiting for a slot: renewed all the while, so none lapses unrun.
         self.adopted: dict[ClaimKey, Claim] = {}
+        self.quiet_canvases: dict[str, None] = {}  # continuing.follow_on's
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._wake = asyncio.Event()
         self._stopping = False
@@ -280,8 +281,10 @@ class Worker(WaitingClaims):
     async def _run_claim(self, claim: Claim, loaded: LoadedTask | None = None) -> RunResult | None:
         """Run one claim; every way of losing it ends here, logged, never raised."""
         holding = False
+        follow: tuple[str, ...] = ()
         try:
             result = await self.runner.run(claim, loaded)
+            follow = follow_on(claim.task_id, result, self.quiet_canvases)
             log.info("task %s: %s", claim.task_id, result.state.finished or result.outcome)
             self.presence.count(result.state.finished)
             holding = result.outcome == "holding"
@@ -313,7 +316,8 @@ class Worker(WaitingClaims):
                 if self.jobs.has_jobs(claim):  # most runs start none: no task for nothing
                     self._spawn(self.jobs.stop(claim, "its claim ended"))
             self.running.pop(claim.key, None)
-            self._slots.release()
+            if not (follow and await self._continue(follow)):
+                self._slots.release()  # else the slot is the continuing run's
             if holding and result_came:
                 self._resume_holding(claim)  # not held for a result already delivered
             self.wake()

@@ -15,6 +15,7 @@ import pytest
 from noeta.client import AsyncClient
 from noeta.client.canvas import chain, chord, group
 from noeta.core.errors import TaskCancelled, TaskFailed
+from noeta.core.rules.replay import replay
 from noeta.testing import postgres
 from tests.cli.test_run import noeta
 from tests.client import canvas_jobs
@@ -68,6 +69,41 @@ async def test_a_chain_passes_each_result_to_the_next_member(client: AsyncClient
     assert await client.job_result(handle, timeout=60) == 60  # ((1 + 2) + 3) * 10
 
 
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
+async def test_a_chains_worker_continues_each_link_in_the_slot_it_ran_the_last_in(
+    request: pytest.FixtureRequest, tmp_path: Path, store_kind: str
+) -> None:
+    """ADR-0109: a member's finish makes its canvas claimable and the canvas's step makes
+    the next member; the worker that ran the one claims the other by name, in the same
+    slot. With one slot, the claim loop gets none while the chain runs, so every link
+    after the first claim is a continuation, whatever wakes the loop."""
+    if store_kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 'noeta.db'}"
+    else:
+        server: postgres.TestPostgres = request.getfixturevalue("postgres_server")
+        url = server.new_migrated_schema()
+    config = tmp_path / "noeta.yaml"
+    config.write_text(CONFIG)
+    env = {"NOETA_CONFIG": str(config), "NOETA_TEST_LEDGER": str(tmp_path / "ledger")}
+    async with AsyncClient(url, config=str(config)) as client:
+        handle = await client.canvas(chain(add.s(1, 1), add.s(1), add.s(1)))
+        worker = WorkerProcess(url, "one-slot", tmp_path, env=env, concurrency=1, lease=30)
+        try:
+            assert await client.job_result(handle, timeout=60) == 4
+        finally:
+            worker.stop()
+    log = worker.log().splitlines()
+    continued = [line.split("continued with task ")[1] for line in log if "continued with" in line]
+    canvas = handle.id
+    assert continued == [
+        *(f"{canvas}.m0.1 (epoch 1)", f"{canvas} (epoch 2)"),
+        *(f"{canvas}.m1.1 (epoch 1)", f"{canvas} (epoch 3)"),
+        *(f"{canvas}.m2.1 (epoch 1)", f"{canvas} (epoch 4)"),
+    ]
+    assert next(line for line in log if "claimed task" in line).endswith(f"{canvas} (epoch 1)")
+    assert sum("claimed task" in line for line in log) == 1
+
+
 async def test_a_group_returns_its_results_in_order(client: AsyncClient) -> None:
     handle = await client.canvas(group(add.s(n, n) for n in range(6)))
     assert await client.job_result(handle, timeout=60) == [0, 2, 4, 6, 8, 10]
@@ -86,6 +122,9 @@ async def test_a_chord_runs_its_callback_once_with_every_result(
     assert "canvas\n" in shown.stdout and "chord(group(add x5), tsum)" in shown.stdout
     for _, member in children:
         assert f"subtask {member.id}  done" in shown.stdout
+    store = await client.store()  # `noeta replay` follows the canvas and its members
+    for task_id in [handle.id, *(member.id for _, member in children)]:
+        assert replay(await store.read_log(task_id)) is None, task_id
 
 
 async def test_canvases_nest_a_chain_of_groups_and_a_chord_of_chains(

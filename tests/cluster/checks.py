@@ -1,7 +1,7 @@
 """The checks after the heal phase: statuses, side effects against the ledger, messages
 taken once, the log invariants of every task, every log replayed with this code (issue
-30), subagent trees (tree_checks.py), the notify plugin's deliveries (hook_checks.py),
-and every acknowledged append durable."""
+30), subagent trees (tree_checks.py), canvases (canvases.py), the notify plugin's
+deliveries (hook_checks.py), and every acknowledged append durable."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from noeta.core.ports.store import InboxEntry, Store, StoredEvent, TaskStatus
 from noeta.core.rules.replay import replay
+from tests.cluster import canvases
 from tests.cluster.fanout import CANCELLED_PARENT, OUTBOX
 from tests.cluster.hook_checks import check_notifications
 from tests.cluster.invariants import check_log
@@ -35,7 +36,7 @@ async def check(store: Store, workload: Workload, scratch: Path) -> list[str]:
         if task_id == OUTBOX:
             continue  # never claimed: it only collects notifications
         allowed = expected_statuses(kind, parent_of(log) is not None, task_id, statuses)
-        if record.status not in allowed:
+        if record.status not in allowed and not canvases.is_member(log):  # check_canvases
             wanted = " or ".join(sorted(status.value for status in allowed))
             problems.append(f"{task_id}: ended {record.status.value}, not {wanted}")
         problems += [f"{task_id}: {problem}" for problem in check_log(log, inbox)]
@@ -52,6 +53,7 @@ async def check(store: Store, workload: Workload, scratch: Path) -> list[str]:
                 if sent_to == task_id and taken[key] != 1:
                     problems.append(f"{task_id}: message {key} taken {taken[key]} times")
     problems += check_trees(logs, inboxes, statuses)
+    problems += canvases.check_canvases(workload.kinds, logs, statuses, ledger)
     problems += worktrees_left(workload.workspaces, workload.in_git & set(logs), logs)
     problems += check_notifications(logs, inboxes.get(OUTBOX, []), scratch)
     return problems + journaled_appends_missing(scratch, logs)
@@ -64,6 +66,8 @@ def expected_statuses(
         return {TaskStatus.CANCELLED}
     if kind == CANCELLED_PARENT:  # done only if its subagents beat the cancel
         return {TaskStatus.CANCELLED, TaskStatus.DONE}
+    if kind in canvases.KINDS:  # failed only as check_canvases allows
+        return {TaskStatus.DONE, TaskStatus.FAILED}
     if is_subtask:
         return allowed_statuses(task_id, statuses)
     return {TaskStatus.DONE}

@@ -39,7 +39,7 @@ from typing import Any, NoReturn
 from noeta.backends.stores import open_store
 from noeta.backends.stores.embedded import make_home
 from noeta.testing.pgbouncer import PgBouncer, pgbouncer_binary
-from tests.cluster import counters, takeovers
+from tests.cluster import canvases, counters, takeovers
 from tests.cluster.checks import check
 from tests.cluster.early_stop import EarlyChecks
 from tests.cluster.fanout import OUTBOX
@@ -49,7 +49,7 @@ from tests.cluster.mutants import apply_mutant
 from tests.cluster.processes import WORKERS, Cluster
 from tests.cluster.server import ClusterServer, ServerUnanswered
 from tests.cluster.targeted import ScenarioFailed, run_targeted
-from tests.cluster.workload import SCRIPTS, Workload, plan_tasks, steadily
+from tests.cluster.workload import KINDS, SCRIPTS, Workload, plan_tasks, steadily
 
 # After the last fault every task is done within this (mutant runs use less: they fail).
 FINISH_WITHIN = float(os.environ.get("NOETA_CLUSTER_FINISH_WITHIN") or 180)
@@ -92,7 +92,7 @@ def write_configs(scratch: Path) -> None:
         "module": "notify_plugin",
         "params": {"outbox": OUTBOX, "ledger": str(scratch / EVENTS)},
     }
-    plugins = [core, {"module": "tests.cluster.ledger_plugin"}, notify]
+    plugins = [core, {"module": "tests.cluster.ledger_plugin"}, notify, canvases.PLUGIN]
     config = {
         "plugins": plugins,
         "workspaces": str(scratch / "workspaces"),
@@ -130,7 +130,8 @@ async def run(
     if bouncer is not None:
         cluster.pooled_url = await asyncio.to_thread(bouncer.pooled, url)
     rng = random.Random(seed)
-    workload = Workload(store, rng, plan_tasks(rng, count), scratch / "workspaces")
+    kinds = plan_tasks(rng, count, (*KINDS, *canvases.KINDS))
+    workload = Workload(store, rng, kinds, scratch / "workspaces", config=scratch / "noeta.yaml")
     write_configs(scratch)
     await workload.create_outbox()
     problems: list[str] = []

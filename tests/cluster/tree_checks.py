@@ -30,8 +30,9 @@ def launches(logs: Logs) -> Iterator[tuple[str, str, str]]:
 
 
 def parent_of(log: list[StoredEvent]) -> tuple[str, str] | None:
-    """(parent, call) from a child's SubtaskOf; None for a top-level task."""
-    for event in log[:2]:
+    """(parent, call) from a child's SubtaskOf (a subagent's second event, a canvas
+    member's fourth); None for a top-level task."""
+    for event in log[:4]:
         if event.type == "SubtaskOf":
             return str(_data(event)["parent"]), str(_data(event)["call_id"])
     return None
@@ -98,6 +99,11 @@ def handback_problems(
     if statuses.get(parent) is TaskStatus.DONE:
         if len(taken) != 1:
             return [f"{child}: its handback taken {len(taken)} times by {parent}"]
+        if any(e.type == "CanvasRequested" for e in parent_log[:2]):  # a canvas: no calls
+            returned = _data(taken[0])
+            if (returned["status"], returned.get("report", "")) != (handback.status, report):
+                return [f"{child}: {parent} took its end as {returned}, not {expected}"]
+            return []
         results = [
             _data(e)["content"]
             for e in parent_log

@@ -15,7 +15,7 @@ from pathlib import Path
 from noeta.core.errors import StoreError
 from noeta.core.ports.store import CANCEL_KEY, Delivery, NewEvent, NewTask, Store
 from noeta.core.rules import events
-from tests.cluster import fanout
+from tests.cluster import canvases, fanout
 
 SCRIPTS = Path(__file__).parent / "scripted"
 KINDS = ("tools", "job", "timer", "chat", *fanout.PARENTS)
@@ -37,6 +37,8 @@ class Workload:
     # ADR-0088 cannot read): the upgrade run's events only the current code knows. It
     # creates them itself, at a chosen point of the roll: create_due leaves them out.
     worker_tools: set[str] = field(default_factory=set)
+    # The workers' config, which the canvases' jobs are checked against when submitted.
+    config: Path | None = None
 
     def __post_init__(self) -> None:
         self.in_git |= fanout.in_git(self.kinds)
@@ -51,6 +53,12 @@ class Workload:
     async def create(self, task_id: str, queue: str = "default") -> None:
         """Create a task of its planned kind (idempotent by id: safe to retry)."""
         kind = self.kinds[task_id]
+        if kind in canvases.KINDS:
+            assert self.config is not None, "a workload with canvases needs the config"
+            task = canvases.new_task(kind, task_id, self.config)
+            await steadily(lambda: self.store.create_task(task))
+            self.created.append(task_id)
+            return
         if task_id in self.in_git:
             await asyncio.to_thread(fanout.make_git_workspace, self.workspaces / task_id)
         created = events.TaskCreated(
@@ -150,9 +158,9 @@ async def steadily(step: Callable[[], Awaitable[object]], within: float = 60.0) 
             await asyncio.sleep(0.5)
 
 
-def plan_tasks(rng: random.Random, count: int) -> dict[str, str]:
+def plan_tasks(rng: random.Random, count: int, planned: tuple[str, ...] = KINDS) -> dict[str, str]:
     """Task id -> kind, in the order they will be created: each kind once (in a seeded
     order; a short run has them all), then at random."""
-    kinds = rng.sample(KINDS, len(KINDS))[:count]
-    kinds += [rng.choice(KINDS) for _ in range(count - len(kinds))]
+    kinds = rng.sample(planned, len(planned))[:count]
+    kinds += [rng.choice(planned) for _ in range(count - len(kinds))]
     return {f"{kind}-{n:03}": kind for n, kind in enumerate(kinds)}

@@ -11,7 +11,7 @@ import pytest
 from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 
 from noeta.backends.stores import open_store
-from noeta.backends.stores.postgres.claims import CLAIM_AND_START_JOBS
+from noeta.backends.stores.postgres.claims import CLAIM_AND_START_JOBS, CLAIM_NAMED_AND_START_JOBS
 from noeta.core.ports import payload
 from noeta.core.ports.store import JobStarts, Store
 from noeta.core.rules import events as ev
@@ -45,3 +45,5 @@ def test_the_starting_claim_is_short_enough_for_psycopgs_cache() -> None:
     assert "--" not in CLAIM_AND_START_JOBS  # on one line, a comment would end it
     # Text others find the claim by in pg_stat_statements (bench/idle_wakeups.py, tests).
     assert "owner_epoch = t.owner_epoch +" in CLAIM_AND_START_JOBS
+    assert len(CLAIM_NAMED_AND_START_JOBS.encode()) <= MAX_CACHED_STATEMENT_LENGTH
+    assert "--" not in CLAIM_NAMED_AND_START_JOBS

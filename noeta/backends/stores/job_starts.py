@@ -27,6 +27,10 @@ def start_events(loaded: LoadedTask, starts: JobStarts) -> list[NewEvent] | None
         logged = [ev.decode(event.type, event.data) for event in loaded.events]
     except ValueError:
         return None  # the runner says why, as for any unreadable log
+    if len(logged) == 4 and isinstance(logged[3], ev.SubtaskOf):
+        if not isinstance(logged[2], ev.PluginsPinned):
+            return None
+        logged = logged[:3]  # a canvas member: its link to its canvas comes last (ADR-0104)
     if len(logged) not in (2, 3) or not isinstance(logged[0], ev.TaskCreated):
         return None
     call = logged[1]

@@ -142,6 +142,7 @@ class Store(Protocol):
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
+        only: Collection[str] | None = None,
     ) -> list[ClaimedTask]:
         """Claim up to `limit` (1 to 1,000) of the claimable tasks due longest, each with
         its own epoch and lease, and read each as `load` would: in one round trip where
@@ -152,7 +153,10 @@ class Store(Protocol):
         while their renewal was held up: ADR-0079). `offers`: the plugin names the
         claimer has; a task that needs one it lacks is left for a worker that has it
         (None: it runs anything; ADR-0092). `job_starts`: the fresh plain jobs claimed are
-        started by the claim's own commit, their `loaded.started_by_claim` set (ADR-0101)."""
+        started by the claim's own commit, their `loaded.started_by_claim` set (ADR-0101).
+        `only`: claim among these tasks alone, whatever is due before them, and none in a
+        queue with settings (its limits are the due walk's): a worker continuing what its
+        last run made claimable (ADR-0109)."""
         ...
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

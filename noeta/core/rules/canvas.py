@@ -1,7 +1,8 @@
 """A canvas of jobs (chain, group, chord; ADR-0104): its tree, and the pure rule that says
 what its task does next from its folded state: launch members, wait for them, or finish.
 
-The tree is `CanvasRequested.spec`: {"jobs": {name: pin}, "tree": node}, a node being a
+The tree is `CanvasRequested.spec`: {"jobs": {name: pin}, "tree": node, "queue": the
+canvas's queue, its members' unless a leaf names one}, a node being a
 leaf {"job", "input", "receives", "queue", "ignore_errors"}, {"chain": [...]},
 {"group": [...]} or {"chord": [header group, body]}. Leaves are numbered in tree order;
 leaf i runs as the subtask of call id `m<i>`.

@@ -105,13 +105,11 @@ class _Folding:
     depth: int
     children: int
     turn_children: int
-    subtasks: tuple[tuple[str, str, int], ...]
     plugin_records: tuple[tuple[str, JSONValue], ...]
     job: str
     attempts: int
     retry_at: str
     canvas: dict[str, JSONValue] | None
-    canvas_results: tuple[tuple[str, str, str], ...]
     spent: tuple[int, int, int, int, int]
     call_estimate: int
     budget_allowed: int
@@ -128,6 +126,10 @@ class _Folding:
         self.started = dict(start.started)
         self.results = list(start.results)
         self.taken = set(start.taken_inbox)
+        # Keyed by child, and a list: a canvas of 10,000 members takes each launch and
+        # each end in O(1), not a tuple rebuilt per event (ADR-0104).
+        self.subtasks = {launched[1]: launched for launched in start.subtasks}
+        self.canvas_results = list(start.canvas_results)
 
     def state(self) -> TaskState:
         values = dict(zip(_SCALARS, _read_scalars(self), strict=True))
@@ -136,10 +138,20 @@ class _Folding:
         values["started"] = tuple(self.started.items())
         values["results"] = tuple(self.results)
         values["taken_inbox"] = frozenset(self.taken)
+        values["subtasks"] = tuple(self.subtasks.values())
+        values["canvas_results"] = tuple(self.canvas_results)
         return build_state(map(values.__getitem__, _FIELDS))
 
 
-_COLLECTIONS = {"messages", "calls", "started", "results", "taken_inbox"}
+_COLLECTIONS = {
+    "messages",
+    "calls",
+    "started",
+    "results",
+    "taken_inbox",
+    "subtasks",
+    "canvas_results",
+}
 _FIELDS = tuple(TaskState.__dataclass_fields__)
 _SCALARS = tuple(name for name in _FIELDS if name not in _COLLECTIONS)
 _read_scalars = attrgetter(*_SCALARS)
@@ -298,15 +310,15 @@ def _apply_subtask(f: _Folding, event: SubtaskOf | SubtaskLaunched | SubtaskRetu
         case SubtaskLaunched(call_id=call_id, child_id=child_id):
             # The call is not half done: it waits for the child's handback.
             f.started.pop(call_id, None)
-            f.subtasks = (*f.subtasks, (call_id, child_id, f.replies))
+            f.subtasks[child_id] = (call_id, child_id, f.replies)
             f.children += 1
             f.turn_children += 1
         case SubtaskReturned(child_id=child_id, status=status, inbox_id=inbox_id):
             f.taken.add(inbox_id)
+            launched = f.subtasks.pop(child_id, None)
             if f.canvas is not None:  # a member's end is the canvas's to weigh (ADR-0104)
-                call = next((s[0] for s in f.subtasks if s[1] == child_id), "")
-                f.canvas_results = (*f.canvas_results, (call, status, event.report))
-            f.subtasks = tuple(s for s in f.subtasks if s[1] != child_id)
+                call = launched[0] if launched else ""
+                f.canvas_results.append((call, status, event.report))
 
 
 def _end_job(f: _Folding, event: JobFinished | JobLost | JobStopped) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from noeta.core.ports.store import StoredEvent
-from noeta.core.rules import events
+from noeta.core.rules import canvas, events
 from noeta.core.rules import next_action as actions
 from noeta.core.rules.fold import LoggedEvent, fold
 from noeta.core.rules.task_state import TaskState
@@ -19,8 +19,10 @@ from noeta.core.rules.task_state import TaskState
 # record, a turn failed by an internal error, a late tool result's correction before the
 # next model call. A finish too, unless it says done (a cancel, a failure: `_finish_ok`).
 ANY_TIME = frozenset({"PluginsPinned", "PluginRecord", "TurnEnded", "ToolResultCorrected"})
-# Written with the task's creation, after its TaskCreated.
-AT_CREATION = frozenset({"SubtaskOf", "CallRequested"})
+# Written with the task's creation, after its TaskCreated (a canvas member's SubtaskOf
+# after its pin, ADR-0104).
+AT_CREATION = frozenset({"SubtaskOf", "CallRequested", "CanvasRequested"})
+CREATION = AT_CREATION | {"TaskCreated", "PluginsPinned"}
 # Written in one append right after another event (the log keeps no append boundaries):
 # a wake-up or a job with the call that made it. (An Agent call's launch follows its
 # start, maybe after other calls' starts: `_parts_from` checks that its call started.)
@@ -52,6 +54,10 @@ RECORDS_NEXT: dict[type, frozenset[str]] = {
         {"MessageTaken", "JobFinished", "JobLost", "JobStopped", "WokenUp", "SubtaskReturned"}
     ),
     actions.Stop: frozenset(),
+    # A canvas's step takes its members' ends, then launches those they let start
+    # (`SubtaskLaunched` is checked against the launches due, `_parts_from`).
+    canvas.LaunchMembers: frozenset({"SubtaskReturned"}),
+    canvas.AwaitMembers: frozenset({"SubtaskReturned"}),
 }
 
 
@@ -73,6 +79,7 @@ def replay(log: Sequence[StoredEvent]) -> Divergence | None:
         return Divergence(0, "the log is empty")
     state = TaskState()
     forked = False
+    creating = True  # every event so far was written with the task's creation
     previous = ""
     for stored in log:
         try:
@@ -85,8 +92,9 @@ def replay(log: Sequence[StoredEvent]) -> Divergence | None:
                 f"a {event.type} event (encoding {event.version}) this noeta does not know: "
                 "written by a newer one",
             )
+        creating = creating and stored.type in CREATION
         if stored.seq > 1 and previous not in COMPANIONS.get(stored.type, ()):
-            parted = _parts_from(state, stored, event, forked)
+            parted = _parts_from(state, stored, event, forked, creating)
             if parted:
                 return Divergence(stored.seq, parted)
         previous = stored.type
@@ -97,14 +105,24 @@ def replay(log: Sequence[StoredEvent]) -> Divergence | None:
     return None
 
 
-def _parts_from(state: TaskState, stored: StoredEvent, event: events.Event, forked: bool) -> str:
-    """Why `event` is not a step this code could have written after `state` ("" if it is)."""
+def _parts_from(
+    state: TaskState, stored: StoredEvent, event: events.Event, forked: bool, creating: bool
+) -> str:
+    """Why `event` is not a step this code could have written after `state` ("" if it is);
+    `creating`: it and every event before it are of the kinds a creation writes."""
     if state.config is None:
         return "the log does not start with TaskCreated"
-    if stored.type in AT_CREATION and state.last_seq == 1:
+    if stored.type in AT_CREATION and creating:
         return ""
     if forked and isinstance(event, events.MessageTaken) and event.inbox_id == 0:
         return ""  # a fork's message: the user's change, not a step (ADR-0091)
+    if isinstance(event, events.SubtaskLaunched) and state.canvas is not None:
+        due = canvas.next_step(state)
+        if isinstance(due, canvas.LaunchMembers) and any(
+            member.call_id == event.call_id for member in due.members
+        ):
+            return ""
+        return f"member {event.call_id} is launched where this noeta would not launch it"
     if isinstance(event, events.SubtaskLaunched):
         if state.starts(event.call_id):
             return ""
@@ -144,5 +162,9 @@ def _described(action: actions.Action) -> str:
             return f"finish the task ({status})"
         case actions.AwaitMessage():
             return "wait for a message"
+        case canvas.LaunchMembers(members=members):
+            return "launch " + ", ".join(member.call_id for member in members)
+        case canvas.AwaitMembers():
+            return "wait for its members"
         case _:
             return type(action).__name__

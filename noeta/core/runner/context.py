@@ -84,6 +84,10 @@ class RunContext(Protocol):
         append also carries the task's handback and its children's cancels."""
         ...
 
+    def folded(self, new_events: Sequence[Event]) -> TaskState:
+        """The state once `new_events` land (kept: the append that lands them reuses it)."""
+        ...
+
     async def append_settling(self, new_events: Sequence[Event]) -> None:
         """`append`, with the task's finish in the same append when these events end it
         (a job's result): what `next_action` would do next, without the round trip."""

@@ -10,15 +10,13 @@ one fenced append.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 from noeta.core import failpoints
 from noeta.core.ports.pin import Pin
-from noeta.core.ports.store import InboxEntry, NewEvent, NewTask, Wait
+from noeta.core.ports.store import Continue, InboxEntry, NewEvent, NewTask, NextState, Wait
 from noeta.core.rules import events as ev
 from noeta.core.rules import subtasks
 from noeta.core.rules.canvas import AwaitMembers, LaunchMembers, MemberLaunch, next_step
-from noeta.core.rules.fold import LoggedEvent, fold
 from noeta.core.rules.next_action import AwaitSubtasks
 from noeta.core.runner import children
 from noeta.core.runner.context import RunContext
@@ -32,22 +30,68 @@ async def advance(
     run: RunContext, action: AwaitSubtasks | LaunchMembers | AwaitMembers, inbox: list[InboxEntry]
 ) -> bool:
     """One step of a task waiting on subtasks: True to go on, False once it waits."""
-    match action:
-        case AwaitSubtasks():
-            return await children.take_handbacks(run, action, inbox)
-        case LaunchMembers(members=members):
-            await launch(run, members)
-            return True
-        case AwaitMembers():
-            return await take_ends(run, inbox)
+    if isinstance(action, AwaitSubtasks):
+        return await children.take_handbacks(run, action, inbox)
+    return await step(run, inbox)
 
 
-async def launch(run: RunContext, members: tuple[MemberLaunch, ...]) -> None:
-    """Create `members` and record their launch, in one append."""
+async def step(run: RunContext, inbox: list[InboxEntry]) -> bool:
+    """A canvas's step in one append: take every member's end the inbox holds, launch the
+    members whose turn that brings (the next link of a chain), and, when it is left with
+    nothing but to wait, the wait itself. True to go on (it ends, or launches more),
+    False once it waits. An end delivered meanwhile wakes it again: a wait is claimable
+    once its inbox holds a matching entry, whenever it came."""
+    returned, taken = _ends(run, inbox)
+    written: list[ev.Event] = list(returned)
+    following = next_step(run.folded(written))
+    new_tasks: list[NewTask] = []
+    if isinstance(following, LaunchMembers):
+        launched, new_tasks = await _launches(run, following.members)
+        written += launched
+        following = next_step(run.folded(written))
+    waits = isinstance(following, AwaitMembers)
+    if taken:
+        await failpoints.hit("canvas.before_ends_taken")
+    if new_tasks:
+        await failpoints.hit("canvas.before_launch")
+    then: NextState = Wait(wake_on_prefix=subtasks.HANDBACK_PREFIX) if waits else Continue()
+    await run.append(written, take=taken, new_tasks=new_tasks, next_state=then)
+    if new_tasks:
+        log.info("task %s: launched %d canvas members", run.task_id, len(new_tasks))
+    return not waits
+
+
+def _ends(run: RunContext, inbox: list[InboxEntry]) -> tuple[list[ev.Event], list[int]]:
+    """The members' ends in the inbox, each once (a second delivery is dropped by its
+    key), and every handback entry to take."""
+    running = {child for _, child, _ in run.state.subtasks}
+    returned: list[ev.Event] = []
+    taken = []
+    for entry in inbox:
+        handback = subtasks.read_handback(entry.payload)
+        if handback is None:
+            continue
+        if handback.child_id in running:
+            returned.append(
+                ev.SubtaskReturned(handback.child_id, handback.status, entry.id, handback.report)
+            )
+            running.discard(handback.child_id)
+        taken.append(entry.id)
+    return returned, taken
+
+
+async def _launches(
+    run: RunContext, members: tuple[MemberLaunch, ...]
+) -> tuple[list[ev.Event], list[NewTask]]:
+    """The launch of `members` and their creation, to land in one append: a member exists
+    once, whoever dies when."""
     spec = run.state.canvas or {}
     pins = spec.get("jobs")
-    queue = await run.queue()
-    launched, new_tasks = [], []
+    queue = spec.get("queue")
+    if not isinstance(queue, str) or not queue:  # a canvas submitted before 0.x said none
+        queue = await run.queue()
+    launched: list[ev.Event] = []
+    new_tasks = []
     for member in members:
         child = subtasks.child_id(run.task_id, member.call_id, 1)
         pin = pins.get(member.job) if isinstance(pins, dict) else None
@@ -60,42 +104,4 @@ async def launch(run: RunContext, members: tuple[MemberLaunch, ...]) -> None:
         encoded = [NewEvent(*ev.encode(event)) for event in first]
         new_tasks.append(NewTask(child, encoded, queue=member.queue or queue))
         launched.append(ev.SubtaskLaunched(member.call_id, child, member.job))
-    await failpoints.hit("canvas.before_launch")
-    await run.append(launched, new_tasks=new_tasks)
-    log.info("task %s: launched %d canvas members", run.task_id, len(members))
-
-
-async def take_ends(run: RunContext, inbox: list[InboxEntry]) -> bool:
-    """Take every member's end the inbox holds, in one append; else wait for one."""
-    running = {child for _, child, _ in run.state.subtasks}
-    returned, taken = [], []
-    for entry in inbox:
-        handback = subtasks.read_handback(entry.payload)
-        if handback is None:
-            continue
-        status = handback.status
-        if handback.child_id in running:
-            returned.append(
-                ev.SubtaskReturned(handback.child_id, status, entry.id, handback.report)
-            )
-            running.discard(handback.child_id)  # a second delivery is dropped by its key
-        taken.append(entry.id)
-    if taken:
-        await failpoints.hit("canvas.before_ends_taken")
-        if _still_waiting(run, returned):  # the wait rides on the take: two statements fewer
-            wait = Wait(wake_on_prefix=subtasks.HANDBACK_PREFIX)
-            await run.append(returned, take=taken, next_state=wait)
-            return False
-        await run.append(returned, take=taken)
-        return True
-    await run.append([], next_state=Wait(wake_on_prefix=subtasks.HANDBACK_PREFIX))
-    return False
-
-
-def _still_waiting(run: RunContext, returned: Sequence[ev.Event]) -> bool:
-    """Whether, these ends taken, the canvas has nothing to launch or finish yet. An end
-    delivered meanwhile wakes the task again: a wait is claimable once its inbox holds
-    a matching entry, whenever it came."""
-    seq = run.state.last_seq
-    ahead = fold([LoggedEvent(seq + n, event) for n, event in enumerate(returned, 1)], run.state)
-    return isinstance(next_step(ahead), AwaitMembers)
+    return launched, new_tasks

@@ -87,6 +87,8 @@ Outcome = Literal[
 class RunResult:
     outcome: Outcome
     state: TaskState
+    # The tasks the run's appends created (a canvas's members), in creation order.
+    created: tuple[str, ...] = ()
 
 
 @dataclass
@@ -138,6 +140,7 @@ class TaskRunner:
         state, inbox = await load_for_run(self.store, claim.task_id, version, loaded)
         run = _Run(self, claim, state, version, tracing.begin_attempt(claim, state))
         run.started_by_claim = loaded is not None and loaded.started_by_claim
+        run.loaded_inbox = inbox
         if any(taking.kind_of(entry.payload) == "cancel" for entry in inbox):
             run.cancel_checked_at = -math.inf  # asked already: look before anything else
         else:
@@ -148,7 +151,7 @@ class TaskRunner:
             run.trace.end("error", error)
             raise
         run.trace.end(result.state.finished or result.outcome)
-        return result
+        return RunResult(result.outcome, result.state, tuple(run.created))
 
 
 class _Run(RunWriter):
@@ -177,6 +180,10 @@ class _Run(RunWriter):
         # The claim started the job's call (ADR-0101): its first step runs it, never as a
         # half-done call to recover, and a draining worker does not hand it back.
         self.started_by_claim = False
+        # The untaken inbox as the run's load read it, for its first step, and the log's
+        # end then (a step that appended reads the inbox again).
+        self.loaded_inbox: list[InboxEntry] | None = None
+        self.loaded_seq = state.last_seq
 
     # --- the RunContext the steps in calls.py see ---------------------------------------
 
@@ -300,7 +307,7 @@ class _Run(RunWriter):
                             )
                             return RunResult("waiting", self.state)
                         case AwaitSubtasks() | canvas.LaunchMembers() | canvas.AwaitMembers():
-                            inbox = await self._inbox()
+                            inbox = await self._inbox(fresh_from_the_load=True)
                             if await self._cancel_if_asked(inbox):
                                 return RunResult("finished", self.state)
                             if not await members.advance(self, action, inbox):
@@ -352,7 +359,13 @@ class _Run(RunWriter):
 
     # --- steps ------------------------------------------------------------------------
 
-    async def _inbox(self) -> list[InboxEntry]:
+    async def _inbox(self, *, fresh_from_the_load: bool = False) -> list[InboxEntry]:
+        """The untaken inbox; `fresh_from_the_load`: the one the run's load read, if
+        nothing was appended since (a canvas continued at once saves the round trip; an
+        entry delivered after it wakes the task again)."""
+        loaded, self.loaded_inbox = self.loaded_inbox, None
+        if fresh_from_the_load and loaded is not None and self.state.last_seq == self.loaded_seq:
+            return loaded
         return [
             entry
             for entry in await self.store.read_inbox(self.task_id)

@@ -61,6 +61,7 @@ class RunWriter:
         # Events that ride with the next append (pins: no round trip of their own).
         self.pending: list[ev.Event] = []
         self.waits = False  # the last append handed the task back to wait (claim released)
+        self.created: list[str] = []  # the tasks the appends that landed created
         # The last look ahead (`folded`): from which state, over which events, to what.
         self._ahead: tuple[TaskState, tuple[ev.Event, ...], TaskState] | None = None
 
@@ -117,6 +118,7 @@ class RunWriter:
         )
         await failpoints.hit("append.after_commit")
         self.waits = isinstance(next_state, Wait)
+        self.created += [task.id for task in new_tasks]
         if finished is not None and self.state.parent:
             await failpoints.hit("subtask.after_finish")
         first = self.state.last_seq + 1

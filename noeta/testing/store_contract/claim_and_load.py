@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from noeta.core.errors import Conflict
+from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
 from noeta.core.ports.store import (
     Delivery,
     NewEvent,
@@ -142,3 +143,36 @@ class ClaimAndLoadContract:
         assert [each.claim.task_id for each in batch] == ["b"]
         rest = await store.claim_and_load("w", ["default"], LEASE, limit=5, snapshot_version="v")
         assert {each.claim.task_id for each in rest} == {"a", "c"}
+
+    async def test_a_named_claim_takes_only_those_claimable_in_its_queues_without_settings(
+        self, store: Store
+    ) -> None:
+        """`only` (ADR-0109): a worker continuing what its last run made claimable takes
+        that task, whatever is due before it, and nothing a plain claim would not take:
+        not one waiting, in another queue, excluded, or in a queue with settings."""
+        await created_due(store, ["older", "named", "other"])
+        await created_due(store, ["elsewhere"], queue="q2")
+        await created_due(store, ["limited"], queue="limited")
+        await queue_settings_store(store).set_queue("limited", QueueChange(concurrency=5))
+        later = (await store.clock()) + timedelta(hours=1)
+        assert await store.create_task(created("later", ready_at=later))
+        queues = ["default", "limited"]
+
+        async def named(*ids: str, excluding: tuple[str, ...] = ()) -> list[str]:
+            claimed = await store.claim_and_load(
+                "w", queues, LEASE, snapshot_version=VERSION, only=ids, excluding=excluding
+            )
+            return [each.claim.task_id for each in claimed]
+
+        assert await named("later", "elsewhere", "limited", "nope") == []
+        assert await named("named", excluding=("named",)) == []
+        assert await named("named") == ["named"]  # "older" was due first
+        assert await named("named") == []  # claimed: running under its lease
+        claimed = await store.claim_and_load(
+            "w", ["default"], LEASE, snapshot_version=VERSION, only=["other"]
+        )
+        loaded = claimed[0].loaded
+        assert loaded is not None and [e.type for e in loaded.events] == ["created"]
+        assert claimed[0].claim.epoch == 1 and not loaded.started_by_claim
+        first = await store.claim("w2", ["default"], LEASE)
+        assert first is not None and first.task_id == "older"

@@ -25,14 +25,23 @@ OTHER_PIN = Pin("other", "module:other", "2.0", "h")
 JOB_INPUT: dict[str, JSONValue] = {"to": 'a "b" \\ é', "retry_of": "x", "n": [1, {}]}
 
 
-def job(task_id: str, *, pins: tuple[Pin, ...] | None = (JOB_PIN,), retry_of: str = "") -> NewTask:
-    """A plain job's task as a client makes it: TaskCreated, CallRequested, its pin."""
+def job(
+    task_id: str,
+    *,
+    pins: tuple[Pin, ...] | None = (JOB_PIN,),
+    retry_of: str = "",
+    member_of: str = "",
+) -> NewTask:
+    """A plain job's task as a client makes it: TaskCreated, CallRequested, its pin; a
+    canvas's member (`member_of`) as its canvas makes it, its SubtaskOf last."""
     made: list[ev.Event] = [
         ev.TaskCreated(model="", tools=("send",)),
         ev.CallRequested("job", "send", JOB_INPUT, retry_of=retry_of),
     ]
     if pins is not None:
         made.append(ev.PluginsPinned(pins))
+    if member_of:
+        made.append(ev.SubtaskOf(member_of, "m0", 1))
     return NewTask(task_id, [NewEvent(*ev.encode(event)) for event in made], queue="jobs")
 
 
@@ -116,3 +125,25 @@ class JobStartsContract:
         assert second.claim.taken_over and second.claim.epoch == first.claim.epoch + 1
         assert second.loaded is not None and not second.loaded.started_by_claim
         assert "ToolStarted" not in logged_types(second)
+
+    async def test_a_canvas_member_is_started_by_its_claim_named_or_not(self, store: Store) -> None:
+        """A member's SubtaskOf comes after its pin (ADR-0104): its run would still write
+        only the pin and the ToolStarted first, so a claim starts it, and so does the
+        claim of the worker continuing its canvas by name (ADR-0109)."""
+        starts = JobStarts((JOB_PIN, OTHER_PIN))
+        await store.create_task(job("c.m0.1", member_of="c"))
+        await store.create_task(job("c.m1.1", member_of="c"))
+        [walked] = await claim_starting(store, starts)
+        [named] = await store.claim_and_load(
+            "w", ["jobs"], LEASE, snapshot_version="v", job_starts=starts, only=["c.m1.1"]
+        )
+        for each in (walked, named):
+            assert each.loaded is not None and each.loaded.started_by_claim, each.claim
+            log = await store.read_log(each.claim.task_id)
+            assert each.loaded.events == log
+            assert [(e.seq, e.type) for e in log[3:]] == [
+                (4, "SubtaskOf"),
+                (5, "PluginsPinned"),
+                (6, "ToolStarted"),
+            ]
+            assert log[-1].data == ev.encode(ev.ToolStarted("job", "send", JOB_INPUT))[1]

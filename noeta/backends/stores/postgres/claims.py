@@ -11,6 +11,18 @@ from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.ports.store import Claim, ClaimedTask, JobStarts, check_key, check_lease
 
+# The claim itself, of the rows `due` picked (the due walk's, or the named ones').
+_CLAIMED = """ claimed AS (
+    UPDATE tasks AS t
+       SET status = 'running', owner = %(worker)s, owner_epoch = t.owner_epoch + 1,
+           lease_until = lease.until, claimable_at = lease.until,
+           updated_at = clock_timestamp(){start_row}
+      FROM {start_from}, lease
+     WHERE t.id = due.id AND t.id = ANY(ARRAY(SELECT d.id FROM due AS d))
+    RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over, due.limited,
+              t.queue{start_returns}
+)"""
+
 # Claim up to %(limit)s tasks, the highest priority first and then those due longest, each
 # with its own epoch and lease. A queue without settings is walked as before limits
 # existed, per queue (LATERAL over the worker's queues), so a backlog due in another queue
@@ -39,7 +51,8 @@ from noeta.core.ports.store import Claim, ClaimedTask, JobStarts, check_key, che
 # by primary key (ANY(ARRAY(...))), never by a hash of `tasks`; and the reads of events,
 # snapshots and inbox rows are LATERAL subqueries behind OFFSET 0, which the planner
 # cannot turn into a hash join over the whole table.
-_CLAIM_DUE_TASKS = """
+_CLAIM_DUE_TASKS = (
+    """
 WITH due AS MATERIALIZED (SELECT * FROM (
     SELECT found.*, false AS limited
       FROM (SELECT q.queue, (SELECT t.priority FROM tasks AS t
@@ -69,16 +82,9 @@ WITH due AS MATERIALIZED (SELECT * FROM (
      LIMIT %(limit)s) AS capped LIMIT 1000
 ), lease AS (
     SELECT clock_timestamp() AS at, clock_timestamp() + make_interval(secs => %(lease)s) AS until
-){starting}, claimed AS (
-    UPDATE tasks AS t
-       SET status = 'running', owner = %(worker)s, owner_epoch = t.owner_epoch + 1,
-           lease_until = lease.until, claimable_at = lease.until,
-           updated_at = clock_timestamp(){start_row}
-      FROM {start_from}, lease
-     WHERE t.id = due.id AND t.id = ANY(ARRAY(SELECT d.id FROM due AS d))
-    RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over, due.limited,
-              t.queue{start_returns}
-), charged AS (
+){starting},"""
+    + _CLAIMED
+    + """, charged AS (
     UPDATE queue_settings AS s
        SET rate_tokens = least(s.rate_count::float8, coalesce(s.rate_tokens, s.rate_count)
                + extract(epoch FROM lease.at - coalesce(s.rate_at, lease.at))
@@ -88,9 +94,12 @@ WITH due AS MATERIALIZED (SELECT * FROM (
            AS took, lease
      WHERE s.queue = took.queue AND s.rate_count IS NOT NULL
 )"""
+)
 
 # A fresh plain job among the claimed (JobStarts, ADR-0101): its log is TaskCreated,
-# CallRequested and at most a PluginsPinned whose names the claimer has; not taken over
+# CallRequested and at most a PluginsPinned whose names the claimer has, then at most the
+# SubtaskOf of a canvas member (ADR-0104, ADR-0109: a member's fourth event, and no other
+# event is a SubtaskOf, so its type is enough); not taken over
 # (a ready row: no fenced append can race the claim's); no inbox entry (a cancel is seen
 # by its run first). `events`: 1 (its ToolStarted) where its pin is the claimer's, else 2
 # (the claimer's pin first, as its run's first append would carry it). The CASE keeps a
@@ -108,7 +117,8 @@ _STARTING = """, starting AS (
        AND CASE WHEN k.seq IS NULL THEN true WHEN k.type <> 'PluginsPinned' THEN false
            ELSE ARRAY(SELECT x->>0 FROM json_array_elements(k.data::json->'pins') x)
                 <@ %(needs)s::text[] END
-       AND NOT (SELECT EXISTS (SELECT FROM events e WHERE e.task_id = d.id AND e.seq > 3))
+       AND NOT (SELECT EXISTS (SELECT FROM events e WHERE e.task_id = d.id AND e.seq > 3
+                                 AND e.type <> 'SubtaskOf'))
        AND NOT (SELECT EXISTS (SELECT FROM inbox i
                                 WHERE i.task_id = d.id AND i.taken_seq IS NULL))
 )"""
@@ -216,6 +226,45 @@ SELECT 2, s.*, NULL, NULL FROM started AS s""",
 )
 CLAIM_AND_START_JOBS = _compact(CLAIM_AND_START_JOBS)
 
+# The claim and load of CLAIM_AND_LOAD, from the named tasks only (`only`: a worker
+# continuing what the run it just ended made claimable; ADR-0109): those claimable now, in
+# the claimer's queues and in none with settings (a queue's limits, paused, rate and per
+# key, are the due walk's to weigh: a task there waits for it), needing nothing it lacks.
+# SKIP LOCKED: a task another claimer is taking, or a writer holds, is left to it.
+_CLAIM_NAMED_TASKS = (
+    """
+WITH due AS MATERIALIZED (
+    SELECT t.id, t.status IN ('running', 'holding') AS taken_over, false AS limited
+      FROM tasks AS t
+     WHERE t.id = ANY(%(only)s::text[]) AND t.claimable_at <= now()
+       AND t.queue = ANY(%(queues)s::text[]) AND t.id <> ALL(%(excluding)s::text[])
+       AND (%(offers)s::text[] IS NULL OR t.needs IS NULL OR t.needs <@ %(offers)s::text[])
+       AND NOT EXISTS (SELECT FROM queue_settings AS s WHERE s.queue = t.queue)
+     ORDER BY t.id
+     LIMIT %(limit)s
+       FOR UPDATE OF t SKIP LOCKED
+), lease AS (
+    SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until
+){starting},"""
+    + _CLAIMED
+)
+CLAIM_NAMED_AND_LOAD = _compact(
+    _CLAIM_NAMED_TASKS.format(**_CLAIM_ONLY)
+    + _LOAD.format(started="", mark="NULL", started_rows="")
+)
+# The same, starting the fresh jobs it claims (a canvas's next member), as
+# CLAIM_AND_START_JOBS does.
+CLAIM_NAMED_AND_START_JOBS = _compact(
+    _CLAIM_NAMED_TASKS.format(**_CLAIM_STARTING)
+    + _LOAD.format(
+        started=_STARTED,
+        mark="nullif(c.started, 0)::text",
+        started_rows="""
+UNION ALL
+SELECT 2, s.*, NULL, NULL FROM started AS s""",
+    )
+)
+
 # The same, for one named task (noeta run claims the task it just created).
 CLAIM_THIS_TASK = """
 WITH lease AS (SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until)
@@ -305,6 +354,7 @@ class PostgresClaims(PostgresConnection):
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
+        only: Collection[str] | None = None,
     ) -> list[ClaimedTask]:
         params = claim_params(worker, queues, lease_seconds, limit, excluding, offers)
         params["version"] = snapshot_version
@@ -313,6 +363,10 @@ class PostgresClaims(PostgresConnection):
             statement = CLAIM_AND_START_JOBS
             params["pinned"] = pinned_data(job_starts)
             params["needs"] = pin_names(job_starts)
+        if only is not None:  # a continuation: among the named tasks alone
+            params["only"] = list(only)
+            named = job_starts is None
+            statement = CLAIM_NAMED_AND_LOAD if named else CLAIM_NAMED_AND_START_JOBS
         rows = await self._write_generic(statement, params)
         return claimed_tasks(rows, worker, snapshot_version)
 

@@ -79,6 +79,7 @@ class SqliteStore(
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
+        only: Collection[str] | None = None,
     ) -> list[ClaimedTask]:
         """One claim after another, each read after it: sqlite has one writer at a time
         and no round trip to save. A claim already made is never dropped: past the first,
@@ -89,7 +90,7 @@ class SqliteStore(
         for _ in range(limit):
             try:
                 claim = await self.claim(
-                    worker, queues, lease_seconds, excluding=excluding, offers=offers
+                    worker, queues, lease_seconds, excluding=excluding, offers=offers, only=only
                 )
             except StoreError:
                 if not claimed:

@@ -62,6 +62,17 @@ COUNT_CLAIMABLE = """
 SELECT queue, count(*) FROM tasks
  WHERE claimable_at <= ? AND queue IN (SELECT value FROM json_each(?))
  GROUP BY queue"""
+# CLAIM_NAMED_AND_LOAD's rule (PostgreSQL's claims.py): the first of the named tasks
+# claimable now, in the claimer's queues and in none with settings (ADR-0109).
+FIND_NAMED_CLAIMABLE = f"""
+SELECT x.id, x.owner_epoch, x.status IN ('running', 'holding'), x.queue FROM tasks AS x
+ WHERE x.id IN (SELECT value FROM json_each(:only))
+   AND x.claimable_at IS NOT NULL AND x.claimable_at <= :now
+   AND x.queue IN (SELECT value FROM json_each(:queues))
+   AND x.id NOT IN (SELECT value FROM json_each(:excluding))
+   AND ({OFFERED})
+   AND NOT EXISTS (SELECT 1 FROM queue_settings AS s WHERE s.queue = x.queue)
+ ORDER BY x.id LIMIT 1"""
 FIND_THIS_TASK_IF_CLAIMABLE = f"""
 SELECT x.id, x.owner_epoch FROM tasks AS x
  WHERE x.id = :id AND x.claimable_at IS NOT NULL AND x.claimable_at <= :now
@@ -96,23 +107,28 @@ class SqliteClaims(SqliteConnection):
         *,
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
+        only: Collection[str] | None = None,
     ) -> Claim | None:
+        """`only`: among these tasks alone (FIND_NAMED_CLAIMABLE)."""
         lease = lease_micros(lease_seconds)
         check_key("worker name", worker)
         if not queues:
             return None
         queue_list, excluded = encode(list(queues)), encode(list(excluding))
         offered = offers_json(offers)
+        find, named = FIND_NEXT_CLAIMABLE, {}
+        if only is not None:
+            find, named = FIND_NAMED_CLAIMABLE, {"only": encode(list(only))}
         # Peek outside the write lock first, so idle pollers do not queue up behind writers.
         peek = {"now": now_micros(), "queues": queue_list, "excluding": excluded}
         peek["offers"] = offered
-        due = await self._run(self._read_one, FIND_NEXT_CLAIMABLE, peek)
+        due = await self._run(self._read_one, find, {**peek, **named})
         if due is None:
             return None
 
         def claim_next(connection: sqlite3.Connection, now: int) -> Claim | None:
             values = {"now": now, "queues": queue_list, "excluding": excluded, "offers": offered}
-            row = connection.execute(FIND_NEXT_CLAIMABLE, values).fetchone()
+            row = connection.execute(find, {**values, **named}).fetchone()
             if row is None:
                 return None
             task_id, epoch, taken_over, queue = row
