@@ -13,7 +13,12 @@ import psycopg
 import pytest
 
 from noeta.backends.stores.postgres import PostgresStore
-from noeta.backends.stores.postgres.claims import CLAIM_AND_LOAD, CLAIM_AND_START_JOBS
+from noeta.backends.stores.postgres.claims import (
+    CLAIM_AND_LOAD,
+    CLAIM_AND_START_JOBS,
+    CLAIM_NAMED_AND_LOAD,
+    CLAIM_NAMED_AND_START_JOBS,
+)
 from noeta.core.ports.store import JobStarts, NewEvent, NewTask
 from tests.stores.test_postgres_claim_plan import FILL, plan_nodes
 
@@ -35,6 +40,7 @@ TYPES = {
     "version": "text",
     "pinned": "text",
     "needs": "text[]",
+    "only": "text[]",
 }
 VALUES = {
     "queues": "'{default}'",
@@ -46,6 +52,7 @@ VALUES = {
     "version": "'v'",
     "pinned": "'{\"pins\":[]}'",
     "needs": "'{}'",
+    "only": "'{ready-2,ready-4,ready-6}'",  # a continuation's named tasks (ADR-0109)
 }
 WHOLE_TABLES = {"tasks", "events", "snapshots", "inbox"}
 
@@ -73,7 +80,11 @@ def generic_plan(connection: psycopg.Connection[Any], statement: str) -> list[di
     return plan_nodes(document[0]["Plan"])
 
 
-@pytest.mark.parametrize("statement", [CLAIM_AND_LOAD, CLAIM_AND_START_JOBS], ids=["load", "start"])
+@pytest.mark.parametrize(
+    "statement",
+    [CLAIM_AND_LOAD, CLAIM_AND_START_JOBS, CLAIM_NAMED_AND_LOAD, CLAIM_NAMED_AND_START_JOBS],
+    ids=["load", "start", "named-load", "named-start"],
+)
 async def test_the_generic_plan_reads_rows_by_key_only(postgres_url: str, statement: str) -> None:
     store = await PostgresStore.open(postgres_url, migrate=True)
     await store.close()
