@@ -68,8 +68,9 @@ class ReplyStreams(Protocol):
     """The store's side of streams. Every method is one statement; none touches a task's
     row or log, and none runs inside a fenced append."""
 
-    async def followed(self) -> frozenset[str]:
-        """The tasks followed now (their follow not expired)."""
+    async def followed(self, *, clearing: bool = False) -> frozenset[str]:
+        """The tasks followed now (their follow not expired); `clearing`: and remove the
+        follows long expired, with their tasks' rows (a write: asked rarely)."""
         ...
 
     async def write_chunks(self, task_id: str, chunks: Sequence[Chunk], *, first: bool) -> None:

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 0.025  # at most 40 flushes a second per stream; the first delta at once
 FOLLOWED_SECONDS = 1.0  # how old the worker's list of followed tasks may be
+CLEARING_SECONDS = 60.0  # how often a worker's question also clears expired follows
 RETRY_SECONDS = 1.0  # after a failed flush
 REMOVE_AFTER_SECONDS = 2.0  # a landed stream's text stays this long for its live readers
 MAX_CHARS = 1 << 20  # a stream's bound; past it the preview stops, the final has it all
@@ -48,6 +49,7 @@ class StreamWriter:
         self._clock = clock
         self._followed: frozenset[str] = frozenset()
         self._followed_at = -FOLLOWED_SECONDS
+        self._cleared_at = clock()  # the first question only reads
         self._asking: asyncio.Task[frozenset[str]] | None = None
         self._flushers: set[asyncio.Task[None]] = set()  # held: a loop keeps tasks weakly
 
@@ -68,7 +70,10 @@ class StreamWriter:
     async def is_followed(self, task_id: str) -> bool:
         if self._clock() - self._followed_at >= FOLLOWED_SECONDS:
             if self._asking is None:  # one question at a time for all the streams
-                self._asking = asyncio.ensure_future(self.port.followed())
+                clearing = self._clock() - self._cleared_at >= CLEARING_SECONDS
+                if clearing:
+                    self._cleared_at = self._clock()
+                self._asking = asyncio.ensure_future(self.port.followed(clearing=clearing))
             asking = self._asking
             try:
                 self._followed = await asyncio.shield(asking)

@@ -42,9 +42,13 @@ DELETE FROM stream_chunks
  WHERE task_id = %(task)s AND call_seq = %(call)s AND kind = 'text'
 """
 
-# The followers still current; those a minute past their end go (with the rows of
-# streams nobody follows any more: a reader that left, a worker that died mid-stream).
-READ_FOLLOWED = """
+# The followers still current: a read, no write (a worker asks at most once a second
+# while it streams, whether or not anyone follows).
+READ_FOLLOWED = "SELECT task_id FROM stream_followers WHERE until > now()"
+
+# The same, once a minute: the follows a minute past their end go, with the rows of
+# streams nobody follows any more (a reader that left, a worker that died mid-stream).
+READ_FOLLOWED_CLEARING = """
 WITH expired AS (
     DELETE FROM stream_followers WHERE until < now() - interval '1 minute'
     RETURNING task_id
@@ -88,8 +92,11 @@ def stream_channel(task_id: str) -> str:
 class PostgresReplyStreams(PostgresWakeups):
     """Writing, following and reading streamed replies."""
 
-    async def followed(self) -> frozenset[str]:
-        rows = await self._write_many(READ_FOLLOWED, {})
+    async def followed(self, *, clearing: bool = False) -> frozenset[str]:
+        if clearing:
+            rows = await self._write_many(READ_FOLLOWED_CLEARING, {})
+        else:
+            rows = await self._read(READ_FOLLOWED, {})
         return frozenset(row[0] for row in rows)
 
     async def write_chunks(self, task_id: str, chunks: Sequence[Chunk], *, first: bool) -> None:
