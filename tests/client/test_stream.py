@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.client import AsyncClient
+from noeta.client import AsyncClient, Client
 from noeta.client.stream_items import (
     StreamFinal,
     StreamFinished,
@@ -168,3 +169,22 @@ async def test_an_unknown_task_and_a_bad_cursor_are_clear_errors(
         with pytest.raises(ValueError, match="three numbers"):
             async for _ in client.stream("nope", after="1.x"):
                 pass
+
+
+async def test_a_store_without_streams_gives_the_finish_from_the_log(tmp_path: Path) -> None:
+    """sqlite keeps no stream: `stream` reads the log, and ends with the task."""
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    store = await open_store(url, migrate=True)
+    try:
+        assert store.capabilities.reply_streams is None
+        with FakeOpenAI() as server:
+            server.script(Reply(text="From the log."))
+            await created(store, "q", "openai:test-model")
+            await run_task(store, "q", provider("openai", server.base_url))
+    finally:
+        await store.close()
+    async with AsyncClient(url, start_embedded=False) as client:
+        items = [item async for item in client.stream("q")]
+    assert items == [StreamFinished("done")]
+    with Client(url) as sync_client:
+        assert list(sync_client.stream("q")) == [StreamFinished("done")]
