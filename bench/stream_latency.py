@@ -11,7 +11,8 @@ process (its clock, CLOCK_MONOTONIC, is the readers' too).
   by nobody, by 1,000 readers in one process (one client: one feed), and by 1,000 in
   `--processes` processes (one feed each). Printed: the task's time from the fake's
   first byte to the task seen done (polled every 50 ms), the worker's CPU and the
-  database's CPU (its backends alive at the end, from /proc) over that time.
+  database's CPU (its backends alive at the end, from /proc) over that time, and the
+  reading processes' own CPU (they share the machine with the worker).
 
 Run:  .venv/bin/python bench/stream_latency.py [--samples N] [--readers N] [--quick]
 It always exits 0: the figures are printed, not checked.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -161,6 +163,7 @@ async def many_readers(run: ReaderRun, label: str, readers: int, processes: int)
         await asyncio.to_thread(FAKE.paused.wait, 60)
         pids = await database_pids(run.admin)
         before = cpu_seconds([run.worker]), cpu_seconds(pids)
+        children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
         FAKE.resume.set()
         await wait_done(store, task_id)
@@ -168,13 +171,19 @@ async def many_readers(run: ReaderRun, label: str, readers: int, processes: int)
         after = cpu_seconds([run.worker]), cpu_seconds(pids)
         for child in children:
             await asyncio.wait_for(child.wait(), 120)
+        children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        readers_cpu = sum(
+            getattr(children_after, field) - getattr(children_before, field)
+            for field in ("ru_utime", "ru_stime")
+        )
     finally:
         for child in children:
             if child.returncode is None:
                 child.kill()
         await store.close()
     worker_cpu, database_cpu = after[0] - before[0], after[1] - before[1]
-    return [label, f"{reply_seconds:.2f}", f"{worker_cpu:.2f}", f"{database_cpu:.2f}"]
+    cells = [reply_seconds, worker_cpu, database_cpu, readers_cpu]
+    return [label, *(f"{cell:.2f}" for cell in cells)]
 
 
 def table(rows: list[list[str]], head: list[str]) -> None:
@@ -226,7 +235,9 @@ async def main() -> None:
                     await many_readers(run, f"{many} in 1 process", many, 1),
                     await many_readers(run, f"{many} in {processes} processes", many, processes),
                 ]
-                table(rows, ["readers", "task s", "worker CPU s", "database CPU s"])
+                table(
+                    rows, ["readers", "task s", "worker CPU s", "database CPU s", "readers' CPU s"]
+                )
             finally:
                 worker.terminate()
                 await worker.wait()

@@ -4,7 +4,7 @@ task someone follows. The values here are what crosses it; the log stays the tru
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -68,9 +68,9 @@ class ReplyStreams(Protocol):
     """The store's side of streams. Every method is one statement; none touches a task's
     row or log, and none runs inside a fenced append."""
 
-    async def followed(self, *, clearing: bool = False) -> frozenset[str]:
-        """The tasks followed now (their follow not expired); `clearing`: and remove the
-        follows long expired, with their tasks' rows (a write: asked rarely)."""
+    async def followed(self, *, clearing: bool = False) -> Mapping[str, float]:
+        """The tasks followed now, with the seconds their follow has left; `clearing`:
+        and remove the follows long expired, with their tasks' rows (a write: rare)."""
         ...
 
     async def write_chunks(self, task_id: str, chunks: Sequence[Chunk], *, first: bool) -> None:
@@ -85,7 +85,12 @@ class ReplyStreams(Protocol):
         ...
 
     async def follow(self, task_id: str) -> None:
-        """Say a reader follows the task, for `FOLLOW_SECONDS` from now."""
+        """Say a reader follows the task, for `FOLLOW_SECONDS` from now, and announce it
+        to the workers' `follow_announcements`."""
+        ...
+
+    def follow_announcements(self) -> AsyncGenerator[str, None]:
+        """An item each time a reader follows a task ("*" when listening (re)starts)."""
         ...
 
     async def read_chunks(self, task_id: str, after: Cursor, limit: int) -> ChunksRead:

@@ -42,24 +42,37 @@ def printable(text: str) -> str:
 
 
 class StreamWriter:
-    """One per worker process: its streams, and the shared list of followed tasks."""
+    """One per worker process: its streams, and which tasks are followed.
+
+    A worker calls `listen()` beside its loop: the follows are then read once at the
+    start and again only when a reader announces one (a task nobody follows costs no
+    statement). Without it (a test's runner, `noeta run`), a stream asks the store at
+    most once a second while it has text."""
 
     def __init__(self, port: ReplyStreams, clock: Callable[[], float] = time.monotonic) -> None:
         self.port = port
         self._clock = clock
-        self._followed: frozenset[str] = frozenset()
+        self._followed: dict[str, float] = {}  # task id -> when its follow ends (clock)
         self._followed_at = -FOLLOWED_SECONDS
         self._cleared_at = clock()  # the first question only reads
-        self._asking: asyncio.Task[frozenset[str]] | None = None
+        self._asking: asyncio.Task[None] | None = None
+        self._listening = False
+        self._streams: set[ReplyStream] = set()  # open, woken when the follows change
         self._flushers: set[asyncio.Task[None]] = set()  # held: a loop keeps tasks weakly
 
     def open(self, task_id: str, call_seq: int) -> ReplyStream:
         """The stream of the ModelCalled at `call_seq`."""
         return ReplyStream(self, task_id, call_seq)
 
-    def start(self, flushing: asyncio.Task[None]) -> asyncio.Task[None]:
+    def start(self, stream: ReplyStream, flushing: asyncio.Task[None]) -> asyncio.Task[None]:
+        self._streams.add(stream)
         self._flushers.add(flushing)
-        flushing.add_done_callback(self._flushers.discard)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._flushers.discard(task)
+            self._streams.discard(stream)
+
+        flushing.add_done_callback(done)
         return flushing
 
     async def drained(self) -> None:
@@ -67,21 +80,56 @@ class StreamWriter:
         while self._flushers:
             await asyncio.gather(*self._flushers, return_exceptions=True)
 
+    async def listen(self) -> None:
+        """Keep the follows current from the readers' announcements, until cancelled."""
+        changed = asyncio.Event()
+
+        async def hear() -> None:
+            async for _ in self.port.follow_announcements():
+                self._listening = True  # "*" first: listening, so look now
+                changed.set()
+
+        hearing = asyncio.ensure_future(hear())
+        try:
+            while True:
+                await changed.wait()
+                changed.clear()
+                await self._ask()
+                await asyncio.sleep(FOLLOWED_SECONDS / 4)  # a burst of follows, one read
+        finally:
+            self._listening = False
+            hearing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await hearing
+
     async def is_followed(self, task_id: str) -> bool:
-        if self._clock() - self._followed_at >= FOLLOWED_SECONDS:
+        if not self._listening and self._clock() - self._followed_at >= FOLLOWED_SECONDS:
             if self._asking is None:  # one question at a time for all the streams
-                clearing = self._clock() - self._cleared_at >= CLEARING_SECONDS
-                if clearing:
-                    self._cleared_at = self._clock()
-                self._asking = asyncio.ensure_future(self.port.followed(clearing=clearing))
+                self._asking = asyncio.ensure_future(self._ask())
             asking = self._asking
             try:
-                self._followed = await asyncio.shield(asking)
-                self._followed_at = self._clock()
+                await asyncio.shield(asking)
             finally:
                 if self._asking is asking:
                     self._asking = None
-        return task_id in self._followed
+        ends = self._followed.get(task_id)
+        return ends is not None and ends > self._clock()
+
+    async def _ask(self) -> None:
+        clearing = self._clock() - self._cleared_at >= CLEARING_SECONDS
+        if clearing:
+            self._cleared_at = self._clock()
+        try:
+            found = await self.port.followed(clearing=clearing)
+        except (NoetaError, OSError) as error:
+            log.debug("who follows streams not read (%s)", error)
+            return
+        now = self._clock()
+        self._followed = {task_id: now + seconds for task_id, seconds in found.items()}
+        self._followed_at = now
+        for stream in list(self._streams):
+            if stream.task_id in self._followed:
+                stream.wake()  # text held while nobody followed goes now
 
 
 @dataclass
@@ -128,7 +176,11 @@ class ReplyStream:
             current.pending.append((delta.block, text))
         self._wake.set()
         if self._flusher is None:
-            self._flusher = self._writer.start(asyncio.ensure_future(self._flush_loop()))
+            self._flusher = self._writer.start(self, asyncio.ensure_future(self._flush_loop()))
+
+    def wake(self) -> None:
+        if self._attempt.pending:
+            self._wake.set()
 
     def landed(self, event_seq: int) -> None:
         """The reply is the log's event `event_seq`: readers are told, and given it."""
@@ -148,7 +200,7 @@ class ReplyStream:
         self._end = (final,)
         self._wake.set()
         if self._flusher is None and self._written:
-            self._flusher = self._writer.start(asyncio.ensure_future(self._flush_loop()))
+            self._flusher = self._writer.start(self, asyncio.ensure_future(self._flush_loop()))
 
     async def _flush_loop(self) -> None:
         while True:

@@ -5,7 +5,7 @@ One statement each; never the task's row, never inside a fenced append."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 
 from psycopg import sql
 
@@ -44,7 +44,10 @@ DELETE FROM stream_chunks
 
 # The followers still current: a read, no write (a worker asks at most once a second
 # while it streams, whether or not anyone follows).
-READ_FOLLOWED = "SELECT task_id FROM stream_followers WHERE until > now()"
+READ_FOLLOWED = """
+SELECT task_id, extract(epoch FROM until - now())::float8
+  FROM stream_followers WHERE until > now()
+"""
 
 # The same, once a minute: the follows a minute past their end go, with the rows of
 # streams nobody follows any more (a reader that left, a worker that died mid-stream).
@@ -56,14 +59,20 @@ WITH expired AS (
 orphaned AS (
     DELETE FROM stream_chunks WHERE task_id IN (SELECT task_id FROM expired)
 )
-SELECT task_id FROM stream_followers WHERE until > now()
+SELECT task_id, extract(epoch FROM until - now())::float8
+  FROM stream_followers WHERE until > now()
 """
 
+# A worker that listens reads the follows again when told (ADR-0105's amendment).
 FOLLOW = """
-INSERT INTO stream_followers (task_id, until)
-VALUES (%(task)s, now() + make_interval(secs => %(seconds)s))
-ON CONFLICT (task_id) DO UPDATE SET until = EXCLUDED.until
+WITH followed AS (
+    INSERT INTO stream_followers (task_id, until)
+    VALUES (%(task)s, now() + make_interval(secs => %(seconds)s))
+    ON CONFLICT (task_id) DO UPDATE SET until = EXCLUDED.until
+)
+SELECT pg_notify('noeta_stream_follows', '')
 """
+LISTEN_FOR_FOLLOWS = "LISTEN noeta_stream_follows"
 
 # The task's status and last seq with its rows past the cursor, by the primary key: one
 # round trip a read, and a reader learns from it when the task moved on or finished.
@@ -92,12 +101,12 @@ def stream_channel(task_id: str) -> str:
 class PostgresReplyStreams(PostgresWakeups):
     """Writing, following and reading streamed replies."""
 
-    async def followed(self, *, clearing: bool = False) -> frozenset[str]:
+    async def followed(self, *, clearing: bool = False) -> Mapping[str, float]:
         if clearing:
             rows = await self._write_many(READ_FOLLOWED_CLEARING, {})
         else:
             rows = await self._read(READ_FOLLOWED, {})
-        return frozenset(row[0] for row in rows)
+        return {row[0]: row[1] for row in rows}
 
     async def write_chunks(self, task_id: str, chunks: Sequence[Chunk], *, first: bool) -> None:
         if not chunks:
@@ -139,5 +148,9 @@ class PostgresReplyStreams(PostgresWakeups):
         chunks = tuple(Chunk(*row[2:]) for row in rows if row[2] is not None)
         return ChunksRead(rows[0][0], rows[0][1], chunks)
 
+    def follow_announcements(self) -> AsyncGenerator[str, None]:
+        return self._listen(LISTEN_FOR_FOLLOWS, "noeta-stream-follows")
+
     def announcements(self, task_id: str) -> AsyncGenerator[str, None]:
-        return self._listen(sql.SQL("LISTEN {}").format(sql.Identifier(stream_channel(task_id))))
+        listen = sql.SQL("LISTEN {}").format(sql.Identifier(stream_channel(task_id)))
+        return self._listen(listen, "noeta-stream")
