@@ -129,7 +129,12 @@ BEGIN
             -- `noeta tasks --search`, run with this role's URL) upserts rows and moves the
             -- marks; only the owner's prune deletes rows.
             ('task_search',       'SELECT, INSERT, UPDATE'),
-            ('task_search_marks', 'SELECT, UPDATE'))
+            ('task_search_marks', 'SELECT, UPDATE'),
+            -- Streamed replies (ADR-0105, unlogged): a worker inserts chunks and deletes
+            -- a stream's rows once its reply is in the log; a reader (`noeta tail
+            -- --follow`, with this role's URL) upserts its follow and reads.
+            ('stream_chunks',     'SELECT, INSERT, DELETE'),
+            ('stream_followers',  'SELECT, INSERT, UPDATE, DELETE'))
         SELECT c.relname AS name, d.privileges
           FROM pg_class AS c
           LEFT JOIN declared AS d ON d.name = c.relname

@@ -45,6 +45,10 @@ class NoStatus:
     def off(self) -> None:
         return None
 
+    def hold(self, held: bool) -> None:
+        """While held, the line is not drawn (a line of streamed text is open above)."""
+        return None
+
     def follow(self, store: Store) -> Store:
         """`store`, or one whose writes the line follows (`noeta run`)."""
         return store
@@ -72,6 +76,7 @@ class StatusLine(NoStatus, logging.Handler):
         self.changed = False
         self.drawn = ""  # the line on the terminal now ("" when cleared)
         self.drawing = threading.RLock()  # a log record from another thread draws too
+        self.held = False
 
     def add(self, written: Written, *, above: str | None = None) -> None:
         if above is not None:
@@ -96,8 +101,15 @@ class StatusLine(NoStatus, logging.Handler):
         self.clear()
         self.progress = None
 
+    def hold(self, held: bool) -> None:
+        if held:
+            self.clear()
+        self.held = held
+        if not held:
+            self.draw()
+
     def draw(self) -> None:
-        if self.progress is None:
+        if self.progress is None or self.held:
             return
         line = fit(self.progress.line(), _columns(self.stream) - 1)  # the last cell wraps
         with self.drawing:

@@ -4,6 +4,7 @@ log (`tail`), and ask for one to stop (`cancel`); the list is `task_list.py`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from noeta.cli.text import (
     waiting_json,
     waiting_text,
 )
-from noeta.core.errors import ConfigError
+from noeta.core.errors import ConfigError, NoetaError
 from noeta.core.ports.store import DEFAULT_QUEUE, TaskStatus, check_key
 from noeta.core.ports.store_values import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 from noeta.core.rules.task_id import check_concurrency_key
@@ -45,6 +46,8 @@ if TYPE_CHECKING:  # each command imports the client (and the drivers) when it r
 # The client calls that only read: with no store given, they join a running embedded
 # server or fail in one line; they never create or start one (issue 25, item 25).
 READ_ONLY_METHODS = frozenset({"tasks"})
+# How long `tail --follow` waits, once the task finished, for the last reply's final.
+STREAM_END_SECONDS = 5.0
 
 
 @click.command()
@@ -263,26 +266,43 @@ async def _tail(
     task_id: str, after: int, follow: bool, as_json: bool, url: str | None, progress: bool
 ) -> TaskStatus:
     from noeta.cli.progress import Written
+    from noeta.cli.reply_printer import ReplyPrinter, print_stream
     from noeta.cli.status_line import open_status, shown
     from noeta.client import AsyncClient
 
     line = open_status(progress, at_once=False)
     steps = StepPrinter()
+    replies = ReplyPrinter(line)
     client = AsyncClient(url, application_name="noeta-tail", start_embedded=False)
     async with client, shown(line):
+        streaming = None
+        streams = (await client.store()).capabilities.reply_streams
+        if follow and not as_json and streams is not None:  # text as it streams
+            streaming = asyncio.ensure_future(print_stream(client.stream(task_id), replies))
         # The whole log is read, even when fewer events print: the status line folds it
         # (a worker's view), and a step reads the ones before it (a latency, a takeover).
-        async for tailed in client.tail(task_id, after=0, follow=follow):
-            stored = tailed.stored
-            printed = None
-            if as_json and tailed.seq > after:
-                printed = event_json(stored)
-            elif not as_json:
-                printed = "\n".join(steps.lines(stored, shown=tailed.seq > after)) or None
-            written = Written(
-                tailed.seq, tailed.event, stored.created_at, stored.epoch, stored.owner
-            )
-            line.add(written, above=printed)
+        try:
+            async for tailed in client.tail(task_id, after=0, follow=follow):
+                stored = tailed.stored
+                printed = None
+                if as_json and tailed.seq > after:
+                    printed = event_json(stored)
+                elif not as_json:
+                    printed = "\n".join(steps.lines(stored, shown=tailed.seq > after)) or None
+                written = Written(
+                    tailed.seq, tailed.event, stored.created_at, stored.epoch, stored.owner
+                )
+                if printed is not None:
+                    replies.break_line()
+                line.add(written, above=printed)
+            if streaming is not None:  # its last text: the final follows the reply's step
+                with contextlib.suppress(TimeoutError, NoetaError):
+                    await asyncio.wait_for(asyncio.shield(streaming), STREAM_END_SECONDS)
+        finally:
+            if streaming is not None:
+                streaming.cancel()
+                with contextlib.suppress(asyncio.CancelledError, NoetaError):
+                    await streaming
         return (await client.get(task_id)).status
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -162,9 +163,16 @@ async def _serve(
         await metrics.measure_model_limits(store)
 
     health.start(measure)
+    # Who follows which task's stream, kept current by the readers' announcements: a
+    # task nobody follows then costs no statement (ADR-0105).
+    following = asyncio.ensure_future(runner.streams.listen()) if runner.streams else None
     try:
         await worker.run(stop, hand_back)
     finally:
+        if following is not None:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
         await health.close()
         await providers.close()
         await store.close()

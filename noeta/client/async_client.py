@@ -21,6 +21,7 @@ from noeta.client.handles import TaskHandle
 from noeta.client.in_flight import CallsInFlight, tracked
 from noeta.client.queue_calls import QueueSettingsCalls
 from noeta.client.retry_calls import RetryCalls
+from noeta.client.stream_calls import StreamCalls
 from noeta.client.submissions import (
     DEFAULT_MODEL,
     Submission,
@@ -53,7 +54,7 @@ if TYPE_CHECKING:  # the config (and YAML) only for what reads one: submit, enqu
 TaskRef = str | TaskHandle
 
 
-class AsyncClient(QueueSettingsCalls, RetryCalls, CanvasCalls):
+class AsyncClient(QueueSettingsCalls, RetryCalls, CanvasCalls, StreamCalls):
     def __init__(
         self,
         store: str | None = None,
@@ -110,6 +111,7 @@ class AsyncClient(QueueSettingsCalls, RetryCalls, CanvasCalls):
 
     async def close(self) -> None:
         await self._calls.cancel_the_rest()
+        await self._close_streams()
         if self._watcher is not None:
             watcher, self._watcher = self._watcher, None
             await watcher.close()

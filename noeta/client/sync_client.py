@@ -18,13 +18,16 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from noeta.client.async_client import AsyncClient, TaskRef
 from noeta.client.handles import TaskHandle
+from noeta.client.stream_items import StreamItem
 from noeta.client.task_logs import TailedEvent
+from noeta.core.ports.reply_streams import Cursor
 
 if TYPE_CHECKING:
     from noeta.config import Config
 
 P = ParamSpec("P")
 T = TypeVar("T")
+Item = TypeVar("Item")
 
 
 def _blocking(
@@ -155,9 +158,22 @@ class Client:
 
     tail.__doc__ = AsyncClient.tail.__doc__
 
+    def stream(self, task: TaskRef, *, after: Cursor | str | None = None) -> Iterator[StreamItem]:
+        items = self._client.stream(task, after=after)
+        try:
+            while True:
+                try:
+                    yield self._run(_next(items))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._run(items.aclose())
 
-async def _next(events: AsyncGenerator[TailedEvent, None]) -> TailedEvent:
-    return await anext(events)
+    stream.__doc__ = AsyncClient.stream.__doc__
+
+
+async def _next(items: AsyncGenerator[Item, None]) -> Item:
+    return await anext(items)
 
 
 def _close(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: AsyncClient) -> None:

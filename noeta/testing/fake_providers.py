@@ -26,8 +26,11 @@ Each request takes the next scripted response, or `Reply()` when none is queued:
 - `Stall()`: answer nothing until the server stops, so the client times out.
 
 `server.chunk_bytes = 7` writes every stream in pieces of 7 bytes, cut inside lines and
-characters; `server.first_bytes` holds when (time.monotonic()) each stream's first byte
-was written; `server.reset()` makes a shared server as new for the next test.
+characters; `server.part_seconds = 0.01` waits that long between a stream's writes (a
+model's pace); `Reply(pause_after=N)` stops a stream after N writes, sets
+`server.paused` and waits for the test to set `server.resume`; `server.first_bytes`
+holds when (time.monotonic()) each stream's first byte was written; `server.reset()`
+makes a shared server as new for the next test.
 
 `server.limit_rate(10, retry_after="1")` makes it a rate-limited provider: a token bucket
 of 10 requests refilled at 10 a second; a request finding it empty is answered 429 with

@@ -32,6 +32,8 @@ class Reply:
     reasoning_tokens: int = 0  # OpenAI only, part of output_tokens (Anthropic folds it in)
     with_usage: bool = True  # False: the reply has no usage object (some servers omit it)
     piece_chars: int | None = None  # streamed in pieces of this many characters, not uneven
+    # Streamed: after this many events the server sets `paused` and waits for `resume`.
+    pause_after: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,9 @@ class FakeServer:
         self.chunk_bytes: int | None = None
         self.first_bytes: list[float] = []
         self.tls: ssl.SSLContext | None = None  # set before entering: served over TLS
+        self.part_seconds = 0.0  # a pause between a stream's writes: a model's pace
+        self.paused = threading.Event()  # a stream with `pause_after` reached its pause
+        self.resume = threading.Event()  # set by the test: the paused stream goes on
         self._per_second = 0.0
         self._retry_after = ""
         self._bucket = 0.0
@@ -161,6 +166,9 @@ class FakeServer:
             self.arrivals.clear()
             self.first_bytes.clear()
             self.chunk_bytes = None
+            self.part_seconds = 0.0
+            self.paused.clear()
+            self.resume.clear()
             self._per_second = 0.0
             self._answered = 0
 
@@ -237,7 +245,8 @@ class _Handler(BaseHTTPRequestHandler):
             case Reply():
                 model, streamed = _requested(body)
                 if streamed:
-                    self._stream(fake, fake.stream_of(response, model, number), "done", number)
+                    parts = fake.stream_of(response, model, number)
+                    self._stream(fake, parts, "done", number, response.pause_after)
                 else:
                     reply = _encode(fake.render_reply(response, model, number))
                     self._send(fake, 200, reply, {}, number)
@@ -276,7 +285,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _stream(self, fake: FakeServer, parts: Sequence[bytes], end: str, number: int) -> None:
+    def _stream(
+        self,
+        fake: FakeServer,
+        parts: Sequence[bytes],
+        end: str,
+        number: int,
+        pause_after: int | None = None,
+    ) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("cache-control", "no-cache")
@@ -285,9 +301,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         try:
             for index, part in enumerate(cut(parts, fake.chunk_bytes)):
+                if index and fake.part_seconds:
+                    time.sleep(fake.part_seconds)
+                if index == pause_after:
+                    fake.paused.set()
+                    while not (fake.resume.wait(0.05) or fake._stopping.is_set()):
+                        pass
                 if index == 0:
                     fake.first_bytes.append(time.monotonic())
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                self.wfile.flush()
             if end == "done":
                 self.wfile.write(b"0\r\n\r\n")
                 return

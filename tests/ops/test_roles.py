@@ -58,6 +58,8 @@ DECLARED = {
     "job_unique_keys": {"SELECT", "INSERT", "UPDATE"},  # a key locked, made, moved (ADR-0093)
     "task_search": {"SELECT", "INSERT", "UPDATE"},  # a search fills it (ADR-0102)
     "task_search_marks": {"SELECT", "UPDATE"},  # and moves its marks
+    "stream_chunks": {"SELECT", "INSERT", "DELETE"},  # streamed replies (ADR-0105)
+    "stream_followers": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # their readers
 }
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 

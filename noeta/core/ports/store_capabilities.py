@@ -15,6 +15,7 @@ from noeta.core.ports.bulk import BulkCreate
 from noeta.core.ports.idle_workers import AwaitFinish, IdleWorkers
 from noeta.core.ports.model_limits import ModelLimiter
 from noeta.core.ports.queue_settings import QueueSettingsStore
+from noeta.core.ports.reply_streams import ReplyStreams
 from noeta.core.ports.retention import Pruning
 from noeta.core.ports.store_views import StoreViews
 from noeta.core.ports.unique_jobs import UniqueJobs
@@ -43,3 +44,4 @@ class StoreCapabilities:
     await_finish: AwaitFinish | None = None  # a task's finish announced only once awaited
     workers: WorkerRegistry | None = None  # the live workers and what they offer (ADR-0092)
     unique_jobs: UniqueJobs | None = None  # jobs that hold a unique key (ADR-0093)
+    reply_streams: ReplyStreams | None = None  # replies as they stream (ADR-0105)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -25,6 +25,7 @@ from noeta.core.rules import events as ev
 from noeta.core.rules.next_action import EndTurn, FinishTask
 from noeta.core.rules.request import build_request
 from noeta.core.runner import model_budget, model_cuts, model_reply, task_budget
+from noeta.core.runner.reply_streams import ReplyStream, StreamWriter
 from noeta.observability import metrics, tracing
 
 
@@ -43,6 +44,11 @@ class ModelCallContext(model_reply.ReplyContext, Protocol):
 
     @property
     def tools(self) -> Mapping[str, Tool]: ...
+
+    @property
+    def streams(self) -> StreamWriter | None:
+        """Where replies stream for their readers; None: this store keeps no stream."""
+        ...
 
 
 async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None:
@@ -121,14 +127,36 @@ async def _send(
     async def throttled(retry_after: float | None) -> None:
         await model_budget.throttled(run.store, provider.name, model_name, retry_after)
 
+    stream = run.streams.open(run.task_id, run.state.model_call_open) if run.streams else None
+    try:
+        await _send_streamed(run, provider, body, step, budget, request_sha256, throttled, stream)
+    finally:
+        if stream is not None:
+            stream.abandon()  # a no-op once it ended: then only the claim's loss is left
+
+
+async def _send_streamed(
+    run: ModelCallContext,
+    provider: Provider,
+    body: bytes,
+    step: tracing.Step,
+    budget: ModelBudget | None,
+    request_sha256: str,
+    throttled: Callable[[float | None], Awaitable[None]],
+    stream: ReplyStream | None,
+) -> None:
+    on_delta = stream.delta if stream is not None else None
     try:
         reply = await send_with_retries(
-            provider, body, run.sleep, task_id=run.task_id, on_throttled=throttled
-        )
+            provider, body, run.sleep, task_id=run.task_id, on_throttled=throttled,
+            on_delta=on_delta,
+        )  # fmt: skip
     except ModelCallFailed as failed:
         step.failed(_error_type(failed.error), str(failed.error))
         closed = ev.ModelFailed(str(failed.error), failed.attempts)
         await run.settle([closed], EndTurn("failed", error=f"llm_error: {failed.error}"))
+        if stream is not None:
+            stream.failed()
         return
     step.replied(reply)
     replied = ev.ModelReplied(
@@ -138,6 +166,7 @@ async def _send(
         reply.provider_stop_reason,
         reply.response_id,
     )
+    replied_seq = run.state.last_seq + 1  # the first of the append that records it
     try:
         await model_budget.replied(run.store, budget, reply.usage)
         await failpoints.hit("model.after_reply")
@@ -148,6 +177,8 @@ async def _send(
         # sending the request again (ADR-0082).
         await model_reply.keep(run, request_sha256, replied)
         raise
+    if stream is not None:
+        stream.landed(replied_seq)
 
 
 def _error_type(error: ProviderError) -> str:

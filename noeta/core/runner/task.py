@@ -64,6 +64,7 @@ from noeta.core.runner.cancelling import CANCEL_CHECK_SECONDS
 from noeta.core.runner.forked_workspace import copy_if_asked
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookPlugins, Hooks
+from noeta.core.runner.reply_streams import StreamWriter
 from noeta.core.runner.writing import RunWriter, describe
 from noeta.core.task import LoadAttempts
 from noeta.core.task_loading import load_for_run, snapshot_version
@@ -116,9 +117,15 @@ class TaskRunner:
     # Set by a worker's warm shutdown: a run finishes the step it is in, starts no other
     # model call or tool, and hands its task back ("handed_back") for the worker to release.
     draining: bool = False
+    # Where replies stream for their readers (ADR-0105); by default the store's, if it
+    # keeps streams.
+    streams: StreamWriter | None = None
 
     def __post_init__(self) -> None:
         self.hook_plugins = HookPlugins.of(self.plugins)
+        port = self.store.capabilities.reply_streams
+        if self.streams is None and port is not None:
+            self.streams = StreamWriter(port)
 
     def workspace_for(self, task_id: str) -> str:
         return os.path.join(self.workspaces, workspace_folder(task_id)) if self.workspaces else ""
@@ -206,6 +213,10 @@ class _Run(RunWriter):
     @property
     def sleep(self) -> Sleep:
         return self.runner.sleep
+
+    @property
+    def streams(self) -> StreamWriter | None:
+        return self.runner.streams
 
     @property
     def workspace(self) -> str:

@@ -17,7 +17,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from noeta.backends.models.scripted import ScriptedProvider
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
 from noeta.core.errors import Conflict, StoreError
-from noeta.core.ports.model import ModelReply, Provider, Text
+from noeta.core.ports.model import ModelReply, OnDelta, Provider, Text
 from noeta.core.ports.model_limits import ModelLimiter
 from noeta.core.ports.store import Claim, LateResult, Store, StoredEvent
 from noeta.core.rules import events
@@ -67,7 +67,7 @@ class Answering:
     def encode_request(self, request: Any, *, stream: bool = True) -> bytes:
         return self.inner.encode_request(request, stream=stream)
 
-    async def send(self, body: bytes) -> ModelReply:
+    async def send(self, body: bytes, on_delta: OnDelta | None = None) -> ModelReply:
         self.bodies.append(body)
         reply = await self.inner.send(body)
         if self.meanwhile is not None and len(self.bodies) == 1:

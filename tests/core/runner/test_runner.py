@@ -14,7 +14,7 @@ import pytest
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.models.scripted import ScriptedProvider
 from noeta.backends.stores import open_store
-from noeta.core.ports.model import ModelReply, Provider, ProviderError
+from noeta.core.ports.model import ModelReply, OnDelta, Provider, ProviderError
 from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.store import Delivery, NewEvent, NewTask, Store, StoredEvent
 from noeta.core.ports.tool import ToolContext, ToolFlags, ToolOutput
@@ -213,7 +213,7 @@ class CrashingProvider:
     def encode_request(self, request: Any, *, stream: bool = True) -> bytes:
         return self.inner.encode_request(request, stream=stream)
 
-    async def send(self, body: bytes) -> ModelReply:
+    async def send(self, body: bytes, on_delta: OnDelta | None = None) -> ModelReply:
         self.bodies.append(body)
         if len(self.bodies) <= self.crashes:
             raise Crash
@@ -302,7 +302,7 @@ class BuggyProvider:
     def encode_request(self, request: Any, *, stream: bool = True) -> bytes:
         return b"{}"
 
-    async def send(self, body: bytes) -> ModelReply:
+    async def send(self, body: bytes, on_delta: OnDelta | None = None) -> ModelReply:
         raise ZeroDivisionError("a bug")
 
     async def close(self) -> None:

@@ -22,6 +22,7 @@ from noeta.backends.stores.postgres.late_results import PostgresLateResults
 from noeta.backends.stores.postgres.logs import PostgresLogs
 from noeta.backends.stores.postgres.model_limits import PostgresModelLimits
 from noeta.backends.stores.postgres.queues import PostgresQueues
+from noeta.backends.stores.postgres.reply_streams import PostgresReplyStreams
 from noeta.backends.stores.postgres.schema import SESSION_ENV, check_schema, migrate_database
 from noeta.backends.stores.postgres.session import SessionLimits, startup_options
 from noeta.backends.stores.postgres.task_pruning import PostgresTaskPruning
@@ -48,6 +49,7 @@ class PostgresStore(
     PostgresInbox,
     PostgresLogs,
     PostgresCron,
+    PostgresReplyStreams,
     PostgresWakeups,
     PostgresLateResults,
     PostgresBulk,
@@ -76,6 +78,7 @@ class PostgresStore(
             await_finish=self.await_finish,
             workers=self,
             unique_jobs=self,
+            reply_streams=self,
         )
 
     @classmethod

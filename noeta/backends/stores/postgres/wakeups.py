@@ -106,10 +106,12 @@ class PostgresWakeups(PostgresConnection):
         row = await self._write(MARK_AWAITED, {"id": task_id})
         return None if row is None else bool(row[0])
 
-    async def _listen(self, statement: str | sql.Composed) -> AsyncGenerator[str, None]:
+    async def _listen(
+        self, statement: str | sql.Composed, application_name: str = "noeta-listen"
+    ) -> AsyncGenerator[str, None]:
         while True:
             try:
-                connection = await self._listening_connection("noeta-listen")
+                connection = await self._listening_connection(application_name)
             except psycopg.OperationalError:
                 await asyncio.sleep(self.deadline_seconds)
                 continue

@@ -1,0 +1,61 @@
+"""What `AsyncClient.stream` yields (ADR-0105): a reply's text as it streams, and the
+markers that keep a reader honest across crashes: restarted, final, finished."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from noeta.core.ports.model import Text
+from noeta.core.ports.reply_streams import Cursor
+from noeta.core.rules import events
+
+
+@dataclass(frozen=True, slots=True)
+class StreamText:
+    """More of the reply being streamed: `text` follows what block `block` had so far.
+    `cursor`: pass it back as `stream(after=)` to resume after this item."""
+
+    text: str
+    block: int
+    cursor: Cursor
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRestarted:
+    """The text shown since the last final is void: the call was sent again (a worker
+    took the task over: a new `call_seq`; the provider was retried: a new `attempt`), or
+    with `lost_text`, part of the stream was lost (the database restarted) and the text
+    that follows does not join what came before. The final brings the whole reply."""
+
+    call_seq: int
+    attempt: int
+    lost_text: bool
+    cursor: Cursor
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFinal:
+    """The call's outcome is in the log as event `event_seq`: `ModelReplied`, whose text
+    (its text blocks joined) is `text`, or `ModelFailed` (text "")."""
+
+    event_seq: int
+    event_type: str
+    text: str
+    cursor: Cursor
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFinished:
+    """The task finished (`status`: done, failed or cancelled); nothing more comes."""
+
+    status: str
+
+
+StreamItem = StreamText | StreamRestarted | StreamFinal | StreamFinished
+
+
+def reply_text(event: events.Event | events.UnknownEvent) -> str:
+    """A reply's text as a stream assembles it: its text blocks, joined."""
+    if not isinstance(event, events.ModelReplied):
+        return ""
+    return "".join(part.text for part in event.content if isinstance(part, Text))

@@ -1,0 +1,3 @@
+-- Streamed replies (ADR-0105) live in PostgreSQL's unlogged stream_chunks: the sqlite
+-- store has no stream capability (no NOTIFY to follow one by); its readers are told each
+-- reply once it is in the log. Nothing to change here.

@@ -1,0 +1,65 @@
+"""`noeta tail --follow` prints a model reply's text as it streams (issue 34), before the
+reply is in the log, and the whole reply once it lands."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+from noeta.core.ports.store import Store
+from noeta.testing.fake_providers import FakeAnthropic, Reply
+from tests.client.test_stream import LONG_TEXT, created, provider, run_task, store, streams_of
+
+__all__ = ["store"]  # the fixture, shared
+
+
+def following(task_id: str, url: str) -> subprocess.Popen[bytes]:
+    """`noeta tail TASK --follow`, its store in the environment (never on argv)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "noeta", "tail", task_id, "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "NOETA_STORE": url},
+    )
+
+
+def read_until(process: subprocess.Popen[bytes], wanted: bytes) -> bytes:
+    """The tail's output up to `wanted` (raw: streamed text ends no line)."""
+    assert process.stdout is not None
+    seen = b""
+    while wanted not in seen:
+        piece = os.read(process.stdout.fileno(), 4096)
+        if not piece:
+            raise AssertionError(f"the output ended before {wanted!r}: {seen!r}")
+        seen += piece
+    return seen
+
+
+async def test_tail_follow_prints_the_text_as_it_streams(postgres_url: str, store: Store) -> None:
+    with FakeAnthropic() as server:
+        server.script(Reply(text=LONG_TEXT, piece_chars=9, pause_after=12))
+        await created(store, "tailed", "anthropic:test-model")
+        await streams_of(store).follow("tailed")
+        tail = following("tailed", postgres_url)
+        try:
+            running = asyncio.ensure_future(
+                run_task(store, "tailed", provider("anthropic", server.base_url))
+            )
+            early = await asyncio.to_thread(read_until, tail, b"\xe2\x96\xb8 The quick")
+            assert server.paused.is_set() and not server.resume.is_set()
+            assert b"model reply" not in early  # the text came before the reply landed
+            server.resume.set()
+            await asyncio.wait_for(running, 60)
+            rest, errors = await asyncio.to_thread(tail.communicate, timeout=60)
+        finally:
+            if tail.poll() is None:
+                tail.kill()
+                tail.communicate()
+    printed = (early + rest).decode()
+    assert tail.returncode == 0 and errors == b""
+    assert "model reply" in printed and "finished: done" in printed
+    # Every streamed piece once, in order: the text between the marks is the reply's.
+    pieces = [part.split("\n", 1)[0] for part in printed.split("\u25b8 ")[1:]]
+    assert "".join(pieces) == LONG_TEXT

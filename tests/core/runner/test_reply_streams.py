@@ -1,0 +1,81 @@
+"""The worker's side of streamed replies (ADR-0105), on a real PostgreSQL against the
+provider fake: a followed reply is written in a few flushes, not a statement per delta;
+a reply nobody follows writes nothing at all."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from noeta.core.ports.reply_streams import Chunk, Cursor, ReplyStreams
+from noeta.core.ports.store import Store
+from noeta.core.runner.reply_streams import StreamWriter
+from noeta.core.runner.task import TaskRunner
+from noeta.testing.fake_providers import FakeOpenAI, Reply
+from tests.client.test_stream import created, no_sleep, store
+from tests.core.runner.test_http_providers import Registry, provider
+
+__all__ = ["store"]  # the fixture, shared
+
+TEXT = "one token at a time " * 40  # 800 characters in 200 deltas of 4
+
+
+class Counted:
+    """The store's port, its writes counted."""
+
+    def __init__(self, port: ReplyStreams) -> None:
+        self.port = port
+        self.flushes: list[int] = []  # the rows of each write
+        self.removals = 0
+
+    async def write_chunks(self, task_id: str, chunks: Sequence[Chunk], *, first: bool) -> None:
+        self.flushes.append(len(chunks))
+        await self.port.write_chunks(task_id, chunks, first=first)
+
+    async def remove_text(self, task_id: str, call_seq: int) -> None:
+        self.removals += 1
+        await self.port.remove_text(task_id, call_seq)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.port, name)
+
+
+async def run_counted(store: Store, task_id: str, *, followed: bool) -> Counted:
+    port = store.capabilities.reply_streams
+    assert port is not None
+    counted = Counted(port)
+    await created(store, task_id, "openai:test-model")
+    if followed:
+        await port.follow(task_id)
+    with FakeOpenAI() as server:
+        server.part_seconds = 0.005  # 200 deltas over a second at least, as a model paces
+        server.script(Reply(text=TEXT, piece_chars=4))
+        claim = await store.claim_task("w", task_id, 120)
+        assert claim is not None
+        chosen = provider("openai", server.base_url)
+        writer = StreamWriter(counted)  # type: ignore[arg-type]
+        try:
+            await TaskRunner(store, Registry(chosen), sleep=no_sleep, streams=writer).run(claim)
+        finally:
+            await chosen.close()
+        await writer.drained()
+    return counted
+
+
+async def test_a_followed_reply_is_written_in_a_few_flushes(store: Store) -> None:
+    counted = await run_counted(store, "followed", followed=True)
+    # 200 deltas over a second or more: the first flush at once, then at most one each
+    # 25 ms (fewer on a slow machine: each waits for the one before), and the final's.
+    assert 2 <= len(counted.flushes) <= 100 and counted.removals == 1
+    port = store.capabilities.reply_streams
+    assert port is not None
+    left = await port.read_chunks("followed", Cursor(), 100)
+    assert [chunk.kind for chunk in left.chunks] == ["final"]
+
+
+async def test_a_reply_nobody_follows_writes_nothing(store: Store) -> None:
+    counted = await run_counted(store, "alone", followed=False)
+    assert counted.flushes == [] and counted.removals == 0
+    port = store.capabilities.reply_streams
+    assert port is not None
+    assert (await port.read_chunks("alone", Cursor(), 100)).chunks == ()
