@@ -67,7 +67,11 @@ def list_limits(as_json: bool, store: str | None) -> None:
     if not limits:
         click.echo("no model limits")
         return
-    rows = [LIMIT_HEADINGS, *(limit_cells(each) for each in limits)]
+    echo_table([LIMIT_HEADINGS, *(limit_cells(each) for each in limits)])
+
+
+def echo_table(rows: list[tuple[str, ...]]) -> None:
+    """Rows of cells in columns as wide as their widest cell (`noeta limit/budget list`)."""
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     for row in rows:
         cells = zip(row, widths, strict=True)
@@ -98,19 +102,23 @@ def _document(each: ModelLimit) -> dict[str, object]:
     }
 
 
-async def _open(url: str | None, *, reads_only: bool = False) -> tuple[Store, ModelLimiter]:
+async def open_limiter(
+    url: str | None, *, reads_only: bool = False, what: str = "limit"
+) -> tuple[Store, ModelLimiter]:
+    """The store and its limits (and fleet budgets); ConfigError if it keeps none."""
     from noeta.backends.stores import open_store
 
-    store = await open_store(url, application_name="noeta-limit", start_embedded=not reads_only)
+    name = f"noeta-{what}"
+    store = await open_store(url, application_name=name, start_embedded=not reads_only)
     limiter = store.capabilities.model_limits
     if limiter is None:
         await store.close()
-        raise ConfigError("this store keeps no model limits")
+        raise ConfigError(f"this store keeps no model limits or budgets ({name})")
     return store, limiter
 
 
 async def _set(url: str | None, key: str, rpm: int | None, tpm: int | None) -> None:
-    store, limiter = await _open(url)
+    store, limiter = await open_limiter(url)
     try:
         await limiter.set_model_limit(key, rpm, tpm)
     finally:
@@ -118,7 +126,7 @@ async def _set(url: str | None, key: str, rpm: int | None, tpm: int | None) -> N
 
 
 async def _clear(url: str | None, key: str) -> bool:
-    store, limiter = await _open(url)
+    store, limiter = await open_limiter(url)
     try:
         return await limiter.clear_model_limit(key)
     finally:
@@ -126,7 +134,7 @@ async def _clear(url: str | None, key: str) -> bool:
 
 
 async def _list(url: str | None) -> list[ModelLimit]:
-    store, limiter = await _open(url, reads_only=True)
+    store, limiter = await open_limiter(url, reads_only=True)
     try:
         return await limiter.model_limits()
     finally:

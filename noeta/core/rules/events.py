@@ -136,14 +136,16 @@ class ModelFailed:
 @dataclass(frozen=True, slots=True)
 class BudgetExceeded:
     """A model call the task's budget did not allow, not sent: `budget` is "tokens" or
-    "cost", `spent` what the log says was spent (tokens, or USD), `estimate` the refused
-    request's estimated input tokens, `limit` the budget. A new type: an older noeta
-    leaves the task."""
+    "cost" (the task's own), or "fleet" (a fleet budget: `fleet` names it, ADR-0108);
+    `spent` what was spent (tokens, or USD: the log's for the task's own budget, the
+    period's for a fleet one), `estimate` the refused request's estimated input tokens,
+    `limit` the budget. A new type: an older noeta leaves the task."""
 
     budget: str
     spent: str
     estimate: int
     limit: str
+    fleet: str = ""  # `research/acme --per-day`: the fleet budget's queue[/key] and period
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +434,7 @@ _STORED_ONLY_WHEN_SET: dict[type, dict[str, object]] = {
     },
     CallRequested: {"retry_of": ""},
     ModelCalled: {"input_estimate": 0},
+    BudgetExceeded: {"fleet": ""},
     SubtaskReturned: {"report": ""},
 }
 

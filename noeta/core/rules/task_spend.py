@@ -27,6 +27,18 @@ class _Folding(Protocol):
 
 def budget_question(refused: BudgetExceeded) -> str:
     """What the refusal says: the budget, what was spent, the refused call's estimate."""
+    if refused.budget == "fleet" and refused.spent == "unknown":
+        return (
+            f"fleet budget {refused.fleet} {refused.limit}: the next call's cost is unknown "
+            f"(the model has no price); its request is estimated at {refused.estimate} "
+            "input tokens"
+        )
+    if refused.budget == "fleet":
+        return (
+            f"fleet budget {refused.fleet} {refused.limit}: ${refused.spent} spent this "
+            f"{refused.fleet.rpartition('-')[2]}, and the next call's request is estimated "
+            f"at {refused.estimate} input tokens"
+        )
     if refused.budget == "tokens":
         spent, limit = f"{refused.spent} tokens", f"--max-tokens {refused.limit}"
     elif refused.spent == "unknown":  # a model with no price: its cost is never taken as 0

@@ -8,10 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from decimal import Decimal
 
+from noeta.core.ports.fleet_budgets import FleetBudgetExceeded
+from noeta.core.ports.model import Usage
 from noeta.core.rules import events as ev
 from noeta.core.rules.prices import BUNDLED, MILLION, Price, price_of
 from noeta.core.rules.task_spend import budget_question
 from noeta.core.rules.task_state import TaskState
+from noeta.observability import metrics
 
 # The prices a budget's cost is reckoned at: the worker's (noeta.yaml's `prices:` laid
 # over the bundled table), set once at its start; the bundled table until then.
@@ -19,7 +22,11 @@ _prices: list[Mapping[str, Price]] = [BUNDLED]
 
 
 def price_with(prices: Mapping[str, Price]) -> None:
+    """The process's prices (noeta.yaml's `prices:` over the bundled table), for every
+    use it has: the tasks' --max-cost, the fleet budgets' costs and the cost counter.
+    The worker and `noeta run` both call this, so they price alike."""
     _prices[0] = prices
+    metrics.price_with(prices)
 
 
 def refusal(state: TaskState, estimate: int) -> ev.BudgetExceeded | None:
@@ -48,6 +55,33 @@ def refusal(state: TaskState, estimate: int) -> ev.BudgetExceeded | None:
         if billed + estimate * price.input / MILLION > Decimal(config.budget_cost):
             return ev.BudgetExceeded("cost", _usd(billed), estimate, config.budget_cost)
     return None
+
+
+def input_cost(model: str, tokens: int) -> Decimal | None:
+    """What `tokens` of input cost at the worker's prices; None: the model has no price."""
+    price = price_of(model, _prices[0])
+    return None if price is None else tokens * price.input / MILLION
+
+
+def usage_cost(model: str, usage: Usage) -> Decimal | None:
+    """What a reply's usage cost at the worker's prices; None: the model has no price."""
+    price = price_of(model, _prices[0])
+    if price is None:
+        return None
+    return (
+        usage.input_tokens * price.input
+        + usage.output_tokens * price.output
+        + usage.cache_read_tokens * price.cache_read
+        + usage.cache_write_tokens * price.cache_write
+    ) / MILLION
+
+
+def fleet_refusal(exceeded: FleetBudgetExceeded, estimate: int) -> ev.BudgetExceeded:
+    """The refusal a fleet budget answered, as the log records it."""
+    budget = exceeded.budget
+    spent = "unknown" if exceeded.spent is None else _usd(exceeded.spent)
+    fleet = f"{budget.scope} --per-{budget.period}"
+    return ev.BudgetExceeded("fleet", spent, estimate, str(budget.amount), fleet)
 
 
 def error_of(refused: ev.BudgetExceeded) -> str:

@@ -1,4 +1,4 @@
-CREATE OR REPLACE FUNCTION noeta_append_model_called(p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb, p_keys text[], p_tokens bigint, OUT seq bigint, OUT retry_at timestamp with time zone, OUT limit_key text, OUT limited boolean)
+CREATE OR REPLACE FUNCTION noeta_append_model_called(p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb, p_keys text[], p_tokens bigint, p_cost numeric, OUT seq bigint, OUT retry_at timestamp with time zone, OUT limit_key text, OUT limited boolean, OUT budgeted_at timestamp with time zone, OUT budget_refused jsonb)
  RETURNS record
  LANGUAGE plpgsql
 AS $function$
@@ -15,8 +15,34 @@ DECLARE
     v_charge_calls integer := 0;
     v_pinned boolean := false;
     v_needs text[];
+    v_budgeted boolean := false;  -- a fleet budget applies: charged with the call
     l record;
+    b record;
 BEGIN
+    -- Fleet budgets (0029, ADR-0108): the task's queue's and its key's, locked in key
+    -- order after the task row (the fence) and before the limits. One refuses a call
+    -- whose estimated cost (p_cost; NULL: the model has no price, so unknown) would take
+    -- its period's spend past its amount: nothing is written, the claim stays, and the
+    -- caller records the refusal. Each period is a calendar hour, day or month in UTC.
+    -- With none set anywhere, this costs a look at an empty table (ADR-0085).
+    IF EXISTS (SELECT 1 FROM fleet_budgets) THEN
+    FOR b IN SELECT f.*, date_trunc(f.period, v_now, 'UTC') AS current_start
+               FROM fleet_budgets AS f JOIN tasks AS t ON t.id = p_task
+              WHERE f.queue = t.queue AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''))
+              ORDER BY f.queue, f.concurrency_key, f.period FOR UPDATE OF f LOOP
+        v_budgeted := true;
+        IF p_cost IS NULL OR (CASE WHEN b.period_start = b.current_start THEN b.spent ELSE 0 END)
+               + p_cost > b.amount THEN
+            budget_refused := jsonb_build_object(
+                'queue', b.queue, 'key', b.concurrency_key, 'period', b.period,
+                'amount', b.amount::text, 'spent', CASE WHEN p_cost IS NULL THEN NULL
+                    WHEN b.period_start = b.current_start THEN b.spent::text ELSE '0' END);
+            UPDATE fleet_budgets SET refusals = refusals + 1
+             WHERE queue = b.queue AND concurrency_key = b.concurrency_key AND period = b.period;
+            RETURN;
+        END IF;
+    END LOOP;
+    END IF;
     FOR l IN SELECT * FROM model_limits m WHERE m.key = ANY (p_keys) ORDER BY m.key
              FOR UPDATE LOOP
         v_limited := true;
@@ -73,6 +99,16 @@ BEGIN
         -- Allowed: now, or at the slot it held (charged when it was reserved).
         IF v_limited AND v_hold IS NOT NULL THEN
             UPDATE model_limits m SET calls = m.calls + 1 WHERE m.key = ANY (p_keys);
+        END IF;
+        IF v_budgeted THEN  -- the estimate now; the caller adds the rest after the reply
+            budgeted_at := v_now;
+            UPDATE fleet_budgets AS f SET
+                   spent = CASE WHEN f.period_start = date_trunc(f.period, v_now, 'UTC')
+                                THEN f.spent ELSE 0 END + p_cost,
+                   period_start = date_trunc(f.period, v_now, 'UTC'), calls = f.calls + 1
+              FROM tasks AS t
+             WHERE t.id = p_task AND f.queue = t.queue
+               AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''));
         END IF;
         INSERT INTO events (task_id, seq, type, data, epoch, owner)
             SELECT p_task, p_expected_seq + e.ord, e.pair->>0, e.pair->>1, p_epoch,
