@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import click
 
-from noeta.cli.limits import echo_table, open_limiter
+from noeta.cli.limiter import echo_table, open_limiter
 from noeta.cli.options import json_option, store_option
 from noeta.core.errors import ConfigError
 from noeta.core.ports.fleet_budgets import (

@@ -8,16 +8,15 @@ import json
 
 import click
 
+from noeta.cli.limiter import echo_table, open_limiter
 from noeta.cli.options import json_option, store_option
 from noeta.core.errors import ConfigError
 from noeta.core.ports.model_limits import (
     LIMIT_HEADINGS,
     ModelLimit,
-    ModelLimiter,
     check_limit,
     limit_cells,
 )
-from noeta.core.ports.store import Store
 
 _key = click.argument("key", metavar="PROVIDER[/MODEL]")
 
@@ -70,14 +69,6 @@ def list_limits(as_json: bool, store: str | None) -> None:
     echo_table([LIMIT_HEADINGS, *(limit_cells(each) for each in limits)])
 
 
-def echo_table(rows: list[tuple[str, ...]]) -> None:
-    """Rows of cells in columns as wide as their widest cell (`noeta limit/budget list`)."""
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    for row in rows:
-        cells = zip(row, widths, strict=True)
-        click.echo("  ".join(cell.ljust(width) for cell, width in cells).rstrip())
-
-
 def _checked(key: str, rpm: int | None, tpm: int | None) -> tuple[str, int | None, int | None]:
     """Checked before the store is opened: a bad limit changes nothing."""
     from noeta.backends.models.registry import KNOWN
@@ -100,21 +91,6 @@ def _document(each: ModelLimit) -> dict[str, object]:
         "throttled": each.throttled,
         "paused_until": each.paused_until.isoformat() if each.paused_until else None,
     }
-
-
-async def open_limiter(
-    url: str | None, *, reads_only: bool = False, what: str = "limit"
-) -> tuple[Store, ModelLimiter]:
-    """The store and its limits (and fleet budgets); ConfigError if it keeps none."""
-    from noeta.backends.stores import open_store
-
-    name = f"noeta-{what}"
-    store = await open_store(url, application_name=name, start_embedded=not reads_only)
-    limiter = store.capabilities.model_limits
-    if limiter is None:
-        await store.close()
-        raise ConfigError(f"this store keeps no model limits or budgets ({name})")
-    return store, limiter
 
 
 async def _set(url: str | None, key: str, rpm: int | None, tpm: int | None) -> None:
