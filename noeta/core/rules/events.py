@@ -303,6 +303,11 @@ class SubtaskReturned:
     status: str  # the child's final status: "done", "failed", "cancelled"
     inbox_id: int
     report: str = ""  # a canvas member's result or error, the canvas's to fold (ADR-0104)
+    # What the child's tree spent, for a budget it drew on (ADR-0107): its tokens of
+    # every kind, and its cost in USD ("unknown" where a model had no price); 0 and ""
+    # (not stored): a child with no budget, which reports none.
+    tokens: int = 0
+    cost: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,7 +440,7 @@ _STORED_ONLY_WHEN_SET: dict[type, dict[str, object]] = {
     CallRequested: {"retry_of": ""},
     ModelCalled: {"input_estimate": 0},
     BudgetExceeded: {"fleet": ""},
-    SubtaskReturned: {"report": ""},
+    SubtaskReturned: {"report": "", "tokens": 0, "cost": ""},
 }
 
 # The newest encoding of the types that have more than one.

@@ -116,6 +116,8 @@ class _Folding:
     call_estimate: int
     budget_allowed: int
     budget_denied: str
+    subtask_tokens: int
+    subtask_cost: str
 
     def __init__(self, start: TaskState) -> None:
         # A fold runs per append: the scalars go in and out in C (attrgetter, one dict
@@ -306,6 +308,8 @@ def _apply_subtask(f: _Folding, event: SubtaskOf | SubtaskLaunched | SubtaskRetu
                 call = next((s[0] for s in f.subtasks if s[1] == child_id), "")
                 f.canvas_results = (*f.canvas_results, (call, status, event.report))
             f.subtasks = tuple(s for s in f.subtasks if s[1] != child_id)
+            if event.tokens or event.cost:
+                task_spend.returned(f, event)
 
 
 def _end_job(f: _Folding, event: JobFinished | JobLost | JobStopped) -> None:

@@ -3,10 +3,17 @@ refusal and a person's answer to it change the fold: `fold.py` calls these."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Protocol
 
 from noeta.core.ports.payload import JSONValue
-from noeta.core.rules.events import BudgetExceeded, ModelCalled, ModelReplied, TaskCreated
+from noeta.core.rules.events import (
+    BudgetExceeded,
+    ModelCalled,
+    ModelReplied,
+    SubtaskReturned,
+    TaskCreated,
+)
 from noeta.core.rules.texts import BUDGET_CALL
 
 
@@ -23,6 +30,8 @@ class _Folding(Protocol):
     waiting_call: str
     waiting_input: tuple[tuple[str, JSONValue], ...]
     waiting_question: str
+    subtask_tokens: int
+    subtask_cost: str
 
 
 def budget_question(refused: BudgetExceeded) -> str:
@@ -62,7 +71,7 @@ def refused(f: _Folding, event: BudgetExceeded) -> None:
 def answered(f: _Folding, decision: str, note: str) -> None:
     """A person's answer to an `ask` budget: one more call allowed, or the task fails."""
     if decision == "allow":
-        f.budget_allowed += 1
+        f.budget_allowed = 1  # one call, however many refusals came with no call between
     else:
         said = f": {note}" if note else ""
         f.budget_denied = f"budget_exceeded: {f.waiting_question} (a person denied more{said})"
@@ -99,6 +108,23 @@ def replied(f: _Folding, reply: ModelReplied) -> None:
             w + usage.cache_write_tokens,
             unanswered,
         )
+
+
+def returned(f: _Folding, event: SubtaskReturned) -> None:
+    """A child's tree's spend, reported with its handback, is this task's too."""
+    if _billed_here(f):
+        f.subtask_tokens += event.tokens
+        f.subtask_cost = add_usd(f.subtask_cost, event.cost)
+
+
+UNKNOWN = "unknown"
+
+
+def add_usd(first: str, second: str) -> str:
+    """Two amounts of USD as decimal strings ("" is none); unknown if either is."""
+    if UNKNOWN in (first, second):
+        return UNKNOWN
+    return str(Decimal(first or "0") + Decimal(second or "0"))
 
 
 def _billed_here(f: _Folding) -> bool:

@@ -82,6 +82,10 @@ class TaskState:
     # made; and, once a person denied one, the task's error.
     budget_allowed: int = 0
     budget_denied: str = ""
+    # What the subtasks that drew on this task's budget reported spending when they
+    # handed back (ADR-0107): tokens, and USD as a decimal string ("" none, "unknown").
+    subtask_tokens: int = 0
+    subtask_cost: str = ""
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)
