@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from noeta.core.rules import canvas
+from noeta.core.rules import canvas, events
+from noeta.core.rules.task_spend import budget_question
 
 # An epoch that ended on one of these handed the task back (a wait): the next claim
 # resumed it. Any other last event: the claim ended mid-step (crash, lost lease, shutdown).
@@ -293,6 +294,8 @@ def _flow_step(kind: str, data: dict[str, Any]) -> Step:
             return Step("tool", title, _body(data.get("output") or ""))
         case "JobLost" | "JobStopped":
             return Step("error", f"{kind} {data.get('job_id')}")
+        case "BudgetExceeded":
+            return Step("error", "budget exceeded: call not sent", (Line(_budget_words(data)),))
         case "TurnEnded":
             css = "error" if data.get("outcome") == "failed" else ""
             said = data.get("answer") or data.get("error") or ""
@@ -303,6 +306,17 @@ def _flow_step(kind: str, data: dict[str, Any]) -> Step:
             return Step(css, f"finished: {data.get('status')}", _body(said))
         case _:
             return Step("", kind, _body(json_text(_fields(data))))
+
+
+def _budget_words(data: dict[str, Any]) -> str:
+    """The refusal as its question says it (the budget, the spend, the estimate)."""
+    try:
+        refused = events.decode("BudgetExceeded", data)
+    except ValueError:
+        refused = None
+    if isinstance(refused, events.BudgetExceeded):
+        return budget_question(refused)
+    return json_text(_fields(data))
 
 
 def _fields(data: dict[str, Any]) -> dict[str, Any]:

@@ -112,6 +112,10 @@ BEGIN
             ('model_limits',      'SELECT, INSERT, UPDATE, DELETE'),
             -- A held slot is inserted by the refusing append, deleted by the next attempt.
             ('model_limit_holds', 'SELECT, INSERT, DELETE'),
+            -- Fleet budgets (ADR-0110): the ModelCalled append locks (FOR UPDATE needs
+            -- UPDATE) and charges them; `noeta budget set/clear` (with the workers' URL
+            -- too) inserts and deletes them: settings, not the log.
+            ('fleet_budgets',     'SELECT, INSERT, UPDATE, DELETE'),
             -- An idle worker registers (upsert) and leaves; a create, a task made
             -- claimable or the scheduler takes a row to wake that worker (ADR-0087).
             ('idle_workers',      'SELECT, INSERT, UPDATE, DELETE'),

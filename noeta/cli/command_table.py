@@ -37,6 +37,10 @@ COMMANDS: dict[str, LazyCommand] = {
     "cron": LazyCommand(
         "noeta.cli.cron:cron", "Cron files: the schedules `noeta scheduler` fires."
     ),
+    "budget": LazyCommand(
+        "noeta.cli.budgets:budget",
+        "Fleet budgets: USD a queue (or one key of it) may spend per hour, day or month.",
+    ),
     "db": LazyCommand(
         "noeta.cli.db:db",
         "The store's schema, and the embedded PostgreSQL server in $NOETA_HOME.",

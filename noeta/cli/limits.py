@@ -8,16 +8,15 @@ import json
 
 import click
 
+from noeta.cli.limiter import echo_table, open_limiter
 from noeta.cli.options import json_option, store_option
 from noeta.core.errors import ConfigError
 from noeta.core.ports.model_limits import (
     LIMIT_HEADINGS,
     ModelLimit,
-    ModelLimiter,
     check_limit,
     limit_cells,
 )
-from noeta.core.ports.store import Store
 
 _key = click.argument("key", metavar="PROVIDER[/MODEL]")
 
@@ -67,11 +66,7 @@ def list_limits(as_json: bool, store: str | None) -> None:
     if not limits:
         click.echo("no model limits")
         return
-    rows = [LIMIT_HEADINGS, *(limit_cells(each) for each in limits)]
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    for row in rows:
-        cells = zip(row, widths, strict=True)
-        click.echo("  ".join(cell.ljust(width) for cell, width in cells).rstrip())
+    echo_table([LIMIT_HEADINGS, *(limit_cells(each) for each in limits)])
 
 
 def _checked(key: str, rpm: int | None, tpm: int | None) -> tuple[str, int | None, int | None]:
@@ -98,19 +93,8 @@ def _document(each: ModelLimit) -> dict[str, object]:
     }
 
 
-async def _open(url: str | None, *, reads_only: bool = False) -> tuple[Store, ModelLimiter]:
-    from noeta.backends.stores import open_store
-
-    store = await open_store(url, application_name="noeta-limit", start_embedded=not reads_only)
-    limiter = store.capabilities.model_limits
-    if limiter is None:
-        await store.close()
-        raise ConfigError("this store keeps no model limits")
-    return store, limiter
-
-
 async def _set(url: str | None, key: str, rpm: int | None, tpm: int | None) -> None:
-    store, limiter = await _open(url)
+    store, limiter = await open_limiter(url)
     try:
         await limiter.set_model_limit(key, rpm, tpm)
     finally:
@@ -118,7 +102,7 @@ async def _set(url: str | None, key: str, rpm: int | None, tpm: int | None) -> N
 
 
 async def _clear(url: str | None, key: str) -> bool:
-    store, limiter = await _open(url)
+    store, limiter = await open_limiter(url)
     try:
         return await limiter.clear_model_limit(key)
     finally:
@@ -126,7 +110,7 @@ async def _clear(url: str | None, key: str) -> bool:
 
 
 async def _list(url: str | None) -> list[ModelLimit]:
-    store, limiter = await _open(url, reads_only=True)
+    store, limiter = await open_limiter(url, reads_only=True)
     try:
         return await limiter.model_limits()
     finally:

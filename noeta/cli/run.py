@@ -143,7 +143,8 @@ async def _run(
     from noeta.core.ports.model_limits import ModelBudgetWait
     from noeta.core.ports.store import NewEvent, NewTask
     from noeta.core.rules import events
-    from noeta.observability import metrics, observed
+    from noeta.core.runner import task_budget
+    from noeta.observability import observed
     from noeta.plugins.tool_environment import PASSED_NAMES
     from noeta.plugins.toolbox import Toolbox
     from noeta.worker.presence import offers_of
@@ -152,7 +153,7 @@ async def _run(
     check_script(model)  # the person's own script: say in full what is wrong with it
     await providers.provider_for(model)  # a bad spec or a missing key: fail before writing
     observability.start("noeta-run", secrets=[resolve_url(url)])
-    metrics.price_with(config.prices)  # the cost counter's prices
+    task_budget.price_with(config.prices)  # as the worker prices: budgets, cost counter
     toolbox = await Toolbox.open(config, runs_tools=True)
     observability.add_passed_secrets(PASSED_NAMES)  # what its tools may print
     # Through the status line (when shown), which follows each event the run writes.

@@ -133,8 +133,7 @@ async def _serve(
     session_url = configured_session_url(config.store_session)
     scraped = health.listening is not None
     observability.start("noeta-worker", secrets=[resolve_url(url), session_url], scraped=scraped)
-    metrics.price_with(config.prices)  # the cost counter's prices
-    task_budget.price_with(config.prices)  # and the tasks' --max-cost
+    task_budget.price_with(config.prices)  # budgets' and the cost counter's
     toolbox = await Toolbox.open(config, runs_tools=True)
     observability.add_passed_secrets(PASSED_NAMES)  # what its tools may print
     providers = ProviderRegistry()

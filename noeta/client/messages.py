@@ -13,6 +13,7 @@ from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.store import CANCEL_KEY, Delivery, Store, check_key
 from noeta.core.ports.store_values import answer_key, check_text
 from noeta.core.rules import events
+from noeta.core.rules.texts import BUDGET_CALL
 
 # The client's store, opened at first use: only once what was given is checked.
 OpenStore = Callable[[], Awaitable[Store]]
@@ -71,5 +72,8 @@ async def answer(open_store: OpenStore, task_id: str, call: str, decision: str, 
         "decision": decision,
         "note": note,
     }
-    if not await store.deliver(Delivery(task_id, payload, dedupe_key=answer_key(call))):
+    # A budget asks again at each refusal on the same call id: each question its own key
+    # (where its log stood), or the second answer would be dropped as the first's twin.
+    key = answer_key(call) + (f":{state.last_seq}" if call == BUDGET_CALL else "")
+    if not await store.deliver(Delivery(task_id, payload, dedupe_key=key)):
         raise NoetaError(f"call {call} of task {task_id} was answered already")

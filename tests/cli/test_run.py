@@ -310,3 +310,24 @@ def test_ctrl_c_in_run_says_where_the_task_is_and_exits_130(
     ]
     listed = json.loads(noeta("tasks", "--json", store=sqlite_store).stdout)
     assert [(t["id"], t["status"]) for t in listed] == [("slow", "ready")]  # handed back
+
+
+def test_run_prices_as_the_worker_does_for_a_fleet_budget(
+    sqlite_store: str, tmp_path: Path
+) -> None:
+    """noeta.yaml's `prices:` are `noeta run`'s too: at this price the first call's
+    estimate passes the run queue's budget, so it is not sent and the run fails naming
+    the budget (at the bundled price, a scripted model is free and would run)."""
+    model = f"scripted:{EXAMPLE}"
+    config = tmp_path / "noeta.yaml"
+    dear = "{input: 100000000, output: 0, cache_read: 0, cache_write: 0}"
+    config.write_text(f'prices:\n  "{model}": {dear}\n')
+    budget = noeta("budget", "set", "noeta-run", "--per-day", "1.00", store=sqlite_store)
+    assert budget.returncode == 0, budget.stderr
+    result = noeta(
+        "run", "hi", "--model", model, "--id", "dear", "--config", str(config), store=sqlite_store
+    )
+    assert (result.returncode, result.stderr) == (1, "task dear: failed\n")
+    shown = noeta("show", "dear", store=sqlite_store).stdout
+    assert "budget exceeded: call not sent" in shown
+    assert "budget_exceeded: fleet budget noeta-run --per-day 1.00: $0.000000 spent" in shown

@@ -52,6 +52,7 @@ DECLARED = {
     "pruned_task_ids": {"SELECT"},  # only the owner prunes (ADR-0066)
     "model_limits": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # settings, not the log
     "model_limit_holds": {"SELECT", "INSERT", "DELETE"},
+    "fleet_budgets": {"SELECT", "INSERT", "UPDATE", "DELETE"},
     "idle_workers": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # registered, woken (ADR-0087)
     "finish_waiters": {"SELECT", "INSERT", "DELETE"},  # marked by result(), taken by the finish
     "workers": {"SELECT", "INSERT", "UPDATE", "DELETE"},  # each worker's row (ADR-0092)

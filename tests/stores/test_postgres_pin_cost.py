@@ -68,7 +68,7 @@ APPENDS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "noeta_append_model_called": (
         "SELECT limited FROM noeta_append_model_called("
-        "'t', 1, 1, %(events)s::jsonb, ARRAY['fake/*'], 100)",
+        "'t', 1, 1, %(events)s::jsonb, ARRAY['fake/*'], 100, 0.01)",
         {"events": events_json(EVENTS)},
     ),
     "noeta_append": (

@@ -1,14 +1,17 @@
 """Features cost nothing where they are unused: a claim or an append of a task that is not
-finishing runs no finishing trigger, and a model call no limit applies to sends no token
-correction. Counted with track_functions in the test's own transaction."""
+finishing runs no finishing trigger, and a model call no limit (no fleet budget) applies
+to sends no token (no cost) correction. Counted with track_functions in the test's own
+transaction."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import psycopg
 
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
+from noeta.core.ports.fleet_budgets import FleetBudget
 from noeta.core.ports.model import Usage
 from noeta.core.ports.model_limits import ModelBudget, limit_keys
 from noeta.core.ports.store import NewEvent, NewTask
@@ -55,10 +58,15 @@ class CountedCorrections(PostgresStore):
     """The real store, counting the token corrections the runner sends it."""
 
     corrections = 0
+    cost_corrections = 0
 
     async def model_call_used(self, budget: ModelBudget, tokens: int) -> None:
         self.corrections += 1
         await super().model_call_used(budget, tokens)
+
+    async def fleet_budget_used(self, task_id: str, budget: ModelBudget, cost: Decimal) -> None:
+        self.cost_corrections += 1
+        await super().fleet_budget_used(task_id, budget, cost)
 
 
 async def test_a_reply_no_limit_applied_to_sends_no_token_correction(postgres_url: str) -> None:
@@ -69,13 +77,15 @@ async def test_a_reply_no_limit_applied_to_sends_no_token_correction(postgres_ur
         for task_id, limited in (("a", False), ("b", True)):
             if limited:  # the control: a limit on the call, its correction is sent
                 await store.set_model_limit("fake/*", None, 1_000_000)
+                await store.set_fleet_budget(FleetBudget("default", "", "day", Decimal(5)))
             await store.create_task(NewTask(task_id, [NewEvent("created", {})]))
             claim = await store.claim_task("w", task_id, 60.0)
             assert claim is not None
-            budget = ModelBudget(limit_keys("fake", "m1"), 100)
+            budget = ModelBudget(limit_keys("fake", "m1"), 100, cost=Decimal("0.0001"))
             await model_budget.writer(store, budget)(claim, 1, CALLED)
-            await model_budget.replied(store, budget, usage)
+            await model_budget.replied(store, task_id, budget, usage, "anthropic:claude-haiku-4-5")
             assert store.corrections == (1 if limited else 0)
+            assert store.cost_corrections == (1 if limited else 0)
     finally:
         await store.close()
 

@@ -14,9 +14,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Protocol, runtime_checkable
 
 from noeta.core.errors import ConfigError, NoetaError, StoreError
+from noeta.core.ports.fleet_budgets import FleetBudget
 from noeta.core.ports.store_values import Claim, NewEvent
 
 # The largest limit a user can set: far above any provider's, small enough for an int4.
@@ -69,6 +71,9 @@ class BudgetTaken:
     one may have: the reply's real tokens are then sent to correct the estimate."""
 
     by_a_limit: bool = True
+    # When a fleet budget took the call's estimated cost (ADR-0110); None: none did, and
+    # the reply's real cost is sent nowhere.
+    by_a_budget_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,10 @@ class ModelBudget:
     # The task's background jobs run under its claim: a refusal must not end it (that
     # would stop them). It keeps the claim, holds the slot, and raises ModelBudgetHeld.
     keep_claim: bool = False
+    # The request's estimated cost in USD (its estimated input at its model's input
+    # price), taken by a fleet budget that applies; None: the model has no price, and a
+    # fleet budget refuses a call of unknown cost (ADR-0110).
+    cost: Decimal | None = Decimal(0)
     # Set by the append: with no limit on the call, no correction is sent (issue 28).
     taken: BudgetTaken = field(default_factory=BudgetTaken, compare=False)
 
@@ -122,7 +131,32 @@ class ModelLimiter(Protocol):
         which is reserved for it (its next attempt takes it without waiting again). With
         `budget.keep_claim`, a refusal raises `ModelBudgetHeld` instead and leaves the
         claim as it was (running, its lease), the moment reserved all the same. Sets
-        `budget.taken.by_a_limit` to whether any limit applied."""
+        `budget.taken.by_a_limit` to whether any limit applied.
+
+        Before the limits, the fleet budgets of the task's queue and concurrency key: one
+        that `budget.cost` would take past its period's amount (or any, when the cost is
+        unknown) raises `FleetBudgetExceeded`, writing nothing and leaving the claim and
+        the limits as they were; else the call's cost is added to each, and
+        `budget.taken.by_a_budget_at` set to the moment it was charged."""
+        ...
+
+    async def fleet_budget_used(self, task_id: str, budget: ModelBudget, cost: Decimal) -> None:
+        """Correct the cost a fleet budget took at the call (the estimate) by the reply's
+        real cost, in the period it was charged in (none, once that period is over).
+        Called only where the append charged one (`budget.taken.by_a_budget_at`)."""
+        ...
+
+    async def set_fleet_budget(self, budget: FleetBudget) -> bool:
+        """Create or change a budget (its spend stays); whether its queue is known to the
+        store (a task or settings name it): a budget may be set before its queue exists."""
+        ...
+
+    async def clear_fleet_budget(self, queue: str, concurrency_key: str) -> int:
+        """Remove the budgets of a queue (or of one key of it), every period; how many."""
+        ...
+
+    async def fleet_budgets(self) -> list[FleetBudget]:
+        """Every fleet budget, by queue, key and period."""
         ...
 
     async def model_call_used(self, budget: ModelBudget, tokens: int) -> None:

@@ -136,14 +136,16 @@ class ModelFailed:
 @dataclass(frozen=True, slots=True)
 class BudgetExceeded:
     """A model call the task's budget did not allow, not sent: `budget` is "tokens" or
-    "cost", `spent` what the log says was spent (tokens, or USD), `estimate` the refused
-    request's estimated input tokens, `limit` the budget. A new type: an older noeta
-    leaves the task."""
+    "cost" (the task's own), or "fleet" (a fleet budget: `fleet` names it, ADR-0110);
+    `spent` what was spent (tokens, or USD: the log's for the task's own budget, the
+    period's for a fleet one), `estimate` the refused request's estimated input tokens,
+    `limit` the budget. A new type: an older noeta leaves the task."""
 
     budget: str
     spent: str
     estimate: int
     limit: str
+    fleet: str = ""  # `research/acme --per-day`: the fleet budget's queue[/key] and period
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +303,11 @@ class SubtaskReturned:
     status: str  # the child's final status: "done", "failed", "cancelled"
     inbox_id: int
     report: str = ""  # a canvas member's result or error, the canvas's to fold (ADR-0104)
+    # What the child's tree spent, for a budget it drew on (ADR-0107): its tokens of
+    # every kind, and its cost in USD ("unknown" where a model had no price); 0 and ""
+    # (not stored): a child with no budget, which reports none.
+    tokens: int = 0
+    cost: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,7 +439,8 @@ _STORED_ONLY_WHEN_SET: dict[type, dict[str, object]] = {
     },
     CallRequested: {"retry_of": ""},
     ModelCalled: {"input_estimate": 0},
-    SubtaskReturned: {"report": ""},
+    BudgetExceeded: {"fleet": ""},
+    SubtaskReturned: {"report": "", "tokens": 0, "cost": ""},
 }
 
 # The newest encoding of the types that have more than one.

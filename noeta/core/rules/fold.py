@@ -115,6 +115,8 @@ class _Folding:
     budget_allowed: int
     budget_denied: str
     first_request: str
+    subtask_tokens: int
+    subtask_cost: str
 
     def __init__(self, start: TaskState) -> None:
         # A fold runs per append: the scalars go in and out in C (attrgetter, one dict
@@ -319,6 +321,8 @@ def _apply_subtask(f: _Folding, event: SubtaskOf | SubtaskLaunched | SubtaskRetu
             if f.canvas is not None:  # a member's end is the canvas's to weigh (ADR-0104)
                 call = launched[0] if launched else ""
                 f.canvas_results.append((call, status, event.report))
+            if event.tokens or event.cost:
+                task_spend.returned(f, event)
 
 
 def _end_job(f: _Folding, event: JobFinished | JobLost | JobStopped) -> None:

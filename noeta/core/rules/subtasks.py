@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING
 
 from noeta.core.errors import PayloadError
@@ -58,6 +59,10 @@ class Handback:
     call_id: str
     status: str  # "done", "failed", "cancelled"
     report: str
+    # The child's tree's spend, for the parent's budget it drew on (ADR-0107): 0 and ""
+    # where it had no budget (none is sent).
+    tokens: int = 0
+    cost: str = ""
 
     @property
     def is_error(self) -> bool:
@@ -76,6 +81,7 @@ class Handback:
             "call_id": self.call_id,
             "status": self.status,
             "report": self.report,
+            **({"tokens": self.tokens, "cost": self.cost} if self.cost or self.tokens else {}),
         }
 
 
@@ -103,7 +109,23 @@ def read_handback(payload: JSONValue) -> Handback | None:
         str(payload.get("call_id", "")),
         str(payload.get("status", "failed")),
         str(payload.get("report", "")),
+        _count(payload.get("tokens")),
+        _usd(payload.get("cost")),
     )
+
+
+def _usd(value: JSONValue) -> str:
+    """A reported cost: a decimal string, "" none, else unknown (never taken as 0)."""
+    if value in (None, ""):
+        return ""
+    try:
+        return str(Decimal(str(value))) if Decimal(str(value)).is_finite() else "unknown"
+    except InvalidOperation:
+        return "unknown"
+
+
+def _count(value: JSONValue) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def child_id(task_id: str, call_id: str, n: int) -> str:

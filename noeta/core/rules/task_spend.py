@@ -3,10 +3,17 @@ refusal and a person's answer to it change the fold: `fold.py` calls these."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Protocol
 
 from noeta.core.ports.payload import JSONValue
-from noeta.core.rules.events import BudgetExceeded, ModelCalled, ModelReplied, TaskCreated
+from noeta.core.rules.events import (
+    BudgetExceeded,
+    ModelCalled,
+    ModelReplied,
+    SubtaskReturned,
+    TaskCreated,
+)
 from noeta.core.rules.texts import BUDGET_CALL
 
 
@@ -23,10 +30,24 @@ class _Folding(Protocol):
     waiting_call: str
     waiting_input: tuple[tuple[str, JSONValue], ...]
     waiting_question: str
+    subtask_tokens: int
+    subtask_cost: str
 
 
 def budget_question(refused: BudgetExceeded) -> str:
     """What the refusal says: the budget, what was spent, the refused call's estimate."""
+    if refused.budget == "fleet" and refused.spent == "unknown":
+        return (
+            f"fleet budget {refused.fleet} {refused.limit}: the next call's cost is unknown "
+            f"(the model has no price); its request is estimated at {refused.estimate} "
+            "input tokens"
+        )
+    if refused.budget == "fleet":
+        return (
+            f"fleet budget {refused.fleet} {refused.limit}: ${refused.spent} spent this "
+            f"{refused.fleet.rpartition('-')[2]}, and the next call's request is estimated "
+            f"at {refused.estimate} input tokens"
+        )
     if refused.budget == "tokens":
         spent, limit = f"{refused.spent} tokens", f"--max-tokens {refused.limit}"
     elif refused.spent == "unknown":  # a model with no price: its cost is never taken as 0
@@ -50,7 +71,7 @@ def refused(f: _Folding, event: BudgetExceeded) -> None:
 def answered(f: _Folding, decision: str, note: str) -> None:
     """A person's answer to an `ask` budget: one more call allowed, or the task fails."""
     if decision == "allow":
-        f.budget_allowed += 1
+        f.budget_allowed = 1  # one call, however many refusals came with no call between
     else:
         said = f": {note}" if note else ""
         f.budget_denied = f"budget_exceeded: {f.waiting_question} (a person denied more{said})"
@@ -87,6 +108,23 @@ def replied(f: _Folding, reply: ModelReplied) -> None:
             w + usage.cache_write_tokens,
             unanswered,
         )
+
+
+def returned(f: _Folding, event: SubtaskReturned) -> None:
+    """A child's tree's spend, reported with its handback, is this task's too."""
+    if _billed_here(f):
+        f.subtask_tokens += event.tokens
+        f.subtask_cost = add_usd(f.subtask_cost, event.cost)
+
+
+UNKNOWN = "unknown"
+
+
+def add_usd(first: str, second: str) -> str:
+    """Two amounts of USD as decimal strings ("" is none); unknown if either is."""
+    if UNKNOWN in (first, second):
+        return UNKNOWN
+    return str(Decimal(first or "0") + Decimal(second or "0"))
 
 
 def _billed_here(f: _Folding) -> bool:

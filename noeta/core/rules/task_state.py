@@ -86,6 +86,10 @@ class TaskState:
     # re-send sends those bytes, whichever release's worker recorded them; "" when no
     # call is open.
     first_request: str = ""
+    # What the subtasks that drew on this task's budget reported spending when they
+    # handed back (ADR-0107): tokens, and USD as a decimal string ("" none, "unknown").
+    subtask_tokens: int = 0
+    subtask_cost: str = ""
 
     def starts(self, call_id: str) -> int:
         return dict(self.started).get(call_id, 0)

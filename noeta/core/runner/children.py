@@ -20,6 +20,7 @@ from noeta.core.rules import events as ev
 from noeta.core.rules import model_choice, subtasks
 from noeta.core.rules.next_action import AwaitSubtasks
 from noeta.core.rules.task_id import workspace_folder
+from noeta.core.runner import task_budget
 from noeta.core.runner.context import RunContext
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ async def launch(
         system=config.system,
         max_tokens=config.max_tokens,
         tools=config.tools if request.tools is None else request.tools,
+        **task_budget.child_budget(run.state),  # type: ignore[arg-type]
     )
     # The latest span record in the log is this call's ToolStarted's: its execute_tool span.
     link = ev.SubtaskOf(run.task_id, call.id, run.state.depth + 1, run.state.trace)
@@ -103,7 +105,9 @@ async def take_late_handback(
         handback = subtasks.read_handback(entry.payload)
         if handback is None:
             continue
-        returned = ev.SubtaskReturned(handback.child_id, handback.status, entry.id)
+        returned = ev.SubtaskReturned(
+            handback.child_id, handback.status, entry.id, "", handback.tokens, handback.cost
+        )
         new_events: list[ev.Event] = [returned]
         await _remove_workspace(run, handback)
         await failpoints.hit("subtask.before_handback_taken")
@@ -156,7 +160,8 @@ def finish_deliveries(run: RunContext, status: str, report: str) -> list[Deliver
     state = run.state
     deliveries = [Delivery(child, {"kind": "cancel"}, CANCEL_KEY) for _, child, _ in state.subtasks]
     if state.parent:
-        handback = subtasks.Handback(run.task_id, state.parent_call, status, report)
+        tokens, cost = task_budget.tree_spend(state)  # for a budget it drew on
+        handback = subtasks.Handback(run.task_id, state.parent_call, status, report, tokens, cost)
         key = subtasks.handback_key(state.parent, state.parent_call)
         deliveries.append(Delivery(state.parent, handback.payload(), key))
     return deliveries

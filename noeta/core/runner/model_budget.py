@@ -1,10 +1,12 @@
-"""A model call under the shared limits (ADR-0075): the budget it takes with its
-`ModelCalled` append, the reply's real tokens, and a 429 told to every worker."""
+"""A model call under the shared limits (ADR-0075) and fleet budgets (ADR-0110): what it
+takes with its `ModelCalled` append, the reply's real tokens and cost, and a 429 told to
+every worker."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Protocol
 
 from noeta.core.errors import StoreError
@@ -18,6 +20,7 @@ from noeta.core.ports.model_limits import (
 from noeta.core.ports.store import Claim, Continue, Delivery, NewEvent, NewTask, NextState, Store
 from noeta.core.ports.store_values import Finish
 from noeta.core.retry import Sleep
+from noeta.core.runner import task_budget
 from noeta.observability import metrics
 
 log = logging.getLogger(__name__)
@@ -40,13 +43,20 @@ class Append(Protocol):
 
 
 def budget_for(
-    store: Store, provider: str, model: str, body: bytes, keep_claim: bool = False
+    store: Store,
+    provider: str,
+    model: str,
+    body: bytes,
+    keep_claim: bool = False,
+    *,
+    cost: Decimal | None = Decimal(0),
 ) -> ModelBudget | None:
     """The budget a call of `body` takes; None where the store keeps no limits.
-    `keep_claim`: a refusal keeps the claim (its background jobs need it)."""
+    `keep_claim`: a refusal keeps the claim (its background jobs need it). `cost`: the
+    request's estimated cost, for a fleet budget (None: unknown, the model has no price)."""
     if store.capabilities.model_limits is None:
         return None
-    return ModelBudget(limit_keys(provider, model), estimate_tokens(body), keep_claim)
+    return ModelBudget(limit_keys(provider, model), estimate_tokens(body), keep_claim, cost)
 
 
 async def wait_in_claim(store: Store, sleep: Sleep, task_id: str, held: ModelBudgetHeld) -> float:
@@ -99,21 +109,26 @@ def writer(store: Store, budget: ModelBudget | None) -> Append:
     return append_within_budget
 
 
-async def replied(store: Store, budget: ModelBudget | None, usage: Usage | None) -> None:
-    """Move the tokens taken at the call (an estimate) to the reply's real use. Advice
-    to the limits, not the task's record: a store error here is logged, not raised.
-    Where the append found no limit on the call, or the reply says no usage (the
-    estimate stands), there is nothing to correct: no statement is sent."""
+async def replied(
+    store: Store, task_id: str, budget: ModelBudget | None, usage: Usage | None, model: str
+) -> None:
+    """Move the tokens and cost taken at the call (estimates) to the reply's real use.
+    Advice to the limits and budgets, not the task's record: a store error here is
+    logged, not raised. Where the append found no limit (no budget) on the call, or the
+    reply says no usage (the estimate stands), there is nothing to correct: no statement
+    is sent."""
     limiter = store.capabilities.model_limits
-    if usage is None:
+    if usage is None or budget is None or limiter is None:
         return
-    if budget is not None and budget.taken.by_a_limit and limiter is not None:
-        try:
+    try:
+        if budget.taken.by_a_limit:
             await limiter.model_call_used(budget, usage.input_tokens + usage.output_tokens)
-        except StoreError as error:
-            log.warning(
-                "model limits %s: the reply's tokens not counted (%s)", budget.keys[0], error
-            )
+        if budget.taken.by_a_budget_at is not None:
+            cost = task_budget.usage_cost(model, usage)
+            if cost is not None:
+                await limiter.fleet_budget_used(task_id, budget, cost)
+    except StoreError as error:
+        log.warning("task %s: the reply's use not counted by its limits (%s)", task_id, error)
 
 
 async def throttled(store: Store, provider: str, model: str, retry_after: float | None) -> None:

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from noeta.core import failpoints
 from noeta.core.errors import CommitUnknown, NoetaError, StoreError, StoreUnavailable
+from noeta.core.ports.fleet_budgets import FleetBudgetExceeded
 from noeta.core.ports.model import ModelRequest, Provider, ProviderError
 from noeta.core.ports.model_limits import (
     ModelBudget,
@@ -68,19 +69,45 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
     estimate = estimate_tokens(body)
     refused = task_budget.refusal(run.state, estimate)
     if refused is not None:  # not sent: the refusal, and the end or the question
-        if config.on_budget == "ask":
-            await run.append([refused])  # the loop then waits for the answer
-        else:
-            failed = FinishTask("failed", error=task_budget.error_of(refused))
-            await run.settle([refused], failed)
+        await _refuse(run, refused)
         return
+    # Within the shared limits and fleet budgets, the append that records the call takes
+    # them, or hands the task back (ModelBudgetWait ends the claim), or is refused by a
+    # fleet budget (the claim kept), and records nothing.
+    cost = task_budget.input_cost(config.model, estimate)
+    budget = model_budget.budget_for(
+        run.store, provider.name, model_name, body, keep_claim, cost=cost
+    )
+    try:
+        await _call(run, provider, model_name, request, body, estimate, budget)
+    except FleetBudgetExceeded as exceeded:  # not sent, as for the task's own budget
+        await _refuse(run, task_budget.fleet_refusal(exceeded, estimate))
+
+
+async def _refuse(run: ModelCallContext, refused: ev.BudgetExceeded) -> None:
+    """The refusal recorded, with the task's end or, for `on_budget: ask`, its question."""
+    config = run.state.config
+    assert config is not None
+    if config.on_budget == "ask":
+        await run.append([refused])  # the loop then waits for the answer
+    else:
+        failed = FinishTask("failed", error=task_budget.error_of(refused))
+        await run.settle([refused], failed)
+
+
+async def _call(
+    run: ModelCallContext,
+    provider: Provider,
+    model_name: str,
+    request: ModelRequest,
+    body: bytes,
+    estimate: int,
+    budget: ModelBudget | None,
+) -> None:
     # The span ends once the call's outcome is in the log; cut short, the next claimer
     # emits it from the record written with ModelCalled (ADR-0024).
     with run.trace.chat(provider.name, model_name, run.state) as step:
         step.input_messages(request.messages)
-        # Within the shared limits, the append that records the call takes its budget, or
-        # hands the task back (ModelBudgetWait ends the claim) and records nothing.
-        budget = model_budget.budget_for(run.store, provider.name, model_name, body, keep_claim)
         called = ev.ModelCalled(hashlib.sha256(body).hexdigest(), step.record, estimate)
         while True:
             try:
@@ -168,7 +195,8 @@ async def _send_streamed(
     )
     replied_seq = run.state.last_seq + 1  # the first of the append that records it
     try:
-        await model_budget.replied(run.store, budget, reply.usage)
+        model = run.state.config.model if run.state.config else ""
+        await model_budget.replied(run.store, run.task_id, budget, reply.usage, model)
         await failpoints.hit("model.after_reply")
         await model_reply.record(run, replied)
     except (StoreError, asyncio.CancelledError):

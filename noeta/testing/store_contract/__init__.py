@@ -22,6 +22,7 @@ from noeta.testing.store_contract.fixtures import (
     eventually_claim,
     take_over,
 )
+from noeta.testing.store_contract.fleet_budgets import FleetBudgetContract
 from noeta.testing.store_contract.inbox import InboxContract
 from noeta.testing.store_contract.job_starts import JobStartsContract
 from noeta.testing.store_contract.late_results import LateResultContract
@@ -49,6 +50,7 @@ class StoreContract(
     BulkContract,
     RetentionContract,
     ModelLimitContract,
+    FleetBudgetContract,
     QueueLimitContract,
     CapabilityContract,
     UniqueJobsContract,

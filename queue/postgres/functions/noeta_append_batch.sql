@@ -30,7 +30,8 @@ BEGIN
         END IF;
         -- A model call a limit applies to is not the batch's: the caller sends it alone
         -- (noeta_append_model_called), which takes the budget. Where none applies, the
-        -- ModelCalled append is a plain continue.
+        -- ModelCalled append is a plain continue. So for a fleet budget on its queue or
+        -- its key, looked for below once the row is read (0032).
         IF i.model_keys IS NOT NULL AND EXISTS (
                SELECT 1 FROM model_limits m
                 WHERE m.key IN (SELECT jsonb_array_elements_text(i.model_keys))) THEN
@@ -39,7 +40,7 @@ BEGIN
             CONTINUE;
         END IF;
         -- The fence, as noeta_fence checks it, with its messages; told, not raised.
-        SELECT owner, owner_epoch, status, lease_until, last_seq INTO t
+        SELECT owner, owner_epoch, status, lease_until, last_seq, queue, concurrency_key INTO t
           FROM tasks WHERE id = i.task FOR UPDATE;
         IF NOT FOUND THEN
             refusal_code := 'NT404';
@@ -62,6 +63,12 @@ BEGIN
             refusal_code := 'NT409';
             refusal_message := format(
                 'the log ends at seq %s, not %s', t.last_seq, i.expected_seq);
+        END IF;
+        IF refusal_code IS NULL AND i.model_keys IS NOT NULL AND EXISTS (
+               SELECT 1 FROM fleet_budgets AS f
+                WHERE f.queue = t.queue
+                  AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''))) THEN
+            refusal_code := 'limited';
         END IF;
         IF refusal_code IS NOT NULL THEN
             RETURN NEXT;

@@ -20,6 +20,7 @@ from noeta.backends.stores.sqlite.bulk import SqliteBulk
 from noeta.backends.stores.sqlite.claims import SqliteClaims
 from noeta.backends.stores.sqlite.connection import connect
 from noeta.backends.stores.sqlite.cron import SqliteCron
+from noeta.backends.stores.sqlite.fleet_budgets import SqliteFleetBudgets
 from noeta.backends.stores.sqlite.late_results import SqliteLateResults
 from noeta.backends.stores.sqlite.logs import SqliteLogs
 from noeta.backends.stores.sqlite.model_limits import SqliteModelLimits
@@ -50,6 +51,7 @@ class SqliteStore(
     SqliteTaskPruning,
     SqliteViews,
     SqliteModelLimits,
+    SqliteFleetBudgets,
     SqliteQueues,
     SqliteWorkers,
 ):

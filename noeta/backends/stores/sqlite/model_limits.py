@@ -16,6 +16,8 @@ from noeta.backends.stores.sqlite.appends import (
 )
 from noeta.backends.stores.sqlite.connection import SqliteConnection
 from noeta.backends.stores.sqlite.encoding import encode_events, from_micros, now_micros
+from noeta.backends.stores.sqlite.fleet_budgets import charge, fleet_budgets_of
+from noeta.core.ports.fleet_budgets import FleetBudgetExceeded
 from noeta.core.ports.model_limits import (
     ModelBudget,
     ModelBudgetHeld,
@@ -82,13 +84,18 @@ class SqliteModelLimits(SqliteConnection):
         encoded = encode_events(events)
         keys = _json_list(budget.keys)
 
-        def append_within_budget(connection: sqlite3.Connection, now: int) -> int | tuple[int, str]:
+        def append_within_budget(
+            connection: sqlite3.Connection, now: int
+        ) -> int | tuple[int, str] | FleetBudgetExceeded:
             owner = check_fence(connection, claim, expected_seq, now)
+            budgets = fleet_budgets_of(connection, claim.task_id, budget.cost, now)
+            if isinstance(budgets, FleetBudgetExceeded):
+                return budgets  # raised once the transaction commits its count
             hold = connection.execute(READ_HOLD, (claim.task_id,)).fetchone()
             connection.execute(DROP_HOLD, (claim.task_id,))
             pause: tuple[int, str] | None = None
             slot, slot_key = now, ""
-            budget.taken.by_a_limit = False
+            budget.taken.by_a_limit, budget.taken.by_a_budget_at = False, None
             for key, rpm, tpm, requests_at, tokens_at, paused_until in connection.execute(
                 READ_LIMITS, (keys,)
             ):
@@ -116,6 +123,8 @@ class SqliteModelLimits(SqliteConnection):
                     self._take(connection, keys, budget.tokens, now, 1)
                 else:  # its slot was charged when it was reserved
                     connection.execute(COUNT_CALL, (keys,))
+                if budgets:  # the estimate now; the rest after the reply
+                    budget.taken.by_a_budget_at = charge(connection, budgets, budget.cost, now)
                 seq = insert_claimed_events(connection, claim, expected_seq, encoded, now, owner)
                 continued = {"seq": seq, "now": now, "task_id": claim.task_id}
                 connection.execute(CONTINUE_TASK, {**continued, "pin": latest_pin(encoded)})
@@ -129,6 +138,8 @@ class SqliteModelLimits(SqliteConnection):
             return retry
 
         outcome = await self._run(self._write, append_within_budget)
+        if isinstance(outcome, FleetBudgetExceeded):
+            raise outcome
         if isinstance(outcome, tuple) and budget.keep_claim:
             raise ModelBudgetHeld(claim.task_id, outcome[1], from_micros(outcome[0]))
         if isinstance(outcome, tuple):

@@ -1,0 +1,299 @@
+-- Fleet budgets (issue 32, ADR-0110): USD a queue, or one concurrency key of it, may
+-- spend on model calls per calendar hour, day or month (UTC), whatever worker makes
+-- them. Taken by the append that records ModelCalled, as the model limits are (ADR-0075):
+-- the call's estimated cost before it is sent, the rest of its real cost after the reply.
+CREATE TABLE fleet_budgets (
+    queue           text NOT NULL,
+    -- '' is the whole queue; else the tasks of this concurrency key only.
+    concurrency_key text NOT NULL DEFAULT '',
+    period          text NOT NULL CHECK (period IN ('hour', 'day', 'month')),
+    -- USD per period: numeric, never a float (a budget's last cent must compare exactly).
+    amount          numeric NOT NULL CHECK (amount > 0),
+    -- What the period that starts at period_start has spent; an older period's spend
+    -- counts as 0 (the first call of a new period starts it afresh).
+    spent           numeric NOT NULL DEFAULT 0,
+    period_start    timestamptz NOT NULL DEFAULT '-infinity',
+    calls           bigint NOT NULL DEFAULT 0,   -- the calls it let through
+    refusals        bigint NOT NULL DEFAULT 0,   -- the calls it refused
+    updated_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (queue, concurrency_key, period)
+);
+
+-- The ModelCalled append takes a cost now (one more argument and two more answers): a new
+-- overload. The one without the cost stays, as it was, for the workers of the previous
+-- release during a rolling upgrade (ADR-0097): their calls are weighed by the model
+-- limits as before and by no fleet budget. Drop it in a release after this one.
+
+CREATE FUNCTION noeta_append_model_called(p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb, p_keys text[], p_tokens bigint, p_cost numeric, OUT seq bigint, OUT retry_at timestamp with time zone, OUT limit_key text, OUT limited boolean, OUT budgeted_at timestamp with time zone, OUT budget_refused jsonb)
+ RETURNS record
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_now timestamptz := noeta_fence(p_task, p_epoch, p_expected_seq);
+    v_hold timestamptz;
+    v_hold_key text;
+    v_slot timestamptz := v_now;
+    v_slot_key text;
+    v_pause timestamptz;
+    v_pause_key text;
+    v_limited boolean := false;  -- a limit applies (else: one statement fewer)
+    v_charge_at timestamptz;     -- the budget is taken at this moment, if any
+    v_charge_calls integer := 0;
+    v_pinned boolean := false;
+    v_needs text[];
+    v_budgeted boolean := false;  -- a fleet budget applies: charged with the call
+    l record;
+    b record;
+BEGIN
+    -- Fleet budgets (0032, ADR-0110): the task's queue's and its key's, locked in key
+    -- order after the task row (the fence) and before the limits. One refuses a call
+    -- whose estimated cost (p_cost; NULL: the model has no price, so unknown) would take
+    -- its period's spend past its amount: nothing is written, the claim stays, and the
+    -- caller records the refusal. Each period is a calendar hour, day or month in UTC.
+    -- With none set anywhere, this costs a look at an empty table (ADR-0085).
+    IF EXISTS (SELECT 1 FROM fleet_budgets) THEN
+    FOR b IN SELECT f.*, date_trunc(f.period, v_now, 'UTC') AS current_start
+               FROM fleet_budgets AS f JOIN tasks AS t ON t.id = p_task
+              WHERE f.queue = t.queue AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''))
+              ORDER BY f.queue, f.concurrency_key, f.period FOR UPDATE OF f LOOP
+        v_budgeted := true;
+        IF p_cost IS NULL OR (CASE WHEN b.period_start = b.current_start THEN b.spent ELSE 0 END)
+               + p_cost > b.amount THEN
+            budget_refused := jsonb_build_object(
+                'queue', b.queue, 'key', b.concurrency_key, 'period', b.period,
+                'amount', b.amount::text, 'spent', CASE WHEN p_cost IS NULL THEN NULL
+                    WHEN b.period_start = b.current_start THEN b.spent::text ELSE '0' END);
+            UPDATE fleet_budgets SET refusals = refusals + 1
+             WHERE queue = b.queue AND concurrency_key = b.concurrency_key AND period = b.period;
+            RETURN;
+        END IF;
+    END LOOP;
+    END IF;
+    FOR l IN SELECT * FROM model_limits m WHERE m.key = ANY (p_keys) ORDER BY m.key
+             FOR UPDATE LOOP
+        v_limited := true;
+        IF l.paused_until > v_now AND (v_pause IS NULL OR l.paused_until > v_pause) THEN
+            v_pause := l.paused_until;
+            v_pause_key := l.key;
+        END IF;
+        IF l.requests_at > v_slot THEN
+            v_slot := l.requests_at;
+            v_slot_key := l.key;
+        END IF;
+        IF l.tokens_at > v_slot THEN
+            v_slot := l.tokens_at;
+            v_slot_key := l.key;
+        END IF;
+    END LOOP;
+    -- Told to the caller: where no limit applies, the reply's real tokens need no
+    -- correction, and it sends none (issue 28).
+    limited := v_limited;
+    IF v_limited THEN  -- no limit applies, no slot is held (clearing a limit drops them)
+        DELETE FROM model_limit_holds h WHERE h.task_id = p_task
+            RETURNING h.until, h.limit_key INTO v_hold, v_hold_key;
+    END IF;
+    IF v_pause IS NOT NULL THEN
+        -- Paused: a new slot after the pause, spaced like any other (a slot held before
+        -- is given up), so the tasks held off do not all call at its end.
+        retry_at := greatest(v_slot, v_pause);
+        limit_key := v_pause_key || ' (paused after a 429)';
+        v_charge_at := retry_at;
+        INSERT INTO model_limit_holds VALUES (p_task, retry_at, v_pause_key);
+    ELSIF v_hold > v_now THEN
+        retry_at := v_hold;  -- back before its slot: it keeps waiting for it
+        limit_key := v_hold_key;
+        INSERT INTO model_limit_holds VALUES (p_task, v_hold, v_hold_key);
+    ELSIF v_hold IS NULL AND v_slot > v_now THEN
+        retry_at := v_slot;
+        limit_key := v_slot_key;
+        v_charge_at := v_slot;
+        INSERT INTO model_limit_holds VALUES (p_task, v_slot, v_slot_key);
+    ELSIF v_limited AND v_hold IS NULL THEN
+        v_charge_at := v_now;  -- allowed now
+        v_charge_calls := 1;
+    END IF;
+    IF v_charge_at IS NOT NULL THEN
+        UPDATE model_limits m SET
+            requests_at = CASE WHEN m.rpm IS NULL THEN NULL ELSE
+                greatest(m.requests_at, v_charge_at) + interval '60 seconds' / m.rpm END,
+            tokens_at = CASE WHEN m.tpm IS NULL THEN NULL ELSE
+                greatest(m.tokens_at, v_charge_at) + interval '60 seconds' * p_tokens / m.tpm END,
+            calls = m.calls + v_charge_calls, updated_at = clock_timestamp()
+         WHERE m.key = ANY (p_keys);
+    END IF;
+    IF retry_at IS NULL THEN
+        -- Allowed: now, or at the slot it held (charged when it was reserved).
+        IF v_limited AND v_hold IS NOT NULL THEN
+            UPDATE model_limits m SET calls = m.calls + 1 WHERE m.key = ANY (p_keys);
+        END IF;
+        IF v_budgeted THEN  -- the estimate now; the caller adds the rest after the reply
+            budgeted_at := v_now;
+            UPDATE fleet_budgets AS f SET
+                   spent = CASE WHEN f.period_start = date_trunc(f.period, v_now, 'UTC')
+                                THEN f.spent ELSE 0 END + p_cost,
+                   period_start = date_trunc(f.period, v_now, 'UTC'), calls = f.calls + 1
+              FROM tasks AS t
+             WHERE t.id = p_task AND f.queue = t.queue
+               AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''));
+        END IF;
+        INSERT INTO events (task_id, seq, type, data, epoch, owner)
+            SELECT p_task, p_expected_seq + e.ord, e.pair->>0, e.pair->>1, p_epoch,
+                   (SELECT t.owner FROM tasks AS t WHERE t.id = p_task)
+              FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord);
+        -- needs (0025): the plugin names of its latest pin, sorted, each once, written by the
+        -- append's own update of the row below: no trigger, no second update of the row.
+        IF p_events @? '$[*] ? (@[0] == "PluginsPinned")' THEN
+            v_pinned := true;
+            SELECT array_agg(DISTINCT pin ->> 0 ORDER BY pin ->> 0) INTO v_needs
+              FROM json_array_elements((
+                  SELECT (e.pair ->> 1)::json -> 'pins'
+                    FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord)
+                   WHERE e.pair ->> 0 = 'PluginsPinned' ORDER BY e.ord DESC LIMIT 1)) AS pin;
+        END IF;
+        seq := p_expected_seq + jsonb_array_length(p_events);
+        UPDATE tasks SET last_seq = seq, status = 'running', updated_at = v_now,
+               needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
+         WHERE id = p_task;
+        RETURN;
+    END IF;
+    UPDATE model_limits m SET handbacks = m.handbacks + 1,
+           waited_seconds = m.waited_seconds + extract(epoch FROM retry_at - v_now)
+     WHERE m.key = split_part(limit_key, ' ', 1);
+    UPDATE tasks SET status = 'ready', lease_until = NULL, ready_at = retry_at,
+           claimable_at = retry_at, updated_at = v_now
+     WHERE id = p_task;
+END $function$;
+
+CREATE FUNCTION noeta_append_model_called_keeping_claim(p_task text, p_epoch bigint, p_expected_seq bigint, p_events jsonb, p_keys text[], p_tokens bigint, p_cost numeric, OUT seq bigint, OUT retry_at timestamp with time zone, OUT limit_key text, OUT limited boolean, OUT budgeted_at timestamp with time zone, OUT budget_refused jsonb)
+ RETURNS record
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    held record;
+BEGIN
+    -- The row as the claim holds it, locked first, as the fence inside locks it (the
+    -- same order as every append: the task row, then the limit rows).
+    SELECT status, lease_until, ready_at INTO held FROM tasks WHERE id = p_task FOR UPDATE;
+    SELECT a.seq, a.retry_at, a.limit_key, a.limited, a.budgeted_at, a.budget_refused
+      INTO seq, retry_at, limit_key, limited, budgeted_at, budget_refused
+      FROM noeta_append_model_called(
+          p_task, p_epoch, p_expected_seq, p_events, p_keys, p_tokens, p_cost) AS a;
+    IF seq IS NULL AND budget_refused IS NULL THEN  -- refused, and handed back: the claim is given its row again
+        UPDATE tasks SET status = held.status, lease_until = held.lease_until,
+               claimable_at = held.lease_until, ready_at = held.ready_at
+         WHERE id = p_task;
+    END IF;
+END $function$;
+
+CREATE OR REPLACE FUNCTION noeta_append_batch(p_items jsonb)
+ RETURNS TABLE(item integer, appended_seq bigint, refusal_code text, refusal_message text)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    i record;
+    t record;
+    v_now timestamptz;
+    v_pinned boolean;
+    v_needs text[];
+BEGIN
+    -- The rows are locked in task-id order: two batches naming the same tasks (a stale
+    -- claim's and its successor's) wait for each other, never in a cycle.
+    -- One JSON array of items (one parameter: no array of texts to escape per character
+    -- in the client); an item without "status" keeps running, one without "model_keys"
+    -- is no model call.
+    FOR i IN SELECT u.ord::integer AS ord, u.item->>'task' AS task,
+                    (u.item->>'epoch')::bigint AS epoch,
+                    (u.item->>'expected_seq')::bigint AS expected_seq,
+                    u.item->'events' AS events, u.item->>'status' AS status,
+                    u.item->'model_keys' AS model_keys
+               FROM jsonb_array_elements(p_items) WITH ORDINALITY AS u(item, ord)
+              ORDER BY task, u.ord LOOP
+        item := i.ord;
+        appended_seq := NULL;
+        refusal_code := NULL;
+        refusal_message := NULL;
+        IF i.status IS NOT NULL AND i.status NOT IN ('done', 'failed', 'cancelled') THEN
+            RAISE EXCEPTION 'noeta_append_batch: % is not a finished status', i.status;
+        END IF;
+        -- A model call a limit applies to is not the batch's: the caller sends it alone
+        -- (noeta_append_model_called), which takes the budget. Where none applies, the
+        -- ModelCalled append is a plain continue. So for a fleet budget on its queue or
+        -- its key, looked for below once the row is read (0032).
+        IF i.model_keys IS NOT NULL AND EXISTS (
+               SELECT 1 FROM model_limits m
+                WHERE m.key IN (SELECT jsonb_array_elements_text(i.model_keys))) THEN
+            refusal_code := 'limited';
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        -- The fence, as noeta_fence checks it, with its messages; told, not raised.
+        SELECT owner, owner_epoch, status, lease_until, last_seq, queue, concurrency_key INTO t
+          FROM tasks WHERE id = i.task FOR UPDATE;
+        IF NOT FOUND THEN
+            refusal_code := 'NT404';
+            refusal_message := i.task;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        v_now := clock_timestamp();
+        IF t.owner_epoch <> i.epoch THEN
+            refusal_code := 'NT409';
+            refusal_message := format(
+                'claimed again since (epoch %s, this claim has %s)', t.owner_epoch, i.epoch);
+        ELSIF t.status NOT IN ('running', 'holding') THEN
+            refusal_code := 'NT409';
+            refusal_message := format('not held by this claim (status %s)', t.status);
+        ELSIF t.lease_until <= v_now THEN
+            refusal_code := 'NT409';
+            refusal_message := 'the lease has expired';
+        ELSIF t.last_seq <> i.expected_seq THEN
+            refusal_code := 'NT409';
+            refusal_message := format(
+                'the log ends at seq %s, not %s', t.last_seq, i.expected_seq);
+        END IF;
+        IF refusal_code IS NULL AND i.model_keys IS NOT NULL AND EXISTS (
+               SELECT 1 FROM fleet_budgets AS f
+                WHERE f.queue = t.queue
+                  AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''))) THEN
+            refusal_code := 'limited';
+        END IF;
+        IF refusal_code IS NOT NULL THEN
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        appended_seq := i.expected_seq + jsonb_array_length(i.events);
+        INSERT INTO events (task_id, seq, type, data, epoch, owner)
+            SELECT i.task, i.expected_seq + e.ord, e.pair->>0, e.pair->>1, i.epoch, t.owner
+              FROM jsonb_array_elements(i.events) WITH ORDINALITY AS e(pair, ord);
+        v_pinned := false;
+        -- needs (0025): the plugin names of its latest pin, sorted, each once, written by the
+        -- append's own update of the row below: no trigger, no second update of the row.
+        IF i.events @? '$[*] ? (@[0] == "PluginsPinned")' THEN
+            v_pinned := true;
+            SELECT array_agg(DISTINCT pin ->> 0 ORDER BY pin ->> 0) INTO v_needs
+              FROM json_array_elements((
+                  SELECT (e.pair ->> 1)::json -> 'pins'
+                    FROM jsonb_array_elements(i.events) WITH ORDINALITY AS e(pair, ord)
+                   WHERE e.pair ->> 0 = 'PluginsPinned' ORDER BY e.ord DESC LIMIT 1)) AS pin;
+        END IF;
+        IF i.status IS NULL THEN
+            UPDATE tasks SET last_seq = appended_seq, status = 'running', updated_at = v_now,
+                   needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
+             WHERE id = i.task;
+        ELSE
+            -- finished_at and the hold here, as noeta_append_and_finish does (0024).
+            UPDATE tasks SET last_seq = appended_seq, status = i.status, lease_until = NULL,
+                   ready_at = NULL, claimable_at = NULL, updated_at = v_now,
+                   finished_at = v_now, needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
+             WHERE id = i.task;
+            DELETE FROM model_limit_holds WHERE task_id = i.task;
+            -- Announced only to a client awaiting it: noeta_announce_finish's two
+            -- statements, inline as in noeta_append_and_finish (0024).
+            DELETE FROM finish_waiters WHERE task_id = i.task;
+            IF FOUND THEN
+                PERFORM pg_notify('noeta_finished', i.task);
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END $function$;
