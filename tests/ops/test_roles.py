@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores import open_store
 from noeta.core.ports.store import Finish, NewEvent, NewTask, Store
-from noeta.testing.command_line import store_in_environment
+from noeta.testing.command_line import run_in_process, store_in_environment
 from noeta.testing.store_contract import StoreContract
 from noeta.testing.store_contract.retention import RetentionContract
 
@@ -117,14 +117,7 @@ def noeta(*arguments: str, home: Path | None = None) -> subprocess.CompletedProc
     if home is not None:
         environment["NOETA_HOME"] = str(home)
     given, environment = store_in_environment(arguments, environment)
-    return subprocess.run(
-        [sys.executable, "-m", "noeta", *given],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=environment,
-        check=False,
-    )
+    return run_in_process(given, environment)  # the same entry point, no interpreter start
 
 
 def login_dsn(admin_dsn: str, user: str, password: str) -> str:
