@@ -158,7 +158,9 @@ class Client:
 
     tail.__doc__ = AsyncClient.tail.__doc__
 
-    def stream(self, task: TaskRef, *, after: Cursor | str | None = None) -> Iterator[StreamItem]:
+    def stream(
+        self, task: str | TaskHandle, *, after: Cursor | str | None = None
+    ) -> Iterator[StreamItem]:
         items = self._client.stream(task, after=after)
         try:
             while True:

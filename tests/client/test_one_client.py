@@ -12,7 +12,10 @@ from noeta.client import AsyncClient, Client
 ASYNC_ONLY = {"store"}
 # The context manager is spelt with or without `a`.
 TWINS = {"__aenter__": "__enter__", "__aexit__": "__exit__"}
-ITERATORS = {"AsyncGenerator[TailedEvent, None]": "Iterator[TailedEvent]"}
+ITERATORS = {
+    "AsyncGenerator[TailedEvent, None]": "Iterator[TailedEvent]",
+    "AsyncGenerator[StreamItem, None]": "Iterator[StreamItem]",
+}
 
 
 def public(cls: type) -> set[str]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
 import pytest
 
+from noeta.backends.stores import open_store
 from noeta.core.errors import PayloadError
 from noeta.core.ports.store import NewEvent, NewTask
 from noeta.core.rules.task_id import MAX_TASK_ID_CHARS, check_task_id, workspace_folder
@@ -41,8 +43,7 @@ def test_ids_within_the_rule_are_their_own_folder(good: str) -> None:
 def test_no_id_names_a_folder_outside_the_workspaces_root(tmp_path: Path, task_id: str) -> None:
     """Ids from before the rule (or from anywhere) still get a folder inside the root."""
     root = tmp_path / "workspaces"
-    runner = TaskRunner(store=None, providers=None, workspaces=str(root))  # type: ignore[arg-type]
-    workspace = Path(runner.workspace_for(task_id))
+    workspace = Path(asyncio.run(workspace_of(tmp_path / "noeta.db", root, task_id)))
     assert workspace.parent == root
     assert workspace.name not in (".", "..") and not workspace.name.startswith(".")
     assert "/" not in workspace.name and "\x00" not in workspace.name
@@ -53,3 +54,12 @@ def test_no_id_names_a_folder_outside_the_workspaces_root(tmp_path: Path, task_i
 def test_distinct_ids_get_distinct_folders() -> None:
     ids = ["a/b", "a_b", "a%2Fb", "a%b", ".a", "%2Ea", "..", "%2E%2E", "a b", "a+b"]
     assert len({workspace_folder(task_id) for task_id in ids}) == len(ids)
+
+
+async def workspace_of(database: Path, root: Path, task_id: str) -> str:
+    """The folder a runner gives `task_id` under `root` (on a real store, as any runner)."""
+    store = await open_store(f"sqlite:///{database}")
+    try:
+        return TaskRunner(store=store, providers=None, workspaces=str(root)).workspace_for(task_id)  # type: ignore[arg-type]
+    finally:
+        await store.close()

@@ -15,7 +15,7 @@ import yaml
 from noeta.config import load_config
 from noeta.core.errors import ConfigError
 from noeta.plugins.toolbox import Toolbox
-from tests.cli.test_run import noeta, one_line_error
+from tests.cli.test_run import noeta, noeta_process, one_line_error
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "hello.yaml"
@@ -59,7 +59,9 @@ def test_worker_and_run_stop_with_one_line(tmp_path: Path, command: str) -> None
         "run": ["run", "hi", "--model", f"scripted:{EXAMPLE}"],
         "worker": ["worker"],
     }[command]
-    result = noeta(*arguments, "--config", str(config), store=store)
+    # A worker installs its signal handlers, which only a process's main thread may.
+    run = noeta_process if command == "worker" else noeta
+    result = run(*arguments, "--config", str(config), store=store)
     line = one_line_error(result)
     assert line == (
         f"noeta: error: {config}, line 2: gate: tool 'Write' has no input field 'path' "
