@@ -95,6 +95,18 @@ class Client:
             self, _close_quietly, self._loop, self._thread, self._client
         )
 
+    def _iterate(self, items: AsyncGenerator[Item, None]) -> Iterator[Item]:
+        """An async generator of the client's, drawn one item at a time on its loop, and
+        closed there however the caller stops."""
+        try:
+            while True:
+                try:
+                    yield self._run(_next(items))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._run(items.aclose())
+
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
@@ -146,30 +158,14 @@ class Client:
     prune_many = _blocking(AsyncClient.prune_many)
 
     def tail(self, task: TaskRef, *, after: int = 0, follow: bool = True) -> Iterator[TailedEvent]:
-        events = self._client.tail(task, after=after, follow=follow)
-        try:
-            while True:
-                try:
-                    yield self._run(_next(events))
-                except StopAsyncIteration:
-                    return
-        finally:
-            self._run(events.aclose())
+        yield from self._iterate(self._client.tail(task, after=after, follow=follow))
 
     tail.__doc__ = AsyncClient.tail.__doc__
 
     def stream(
         self, task: str | TaskHandle, *, after: Cursor | str | None = None
     ) -> Iterator[StreamItem]:
-        items = self._client.stream(task, after=after)
-        try:
-            while True:
-                try:
-                    yield self._run(_next(items))
-                except StopAsyncIteration:
-                    return
-        finally:
-            self._run(items.aclose())
+        yield from self._iterate(self._client.stream(task, after=after))
 
     stream.__doc__ = AsyncClient.stream.__doc__
 
