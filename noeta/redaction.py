@@ -105,15 +105,23 @@ class Scrubber:
             else:
                 self.add(value)
 
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where in `text` what `__call__` removes lies, in order of start."""
+        patterns = [_KEY_FORMATS, _URL_PASSWORD, _CONNINFO_PASSWORD, self._secrets_pattern()]
+        found = [m.span() for p in patterns if p is not None for m in p.finditer(text)]
+        return sorted(found)
+
+    def _secrets_pattern(self) -> re.Pattern[str] | None:
+        if self._pattern is None and self.secrets:
+            longest_first = sorted(self.secrets, key=len, reverse=True)
+            self._pattern = re.compile("|".join(re.escape(s) for s in longest_first))
+        return self._pattern
+
     def __call__(self, text: str) -> str:
         text = scrub_key_formats(text)
         text = _CONNINFO_PASSWORD.sub(rf"\g<1>{REDACTED}", text)
-        if not self.secrets:
-            return text
-        if self._pattern is None:
-            longest_first = sorted(self.secrets, key=len, reverse=True)
-            self._pattern = re.compile("|".join(re.escape(s) for s in longest_first))
-        return self._pattern.sub(REDACTED, text)
+        pattern = self._secrets_pattern()
+        return text if pattern is None else pattern.sub(REDACTED, text)
 
 
 def scrub_key_formats(text: str) -> str:
@@ -155,3 +163,46 @@ class ScrubbingFilter(logging.Filter):
             record.exc_text = self.scrub(record.exc_text)
         record.msg, record.args = self.scrub(message), None
         return True
+
+
+# A secret of a known shape may still be arriving while its text ends in a run of
+# characters without a space (a key, a URL's password) or in `password =`: such a tail is
+# held back, up to this long (a longer run is no key; it is shown, scrubbed).
+MAX_HELD_RUN = 1024
+_OPEN_TAIL = re.compile(r"(?:password\s*=\s*)?\S*\Z", re.I)
+
+
+class PieceScrubber:
+    """Scrubs text that arrives in pieces (a streamed reply) so that a secret split
+    across pieces is caught: each piece's last characters that could begin a secret (the
+    longest known secret's length less one, and a trailing run a key could be part of)
+    are held back until the next piece or `end`. What `feed` returns is safe to show."""
+
+    def __init__(self, scrub: Scrubber) -> None:
+        self._scrub = scrub
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        text = self._held + piece
+        cut = self._safe_cut(text)
+        self._held = text[cut:]
+        return self._scrub(text[:cut]) if cut else ""
+
+    def end(self) -> str:
+        """The text held back, scrubbed (the stream ended, or was declared void)."""
+        text, self._held = self._held, ""
+        return self._scrub(text) if text else ""
+
+    def _safe_cut(self, text: str) -> int:
+        longest = max((len(secret) for secret in self._scrub.secrets), default=0)
+        cut = len(text) - max(longest - 1, 0)
+        window = max(len(text) - MAX_HELD_RUN, 0)
+        tail = _OPEN_TAIL.search(text, window)
+        if tail is not None and (tail.start() > window or window == 0):
+            cut = min(cut, tail.start())
+        cut = max(cut, 0)
+        # Never inside what the scrubber would remove: it is held whole, with what follows.
+        for start, end in reversed(self._scrub.spans(text)):
+            if start < cut < end:
+                cut = start
+        return cut

@@ -10,8 +10,14 @@ from collections.abc import AsyncIterator
 from typing import TextIO
 
 from noeta.cli.status_line import NoStatus
-from noeta.cli.text import STEP_INDENT, scrubbed
-from noeta.client.stream_items import StreamFinal, StreamItem, StreamRestarted, StreamText
+from noeta.cli.text import STEP_INDENT, piece_scrubber
+from noeta.client.stream_items import (
+    StreamFinal,
+    StreamItem,
+    StreamRestarted,
+    StreamText,
+    void_words,
+)
 
 
 class ReplyPrinter:
@@ -21,8 +27,10 @@ class ReplyPrinter:
     def __init__(self, line: NoStatus, out: TextIO | None = None) -> None:
         self.line = line
         self.out = out or sys.stdout
-        self.shown = ""  # the reply's text printed so far
+        self.shown = ""  # the reply's text taken so far (some held back: `_scrub`)
         self.mid_line = False
+        # Scrubbed on a carried-over window: a key split across two pieces is caught.
+        self._scrub = piece_scrubber()
 
     def break_line(self) -> None:
         """End an open line of text: a step's lines print next."""
@@ -35,23 +43,24 @@ class ReplyPrinter:
     def take(self, item: StreamItem) -> None:
         match item:
             case StreamText(text=text):
-                self._write(text)
+                self._write(self._scrub.feed(text))
                 self.shown += text
-            case StreamRestarted(call_seq=call_seq, attempt=attempt, lost_text=lost):
-                why = "part of the text was lost" if lost else f"sent again (call {call_seq}, "
-                why += "" if lost else f"attempt {attempt})"
+            case StreamRestarted():
+                self._write(self._scrub.end())  # the void text, whole
                 self.break_line()
-                self._say(f"↺ the text above is void: {why}")
+                self._say(f"↺ {void_words(item)}")
                 self.shown = ""
             case StreamFinal(event_type="ModelReplied", text=text):
                 if text.startswith(self.shown):  # what the log has that was not shown
-                    self._write(text[len(self.shown) :])
+                    self._write(self._scrub.feed(text[len(self.shown) :]) + self._scrub.end())
                 else:  # text was lost on the way: the whole reply, from the log
+                    self._scrub.end()
                     self.break_line()
-                    self._write(text)
+                    self._write(self._scrub.feed(text) + self._scrub.end())
                 self.break_line()
                 self.shown = ""
             case StreamFinal():  # the call failed: its step says why
+                self._write(self._scrub.end())
                 self.break_line()
                 self.shown = ""
 
@@ -65,8 +74,7 @@ class ReplyPrinter:
             return
         if not self.mid_line:
             self._open(f"{STEP_INDENT}▸ ")
-        # Scrubbed piece by piece: a key split across two pieces shows (ADR-0105).
-        self.out.write(scrubbed(text).replace("\n", "\n" + STEP_INDENT + "  "))
+        self.out.write(text.replace("\n", "\n" + STEP_INDENT + "  "))
         self.out.flush()
 
     def _say(self, words: str) -> None:

@@ -1,0 +1,91 @@
+"""A running task's live stream carries the model's reply as it streams (issue 34): its
+text in `reply` events, escaped by being text (a `<script>` in a delta arrives as the
+characters it is), scrubbed on a carried-over window (a secret split across two chunks
+never shows, even half), then the final with the log's reply. In process, on one store:
+the chunks written through the store's port as a worker's stream writer writes them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from noeta.client import AsyncClient
+from noeta.core.ports.model import Text, Usage
+from noeta.core.ports.reply_streams import Chunk, ReplyStreams
+from noeta.core.ports.store import Finish, Store
+from noeta.core.rules import events
+from noeta.redaction import REDACTED
+from noeta.web import live
+from noeta.web.render import forget_secret
+from noeta.web.site import Site
+from tests.web.conftest import encoded, task_with_log
+
+SECRET = "pw-for-the-web-stream-3141"
+BEFORE = "Look: <script>alert('owned')</script> and the password is "
+AFTER = ", which I will not repeat; some more words so the window moves past it."
+REPLY = BEFORE + SECRET + AFTER
+HALF = len(BEFORE) + len(SECRET) // 2  # the first chunk ends in the secret's middle
+
+
+def streams(store: Store) -> ReplyStreams:
+    port = store.capabilities.reply_streams
+    assert port is not None
+    return port
+
+
+async def next_event(stream: AsyncIterator[str], wanted: str) -> list[tuple[str, str]]:
+    """The events up to and including the first named `wanted` (comments skipped)."""
+    seen: list[tuple[str, str]] = []
+    while not seen or seen[-1][0] != wanted:
+        text = await anext(stream)
+        if text.startswith(":"):
+            continue
+        lines = text.strip("\n").split("\n")
+        data = "\n".join(line.removeprefix("data: ") for line in lines[1:])
+        seen.append((lines[0].removeprefix("event: "), data))
+    return seen
+
+
+def replies(seen: list[tuple[str, str]]) -> list[dict[str, object]]:
+    return [json.loads(data) for name, data in seen if name == "reply"]
+
+
+async def test_the_reply_grows_escaped_and_scrubbed_then_the_logs_reply_replaces_it(
+    postgres_url: str, store: Store
+) -> None:
+    forget_secret(SECRET)  # as the web process knows its environment's secrets
+    claim = await task_with_log(store, "grows", [events.ModelCalled("0" * 64)])
+    call = 2
+    client = AsyncClient(postgres_url, start_embedded=False)
+    feed = live.LiveFeed(Site(client))
+    stream = live._stream(feed._site, feed, "grows", 2)
+    try:
+        assert await anext(stream) == ": following\n\n"
+        port = streams(store)
+        first = Chunk(call, 1, 1, "text", 0, 0, REPLY[:HALF])
+        await port.write_chunks("grows", [first], first=True)
+        second = Chunk(call, 1, 2, "text", 0, HALF, REPLY[HALF:])
+        await port.write_chunks("grows", [second], first=False)
+        replied = events.ModelReplied((Text(REPLY),), "end_turn", Usage(10, 20))
+        await store.append(claim, 2, encoded(replied))
+        await port.write_chunks("grows", [Chunk(call, 1, 3, "final", 0, 0, "3")], first=False)
+        seen: list[dict[str, object]] = []
+        while not seen or seen[-1]["kind"] != "final":  # each row read is an item: in order
+            seen += replies(await next_event(stream, "reply"))
+        await store.append(
+            claim, 3, encoded(events.TaskFinished("done", "ok")), next_state=Finish()
+        )
+        rest = await next_event(stream, "finished")
+    finally:
+        await stream.aclose()
+        await feed.close()
+        await client.close()
+
+    texts = [str(reply["text"]) for reply in seen if reply["kind"] == "text"]
+    grown = "".join(texts)
+    assert (BEFORE + REDACTED).startswith(grown) or grown.startswith(BEFORE + REDACTED)
+    assert all(SECRET[: len(SECRET) // 2] not in text for text in texts)
+    assert SECRET not in grown and SECRET not in json.dumps(seen)
+    assert seen[-1] == {"kind": "final", "seq": 3, "text": BEFORE + REDACTED + AFTER}
+    assert [name for name, _ in rest][-1] == "finished"
+    assert SECRET not in "".join(data for _, data in rest)
