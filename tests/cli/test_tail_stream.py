@@ -95,8 +95,10 @@ async def test_tail_follow_scrubs_a_secret_split_across_two_chunks(
             )
             await asyncio.to_thread(server.paused.wait, 60)
             async with asyncio.timeout(60):  # the first half is a chunk of its own
-                while HALF not in "".join(row.data for row in await stream_rows(store)):
-                    await asyncio.sleep(0.05)  # polls the store's state; no timed wait
+                while True:  # polls the store's state; no timed wait
+                    if HALF in "".join(row.data for row in await stream_rows(store)):
+                        break
+                    await asyncio.sleep(0.05)
             server.resume.set()
             await asyncio.wait_for(running, 60)
             printed, errors = await asyncio.to_thread(tail.communicate, timeout=60)
