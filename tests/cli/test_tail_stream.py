@@ -10,6 +10,7 @@ import sys
 
 from noeta.core.ports.reply_streams import Chunk, Cursor
 from noeta.core.ports.store import Store
+from noeta.core.runner.task import TaskRunner
 from noeta.testing.fake_providers import FakeAnthropic, Reply
 from tests.client.test_stream import LONG_TEXT, created, provider, run_task, store, streams_of
 
@@ -44,6 +45,21 @@ def read_until(process: subprocess.Popen[bytes], wanted: bytes) -> bytes:
     return seen
 
 
+async def resumed_to_the_end(
+    server: FakeAnthropic, running: asyncio.Future[TaskRunner], tail: subprocess.Popen[bytes]
+) -> tuple[bytes, bytes]:
+    """The paused reply sent on, the task run to its end: what the tail printed after."""
+    server.resume.set()
+    await asyncio.wait_for(running, 60)
+    return await asyncio.to_thread(tail.communicate, timeout=60)
+
+
+def killed(tail: subprocess.Popen[bytes]) -> None:
+    if tail.poll() is None:
+        tail.kill()
+        tail.communicate()
+
+
 async def test_tail_follow_prints_the_text_as_it_streams(postgres_url: str, store: Store) -> None:
     with FakeAnthropic() as server:
         server.script(Reply(text=LONG_TEXT, piece_chars=9, pause_after=12))
@@ -57,13 +73,9 @@ async def test_tail_follow_prints_the_text_as_it_streams(postgres_url: str, stor
             early = await asyncio.to_thread(read_until, tail, b"\xe2\x96\xb8 The quick")
             assert server.paused.is_set() and not server.resume.is_set()
             assert b"model reply" not in early  # the text came before the reply landed
-            server.resume.set()
-            await asyncio.wait_for(running, 60)
-            rest, errors = await asyncio.to_thread(tail.communicate, timeout=60)
+            rest, errors = await resumed_to_the_end(server, running, tail)
         finally:
-            if tail.poll() is None:
-                tail.kill()
-                tail.communicate()
+            killed(tail)
     printed = (early + rest).decode()
     assert tail.returncode == 0 and errors == b""
     assert "model reply" in printed and "finished: done" in printed
@@ -99,13 +111,9 @@ async def test_tail_follow_scrubs_a_secret_split_across_two_chunks(
                     if HALF in "".join(row.data for row in await stream_rows(store)):
                         break
                     await asyncio.sleep(0.05)
-            server.resume.set()
-            await asyncio.wait_for(running, 60)
-            printed, errors = await asyncio.to_thread(tail.communicate, timeout=60)
+            printed, errors = await resumed_to_the_end(server, running, tail)
         finally:
-            if tail.poll() is None:
-                tail.kill()
-                tail.communicate()
+            killed(tail)
     assert tail.returncode == 0, errors
     text = printed.decode()
     assert "value is [redacted] and that is all." in text
