@@ -10,6 +10,7 @@ import json
 from collections.abc import AsyncIterator
 
 from noeta.client import AsyncClient
+from noeta.client.stream_items import StreamFinished
 from noeta.core.ports.model import Text, Usage
 from noeta.core.ports.reply_streams import Chunk, ReplyStreams
 from noeta.core.ports.store import Finish, Store
@@ -89,3 +90,35 @@ async def test_the_reply_grows_escaped_and_scrubbed_then_the_logs_reply_replaces
     assert seen[-1] == {"kind": "final", "seq": 3, "text": BEFORE + REDACTED + AFTER}
     assert [name for name, _ in rest][-1] == "finished"
     assert SECRET not in "".join(data for _, data in rest)
+
+
+DEAD = "Words of an attempt that the provider's retry makes void. " * 8
+
+
+async def test_a_retried_attempt_is_marked_restarted_on_the_page(
+    postgres_url: str, store: Store
+) -> None:
+    """The provider's attempt 2 of the same call (its rows replace attempt 1's): the page
+    is told the text so far is void, in the words `tail --follow` prints, then the new
+    text. What the page does not show (the task's finish) gives no reply event."""
+    await task_with_log(store, "again", [events.ModelCalled("0" * 64)])
+    client = AsyncClient(postgres_url, start_embedded=False)
+    feed = live.LiveFeed(Site(client))
+    stream = live._stream(feed._site, feed, "again", 2)
+    try:
+        assert await anext(stream) == ": following\n\n"
+        port = streams(store)
+        dead = Chunk(2, 1, 1, "text", 0, 0, DEAD)
+        await port.write_chunks("again", [dead], first=True)
+        seen = replies(await next_event(stream, "reply"))  # longer than what is held back
+        await port.write_chunks("again", [Chunk(2, 2, 1, "text", 0, 0, "New words. ")], first=True)
+        while not any(reply["kind"] == "restarted" for reply in seen):
+            seen += replies(await next_event(stream, "reply"))
+    finally:
+        await stream.aclose()
+        await feed.close()
+        await client.close()
+    marker = next(reply for reply in seen if reply["kind"] == "restarted")
+    assert marker["words"] == "↺ the text above is void: sent again (call 2, attempt 2)"
+    assert "".join(str(reply["text"]) for reply in seen[: seen.index(marker) + 1]) == DEAD
+    assert live.reply_stream.PageReply().event(StreamFinished("done")) is None
