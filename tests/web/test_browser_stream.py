@@ -3,12 +3,16 @@
 its stream open after the first words until the test has seen them on the page, then
 sends the rest, and the page ends with the log's reply. A `<script>` in a delta shows as
 text and runs nothing; a secret the web process knows, split across the pause (so across
-two chunks), is never on the page, not even its first half."""
+two chunks), is never on the page, not even its first half. A worker SIGKILLed mid-reply:
+the page strikes its text through under the restart line, then shows the successor's.
+Both record every text the growing reply had (a MutationObserver in the page): a marker
+may be replaced by the final a moment later."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,7 @@ from noeta.redaction import REDACTED, is_secret_name
 from noeta.testing.fake_providers import FakeAnthropic, Reply
 from tests.web.cdp import Chromium
 from tests.web.test_browser import Process, chromium
+from tests.worker.conftest import lapse_the_lease
 
 __all__ = ["chromium"]  # the fixture, shared
 
@@ -110,4 +115,57 @@ def test_a_browser_sees_the_reply_grow_then_the_logs_reply(
         finally:
             web.stop()
             if worker is not None:
+                worker.stop()
+
+
+DEAD = "Words of the attempt whose worker dies mid-reply. " * 4
+LANDED = "Words of the attempt that lands."
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_browser_sees_a_killed_workers_text_struck_through_and_the_successors(
+    chromium: Chromium, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [name for name in os.environ if is_secret_name(name)]:
+        monkeypatch.delenv(name)
+    with FakeAnthropic() as server:
+        # Paused past the characters held back (the web token is the longest secret).
+        server.script(Reply(text=DEAD, piece_chars=PIECE, pause_after=25), Reply(text=LANDED))
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        with noeta.Client(postgres_url) as client:
+            task = client.submit("Stream a reply.", model="anthropic:test-model")
+        web = Process(
+            "web", "--store", postgres_url, "--bind", "127.0.0.1:0", log=tmp_path / "web.log"
+        )
+        workers: list[Process] = []
+        try:
+            serving = web.first_line()
+            assert "serving http://" in serving, (tmp_path / "web.log").read_text()
+            base = serving.split("serving ", 1)[1].split()[0].rstrip("/")
+            chromium.open(web.first_line().split("open ", 1)[1].strip())
+            chromium.open(f"{base}/tasks/{task.id}")
+            chromium.wait_for("body[data-live-state=open]")
+            chromium.evaluate(RECORD)
+            worker = Process("worker", "--store", postgres_url, log=tmp_path / "dying.log")
+            workers.append(worker)
+            chromium.wait_for("#reply-stream .reply-text", DEAD[:20])
+            assert server.paused.is_set()
+            worker.process.send_signal(signal.SIGKILL)
+            worker.process.wait(60)
+            server.resume.set()  # the paused reply goes on into a closed socket
+            asyncio.run(lapse_the_lease(postgres_url, task.id))
+            workers.append(Process("worker", "--store", postgres_url, log=tmp_path / "next.log"))
+
+            chromium.wait_for("#timeline li[data-seq]", LANDED)
+            chromium.wait_for("body[data-live-state=finished]")
+            grown = chromium.evaluate("window.grown")
+            said = [text for text in grown if "sent again" in text]
+            assert said, grown  # the restart line, under the dead attempt's text
+            assert "↺ the text above is void: sent again (call" in said[0]
+            assert said[0].index(DEAD[:20]) < said[0].index("↺")
+        finally:
+            web.stop()
+            for worker in workers:
                 worker.stop()
