@@ -40,6 +40,9 @@ READ_LIMIT = 1000  # rows a read brings at most; the next read brings the rest
 FINISHED = ("done", "failed", "cancelled")
 LISTENING_AGAIN = "*"  # what announcements yield when listening (re)starts
 FINAL_SEQ = 2**31 - 1  # a final's cursor: after every row of its stream
+# The kinds of rows a reader turns into items; a row of another kind (a tool's output,
+# which a later release may write) is passed over, its text never taken for the reply's.
+READ_KINDS = frozenset({"text", "final"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +205,9 @@ class StreamReader:
         return any(row.cursor > self.cursor for row in self.feed.rows)
 
     async def _take(self, row: Chunk) -> AsyncGenerator[StreamItem, None]:
+        if row.kind not in READ_KINDS:  # a kind this reader does not know (yet): passed
+            self.cursor = row.cursor
+            return
         key = (row.call_seq, row.attempt)
         if self.resumed and key == self.open and row.kind != "final":
             self.lengths = self._lengths_at_cursor()  # before the cursor moves past it

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+import psycopg
+
 from noeta.client import AsyncClient
 from noeta.client.stream_items import StreamFinished
 from noeta.core.ports.model import Text, Usage
@@ -122,3 +124,36 @@ async def test_a_retried_attempt_is_marked_restarted_on_the_page(
     assert marker["words"] == "↺ the text above is void: sent again (call 2, attempt 2)"
     assert "".join(str(reply["text"]) for reply in seen[: seen.index(marker) + 1]) == DEAD
     assert live.reply_stream.PageReply().event(StreamFinished("done")) is None
+
+
+async def test_a_row_of_a_kind_the_page_does_not_show_yet_is_passed_over(
+    postgres_url: str, store: Store
+) -> None:
+    """A tool call's arguments streamed in the reply's stream (a kind ADR-0105 plans and
+    a later migration allows; here the CHECK is widened as it would widen it): the page
+    shows the text around it and nothing of it."""
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        await admin.execute("ALTER TABLE stream_chunks DROP CONSTRAINT stream_chunks_kind_check")
+    await task_with_log(store, "kinds", [events.ModelCalled("0" * 64)])
+    client = AsyncClient(postgres_url, start_embedded=False)
+    feed = live.LiveFeed(Site(client))
+    stream = live._stream(feed._site, feed, "kinds", 2)
+    first, later = DEAD, " And the text goes on after the tool's arguments. " * 8
+    arguments = '{"command": "<b>rm -rf</b> /"}'
+    rows = [
+        Chunk(2, 1, 1, "text", 0, 0, first),
+        Chunk(2, 1, 2, "tool_input", 1, 0, arguments),  # type: ignore[arg-type]
+        Chunk(2, 1, 3, "text", 0, len(first), later),
+    ]
+    try:
+        assert await anext(stream) == ": following\n\n"
+        await streams(store).write_chunks("kinds", rows, first=True)
+        seen: list[dict[str, object]] = []
+        while "after the tool's arguments" not in "".join(str(r["text"]) for r in seen):
+            seen += replies(await next_event(stream, "reply"))
+    finally:
+        await stream.aclose()
+        await feed.close()
+        await client.close()
+    assert (first + later).startswith("".join(str(reply["text"]) for reply in seen))
+    assert all(reply["kind"] == "text" for reply in seen)  # no restart, no lost text
