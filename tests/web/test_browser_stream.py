@@ -66,18 +66,36 @@ async def chunks_hold(url: str, task_id: str, text: str) -> None:
         await store.close()
 
 
+def environment(monkeypatch: pytest.MonkeyPatch, server: FakeAnthropic, **more: str) -> None:
+    """The processes' environment: the fake as the provider, and no secret but `more`'s
+    (the page holds back as many characters as the longest secret it knows)."""
+    for name in [name for name in os.environ if is_secret_name(name)]:
+        monkeypatch.delenv(name)
+    for name, value in {"ANTHROPIC_API_KEY": "sk-test-key", **more}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+
+
+def watch(chromium: Chromium, web: Process, task_id: str) -> None:
+    """Log in through the link `noeta web` printed, open the task's page, wait for its
+    live stream, and record every text its growing reply has (`window.grown`)."""
+    serving = web.first_line()
+    assert "serving http://" in serving, web.log.read_text()
+    base = serving.split("serving ", 1)[1].split()[0].rstrip("/")
+    chromium.open(web.first_line().split("open ", 1)[1].strip())
+    chromium.open(f"{base}/tasks/{task_id}")
+    chromium.wait_for("body[data-live-state=open]")
+    chromium.evaluate(RECORD)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_browser_sees_the_reply_grow_then_the_logs_reply(
     chromium: Chromium, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in [name for name in os.environ if is_secret_name(name)]:
-        monkeypatch.delenv(name)  # the page holds back as much as the longest secret
-    monkeypatch.setenv("WEBSTREAM_TEST_TOKEN", SECRET)  # a secret the web process knows
     with FakeAnthropic() as server:
         server.script(Reply(text=FIRST + REST, piece_chars=PIECE, pause_after=PAUSE_AFTER))
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-key")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        environment(monkeypatch, server, WEBSTREAM_TEST_TOKEN=SECRET)  # the web's secret
         with noeta.Client(postgres_url) as client:
             task = client.submit("Stream a reply.", model="anthropic:test-model")
         web = Process(
@@ -85,14 +103,7 @@ def test_a_browser_sees_the_reply_grow_then_the_logs_reply(
         )
         worker = None
         try:
-            serving = web.first_line()
-            assert "serving http://" in serving, (tmp_path / "web.log").read_text()
-            base = serving.split("serving ", 1)[1].split()[0].rstrip("/")
-            chromium.open(web.first_line().split("open ", 1)[1].strip())
-            chromium.wait_for("table.tasks a", task.id)
-            chromium.open(f"{base}/tasks/{task.id}")
-            chromium.wait_for("body[data-live-state=open]")
-            chromium.evaluate(RECORD)
+            watch(chromium, web, task.id)
             worker = Process(
                 "worker", "--store", postgres_url, "--poll", "0.2", log=tmp_path / "worker.log"
             )
@@ -127,13 +138,10 @@ LANDED = "Words of the attempt that lands."
 def test_a_browser_sees_a_killed_workers_text_struck_through_and_the_successors(
     chromium: Chromium, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in [name for name in os.environ if is_secret_name(name)]:
-        monkeypatch.delenv(name)
     with FakeAnthropic() as server:
         # Paused past the characters held back (the web token is the longest secret).
         server.script(Reply(text=DEAD, piece_chars=PIECE, pause_after=25), Reply(text=LANDED))
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-key")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        environment(monkeypatch, server)
         with noeta.Client(postgres_url) as client:
             task = client.submit("Stream a reply.", model="anthropic:test-model")
         web = Process(
@@ -141,13 +149,7 @@ def test_a_browser_sees_a_killed_workers_text_struck_through_and_the_successors(
         )
         workers: list[Process] = []
         try:
-            serving = web.first_line()
-            assert "serving http://" in serving, (tmp_path / "web.log").read_text()
-            base = serving.split("serving ", 1)[1].split()[0].rstrip("/")
-            chromium.open(web.first_line().split("open ", 1)[1].strip())
-            chromium.open(f"{base}/tasks/{task.id}")
-            chromium.wait_for("body[data-live-state=open]")
-            chromium.evaluate(RECORD)
+            watch(chromium, web, task.id)
             worker = Process("worker", "--store", postgres_url, log=tmp_path / "dying.log")
             workers.append(worker)
             chromium.wait_for("#reply-stream .reply-text", DEAD[:20])

@@ -6,6 +6,7 @@ the chunks written through the store's port as a worker's stream writer writes t
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 
@@ -49,6 +50,22 @@ async def next_event(stream: AsyncIterator[str], wanted: str) -> list[tuple[str,
     return seen
 
 
+@contextlib.asynccontextmanager
+async def page_stream(url: str, task_id: str) -> AsyncIterator[AsyncIterator[str]]:
+    """The live stream of a page showing the task's log after its second event (the
+    ModelCalled), once it follows the task."""
+    client = AsyncClient(url, start_embedded=False)
+    feed = live.LiveFeed(Site(client))
+    stream = live._stream(feed._site, feed, task_id, 2)
+    try:
+        assert await anext(stream) == ": following\n\n"
+        yield stream
+    finally:
+        await stream.aclose()
+        await feed.close()
+        await client.close()
+
+
 def replies(seen: list[tuple[str, str]]) -> list[dict[str, object]]:
     return [json.loads(data) for name, data in seen if name == "reply"]
 
@@ -59,11 +76,7 @@ async def test_the_reply_grows_escaped_and_scrubbed_then_the_logs_reply_replaces
     forget_secret(SECRET)  # as the web process knows its environment's secrets
     claim = await task_with_log(store, "grows", [events.ModelCalled("0" * 64)])
     call = 2
-    client = AsyncClient(postgres_url, start_embedded=False)
-    feed = live.LiveFeed(Site(client))
-    stream = live._stream(feed._site, feed, "grows", 2)
-    try:
-        assert await anext(stream) == ": following\n\n"
+    async with page_stream(postgres_url, "grows") as stream:
         port = streams(store)
         first = Chunk(call, 1, 1, "text", 0, 0, REPLY[:HALF])
         await port.write_chunks("grows", [first], first=True)
@@ -79,10 +92,6 @@ async def test_the_reply_grows_escaped_and_scrubbed_then_the_logs_reply_replaces
             claim, 3, encoded(events.TaskFinished("done", "ok")), next_state=Finish()
         )
         rest = await next_event(stream, "finished")
-    finally:
-        await stream.aclose()
-        await feed.close()
-        await client.close()
 
     texts = [str(reply["text"]) for reply in seen if reply["kind"] == "text"]
     grown = "".join(texts)
@@ -104,11 +113,7 @@ async def test_a_retried_attempt_is_marked_restarted_on_the_page(
     is told the text so far is void, in the words `tail --follow` prints, then the new
     text. What the page does not show (the task's finish) gives no reply event."""
     await task_with_log(store, "again", [events.ModelCalled("0" * 64)])
-    client = AsyncClient(postgres_url, start_embedded=False)
-    feed = live.LiveFeed(Site(client))
-    stream = live._stream(feed._site, feed, "again", 2)
-    try:
-        assert await anext(stream) == ": following\n\n"
+    async with page_stream(postgres_url, "again") as stream:
         port = streams(store)
         dead = Chunk(2, 1, 1, "text", 0, 0, DEAD)
         await port.write_chunks("again", [dead], first=True)
@@ -116,10 +121,6 @@ async def test_a_retried_attempt_is_marked_restarted_on_the_page(
         await port.write_chunks("again", [Chunk(2, 2, 1, "text", 0, 0, "New words. ")], first=True)
         while not any(reply["kind"] == "restarted" for reply in seen):
             seen += replies(await next_event(stream, "reply"))
-    finally:
-        await stream.aclose()
-        await feed.close()
-        await client.close()
     marker = next(reply for reply in seen if reply["kind"] == "restarted")
     assert marker["words"] == "↺ the text above is void: sent again (call 2, attempt 2)"
     assert "".join(str(reply["text"]) for reply in seen[: seen.index(marker) + 1]) == DEAD
@@ -135,9 +136,6 @@ async def test_a_row_of_a_kind_the_page_does_not_show_yet_is_passed_over(
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
         await admin.execute("ALTER TABLE stream_chunks DROP CONSTRAINT stream_chunks_kind_check")
     await task_with_log(store, "kinds", [events.ModelCalled("0" * 64)])
-    client = AsyncClient(postgres_url, start_embedded=False)
-    feed = live.LiveFeed(Site(client))
-    stream = live._stream(feed._site, feed, "kinds", 2)
     first, later = DEAD, " And the text goes on after the tool's arguments. " * 8
     arguments = '{"command": "<b>rm -rf</b> /"}'
     rows = [
@@ -145,15 +143,10 @@ async def test_a_row_of_a_kind_the_page_does_not_show_yet_is_passed_over(
         Chunk(2, 1, 2, "tool_input", 1, 0, arguments),  # type: ignore[arg-type]
         Chunk(2, 1, 3, "text", 0, len(first), later),
     ]
-    try:
-        assert await anext(stream) == ": following\n\n"
+    async with page_stream(postgres_url, "kinds") as stream:
         await streams(store).write_chunks("kinds", rows, first=True)
         seen: list[dict[str, object]] = []
         while "after the tool's arguments" not in "".join(str(r["text"]) for r in seen):
             seen += replies(await next_event(stream, "reply"))
-    finally:
-        await stream.aclose()
-        await feed.close()
-        await client.close()
     assert (first + later).startswith("".join(str(reply["text"]) for reply in seen))
     assert all(reply["kind"] == "text" for reply in seen)  # no restart, no lost text
