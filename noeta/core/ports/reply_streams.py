@@ -8,7 +8,9 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-ChunkKind = Literal["text", "final"]
+# A reply's `text`; a tool call's `stdout` and `stderr` and, once its output passed the
+# stored result's bound, `truncated` (ADR-0114); the `final` of either.
+ChunkKind = Literal["text", "final", "stdout", "stderr", "truncated"]
 
 # How long a reader's follow holds without being renewed, and how often it is renewed.
 FOLLOW_SECONDS = 60.0
@@ -39,7 +41,9 @@ class Cursor:
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """One row of a stream. `text`: more of block `block`, whose length before it was
-    `char_offset`. `final`: the reply is in the log; `data` is its event's seq."""
+    `char_offset`. `stdout`/`stderr`: the same for a tool call's output (block 0 and 1),
+    `call_id` naming the call. `final`: the reply or result is in the log; `data` is its
+    event's seq."""
 
     call_seq: int
     attempt: int
@@ -48,6 +52,7 @@ class Chunk:
     block: int
     char_offset: int
     data: str
+    call_id: str = ""  # a tool call's id; "" for a reply's stream
 
     @property
     def cursor(self) -> Cursor:

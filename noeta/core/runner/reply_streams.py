@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from noeta.core.errors import NoetaError
 from noeta.core.ports.model import ReplyDelta, TextDelta
-from noeta.core.ports.reply_streams import Chunk, ReplyStreams
+from noeta.core.ports.reply_streams import Chunk, ChunkKind, ReplyStreams
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,8 @@ class ReplyStream:
     """One model call's stream. `delta` is the provider's hook (on the event loop, no I/O);
     `landed`/`failed` end it once its outcome is in the log; `abandon` when the claim went."""
 
+    call_id = ""  # a tool call's stream names its call (tool_streams.py)
+
     def __init__(self, writer: StreamWriter, task_id: str, call_seq: int) -> None:
         self._writer = writer
         self.task_id = task_id
@@ -184,7 +186,7 @@ class ReplyStream:
 
     def landed(self, event_seq: int) -> None:
         """The reply is the log's event `event_seq`: readers are told, and given it."""
-        self._finish(Chunk(self.call_seq, 0, 0, "final", 0, 0, str(event_seq)))
+        self._finish(Chunk(self.call_seq, 0, 0, "final", 0, 0, str(event_seq), self.call_id))
 
     def failed(self) -> None:
         """The call failed (its ModelFailed is in the log): its rows go."""
@@ -201,6 +203,9 @@ class ReplyStream:
         self._wake.set()
         if self._flusher is None and self._written:
             self._flusher = self._writer.start(self, asyncio.ensure_future(self._flush_loop()))
+
+    def _kind(self, block: int) -> ChunkKind:
+        return "text"
 
     async def _flush_loop(self) -> None:
         while True:
@@ -228,11 +233,12 @@ class ReplyStream:
         for offset, (block, text) in enumerate(taken):
             before = lengths.get(block, 0)
             chunks.append(Chunk(self.call_seq, current.number, current.next_seq + offset,
-                                "text", block, before, text))  # fmt: skip
+                                self._kind(block), block, before, text, self.call_id))  # fmt: skip
             lengths[block] = before + len(text)
         if final is not None:
             seq = current.next_seq + len(chunks)
-            chunks.append(Chunk(self.call_seq, current.number, seq, "final", 0, 0, final.data))
+            chunks.append(Chunk(self.call_seq, current.number, seq, "final", 0, 0, final.data,
+                                self.call_id))  # fmt: skip
         if not chunks:
             return
         try:

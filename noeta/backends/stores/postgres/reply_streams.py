@@ -25,8 +25,9 @@ WITH cleared AS (
 ),
 written AS (
     INSERT INTO stream_chunks
-           (task_id, call_seq, attempt, seq, kind, block, char_offset, data)
-    SELECT %(task)s, c.call_seq, c.attempt, c.seq, c.kind, c.block, c.char_offset, c.data
+           (task_id, call_seq, attempt, seq, kind, block, char_offset, data, call_id)
+    SELECT %(task)s, c.call_seq, c.attempt, c.seq, c.kind, c.block, c.char_offset, c.data,
+           %(call_id)s
       FROM unnest(%(calls)s::bigint[], %(attempts)s::int[], %(seqs)s::int[], %(kinds)s::text[],
                   %(blocks)s::int[], %(offsets)s::int[], %(texts)s::text[])
            AS c (call_seq, attempt, seq, kind, block, char_offset, data)
@@ -39,7 +40,7 @@ SELECT pg_notify(%(channel)s, '')
 # them): their text goes; a final row stays, saying which event holds the reply.
 REMOVE_TEXT = """
 DELETE FROM stream_chunks
- WHERE task_id = %(task)s AND call_seq = %(call)s AND kind = 'text'
+ WHERE task_id = %(task)s AND call_seq = %(call)s AND kind <> 'final'
 """
 
 # The followers still current: a read, no write (a worker asks at most once a second
@@ -78,10 +79,10 @@ LISTEN_FOR_FOLLOWS = "LISTEN noeta_stream_follows"
 # round trip a read, and a reader learns from it when the task moved on or finished.
 READ_CHUNKS = """
 SELECT t.status, t.last_seq,
-       c.call_seq, c.attempt, c.seq, c.kind, c.block, c.char_offset, c.data
+       c.call_seq, c.attempt, c.seq, c.kind, c.block, c.char_offset, c.data, c.call_id
   FROM tasks AS t
   LEFT JOIN LATERAL (
-      SELECT s.call_seq, s.attempt, s.seq, s.kind, s.block, s.char_offset, s.data
+      SELECT s.call_seq, s.attempt, s.seq, s.kind, s.block, s.char_offset, s.data, s.call_id
         FROM stream_chunks AS s
        WHERE s.task_id = t.id
          AND (s.call_seq, s.attempt, s.seq) > (%(call)s, %(attempt)s, %(seq)s)
@@ -124,6 +125,7 @@ class PostgresReplyStreams(PostgresWakeups):
             "blocks": [chunk.block for chunk in chunks],
             "offsets": [chunk.char_offset for chunk in chunks],
             "texts": [chunk.data for chunk in chunks],
+            "call_id": start.call_id,  # a flush is one call's rows
             "channel": stream_channel(task_id),
         }
         await self._write(WRITE_CHUNKS, params)

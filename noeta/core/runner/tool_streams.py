@@ -1,0 +1,106 @@
+"""A tool call's output written beside the log as it is written (ADR-0114): Bash's stdout
+and stderr, through the same writer, table and readers as a reply's text (ADR-0105).
+
+The tool's hook runs on the event loop and only keeps what it is given; the flusher
+scrubs it off the loop, with what it held back of the text before (a secret split across
+two writes is found whole), and writes it only for a task someone follows."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from noeta.core.errors import NoetaError
+from noeta.core.ports.reply_streams import Chunk, ChunkKind
+from noeta.core.ports.tool import OutputName
+from noeta.core.runner.reply_streams import ReplyStream, StreamWriter
+from noeta.observability import tracing
+from noeta.redaction import ScrubWindow
+
+log = logging.getLogger(__name__)
+
+# A stream's blocks: each has its own offsets; `truncated` is a note, once.
+KINDS: tuple[ChunkKind, ChunkKind, ChunkKind] = ("stdout", "stderr", "truncated")
+BLOCKS: dict[OutputName, int] = {"stdout": 0, "stderr": 1, "truncated": 2}
+TRUNCATED_NOTE = (
+    "[the output passed the bound of the stored result: no more of it streams; "
+    "the result keeps its end]"
+)
+
+
+def open_tool_stream(
+    writer: StreamWriter | None, task_id: str, call_seq: int, call_id: str
+) -> ToolOutputStream | None:
+    """The stream of the call whose ToolStarted is at `call_seq` (None: no streams)."""
+    return None if writer is None else ToolOutputStream(writer, task_id, call_seq, call_id)
+
+
+class ToolOutputStream(ReplyStream):
+    """One tool call's stream: `output` is the tool's hook (ToolContext.on_output);
+    `landed` ends it once the call's result is in the log; `abandon` when the claim went.
+    Bounded by the tool: Bash hands over only the head its result keeps, then one
+    "truncated"."""
+
+    def __init__(self, writer: StreamWriter, task_id: str, call_seq: int, call_id: str) -> None:
+        super().__init__(writer, task_id, call_seq)
+        self.call_id = call_id
+        self._raw: list[tuple[int, str]] = []  # (block, text) not scrubbed yet
+        self._windows = (ScrubWindow(tracing.scrub), ScrubWindow(tracing.scrub))
+        self._heard = False
+
+    def output(self, name: OutputName, text: str) -> None:
+        """More output (on the event loop: kept, nothing else)."""
+        if self._end is not None:
+            return
+        block = BLOCKS[name]
+        if name == "truncated":
+            text = TRUNCATED_NOTE
+        if not text:
+            return
+        self._heard = True
+        if self._raw and self._raw[-1][0] == block:
+            self._raw[-1] = (block, self._raw[-1][1] + text)
+        else:
+            self._raw.append((block, text))
+        self._wake.set()
+        if self._flusher is None:
+            self._flusher = self._writer.start(self, asyncio.ensure_future(self._flush_loop()))
+
+    def wake(self) -> None:
+        if self._raw or self._attempt.pending:
+            self._wake.set()
+
+    def _kind(self, block: int) -> ChunkKind:
+        return KINDS[block]
+
+    async def _flush(self, final: Chunk | None = None) -> None:
+        raw, self._raw = self._raw, []
+        release = final is not None
+        if raw or release:
+            # Off the loop: the output is the model's (hostile) and may be 30,000 chars.
+            scrubbed = await asyncio.to_thread(self._scrub, raw, release)
+            pending = self._attempt.pending
+            for block, text in scrubbed:
+                if pending and pending[-1][0] == block:
+                    pending[-1] = (block, pending[-1][1] + text)
+                else:
+                    pending.append((block, text))
+        await super()._flush(final)
+
+    def _scrub(self, raw: list[tuple[int, str]], release: bool) -> list[tuple[int, str]]:
+        scrubbed = []
+        for block, text in raw:
+            scrubbed.append((block, self._windows[block].take(text) if block < 2 else text))
+        if release:  # the output ended: what was held back goes, scrubbed
+            for block, window in enumerate(self._windows):
+                scrubbed.append((block, window.take("", release=True)))
+        return [(block, text) for block, text in scrubbed if text]
+
+    async def _write_end(self, final: Chunk | None) -> None:
+        """As a reply's, and also when all the output so far was held back (a last word
+        with no space after it): a follower gets it with the final."""
+        if not self._written and self._heard:
+            with contextlib.suppress(NoetaError, OSError):
+                self._written = await self._writer.is_followed(self.task_id)
+        await super()._write_end(final)
