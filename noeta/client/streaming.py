@@ -15,8 +15,10 @@ from noeta.client.stream_items import (
     StreamFinal,
     StreamFinished,
     StreamItem,
+    StreamLost,
     StreamRestarted,
     StreamText,
+    StreamToolOutput,
     reply_text,
 )
 from noeta.core.errors import StoreError, UnknownTask
@@ -26,7 +28,7 @@ from noeta.core.ports.reply_streams import (
     Cursor,
     ReplyStreams,
 )
-from noeta.core.ports.store import Store
+from noeta.core.ports.store import Store, StoredEvent
 from noeta.core.rules import events
 
 log = logging.getLogger(__name__)
@@ -44,13 +46,50 @@ FINAL_SEQ = 2**31 - 1  # a final's cursor: after every row of its stream
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How the call at a ModelCalled's seq ended, from the log: its reply or failure
-    (`event_seq`), or the call sent again (`next_call`); None of these: not yet."""
+    """How the call at a ModelCalled's (or ToolStarted's) seq ended, from the log: its
+    reply, failure or result (`event_seq`; `lost`: a tool call settled as cut, outcome
+    unknown), or the call sent or run again (`next_call`); None of these: not yet."""
 
     event_seq: int = 0
     event_type: str = ""
     text: str = ""
     next_call: int = 0
+    call_id: str = ""
+    lost: bool = False
+
+    def item(self, cursor: Cursor, call_seq: int) -> StreamFinal | StreamLost:
+        """What a reader is told of it: final, or lost."""
+        if self.lost:
+            return StreamLost(self.call_id, call_seq, self.event_seq, cursor)
+        kind = self.event_type or ("ToolFinished" if self.call_id else "ModelReplied")
+        return StreamFinal(self.event_seq, kind, self.text, cursor, self.call_id)
+
+
+def _outcome_in(log: list[StoredEvent], call_seq: int) -> Outcome | None:
+    """How the call opened at `call_seq` ended, in the log from there on (None: not yet)."""
+    if not log or log[0].seq != call_seq:
+        return None
+    opened, rest = log[0], log[1:]
+    if opened.type == "ToolStarted" and isinstance(opened.data, dict):
+        call_id = str(opened.data.get("call_id"))
+        for stored in rest:
+            data = stored.data if isinstance(stored.data, dict) else {}
+            if data.get("call_id") != call_id:
+                continue
+            if stored.type == "ToolFinished":
+                lost = data.get("recovery") == "unknown"
+                text = str(data.get("content") or "")
+                return Outcome(stored.seq, stored.type, text, call_id=call_id, lost=lost)
+            if stored.type == "ToolStarted":
+                return Outcome(next_call=stored.seq, call_id=call_id)
+        return None
+    for stored in rest:
+        if stored.type in ("ModelReplied", "ModelFailed"):
+            event = events.decode(stored.type, stored.data)
+            return Outcome(stored.seq, stored.type, reply_text(event))
+        if stored.type == "ModelCalled":
+            return Outcome(next_call=stored.seq)
+    return None
 
 
 class TaskFeed:
@@ -98,23 +137,18 @@ class TaskFeed:
         known = self._outcomes.get(call_seq)
         if known is not None or self._undecided.get(call_seq) == self.last_seq:
             return known
-        for stored in await self.store.read_log(self.task_id, call_seq):
-            if stored.type in ("ModelReplied", "ModelFailed"):
-                event = events.decode(stored.type, stored.data)
-                known = Outcome(stored.seq, stored.type, reply_text(event))
-                break
-            if stored.type == "ModelCalled":
-                known = Outcome(next_call=stored.seq)
-                break
+        known = _outcome_in(await self.store.read_log(self.task_id, call_seq - 1), call_seq)
         if known is not None:
             self._outcomes[call_seq] = known
         else:
             self._undecided[call_seq] = self.last_seq
         return known
 
-    async def reply_at(self, event_seq: int, call_seq: int) -> Outcome:
+    async def reply_at(self, event_seq: int, call_seq: int, call_id: str = "") -> Outcome:
         found = await self.outcome(call_seq)
-        return found if found is not None and found.event_seq == event_seq else Outcome(event_seq)
+        if found is not None and found.event_seq == event_seq:
+            return found
+        return Outcome(event_seq, call_id=call_id)
 
     async def _run(self) -> None:
         notices = asyncio.Event()
@@ -152,12 +186,14 @@ class TaskFeed:
             self.status, self.last_seq = read.status, read.last_seq
             self.version += 1
             if read.chunks:
-                newest = read.chunks[-1]
-                stream = (newest.call_seq, newest.attempt)
+                # Rows of streams before this read's are dropped (readers of this feed
+                # are past them, or are told from the log); this read's are all kept: a
+                # tool's last output and final come as the next model call starts.
+                oldest = read.chunks[0]
+                stream = (oldest.call_seq, oldest.attempt)
                 kept = [row for row in self.rows if (row.call_seq, row.attempt) >= stream]
-                fresh = [row for row in read.chunks if (row.call_seq, row.attempt) >= stream]
-                self.rows = kept + fresh if kept or fresh else []
-                self._cursor = newest.cursor
+                self.rows = kept + list(read.chunks)
+                self._cursor = read.chunks[-1].cursor
             self._changed.notify_all()
 
 
@@ -211,9 +247,8 @@ class StreamReader:
             self.ended.add(row.call_seq)
             self.open = None
             self.cursor = Cursor(row.call_seq, row.attempt, FINAL_SEQ)
-            outcome = await self.feed.reply_at(int(row.data), row.call_seq)
-            yield StreamFinal(outcome.event_seq, outcome.event_type or "ModelReplied",
-                              outcome.text, self.cursor)  # fmt: skip
+            outcome = await self.feed.reply_at(int(row.data), row.call_seq, row.call_id)
+            yield outcome.item(self.cursor, row.call_seq)
             return
         if self.open is None:
             self.open, self.lengths = key, {}
@@ -224,8 +259,12 @@ class StreamReader:
         elif row.char_offset < length:  # written twice: only what is new
             text = text[length - row.char_offset :]
         self.lengths[row.block] = row.char_offset + len(row.data)
-        if text:
+        if not text:
+            return
+        if row.kind == "text":
             yield StreamText(text, row.block, row.cursor)
+        elif row.kind in ("stdout", "stderr", "truncated"):
+            yield StreamToolOutput(row.call_id, row.call_seq, row.kind, text, row.cursor)
 
     async def _settle_open(self, next_row: Chunk | None) -> AsyncGenerator[StreamItem, None]:
         """The open stream ended out of sight (its rows gone, or a later stream begun):
@@ -239,7 +278,7 @@ class StreamReader:
             self.ended.add(call_seq)
             self.open = None
             self.cursor = max(self.cursor, Cursor(call_seq, attempt, FINAL_SEQ))
-            yield StreamFinal(outcome.event_seq, outcome.event_type, outcome.text, self.cursor)
+            yield outcome.item(self.cursor, call_seq)
         elif next_row is not None:
             self.open, self.lengths = None, {}
             yield StreamRestarted(next_row.call_seq, next_row.attempt, False, self.cursor)

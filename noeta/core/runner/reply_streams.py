@@ -26,6 +26,7 @@ FOLLOWED_SECONDS = 1.0  # how old the worker's list of followed tasks may be
 CLEARING_SECONDS = 60.0  # how often a worker's question also clears expired follows
 RETRY_SECONDS = 1.0  # after a failed flush
 REMOVE_AFTER_SECONDS = 2.0  # a landed stream's text stays this long for its live readers
+ORDER_SECONDS = 5.0  # how long a stream's first flush waits for the end of the one before
 MAX_CHARS = 1 << 20  # a stream's bound; past it the preview stops, the final has it all
 
 
@@ -74,6 +75,20 @@ class StreamWriter:
 
         flushing.add_done_callback(done)
         return flushing
+
+    async def ended_before(self, stream: ReplyStream) -> None:
+        """Until the task's earlier streams wrote their ends (a tool's output ends while
+        the next model call starts): a new stream's first flush clears their rows, and a
+        reader must read an end before the stream after it. Bounded: a preview waits
+        for nothing long."""
+        ending = [
+            other.end_written.wait()
+            for other in self._streams
+            if other is not stream and other.task_id == stream.task_id and other.ended
+        ]
+        if ending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*ending), ORDER_SECONDS)
 
     async def drained(self) -> None:
         """Until every stream's writes are done (their text removed, after a landing)."""
@@ -159,6 +174,11 @@ class ReplyStream:
         self._wake = asyncio.Event()
         self._end: tuple[Chunk | None] | None = None
         self._flusher: asyncio.Task[None] | None = None
+        self.end_written = asyncio.Event()  # its end's rows are written (or never will be)
+
+    @property
+    def ended(self) -> bool:
+        return self._end is not None
 
     def delta(self, attempt: int, delta: ReplyDelta) -> None:
         if attempt != self._attempt.number:  # a retry: the earlier attempt's text is void
@@ -208,6 +228,12 @@ class ReplyStream:
         return "text"
 
     async def _flush_loop(self) -> None:
+        try:
+            await self._flushing()
+        finally:
+            self.end_written.set()
+
+    async def _flushing(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -241,6 +267,8 @@ class ReplyStream:
                                 self.call_id))  # fmt: skip
         if not chunks:
             return
+        if self._first:
+            await self._writer.ended_before(self)
         try:
             await self._writer.port.write_chunks(self.task_id, chunks, first=self._first)
         except BaseException:
@@ -258,6 +286,9 @@ class ReplyStream:
         if not self._written:
             return  # nobody was shown anything: readers find the outcome in the log
         with contextlib.suppress(NoetaError, OSError):
-            await self._flush(final)
+            try:
+                await self._flush(final)
+            finally:
+                self.end_written.set()
             await asyncio.sleep(REMOVE_AFTER_SECONDS)
             await self._writer.port.remove_text(self.task_id, self.call_seq)

@@ -91,11 +91,20 @@ class ToolOutputStream(ReplyStream):
     def _scrub(self, raw: list[tuple[int, str]], release: bool) -> list[tuple[int, str]]:
         scrubbed = []
         for block, text in raw:
-            scrubbed.append((block, self._windows[block].take(text) if block < 2 else text))
-        if release:  # the output ended: what was held back goes, scrubbed
-            for block, window in enumerate(self._windows):
-                scrubbed.append((block, window.take("", release=True)))
+            if block < len(self._windows):
+                scrubbed.append((block, self._windows[block].take(text)))
+                continue
+            scrubbed += self._released()  # truncated: no more output comes to the stream
+            scrubbed.append((block, text))
+        if release:
+            scrubbed += self._released()
         return [(block, text) for block, text in scrubbed if text]
+
+    def _released(self) -> list[tuple[int, str]]:
+        """What the windows held back, scrubbed: the output ended."""
+        return [
+            (block, window.take("", release=True)) for block, window in enumerate(self._windows)
+        ]
 
     async def _write_end(self, final: Chunk | None) -> None:
         """As a reply's, and also when all the output so far was held back (a last word

@@ -14,14 +14,18 @@ from noeta.core.ports.reply_streams import FOLLOW_SECONDS, Chunk, ChunksRead, Cu
 
 # The first flush of a stream removes the task's rows of older streams (a dead worker's,
 # an attempt the provider retried): a reader past them has its cursor, one behind reads
-# on from the newer stream and is told it restarted. A row already there (a flush sent
-# again after an unknown outcome) is kept. The NOTIFY carries nothing: any role may
+# on from the newer stream and is told it restarted. Rows of the last few seconds stay:
+# a tool's output ends as the next model call starts, and its readers (who read every
+# 50 ms at most) must still find its last rows and final (ADR-0114); its worker removes
+# them 2 s after its end. A row already there (a flush sent again after an unknown
+# outcome) is kept. The NOTIFY carries nothing: any role may
 # LISTEN (POSTGRES-FACTS), so the channel is the task id's hash and the payload empty.
 WRITE_CHUNKS = """
 WITH cleared AS (
     DELETE FROM stream_chunks
      WHERE %(first)s AND task_id = %(task)s
        AND (call_seq, attempt) < (%(call)s, %(attempt)s)
+       AND created_at < now() - interval '5 seconds'
 ),
 written AS (
     INSERT INTO stream_chunks
