@@ -95,9 +95,8 @@ def report(after: dict[str, Any], before: dict[str, Any], tasks: int, what: str)
                 f"  {execution * 1000 / per:8.0f}  {' '.join(query.split())[:80]}"
             )
     rare = [row for row in worker if row[1] < tasks / 20]
-    print(
-        f"    {sum(row[1] for row in rare) / per:5.2f}  ({len(rare)} other statements, each under 0.05:"
-    )
+    rare_calls = sum(row[1] for row in rare) / per
+    print(f"    {rare_calls:5.2f}  ({len(rare)} other statements, each under 0.05:")
     for query, calls, _, _ in rare:  # calls in all, not a task: what ran at all
         print(f"          {calls:5d} in all  {' '.join(query.split())[:70]}")
     print("    )")
