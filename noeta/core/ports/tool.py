@@ -51,8 +51,9 @@ class ToolContext:
     # A plain job's attempt, counted from its log (1 for the first); 0: not a job's call,
     # so a failure the tool retries is retried within the call, not through the queue.
     attempt: int = 0
-    # Called on the event loop with the output as it is written (ADR-0114): streamed to
-    # the task's readers, if any. It must not block; None: nobody streams this call.
+    # A tool's output as it is written (ADR-0114): `on_output("stdout", text)` streams it
+    # to the task's readers, if any (then "truncated" once past the result's bound). It
+    # keeps the text and returns (any thread); None: this call does not stream.
     on_output: OutputHook | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 
 from noeta.core.errors import NoetaError
 from noeta.core.ports.reply_streams import Chunk, ChunkKind
@@ -48,9 +49,15 @@ class ToolOutputStream(ReplyStream):
         self._raw: list[tuple[int, str]] = []  # (block, text) not scrubbed yet
         self._windows = (ScrubWindow(tracing.scrub), ScrubWindow(tracing.scrub))
         self._heard = False
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
 
     def output(self, name: OutputName, text: str) -> None:
-        """More output (on the event loop: kept, nothing else)."""
+        """More output: kept, nothing else. A tool run in a thread may call it too."""
+        if threading.get_ident() != self._loop_thread:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads
+                self._loop.call_soon_threadsafe(self.output, name, text)
+            return
         if self._end is not None:
             return
         block = BLOCKS[name]
