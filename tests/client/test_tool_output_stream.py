@@ -22,6 +22,7 @@ from noeta.client.stream_items import (
     StreamItem,
     StreamToolOutput,
 )
+from noeta.core.ports.reply_streams import Cursor
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
@@ -49,7 +50,7 @@ class Run:
         self.workspace = Path(self.runner.workspace_for(task_id))
         self.script = tmp_path / f"{task_id}.json"
 
-    async def start(self, command: str) -> asyncio.Task[object]:
+    async def start(self, command: str, *, followed: bool = True) -> asyncio.Task[object]:
         call = {"id": "call-1", "name": "Bash", "input": {"command": command}}
         replies = [{"tool_calls": [call]}, {"text": "done"}]
         self.script.write_text(json.dumps({"replies": replies}))
@@ -60,7 +61,8 @@ class Run:
         os.mkfifo(self.workspace / "gate")
         port = self.store.capabilities.reply_streams
         assert port is not None
-        await port.follow(self.task_id)  # as the reader's feed does, before the run
+        if followed:
+            await port.follow(self.task_id)  # as the reader's feed does, before the run
         claim = await self.store.claim_task("w", self.task_id, 600)
         assert claim is not None
         return asyncio.ensure_future(self.runner.run(claim))
@@ -186,3 +188,14 @@ async def test_a_secret_split_across_two_writes_never_shows(
     # writes beside the log, never the log.
     _, content = await run.result()
     assert secret in content
+
+
+async def test_a_command_nobody_follows_writes_no_row(store: Store, tmp_path: Path) -> None:
+    run = Run(store, tmp_path, "ts-alone", Bash())
+    running = await run.start("echo out; echo err >&2; seq 1 5000", followed=False)
+    await running
+    assert run.runner.streams is not None
+    await run.runner.streams.drained()  # every stream of the run is done writing
+    port = store.capabilities.reply_streams
+    assert port is not None
+    assert (await port.read_chunks(run.task_id, Cursor(), 100)).chunks == ()
