@@ -60,6 +60,15 @@ class StreamWriter:
         self._listening = False
         self._streams: set[ReplyStream] = set()  # open, woken when the follows change
         self._flushers: set[asyncio.Task[None]] = set()  # held: a loop keeps tasks weakly
+        self._job_seqs: dict[tuple[str, int], int] = {}  # (task, epoch) -> next seq
+
+    def job_seqs(self, task_id: str, epoch: int, count: int) -> int:
+        """The first of `count` seqs in the jobs' lane of the task's claim of `epoch`: its
+        jobs write side by side, one seq after another (ADR-0114)."""
+        key = (task_id, epoch)
+        first = self._job_seqs.get(key, 1)
+        self._job_seqs[key] = first + count
+        return first
 
     def open(self, task_id: str, call_seq: int) -> ReplyStream:
         """The stream of the ModelCalled at `call_seq`."""
@@ -148,7 +157,7 @@ class StreamWriter:
 
 
 @dataclass
-class _Attempt:
+class StreamAttempt:
     """The provider attempt streaming now: what it sent that is not written yet."""
 
     number: int
@@ -164,11 +173,11 @@ class ReplyStream:
 
     call_id = ""  # a tool call's stream names its call (tool_streams.py)
 
-    def __init__(self, writer: StreamWriter, task_id: str, call_seq: int) -> None:
+    def __init__(self, writer: StreamWriter, task_id: str, call_seq: int, attempt: int = 1) -> None:
         self._writer = writer
         self.task_id = task_id
         self.call_seq = call_seq
-        self._attempt = _Attempt(1)
+        self._attempt = StreamAttempt(attempt)
         self._written = False  # any row of this call's streams
         self._first = True  # the next write is the attempt's first
         self._wake = asyncio.Event()
@@ -182,7 +191,7 @@ class ReplyStream:
 
     def delta(self, attempt: int, delta: ReplyDelta) -> None:
         if attempt != self._attempt.number:  # a retry: the earlier attempt's text is void
-            self._attempt = _Attempt(attempt)
+            self._attempt = StreamAttempt(attempt)
             self._first = True
         if not isinstance(delta, TextDelta) or not delta.text:
             return
@@ -227,6 +236,11 @@ class ReplyStream:
     def _kind(self, block: int) -> ChunkKind:
         return "text"
 
+    def _first_seq(self, current: StreamAttempt, count: int) -> int:
+        """The seq of the first of `count` rows about to be written (sent again after a
+        failed write: the same seqs)."""
+        return current.next_seq
+
     async def _flush_loop(self) -> None:
         try:
             await self._flushing()
@@ -254,19 +268,20 @@ class ReplyStream:
         current = self._attempt
         # Taken out whole: deltas that come during the write start a new entry.
         taken, current.pending = current.pending, []
+        if not taken and final is None:
+            return
         chunks = []
         lengths = dict(current.lengths)
+        first_seq = self._first_seq(current, len(taken) + (final is not None))
         for offset, (block, text) in enumerate(taken):
             before = lengths.get(block, 0)
-            chunks.append(Chunk(self.call_seq, current.number, current.next_seq + offset,
+            chunks.append(Chunk(self.call_seq, current.number, first_seq + offset,
                                 self._kind(block), block, before, text, self.call_id))  # fmt: skip
             lengths[block] = before + len(text)
         if final is not None:
-            seq = current.next_seq + len(chunks)
+            seq = first_seq + len(chunks)
             chunks.append(Chunk(self.call_seq, current.number, seq, "final", 0, 0, final.data,
                                 self.call_id))  # fmt: skip
-        if not chunks:
-            return
         if self._first:
             await self._writer.ended_before(self)
         try:
@@ -291,4 +306,4 @@ class ReplyStream:
             finally:
                 self.end_written.set()
             await asyncio.sleep(REMOVE_AFTER_SECONDS)
-            await self._writer.port.remove_text(self.task_id, self.call_seq)
+            await self._writer.port.remove_text(self.task_id, self.call_seq, self.call_id)

@@ -15,7 +15,7 @@ import threading
 from noeta.core.errors import NoetaError
 from noeta.core.ports.reply_streams import Chunk, ChunkKind
 from noeta.core.ports.tool import OutputName
-from noeta.core.runner.reply_streams import ReplyStream, StreamWriter
+from noeta.core.runner.reply_streams import ReplyStream, StreamAttempt, StreamWriter
 from noeta.observability import tracing
 from noeta.redaction import ScrubWindow
 
@@ -43,8 +43,10 @@ class ToolOutputStream(ReplyStream):
     Bounded by the tool: Bash hands over only the head its result keeps, then one
     "truncated"."""
 
-    def __init__(self, writer: StreamWriter, task_id: str, call_seq: int, call_id: str) -> None:
-        super().__init__(writer, task_id, call_seq)
+    def __init__(
+        self, writer: StreamWriter, task_id: str, call_seq: int, call_id: str, attempt: int = 1
+    ) -> None:
+        super().__init__(writer, task_id, call_seq, attempt)
         self.call_id = call_id
         self._raw: list[tuple[int, str]] = []  # (block, text) not scrubbed yet
         self._windows = (ScrubWindow(tracing.scrub), ScrubWindow(tracing.scrub))
@@ -83,7 +85,7 @@ class ToolOutputStream(ReplyStream):
 
     async def _flush(self, final: Chunk | None = None) -> None:
         raw, self._raw = self._raw, []
-        release = final is not None
+        release = self._end is not None  # the output ended
         if raw or release:
             # Off the loop: the output is the model's (hostile) and may be 30,000 chars.
             scrubbed = await asyncio.to_thread(self._scrub, raw, release)
@@ -120,3 +122,26 @@ class ToolOutputStream(ReplyStream):
             with contextlib.suppress(NoetaError, OSError):
                 self._written = await self._writer.is_followed(self.task_id)
         await super()._write_end(final)
+
+
+def open_job_stream(
+    writer: StreamWriter | None, task_id: str, epoch: int, job_id: str
+) -> JobOutputStream | None:
+    """The stream of background job `job_id`, run under the task's claim of `epoch`."""
+    return None if writer is None else JobOutputStream(writer, task_id, epoch, job_id)
+
+
+class JobOutputStream(ToolOutputStream):
+    """A background job's output (ADR-0114). It runs beside the task's calls, so its rows
+    go to the jobs' lane: call seq 0, attempt the claim's epoch, seqs shared by the jobs
+    of the claim. No final row: the job's result reaches the log through the inbox, taken
+    by whichever claim comes next; readers read it there. `end` when the job ended."""
+
+    def __init__(self, writer: StreamWriter, task_id: str, epoch: int, job_id: str) -> None:
+        super().__init__(writer, task_id, 0, job_id, epoch)
+
+    def end(self) -> None:
+        self._finish(None)
+
+    def _first_seq(self, current: StreamAttempt, count: int) -> int:
+        return self._writer.job_seqs(self.task_id, current.number, count)

@@ -41,10 +41,12 @@ SELECT pg_notify(%(channel)s, '')
 """
 
 # A call's streams once its outcome is in the log (and its readers had the time to read
-# them): their text goes; a final row stays, saying which event holds the reply.
+# them): their text goes; a final row stays, saying which event holds the reply. A job's
+# rows (call seq 0) are named by its id.
 REMOVE_TEXT = """
 DELETE FROM stream_chunks
  WHERE task_id = %(task)s AND call_seq = %(call)s AND kind <> 'final'
+   AND (%(call)s > 0 OR call_id = %(call_id)s)
 """
 
 # The followers still current: a read, no write (a worker asks at most once a second
@@ -86,12 +88,19 @@ SELECT t.status, t.last_seq,
        c.call_seq, c.attempt, c.seq, c.kind, c.block, c.char_offset, c.data, c.call_id
   FROM tasks AS t
   LEFT JOIN LATERAL (
-      SELECT s.call_seq, s.attempt, s.seq, s.kind, s.block, s.char_offset, s.data, s.call_id
-        FROM stream_chunks AS s
-       WHERE s.task_id = t.id
-         AND (s.call_seq, s.attempt, s.seq) > (%(call)s, %(attempt)s, %(seq)s)
-       ORDER BY s.call_seq, s.attempt, s.seq
-       LIMIT %(limit)s
+      (SELECT s.call_seq, s.attempt, s.seq, s.kind, s.block, s.char_offset, s.data, s.call_id
+         FROM stream_chunks AS s
+        WHERE s.task_id = t.id AND s.call_seq > 0
+          AND (s.call_seq, s.attempt, s.seq) > (%(call)s, %(attempt)s, %(seq)s)
+        ORDER BY s.call_seq, s.attempt, s.seq
+        LIMIT %(limit)s)
+      UNION ALL  -- background jobs' output: their own lane, (0, epoch, n) (ADR-0114)
+      (SELECT s.call_seq, s.attempt, s.seq, s.kind, s.block, s.char_offset, s.data, s.call_id
+         FROM stream_chunks AS s
+        WHERE s.task_id = t.id AND s.call_seq = 0
+          AND (s.attempt, s.seq) > (%(job_epoch)s, %(job_seq)s)
+        ORDER BY s.attempt, s.seq
+        LIMIT %(limit)s)
   ) AS c ON true
  WHERE t.id = %(task)s
 """
@@ -134,8 +143,8 @@ class PostgresReplyStreams(PostgresWakeups):
         }
         await self._write(WRITE_CHUNKS, params)
 
-    async def remove_text(self, task_id: str, call_seq: int) -> None:
-        await self._write(REMOVE_TEXT, {"task": task_id, "call": call_seq})
+    async def remove_text(self, task_id: str, call_seq: int, call_id: str = "") -> None:
+        await self._write(REMOVE_TEXT, {"task": task_id, "call": call_seq, "call_id": call_id})
 
     async def follow(self, task_id: str) -> None:
         await self._write(FOLLOW, {"task": task_id, "seconds": FOLLOW_SECONDS})
@@ -146,6 +155,8 @@ class PostgresReplyStreams(PostgresWakeups):
             "call": after.call_seq,
             "attempt": after.attempt,
             "seq": after.seq,
+            "job_epoch": after.job_epoch,
+            "job_seq": after.job_seq,
             "limit": limit,
         }
         rows = await self._read(READ_CHUNKS, params)
