@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import unquote, urlsplit
 
 REDACTED = "[redacted]"
@@ -155,3 +155,54 @@ class ScrubbingFilter(logging.Filter):
             record.exc_text = self.scrub(record.exc_text)
         record.msg, record.args = self.scrub(message), None
         return True
+
+
+# A stream's text is scrubbed with what is held back of it (ScrubWindow): at most this
+# many characters are held, however long a word runs without a space.
+MAX_HELD_CHARS = 4096
+# The end of a text that may go on as a secret after a space: `password = ` of a libpq
+# string, whose value the next write brings.
+_OPEN_PASSWORD = re.compile(r"password\s*=?\s*$", re.I)
+
+
+class ScrubWindow:
+    """Scrubs a text that arrives in pieces (a command's output as it is written), so
+    that a secret split across two pieces is found whole: each piece is scrubbed with the
+    end of the one before, which was held back.
+
+    What is held: the last word (secrets and keys have no space in them), with what a
+    secret found across the cut covers, and a `password =` that waits for its value.
+    `release` gives everything (the output ended)."""
+
+    def __init__(self, scrub: Callable[[str], str]) -> None:
+        self.scrub = scrub
+        self.held = ""
+
+    def take(self, piece: str, release: bool = False) -> str:
+        text = self.held + piece
+        cut = len(text) if release else self._cut(text)
+        self.held = text[cut:]
+        return self.scrub(text[:cut]) if cut else ""
+
+    def _cut(self, text: str) -> int:
+        cut = _word_start(text)
+        if len(text) - cut > MAX_HELD_CHARS:  # a word too long to be held: scrubbed as is
+            return len(text)
+        whole = self.scrub(text)
+        while cut > 0:
+            head = text[:cut]
+            # A cut inside a secret scrubs differently from the whole; so does a cut
+            # after a `password =` (its value comes after it).
+            split = self.scrub(head) + self.scrub(text[cut:])
+            if split == whole and not _OPEN_PASSWORD.search(head):
+                return cut
+            cut = _word_start(head.rstrip())
+        return 0
+
+
+def _word_start(text: str) -> int:
+    """Where the last run of characters without a space in `text` starts."""
+    cut = len(text)
+    while cut > 0 and not text[cut - 1].isspace():
+        cut -= 1
+    return cut

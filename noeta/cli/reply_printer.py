@@ -1,6 +1,7 @@
-"""`noeta tail --follow`'s live text: a model reply printed as it streams (ADR-0105),
-between the log's steps, with a line when the text so far is void (restarted) and when
-the reply is in the log (final)."""
+"""`noeta tail --follow`'s live text: a model reply printed as it streams (ADR-0105), and
+a command's output as it is written (ADR-0114), between the log's steps, with a line when
+the text so far is void (restarted), when the reply is in the log (final) and when a
+command's worker died under it (lost)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,20 @@ from typing import TextIO
 
 from noeta.cli.status_line import NoStatus
 from noeta.cli.text import STEP_INDENT, scrubbed
-from noeta.client.stream_items import StreamFinal, StreamItem, StreamRestarted, StreamText
+from noeta.client.stream_items import (
+    StreamFinal,
+    StreamItem,
+    StreamLost,
+    StreamRestarted,
+    StreamText,
+    StreamToolOutput,
+)
+
+# A command's output is marked apart from a reply's text: `┊` its stdout, `┊!` stderr.
+OUTPUT_PREFIXES = {"stdout": "┊ ", "stderr": "┊! ", "truncated": "┊ "}
+# Control characters a command printed are shown, never played on the terminal (an
+# escape sequence could rewrite what the user sees); a \r (a progress bar) ends a line.
+_CONTROL = {code: f"\\x{code:02x}" for code in (*range(32), 127) if code not in (9, 10)}
 
 
 class ReplyPrinter:
@@ -23,6 +37,7 @@ class ReplyPrinter:
         self.out = out or sys.stdout
         self.shown = ""  # the reply's text printed so far
         self.mid_line = False
+        self.prefix = ""  # the prefix of the line open now
 
     def break_line(self) -> None:
         """End an open line of text: a step's lines print next."""
@@ -37,6 +52,11 @@ class ReplyPrinter:
             case StreamText(text=text):
                 self._write(text)
                 self.shown += text
+            case StreamToolOutput(stream=stream, text=text):
+                self._write(visible(text), OUTPUT_PREFIXES[stream])
+            case StreamLost(call_id=call_id, event_seq=seq):
+                self.break_line()
+                self._say(f"✗ {call_id}: its worker died while it ran; recorded as cut (seq {seq})")
             case StreamRestarted(call_seq=call_seq, attempt=attempt, lost_text=lost):
                 why = "part of the text was lost" if lost else f"sent again (call {call_seq}, "
                 why += "" if lost else f"attempt {attempt})"
@@ -51,22 +71,34 @@ class ReplyPrinter:
                     self._write(text)
                 self.break_line()
                 self.shown = ""
-            case StreamFinal():  # the call failed: its step says why
+            case StreamFinal():  # a tool's result, or a failed call: its step says it
                 self.break_line()
                 self.shown = ""
 
     def _open(self, prefix: str) -> None:
         self.line.hold(True)
-        self.out.write(prefix)
+        self.out.write(STEP_INDENT + prefix)
         self.mid_line = True
+        self.prefix = prefix
 
-    def _write(self, text: str) -> None:
+    def _write(self, text: str, prefix: str = "▸ ") -> None:
         if not text:
             return
+        if self.mid_line and prefix != self.prefix:  # stdout after stderr: a line of its own
+            self.break_line()
         if not self.mid_line:
-            self._open(f"{STEP_INDENT}▸ ")
-        # Scrubbed piece by piece: a key split across two pieces shows (ADR-0105).
-        self.out.write(scrubbed(text).replace("\n", "\n" + STEP_INDENT + "  "))
+            self._open(prefix)
+        # Scrubbed piece by piece: a key split across two pieces of a reply shows (ADR-0105);
+        # a command's output was scrubbed whole by its worker (ADR-0114).
+        body, ended = scrubbed(text), text.endswith("\n")
+        indent = STEP_INDENT + (prefix if prefix != "▸ " else "  ")
+        self.out.write(body.removesuffix("\n").replace("\n", "\n" + indent))
+        if ended and prefix != "▸ ":
+            self.out.write("\n")
+            self.mid_line = False
+            self.line.hold(False)
+        elif ended:
+            self.out.write("\n" + indent)
         self.out.flush()
 
     def _say(self, words: str) -> None:
@@ -82,3 +114,9 @@ async def print_stream(items: AsyncIterator[StreamItem], printer: ReplyPrinter) 
         printer.take(item)
     with contextlib.suppress(ValueError):  # stdout closed under us
         printer.break_line()
+
+
+def visible(text: str) -> str:
+    """A command's output as a terminal may print it: control characters shown escaped,
+    a carriage return (alone or before a newline) a line end."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").translate(_CONTROL)

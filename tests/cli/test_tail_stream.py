@@ -7,10 +7,13 @@ import asyncio
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from noeta.core.ports.store import Store
+from noeta.plugins.core import Bash
 from noeta.testing.fake_providers import FakeAnthropic, Reply
 from tests.client.test_stream import LONG_TEXT, created, provider, run_task, store, streams_of
+from tests.client.test_tool_output_stream import Run
 
 __all__ = ["store"]  # the fixture, shared
 
@@ -63,3 +66,27 @@ async def test_tail_follow_prints_the_text_as_it_streams(postgres_url: str, stor
     # Every streamed piece once, in order: the text between the marks is the reply's.
     pieces = [part.split("\n", 1)[0] for part in printed.split("\u25b8 ")[1:]]
     assert "".join(pieces) == LONG_TEXT
+
+
+async def test_tail_follow_prints_a_commands_output_as_it_is_written(
+    postgres_url: str, store: Store, tmp_path: Path
+) -> None:
+    run = Run(store, tmp_path, "tailed-bash", Bash())
+    command = r"echo step one; printf 'oops \033[2J\n' >&2; read word < gate; echo step two"
+    running = await run.start(command)
+    tail = following("tailed-bash", postgres_url)
+    try:
+        early = await asyncio.to_thread(read_until, tail, "┊ step one\n".encode())
+        assert b"ToolFinished" not in early and not running.done()  # the command waits
+        await run.open_gate()
+        await asyncio.wait_for(running, 60)
+        rest, errors = await asyncio.to_thread(tail.communicate, timeout=60)
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+            tail.communicate()
+    printed = (early + rest).decode()
+    assert tail.returncode == 0 and errors == b""
+    # Told apart from reply text and from each other; the escape shown, never played.
+    assert "┊! oops \\x1b[2J\n" in printed and "\x1b" not in printed
+    assert "┊ step two\n" in printed and "finished: done" in printed
