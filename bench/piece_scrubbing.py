@@ -1,4 +1,4 @@
-"""What scrubbing streamed text on a carried-over window (ADR-0114) costs the reader
+"""What scrubbing streamed text on the held-back window (ADR-0114, ADR-0115) costs the reader
 that shows it (`tail --follow`, `noeta web`), against scrubbing each piece alone (which
 misses a secret split across two pieces): CPU a piece and a reply, and how far the shown
 text lags behind what arrived.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from noeta.redaction import PieceScrubber, Scrubber
+from noeta.redaction import Scrubber, ScrubWindow
 
 WORDS = "the reply of a model streams word by word to whoever follows its task; "
 
@@ -30,17 +30,17 @@ def reply(chars: int) -> str:
 def run(text: str, size: int, scrub: Scrubber, carried: bool) -> tuple[float, int, float]:
     """CPU seconds for the whole reply, pieces fed, and the mean characters held back."""
     pieces = [text[n : n + size] for n in range(0, len(text), size)]
-    window = PieceScrubber(scrub)
+    window = ScrubWindow(scrub)
     held = 0
     start = time.process_time()
     for piece in pieces:
         if carried:
-            window.feed(piece)
-            held += len(window._held)  # what arrived and is not shown yet
+            window.take(piece)
+            held += len(window.held)  # what arrived and is not shown yet
         else:
             scrub(piece)
     if carried:
-        window.end()
+        window.take("", release=True)
     return time.process_time() - start, len(pieces), held / len(pieces)
 
 

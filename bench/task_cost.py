@@ -4,10 +4,11 @@ how many updates were not HOT, each of which adds an entry to every index of the
 Beside the counts, each statement's planning and execution time a task as
 pg_stat_statements (track_planning on) records them: times, so they do depend on the load.
 
-Run:  .venv/bin/python bench/task_cost.py [--tasks N] [--jobs]
+Run:  .venv/bin/python bench/task_cost.py [--tasks N] [--jobs | --bash]
 It starts a private embedded PostgreSQL (fsync on, pg_stat_statements loaded,
-track_functions=all), creates N tasks (scripted model, one reply; with --jobs: N jobs of
-bench/noop_job.py's `@noeta.tool`, as bench/jobs.py drains), then starts one `noeta worker`
+track_functions=all), creates N tasks (scripted model, one reply; with --bash: a reply that
+runs one Bash command printing to stdout and stderr, then the answer; with --jobs: N jobs
+of bench/noop_job.py's `@noeta.tool`, as bench/jobs.py drains), then starts one `noeta worker`
 with no queue settings, no model limits and no retention, resets the statistics, releases
 the tasks and reads the statistics once they are done. The counts do not depend on the
 machine's load: run it on two checkouts to compare them.
@@ -93,8 +94,12 @@ def report(after: dict[str, Any], before: dict[str, Any], tasks: int, what: str)
                 f"    {calls / per:5.2f}  {planning * 1000 / per:8.0f}"
                 f"  {execution * 1000 / per:8.0f}  {' '.join(query.split())[:80]}"
             )
-    rare = [row[1] for row in worker if row[1] < tasks / 20]
-    print(f"    {sum(rare) / per:5.2f}  ({len(rare)} other statements, each under 0.05)")
+    rare = [row for row in worker if row[1] < tasks / 20]
+    rare_calls = sum(row[1] for row in rare) / per
+    print(f"    {rare_calls:5.2f}  ({len(rare)} other statements, each under 0.05:")
+    for query, calls, _, _ in rare:  # calls in all, not a task: what ran at all
+        print(f"          {calls:5d} in all  {' '.join(query.split())[:70]}")
+    print("    )")
     # The bench's release (one UPDATE of every task) ran the claimable trigger once a task.
     functions = [
         (n, c - tasks if n == "noeta_notify_claimable" else c) for n, c in after["functions"]
@@ -136,13 +141,19 @@ def jobs_env(bench: Bench) -> dict[str, str]:
     return {"NOETA_CONFIG": str(config), "PYTHONPATH": pythonpath}
 
 
-async def measure(dsn: str, tasks: int, jobs: bool) -> None:
+BASH_CALL = {"id": "c1", "name": "Bash", "input": {"command": "echo out; echo err >&2"}}
+
+
+async def measure(dsn: str, tasks: int, jobs: bool, bash: bool = False) -> None:
     async with fresh_bench(dsn) as bench:
         await bench.admin.execute("SELECT pg_stat_reset()")  # the migration's own runs
         ids = [f"{QUEUE}-{n}" for n in range(tasks)]
         later = await bench.value("SELECT clock_timestamp() + interval '1 hour'")
         if jobs:
             await create_jobs(bench, ids, later)
+        elif bash:  # a streamed tool's cost when nobody follows (ADR-0114)
+            model = bench.script("bash", [{"tool_calls": [BASH_CALL]}, {"text": "ok"}])
+            await bench.create(ids, QUEUE, model, tools=("Bash",), ready_at=later)
         else:
             await bench.create(ids, QUEUE, bench.ok_model, ready_at=later)
         created = "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname = %s"
@@ -170,13 +181,16 @@ async def measure(dsn: str, tasks: int, jobs: bool) -> None:
 
         await bench.until(ended, "the worker's sessions end", 60)
         after = await snapshot(bench)
-        report(after, before, tasks, "no-op jobs" if jobs else "one-shot tasks")
+        what = "no-op jobs" if jobs else "tasks running one Bash call" if bash else "one-shot tasks"
+        report(after, before, tasks, what)
 
 
 def main() -> None:
     arguments = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     arguments.add_argument("--tasks", type=int, default=1000)
-    arguments.add_argument("--jobs", action="store_true", help="plain no-op jobs, not agent tasks")
+    kind = arguments.add_mutually_exclusive_group()
+    kind.add_argument("--jobs", action="store_true", help="plain no-op jobs, not agent tasks")
+    kind.add_argument("--bash", action="store_true", help="agent tasks that run one Bash call")
     options = arguments.parse_args()
     settings = {
         "shared_preload_libraries": "pg_stat_statements",
@@ -188,7 +202,7 @@ def main() -> None:
         dsn = embedded.start()
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        asyncio.run(measure(dsn, options.tasks, options.jobs))
+        asyncio.run(measure(dsn, options.tasks, options.jobs, options.bash))
     finally:
         embedded.stop()
         shutil.rmtree(embedded.root, ignore_errors=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import unquote, urlsplit
 
 REDACTED = "[redacted]"
@@ -105,23 +105,15 @@ class Scrubber:
             else:
                 self.add(value)
 
-    def spans(self, text: str) -> list[tuple[int, int]]:
-        """Where in `text` what `__call__` removes lies, in order of start."""
-        patterns = [_KEY_FORMATS, _URL_PASSWORD, _CONNINFO_PASSWORD, self._secrets_pattern()]
-        found = [m.span() for p in patterns if p is not None for m in p.finditer(text)]
-        return sorted(found)
-
-    def _secrets_pattern(self) -> re.Pattern[str] | None:
-        if self._pattern is None and self.secrets:
-            longest_first = sorted(self.secrets, key=len, reverse=True)
-            self._pattern = re.compile("|".join(re.escape(s) for s in longest_first))
-        return self._pattern
-
     def __call__(self, text: str) -> str:
         text = scrub_key_formats(text)
         text = _CONNINFO_PASSWORD.sub(rf"\g<1>{REDACTED}", text)
-        pattern = self._secrets_pattern()
-        return text if pattern is None else pattern.sub(REDACTED, text)
+        if not self.secrets:
+            return text
+        if self._pattern is None:
+            longest_first = sorted(self.secrets, key=len, reverse=True)
+            self._pattern = re.compile("|".join(re.escape(s) for s in longest_first))
+        return self._pattern.sub(REDACTED, text)
 
 
 def scrub_key_formats(text: str) -> str:
@@ -165,44 +157,52 @@ class ScrubbingFilter(logging.Filter):
         return True
 
 
-# A secret of a known shape may still be arriving while its text ends in a run of
-# characters without a space (a key, a URL's password) or in `password =`: such a tail is
-# held back, up to this long (a longer run is no key; it is shown, scrubbed).
-MAX_HELD_RUN = 1024
-_OPEN_TAIL = re.compile(r"(?:password\s*=\s*)?\S*\Z", re.I)
+# A stream's text is scrubbed with what is held back of it (ScrubWindow): at most this
+# many characters are held, however long a word runs without a space.
+MAX_HELD_CHARS = 4096
+# The end of a text that may go on as a secret after a space: `password = ` of a libpq
+# string, whose value the next write brings.
+_OPEN_PASSWORD = re.compile(r"password\s*=?\s*$", re.I)
 
 
-class PieceScrubber:
-    """Scrubs text that arrives in pieces (a streamed reply) so that a secret split
-    across pieces is caught: each piece's last characters that could begin a secret (the
-    longest known secret's length less one, and a trailing run a key could be part of)
-    are held back until the next piece or `end`. What `feed` returns is safe to show."""
+class ScrubWindow:
+    """Scrubs a text that arrives in pieces (a command's output as it is written), so
+    that a secret split across two pieces is found whole: each piece is scrubbed with the
+    end of the one before, which was held back.
 
-    def __init__(self, scrub: Scrubber) -> None:
-        self._scrub = scrub
-        self._held = ""
+    What is held: the last word (secrets and keys have no space in them), with what a
+    secret found across the cut covers, and a `password =` that waits for its value.
+    `release` gives everything (the output ended)."""
 
-    def feed(self, piece: str) -> str:
-        text = self._held + piece
-        cut = self._safe_cut(text)
-        self._held = text[cut:]
-        return self._scrub(text[:cut]) if cut else ""
+    def __init__(self, scrub: Callable[[str], str]) -> None:
+        self.scrub = scrub
+        self.held = ""
 
-    def end(self) -> str:
-        """The text held back, scrubbed (the stream ended, or was declared void)."""
-        text, self._held = self._held, ""
-        return self._scrub(text) if text else ""
+    def take(self, piece: str, release: bool = False) -> str:
+        text = self.held + piece
+        cut = len(text) if release else self._cut(text)
+        self.held = text[cut:]
+        return self.scrub(text[:cut]) if cut else ""
 
-    def _safe_cut(self, text: str) -> int:
-        longest = max((len(secret) for secret in self._scrub.secrets), default=0)
-        cut = len(text) - max(longest - 1, 0)
-        window = max(len(text) - MAX_HELD_RUN, 0)
-        tail = _OPEN_TAIL.search(text, window)
-        if tail is not None and (tail.start() > window or window == 0):
-            cut = min(cut, tail.start())
-        cut = max(cut, 0)
-        # Never inside what the scrubber would remove: it is held whole, with what follows.
-        for start, end in reversed(self._scrub.spans(text)):
-            if start < cut < end:
-                cut = start
-        return cut
+    def _cut(self, text: str) -> int:
+        cut = _word_start(text)
+        if len(text) - cut > MAX_HELD_CHARS:  # a word too long to be held: scrubbed as is
+            return len(text)
+        whole = self.scrub(text)
+        while cut > 0:
+            head = text[:cut]
+            # A cut inside a secret scrubs differently from the whole; so does a cut
+            # after a `password =` (its value comes after it).
+            split = self.scrub(head) + self.scrub(text[cut:])
+            if split == whole and not _OPEN_PASSWORD.search(head):
+                return cut
+            cut = _word_start(head.rstrip())
+        return 0
+
+
+def _word_start(text: str) -> int:
+    """Where the last run of characters without a space in `text` starts."""
+    cut = len(text)
+    while cut > 0 and not text[cut - 1].isspace():
+        cut -= 1
+    return cut

@@ -6,7 +6,14 @@ import logging
 
 import pytest
 
-from noeta.redaction import REDACTED, Scrubber, ScrubbingFilter, is_secret_name
+from noeta.redaction import (
+    MAX_HELD_CHARS,
+    REDACTED,
+    Scrubber,
+    ScrubbingFilter,
+    ScrubWindow,
+    is_secret_name,
+)
 
 
 def test_passwords_in_urls_and_connection_strings_are_removed_whoever_wrote_them() -> None:
@@ -76,3 +83,33 @@ def test_every_kind_of_worker_secret_in_the_environment_is_scrubbed(
 )  # fmt: skip
 def test_one_list_says_which_variables_are_secrets(name: str, secret: bool) -> None:
     assert is_secret_name(name) is secret
+
+
+def pieces_through(window: ScrubWindow, pieces: list[str]) -> list[str]:
+    return [window.take(piece) for piece in pieces] + [window.take("", release=True)]
+
+
+def test_a_secret_split_across_pieces_is_found_whole() -> None:
+    scrub = Scrubber()
+    scrub.add("hunter2-supersecret")
+    pieces = ["step 1\n", "key is hunt", "er2-supersecret and sk-ant-", "A" * 24 + " done\n"]
+    given = pieces_through(ScrubWindow(scrub), pieces)
+    assert given[0] == "step 1\n"  # a finished line goes at once
+    assert given[1] == "key is "  # the word that may be a secret's start waits
+    assert "".join(given) == "step 1\nkey is [redacted] and [redacted] done\n"
+
+
+def test_a_password_waits_for_its_value_and_a_url_for_its_host() -> None:
+    given = pieces_through(
+        ScrubWindow(Scrubber()),
+        ["dsn: password = ", "pw-for-the-db x\n", "see https://u:pass", "word@host now\n"],
+    )
+    assert given[0] == "dsn: "
+    assert "".join(given) == "dsn: password = [redacted] x\nsee https://u:[redacted]@host now\n"
+
+
+def test_a_word_too_long_to_hold_goes_scrubbed_and_the_rest_at_release() -> None:
+    window = ScrubWindow(Scrubber())
+    assert window.take("x" * (MAX_HELD_CHARS + 10)) == "x" * (MAX_HELD_CHARS + 10)
+    assert window.take("tail") == ""
+    assert window.take("", release=True) == "tail"

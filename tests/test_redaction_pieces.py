@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from noeta.redaction import REDACTED, PieceScrubber, Scrubber
+from noeta.redaction import REDACTED, Scrubber, ScrubWindow
 
 SECRET = "hunter2-of-the-store-42"
 KEY = "sk-ant-" + "a1B2c3D4e5F6g7H8i9J0k1L2m3"
@@ -24,8 +24,8 @@ def scrubber() -> Scrubber:
 
 
 def shown(pieces: list[str]) -> str:
-    scrub = PieceScrubber(scrubber())
-    return "".join(scrub.feed(piece) for piece in pieces) + scrub.end()
+    scrub = ScrubWindow(scrubber())
+    return "".join(scrub.take(piece) for piece in pieces) + scrub.take("", release=True)
 
 
 @pytest.mark.parametrize("text", TEXTS)
@@ -44,12 +44,12 @@ def test_a_secret_in_pieces_of_a_few_characters_is_scrubbed(text: str) -> None:
 
 
 def test_what_is_held_back_comes_with_a_later_piece_or_the_end() -> None:
-    scrub = PieceScrubber(scrubber())
-    first = scrub.feed("Plain words and a half of hunter2-of")
+    scrub = ScrubWindow(scrubber())
+    first = scrub.take("Plain words and a half of hunter2-of")
     assert first.startswith("Plain words") and "hunter2" not in first
-    second = scrub.feed("-the-store-42 here, and then many more words that follow it.")
+    second = scrub.take("-the-store-42 here, and then many more words that follow it.")
     assert REDACTED in second and "hunter2" not in second
-    assert first + second + scrub.end() == scrubber()(
+    assert first + second + scrub.take("", release=True) == scrubber()(
         "Plain words and a half of hunter2-of-the-store-42 here, and then many more words"
         " that follow it."
     )

@@ -1,6 +1,7 @@
-"""`noeta tail --follow`'s live text: a model reply printed as it streams (ADR-0105),
-between the log's steps, with a line when the text so far is void (restarted) and when
-the reply is in the log (final)."""
+"""`noeta tail --follow`'s live text: a model reply printed as it streams (ADR-0105), and
+a command's output as it is written (ADR-0114), between the log's steps, with a line when
+the text so far is void (restarted), when the reply is in the log (final) and when a
+command's worker died under it (lost)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,22 @@ from collections.abc import AsyncIterator
 from typing import TextIO
 
 from noeta.cli.status_line import NoStatus
-from noeta.cli.text import STEP_INDENT, piece_scrubber
+from noeta.cli.text import STEP_INDENT, piece_scrubber, scrubbed
 from noeta.client.stream_items import (
     StreamFinal,
     StreamItem,
+    StreamLost,
     StreamRestarted,
     StreamText,
+    StreamToolOutput,
     void_words,
 )
+
+# A command's output is marked apart from a reply's text: `┊` its stdout, `┊!` stderr.
+OUTPUT_PREFIXES = {"stdout": "┊ ", "stderr": "┊! ", "truncated": "┊ "}
+# Control characters a command printed are shown, never played on the terminal (an
+# escape sequence could rewrite what the user sees); a \r (a progress bar) ends a line.
+_CONTROL = {code: f"\\x{code:02x}" for code in (*range(32), 127) if code not in (9, 10)}
 
 
 class ReplyPrinter:
@@ -29,7 +38,9 @@ class ReplyPrinter:
         self.out = out or sys.stdout
         self.shown = ""  # the reply's text taken so far (some held back: `_scrub`)
         self.mid_line = False
-        # Scrubbed on a carried-over window: a key split across two pieces is caught.
+        self.prefix = ""  # the prefix of the line open now
+        # A reply's text is scrubbed on the held-back window (ADR-0114, ADR-0115), as the
+        # worker scrubs a command's output: a key split across two pieces is caught.
         self._scrub = piece_scrubber()
 
     def break_line(self) -> None:
@@ -43,38 +54,56 @@ class ReplyPrinter:
     def take(self, item: StreamItem) -> None:
         match item:
             case StreamText(text=text):
-                self._write(self._scrub.feed(text))
+                self._write(self._scrub.take(text))
                 self.shown += text
+            case StreamToolOutput(stream=stream, text=text):
+                self._write(visible(text), OUTPUT_PREFIXES[stream])
+            case StreamLost(call_id=call_id, event_seq=seq):
+                self.break_line()
+                self._say(f"✗ {call_id}: its worker died while it ran; recorded as cut (seq {seq})")
             case StreamRestarted():
-                self._write(self._scrub.end())  # the void text, whole
+                self._write(self._scrub.take("", release=True))  # the void text, whole
                 self.break_line()
                 self._say(f"↺ {void_words(item)}")
                 self.shown = ""
             case StreamFinal(event_type="ModelReplied", text=text):
                 if text.startswith(self.shown):  # what the log has that was not shown
-                    self._write(self._scrub.feed(text[len(self.shown) :]) + self._scrub.end())
+                    self._write(self._scrub.take(text[len(self.shown) :], release=True))
                 else:  # text was lost on the way: the whole reply, from the log
-                    self._scrub.end()
+                    self._scrub.take("", release=True)
                     self.break_line()
-                    self._write(self._scrub.feed(text) + self._scrub.end())
+                    self._write(text)
                 self.break_line()
                 self.shown = ""
-            case StreamFinal():  # the call failed: its step says why
-                self._write(self._scrub.end())
+            case StreamFinal():  # a tool's result, or a failed call: its step says it
+                self._write(self._scrub.take("", release=True))
                 self.break_line()
                 self.shown = ""
 
     def _open(self, prefix: str) -> None:
         self.line.hold(True)
-        self.out.write(prefix)
+        self.out.write(STEP_INDENT + prefix)
         self.mid_line = True
+        self.prefix = prefix
 
-    def _write(self, text: str) -> None:
+    def _write(self, text: str, prefix: str = "▸ ") -> None:
         if not text:
             return
+        if self.mid_line and prefix != self.prefix:  # stdout after stderr: a line of its own
+            self.break_line()
         if not self.mid_line:
-            self._open(f"{STEP_INDENT}▸ ")
-        self.out.write(text.replace("\n", "\n" + STEP_INDENT + "  "))
+            self._open(prefix)
+        # A reply's text came through the window (`take`); a command's output was scrubbed
+        # on one by its worker (ADR-0114). Scrubbing again changes neither.
+        body, ended = scrubbed(text), text.endswith("\n")
+        indent = STEP_INDENT + (prefix if prefix != "▸ " else "  ")
+        self.out.write(body.removesuffix("\n").replace("\n", "\n" + indent))
+        if ended and prefix != "▸ ":
+            self.out.write("\n")
+            self.mid_line = False
+            self.line.hold(False)
+        elif ended:
+            self.out.write("\n" + indent)
         self.out.flush()
 
     def _say(self, words: str) -> None:
@@ -90,3 +119,9 @@ async def print_stream(items: AsyncIterator[StreamItem], printer: ReplyPrinter) 
         printer.take(item)
     with contextlib.suppress(ValueError):  # stdout closed under us
         printer.break_line()
+
+
+def visible(text: str) -> str:
+    """A command's output as a terminal may print it: control characters shown escaped,
+    a carriage return (alone or before a newline) a line end."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").translate(_CONTROL)

@@ -1,9 +1,11 @@
-"""What `AsyncClient.stream` yields (ADR-0105): a reply's text as it streams, and the
-markers that keep a reader honest across crashes: restarted, final, finished."""
+"""What `AsyncClient.stream` yields (ADR-0105, ADR-0114): a reply's text and a tool call's
+output as they stream, and the markers that keep a reader honest across crashes:
+restarted, final, lost, finished."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from noeta.core.ports.model import Text
 from noeta.core.ports.reply_streams import Cursor
@@ -17,6 +19,20 @@ class StreamText:
 
     text: str
     block: int
+    cursor: Cursor
+
+
+@dataclass(frozen=True, slots=True)
+class StreamToolOutput:
+    """More of a tool call's output as it is written (Bash's, ADR-0114): `stream` says
+    whether it is `stdout` or `stderr`; `truncated` (text: a note) once the output passed
+    the bound of the stored result: no more of it streams, the result keeps its end.
+    `call_id` is the model's id of the call, `call_seq` the seq of its ToolStarted."""
+
+    call_id: str
+    call_seq: int
+    stream: Literal["stdout", "stderr", "truncated"]
+    text: str
     cursor: Cursor
 
 
@@ -36,11 +52,25 @@ class StreamRestarted:
 @dataclass(frozen=True, slots=True)
 class StreamFinal:
     """The call's outcome is in the log as event `event_seq`: `ModelReplied`, whose text
-    (its text blocks joined) is `text`, or `ModelFailed` (text "")."""
+    (its text blocks joined) is `text`, or `ModelFailed` (text ""); for a tool call
+    (`call_id` set), `ToolFinished`, whose `text` is the result the model read."""
 
     event_seq: int
     event_type: str
     text: str
+    cursor: Cursor
+    call_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLost:
+    """A tool call's worker died while it ran, and the call is not safe to run again: the
+    log records it as cut, its outcome unknown (`ToolFinished` at `event_seq`). The
+    output shown is all there is of it; none comes again as new."""
+
+    call_id: str
+    call_seq: int
+    event_seq: int
     cursor: Cursor
 
 
@@ -51,7 +81,9 @@ class StreamFinished:
     status: str
 
 
-StreamItem = StreamText | StreamRestarted | StreamFinal | StreamFinished
+StreamItem = (
+    StreamText | StreamToolOutput | StreamRestarted | StreamFinal | StreamLost | StreamFinished
+)
 
 
 def void_words(marker: StreamRestarted) -> str:

@@ -9,16 +9,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
 
+from noeta.client.job_streams import JobLane, JobRows
 from noeta.client.stream_items import (
-    StreamFinal,
     StreamFinished,
     StreamItem,
     StreamRestarted,
     StreamText,
-    reply_text,
+    StreamToolOutput,
 )
+from noeta.client.stream_outcomes import Outcome, outcome_in
 from noeta.core.errors import StoreError, UnknownTask
 from noeta.core.ports.reply_streams import (
     FOLLOW_RENEW_SECONDS,
@@ -27,7 +27,6 @@ from noeta.core.ports.reply_streams import (
     ReplyStreams,
 )
 from noeta.core.ports.store import Store
-from noeta.core.rules import events
 
 log = logging.getLogger(__name__)
 
@@ -40,20 +39,10 @@ READ_LIMIT = 1000  # rows a read brings at most; the next read brings the rest
 FINISHED = ("done", "failed", "cancelled")
 LISTENING_AGAIN = "*"  # what announcements yield when listening (re)starts
 FINAL_SEQ = 2**31 - 1  # a final's cursor: after every row of its stream
-# The kinds of rows a reader turns into items; a row of another kind (a tool's output,
-# which a later release may write) is passed over, its text never taken for the reply's.
-READ_KINDS = frozenset({"text", "final"})
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How the call at a ModelCalled's seq ended, from the log: its reply or failure
-    (`event_seq`), or the call sent again (`next_call`); None of these: not yet."""
-
-    event_seq: int = 0
-    event_type: str = ""
-    text: str = ""
-    next_call: int = 0
+# The kinds of rows a reader turns into items; a row of another kind (a tool call's
+# arguments, which a later release may write) is passed over, its text never taken for
+# the reply's, nor its offsets for a gap.
+READ_KINDS = frozenset({"text", "final", "stdout", "stderr", "truncated"})
 
 
 class TaskFeed:
@@ -73,6 +62,7 @@ class TaskFeed:
         self._past: dict[int, float] = {}
         self._followed_at = -FOLLOW_RENEW_SECONDS  # call seq -> the last seq its log was read at
         self._running: asyncio.Task[None] | None = None
+        self.jobs = JobRows()  # the background jobs' lane (ADR-0114)
 
     def start(self) -> None:
         if self._running is None:
@@ -101,23 +91,18 @@ class TaskFeed:
         known = self._outcomes.get(call_seq)
         if known is not None or self._undecided.get(call_seq) == self.last_seq:
             return known
-        for stored in await self.store.read_log(self.task_id, call_seq):
-            if stored.type in ("ModelReplied", "ModelFailed"):
-                event = events.decode(stored.type, stored.data)
-                known = Outcome(stored.seq, stored.type, reply_text(event))
-                break
-            if stored.type == "ModelCalled":
-                known = Outcome(next_call=stored.seq)
-                break
+        known = outcome_in(await self.store.read_log(self.task_id, call_seq - 1), call_seq)
         if known is not None:
             self._outcomes[call_seq] = known
         else:
             self._undecided[call_seq] = self.last_seq
         return known
 
-    async def reply_at(self, event_seq: int, call_seq: int) -> Outcome:
+    async def reply_at(self, event_seq: int, call_seq: int, call_id: str = "") -> Outcome:
         found = await self.outcome(call_seq)
-        return found if found is not None and found.event_seq == event_seq else Outcome(event_seq)
+        if found is not None and found.event_seq == event_seq:
+            return found
+        return Outcome(event_seq, call_id=call_id)
 
     async def _run(self) -> None:
         notices = asyncio.Event()
@@ -145,7 +130,9 @@ class TaskFeed:
 
     async def _read(self) -> None:
         try:
-            read = await self.port.read_chunks(self.task_id, self._cursor, READ_LIMIT)
+            at, (epoch, seq) = self._cursor, self.jobs.position
+            after = Cursor(at.call_seq, at.attempt, at.seq, epoch, seq)
+            read = await self.port.read_chunks(self.task_id, after, READ_LIMIT)
         except StoreError as error:
             log.debug("task %s: stream not read (%s); again", self.task_id, error)
             return
@@ -154,13 +141,16 @@ class TaskFeed:
                 return
             self.status, self.last_seq = read.status, read.last_seq
             self.version += 1
-            if read.chunks:
-                newest = read.chunks[-1]
-                stream = (newest.call_seq, newest.attempt)
+            self.jobs.add([row for row in read.chunks if row.of_a_job])
+            calls = [row for row in read.chunks if not row.of_a_job]
+            if calls:
+                # Rows of streams before this read's are dropped (readers of this feed
+                # are past them, or are told from the log); this read's are all kept: a
+                # tool's last output and final come as the next model call starts.
+                stream = (calls[0].call_seq, calls[0].attempt)
                 kept = [row for row in self.rows if (row.call_seq, row.attempt) >= stream]
-                fresh = [row for row in read.chunks if (row.call_seq, row.attempt) >= stream]
-                self.rows = kept + fresh if kept or fresh else []
-                self._cursor = newest.cursor
+                self.rows = kept + calls
+                self._cursor = calls[-1].cursor
             self._changed.notify_all()
 
 
@@ -169,7 +159,8 @@ class StreamReader:
 
     def __init__(self, feed: TaskFeed, after: Cursor | None) -> None:
         self.feed = feed
-        self.cursor = after or Cursor()
+        self.cursor = after.calls if after is not None else Cursor()
+        self.jobs = JobLane(after)
         self.open: tuple[int, int] | None = None  # the stream whose text is being shown
         self.lengths: dict[int, int] = {}
         self.ended: set[int] = set()  # calls whose outcome was given
@@ -187,6 +178,12 @@ class StreamReader:
                 raise UnknownTask(feed.task_id)
             for row in [row for row in feed.rows if row.cursor > self.cursor]:
                 async for item in self._take(row):
+                    yield item
+            for item in self.jobs.take(feed.jobs, self.cursor):
+                yield item
+            if self.jobs.running:
+                await feed.jobs.read_ends(feed.store, feed.task_id, feed.last_seq)
+                for item in self.jobs.settle(feed.jobs, self.cursor):
                     yield item
             timeout = None
             if self.open is not None and feed.last_seq > self.open[0]:
@@ -224,9 +221,8 @@ class StreamReader:
             self.ended.add(row.call_seq)
             self.open = None
             self.cursor = Cursor(row.call_seq, row.attempt, FINAL_SEQ)
-            outcome = await self.feed.reply_at(int(row.data), row.call_seq)
-            yield StreamFinal(outcome.event_seq, outcome.event_type or "ModelReplied",
-                              outcome.text, self.cursor)  # fmt: skip
+            outcome = await self.feed.reply_at(int(row.data), row.call_seq, row.call_id)
+            yield outcome.item(self.jobs.mark(self.cursor), row.call_seq)
             return
         if self.open is None:
             self.open, self.lengths = key, {}
@@ -236,12 +232,17 @@ class StreamReader:
             # Resuming after the marker gives this row's text: its cursor is the row's
             # previous one (the next row after it joins: no marker again).
             before = Cursor(row.call_seq, row.attempt, row.seq - 1)
-            yield StreamRestarted(row.call_seq, row.attempt, True, before)
+            yield StreamRestarted(row.call_seq, row.attempt, True, self.jobs.mark(before))
         elif row.char_offset < length:  # written twice: only what is new
             text = text[length - row.char_offset :]
         self.lengths[row.block] = row.char_offset + len(row.data)
-        if text:
-            yield StreamText(text, row.block, row.cursor)
+        if not text:
+            return
+        if row.kind == "text":
+            yield StreamText(text, row.block, self.jobs.mark(row.cursor))
+        elif row.kind in ("stdout", "stderr", "truncated"):
+            at = self.jobs.mark(row.cursor)
+            yield StreamToolOutput(row.call_id, row.call_seq, row.kind, text, at)
 
     def _lengths_at_cursor(self) -> dict[int, int]:
         """Each block's length at the cursor of a reader come back, from the rows up to
@@ -265,15 +266,16 @@ class StreamReader:
             self.ended.add(call_seq)
             self.open = None
             self.cursor = max(self.cursor, Cursor(call_seq, attempt, FINAL_SEQ))
-            yield StreamFinal(outcome.event_seq, outcome.event_type, outcome.text, self.cursor)
+            yield outcome.item(self.jobs.mark(self.cursor), call_seq)
         elif next_row is not None:
             self.open, self.lengths = None, {}
-            yield StreamRestarted(next_row.call_seq, next_row.attempt, False, self.cursor)
+            at = self.jobs.mark(self.cursor)
+            yield StreamRestarted(next_row.call_seq, next_row.attempt, False, at)
         elif outcome is not None:  # sent again: its rows will come, after the marker
             self.ended.add(call_seq)
             self.open, self.lengths = None, {}
             self.cursor = Cursor(outcome.next_call)
-            yield StreamRestarted(outcome.next_call, 1, False, self.cursor)
+            yield StreamRestarted(outcome.next_call, 1, False, self.jobs.mark(self.cursor))
 
 
 class Feeds:

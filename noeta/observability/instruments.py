@@ -42,6 +42,9 @@ class Instruments:
             metrics.MODEL_THROTTLED: meter.create_counter(
                 metrics.MODEL_THROTTLED, "{response}", "Model calls the provider answered 429"
             ),
+            metrics.MODEL_BUDGET_REFUSED: meter.create_counter(
+                metrics.MODEL_BUDGET_REFUSED, "{call}", "Model calls a budget refused, not sent"
+            ),
             metrics.MODEL_COST: meter.create_counter(
                 metrics.MODEL_COST, "USD", "What model replies cost, at the worker's prices"
             ),

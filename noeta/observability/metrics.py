@@ -32,6 +32,7 @@ COMMIT_UNKNOWNS = "noeta.commit_unknowns"
 JOBS_LOST = "noeta.jobs.lost"
 MODEL_THROTTLED = "noeta.model.throttled"
 MODEL_BUDGET_WAIT = "noeta.model.budget_wait"
+MODEL_BUDGET_REFUSED = "noeta.model.budget_refused"
 MODEL_DURATION = "gen_ai.client.operation.duration"
 TOKEN_USAGE = "gen_ai.client.token.usage"
 MODEL_COST = "noeta.model.cost"  # USD, at the worker's prices (noeta.yaml's `prices:`)
@@ -167,6 +168,16 @@ def model_budget_wait(provider: str, model: str, limit: str, seconds: float) -> 
     if (sink := _on.sink) is not None:
         attributes = {**_chat(provider, model), names.MODEL_LIMIT: limit}
         sink.record(MODEL_BUDGET_WAIT, seconds, attributes)
+
+
+def model_budget_refused(provider: str, model: str, budget: str, fleet: str) -> None:
+    """A model call a budget refused, recorded and not sent: `budget` is "tokens" or
+    "cost" (the task's own) or "fleet" (`fleet` names it, ADR-0110)."""
+    if (sink := _on.sink) is not None:
+        attributes = {**_chat(provider, model), names.BUDGET: budget}
+        if fleet:
+            attributes[names.FLEET_BUDGET] = fleet
+        sink.add(MODEL_BUDGET_REFUSED, 1, attributes)
 
 
 def tool_call(seconds: float, name: str, error_type: str) -> None:

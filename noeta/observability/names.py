@@ -40,6 +40,8 @@ STORE_OPERATION = "noeta.store.operation"
 QUEUE = "noeta.queue"
 CONCURRENCY_KEY = "noeta.concurrency_key"
 MODEL_LIMIT = "noeta.model_limit"  # the shared limit a task waited for
+BUDGET = "noeta.budget"  # the budget that refused a call: tokens, cost or fleet
+FLEET_BUDGET = "noeta.fleet_budget"  # a fleet budget's queue[/key] and period
 
 ATTEMPT_SPAN = "noeta.attempt"
 TURN_SPAN = "noeta.turn"

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from noeta.core.errors import ConfigError
+from noeta.core.ports.fleet_budgets import BUDGET_HEADINGS, budget_cells
 from noeta.core.ports.model_limits import LIMIT_HEADINGS, limit_cells
 from noeta.core.ports.queue_settings import QueueActivity, QueueOverview, queue_settings_store
 from noeta.core.ports.store import check_key
@@ -132,7 +133,21 @@ async def limits_page(site: Site, request: Request) -> HTMLResponse:
         "refusals under it; a Retry-After pauses the limit for every worker until then. "
         "The same figures as noeta limit list."
     )
-    body = f'<div id="figures">{shown}</div><p class="muted">{h(note)}</p>'
+    budgets = await limiter.fleet_budgets()
+    if budgets:
+        cells = [[h(cell) for cell in budget_cells(each, now)] for each in budgets]
+        spending = table(BUDGET_HEADINGS, cells, css="limits")
+    else:
+        spending = '<p class="muted">no fleet budgets: <code>noeta budget set</code> adds one</p>'
+    about = (
+        "What each queue, or one concurrency key of it, may spend on model calls per "
+        "calendar hour, day or month (UTC), what the current period has spent, the calls "
+        "it let through and those it refused (not sent). The same as noeta budget list."
+    )
+    body = (
+        f'<div id="figures">{shown}<h2>fleet budgets</h2>{spending}</div>'
+        f'<p class="muted">{h(note)}</p><p class="muted">{h(about)}</p>'
+    )
     return HTMLResponse(page("Model limits", body, status_line=_clock(now), live=_REFRESH))
 
 

@@ -2,8 +2,8 @@
 stream follows the task's reply stream as `tail --follow` does, through the client's
 shared feeds (one follow, one LISTEN and one read per notice for every page of a task in
 this process), and sends each item as a `reply` event that live.js places. The text is
-scrubbed on a carried-over window and travels as JSON text: the page sets it as text,
-never as HTML. A page nobody opens follows nothing."""
+scrubbed on the held-back window (ADR-0114, ADR-0115) and travels as JSON text: the page
+sets it as text, never as HTML. A page nobody opens follows nothing."""
 
 from __future__ import annotations
 
@@ -40,13 +40,13 @@ class PageReply:
         # output, issue 34 item 2) is left out here, and live.js ignores unknown kinds.
         match item:
             case StreamText(text=text):
-                shown = self._scrub.feed(text)
+                shown = self._scrub.take(text)
                 return _reply("text", text=shown) if shown else None
             case StreamRestarted():
-                void = self._scrub.end()  # the rest of the void text, then the marker
+                void = self._scrub.take("", release=True)  # the rest of the void text
                 return _reply("restarted", text=void, words=f"↺ {void_words(item)}")
             case StreamFinal(event_seq=seq, event_type=kind, text=text):
-                self._scrub.end()  # the log's whole reply replaces what was held
+                self._scrub.take("", release=True)  # the log's whole reply replaces it
                 stored = scrubbed(text) if kind == "ModelReplied" else ""
                 return _reply("final", seq=seq, text=stored)
             case _:

@@ -14,6 +14,8 @@ from noeta.core.errors import StoreError
 from noeta.core.ports.store import Claim, ClaimKey, Delivery, Store
 from noeta.core.ports.tool import BackgroundJob
 from noeta.core.retry import NO_JITTER, GaveUp, backoff_seconds, with_retries
+from noeta.core.runner.reply_streams import StreamWriter
+from noeta.core.runner.tool_streams import open_job_stream
 from noeta.plugins.core.bash import run_job
 
 log = logging.getLogger("noeta.worker.jobs")
@@ -28,9 +30,15 @@ def _delivery_backoff(attempt: int, error: StoreError) -> float:
 
 
 class JobManager:
-    def __init__(self, store: Store, on_result: Callable[[Claim], None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        on_result: Callable[[Claim], None],
+        streams: StreamWriter | None = None,
+    ) -> None:
         self.store = store
         self.on_result = on_result  # called with the claim once a result is delivered
+        self.streams = streams  # where a job's output streams to its task's readers
         self._jobs: dict[ClaimKey, dict[str, asyncio.Task[None]]] = {}
 
     def start(self, claim: Claim, job_id: str, job: BackgroundJob) -> None:
@@ -65,7 +73,15 @@ class JobManager:
 
     async def _run(self, claim: Claim, job_id: str, job: BackgroundJob) -> None:
         task_id = claim.task_id
-        finished = await run_job(job, OUTPUT_CAP_CHARS)
+        stream = open_job_stream(self.streams, task_id, claim.epoch, job_id)
+        try:
+            finished = await run_job(job, OUTPUT_CAP_CHARS, stream.output if stream else None)
+        except BaseException:
+            if stream is not None:
+                stream.abandon()  # stopped with its claim: nothing more is written
+            raise
+        if stream is not None:
+            stream.end()
         result = {
             "kind": "job",
             "job_id": job_id,

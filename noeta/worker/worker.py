@@ -67,7 +67,7 @@ class Worker(ContinuingClaims):
         # Each loop's last turn, for /livez (`--health`); kept whether or not it is served.
         self.liveness = liveness or Liveness()
         self.renewer = Renewer(store, settings.lease_seconds, self._lost, liveness=self.liveness)
-        self.jobs = JobManager(store, self._resume_holding)
+        self.jobs = JobManager(store, self._resume_holding, runner.streams)
         runner.jobs = self.jobs
         self.running: dict[ClaimKey, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
         # Claims waiting while their task holds them (a background job of theirs runs here).

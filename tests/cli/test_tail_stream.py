@@ -7,12 +7,15 @@ import asyncio
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from noeta.core.ports.reply_streams import Chunk, Cursor
 from noeta.core.ports.store import Store
 from noeta.core.runner.task import TaskRunner
+from noeta.plugins.core import Bash
 from noeta.testing.fake_providers import FakeAnthropic, Reply
 from tests.client.test_stream import LONG_TEXT, created, provider, run_task, store, streams_of
+from tests.client.test_tool_output_stream import Run
 
 __all__ = ["store"]  # the fixture, shared
 
@@ -118,3 +121,25 @@ async def test_tail_follow_scrubs_a_secret_split_across_two_chunks(
     text = printed.decode()
     assert "value is [redacted] and that is all." in text
     assert HALF not in text and SECRET not in text
+
+
+async def test_tail_follow_prints_a_commands_output_as_it_is_written(
+    postgres_url: str, store: Store, tmp_path: Path
+) -> None:
+    run = Run(store, tmp_path, "tailed-bash", Bash())
+    command = r"echo step one; printf 'oops \033[2J\n' >&2; read word < gate; echo step two"
+    running = await run.start(command)
+    tail = following("tailed-bash", postgres_url)
+    try:
+        early = await asyncio.to_thread(read_until, tail, "┊ step one\n".encode())
+        assert b"ToolFinished" not in early and not running.done()  # the command waits
+        await run.open_gate()
+        await asyncio.wait_for(running, 60)
+        rest, errors = await asyncio.to_thread(tail.communicate, timeout=60)
+    finally:
+        killed(tail)
+    printed = (early + rest).decode()
+    assert tail.returncode == 0 and errors == b""
+    # Told apart from reply text and from each other; the escape shown, never played.
+    assert "┊! oops \\x1b[2J\n" in printed and "\x1b" not in printed
+    assert "┊ step two\n" in printed and "finished: done" in printed

@@ -136,3 +136,24 @@ async def test_running_per_queue_and_key_and_waiting_for_a_slot(
     assert running == {("default", None): 0, ("batch", None): 1, ("batch", "t1"): 1}
     waiting = {p.attributes["noeta.queue"]: p.value for p in found["noeta.queue.waiting_for_slot"]}
     assert waiting == {"default": 0, "batch": 1}
+
+
+async def test_a_call_a_budget_refused_is_counted_once_with_the_budget(
+    store: Store, tmp_path: Path, reader: InMemoryMetricReader
+) -> None:
+    """A task whose own token budget cannot cover its first request: the call is not
+    sent, the refusal is in the log, and the counter says which budget refused it."""
+    script = tmp_path / "t.yaml"
+    script.write_text(json.dumps({"replies": [{"text": "never sent"}]}))
+    created = events.TaskCreated(model=f"scripted:{script}", prompt="go", budget_tokens=1)
+    await store.create_task(NewTask("t", [NewEvent(*events.encode(created))]))
+    claim = await store.claim("w", ["default"], 60)
+    assert claim is not None
+    await TaskRunner(store, ProviderRegistry()).run(claim)
+
+    assert [e.type for e in await store.read_log("t")][-2:] == ["BudgetExceeded", "TaskFinished"]
+    (refused,) = points(reader)["noeta.model.budget_refused"]
+    assert refused.value == 1
+    assert refused.attributes["noeta.budget"] == "tokens"
+    assert refused.attributes["gen_ai.provider.name"] == "scripted"
+    assert "noeta.fleet_budget" not in refused.attributes

@@ -8,12 +8,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import timedelta
+from decimal import Decimal
 
 import psycopg
 import pytest
 from starlette.testclient import TestClient
 
 from noeta.client.job_tasks import JOB_CALL_ID
+from noeta.core.ports.fleet_budgets import FleetBudget
 from noeta.core.ports.queue_settings import QueueActivity, QueueChange, queue_settings_store
 from noeta.core.ports.store import Finish, NewEvent, NewTask, Store, TaskStatus
 from noeta.core.rules import events
@@ -134,6 +136,22 @@ async def test_the_limits_page_shows_what_noeta_limit_list_shows(
     shown = re.findall(r"<td>(.*?)</td>", row.group(1))
     assert shown[:7] == ["anthropic/claude-x", "600", "90,000", "0", "0", "0.0 s", "1"]
     assert re.fullmatch(r"\d\d:\d\d:\d\d", shown[7]), shown  # paused by the 429
+
+
+async def test_the_limits_page_shows_the_fleet_budgets_as_noeta_budget_list_does(
+    store: Store, web: Callable[..., TestClient]
+) -> None:
+    http = web()
+    assert "no fleet budgets" in http.get("/limits").text
+    limiter = store.capabilities.model_limits
+    assert limiter is not None
+    await limiter.set_fleet_budget(FleetBudget("research", "acme", "day", Decimal("20.00")))
+    page = http.get("/limits").text
+    budgets = page.split("<h2>fleet budgets</h2>", 1)[1]
+    row = re.search(r"<tbody><tr>(.*?)</tr>", budgets)
+    assert row is not None, budgets
+    shown = re.findall(r"<td>(.*?)</td>", row.group(1))
+    assert shown == ["research/acme", "day", "$20.00", "$0.000000", "0", "0"]
 
 
 async def test_a_jobs_page_reads_as_a_job_not_as_a_model_task(

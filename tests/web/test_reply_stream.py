@@ -1,6 +1,6 @@
 """A running task's live stream carries the model's reply as it streams (issue 34): its
 text in `reply` events, escaped by being text (a `<script>` in a delta arrives as the
-characters it is), scrubbed on a carried-over window (a secret split across two chunks
+characters it is), scrubbed on the held-back window (a secret split across two chunks
 never shows, even half), then the final with the log's reply. In process, on one store:
 the chunks written through the store's port as a worker's stream writer writes them."""
 

@@ -86,9 +86,10 @@ async def test_a_fleet_slows_to_the_shared_limit_and_no_task_fails(
         fleet = await run_fleet(store, postgres_url, provider, workers, ids)
     throttled = [t for t, status in provider.arrivals if status == 429]
     assert len(throttled) <= 3, throttled
-    # The store's clock: each ModelCalled is recorded at or after the slot its budget
-    # gave it, and the slots are 100 ms apart from the first call's (ADR-0075's GCRA,
-    # no burst), so the k-th call is recorded at least (k-1) x 100 ms after the first.
+    # The store's clock: each ModelCalled is recorded at the moment its call was weighed,
+    # at or after the slot its budget gave it, and the slots are 100 ms apart from the
+    # first call's (ADR-0075's GCRA, no burst; weighed once the limit rows are held, 0033),
+    # so the k-th call is recorded at least k x 100 ms after the first.
     # The wire cannot show this on a loaded machine: a worker whose loop stalled sends
     # the calls it was allowed late, all at once. A fleet that ignored the limit records
     # a dozen calls in its first 100 ms.

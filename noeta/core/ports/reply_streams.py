@@ -8,7 +8,9 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-ChunkKind = Literal["text", "final"]
+# A reply's `text`; a tool call's `stdout` and `stderr` and, once its output passed the
+# stored result's bound, `truncated` (ADR-0114); the `final` of either.
+ChunkKind = Literal["text", "final", "stdout", "stderr", "truncated"]
 
 # How long a reader's follow holds without being renewed, and how often it is renewed.
 FOLLOW_SECONDS = 60.0
@@ -23,23 +25,40 @@ class Cursor:
     call_seq: int = 0
     attempt: int = 0
     seq: int = 0
+    # Where the reader is in the output of the task's background jobs (ADR-0114): a lane
+    # of its own, rows keyed (0, the claim's epoch, n), since jobs run beside the calls.
+    job_epoch: int = 0
+    job_seq: int = 0
 
     def __str__(self) -> str:
-        return f"{self.call_seq}.{self.attempt}.{self.seq}"
+        calls = f"{self.call_seq}.{self.attempt}.{self.seq}"
+        return f"{calls}.{self.job_epoch}.{self.job_seq}" if self.job_epoch else calls
 
     @classmethod
     def parse(cls, text: str) -> Cursor:
         """The form `str` gives; ValueError saying what it wants otherwise."""
         parts = text.split(".")
-        if len(parts) != 3 or not all(part.isdigit() for part in parts):
-            raise ValueError(f"a stream cursor is three numbers a.b.c, not {text[:40]!r}")
-        return cls(int(parts[0]), int(parts[1]), int(parts[2]))
+        if len(parts) not in (3, 5) or not all(part.isdigit() for part in parts):
+            wants = "three numbers a.b.c (or five, a.b.c.d.e, with background jobs)"
+            raise ValueError(f"a stream cursor is {wants}, not {text[:40]!r}")
+        return cls(*(int(part) for part in parts))
+
+    @property
+    def calls(self) -> Cursor:
+        """The place in the calls' streams alone."""
+        return Cursor(self.call_seq, self.attempt, self.seq)
+
+    @property
+    def jobs(self) -> tuple[int, int]:
+        return (self.job_epoch, self.job_seq)
 
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """One row of a stream. `text`: more of block `block`, whose length before it was
-    `char_offset`. `final`: the reply is in the log; `data` is its event's seq."""
+    `char_offset`. `stdout`/`stderr`: the same for a tool call's output (block 0 and 1),
+    `call_id` naming the call. `final`: the reply or result is in the log; `data` is its
+    event's seq."""
 
     call_seq: int
     attempt: int
@@ -48,10 +67,16 @@ class Chunk:
     block: int
     char_offset: int
     data: str
+    call_id: str = ""  # a tool call's id; "" for a reply's stream
 
     @property
     def cursor(self) -> Cursor:
         return Cursor(self.call_seq, self.attempt, self.seq)
+
+    @property
+    def of_a_job(self) -> bool:
+        """A background job's output: the jobs' lane, (0, epoch, n)."""
+        return self.call_seq == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +105,9 @@ class ReplyStreams(Protocol):
         worker's, a retried attempt's)."""
         ...
 
-    async def remove_text(self, task_id: str, call_seq: int) -> None:
-        """The call's outcome is in the log: its text rows go (a final row stays)."""
+    async def remove_text(self, task_id: str, call_seq: int, call_id: str = "") -> None:
+        """The call's outcome is in the log: its text rows go (a final row stays). A
+        job's (call seq 0): the rows of job `call_id`."""
         ...
 
     async def follow(self, task_id: str) -> None:
@@ -94,7 +120,8 @@ class ReplyStreams(Protocol):
         ...
 
     async def read_chunks(self, task_id: str, after: Cursor, limit: int) -> ChunksRead:
-        """The task's status and last seq, and up to `limit` rows after the cursor."""
+        """The task's status and last seq, and up to `limit` rows after the cursor in the
+        calls' streams, then up to `limit` after it in the jobs' lane."""
         ...
 
     def announcements(self, task_id: str) -> AsyncGenerator[str, None]:

@@ -7,10 +7,10 @@ did (`recover`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from noeta.core.ports.model import ToolSpec
 from noeta.core.ports.payload import JSONValue
@@ -34,6 +34,12 @@ class ToolFlags:
     max_attempts: int | None = None
 
 
+# What a tool's output hook hears: more of its stdout or stderr, as it is written, or
+# that the output passed the bound of the stored result (nothing more comes).
+OutputName = Literal["stdout", "stderr", "truncated"]
+OutputHook = Callable[[OutputName, str], None]
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     task_id: str
@@ -45,6 +51,10 @@ class ToolContext:
     # A plain job's attempt, counted from its log (1 for the first); 0: not a job's call,
     # so a failure the tool retries is retried within the call, not through the queue.
     attempt: int = 0
+    # A tool's output as it is written (ADR-0114): `on_output("stdout", text)` streams it
+    # to the task's readers, if any (then "truncated" once past the result's bound). It
+    # keeps the text and returns (any thread); None: this call does not stream.
+    on_output: OutputHook | None = field(default=None, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:

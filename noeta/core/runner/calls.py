@@ -23,6 +23,7 @@ from noeta.core.ports.store import Finish, LateResult, TaskStatus
 from noeta.core.ports.tool import (
     MAX_ATTEMPTS,
     OUTCOME_UNKNOWN,
+    OutputHook,
     RecoverableTool,
     Tool,
     ToolContext,
@@ -44,6 +45,7 @@ from noeta.core.rules.tool_input import input_problem
 from noeta.core.runner import attempts, cancelling, children, grace, late_results
 from noeta.core.runner.cancelling import CancelledWhileRunning
 from noeta.core.runner.context import RunContext
+from noeta.core.runner.tool_streams import open_tool_stream
 from noeta.observability.tracing import Step
 
 log = logging.getLogger(__name__)
@@ -99,18 +101,25 @@ async def run_started_by_claim(run: RunContext, call: ToolCall) -> None:
 async def _run_started(run: RunContext, tool: Tool, call: ToolCall, step: Step) -> bool:
     """Run a call whose start is in the log and record its result; False if a cancel
     finished the task meanwhile."""
-    await failpoints.hit("tool.after_started")
-    output, cancelled = await cancelling.run_unless_cancelled(
-        run, tool, call, _context(run, call), _execute
-    )
-    await failpoints.hit("tool.before_finished")
-    if cancelled is not None:
-        await _record_cancelled(run, call, output, cancelled)
-        step.finished(output.content, output.is_error)
-        return False
-    await _record_or_keep(run, call, output)
+    # Its output streams to the task's readers (ADR-0114), keyed by its ToolStarted.
+    stream = open_tool_stream(run.streams, run.task_id, run.state.last_seq, call.id)
+    try:
+        await failpoints.hit("tool.after_started")
+        ctx = _context(run, call, stream.output if stream is not None else None)
+        output, cancelled = await cancelling.run_unless_cancelled(run, tool, call, ctx, _execute)
+        await failpoints.hit("tool.before_finished")
+        result_seq = run.state.last_seq + 1  # the first of the append that records it
+        if cancelled is not None:
+            await _record_cancelled(run, call, output, cancelled)
+        else:
+            await _record_or_keep(run, call, output)
+        if stream is not None:
+            stream.landed(result_seq)
+    finally:
+        if stream is not None:
+            stream.abandon()  # a no-op once it landed: then only the claim's loss is left
     step.finished(output.content, output.is_error)
-    return True
+    return cancelled is None
 
 
 async def _record_or_keep(
@@ -278,7 +287,7 @@ def _launch_refusal(run: RunContext, tool: Tool, call: ToolCall) -> str:
     return ""
 
 
-def _context(run: RunContext, call: ToolCall) -> ToolContext:
+def _context(run: RunContext, call: ToolCall, on_output: OutputHook | None = None) -> ToolContext:
     tool = run.tools.get(call.name)
     child = ""
     if tool is not None and tool.flags.launches_subtasks:
@@ -288,7 +297,7 @@ def _context(run: RunContext, call: ToolCall) -> ToolContext:
         except ValueError:
             child = ""  # refused before it runs (_launch_refusal)
     attempt = run.state.attempts if run.state.job else 0  # a job's, counted in its log
-    return ToolContext(run.task_id, call.id, run.workspace, child, attempt)
+    return ToolContext(run.task_id, call.id, run.workspace, child, attempt, on_output)
 
 
 def _max_starts(tool: Tool) -> int:

@@ -16,6 +16,7 @@ from noeta.core.retry import Sleep
 from noeta.core.rules.events import Event
 from noeta.core.rules.gates import Gate
 from noeta.core.rules.task_state import TaskState
+from noeta.core.runner.reply_streams import StreamWriter
 from noeta.observability import tracing
 
 
@@ -55,6 +56,11 @@ class RunContext(Protocol):
     @property
     def jobs(self) -> Jobs | None:
         """The worker's background jobs; None: a job cannot be started here."""
+        ...
+
+    @property
+    def streams(self) -> StreamWriter | None:
+        """Where a call's output streams for the task's readers (ADR-0114); None: nowhere."""
         ...
 
     @property

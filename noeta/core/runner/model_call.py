@@ -69,7 +69,7 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
     estimate = estimate_tokens(body)
     refused = task_budget.refusal(run.state, estimate)
     if refused is not None:  # not sent: the refusal, and the end or the question
-        await _refuse(run, refused)
+        await _refuse(run, refused, provider.name, model_name)
         return
     # Within the shared limits and fleet budgets, the append that records the call takes
     # them, or hands the task back (ModelBudgetWait ends the claim), or is refused by a
@@ -81,11 +81,14 @@ async def call_model(run: ModelCallContext, *, keep_claim: bool = False) -> None
     try:
         await _call(run, provider, model_name, request, body, estimate, budget)
     except FleetBudgetExceeded as exceeded:  # not sent, as for the task's own budget
-        await _refuse(run, task_budget.fleet_refusal(exceeded, estimate))
+        await _refuse(run, task_budget.fleet_refusal(exceeded, estimate), provider.name, model_name)
 
 
-async def _refuse(run: ModelCallContext, refused: ev.BudgetExceeded) -> None:
-    """The refusal recorded, with the task's end or, for `on_budget: ask`, its question."""
+async def _refuse(
+    run: ModelCallContext, refused: ev.BudgetExceeded, provider: str, model: str
+) -> None:
+    """The refusal recorded, with the task's end or, for `on_budget: ask`, its question;
+    counted once it is in the log."""
     config = run.state.config
     assert config is not None
     if config.on_budget == "ask":
@@ -93,6 +96,7 @@ async def _refuse(run: ModelCallContext, refused: ev.BudgetExceeded) -> None:
     else:
         failed = FinishTask("failed", error=task_budget.error_of(refused))
         await run.settle([refused], failed)
+    metrics.model_budget_refused(provider, model, refused.budget, refused.fleet)
 
 
 async def _call(

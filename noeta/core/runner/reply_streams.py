@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from noeta.core.errors import NoetaError
 from noeta.core.ports.model import ReplyDelta, TextDelta
-from noeta.core.ports.reply_streams import Chunk, ReplyStreams
+from noeta.core.ports.reply_streams import Chunk, ChunkKind, ReplyStreams
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,7 @@ FOLLOWED_SECONDS = 1.0  # how old the worker's list of followed tasks may be
 CLEARING_SECONDS = 60.0  # how often a worker's question also clears expired follows
 RETRY_SECONDS = 1.0  # after a failed flush
 REMOVE_AFTER_SECONDS = 2.0  # a landed stream's text stays this long for its live readers
+ORDER_SECONDS = 5.0  # how long a stream's first flush waits for the end of the one before
 MAX_CHARS = 1 << 20  # a stream's bound; past it the preview stops, the final has it all
 
 
@@ -59,6 +60,15 @@ class StreamWriter:
         self._listening = False
         self._streams: set[ReplyStream] = set()  # open, woken when the follows change
         self._flushers: set[asyncio.Task[None]] = set()  # held: a loop keeps tasks weakly
+        self._job_seqs: dict[tuple[str, int], int] = {}  # (task, epoch) -> next seq
+
+    def job_seqs(self, task_id: str, epoch: int, count: int) -> int:
+        """The first of `count` seqs in the jobs' lane of the task's claim of `epoch`: its
+        jobs write side by side, one seq after another (ADR-0114)."""
+        key = (task_id, epoch)
+        first = self._job_seqs.get(key, 1)
+        self._job_seqs[key] = first + count
+        return first
 
     def open(self, task_id: str, call_seq: int) -> ReplyStream:
         """The stream of the ModelCalled at `call_seq`."""
@@ -74,6 +84,20 @@ class StreamWriter:
 
         flushing.add_done_callback(done)
         return flushing
+
+    async def ended_before(self, stream: ReplyStream) -> None:
+        """Until the task's earlier streams wrote their ends (a tool's output ends while
+        the next model call starts): a new stream's first flush clears their rows, and a
+        reader must read an end before the stream after it. Bounded: a preview waits
+        for nothing long."""
+        ending = [
+            other.end_written.wait()
+            for other in self._streams
+            if other is not stream and other.task_id == stream.task_id and other.ended
+        ]
+        if ending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*ending), ORDER_SECONDS)
 
     async def drained(self) -> None:
         """Until every stream's writes are done (their text removed, after a landing)."""
@@ -133,7 +157,7 @@ class StreamWriter:
 
 
 @dataclass
-class _Attempt:
+class StreamAttempt:
     """The provider attempt streaming now: what it sent that is not written yet."""
 
     number: int
@@ -147,20 +171,27 @@ class ReplyStream:
     """One model call's stream. `delta` is the provider's hook (on the event loop, no I/O);
     `landed`/`failed` end it once its outcome is in the log; `abandon` when the claim went."""
 
-    def __init__(self, writer: StreamWriter, task_id: str, call_seq: int) -> None:
+    call_id = ""  # a tool call's stream names its call (tool_streams.py)
+
+    def __init__(self, writer: StreamWriter, task_id: str, call_seq: int, attempt: int = 1) -> None:
         self._writer = writer
         self.task_id = task_id
         self.call_seq = call_seq
-        self._attempt = _Attempt(1)
+        self._attempt = StreamAttempt(attempt)
         self._written = False  # any row of this call's streams
         self._first = True  # the next write is the attempt's first
         self._wake = asyncio.Event()
         self._end: tuple[Chunk | None] | None = None
         self._flusher: asyncio.Task[None] | None = None
+        self.end_written = asyncio.Event()  # its end's rows are written (or never will be)
+
+    @property
+    def ended(self) -> bool:
+        return self._end is not None
 
     def delta(self, attempt: int, delta: ReplyDelta) -> None:
         if attempt != self._attempt.number:  # a retry: the earlier attempt's text is void
-            self._attempt = _Attempt(attempt)
+            self._attempt = StreamAttempt(attempt)
             self._first = True
         if not isinstance(delta, TextDelta) or not delta.text:
             return
@@ -184,7 +215,7 @@ class ReplyStream:
 
     def landed(self, event_seq: int) -> None:
         """The reply is the log's event `event_seq`: readers are told, and given it."""
-        self._finish(Chunk(self.call_seq, 0, 0, "final", 0, 0, str(event_seq)))
+        self._finish(Chunk(self.call_seq, 0, 0, "final", 0, 0, str(event_seq), self.call_id))
 
     def failed(self) -> None:
         """The call failed (its ModelFailed is in the log): its rows go."""
@@ -202,7 +233,21 @@ class ReplyStream:
         if self._flusher is None and self._written:
             self._flusher = self._writer.start(self, asyncio.ensure_future(self._flush_loop()))
 
+    def _kind(self, block: int) -> ChunkKind:
+        return "text"
+
+    def _first_seq(self, current: StreamAttempt, count: int) -> int:
+        """The seq of the first of `count` rows about to be written (sent again after a
+        failed write: the same seqs)."""
+        return current.next_seq
+
     async def _flush_loop(self) -> None:
+        try:
+            await self._flushing()
+        finally:
+            self.end_written.set()
+
+    async def _flushing(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -223,18 +268,22 @@ class ReplyStream:
         current = self._attempt
         # Taken out whole: deltas that come during the write start a new entry.
         taken, current.pending = current.pending, []
+        if not taken and final is None:
+            return
         chunks = []
         lengths = dict(current.lengths)
+        first_seq = self._first_seq(current, len(taken) + (final is not None))
         for offset, (block, text) in enumerate(taken):
             before = lengths.get(block, 0)
-            chunks.append(Chunk(self.call_seq, current.number, current.next_seq + offset,
-                                "text", block, before, text))  # fmt: skip
+            chunks.append(Chunk(self.call_seq, current.number, first_seq + offset,
+                                self._kind(block), block, before, text, self.call_id))  # fmt: skip
             lengths[block] = before + len(text)
         if final is not None:
-            seq = current.next_seq + len(chunks)
-            chunks.append(Chunk(self.call_seq, current.number, seq, "final", 0, 0, final.data))
-        if not chunks:
-            return
+            seq = first_seq + len(chunks)
+            chunks.append(Chunk(self.call_seq, current.number, seq, "final", 0, 0, final.data,
+                                self.call_id))  # fmt: skip
+        if self._first:
+            await self._writer.ended_before(self)
         try:
             await self._writer.port.write_chunks(self.task_id, chunks, first=self._first)
         except BaseException:
@@ -252,6 +301,9 @@ class ReplyStream:
         if not self._written:
             return  # nobody was shown anything: readers find the outcome in the log
         with contextlib.suppress(NoetaError, OSError):
-            await self._flush(final)
+            try:
+                await self._flush(final)
+            finally:
+                self.end_written.set()
             await asyncio.sleep(REMOVE_AFTER_SECONDS)
-            await self._writer.port.remove_text(self.task_id, self.call_seq)
+            await self._writer.port.remove_text(self.task_id, self.call_seq, self.call_id)

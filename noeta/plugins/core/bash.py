@@ -8,7 +8,6 @@ the shell exits, so a call leaves nothing running in its group. Output keeps hea
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import os
 import shutil
@@ -21,8 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from noeta.core.ports.payload import JSONValue
-from noeta.core.ports.tool import BackgroundJob, ToolContext, ToolError, ToolFlags, ToolOutput
+from noeta.core.ports.tool import (
+    BackgroundJob,
+    OutputHook,
+    ToolContext,
+    ToolError,
+    ToolFlags,
+    ToolOutput,
+)
 from noeta.plugins.core.arguments import Arguments
+from noeta.plugins.core.command_output import OutputCapture, read_pipes
 from noeta.plugins.core.confinement import Confinement
 from noeta.plugins.core.sandbox import proxy_environment, serve_proxy
 from noeta.plugins.core.workspace import workspace_root
@@ -103,8 +110,9 @@ class Bash:
             )
             return ToolOutput(started, background=job)
         finished = await run_command(
-            command, str(root), timeout, self.output_cap_chars, environment, self.confinement
-        )
+            command, str(root), timeout, self.output_cap_chars, environment, self.confinement,
+            ctx.on_output,
+        )  # fmt: skip
         return finished.output()
 
     def _environment(self, root: Path) -> dict[str, str]:
@@ -148,14 +156,16 @@ class Finished:
         return ToolOutput(f"{body}\n" + "\n".join(notes), is_error=self.returncode != 0)
 
 
-async def run_job(job: BackgroundJob, cap: int) -> Finished:
-    """Run a background job that Bash made, confined as the call that asked for it was."""
+async def run_job(job: BackgroundJob, cap: int, on_output: OutputHook | None = None) -> Finished:
+    """Run a background job that Bash made, confined as the call that asked for it was;
+    its output, as it is written, to `on_output` too."""
     if job.confinement is not None and not isinstance(job.confinement, Confinement):
         raise TypeError(f"a Bash job's confinement is a Confinement, not {job.confinement!r}")
     try:
         return await run_command(
-            job.command, job.cwd, job.timeout_seconds, cap, job.environment, job.confinement
-        )
+            job.command, job.cwd, job.timeout_seconds, cap, job.environment, job.confinement,
+            on_output,
+        )  # fmt: skip
     except ToolError as error:  # nobody is waiting for a raise: the task reads a result
         return Finished(str(error), NOT_STARTED, job.timeout_seconds, False, False)
 
@@ -167,9 +177,12 @@ async def run_command(
     cap: int,
     environment: Mapping[str, str] | None = None,
     confinement: Confinement | None = None,
+    on_output: OutputHook | None = None,
 ) -> Finished:
     """Run `command` in `cwd` with `environment` (default: the allowlist, HOME=cwd),
-    confined to what `confinement` allows with `cwd` as the workspace (None: unconfined)."""
+    confined to what `confinement` allows with `cwd` as the workspace (None: unconfined).
+    The output's head (what the result keeps of its start) goes to `on_output` as it is
+    written, stdout and stderr apart."""
     loop = asyncio.get_running_loop()
     capture = OutputCapture(cap)
     if environment is None:
@@ -187,12 +200,11 @@ async def run_command(
             if isinstance(prepared.channel, socket.socket):
                 proxy = loop.create_task(serve_proxy(prepared.channel, confinement.fetch_allow))
     group = process.pid  # known before any await, so a cancellation can never miss it
-    assert process.stdout is not None
-    reader: asyncio.ReadTransport | None = None
+    assert process.stdout is not None and process.stderr is not None
+    readers: list[asyncio.BaseTransport] = []
+    closed: list[asyncio.Future[None]] = []
     try:
-        reader, protocol = await loop.connect_read_pipe(
-            lambda: _OutputProtocol(loop, capture), process.stdout
-        )
+        await read_pipes(process.stdout, process.stderr, capture, on_output, readers, closed)
         exited = _exit_of(loop, process)
         try:
             # shield: a timeout must not cancel the wait for the exit.
@@ -203,7 +215,7 @@ async def run_command(
         stragglers = _kill_group(group)
         returncode = await exited
         try:
-            await asyncio.wait_for(asyncio.shield(protocol.closed), DRAIN_SECONDS)
+            await asyncio.wait_for(asyncio.shield(asyncio.gather(*closed)), DRAIN_SECONDS)
             abandoned = False
         except TimeoutError:
             abandoned = True
@@ -211,10 +223,10 @@ async def run_command(
         _kill_group(group)  # cancelled (the claim was lost): the command must not outlive it
         raise
     finally:
-        if reader is not None:
+        for reader in readers:
             reader.close()
-        else:
-            process.stdout.close()
+        for pipe in (process.stdout, process.stderr)[len(readers) :]:
+            pipe.close()
         if proxy is not None:
             proxy.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -245,8 +257,10 @@ def _start(
             argv,
             cwd=cwd,
             stdin=subprocess.DEVNULL,
+            # Two pipes, so readers of a stream tell stdout from stderr; the result keeps
+            # both in the order they were read.
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, so it can be killed as one
             # Whatever a command prints lands in the task's log: it starts from an
             # allowlist, so the worker's secrets (store DSN, provider keys) are not there.
@@ -297,58 +311,3 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return str(number)
-
-
-class _OutputProtocol(asyncio.Protocol):
-    def __init__(self, loop: asyncio.AbstractEventLoop, capture: OutputCapture) -> None:
-        self.capture = capture
-        self.closed: asyncio.Future[None] = loop.create_future()
-
-    def data_received(self, data: bytes) -> None:
-        self.capture.add(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
-
-
-class OutputCapture:
-    """Decoded output, keeping at most `cap` characters of head and of tail in memory.
-
-    Bytes that are not UTF-8 show as `\\xff` escapes and NUL as `\\x00`: readable for the
-    model, and storable by any backend.
-    """
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="backslashreplace")
-        self.head: list[str] = []
-        self.head_size = 0
-        self.tail = ""
-        self.total = 0
-
-    def add(self, data: bytes, final: bool = False) -> None:
-        chunk = self.decoder.decode(data, final).replace("\x00", "\\x00")
-        self.total += len(chunk)
-        room = self.cap - self.head_size
-        if room > 0:
-            self.head.append(chunk[:room])
-            self.head_size += len(chunk[:room])
-            chunk = chunk[room:]
-        if chunk:
-            self.tail = (self.tail + chunk)[-self.cap :]
-
-    def text(self) -> str:
-        self.add(b"", final=True)
-        head = "".join(self.head)
-        if self.total <= self.cap:
-            return head + self.tail
-        # The start says what ran, the end how it ended: keep half of each.
-        keep_head = self.cap // 2
-        keep_tail = self.cap - keep_head
-        whole_tail = (head + self.tail)[-keep_tail:]
-        cut = self.total - keep_head - keep_tail
-        return (
-            f"{head[:keep_head]}\n[… {cut:,} of {self.total:,} characters cut from the "
-            f"middle …]\n{whole_tail}"
-        )

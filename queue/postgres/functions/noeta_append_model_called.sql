@@ -163,6 +163,12 @@ BEGIN
             v_slot_key := l.key;
         END IF;
     END LOOP;
+    IF v_limited THEN
+        -- The moment the call is weighed at (0033): read once the limit rows are held, not
+        -- at the fence, so a wait for another worker's append on them does not bring the
+        -- next slot closer than the limit's spacing; the call is recorded at it.
+        v_now := clock_timestamp();
+    END IF;
     -- Told to the caller: where no limit applies, the reply's real tokens need no
     -- correction, and it sends none (issue 28).
     limited := v_limited;
@@ -214,9 +220,9 @@ BEGIN
              WHERE t.id = p_task AND f.queue = t.queue
                AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''));
         END IF;
-        INSERT INTO events (task_id, seq, type, data, epoch, owner)
+        INSERT INTO events (task_id, seq, type, data, epoch, owner, created_at)
             SELECT p_task, p_expected_seq + e.ord, e.pair->>0, e.pair->>1, p_epoch,
-                   (SELECT t.owner FROM tasks AS t WHERE t.id = p_task)
+                   (SELECT t.owner FROM tasks AS t WHERE t.id = p_task), v_now
               FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord);
         -- needs (0025): the plugin names of its latest pin, sorted, each once, written by the
         -- append's own update of the row below: no trigger, no second update of the row.

@@ -32,9 +32,9 @@ class Counted:
         self.flushes.append(len(chunks))
         await self.port.write_chunks(task_id, chunks, first=first)
 
-    async def remove_text(self, task_id: str, call_seq: int) -> None:
+    async def remove_text(self, task_id: str, call_seq: int, call_id: str = "") -> None:
         self.removals += 1
-        await self.port.remove_text(task_id, call_seq)
+        await self.port.remove_text(task_id, call_seq, call_id)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.port, name)

@@ -13,7 +13,7 @@ import pytest
 from noeta.core.ports.payload import JSONValue, decode, encode
 from noeta.core.ports.tool import ToolContext, ToolError
 from noeta.plugins.core import Bash
-from noeta.plugins.core.bash import OutputCapture
+from noeta.plugins.core.command_output import OutputCapture
 from noeta.plugins.core.confinement import Confinement
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfds")

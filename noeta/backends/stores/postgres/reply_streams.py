@@ -14,19 +14,24 @@ from noeta.core.ports.reply_streams import FOLLOW_SECONDS, Chunk, ChunksRead, Cu
 
 # The first flush of a stream removes the task's rows of older streams (a dead worker's,
 # an attempt the provider retried): a reader past them has its cursor, one behind reads
-# on from the newer stream and is told it restarted. A row already there (a flush sent
-# again after an unknown outcome) is kept. The NOTIFY carries nothing: any role may
+# on from the newer stream and is told it restarted. Rows of the last few seconds stay:
+# a tool's output ends as the next model call starts, and its readers (who read every
+# 50 ms at most) must still find its last rows and final (ADR-0114); its worker removes
+# them 2 s after its end. A row already there (a flush sent again after an unknown
+# outcome) is kept. The NOTIFY carries nothing: any role may
 # LISTEN (POSTGRES-FACTS), so the channel is the task id's hash and the payload empty.
 WRITE_CHUNKS = """
 WITH cleared AS (
     DELETE FROM stream_chunks
      WHERE %(first)s AND task_id = %(task)s
        AND (call_seq, attempt) < (%(call)s, %(attempt)s)
+       AND created_at < now() - interval '5 seconds'
 ),
 written AS (
     INSERT INTO stream_chunks
-           (task_id, call_seq, attempt, seq, kind, block, char_offset, data)
-    SELECT %(task)s, c.call_seq, c.attempt, c.seq, c.kind, c.block, c.char_offset, c.data
+           (task_id, call_seq, attempt, seq, kind, block, char_offset, data, call_id)
+    SELECT %(task)s, c.call_seq, c.attempt, c.seq, c.kind, c.block, c.char_offset, c.data,
+           %(call_id)s
       FROM unnest(%(calls)s::bigint[], %(attempts)s::int[], %(seqs)s::int[], %(kinds)s::text[],
                   %(blocks)s::int[], %(offsets)s::int[], %(texts)s::text[])
            AS c (call_seq, attempt, seq, kind, block, char_offset, data)
@@ -36,10 +41,12 @@ SELECT pg_notify(%(channel)s, '')
 """
 
 # A call's streams once its outcome is in the log (and its readers had the time to read
-# them): their text goes; a final row stays, saying which event holds the reply.
+# them): their text goes; a final row stays, saying which event holds the reply. A job's
+# rows (call seq 0) are named by its id.
 REMOVE_TEXT = """
 DELETE FROM stream_chunks
- WHERE task_id = %(task)s AND call_seq = %(call)s AND kind = 'text'
+ WHERE task_id = %(task)s AND call_seq = %(call)s AND kind <> 'final'
+   AND (%(call)s > 0 OR call_id = %(call_id)s)
 """
 
 # The followers still current: a read, no write (a worker asks at most once a second
@@ -78,15 +85,22 @@ LISTEN_FOR_FOLLOWS = "LISTEN noeta_stream_follows"
 # round trip a read, and a reader learns from it when the task moved on or finished.
 READ_CHUNKS = """
 SELECT t.status, t.last_seq,
-       c.call_seq, c.attempt, c.seq, c.kind, c.block, c.char_offset, c.data
+       c.call_seq, c.attempt, c.seq, c.kind, c.block, c.char_offset, c.data, c.call_id
   FROM tasks AS t
   LEFT JOIN LATERAL (
-      SELECT s.call_seq, s.attempt, s.seq, s.kind, s.block, s.char_offset, s.data
-        FROM stream_chunks AS s
-       WHERE s.task_id = t.id
-         AND (s.call_seq, s.attempt, s.seq) > (%(call)s, %(attempt)s, %(seq)s)
-       ORDER BY s.call_seq, s.attempt, s.seq
-       LIMIT %(limit)s
+      (SELECT s.call_seq, s.attempt, s.seq, s.kind, s.block, s.char_offset, s.data, s.call_id
+         FROM stream_chunks AS s
+        WHERE s.task_id = t.id AND s.call_seq > 0
+          AND (s.call_seq, s.attempt, s.seq) > (%(call)s, %(attempt)s, %(seq)s)
+        ORDER BY s.call_seq, s.attempt, s.seq
+        LIMIT %(limit)s)
+      UNION ALL  -- background jobs' output: their own lane, (0, epoch, n) (ADR-0114)
+      (SELECT s.call_seq, s.attempt, s.seq, s.kind, s.block, s.char_offset, s.data, s.call_id
+         FROM stream_chunks AS s
+        WHERE s.task_id = t.id AND s.call_seq = 0
+          AND (s.attempt, s.seq) > (%(job_epoch)s, %(job_seq)s)
+        ORDER BY s.attempt, s.seq
+        LIMIT %(limit)s)
   ) AS c ON true
  WHERE t.id = %(task)s
 """
@@ -124,12 +138,13 @@ class PostgresReplyStreams(PostgresWakeups):
             "blocks": [chunk.block for chunk in chunks],
             "offsets": [chunk.char_offset for chunk in chunks],
             "texts": [chunk.data for chunk in chunks],
+            "call_id": start.call_id,  # a flush is one call's rows
             "channel": stream_channel(task_id),
         }
         await self._write(WRITE_CHUNKS, params)
 
-    async def remove_text(self, task_id: str, call_seq: int) -> None:
-        await self._write(REMOVE_TEXT, {"task": task_id, "call": call_seq})
+    async def remove_text(self, task_id: str, call_seq: int, call_id: str = "") -> None:
+        await self._write(REMOVE_TEXT, {"task": task_id, "call": call_seq, "call_id": call_id})
 
     async def follow(self, task_id: str) -> None:
         await self._write(FOLLOW, {"task": task_id, "seconds": FOLLOW_SECONDS})
@@ -140,6 +155,8 @@ class PostgresReplyStreams(PostgresWakeups):
             "call": after.call_seq,
             "attempt": after.attempt,
             "seq": after.seq,
+            "job_epoch": after.job_epoch,
+            "job_seq": after.job_seq,
             "limit": limit,
         }
         rows = await self._read(READ_CHUNKS, params)

@@ -1,0 +1,3 @@
+-- Tool output streams (ADR-0114) live in PostgreSQL's unlogged stream_chunks, as streamed
+-- replies do (0031): the sqlite store keeps no stream; its readers are told each result
+-- once it is in the log. Nothing to change here.
