@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import TextIO
 
 from noeta.cli.status_line import NoStatus
-from noeta.cli.text import STEP_INDENT, scrubbed
+from noeta.cli.text import STEP_INDENT, piece_scrubber, scrubbed
 from noeta.client.stream_items import (
     StreamFinal,
     StreamItem,
@@ -19,6 +19,7 @@ from noeta.client.stream_items import (
     StreamRestarted,
     StreamText,
     StreamToolOutput,
+    void_words,
 )
 
 # A command's output is marked apart from a reply's text: `┊` its stdout, `┊!` stderr.
@@ -35,9 +36,12 @@ class ReplyPrinter:
     def __init__(self, line: NoStatus, out: TextIO | None = None) -> None:
         self.line = line
         self.out = out or sys.stdout
-        self.shown = ""  # the reply's text printed so far
+        self.shown = ""  # the reply's text taken so far (some held back: `_scrub`)
         self.mid_line = False
         self.prefix = ""  # the prefix of the line open now
+        # A reply's text is scrubbed on the held-back window (ADR-0114, ADR-0115), as the
+        # worker scrubs a command's output: a key split across two pieces is caught.
+        self._scrub = piece_scrubber()
 
     def break_line(self) -> None:
         """End an open line of text: a step's lines print next."""
@@ -50,28 +54,29 @@ class ReplyPrinter:
     def take(self, item: StreamItem) -> None:
         match item:
             case StreamText(text=text):
-                self._write(text)
+                self._write(self._scrub.take(text))
                 self.shown += text
             case StreamToolOutput(stream=stream, text=text):
                 self._write(visible(text), OUTPUT_PREFIXES[stream])
             case StreamLost(call_id=call_id, event_seq=seq):
                 self.break_line()
                 self._say(f"✗ {call_id}: its worker died while it ran; recorded as cut (seq {seq})")
-            case StreamRestarted(call_seq=call_seq, attempt=attempt, lost_text=lost):
-                why = "part of the text was lost" if lost else f"sent again (call {call_seq}, "
-                why += "" if lost else f"attempt {attempt})"
+            case StreamRestarted():
+                self._write(self._scrub.take("", release=True))  # the void text, whole
                 self.break_line()
-                self._say(f"↺ the text above is void: {why}")
+                self._say(f"↺ {void_words(item)}")
                 self.shown = ""
             case StreamFinal(event_type="ModelReplied", text=text):
                 if text.startswith(self.shown):  # what the log has that was not shown
-                    self._write(text[len(self.shown) :])
+                    self._write(self._scrub.take(text[len(self.shown) :], release=True))
                 else:  # text was lost on the way: the whole reply, from the log
+                    self._scrub.take("", release=True)
                     self.break_line()
                     self._write(text)
                 self.break_line()
                 self.shown = ""
             case StreamFinal():  # a tool's result, or a failed call: its step says it
+                self._write(self._scrub.take("", release=True))
                 self.break_line()
                 self.shown = ""
 
@@ -88,8 +93,8 @@ class ReplyPrinter:
             self.break_line()
         if not self.mid_line:
             self._open(prefix)
-        # Scrubbed piece by piece: a key split across two pieces of a reply shows (ADR-0105);
-        # a command's output was scrubbed whole by its worker (ADR-0114).
+        # A reply's text came through the window (`take`); a command's output was scrubbed
+        # on one by its worker (ADR-0114). Scrubbing again changes neither.
         body, ended = scrubbed(text), text.endswith("\n")
         indent = STEP_INDENT + (prefix if prefix != "▸ " else "  ")
         self.out.write(body.removesuffix("\n").replace("\n", "\n" + indent))

@@ -26,7 +26,7 @@ from noeta.log_steps import (
 )
 
 if TYPE_CHECKING:
-    from noeta.redaction import Scrubber
+    from noeta.redaction import Scrubber, ScrubWindow
 
 MAX_TEXT_CHARS = 1_000_000  # a prompt or a message; the log could hold more, a model not
 
@@ -83,6 +83,13 @@ def _scrubber() -> Scrubber:
     scrub = Scrubber()
     scrub.add_environment()
     return scrub
+
+
+def piece_scrubber() -> ScrubWindow:
+    """For text that arrives in pieces: a secret split across two is caught too."""
+    from noeta.redaction import ScrubWindow
+
+    return ScrubWindow(_scrubber())
 
 
 def scrubbed(value: Any) -> Any:

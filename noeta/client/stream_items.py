@@ -86,6 +86,13 @@ StreamItem = (
 )
 
 
+def void_words(marker: StreamRestarted) -> str:
+    """What a reader is told of a restart (`tail --follow` and `noeta web` alike)."""
+    if marker.lost_text:
+        return "the text above is void: part of the text was lost"
+    return f"the text above is void: sent again (call {marker.call_seq}, attempt {marker.attempt})"
+
+
 def reply_text(event: events.Event | events.UnknownEvent) -> str:
     """A reply's text as a stream assembles it: its text blocks, joined."""
     if not isinstance(event, events.ModelReplied):

@@ -39,6 +39,10 @@ READ_LIMIT = 1000  # rows a read brings at most; the next read brings the rest
 FINISHED = ("done", "failed", "cancelled")
 LISTENING_AGAIN = "*"  # what announcements yield when listening (re)starts
 FINAL_SEQ = 2**31 - 1  # a final's cursor: after every row of its stream
+# The kinds of rows a reader turns into items; a row of another kind (a tool call's
+# arguments, which a later release may write) is passed over, its text never taken for
+# the reply's, nor its offsets for a gap.
+READ_KINDS = frozenset({"text", "final", "stdout", "stderr", "truncated"})
 
 
 class TaskFeed:
@@ -160,9 +164,11 @@ class StreamReader:
         self.open: tuple[int, int] | None = None  # the stream whose text is being shown
         self.lengths: dict[int, int] = {}
         self.ended: set[int] = set()  # calls whose outcome was given
-        # A cursor given names a stream the reader had open, unless it was at a final.
+        # A cursor given names a stream the reader had open, unless it was at a final;
+        # its text's length there is read from the rows up to it, if they are still there.
+        self.resumed = False
         if after is not None and 0 < after.seq < FINAL_SEQ:
-            self.open = (after.call_seq, after.attempt)
+            self.open, self.resumed = (after.call_seq, after.attempt), True
 
     async def items(self) -> AsyncGenerator[StreamItem, None]:
         feed = self.feed
@@ -196,7 +202,15 @@ class StreamReader:
         return any(row.cursor > self.cursor for row in self.feed.rows)
 
     async def _take(self, row: Chunk) -> AsyncGenerator[StreamItem, None]:
+        if row.kind not in READ_KINDS:  # a kind this reader does not know (yet): passed
+            self.cursor = row.cursor
+            return
         key = (row.call_seq, row.attempt)
+        if self.resumed and key == self.open and row.kind != "final":
+            self.lengths = self._lengths_at_cursor()  # before the cursor moves past it
+            if row.seq == self.cursor.seq + 1:  # the very next row: its text joins
+                self.lengths[row.block] = row.char_offset
+        self.resumed = False
         if self.open is not None and key != self.open:
             async for item in self._settle_open(row):
                 yield item
@@ -215,7 +229,10 @@ class StreamReader:
         length = self.lengths.get(row.block, 0)
         text = row.data
         if row.char_offset > length:  # rows lost between (the database restarted)
-            yield StreamRestarted(row.call_seq, row.attempt, True, self.jobs.mark(self.cursor))
+            # Resuming after the marker gives this row's text: its cursor is the row's
+            # previous one (the next row after it joins: no marker again).
+            before = Cursor(row.call_seq, row.attempt, row.seq - 1)
+            yield StreamRestarted(row.call_seq, row.attempt, True, self.jobs.mark(before))
         elif row.char_offset < length:  # written twice: only what is new
             text = text[length - row.char_offset :]
         self.lengths[row.block] = row.char_offset + len(row.data)
@@ -226,6 +243,16 @@ class StreamReader:
         elif row.kind in ("stdout", "stderr", "truncated"):
             at = self.jobs.mark(row.cursor)
             yield StreamToolOutput(row.call_id, row.call_seq, row.kind, text, at)
+
+    def _lengths_at_cursor(self) -> dict[int, int]:
+        """Each block's length at the cursor of a reader come back, from the rows up to
+        it; none if its rows are gone (the next row's offset then says text was lost)."""
+        lengths: dict[int, int] = {}
+        for row in self.feed.rows:
+            if (row.call_seq, row.attempt) == self.open and row.cursor <= self.cursor:
+                end = row.char_offset + len(row.data) if row.kind == "text" else 0
+                lengths[row.block] = max(lengths.get(row.block, 0), end)
+        return lengths
 
     async def _settle_open(self, next_row: Chunk | None) -> AsyncGenerator[StreamItem, None]:
         """The open stream ended out of sight (its rows gone, or a later stream begun):

@@ -1,8 +1,9 @@
 """A running task's page, live (ADR-0072): server-sent events carrying the new timeline
-entries, rendered here. One `LiveFeed` per process watches every task some page follows:
-woken by the store's notices (LISTEN noeta_finished, noeta_wake), a burst of them read as
-one, and otherwise reading the watched rows once a second for all pages together. How
-many streams are open at once is bounded: past it, a 503."""
+entries, rendered here, and the model's reply as it streams (`reply_stream`). One
+`LiveFeed` per process watches every task some page follows: woken by the store's notices
+(LISTEN noeta_finished, noeta_wake), a burst of them read as one, and otherwise reading
+the watched rows once a second for all pages together. How many streams are open at once
+is bounded: past it, a 503."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from noeta.client.streaming import Feeds
 from noeta.core.errors import NoetaError
 from noeta.core.ports.store import TaskRecord, TaskStatus
-from noeta.web import task_page, timeline
+from noeta.web import reply_stream, task_page, timeline
 from noeta.web.site import PageError, Site, not_found, whole_number
 
 log = logging.getLogger("noeta.web")
@@ -60,6 +62,7 @@ class LiveFeed:
         self._heard = asyncio.Condition()
         self.reads = 0  # rounds of reading the watched rows (a seam for tests)
         self.streams = StreamLimit(site.max_streams)
+        self.replies = Feeds()  # the streamed replies, one feed per task for every page
 
     def seen(self, task_id: str) -> tuple[int, TaskStatus] | None:
         """The watched task's (last_seq, status) as last read."""
@@ -88,6 +91,7 @@ class LiveFeed:
                 changed.set()
 
     async def close(self) -> None:
+        await self.replies.close()
         for task in self._tasks:
             task.cancel()
         # Bounded: a LISTEN connection whose close never answers must not keep the
@@ -230,10 +234,15 @@ async def _stream(site: Site, feed: LiveFeed, task_id: str, after: int) -> Async
             task_id, await views.log_page(task_id, after_seq=after - 1, limit=1), context
         )
     shown: TaskRecord | None = None
-    async with feed.watch(task_id) as changed:
+    async with (
+        feed.watch(task_id) as changed,
+        reply_stream.following(site, feed.replies, task_id, changed) as replies,
+    ):
         yield ": following\n\n"
         while not feed.stopping:
             changed.clear()
+            while replies:
+                yield event("reply", replies.pop(0))
             record = await store.get_task(task_id)  # before the log: see client.tail
             entries = await views.log_page(task_id, after_seq=after, limit=BATCH_EVENTS)
             if entries:

@@ -13,7 +13,7 @@ from importlib import resources
 from string import Template
 from urllib.parse import quote, urlencode
 
-from noeta.redaction import Scrubber
+from noeta.redaction import Scrubber, ScrubWindow
 
 # A value longer than this is folded (<details>): the page shows its first line.
 FOLD_CHARS = 400
@@ -37,6 +37,12 @@ def forget_secret(secret: str) -> None:
 def scrubbed(text: str) -> str:
     """`text` without the secrets this process knows (for raw text, not HTML)."""
     return _scrub(text)
+
+
+def piece_scrubber() -> ScrubWindow:
+    """For text that arrives in pieces (a streamed reply): a secret split across two
+    pieces is caught too, with the secrets `scrubbed` knows."""
+    return ScrubWindow(_scrub)
 
 
 def h(value: object) -> str:

@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from noeta.core.ports.reply_streams import Chunk, Cursor
 from noeta.core.ports.store import Store
+from noeta.core.runner.task import TaskRunner
 from noeta.plugins.core import Bash
 from noeta.testing.fake_providers import FakeAnthropic, Reply
 from tests.client.test_stream import LONG_TEXT, created, provider, run_task, store, streams_of
@@ -18,14 +20,20 @@ from tests.client.test_tool_output_stream import Run
 __all__ = ["store"]  # the fixture, shared
 
 
-def following(task_id: str, url: str) -> subprocess.Popen[bytes]:
+def following(
+    task_id: str, url: str, more: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """`noeta tail TASK --follow`, its store in the environment (never on argv)."""
     return subprocess.Popen(
         [sys.executable, "-m", "noeta", "tail", task_id, "--follow"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "NOETA_STORE": url},
+        env={**os.environ, "NOETA_STORE": url, **(more or {})},
     )
+
+
+async def stream_rows(store: Store) -> tuple[Chunk, ...]:
+    return (await streams_of(store).read_chunks("secret", Cursor(), 1000)).chunks
 
 
 def read_until(process: subprocess.Popen[bytes], wanted: bytes) -> bytes:
@@ -38,6 +46,21 @@ def read_until(process: subprocess.Popen[bytes], wanted: bytes) -> bytes:
             raise AssertionError(f"the output ended before {wanted!r}: {seen!r}")
         seen += piece
     return seen
+
+
+async def resumed_to_the_end(
+    server: FakeAnthropic, running: asyncio.Future[TaskRunner], tail: subprocess.Popen[bytes]
+) -> tuple[bytes, bytes]:
+    """The paused reply sent on, the task run to its end: what the tail printed after."""
+    server.resume.set()
+    await asyncio.wait_for(running, 60)
+    return await asyncio.to_thread(tail.communicate, timeout=60)
+
+
+def killed(tail: subprocess.Popen[bytes]) -> None:
+    if tail.poll() is None:
+        tail.kill()
+        tail.communicate()
 
 
 async def test_tail_follow_prints_the_text_as_it_streams(postgres_url: str, store: Store) -> None:
@@ -53,19 +76,51 @@ async def test_tail_follow_prints_the_text_as_it_streams(postgres_url: str, stor
             early = await asyncio.to_thread(read_until, tail, b"\xe2\x96\xb8 The quick")
             assert server.paused.is_set() and not server.resume.is_set()
             assert b"model reply" not in early  # the text came before the reply landed
-            server.resume.set()
-            await asyncio.wait_for(running, 60)
-            rest, errors = await asyncio.to_thread(tail.communicate, timeout=60)
+            rest, errors = await resumed_to_the_end(server, running, tail)
         finally:
-            if tail.poll() is None:
-                tail.kill()
-                tail.communicate()
+            killed(tail)
     printed = (early + rest).decode()
     assert tail.returncode == 0 and errors == b""
     assert "model reply" in printed and "finished: done" in printed
     # Every streamed piece once, in order: the text between the marks is the reply's.
     pieces = [part.split("\n", 1)[0] for part in printed.split("\u25b8 ")[1:]]
     assert "".join(pieces) == LONG_TEXT
+
+
+SECRET = "tail-secret-value-1618033988"
+HALF = SECRET[: len(SECRET) // 2]
+
+
+async def test_tail_follow_scrubs_a_secret_split_across_two_chunks(
+    postgres_url: str, store: Store
+) -> None:
+    """The provider pauses in the middle of a secret the tail's environment holds: its
+    first half is written as one chunk, the rest as another. Neither half is printed."""
+    first = "Here is what you asked for, the value is " + HALF
+    with FakeAnthropic() as server:
+        # message_start, content_block_start and ping come before the text's pieces.
+        server.script(Reply(text=first + SECRET[len(HALF) :] + " and that is all.",
+                            piece_chars=len(first), pause_after=4))  # fmt: skip
+        await created(store, "secret", "anthropic:test-model")
+        await streams_of(store).follow("secret")
+        tail = following("secret", postgres_url, {"TAIL_TEST_API_KEY": SECRET})
+        try:
+            running = asyncio.ensure_future(
+                run_task(store, "secret", provider("anthropic", server.base_url))
+            )
+            await asyncio.to_thread(server.paused.wait, 60)
+            async with asyncio.timeout(60):  # the first half is a chunk of its own
+                while True:  # polls the store's state; no timed wait
+                    if HALF in "".join(row.data for row in await stream_rows(store)):
+                        break
+                    await asyncio.sleep(0.05)
+            printed, errors = await resumed_to_the_end(server, running, tail)
+        finally:
+            killed(tail)
+    assert tail.returncode == 0, errors
+    text = printed.decode()
+    assert "value is [redacted] and that is all." in text
+    assert HALF not in text and SECRET not in text
 
 
 async def test_tail_follow_prints_a_commands_output_as_it_is_written(
@@ -82,9 +137,7 @@ async def test_tail_follow_prints_a_commands_output_as_it_is_written(
         await asyncio.wait_for(running, 60)
         rest, errors = await asyncio.to_thread(tail.communicate, timeout=60)
     finally:
-        if tail.poll() is None:
-            tail.kill()
-            tail.communicate()
+        killed(tail)
     printed = (early + rest).decode()
     assert tail.returncode == 0 and errors == b""
     # Told apart from reply text and from each other; the escape shown, never played.

@@ -1,5 +1,7 @@
 // noeta web: a running task's page follows its log over server-sent events. The server
-// renders each new timeline entry (escaped); this only places it. A page marked
+// renders each new timeline entry (escaped); this only places it. The model's reply grows
+// at the timeline's end as it streams, set as text (never as HTML), until the log's
+// reply replaces it. A page marked
 // data-refresh (queues, limits) reads itself again every few seconds and swaps its
 // figures. No framework.
 "use strict";
@@ -10,6 +12,7 @@ document.addEventListener("DOMContentLoaded", () => {
   if (!feed || !window.EventSource) return;
   const timeline = document.getElementById("timeline");
   const source = new EventSource(feed);
+  const reply = new GrowingReply(timeline);
   source.addEventListener("rows", (event) => {
     const holder = document.createElement("template");
     holder.innerHTML = event.data;
@@ -17,21 +20,99 @@ document.addEventListener("DOMContentLoaded", () => {
     // A claim said to have written nothing has now written: its mark goes.
     const silent = document.getElementById("silent-claim");
     if (silent) silent.remove();
-    timeline.append(holder.content);
+    timeline.insertBefore(holder.content, reply.item);  // the growing reply stays last
+    reply.landedMaybe();
   });
+  source.addEventListener("reply", (event) => reply.show(JSON.parse(event.data)));
   source.addEventListener("facts", (event) => {
     const facts = document.getElementById("task-facts");
     if (facts) facts.outerHTML = event.data;
   });
   source.addEventListener("finished", () => {
     source.close();
+    reply.remove();  // every reply is in the log's rows now
     // A finished task takes no cancel, message or answer: its forms go with its run.
     const actions = document.getElementById("task-actions");
     if (actions) actions.remove();
     body.dataset.liveState = "finished";
   });
-  source.addEventListener("open", () => { body.dataset.liveState = "open"; });
+  source.addEventListener("open", () => {
+    reply.remove();  // a stream (re)opened sends the reply streaming now from its start
+    body.dataset.liveState = "open";
+  });
 });
+
+// The reply streaming now: an item at the timeline's end (#reply-stream) whose text grows;
+// a restart marks the text so far void; the final replaces it with the log's reply until
+// that reply's row arrives. One place dispatches on what came; other kinds are ignored.
+class GrowingReply {
+  constructor(timeline) {
+    this.timeline = timeline;
+    this.item = null;
+    this.text = null;
+  }
+
+  show(reply) {
+    switch (reply.kind) {
+      case "text":
+        this.open().append(document.createTextNode(reply.text));
+        break;
+      case "restarted": {
+        const void_ = this.open();
+        void_.append(document.createTextNode(reply.text));
+        void_.classList.add("void");
+        const marker = document.createElement("div");
+        marker.className = "restarted";
+        marker.textContent = reply.words;
+        this.item.append(marker);
+        this.text = null;  // the new attempt's text starts below the marker
+        break;
+      }
+      case "final":
+        if (!reply.text) { this.remove(); break; }  // a failed call: its row says why
+        this.open();
+        for (const old of this.item.querySelectorAll(".reply-text, .restarted")) old.remove();
+        this.text = null;
+        this.open().textContent = reply.text;
+        this.item.dataset.final = String(reply.seq);
+        this.landedMaybe();
+        break;
+      default:
+        break;  // a kind this page does not show yet
+    }
+  }
+
+  open() {
+    if (!this.item) {
+      this.item = document.createElement("li");
+      this.item.id = "reply-stream";
+      this.item.className = "model streaming";
+      const kind = document.createElement("span");
+      kind.className = "kind";
+      kind.textContent = "model reply, streaming";
+      this.item.append(kind);
+      this.timeline.append(this.item);
+    }
+    if (!this.text) {
+      this.text = document.createElement("div");
+      this.text.className = "reply-text";
+      this.item.append(this.text);
+    }
+    return this.text;
+  }
+
+  // The final's reply is in the timeline as a row of the log: the growing one goes.
+  landedMaybe() {
+    const seq = this.item && this.item.dataset.final;
+    if (seq && this.timeline.querySelector(`li[data-seq="${seq}"]`)) this.remove();
+  }
+
+  remove() {
+    if (this.item) this.item.remove();
+    this.item = null;
+    this.text = null;
+  }
+}
 
 // The page's #figures and status line, read again from the server every `interval` ms
 // (a failed read is tried again at the next round).
