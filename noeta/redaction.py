@@ -170,8 +170,9 @@ class ScrubWindow:
     that a secret split across two pieces is found whole: each piece is scrubbed with the
     end of the one before, which was held back.
 
-    What is held: the last word (secrets and keys have no space in them), with what a
-    secret found across the cut covers, and a `password =` that waits for its value.
+    What is held: the last word (keys have no space in them), with what a secret found
+    across the cut covers, a `password =` that waits for its value, and an end that
+    begins a known secret with a space in it (a passphrase split at its space).
     `release` gives everything (the output ended)."""
 
     def __init__(self, scrub: Callable[[str], str]) -> None:
@@ -188,6 +189,7 @@ class ScrubWindow:
         cut = _word_start(text)
         if len(text) - cut > MAX_HELD_CHARS:  # a word too long to be held: scrubbed as is
             return len(text)
+        cut = min(cut, _spaced_secret_start(text, getattr(self.scrub, "secrets", ())))
         whole = self.scrub(text)
         while cut > 0:
             head = text[:cut]
@@ -198,6 +200,20 @@ class ScrubWindow:
                 return cut
             cut = _word_start(head.rstrip())
         return 0
+
+
+def _spaced_secret_start(text: str, secrets: Iterable[str]) -> int:
+    """Where the end of `text` that begins a secret with a space in it starts (the last
+    word alone would let its first words through); len(text) if none does."""
+    start = len(text)
+    for secret in secrets:
+        if not any(c.isspace() for c in secret):
+            continue
+        for size in range(min(len(secret) - 1, len(text)), len(text) - start, -1):
+            if text.endswith(secret[:size]):
+                start = len(text) - size
+                break
+    return start
 
 
 def _word_start(text: str) -> int:

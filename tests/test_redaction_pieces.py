@@ -9,17 +9,20 @@ from noeta.redaction import REDACTED, Scrubber, ScrubWindow
 
 SECRET = "hunter2-of-the-store-42"
 KEY = "sk-ant-" + "a1B2c3D4e5F6g7H8i9J0k1L2m3"
+PASSPHRASE = "correct horse battery staple"  # a secret with spaces (pass_env)
 TEXTS = [
     f"The password is {SECRET}, keep it.",
     f"A key {KEY} in a sentence.",
     f"connect to postgresql://noeta:{SECRET}@db/x and host=db password=hunter99 dbname=x",
     f"{SECRET}{SECRET} twice, then {KEY}",
+    f"The passphrase: {PASSPHRASE}. A correct horse is not one.",
 ]
 
 
 def scrubber() -> Scrubber:
     scrub = Scrubber()
     scrub.add(SECRET)
+    scrub.add(PASSPHRASE)
     return scrub
 
 
@@ -31,7 +34,7 @@ def shown(pieces: list[str]) -> str:
 @pytest.mark.parametrize("text", TEXTS)
 def test_a_secret_cut_anywhere_across_two_pieces_is_scrubbed(text: str) -> None:
     whole = scrubber()(text)
-    assert SECRET not in whole and KEY not in whole
+    assert SECRET not in whole and KEY not in whole and PASSPHRASE not in whole
     for cut in range(len(text) + 1):
         assert shown([text[:cut], text[cut:]]) == whole, cut
 

@@ -69,6 +69,11 @@ def scrub(text: str) -> str:
     return _scrub(text)
 
 
+def scrubber() -> Scrubber:
+    """What `scrub` uses, for a ScrubWindow: it reads the secrets it holds back for."""
+    return _scrub
+
+
 def add_secrets(values: Iterable[str | None]) -> None:
     """Store URLs (or raw secrets) this process holds: never let them reach a span."""
     for value in values:

@@ -160,18 +160,26 @@ async def test_invalid_utf8_a_split_character_cr_and_escapes_stream_as_data(
     assert content.startswith(shown(items, "stdout"))  # the result's own decoding
 
 
+@pytest.mark.parametrize(
+    ("secret", "cut"),
+    [("passed-token-5f1c9e0a7b", 9), ("correct horse battery 5f1c", 8)],  # cut at a space
+)
 async def test_a_secret_split_across_two_writes_never_shows(
-    store: Store, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: Store,
+    postgres_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    secret: str,
+    cut: int,
 ) -> None:
-    secret = "passed-token-5f1c9e0a7b"
     monkeypatch.setenv("NOETA_TEST_STREAM_TOKEN", secret)
     tracing.add_passed_secrets(["NOETA_TEST_STREAM_TOKEN"])  # as a worker does at start
     run = Run(store, tmp_path, "ts-secret", Bash(pass_env=["NOETA_TEST_STREAM_TOKEN"]))
     # The first write ends inside the token; the second, after the gate, has its rest.
     token = "$NOETA_TEST_STREAM_TOKEN"
     command = (
-        f'printf "before %s" "${{{token[1:]}:0:9}}"; read word < gate; '
-        f'printf "%s after\\n" "${{{token[1:]}:9}}"'
+        f'printf "before %s" "${{{token[1:]}:0:{cut}}}"; read word < gate; '
+        f'printf "%s after\\n" "${{{token[1:]}:{cut}}}"'
     )
     running = await run.start(command)
     items: list[StreamItem] = []
@@ -183,7 +191,7 @@ async def test_a_secret_split_across_two_writes_never_shows(
     await running
     assert shown(items, "stdout") == "before [redacted] after\n"
     streamed = "".join(str(item) for item in items if isinstance(item, StreamToolOutput))
-    assert secret[:9] not in streamed and secret[9:] not in streamed
+    assert secret[:cut] not in streamed and secret[cut:] not in streamed
     # The final is the log's result, as `noeta show` reads it: the stream scrubs what it
     # writes beside the log, never the log.
     _, content = await run.result()

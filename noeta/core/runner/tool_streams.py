@@ -49,7 +49,7 @@ class ToolOutputStream(ReplyStream):
         super().__init__(writer, task_id, call_seq, attempt)
         self.call_id = call_id
         self._raw: list[tuple[int, str]] = []  # (block, text) not scrubbed yet
-        self._windows = (ScrubWindow(tracing.scrub), ScrubWindow(tracing.scrub))
+        self._windows = (ScrubWindow(tracing.scrubber()), ScrubWindow(tracing.scrubber()))
         self._heard = False
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
