@@ -103,20 +103,22 @@ class GroupCommit:
     async def claim(
         self, statement: str, params: dict[str, Any], alone: Callable[[], Awaitable[Rows]]
     ) -> Rows:
-        """The claim's rows, once durable. While a batch is in flight, the claim waits for
-        it and goes with the appends queued behind it, in one round trip and one commit
-        (ADR-0114): a worker's finishes and its next claim. Otherwise, or with nothing
-        queued to go with, it goes alone (`alone`), at once."""
+        """The claim's rows, once durable. While a write is in flight with appends queued
+        behind it, the claim waits for it and goes with them, in one round trip and one
+        commit (ADR-0114): a worker's finishes and its next claim. Otherwise it goes
+        alone (`alone`), at once, beside the write in flight: with nothing to share, a
+        wait would only serialise the two."""
         loop = asyncio.get_running_loop()
-        riding = self._in_flight and self._claim is None and loop is self._loop
+        queued = bool(self._queued)
+        riding = self._in_flight and queued and self._claim is None and loop is self._loop
         if not riding or self._run_with_claim is None:
             return await alone()
-        queued = _QueuedClaim(statement, params, loop.create_future())
-        self._claim = queued
+        waiting = _QueuedClaim(statement, params, loop.create_future())
+        self._claim = waiting
         try:
-            outcome = await queued.rows
+            outcome = await waiting.rows
         except asyncio.CancelledError:
-            if self._claim is queued:  # not sent: it never will be
+            if self._claim is waiting:  # not sent: it never will be
                 self._claim = None
             raise
         if isinstance(outcome, _SendAlone):
