@@ -71,7 +71,7 @@ class GroupCommit:
         self._queued: list[_Queued] = []
         self._claim: _QueuedClaim | None = None
         self._senders: set[asyncio.Task[None]] = set()
-        self.claims_carried = 0  # claims that shared a batch's round trip (for the benches)
+        self.claims_carried = 0  # claims that shared a batch's round trip (tests read it)
 
     async def append(self, item: LeanAppend, alone: Callable[[], Awaitable[int]]) -> int:
         """The appended seq, once the commit carrying `item` is durable; `alone` is the
