@@ -35,6 +35,7 @@ from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavaila
 from noeta.core.ports.store import MAX_CLAIM_BATCH, Claim, ClaimKey, LoadedTask, Store
 from noeta.core.retry import backoff_seconds
 from noeta.core.rules import wakeups
+from noeta.core.rules.task_state import TaskState
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.health.liveness import Liveness
 from noeta.observability import metrics, tracing
@@ -69,6 +70,9 @@ class Worker(ContinuingClaims):
         self.renewer = Renewer(store, settings.lease_seconds, self._lost, liveness=self.liveness)
         self.jobs = JobManager(store, self._resume_holding, runner.streams)
         runner.jobs = self.jobs
+        runner.finishing = self._finishing
+        # Runs whose slot was freed as they sent their finish (ADR-0115).
+        self._freed: set[ClaimKey] = set()
         self.running: dict[ClaimKey, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
         # Claims waiting while their task holds them (a background job of theirs runs here).
         self.holding: dict[ClaimKey, Claim] = {}
@@ -316,12 +320,30 @@ class Worker(ContinuingClaims):
                 if self.jobs.has_jobs(claim):  # most runs start none: no task for nothing
                     self._spawn(self.jobs.stop(claim, "its claim ended"))
             self.running.pop(claim.key, None)
-            if not (follow and await self._continue(follow)):
+            if claim.key in self._freed:
+                self._freed.discard(claim.key)  # its slot went as it sent its finish
+            elif not (follow and await self._continue(follow)):
                 self._slots.release()  # else the slot is the continuing run's
             if holding and result_came:
                 self._resume_holding(claim)  # not held for a result already delivered
             self.wake()
         return None
+
+    def _finishing(self, claim: Claim, state: TaskState) -> None:
+        """A run is sending its task's finish, its last write: its slot is free from now,
+        so the claim that fills it can share that finish's round trip and commit
+        (ADR-0115). Not a canvas or a canvas's member, whose end may be continued in its
+        slot (ADR-0109), nor while stopping."""
+        if (
+            claim.key not in self.running
+            or claim.key in self._freed
+            or self._stopping
+            or state.parent
+            or state.canvas is not None
+        ):
+            return
+        self._freed.add(claim.key)
+        self._slots.release()
 
     def _lost(self, claim: Claim) -> None:
         entry = self.running.get(claim.key)

@@ -49,8 +49,13 @@ async def claimed(store: PostgresStore, ids: Sequence[str]) -> dict[str, Claim]:
 
 
 async def writing_transactions(url: str, ids: Sequence[str]) -> int:
+    return await count_of(url, WRITING_TRANSACTIONS, [list(ids)])
+
+
+async def count_of(url: str, query: str, params: object) -> int:
+    """The one number `query` answers, on a connection of its own."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
-        row = await (await connection.execute(WRITING_TRANSACTIONS, [list(ids)])).fetchone()
+        row = await (await connection.execute(query, params)).fetchone()  # type: ignore[arg-type]
     assert row is not None
     count: int = row[0]
     return count
@@ -174,7 +179,7 @@ async def test_a_batch_whose_session_is_terminated_tells_each_run_once(
         await blocker.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", [ids[-1]])
         runs = [asyncio.ensure_future(store.append(claims[i], 1, [NewEvent("s", i)])) for i in ids]
         async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
-            pid = await _backend_of_waiting_batch(admin)
+            pid = await backend_of_waiting_batch(admin)
             await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
         outcomes = await asyncio.gather(*runs, return_exceptions=True)
         await blocker.rollback()
@@ -207,7 +212,7 @@ async def test_a_batch_cut_by_a_server_restart_gets_what_a_lone_write_gets(
         asyncio.ensure_future(private_store.append(claims[i], 1, [NewEvent("s", i)])) for i in ids
     ]
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
-        await _backend_of_waiting_batch(admin)
+        await backend_of_waiting_batch(admin)
     await asyncio.to_thread(private_server.stop, mode="fast")
     outcomes = await asyncio.gather(*runs, return_exceptions=True)
     await blocker.close()
@@ -229,7 +234,7 @@ async def test_a_batch_cut_by_a_server_restart_gets_what_a_lone_write_gets(
     assert locked == [1]  # its statement waited on the lock and was ended with the server
 
 
-async def _backend_of_waiting_batch(admin: psycopg.AsyncConnection[object]) -> int:
+async def backend_of_waiting_batch(admin: psycopg.AsyncConnection[object]) -> int:
     """The pid of the batch statement once it waits on the locked row (polled: the
     batch's session is another process)."""
     for _ in range(2000):

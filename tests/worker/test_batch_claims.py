@@ -16,7 +16,7 @@ import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.config import Config
-from noeta.core.ports.store import ClaimedTask, JobStarts, LoadedTask, Store
+from noeta.core.ports.store import Claim, ClaimedTask, Finish, JobStarts, LoadedTask, Store
 from noeta.plugins.toolbox import Toolbox
 from noeta.worker.settings import WorkerSettings
 from noeta.worker.worker import Worker
@@ -95,3 +95,63 @@ async def test_free_slots_are_filled_by_one_claim_that_reads_the_tasks(
         await running
     assert recorded.claims[0] == (4, 4)  # four free slots, one claim statement
     assert recorded.loads == []  # each run started from what its claim read
+
+
+class GatedFinish:
+    """The real store; the finishing append of one task waits for `opened` before it is
+    sent, and every claim is recorded (ADR-0115)."""
+
+    def __init__(self, store: Store, task_id: str) -> None:
+        self._store = store
+        self._task_id = task_id
+        self.opened = asyncio.Event()
+        self.finishing = asyncio.Event()
+        self.claimed: list[str] = []
+
+    async def append(self, claim: Claim, *args: Any, **kwargs: Any) -> int:
+        if claim.task_id == self._task_id and isinstance(kwargs.get("next_state"), Finish):
+            self.finishing.set()
+            await self.opened.wait()
+        return await self._store.append(claim, *args, **kwargs)
+
+    async def claim_and_load(self, *args: Any, **kwargs: Any) -> list[ClaimedTask]:
+        claimed = await self._store.claim_and_load(*args, **kwargs)
+        self.claimed += [each.claim.task_id for each in claimed]
+        return claimed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+async def test_a_runs_slot_is_free_once_it_sends_its_finish(
+    store: Store, tmp_path: Path, toolbox: Toolbox
+) -> None:
+    """With one slot, the next task is claimed while the first one's finish is still on
+    its way: the claim that fills the slot can share the finish's round trip."""
+    await add_task(store, tmp_path, "a", {"text": "done"})
+    gated = GatedFinish(store, "a")
+    runner = toolbox.runner(gated, ProviderRegistry())
+    settings = WorkerSettings("w", concurrency=1, lease_seconds=30, poll_seconds=0.2)
+    worker = Worker(gated, runner, settings)
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+        await asyncio.wait_for(gated.finishing.wait(), 30)
+        await add_task(store, tmp_path, "b", {"text": "done"})
+        worker.wake()
+
+        async def b_claimed() -> bool:
+            return "b" in gated.claimed
+
+        await until(b_claimed, "b is claimed while a's finish waits")
+        assert await status_of(store, "a") == "running"
+        gated.opened.set()
+
+        async def both_done() -> bool:
+            return [await status_of(store, t) for t in "ab"] == ["done", "done"]
+
+        await until(both_done, "both tasks finish")
+    finally:
+        gated.opened.set()
+        stop.set()
+        await running

@@ -65,7 +65,7 @@ from noeta.core.runner.forked_workspace import copy_if_asked
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookPlugins, Hooks
 from noeta.core.runner.reply_streams import StreamWriter
-from noeta.core.runner.writing import RunWriter, describe
+from noeta.core.runner.writing import Finishing, RunWriter, describe
 from noeta.core.task import LoadAttempts
 from noeta.core.task_loading import load_for_run, snapshot_version
 from noeta.observability import tracing
@@ -120,6 +120,9 @@ class TaskRunner:
     # Where replies stream for their readers (ADR-0105); by default the store's, if it
     # keeps streams.
     streams: StreamWriter | None = None
+    # Told as a run sends its task's finish: a worker frees the run's slot then, so that
+    # its next claim can share the finish's round trip (ADR-0115).
+    finishing: Finishing | None = None
 
     def __post_init__(self) -> None:
         self.hook_plugins = HookPlugins.of(self.plugins)
@@ -182,6 +185,7 @@ class _Run(RunWriter):
             trace,
         )
         self.runner = runner
+        self.finishing = runner.finishing
         self.cancel_checked_at = -math.inf
         self._queue = ""
         # The claim started the job's call (ADR-0101): its first step runs it, never as a

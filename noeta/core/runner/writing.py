@@ -5,7 +5,7 @@ turn or of the task riding on it, and what plugins' hooks write back (`task.py` 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from noeta.core import failpoints
 from noeta.core.ports.model_limits import ModelBudget
@@ -34,6 +34,9 @@ from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
 from noeta.observability import tracing
 
 log = logging.getLogger(__name__)
+
+# Told that a run is sending its task's finish, its last write (the claim, the state before).
+Finishing = Callable[[Claim, TaskState], None]
 
 
 class RunWriter:
@@ -64,6 +67,8 @@ class RunWriter:
         self.created: list[str] = []  # the tasks the appends that landed created
         # The last look ahead (`folded`): from which state, over which events, to what.
         self._ahead: tuple[TaskState, tuple[ev.Event, ...], TaskState] | None = None
+        # Told as the task's finish goes to the store (TaskRunner.finishing).
+        self.finishing: Finishing | None = None
 
     @property
     def task_id(self) -> str:
@@ -106,6 +111,8 @@ class RunWriter:
         if finished is not None:
             report = finished.answer if finished.status == "done" else finished.error
             deliveries = [*deliveries, *await self._finishing(finished.status, report)]
+        if finished is not None and self.finishing is not None:
+            self.finishing(self.claim, self.state)
         await failpoints.hit("append.before_commit")
         last_seq = await model_budget.writer(self.store, budget)(
             self.claim,

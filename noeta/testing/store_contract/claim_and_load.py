@@ -4,6 +4,7 @@ under a batch claim fenced like any other."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from noeta.core.errors import Conflict
 from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
 from noeta.core.ports.store import (
     Delivery,
+    Finish,
     NewEvent,
     Snapshot,
     Store,
@@ -109,6 +111,41 @@ class ClaimAndLoadContract:
         with pytest.raises(Conflict):
             await store.append(second, 2, [NewEvent("stale", 1)])
         assert [e.type for e in await store.read_log(second.task_id)] == ["created", "step"]
+
+    async def test_finishes_sent_with_a_claim_are_each_fenced_and_told_alone(
+        self, store: Store
+    ) -> None:
+        """A worker's finishes and its next claim, sent at once (the PostgreSQL store
+        sends them in one round trip and commit, ADR-0115): each finish lands or is
+        refused on its own, and the claim takes what it would have taken alone."""
+        ids = [f"f{n}" for n in range(6)]
+        await created_due(store, ids)
+        batch = await store.claim_and_load("w", ["default"], LEASE, limit=6, snapshot_version="v")
+        claims = {each.claim.task_id: each.claim for each in batch}
+        lost = claims.pop("f3")  # claimed again by another worker: its finish is refused
+        assert await store.release(lost)
+        again = await store.claim("w2", ["default"], LEASE)
+        assert again is not None and again.task_id == "f3"
+        await created_due(store, ["next0", "next1"])
+        done = Finish(TaskStatus.DONE)
+        outcomes = await asyncio.gather(
+            *(
+                store.append(c, 1, [NewEvent("done", t)], next_state=done)
+                for t, c in claims.items()
+            ),
+            store.append(lost, 1, [NewEvent("done", "f3")], next_state=done),
+            store.claim_and_load("w", ["default"], LEASE, limit=2, snapshot_version="v"),
+            return_exceptions=True,
+        )
+        assert outcomes[: len(claims)] == [2] * len(claims)
+        assert isinstance(outcomes[len(claims)], Conflict)
+        taken = outcomes[-1]
+        assert isinstance(taken, list)
+        assert sorted(each.claim.task_id for each in taken) == ["next0", "next1"]
+        for task_id in claims:
+            task = await store.get_task(task_id)
+            assert task is not None and task.status is TaskStatus.DONE
+        assert [e.seq for e in await store.read_log("f3")] == [1]
 
     async def test_each_queue_is_walked_in_its_own_due_order(self, store: Store) -> None:
         await created_due(store, [f"bulk-{n}" for n in range(30)], queue="bulk")

@@ -367,7 +367,12 @@ class PostgresClaims(PostgresConnection):
             params["only"] = list(only)
             named = job_starts is None
             statement = CLAIM_NAMED_AND_LOAD if named else CLAIM_NAMED_AND_START_JOBS
-        rows = await self._write_generic(statement, params)
+        if only is None:  # the claim loop's: it may ride with the finishes in flight
+            rows = await self._group_commit.claim(
+                statement, params, lambda: self._write_generic(statement, params)
+            )
+        else:
+            rows = await self._write_generic(statement, params)
         return claimed_tasks(rows, worker, snapshot_version)
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

@@ -23,7 +23,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from noeta.backends.stores.postgres.group_commit import GroupCommit
+from noeta.backends.stores.postgres.group_commit import APPEND_BATCH, GroupCommit, Rows
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable, UnknownTask
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class PostgresConnection:
         self._session_options = session_options  # the limits, for a session of our own
         self.where = where
         self.deadline_seconds = deadline_seconds
-        self._group_commit = GroupCommit(self._write_many)
+        self._group_commit = GroupCommit(self._write_many, self._write_batch_and_claim)
         # The claims' connection (`_write_generic`): its settings, None behind a pooler.
         self._generic_settings = generic_settings
         self._generic_pool: AsyncConnectionPool[Any] | None = None
@@ -173,6 +173,26 @@ class PostgresConnection:
                 if attempt == DEADLOCK_RETRIES:
                     raise
                 log.info("store: %s; re-running the statement with its checks", error)
+        raise AssertionError("unreachable")
+
+    async def _write_batch_and_claim(
+        self, batch: dict[str, Any], claim: str, params: dict[str, Any]
+    ) -> tuple[Rows, Rows]:
+        """A group commit's batch and a claim, pipelined: one round trip, one transaction
+        (the Sync that ends the pipeline commits both), on the claims' connection
+        (ADR-0115). Rolled back whole by a deadlock, it is run again, checks included."""
+        pool = None
+        if self._generic_settings is not None:
+            pool = self._generic_pool or await self._open_generic_pool(self._generic_settings)
+        statements = [(APPEND_BATCH, batch), (claim, params)]
+        for attempt in range(DEADLOCK_RETRIES + 1):
+            try:
+                rows, claimed = await self._run_all(statements, write=True, pool=pool)
+                return rows, claimed
+            except _Rerun as error:
+                if attempt == DEADLOCK_RETRIES:
+                    raise
+                log.info("store: %s; re-running the batch and the claim", error)
         raise AssertionError("unreachable")
 
     async def _write_generic(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:

@@ -1,6 +1,8 @@
 """Durable group commit (ADR-0086): the lean appends of a worker's concurrent runs share
 one statement and one commit (`noeta_append_batch`); each run awaits the commit that
-carries its write, and a row the fence refuses is refused to its run alone."""
+carries its write, and a row the fence refuses is refused to its run alone. A claim that
+comes while a batch is in flight rides with the next one: the appends and the claim go in
+one round trip and one commit (ADR-0115)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from noeta.core.errors import CommitUnknown, Conflict, StoreError, UnknownTask
+from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable, UnknownTask
 
 # One batch in flight at a time: the writes that arrive while it commits go together as
 # the next (natural batching: no timer, no added latency for a write that comes alone).
@@ -43,7 +45,17 @@ class _SendAlone:
 
 _SEND_ALONE = _SendAlone()
 _Queued = tuple[LeanAppend, "asyncio.Future[int | _SendAlone]"]
-RunBatch = Callable[[str, dict[str, Any]], Awaitable[list[tuple[Any, ...]]]]
+Rows = list[tuple[Any, ...]]
+RunBatch = Callable[[str, dict[str, Any]], Awaitable[Rows]]
+# The batch and a claim, pipelined in one transaction: (the batch's rows, the claim's).
+RunWithClaim = Callable[[dict[str, Any], str, dict[str, Any]], Awaitable[tuple[Rows, Rows]]]
+
+
+@dataclass(frozen=True)
+class _QueuedClaim:
+    statement: str
+    params: dict[str, Any]
+    rows: asyncio.Future[Rows | _SendAlone]
 
 
 class GroupCommit:
@@ -51,12 +63,15 @@ class GroupCommit:
     as the statement it would be alone; writes that arrive while a write is in flight
     queue, and go as one batch (up to `BATCH_CAP`) the moment it is done."""
 
-    def __init__(self, run_batch: RunBatch) -> None:
+    def __init__(self, run_batch: RunBatch, run_with_claim: RunWithClaim | None = None) -> None:
         self._run_batch = run_batch
+        self._run_with_claim = run_with_claim
         self._loop: asyncio.AbstractEventLoop | None = None
         self._in_flight = False
         self._queued: list[_Queued] = []
+        self._claim: _QueuedClaim | None = None
         self._senders: set[asyncio.Task[None]] = set()
+        self.claims_carried = 0  # claims that shared a batch's round trip (tests read it)
 
     async def append(self, item: LeanAppend, alone: Callable[[], Awaitable[int]]) -> int:
         """The appended seq, once the commit carrying `item` is durable; `alone` is the
@@ -85,24 +100,66 @@ class GroupCommit:
             return await alone()
         return outcome
 
+    async def claim(
+        self, statement: str, params: dict[str, Any], alone: Callable[[], Awaitable[Rows]]
+    ) -> Rows:
+        """The claim's rows, once durable. While a write is in flight with appends queued
+        behind it, the claim waits for it and goes with them, in one round trip and one
+        commit (ADR-0115): a worker's finishes and its next claim. Otherwise it goes
+        alone (`alone`), at once, beside the write in flight: with nothing to share, a
+        wait would only serialise the two."""
+        loop = asyncio.get_running_loop()
+        queued = bool(self._queued)
+        riding = self._in_flight and queued and self._claim is None and loop is self._loop
+        if not riding or self._run_with_claim is None:
+            return await alone()
+        waiting = _QueuedClaim(statement, params, loop.create_future())
+        self._claim = waiting
+        try:
+            outcome = await waiting.rows
+        except asyncio.CancelledError:
+            if self._claim is waiting:  # not sent: it never will be
+                self._claim = None
+            raise
+        if isinstance(outcome, _SendAlone):
+            return await alone()
+        return outcome
+
     def _send_queued(self) -> None:
-        if self._in_flight or not self._queued or self._loop is None:
+        claim, self._claim = self._claim, None
+        if self._loop is None or self._in_flight or not self._queued:
+            if claim is not None:
+                _settle(claim.rows, _SEND_ALONE)  # nothing to ride with: alone, now
             return
         batch, self._queued = self._queued[:BATCH_CAP], self._queued[BATCH_CAP:]
         self._in_flight = True
-        sender = self._loop.create_task(self._send(batch))
+        sender = self._loop.create_task(self._send(batch, claim))
         self._senders.add(sender)  # a reference, or the loop may collect it mid-flight
         sender.add_done_callback(self._senders.discard)
 
-    async def _send(self, batch: list[_Queued]) -> None:
+    async def _send(self, batch: list[_Queued], claim: _QueuedClaim | None = None) -> None:
+        params = batch_params([item for item, _ in batch])
         try:
-            rows = await self._run_batch(APPEND_BATCH, batch_params([item for item, _ in batch]))
-        except StoreError as error:
-            # The statement failed whole: every run in it gets what a lone write gets.
-            for _, future in batch:
+            if claim is None:
+                rows = await self._run_batch(APPEND_BATCH, params)
+            else:
+                assert self._run_with_claim is not None
+                rows, claimed = await self._run_with_claim(params, claim.statement, claim.params)
+                self.claims_carried += 1
+                _settle(claim.rows, claimed)
+        except (CommitUnknown, StoreUnavailable) as error:
+            # Cut, or never taken: every run in it gets what a lone write gets.
+            for future in _futures(batch, claim):
                 _settle(future, error=_own_copy(error))
+        except StoreError as error:
+            if claim is None:  # the statement failed whole: each run is told, as alone
+                for _, future in batch:
+                    _settle(future, error=_own_copy(error))
+            else:  # refused, so nothing of it committed: each goes alone, to its own end
+                for future in _futures(batch, claim):
+                    _settle(future, _SEND_ALONE)
         except BaseException:
-            for _, future in batch:  # cancelled mid-statement (the store closing)
+            for future in _futures(batch, claim):  # cancelled mid-statement (store closing)
                 _settle(future, error=CommitUnknown("the batch carrying this write was cut"))
             raise
         else:
@@ -147,9 +204,14 @@ def _outcome(item: LeanAppend, seq: int | None, code: str | None, reason: str | 
     return {"error": Conflict(item.task_id, reason or code)}
 
 
+def _futures(batch: list[_Queued], claim: _QueuedClaim | None) -> list[asyncio.Future[Any]]:
+    futures: list[asyncio.Future[Any]] = [future for _, future in batch]
+    return futures if claim is None else [*futures, claim.rows]
+
+
 def _settle(
-    future: asyncio.Future[int | _SendAlone],
-    result: int | _SendAlone | None = None,
+    future: asyncio.Future[Any],
+    result: object = None,
     error: BaseException | None = None,
 ) -> None:
     if future.done():  # its run was cancelled while the batch was in flight

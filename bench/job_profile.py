@@ -1,0 +1,116 @@
+"""Where a no-op job's time goes: one `noeta worker` of a checkout drains N no-op jobs
+while py-spy samples it (only where the event loop holds the GIL, `--gil`) and
+pg_stat_activity is read every 10 ms; prints jobs/s, worker and server CPU a job, how busy
+each was over the drain, what the worker's backends were doing, and the py-spy functions
+with the most samples (inclusive).
+
+Run from outside any checkout (a worker's working directory must not shadow PYTHONPATH):
+  cd /tmp && <venv>/bin/python <checkout>/bench/job_profile.py --tree <a checkout> \
+      [--jobs 10000] [--concurrency 16] [--py-spy <path to py-spy>]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import jobs  # the sibling modules: bench/ is on sys.path
+from common import server
+from worker import cpu_seconds, fresh_bench, server_cpu_seconds
+
+BACKENDS = r"""
+SELECT state, coalesce(wait_event_type, '-') || ':' || coalesce(wait_event, '-'),
+       left(regexp_replace(ltrim(query), '\s+', ' ', 'g'), 40)
+  FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid()
+   AND backend_type = 'client backend' AND application_name <> 'bench-submit'
+"""
+
+
+async def profile(dsn: str, tree: str, count: int, concurrency: int, spy: str | None) -> None:
+    async with fresh_bench(dsn) as bench:
+        job_bench = jobs.JobBench(bench)
+        job_bench.env["PYTHONPATH"] = os.pathsep.join([str(jobs.BENCH), tree])
+        ids = await job_bench.held_back("prof", count, "1 hour")
+        samples = Path(tempfile.mkdtemp(prefix="noeta-job-profile-")) / "samples.txt"
+        async with bench.workers(["prof-w0"], "prof", concurrency, env=job_bench.env) as up:
+            pid = up[0].pid
+            sampler = None
+            if spy:
+                command = [spy, "record", "-r", "200", "-f", "raw", "-o", str(samples)]
+                command += ["--gil", "--nonblocking", "--pid", str(pid)]
+                sampler = await asyncio.create_subprocess_exec(*command, stdout=subprocess.DEVNULL)
+            worker_cpu, server_cpu = cpu_seconds(pid), server_cpu_seconds(bench.postmaster)
+            began = time.monotonic()
+            await bench.admin.execute(jobs.RELEASE, ("prof",))
+            seen: collections.Counter[tuple[str, ...]] = collections.Counter()
+            reads = 0
+
+            async def read_backends() -> None:
+                nonlocal reads
+                while True:
+                    seen.update(tuple(row) for row in await bench.rows(BACKENDS))
+                    reads += 1
+                    await asyncio.sleep(0.01)
+
+            reading = asyncio.create_task(read_backends())
+            await bench.finished("prof", ids, within=900)
+            reading.cancel()
+            wall = time.monotonic() - began
+            worker_cpu = cpu_seconds(pid) - worker_cpu
+            server_cpu = server_cpu_seconds(bench.postmaster) - server_cpu
+            if sampler is not None:
+                sampler.send_signal(2)  # SIGINT: py-spy writes what it sampled
+                await sampler.wait()
+        seconds = float(await bench.value(jobs.DRAIN, ("prof-%",)))
+    print(
+        f"{count / seconds:,.0f} jobs/s; CPU a job: worker {worker_cpu * 1e3 / count:.3f} ms, "
+        f"server {server_cpu * 1e3 / count:.3f} ms; busy over the drain: worker "
+        f"{worker_cpu / wall:.0%}, server {server_cpu / wall:.0%}; load {os.getloadavg()[0]:.1f}"
+    )
+    print(f"\nthe worker's backends, mean count over {reads} reads:")
+    for row, times in seen.most_common(10):
+        print(f"  {times / max(reads, 1):5.2f}  {' | '.join(row)}")
+    if spy and samples.exists():
+        print("\npy-spy, the event loop holding the GIL (inclusive share of samples):")
+        for name, share in heaviest(samples.read_text(), 40):
+            print(f"  {share:6.1%}  {name}")
+
+
+def heaviest(raw: str, count: int) -> list[tuple[str, float]]:
+    """The functions in most of py-spy's raw samples (each counted once a sample)."""
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, number = line.rpartition(" ")
+        if not number.isdigit():
+            continue
+        total += int(number)
+        names = {frame.rsplit(":", 1)[0] + ")" for frame in stack.split(";")}
+        inclusive.update(dict.fromkeys(names, int(number)))
+    # Less the frames every sample of the loop has (the entry point, the loop's own).
+    ranked = inclusive.most_common(count + 30)
+    top = ranked[0][1] if ranked else 0
+    return [(name, n / total) for name, n in ranked if n < 0.98 * top][:count]
+
+
+def main() -> None:
+    arguments = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    arguments.add_argument("--tree", required=True, help="the checkout whose worker runs")
+    arguments.add_argument("--jobs", type=int, default=10_000)
+    arguments.add_argument("--concurrency", type=int, default=jobs.CONCURRENCY)
+    arguments.add_argument("--py-spy", dest="spy", help="py-spy's path (none: no profile)")
+    arguments.add_argument("--dsn")
+    options = arguments.parse_args()
+    with server(options.dsn) as dsn:
+        asyncio.run(profile(dsn, options.tree, options.jobs, options.concurrency, options.spy))
+
+
+if __name__ == "__main__":
+    main()
