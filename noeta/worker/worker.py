@@ -71,7 +71,7 @@ class Worker(ContinuingClaims):
         self.jobs = JobManager(store, self._resume_holding, runner.streams)
         runner.jobs = self.jobs
         runner.finishing = self._finishing
-        # Runs whose slot was freed as they sent their finish (ADR-0115).
+        # Runs whose slot was freed as they sent their finish (ADR-0116).
         self._freed: set[ClaimKey] = set()
         self.running: dict[ClaimKey, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
         # Claims waiting while their task holds them (a background job of theirs runs here).
@@ -332,7 +332,7 @@ class Worker(ContinuingClaims):
     def _finishing(self, claim: Claim, state: TaskState) -> None:
         """A run is sending its task's finish, its last write: its slot is free from now,
         so the claim that fills it can share that finish's round trip and commit
-        (ADR-0115). Not a canvas or a canvas's member, whose end may be continued in its
+        (ADR-0116). Not a canvas or a canvas's member, whose end may be continued in its
         slot (ADR-0109), nor while stopping."""
         if (
             claim.key not in self.running

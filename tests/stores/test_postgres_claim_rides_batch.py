@@ -1,5 +1,5 @@
 """A claim that comes while a group commit's batch is in flight rides with the appends
-queued behind it: one round trip, one commit (ADR-0115). Each row is still fenced on its
+queued behind it: one round trip, one commit (ADR-0116). Each row is still fenced on its
 own, a refusal is told to its run alone, and a fault tells each run and the claim what
 going alone would have told them."""
 

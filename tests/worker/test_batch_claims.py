@@ -99,7 +99,7 @@ async def test_free_slots_are_filled_by_one_claim_that_reads_the_tasks(
 
 class GatedFinish:
     """The real store; the finishing append of one task waits for `opened` before it is
-    sent, and every claim is recorded (ADR-0115)."""
+    sent, and every claim is recorded (ADR-0116)."""
 
     def __init__(self, store: Store, task_id: str) -> None:
         self._store = store

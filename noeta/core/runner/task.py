@@ -121,7 +121,7 @@ class TaskRunner:
     # keeps streams.
     streams: StreamWriter | None = None
     # Told as a run sends its task's finish: a worker frees the run's slot then, so that
-    # its next claim can share the finish's round trip (ADR-0115).
+    # its next claim can share the finish's round trip (ADR-0116).
     finishing: Finishing | None = None
 
     def __post_init__(self) -> None:

@@ -116,7 +116,7 @@ class ClaimAndLoadContract:
         self, store: Store
     ) -> None:
         """A worker's finishes and its next claim, sent at once (the PostgreSQL store
-        sends them in one round trip and commit, ADR-0115): each finish lands or is
+        sends them in one round trip and commit, ADR-0116): each finish lands or is
         refused on its own, and the claim takes what it would have taken alone."""
         ids = [f"f{n}" for n in range(6)]
         await created_due(store, ids)

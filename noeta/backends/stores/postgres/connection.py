@@ -180,7 +180,7 @@ class PostgresConnection:
     ) -> tuple[Rows, Rows]:
         """A group commit's batch and a claim, pipelined: one round trip, one transaction
         (the Sync that ends the pipeline commits both), on the claims' connection
-        (ADR-0115). Rolled back whole by a deadlock, it is run again, checks included."""
+        (ADR-0116). Rolled back whole by a deadlock, it is run again, checks included."""
         pool = None
         if self._generic_settings is not None:
             pool = self._generic_pool or await self._open_generic_pool(self._generic_settings)

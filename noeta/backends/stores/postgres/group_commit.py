@@ -2,7 +2,7 @@
 one statement and one commit (`noeta_append_batch`); each run awaits the commit that
 carries its write, and a row the fence refuses is refused to its run alone. A claim that
 comes while a batch is in flight rides with the next one: the appends and the claim go in
-one round trip and one commit (ADR-0115)."""
+one round trip and one commit (ADR-0116)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ class GroupCommit:
     ) -> Rows:
         """The claim's rows, once durable. While a write is in flight with appends queued
         behind it, the claim waits for it and goes with them, in one round trip and one
-        commit (ADR-0115): a worker's finishes and its next claim. Otherwise it goes
+        commit (ADR-0116): a worker's finishes and its next claim. Otherwise it goes
         alone (`alone`), at once, beside the write in flight: with nothing to share, a
         wait would only serialise the two."""
         loop = asyncio.get_running_loop()
