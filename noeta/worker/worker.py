@@ -69,6 +69,7 @@ class Worker(ContinuingClaims):
         self.renewer = Renewer(store, settings.lease_seconds, self._lost, liveness=self.liveness)
         self.jobs = JobManager(store, self._resume_holding)
         runner.jobs = self.jobs
+        runner.continues = self._continues
         self.running: dict[ClaimKey, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
         # Claims waiting while their task holds them (a background job of theirs runs here).
         self.holding: dict[ClaimKey, Claim] = {}

@@ -155,6 +155,10 @@ class NewTask:
     # Counted against its queue's per-key limit (a tenant, a repository); None: no key.
     concurrency_key: str | None = None
     priority: int = DEFAULT_PRIORITY
+    # The worker creating it claims it next, in the slot its run ends in (a canvas's next
+    # member, ADR-0114): no idle worker is called for it. A hint: unclaimed, it waits for
+    # the next claim as any task does.
+    continued: bool = False
 
     def __post_init__(self) -> None:
         # Every way a task is made (submit, run, cron, the API, subtasks) builds a NewTask.
@@ -185,6 +189,10 @@ class Delivery:
     task_id: str
     payload: JSONValue
     dedupe_key: str | None = None  # a second delivery with the same key is dropped
+    # The sender's worker claims the receiver next, in the slot the sender's run ends in
+    # (a canvas member's handback, ADR-0114): waking it calls no idle worker. A hint, as
+    # `NewTask.continued` is.
+    continued: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,3 +105,9 @@ class RunContext(Protocol):
     async def queue(self) -> str:
         """The task's queue (its subtasks run on it)."""
         ...
+
+    def continues(self, task_id: str, queue: str | None = None) -> bool:
+        """Whether this run's worker claims `task_id` (in `queue`, None if unknown) next, in
+        the slot this run ends in (ADR-0109): what the run makes claimable for it is then
+        marked `continued`, and calls no idle worker (ADR-0114)."""
+        ...

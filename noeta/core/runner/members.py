@@ -10,6 +10,7 @@ one fenced append.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from noeta.core import failpoints
 from noeta.core.ports.pin import Pin
@@ -50,6 +51,9 @@ async def step(run: RunContext, inbox: list[InboxEntry]) -> bool:
         written += launched
         following = next_step(run.folded(written))
     waits = isinstance(following, AwaitMembers)
+    if waits and new_tasks and run.continues(new_tasks[0].id, new_tasks[0].queue):
+        # The worker claims the first launched next (ADR-0109): nobody else is called.
+        new_tasks[0] = replace(new_tasks[0], continued=True)
     if taken:
         await failpoints.hit("canvas.before_ends_taken")
     if new_tasks:

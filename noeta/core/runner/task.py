@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -114,6 +114,11 @@ class TaskRunner:
     subagent_models: tuple[str, ...] = ()
     # Makes a fork's workspace a copy of its source's (ADR-0096); None: such forks fail.
     workspace_copier: WorkspaceCopier | None = None
+    # The worker's word that it claims `task_id` next, in the slot the run ends in (ADR-0109):
+    # `continues(task_id, queue)`, the queue None where the run does not know it. What a
+    # run makes claimable for it calls no idle worker (ADR-0114). None: nobody continues
+    # (noeta run, tests).
+    continues: Callable[[str, str | None], bool] | None = None
     # Set by a worker's warm shutdown: a run finishes the step it is in, starts no other
     # model call or tool, and hands its task back ("handed_back") for the worker to release.
     draining: bool = False
@@ -235,6 +240,10 @@ class _Run(RunWriter):
         except NoetaError as error:
             return str(error)
         return ""
+
+    def continues(self, task_id: str, queue: str | None = None) -> bool:
+        promise = self.runner.continues
+        return promise is not None and not self.runner.draining and promise(task_id, queue)
 
     async def queue(self) -> str:
         if not self._queue:

@@ -49,6 +49,18 @@ SELECT appended.seq, noeta_announce_finish(%(task)s)
   FROM ({APPEND_EVENTS}) AS appended(seq)
 """
 
+# An append whose worker claims next the task it makes claimable (`continued`, ADR-0114)
+# names it in the transaction's noeta.continues first (the CTE is read before the append
+# runs): the wake-up triggers call no idle worker for it.
+CONTINUING = (
+    "WITH continuing AS MATERIALIZED (SELECT set_config('noeta.continues', %(continues)s, true))"
+)
+APPEND_EVENTS_CONTINUING = f"{CONTINUING} {APPEND_EVENTS.strip()} FROM continuing"
+APPEND_EVENTS_CONTINUING_FINISHING = f"""{CONTINUING}
+SELECT appended.seq, noeta_announce_finish(%(task)s)
+  FROM ({APPEND_EVENTS.strip()} FROM continuing) AS appended(seq)
+"""
+
 # The common cases have lean functions (0009): events only, keep running; and a finish
 # with nothing to take, deliver or create. Their events are one jsonb parameter.
 APPEND_EVENTS_ONLY = """
@@ -119,9 +131,15 @@ class PostgresAppends(PostgresConnection):
             "deliver_keys": [dedupe_key(d) for d in ordered],
             "deliver_payloads": [payload.encode(d.payload) for d in ordered],
         }
-        statement = (
-            APPEND_EVENTS_ANNOUNCING_FINISH if isinstance(next_state, Finish) else APPEND_EVENTS
-        )
+        finishing = isinstance(next_state, Finish)
+        statement = APPEND_EVENTS_ANNOUNCING_FINISH if finishing else APPEND_EVENTS
+        continued = [d.task_id for d in deliveries if d.continued]
+        continued += [t.id for t in new_tasks if t.continued]
+        if continued:
+            params["continues"] = continued[0]
+            statement = (
+                APPEND_EVENTS_CONTINUING_FINISHING if finishing else APPEND_EVENTS_CONTINUING
+            )
         row = await self._write(statement, params, task_id=claim.task_id)
         assert row is not None
         last_seq: int = row[0]
