@@ -149,9 +149,15 @@ class TaskRunner:
         """Run the claimed task; `loaded`: the task as the claim read it (of this runner's
         snapshot version), else the run reads it first."""
         version = self.snapshot_version
+        if loaded is None:
+            loaded = await self.store.load(claim.task_id, version)
         state, inbox = await load_for_run(self.store, claim.task_id, version, loaded)
         run = _Run(self, claim, state, version, tracing.begin_attempt(claim, state))
-        run.started_by_claim = loaded is not None and loaded.started_by_claim
+        # The snapshot's cadence counts from the snapshot read, not from this claim: a
+        # task claimed for a step or two at a time (a canvas, ADR-0114) would otherwise
+        # never reach `snapshot_every` within one run and be read whole at every claim.
+        run.snapshot_seq = loaded.snapshot.seq if loaded.snapshot is not None else 0
+        run.started_by_claim = loaded.started_by_claim
         run.loaded_inbox = inbox
         if any(taking.kind_of(entry.payload) == "cancel" for entry in inbox):
             run.cancel_checked_at = -math.inf  # asked already: look before anything else
