@@ -1,7 +1,8 @@
 """What a canvas of jobs costs (ADR-0104), beside the same work as independent jobs in the
 same run: a group of N no-op jobs with a chord callback (time, statements per member) and
 a chain of L no-op jobs (the latency each link adds: a member's finish to the next one's
-start; goal <= 3 ms).
+start; goal <= 3 ms), split at the canvas's step, with the floor under it: what a round
+trip and a commit cost on the machine at that moment.
 
 Run:  .venv/bin/python bench/canvas.py [--members N] [--links L] [--workers W]
 It starts a private embedded PostgreSQL (fsync on, pg_stat_statements loaded), W `noeta
@@ -110,6 +111,23 @@ async def a_chain(bench: Bench, client: AsyncClient, links: int) -> tuple[float,
     return took, hops
 
 
+async def round_trips(dsn: str, times: int = 200) -> tuple[float, float]:
+    """The floor under a link, measured beside it: the median of a round trip that writes
+    nothing (SELECT 1) and of one that commits a row (fsync on), from an asyncio client
+    as a worker's, on a connection of its own."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+        await connection.execute("CREATE TABLE IF NOT EXISTS bench_round_trips (x int)")
+        medians = []
+        for statement in ("SELECT 1", "INSERT INTO bench_round_trips VALUES (1)"):
+            took = []
+            for _ in range(times):
+                began = time.perf_counter()
+                await connection.execute(statement)
+                took.append(time.perf_counter() - began)
+            medians.append(statistics.median(took))
+    return medians[0], medians[1]
+
+
 async def jobs_one_after_another(client: AsyncClient, links: int) -> float:
     """The same chain driven by the client: enqueue, wait for the result, enqueue the next."""
     began = time.monotonic()
@@ -129,6 +147,7 @@ async def measure(dsn: str, members: int, links: int, workers: int) -> None:
             plain_time, plain_statements = await independent_jobs(bench, client, members)
             chord_time, chord_statements = await a_chord(bench, client, members)
             chain_time, hops = await a_chain(bench, client, links)
+            read, commit = await round_trips(bench.dsn)
             by_hand = await jobs_one_after_another(client, links)
     table(
         f"a group of {members} no-op jobs with a chord callback, beside {members} jobs",
@@ -159,6 +178,12 @@ async def measure(dsn: str, members: int, links: int, workers: int) -> None:
              ms(p95(hops.from_step))],
             ["steps the finished member's worker ran", f"{hops.continued} of {links - 1}", ""],
         ],
+    )  # fmt: skip
+    table(
+        "the floor, measured after the chain: a link is three round trips, each a commit",
+        ["", "median ms"],
+        [["a round trip (SELECT 1)", ms(read)], ["a committing round trip (fsync on)", ms(commit)],
+         ["three committing round trips", ms(3 * commit)]],
     )  # fmt: skip
 
 
