@@ -176,3 +176,21 @@ def test_grouping_counts_every_failure_as_the_failures_page_does(
     newest = noeta("tasks", "--group-by", "error", "--limit", "2", store=either_store)
     assert newest.stdout.splitlines()[1].split()[:2] == ["2", "ValueError"]
     assert "the newest 2 failures are grouped (without --limit: every one)" in newest.stderr
+
+
+def test_a_job_that_used_up_its_attempts_is_grouped_and_filtered_by_its_exception(
+    either_store: str,
+) -> None:
+    """A job's last failed attempt ends it with `<job> failed after N attempt(s): <type>:
+    ...` (function_tools): its kind is the exception's type, not "-", in the groups, the
+    list and the --error filter alike, on both stores."""
+    a_job(either_store, "send-1", "send_email", {"to": "a@x"})
+    said = "send_email failed after 3 attempt(s): ConnectionError: SMTP refused a@x"
+    finish(either_store, "send-1", events.TaskFinished("failed", error=said), TaskStatus.FAILED)
+    for newest in ((), ("--limit", "5")):  # from the search table, and read directly
+        grouped = table(either_store, "--status", "failed", "--group-by", "error", *newest)
+        assert grouped[1][:3] == ["1", "ConnectionError", "send_email"]
+    assert table(either_store, "--error", "ConnectionError", "--columns", "id,status") == [
+        ["id", "status"],
+        ["send-1", "failed (ConnectionError)"],
+    ]
