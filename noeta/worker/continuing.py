@@ -97,6 +97,21 @@ class ContinuingClaims(WaitingClaims):
             return False
         return queue is None or queue in self.settings.queues
 
+    async def _continue_started(self, started: ClaimedTask) -> None:
+        """Run a task the ended run's append created started for this worker (ADR-0114) in
+        the slot that run held; stopping, hand it back (and the slot) instead."""
+        claim = started.claim
+        if self._stopping or self.runner.draining:
+            try:
+                await self._release(claim, "not started")
+            finally:
+                self._slots.release()
+            return
+        log.info(
+            "continued with task %s, started as created (epoch %d)", claim.task_id, claim.epoch
+        )
+        self._start(claim, started.loaded)
+
     async def _continue(self, task_ids: tuple[str, ...]) -> bool:
         """Claim one of `task_ids` (what the run just ended made claimable) and run it in
         the slot that run held; False if none was claimed (ADR-0109)."""

@@ -32,7 +32,14 @@ from typing import Any
 
 from noeta.core import failpoints
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
-from noeta.core.ports.store import MAX_CLAIM_BATCH, Claim, ClaimKey, LoadedTask, Store
+from noeta.core.ports.store import (
+    MAX_CLAIM_BATCH,
+    Claim,
+    ClaimedTask,
+    ClaimKey,
+    LoadedTask,
+    Store,
+)
 from noeta.core.retry import backoff_seconds
 from noeta.core.rules import wakeups
 from noeta.core.runner.task import RunResult, TaskRunner
@@ -70,6 +77,7 @@ class Worker(ContinuingClaims):
         self.jobs = JobManager(store, self._resume_holding)
         runner.jobs = self.jobs
         runner.continues = self._continues
+        runner.lease_seconds = settings.lease_seconds
         self.running: dict[ClaimKey, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
         # Claims waiting while their task holds them (a background job of theirs runs here).
         self.holding: dict[ClaimKey, Claim] = {}
@@ -283,9 +291,11 @@ class Worker(ContinuingClaims):
         """Run one claim; every way of losing it ends here, logged, never raised."""
         holding = False
         follow: tuple[str, ...] = ()
+        started: ClaimedTask | None = None
         try:
             result = await self.runner.run(claim, loaded)
             follow = follow_on(claim.task_id, result, self.quiet_canvases)
+            started = result.started
             log.info("task %s: %s", claim.task_id, result.state.finished or result.outcome)
             self.presence.count(result.state.finished)
             holding = result.outcome == "holding"
@@ -317,7 +327,9 @@ class Worker(ContinuingClaims):
                 if self.jobs.has_jobs(claim):  # most runs start none: no task for nothing
                     self._spawn(self.jobs.stop(claim, "its claim ended"))
             self.running.pop(claim.key, None)
-            if not (follow and await self._continue(follow)):
+            if started is not None:
+                await self._continue_started(started)  # in this slot, or handed back
+            elif not (follow and await self._continue(follow)):
                 self._slots.release()  # else the slot is the continuing run's
             if holding and result_came:
                 self._resume_holding(claim)  # not held for a result already delivered

@@ -23,6 +23,7 @@ from noeta.core.ports.pin import Pin
 from noeta.core.ports.store import (
     DEFAULT_QUEUE,
     Claim,
+    ClaimedTask,
     Delivery,
     Finish,
     InboxEntry,
@@ -90,6 +91,9 @@ class RunResult:
     state: TaskState
     # The tasks the run's appends created (a canvas's members), in creation order.
     created: tuple[str, ...] = ()
+    # The one of them created claimed and started for this worker, to run next in the
+    # slot this run held (ADR-0114).
+    started: ClaimedTask | None = None
 
 
 @dataclass
@@ -119,6 +123,8 @@ class TaskRunner:
     # run makes claimable for it calls no idle worker (ADR-0114). None: nobody continues
     # (noeta run, tests).
     continues: Callable[[str, str | None], bool] | None = None
+    # The lease the worker's claims take, for a task created started for it (ADR-0114).
+    lease_seconds: float | None = None
     # Set by a worker's warm shutdown: a run finishes the step it is in, starts no other
     # model call or tool, and hands its task back ("handed_back") for the worker to release.
     draining: bool = False
@@ -169,7 +175,8 @@ class TaskRunner:
             run.trace.end("error", error)
             raise
         run.trace.end(result.state.finished or result.outcome)
-        return RunResult(result.outcome, result.state, tuple(run.created))
+        started = run.started[0] if run.started else None
+        return RunResult(result.outcome, result.state, tuple(run.created), started)
 
 
 class _Run(RunWriter):
@@ -246,6 +253,10 @@ class _Run(RunWriter):
         except NoetaError as error:
             return str(error)
         return ""
+
+    def starts(self) -> tuple[JobStarts, float] | None:
+        starts, lease = self.runner.job_starts, self.runner.lease_seconds
+        return None if starts is None or lease is None else (starts, lease)
 
     def continues(self, task_id: str, queue: str | None = None) -> bool:
         promise = self.runner.continues

@@ -24,6 +24,7 @@ from noeta.core.ports.store import (
     WaitHolding,
     check_append,
     check_key,
+    check_lease,
     check_moment,
 )
 
@@ -59,6 +60,15 @@ APPEND_EVENTS_CONTINUING = f"{CONTINUING} {APPEND_EVENTS.strip()} FROM continuin
 APPEND_EVENTS_CONTINUING_FINISHING = f"""{CONTINUING}
 SELECT appended.seq, noeta_announce_finish(%(task)s)
   FROM ({APPEND_EVENTS.strip()} FROM continuing) AS appended(seq)
+"""
+# An append that creates a task started by its worker (`NewTask.started`, ADR-0114): the
+# task is claimed and its start written by noeta_start_created, run once the append has
+# (its subquery is read first), in the same statement and commit.
+APPEND_EVENTS_STARTING = f"""{CONTINUING}
+SELECT appended.seq, noeta_start_created(
+    %(start_task)s, %(start_worker)s, %(start_lease)s, %(start_types)s::text[],
+    %(start_data)s::text[], %(start_needs)s::text[])
+  FROM ({APPEND_EVENTS.strip()} FROM continuing OFFSET 0) AS appended(seq)
 """
 
 # The common cases have lean functions (0009): events only, keep running; and a finish
@@ -140,6 +150,20 @@ class PostgresAppends(PostgresConnection):
             statement = (
                 APPEND_EVENTS_CONTINUING_FINISHING if finishing else APPEND_EVENTS_CONTINUING
             )
+        started = next((task for task in new_tasks if task.started is not None), None)
+        if started is not None and started.started is not None and not finishing:
+            start = started.started
+            start_types, start_data = _encode_events(start.events)
+            params |= {
+                "continues": params.get("continues", started.id),
+                "start_task": started.id,
+                "start_worker": check_key("worker name", start.worker),
+                "start_lease": check_lease(start.lease_seconds),
+                "start_types": start_types,
+                "start_data": start_data,
+                "start_needs": None if start.needs is None else list(start.needs),
+            }
+            statement = APPEND_EVENTS_STARTING
         row = await self._write(statement, params, task_id=claim.task_id)
         assert row is not None
         last_seq: int = row[0]
