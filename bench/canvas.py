@@ -1,7 +1,8 @@
 """What a canvas of jobs costs (ADR-0104), beside the same work as independent jobs in the
 same run: a group of N no-op jobs with a chord callback (time, statements per member) and
 a chain of L no-op jobs (the latency each link adds: a member's finish to the next one's
-start; goal <= 3 ms).
+start; goal <= 3 ms), split at the canvas's step, with the floor under it: what a round
+trip and a commit cost on the machine at that moment.
 
 Run:  .venv/bin/python bench/canvas.py [--members N] [--links L] [--workers W]
 It starts a private embedded PostgreSQL (fsync on, pg_stat_statements loaded), W `noeta
@@ -17,6 +18,7 @@ import asyncio
 import shutil
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import noop_job  # the sibling modules (bench/ is on sys.path)
@@ -33,8 +35,14 @@ COUNT = "SELECT query, calls FROM public.pg_stat_statements"
 # Each member's finish (its TaskFinished) and the next member's start (its ToolStarted),
 # on the store's clock, in the chain's order (member ids end .m<i>.1).
 HOPS = """
-SELECT split_part(e.task_id, '.', 2), e.type, e.created_at FROM events e
+SELECT split_part(e.task_id, '.', 2), e.type, e.created_at, e.owner FROM events e
  WHERE e.task_id LIKE %s AND e.type IN ('TaskFinished', 'ToolStarted')
+"""
+# The canvas's steps: each SubtaskReturned (the end of member m<i>) is written by the step
+# that took it and launched m<i+1>; its owner says whose slot ran that step.
+STEPS = """
+SELECT e.data::json ->> 'child_id', e.created_at, e.owner FROM events e
+ WHERE e.task_id = %s AND e.type = 'SubtaskReturned'
 """
 
 
@@ -65,19 +73,59 @@ async def a_chord(bench: Bench, client: AsyncClient, count: int) -> tuple[float,
     return time.monotonic() - began, await statements(bench)
 
 
-async def a_chain(bench: Bench, client: AsyncClient, links: int) -> tuple[float, list[float]]:
+@dataclass
+class Hops:
+    """A chain's links: finish to next start (the hop), split at the canvas's step, and
+    how many steps the finished member's own worker ran (a continuation, ADR-0109)."""
+
+    whole: list[float]
+    to_step: list[float]
+    from_step: list[float]
+    continued: int
+
+
+async def a_chain(bench: Bench, client: AsyncClient, links: int) -> tuple[float, Hops]:
     began = time.monotonic()
     handle = await client.canvas(chain(*(noop_job.noop.si() for _ in range(links))))  # type: ignore[attr-defined]
     await client.job_result(handle, timeout=3600)
     took = time.monotonic() - began
     at: dict[tuple[int, str], Any] = {}
-    for member, kind, when in await bench.rows(HOPS, (f"{handle.id}.m%",)):
+    owner: dict[int, str] = {}
+    for member, kind, when, by in await bench.rows(HOPS, (f"{handle.id}.m%",)):
         at[(int(member[1:]), kind)] = when
-    hops = [
-        (at[(n + 1, "ToolStarted")] - at[(n, "TaskFinished")]).total_seconds()
-        for n in range(links - 1)
-    ]
+        owner[int(member[1:])] = by
+    step: dict[int, tuple[Any, str]] = {}
+    for child, when, by in await bench.rows(STEPS, (handle.id,)):
+        step[int(child.split(".")[1][1:])] = (when, by)
+    hops = Hops([], [], [], 0)
+    for n in range(links - 1):
+        finished, started, (stepped, by) = (
+            at[(n, "TaskFinished")],
+            at[(n + 1, "ToolStarted")],
+            step[n],
+        )
+        hops.whole.append((started - finished).total_seconds())
+        hops.to_step.append((stepped - finished).total_seconds())
+        hops.from_step.append((started - stepped).total_seconds())
+        hops.continued += by == owner[n]
     return took, hops
+
+
+async def round_trips(dsn: str, times: int = 200) -> tuple[float, float]:
+    """The floor under a link, measured beside it: the median of a round trip that writes
+    nothing (SELECT 1) and of one that commits a row (fsync on), from an asyncio client
+    as a worker's, on a connection of its own."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+        await connection.execute("CREATE TABLE IF NOT EXISTS bench_round_trips (x int)")
+        medians = []
+        for statement in ("SELECT 1", "INSERT INTO bench_round_trips VALUES (1)"):
+            took = []
+            for _ in range(times):
+                began = time.perf_counter()
+                await connection.execute(statement)
+                took.append(time.perf_counter() - began)
+            medians.append(statistics.median(took))
+    return medians[0], medians[1]
 
 
 async def jobs_one_after_another(client: AsyncClient, links: int) -> float:
@@ -99,6 +147,7 @@ async def measure(dsn: str, members: int, links: int, workers: int) -> None:
             plain_time, plain_statements = await independent_jobs(bench, client, members)
             chord_time, chord_statements = await a_chord(bench, client, members)
             chain_time, hops = await a_chain(bench, client, links)
+            read, commit = await round_trips(bench.dsn)
             by_hand = await jobs_one_after_another(client, links)
     table(
         f"a group of {members} no-op jobs with a chord callback, beside {members} jobs",
@@ -110,17 +159,36 @@ async def measure(dsn: str, members: int, links: int, workers: int) -> None:
              f"{chord_statements / members:.1f}"],
         ],
     )  # fmt: skip
-    hops.sort()
-    p95 = hops[int(0.95 * (len(hops) - 1))]
+    median = statistics.median(hops.whole)
     table(
         f"a chain of {links} no-op jobs: the latency a link adds (finish to next start)",
         ["", "total s", "ms per link", "median hop ms", "p95 hop ms", "goal <= 3 ms"],
         [
             ["chain", f"{chain_time:.2f}", ms(chain_time / links),
-             ms(statistics.median(hops)), ms(p95), verdict(statistics.median(hops) <= 0.003)],
+             ms(median), ms(p95(hops.whole)), verdict(median <= 0.003)],
             ["client: enqueue, get, next", f"{by_hand:.2f}", ms(by_hand / links), "", "", ""],
         ],
     )  # fmt: skip
+    table(
+        "the hop in two: a member's finish to its canvas's step, the step to the next start",
+        ["", "median ms", "p95 ms"],
+        [
+            ["finish -> canvas step", ms(statistics.median(hops.to_step)), ms(p95(hops.to_step))],
+            ["canvas step -> next start", ms(statistics.median(hops.from_step)),
+             ms(p95(hops.from_step))],
+            ["steps the finished member's worker ran", f"{hops.continued} of {links - 1}", ""],
+        ],
+    )  # fmt: skip
+    table(
+        "the floor, measured after the chain: a link is three round trips, each a commit",
+        ["", "median ms"],
+        [["a round trip (SELECT 1)", ms(read)], ["a committing round trip (fsync on)", ms(commit)],
+         ["three committing round trips", ms(3 * commit)]],
+    )  # fmt: skip
+
+
+def p95(values: list[float]) -> float:
+    return sorted(values)[int(0.95 * (len(values) - 1))]
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ from noeta.core.errors import ConfigError
 from noeta.core.ports.store import TaskStatus, check_key
 from noeta.core.ports.store_views import (
     ERROR_KIND_NAME,
-    FAILURES_GROUPED,
     MAX_PAGE,
     TaskCursor,
     TaskFilter,
@@ -186,9 +185,9 @@ def _error_kind(_: click.Context, __: click.Parameter, value: str | None) -> str
     "group_by",
     type=click.Choice(["error"]),
     default=None,
-    help="With --status failed: the failures grouped by error kind, job (or agent) and "
-    f"queue, with counts and the first and last seen (the newest {FAILURES_GROUPED:,}, "
-    "or --limit's).",
+    help="With --status failed: every failure grouped by error kind, job (or agent) and "
+    "queue, with counts and the first and last seen, as the web's failures page groups "
+    "them (--limit N: the newest N only).",
 )
 @json_option
 @config_option
@@ -219,7 +218,7 @@ def tasks(
             check_key("queue name", queue)
         source = click.get_current_context().get_parameter_source("limit")
         newest = limit if source is click.core.ParameterSource.COMMANDLINE else None
-        print_failure_groups(store, queue, newest or FAILURES_GROUPED, as_json)
+        print_failure_groups(store, queue, newest, as_json)
         return
     if (with_cost or sort == "cost") and "cost" not in columns:
         columns = [*columns, "cost"]

@@ -91,6 +91,11 @@ class CommitUnknown(StoreError):
     """
 
 
+class NotStarted(StoreError):
+    """A task asked to be created claimed (`NewTask.started`) is in a queue with settings,
+    whose limits only the due walk weighs: nothing was written (ADR-0117)."""
+
+
 class UnknownTask(StoreError):
     """No task has the given id."""
 

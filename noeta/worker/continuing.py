@@ -88,6 +88,30 @@ class ContinuingClaims(WaitingClaims):
     async def _release(self, claim: Claim, why: str) -> None:
         raise NotImplementedError  # the worker's: hand a claim's task back
 
+    def _continues(self, task_id: str, queue: str | None) -> bool:
+        """Whether this worker will claim `task_id` (in `queue`; None: its canvas's, not
+        known here) when the run that makes it claimable ends, as `follow_on` decides:
+        what the run makes claimable for it then calls no idle worker (ADR-0117). Not a
+        quiet canvas, not a queue it does not serve, not while stopping."""
+        if self._stopping or task_id in self.quiet_canvases:
+            return False
+        return queue is None or queue in self.settings.queues
+
+    async def _continue_started(self, started: ClaimedTask) -> None:
+        """Run a task the ended run's append created started for this worker (ADR-0117) in
+        the slot that run held; stopping, hand it back (and the slot) instead."""
+        claim = started.claim
+        if self._stopping or self.runner.draining:
+            try:
+                await self._release(claim, "not started")
+            finally:
+                self._slots.release()
+            return
+        log.info(
+            "continued with task %s, started as created (epoch %d)", claim.task_id, claim.epoch
+        )
+        self._start(claim, started.loaded)
+
     async def _continue(self, task_ids: tuple[str, ...]) -> bool:
         """Claim one of `task_ids` (what the run just ended made claimable) and run it in
         the slot that run held; False if none was claimed (ADR-0109)."""

@@ -32,7 +32,14 @@ from typing import Any
 
 from noeta.core import failpoints
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
-from noeta.core.ports.store import MAX_CLAIM_BATCH, Claim, ClaimKey, LoadedTask, Store
+from noeta.core.ports.store import (
+    MAX_CLAIM_BATCH,
+    Claim,
+    ClaimedTask,
+    ClaimKey,
+    LoadedTask,
+    Store,
+)
 from noeta.core.retry import backoff_seconds
 from noeta.core.rules import wakeups
 from noeta.core.rules.task_state import TaskState
@@ -73,6 +80,8 @@ class Worker(ContinuingClaims):
         runner.finishing = self._finishing
         # Runs whose slot was freed as they sent their finish (ADR-0116).
         self._freed: set[ClaimKey] = set()
+        runner.continues = self._continues
+        runner.lease_seconds = settings.lease_seconds
         self.running: dict[ClaimKey, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
         # Claims waiting while their task holds them (a background job of theirs runs here).
         self.holding: dict[ClaimKey, Claim] = {}
@@ -286,9 +295,11 @@ class Worker(ContinuingClaims):
         """Run one claim; every way of losing it ends here, logged, never raised."""
         holding = False
         follow: tuple[str, ...] = ()
+        started: ClaimedTask | None = None
         try:
             result = await self.runner.run(claim, loaded)
             follow = follow_on(claim.task_id, result, self.quiet_canvases)
+            started = result.started
             log.info("task %s: %s", claim.task_id, result.state.finished or result.outcome)
             self.presence.count(result.state.finished)
             holding = result.outcome == "holding"
@@ -322,6 +333,8 @@ class Worker(ContinuingClaims):
             self.running.pop(claim.key, None)
             if claim.key in self._freed:
                 self._freed.discard(claim.key)  # its slot went as it sent its finish
+            elif started is not None:
+                await self._continue_started(started)  # in this slot, or handed back
             elif not (follow and await self._continue(follow)):
                 self._slots.release()  # else the slot is the continuing run's
             if holding and result_came:

@@ -147,4 +147,50 @@ def test_failures_are_grouped_by_error_kind_job_and_queue(listed_tasks: str) -> 
         "tasks", "--group-by", "error", "--limit", "1", "--queue", "default", store=listed_tasks
     )
     assert newest.stdout.splitlines()[1].split()[:3] == ["1", "llm_error", "agent"]
-    assert "noeta: the newest 1 failures are grouped (--limit N: more)" in newest.stderr
+    assert "noeta: the newest 1 failures are grouped (without --limit: every one)" in newest.stderr
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def either_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'noeta.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+def test_grouping_counts_every_failure_as_the_failures_page_does(
+    either_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not the newest page only (ADR-0112): the first failure, older than a page of the
+    newest (made 2 here: the command grouped FAILURES_GROUPED of them), is counted, from
+    the search table on PostgreSQL as the web's page reads it; --limit N: the newest N."""
+    monkeypatch.setattr("noeta.cli.task_list.FAILURES_GROUPED", 2, raising=False)
+    for n in range(3):
+        a_job(either_store, f"add-{n}", "add", {"a": n})
+        ended = events.TaskFinished("failed", error="add failed: ValueError: no")
+        finish(either_store, f"add-{n}", ended, TaskStatus.FAILED)
+    grouped = noeta("tasks", "--status", "failed", "--group-by", "error", store=either_store)
+    assert grouped.returncode == 0, grouped.stderr
+    assert grouped.stdout.splitlines()[1].split()[:4] == ["3", "ValueError", "add", "default"]
+    assert "newest" not in grouped.stderr
+    newest = noeta("tasks", "--group-by", "error", "--limit", "2", store=either_store)
+    assert newest.stdout.splitlines()[1].split()[:2] == ["2", "ValueError"]
+    assert "the newest 2 failures are grouped (without --limit: every one)" in newest.stderr
+
+
+def test_a_job_that_used_up_its_attempts_is_grouped_and_filtered_by_its_exception(
+    either_store: str,
+) -> None:
+    """A job's last failed attempt ends it with `<job> failed after N attempt(s): <type>:
+    ...` (function_tools): its kind is the exception's type, not "-", in the groups, the
+    list and the --error filter alike, on both stores."""
+    a_job(either_store, "send-1", "send_email", {"to": "a@x"})
+    said = "send_email failed after 3 attempt(s): ConnectionError: SMTP refused a@x"
+    finish(either_store, "send-1", events.TaskFinished("failed", error=said), TaskStatus.FAILED)
+    for newest in ((), ("--limit", "5")):  # from the search table, and read directly
+        grouped = table(either_store, "--status", "failed", "--group-by", "error", *newest)
+        assert grouped[1][:3] == ["1", "ConnectionError", "send_email"]
+    assert table(either_store, "--error", "ConnectionError", "--columns", "id,status") == [
+        ["id", "status"],
+        ["send-1", "failed (ConnectionError)"],
+    ]

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from noeta.client import AsyncClient
@@ -22,6 +23,7 @@ from tests.client import canvas_jobs
 from tests.client.canvas_jobs import add, boom, mul, tsum
 from tests.worker.conftest import WorkerProcess, until
 
+IDLE = "noeta_wake_0000c0de"  # an idle worker's channel, registered by the test
 CONFIG = "plugins:\n  - module: tests.client.canvas_jobs\n"
 
 
@@ -76,7 +78,9 @@ async def test_a_chains_worker_continues_each_link_in_the_slot_it_ran_the_last_i
     """ADR-0109: a member's finish makes its canvas claimable and the canvas's step makes
     the next member; the worker that ran the one claims the other by name, in the same
     slot. With one slot, the claim loop gets none while the chain runs, so every link
-    after the first claim is a continuation, whatever wakes the loop."""
+    after the first claim is a continuation, whatever wakes the loop. And neither calls
+    an idle worker (ADR-0117): one registered before the chain runs is never called; each
+    member is created started by the step's append, with no claim of its own."""
     if store_kind == "sqlite":
         url = f"sqlite:///{tmp_path / 'noeta.db'}"
     else:
@@ -87,18 +91,26 @@ async def test_a_chains_worker_continues_each_link_in_the_slot_it_ran_the_last_i
     env = {"NOETA_CONFIG": str(config), "NOETA_TEST_LEDGER": str(tmp_path / "ledger")}
     async with AsyncClient(url, config=str(config)) as client:
         handle = await client.canvas(chain(add.s(1, 1), add.s(1), add.s(1)))
+        idle = (await client.store()).capabilities.idle_workers
+        if idle is not None:  # another worker, idle: what would a link call it for?
+            await idle.wait_idle(IDLE, ["default"], 600)
         worker = WorkerProcess(url, "one-slot", tmp_path, env=env, concurrency=1, lease=30)
         try:
             assert await client.job_result(handle, timeout=60) == 4
         finally:
             worker.stop()
+    if idle is not None:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+            registered = await (await admin.execute("SELECT channel FROM idle_workers")).fetchall()
+        assert (IDLE,) in registered  # never called: each link continued without it
     log = worker.log().splitlines()
     continued = [line.split("continued with task ")[1] for line in log if "continued with" in line]
     canvas = handle.id
+    member = "started as created (epoch 1)"  # by the step's own append (ADR-0117)
     assert continued == [
-        *(f"{canvas}.m0.1 (epoch 1)", f"{canvas} (epoch 2)"),
-        *(f"{canvas}.m1.1 (epoch 1)", f"{canvas} (epoch 3)"),
-        *(f"{canvas}.m2.1 (epoch 1)", f"{canvas} (epoch 4)"),
+        *(f"{canvas}.m0.1, {member}", f"{canvas} (epoch 2)"),
+        *(f"{canvas}.m1.1, {member}", f"{canvas} (epoch 3)"),
+        *(f"{canvas}.m2.1, {member}", f"{canvas} (epoch 4)"),
     ]
     assert next(line for line in log if "claimed task" in line).endswith(f"{canvas} (epoch 1)")
     assert sum("claimed task" in line for line in log) == 1

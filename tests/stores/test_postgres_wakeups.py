@@ -13,6 +13,7 @@ import pytest
 from psycopg import sql
 
 from noeta.backends.stores.postgres import PostgresStore
+from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
 from noeta.core.ports.store import Delivery, NewEvent, NewTask, Wait
 from noeta.testing.store_contract import created
 
@@ -196,3 +197,47 @@ async def test_wake_due_wakes_one_idle_worker_when_a_timer_falls_due(
     finally:
         await channels.connection.close()
     assert sorted(heard[first] + heard[second]) == ["timers"]
+
+
+async def test_what_an_append_marks_continued_calls_nobody_unless_its_queue_has_settings(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    """ADR-0117: a canvas member's handback (`Delivery.continued`) and a canvas's next
+    member (`NewTask.continued`) are claimed next by the appending worker; calling an
+    idle worker for them would only race that claim. The rest of the append calls as
+    before, and a queue with settings (which the continuing claim leaves alone) too."""
+    idle = [f"noeta_wake_{n:08x}" for n in range(4)]
+    channels = await Channels.listening(postgres_url, *idle)
+    try:
+        for name in idle:
+            assert await store.wait_idle(name, ["q", "limited"], 30) is None
+        await store.create_task(created("canvas", queue="q"))  # one called: 3 left
+        await store.create_task(created("member", queue="q"))  # another: 2 left
+        canvas = await store.claim_task("w", "canvas", 30)
+        member = await store.claim_task("w", "member", 30)
+        assert canvas is not None and member is not None
+        await store.append(canvas, 1, [NewEvent("turn", {})], next_state=Wait())
+        handback = Delivery("canvas", "end", "handback:m0", continued=True)
+        await store.append(member, 1, [NewEvent("end", {})], deliveries=[handback])
+        assert len(await idle_rows(postgres_url)) == 2  # the canvas called nobody
+        canvas = await store.claim_task("w", "canvas", 30)
+        assert canvas is not None
+        following = NewTask("next", [NewEvent("created", {})], "q", continued=True)
+        sibling = NewTask("sibling", [NewEvent("created", {})], "q")
+        await store.append(canvas, 2, [NewEvent("launched", {})], new_tasks=[following, sibling])
+        assert len(await idle_rows(postgres_url)) == 1  # the sibling called one, "next" none
+        settings = queue_settings_store(store)
+        await settings.set_queue("limited", QueueChange(concurrency=5))  # calls the last one
+        assert await store.wait_idle(idle[0], ["limited"], 30) is None
+        limited = NewTask("limited", [NewEvent("created", {})], "limited", continued=True)
+        await store.create_task(created("parent", queue="q"))  # nobody idle of q: no call
+        parent = await store.claim_task("w", "parent", 30)
+        assert parent is not None
+        await store.append(parent, 1, [NewEvent("launched", {})], new_tasks=[limited])
+        assert await idle_rows(postgres_url) == []  # a queue with settings calls anyway
+        heard = await channels.heard(*idle)
+    finally:
+        await channels.connection.close()
+    # canvas, member, sibling; the settings change, the limited task
+    called = sorted(payload for payloads in heard.values() for payload in payloads)
+    assert called == ["limited", "limited", "q", "q", "q"]

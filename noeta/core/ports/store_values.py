@@ -145,6 +145,19 @@ class StoredEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class StartedBy:
+    """Who claims a task as it is created: `worker`, at epoch 1, for `lease_seconds`; and
+    `events`, appended under that claim in the same commit (what a claim that starts a
+    job writes: the claimer's pin where the job's differs, its ToolStarted; ADR-0101).
+    `needs`: the plugin names of that pin, sorted, if `events` carry one."""
+
+    worker: str
+    lease_seconds: float
+    events: Sequence[NewEvent]
+    needs: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NewTask:
     """A task to create; its first events (usually the task-created event) are its log."""
 
@@ -155,6 +168,14 @@ class NewTask:
     # Counted against its queue's per-key limit (a tenant, a repository); None: no key.
     concurrency_key: str | None = None
     priority: int = DEFAULT_PRIORITY
+    # The worker creating it claims it next, in the slot its run ends in (a canvas's next
+    # member, ADR-0117): no idle worker is called for it. A hint: unclaimed, it waits for
+    # the next claim as any task does.
+    continued: bool = False
+    # Created claimed and started by the appending worker (a canvas's next member,
+    # ADR-0117): no claim of its own. Not in a queue with settings: the append raises
+    # NotStarted and writes nothing.
+    started: StartedBy | None = None
 
     def __post_init__(self) -> None:
         # Every way a task is made (submit, run, cron, the API, subtasks) builds a NewTask.
@@ -185,6 +206,10 @@ class Delivery:
     task_id: str
     payload: JSONValue
     dedupe_key: str | None = None  # a second delivery with the same key is dropped
+    # The sender's worker claims the receiver next, in the slot the sender's run ends in
+    # (a canvas member's handback, ADR-0117): waking it calls no idle worker. A hint, as
+    # `NewTask.continued` is.
+    continued: bool = False
 
 
 @dataclass(frozen=True, slots=True)

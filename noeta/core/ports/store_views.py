@@ -120,8 +120,11 @@ NO_FILTER = TaskFilter()
 AGENT = "agent"  # the kind of a task that is not a job
 CANCELLED = "cancelled"  # the error kind of every cancelled task
 # An error's kind: its leading name (llm_error, internal_error), or a job's exception
-# type ("add failed: ValueError: …"). The stores' error filters match the same shapes.
-_ERROR_KIND = re.compile(r"(?:\S+ failed: )?([A-Za-z_][\w.]*): ")
+# type ("add failed: ValueError: …", and as a job that used up its attempts ends: "add
+# failed after 3 attempt(s): ValueError: …"). The stores' error filters match the same
+# shapes, with this between the job's name and the kind (a regular expression).
+JOB_FAILED = r" failed(?: after [0-9]+ attempt\(s\))?: "
+_ERROR_KIND = re.compile(rf"(?:\S+{JOB_FAILED})?([A-Za-z_][\w.]*): ")
 ERROR_KIND_NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 

@@ -60,8 +60,43 @@ CanvasStep = LaunchMembers | AwaitMembers | CanvasEnded
 
 
 @dataclass(frozen=True, slots=True)
+class _Report:
+    """A member's result as its end reported it, read only where it is passed on (the next
+    link's input, the canvas's answer): a walk goes past every ended member at each step
+    of the canvas, and decoding each there made a chain's step linear in its length."""
+
+    text: str
+
+    def value(self) -> JSONValue:
+        try:
+            decoded: JSONValue = json.loads(self.text)
+        except ValueError:
+            return self.text
+        return decoded
+
+
+@dataclass(frozen=True, slots=True)
+class _Results:
+    """A group's results in order, each read only where the group's result is passed on."""
+
+    values: tuple[_Value, ...]
+
+
+_Value = JSONValue | _Report | _Results
+
+
+def _read(value: _Value) -> JSONValue:
+    """A walk's value as the JSON it stands for."""
+    if isinstance(value, _Report):
+        return value.value()
+    if isinstance(value, _Results):
+        return [_read(each) for each in value.values]
+    return value
+
+
+@dataclass(frozen=True, slots=True)
 class _Done:
-    value: JSONValue
+    value: _Value
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +123,7 @@ def next_step(state: TaskState) -> CanvasStep:
     outcome = walk.node(tree if isinstance(tree, dict) else {}, _NOTHING)
     match outcome:
         case _Done(value=value):
-            return CanvasEnded("done", answer=json.dumps(value))
+            return CanvasEnded("done", answer=json.dumps(_read(value)))
         case _Failed(error=error):
             return CanvasEnded("failed", error=error)
         case _Pending(launches=launches) if launches:
@@ -134,7 +169,7 @@ class _Walk:
     def __init__(self, ended: dict[str, tuple[str, str]], running: set[str]) -> None:
         self.ended, self.running, self.index = ended, running, 0
 
-    def node(self, node: Mapping[str, JSONValue], given: JSONValue) -> _Outcome:
+    def node(self, node: Mapping[str, JSONValue], given: _Value) -> _Outcome:
         if "job" in node:
             outcome = self._leaf(node, given)
         elif "group" in node:
@@ -145,7 +180,7 @@ class _Walk:
             return _Done({"error": outcome.error})
         return outcome
 
-    def _leaf(self, node: Mapping[str, JSONValue], given: JSONValue) -> _Outcome:
+    def _leaf(self, node: Mapping[str, JSONValue], given: _Value) -> _Outcome:
         call_id = member_call_id(self.index)
         self.index += 1
         job = str(node.get("job"))
@@ -153,22 +188,18 @@ class _Walk:
             status, report = self.ended[call_id]
             if status != "done":
                 return _Failed(f"member {call_id} ({job}) {status}: {report or 'no reason given'}")
-            try:
-                value: JSONValue = json.loads(report)
-            except ValueError:
-                value = report
-            return _Done(value)
+            return _Done(_Report(report))
         if call_id in self.running:
             return _Pending(())
         raw = node.get("input")
         input = dict(raw) if isinstance(raw, dict) else {}
         receives = node.get("receives")
         if isinstance(receives, str) and receives and given is not _NOTHING:
-            input[receives] = given  # Celery's rule: the previous result, first argument
+            input[receives] = _read(given)  # Celery's rule: the previous result, first argument
         queue = str(node.get("queue") or "")
         return _Pending((MemberLaunch(call_id, job, input, queue),))
 
-    def _chain(self, members: list[Mapping[str, JSONValue]], given: JSONValue) -> _Outcome:
+    def _chain(self, members: list[Mapping[str, JSONValue]], given: _Value) -> _Outcome:
         value = given
         for at, member in enumerate(members):
             outcome = self.node(member, value)
@@ -178,13 +209,13 @@ class _Walk:
             value = outcome.value
         return _Done(value)
 
-    def _group(self, members: list[Mapping[str, JSONValue]], given: JSONValue) -> _Outcome:
+    def _group(self, members: list[Mapping[str, JSONValue]], given: _Value) -> _Outcome:
         outcomes = [self.node(member, given) for member in members]
         failed = next((o for o in outcomes if isinstance(o, _Failed)), None)
         if failed is not None:
             return failed  # the first failed member (in order) fails the group now
         if all(isinstance(o, _Done) for o in outcomes):
-            return _Done([o.value for o in outcomes if isinstance(o, _Done)])
+            return _Done(_Results(tuple(o.value for o in outcomes if isinstance(o, _Done))))
         return _Pending(tuple(m for o in outcomes if isinstance(o, _Pending) for m in o.launches))
 
 

@@ -163,5 +163,7 @@ def finish_deliveries(run: RunContext, status: str, report: str) -> list[Deliver
         tokens, cost = task_budget.tree_spend(state)  # for a budget it drew on
         handback = subtasks.Handback(run.task_id, state.parent_call, status, report, tokens, cost)
         key = subtasks.handback_key(state.parent, state.parent_call)
-        deliveries.append(Delivery(state.parent, handback.payload(), key))
+        # A job member's worker continues with its canvas (ADR-0109): nobody else is called.
+        continued = bool(state.job) and run.continues(state.parent)
+        deliveries.append(Delivery(state.parent, handback.payload(), key, continued))
     return deliveries

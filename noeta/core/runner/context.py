@@ -10,7 +10,15 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from noeta.core.ports.store import Claim, Continue, Delivery, NewTask, NextState, Store
+from noeta.core.ports.store import (
+    Claim,
+    Continue,
+    Delivery,
+    JobStarts,
+    NewTask,
+    NextState,
+    Store,
+)
 from noeta.core.ports.tool import Jobs, Tool
 from noeta.core.retry import Sleep
 from noeta.core.rules.events import Event
@@ -110,4 +118,16 @@ class RunContext(Protocol):
 
     async def queue(self) -> str:
         """The task's queue (its subtasks run on it)."""
+        ...
+
+    def starts(self) -> tuple[JobStarts, float] | None:
+        """What a task this run creates for its worker to run next may be created started
+        with (ADR-0117): the claimer's pins and its lease's seconds; None where its worker
+        would not start it with a claim (ADR-0101) or is not a worker."""
+        ...
+
+    def continues(self, task_id: str, queue: str | None = None) -> bool:
+        """Whether this run's worker claims `task_id` (in `queue`, None if unknown) next, in
+        the slot this run ends in (ADR-0109): what the run makes claimable for it is then
+        marked `continued`, and calls no idle worker (ADR-0117)."""
         ...

@@ -10,10 +10,19 @@ one fenced append.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from noeta.core import failpoints
 from noeta.core.ports.pin import Pin
-from noeta.core.ports.store import Continue, InboxEntry, NewEvent, NewTask, NextState, Wait
+from noeta.core.ports.store import (
+    Continue,
+    InboxEntry,
+    NewEvent,
+    NewTask,
+    NextState,
+    StartedBy,
+    Wait,
+)
 from noeta.core.rules import events as ev
 from noeta.core.rules import subtasks
 from noeta.core.rules.canvas import AwaitMembers, LaunchMembers, MemberLaunch, next_step
@@ -50,6 +59,10 @@ async def step(run: RunContext, inbox: list[InboxEntry]) -> bool:
         written += launched
         following = next_step(run.folded(written))
     waits = isinstance(following, AwaitMembers)
+    if waits and new_tasks and run.continues(new_tasks[0].id, new_tasks[0].queue):
+        # The worker runs the first launched next (ADR-0109): nobody else is called, and
+        # where its claims start jobs, the append creates it started (ADR-0117).
+        new_tasks[0] = replace(new_tasks[0], continued=True, started=_started(run, new_tasks[0]))
     if taken:
         await failpoints.hit("canvas.before_ends_taken")
     if new_tasks:
@@ -105,3 +118,29 @@ async def _launches(
         new_tasks.append(NewTask(child, encoded, queue=member.queue or queue))
         launched.append(ev.SubtaskLaunched(member.call_id, child, member.job))
     return launched, new_tasks
+
+
+def _started(run: RunContext, member: NewTask) -> StartedBy | None:
+    """What this run's worker starts `member` with as the append creates it (ADR-0117):
+    what its claim would write to start it (ADR-0101: the claimer's pin where the
+    member's differs, then the ToolStarted); None where that claim would not start it."""
+    starts = run.starts()
+    if starts is None:
+        return None
+    claimer, lease = starts
+    pinned, call = (ev.decode(event.type, event.data) for event in member.events[2:0:-1])
+    if not isinstance(pinned, ev.PluginsPinned) or not isinstance(call, ev.CallRequested):
+        return None
+    names = sorted({pin.name for pin in claimer.pins})
+    if any(pin.name not in names for pin in pinned.pins):
+        return None  # its run would leave it (plugin_missing): a claim starts nothing
+    events: list[ev.Event] = []
+    if pinned.pins != claimer.pins:
+        events.append(ev.PluginsPinned(claimer.pins))
+    events.append(ev.ToolStarted(call.call_id, call.name, call.input))
+    return StartedBy(
+        run.claim.worker,
+        lease,
+        [NewEvent(*ev.encode(event)) for event in events],
+        tuple(names) if len(events) == 2 else None,
+    )

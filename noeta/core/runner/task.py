@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -23,6 +23,7 @@ from noeta.core.ports.pin import Pin
 from noeta.core.ports.store import (
     DEFAULT_QUEUE,
     Claim,
+    ClaimedTask,
     Delivery,
     Finish,
     InboxEntry,
@@ -90,6 +91,9 @@ class RunResult:
     state: TaskState
     # The tasks the run's appends created (a canvas's members), in creation order.
     created: tuple[str, ...] = ()
+    # The one of them created claimed and started for this worker, to run next in the
+    # slot this run held (ADR-0117).
+    started: ClaimedTask | None = None
 
 
 @dataclass
@@ -114,6 +118,13 @@ class TaskRunner:
     subagent_models: tuple[str, ...] = ()
     # Makes a fork's workspace a copy of its source's (ADR-0096); None: such forks fail.
     workspace_copier: WorkspaceCopier | None = None
+    # The worker's word that it claims `task_id` next, in the slot the run ends in (ADR-0109):
+    # `continues(task_id, queue)`, the queue None where the run does not know it. What a
+    # run makes claimable for it calls no idle worker (ADR-0117). None: nobody continues
+    # (noeta run, tests).
+    continues: Callable[[str, str | None], bool] | None = None
+    # The lease the worker's claims take, for a task created started for it (ADR-0117).
+    lease_seconds: float | None = None
     # Set by a worker's warm shutdown: a run finishes the step it is in, starts no other
     # model call or tool, and hands its task back ("handed_back") for the worker to release.
     draining: bool = False
@@ -147,9 +158,15 @@ class TaskRunner:
         """Run the claimed task; `loaded`: the task as the claim read it (of this runner's
         snapshot version), else the run reads it first."""
         version = self.snapshot_version
+        if loaded is None:
+            loaded = await self.store.load(claim.task_id, version)
         state, inbox = await load_for_run(self.store, claim.task_id, version, loaded)
         run = _Run(self, claim, state, version, tracing.begin_attempt(claim, state))
-        run.started_by_claim = loaded is not None and loaded.started_by_claim
+        # The snapshot's cadence counts from the snapshot read, not from this claim: a
+        # task claimed for a step or two at a time (a canvas, ADR-0117) would otherwise
+        # never reach `snapshot_every` within one run and be read whole at every claim.
+        run.snapshot_seq = loaded.snapshot.seq if loaded.snapshot is not None else 0
+        run.started_by_claim = loaded.started_by_claim
         run.loaded_inbox = inbox
         if any(taking.kind_of(entry.payload) == "cancel" for entry in inbox):
             run.cancel_checked_at = -math.inf  # asked already: look before anything else
@@ -161,7 +178,8 @@ class TaskRunner:
             run.trace.end("error", error)
             raise
         run.trace.end(result.state.finished or result.outcome)
-        return RunResult(result.outcome, result.state, tuple(run.created))
+        started = run.started[0] if run.started else None
+        return RunResult(result.outcome, result.state, tuple(run.created), started)
 
 
 class _Run(RunWriter):
@@ -239,6 +257,14 @@ class _Run(RunWriter):
         except NoetaError as error:
             return str(error)
         return ""
+
+    def starts(self) -> tuple[JobStarts, float] | None:
+        starts, lease = self.runner.job_starts, self.runner.lease_seconds
+        return None if starts is None or lease is None else (starts, lease)
+
+    def continues(self, task_id: str, queue: str | None = None) -> bool:
+        promise = self.runner.continues
+        return promise is not None and not self.runner.draining and promise(task_id, queue)
 
     async def queue(self) -> str:
         if not self._queue:

@@ -6,19 +6,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 
 from noeta.core import failpoints
 from noeta.core.ports.model_limits import ModelBudget
 from noeta.core.ports.store import (
     Claim,
+    ClaimedTask,
     Continue,
     Delivery,
     Finish,
+    LoadedTask,
     NewEvent,
     NewTask,
     NextState,
+    NotStarted,
     Snapshot,
     Store,
+    StoredEvent,
     TaskStatus,
     Wait,
     WaitHolding,
@@ -65,6 +71,8 @@ class RunWriter:
         self.pending: list[ev.Event] = []
         self.waits = False  # the last append handed the task back to wait (claim released)
         self.created: list[str] = []  # the tasks the appends that landed created
+        # Those of them created claimed and started for this worker (ADR-0117).
+        self.started: list[ClaimedTask] = []
         # The last look ahead (`folded`): from which state, over which events, to what.
         self._ahead: tuple[TaskState, tuple[ev.Event, ...], TaskState] | None = None
         # Told as the task's finish goes to the store (TaskRunner.finishing).
@@ -114,16 +122,26 @@ class RunWriter:
         if finished is not None and self.finishing is not None:
             self.finishing(self.claim, self.state)
         await failpoints.hit("append.before_commit")
-        last_seq = await model_budget.writer(self.store, budget)(
-            self.claim,
-            self.state.last_seq,
-            encoded,
-            take=take,
-            deliveries=deliveries,
-            new_tasks=new_tasks,
-            next_state=next_state,
-        )
+        write = model_budget.writer(self.store, budget)
+
+        async def land(tasks: Sequence[NewTask]) -> int:
+            return await write(
+                self.claim,
+                self.state.last_seq,
+                encoded,
+                take=take,
+                deliveries=deliveries,
+                new_tasks=tasks,
+                next_state=next_state,
+            )
+
+        try:
+            last_seq = await land(new_tasks)
+        except NotStarted:  # a queue with settings (ADR-0117): created to be claimed
+            new_tasks = [replace(task, started=None) for task in new_tasks]
+            last_seq = await land(new_tasks)
         await failpoints.hit("append.after_commit")
+        self.started += [started_task(self.claim, task) for task in new_tasks if task.started]
         self.waits = isinstance(next_state, Wait)
         self.created += [task.id for task in new_tasks]
         if finished is not None and self.state.parent:
@@ -248,3 +266,18 @@ def _begins_with(events: Sequence[ev.Event], prefix: tuple[ev.Event, ...]) -> bo
     if len(events) < len(prefix):
         return False
     return all(a is b for a, b in zip(events[: len(prefix)], prefix, strict=True))
+
+
+def started_task(claim: Claim, task: NewTask) -> ClaimedTask:
+    """A task an append created started for `claim`'s worker (ADR-0117), as a claim that
+    read it would give it: epoch 1, and its log as the append wrote it. The lease's end is
+    told as `claim`'s, which it outlasts (the store set it later, as long)."""
+    assert task.started is not None
+    now = datetime.now(UTC)
+    written = [*task.events, *task.started.events]
+    events = [
+        StoredEvent(task.id, seq, event.type, event.data, now)
+        for seq, event in enumerate(written, start=1)
+    ]
+    started = Claim(task.id, task.started.worker, 1, claim.lease_until)
+    return ClaimedTask(started, LoadedTask(None, events, [], started_by_claim=True))

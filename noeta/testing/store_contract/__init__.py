@@ -30,6 +30,7 @@ from noeta.testing.store_contract.logs import LogContract
 from noeta.testing.store_contract.model_limits import ModelLimitContract
 from noeta.testing.store_contract.queue_limits import QueueLimitContract
 from noeta.testing.store_contract.retention import RetentionContract
+from noeta.testing.store_contract.started_tasks import StartedTaskContract
 from noeta.testing.store_contract.unique_jobs import UniqueJobsContract
 from noeta.testing.store_contract.worker_registry import WorkerRegistryContract
 
@@ -41,6 +42,7 @@ class StoreContract(
     ClaimContract,
     ClaimAndLoadContract,
     JobStartsContract,
+    StartedTaskContract,
     FenceContract,
     InboxContract,
     LogContract,

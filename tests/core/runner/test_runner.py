@@ -387,6 +387,31 @@ async def test_a_snapshot_is_written_and_resuming_from_it_equals_folding_it_all(
     assert await load_state(store, "t", "another-version") == result.state
 
 
+async def test_the_snapshot_cadence_counts_the_log_not_one_claims_run(
+    store: Store, tmp_path: Path
+) -> None:
+    """A task claimed for a step at a time (a canvas's, ADR-0117; a chat's turn) is
+    snapshotted every `snapshot_every` events of its log, not only after a run that
+    wrote that many: else its every claim reads and folds the whole log."""
+    from noeta.core.task_loading import load_state, snapshot_version
+
+    await create(
+        store, "t", script(tmp_path, *({"text": str(n)} for n in range(4))), interactive=True
+    )
+    runner = TaskRunner(store, ProviderRegistry(), snapshot_every=6)
+    written = []
+    for n in range(4):
+        await store.deliver(Delivery("t", {"text": f"m{n}"}, dedupe_key=f"m{n}"))
+        before = (await store.get_task("t")).last_seq  # type: ignore[union-attr]
+        result = await run_once(runner, store, "t")
+        assert result.outcome == "waiting"
+        written.append(result.state.last_seq - before)
+    assert max(written) < 6  # no one run wrote a snapshot's worth
+    snap = await store.get_snapshot("t", snapshot_version())
+    assert snap is not None and 6 <= snap.seq <= result.state.last_seq
+    assert await load_state(store, "t", snapshot_version()) == result.state
+
+
 async def test_provider_error_messages_reach_the_log_not_the_key() -> None:
     error = ProviderError("HTTP 401: invalid x-api-key", retryable=False, status=401)
     assert "sk-" not in str(error)

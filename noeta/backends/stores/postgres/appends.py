@@ -24,6 +24,7 @@ from noeta.core.ports.store import (
     WaitHolding,
     check_append,
     check_key,
+    check_lease,
     check_moment,
 )
 
@@ -47,6 +48,27 @@ SELECT noeta_append(
 APPEND_EVENTS_ANNOUNCING_FINISH = f"""
 SELECT appended.seq, noeta_announce_finish(%(task)s)
   FROM ({APPEND_EVENTS}) AS appended(seq)
+"""
+
+# An append whose worker claims next the task it makes claimable (`continued`, ADR-0117)
+# names it in the transaction's noeta.continues first (the CTE is read before the append
+# runs): the wake-up triggers call no idle worker for it.
+CONTINUING = (
+    "WITH continuing AS MATERIALIZED (SELECT set_config('noeta.continues', %(continues)s, true))"
+)
+APPEND_EVENTS_CONTINUING = f"{CONTINUING} {APPEND_EVENTS.strip()} FROM continuing"
+APPEND_EVENTS_CONTINUING_FINISHING = f"""{CONTINUING}
+SELECT appended.seq, noeta_announce_finish(%(task)s)
+  FROM ({APPEND_EVENTS.strip()} FROM continuing) AS appended(seq)
+"""
+# An append that creates a task started by its worker (`NewTask.started`, ADR-0117): the
+# task is claimed and its start written by noeta_start_created, run once the append has
+# (its subquery is read first), in the same statement and commit.
+APPEND_EVENTS_STARTING = f"""{CONTINUING}
+SELECT appended.seq, noeta_start_created(
+    %(start_task)s, %(start_worker)s, %(start_lease)s, %(start_types)s::text[],
+    %(start_data)s::text[], %(start_needs)s::text[])
+  FROM ({APPEND_EVENTS.strip()} FROM continuing OFFSET 0) AS appended(seq)
 """
 
 # The common cases have lean functions (0009): events only, keep running; and a finish
@@ -119,9 +141,29 @@ class PostgresAppends(PostgresConnection):
             "deliver_keys": [dedupe_key(d) for d in ordered],
             "deliver_payloads": [payload.encode(d.payload) for d in ordered],
         }
-        statement = (
-            APPEND_EVENTS_ANNOUNCING_FINISH if isinstance(next_state, Finish) else APPEND_EVENTS
-        )
+        finishing = isinstance(next_state, Finish)
+        statement = APPEND_EVENTS_ANNOUNCING_FINISH if finishing else APPEND_EVENTS
+        continued = [d.task_id for d in deliveries if d.continued]
+        continued += [t.id for t in new_tasks if t.continued]
+        if continued:
+            params["continues"] = continued[0]
+            statement = (
+                APPEND_EVENTS_CONTINUING_FINISHING if finishing else APPEND_EVENTS_CONTINUING
+            )
+        started = next((task for task in new_tasks if task.started is not None), None)
+        if started is not None and started.started is not None and not finishing:
+            start = started.started
+            start_types, start_data = _encode_events(start.events)
+            params |= {
+                "continues": params.get("continues", started.id),
+                "start_task": started.id,
+                "start_worker": check_key("worker name", start.worker),
+                "start_lease": check_lease(start.lease_seconds),
+                "start_types": start_types,
+                "start_data": start_data,
+                "start_needs": None if start.needs is None else list(start.needs),
+            }
+            statement = APPEND_EVENTS_STARTING
         row = await self._write(statement, params, task_id=claim.task_id)
         assert row is not None
         last_seq: int = row[0]

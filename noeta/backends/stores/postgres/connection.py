@@ -24,7 +24,14 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from noeta.backends.stores.postgres.group_commit import APPEND_BATCH, GroupCommit, Rows
-from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable, UnknownTask
+from noeta.core.errors import (
+    CommitUnknown,
+    Conflict,
+    NotStarted,
+    StoreError,
+    StoreUnavailable,
+    UnknownTask,
+)
 
 log = logging.getLogger(__name__)
 
@@ -319,6 +326,8 @@ def store_error(
     | cause                                            | error            |
     | the fence refused the append (NT409)             | Conflict         |
     | no such task (NT404, a foreign key)              | UnknownTask      |
+    | a task to create started is in a limited queue   | NotStarted       |
+    |   (NT423)                                        |                  |
     | the connection broke, or no answer in time,      | CommitUnknown    |
     |   during a write                                 |                  |
     | the same during a read                           | StoreUnavailable |
@@ -339,6 +348,8 @@ def store_error(
         return Conflict(task_id or "?", message(error))
     if state == "NT404":
         return UnknownTask(message(error))
+    if state == "NT423":
+        return NotStarted(message(error))
     if state == "23503":  # a foreign key: the row names a task that does not exist
         return UnknownTask(task_id or "?")
     if state in _RETRYABLE:

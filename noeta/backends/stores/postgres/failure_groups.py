@@ -10,12 +10,18 @@ from typing import Any
 
 from noeta.backends.stores.postgres.search import PostgresSearch
 from noeta.backends.stores.task_summary_rows import SUMMARY_CHARS
-from noeta.core.ports.store_views import AGENT, FAILURES_GROUPED, FailureGroup, check_failure_query
+from noeta.core.ports.store_views import (
+    AGENT,
+    FAILURES_GROUPED,
+    JOB_FAILED,
+    FailureGroup,
+    check_failure_query,
+)
 
 # The kind of a TaskFinished's error, as `store_views.error_kind` reads it from the error
 # ("add failed: ValueError: …" is a ValueError), matched in the event's stored JSON text
 # (never decoded: PostgreSQL refuses to decode a \u0000, and one such row would fail all).
-ERROR_KIND_IN_TEXT = r'"error":"(?:[^"\\ ]+ failed: )?([A-Za-z_][\w.]*): '
+ERROR_KIND_IN_TEXT = rf'"error":"(?:[^"\\ ]+{JOB_FAILED})?([A-Za-z_][\w.]*): '
 # A call's function name: it follows the call id (as views.name_regex reads it).
 JOB_NAME_IN_TEXT = r'^\{"v":[0-9]+,"call_id":"(?:[^"\\]|\\.)*","name":"([^"\\]*)"'
 

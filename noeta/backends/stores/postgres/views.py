@@ -19,6 +19,7 @@ from noeta.core.ports.store import StoredEvent, TaskRecord, TaskStatus
 from noeta.core.ports.store_views import (
     CANCELLED,
     COUNT_CAP,
+    JOB_FAILED,
     MAX_PAGE,
     NO_FILTER,
     HeldClaim,
@@ -175,7 +176,7 @@ def name_regex(text: str, *, whole: bool) -> str:
 
 def error_regex(kind: str) -> str:
     """A regular expression for a TaskFinished whose error is of `kind` (`error_kind`)."""
-    return rf'"error":"(?:[^"\\ ]+ failed: )?{_literal(kind)}: '
+    return rf'"error":"(?:[^"\\ ]+{JOB_FAILED})?{_literal(kind)}: '
 
 
 class PostgresViews(PostgresFailureGroups, PostgresFinishedUsage):

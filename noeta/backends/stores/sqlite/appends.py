@@ -13,10 +13,11 @@ from noeta.backends.stores.sqlite.encoding import (
     encode_delivery,
     encode_events,
     encode_task,
+    from_micros,
     next_state_values,
 )
 from noeta.backends.stores.sqlite.inbox import insert_delivery
-from noeta.core.errors import Conflict, UnknownTask
+from noeta.core.errors import Conflict, NotStarted, UnknownTask
 from noeta.core.ports.payload import encode
 from noeta.core.ports.store import (
     Claim,
@@ -25,8 +26,11 @@ from noeta.core.ports.store import (
     NewEvent,
     NewTask,
     NextState,
+    StartedBy,
     Wait,
     check_append,
+    check_key,
+    check_lease,
 )
 
 _CONTINUE = Continue()
@@ -109,6 +113,7 @@ class SqliteAppends(SqliteConnection):
         # that which duplicate wins and which unknown task is reported are the same.
         encoded_deliveries = sorted(map(encode_delivery, deliveries), key=lambda d: d.task_id)
         encoded_tasks = [encode_task(task) for task in new_tasks]
+        starts = [encode_start(task) for task in new_tasks if task.started is not None]
         next_kind, until = next_state_values(next_state)
         task_id = claim.task_id
         pin = latest_pin(encoded_events)
@@ -127,6 +132,8 @@ class SqliteAppends(SqliteConnection):
                 for new_task in encoded_tasks:
                     inherited = replace(new_task, concurrency_key=key, priority=priority)
                     insert_task(connection, inherited, now)
+                for started in starts:
+                    start_created(connection, started, now)
             for delivery in encoded_deliveries:
                 insert_delivery(connection, delivery, now)
             values = {"seq": seq, "now": now, "task_id": task_id, "pin": pin}
@@ -184,6 +191,46 @@ def insert_claimed_events(
         ],
     )
     return expected_seq + len(events)
+
+
+# A task created claimed and started by the appending worker (ADR-0117), as
+# noeta_start_created does on PostgreSQL: not in a queue with settings.
+START_CREATED = f"""
+UPDATE tasks SET status = 'running', owner = :worker, owner_epoch = 1, lease_until = :until,
+       claimable_at = :until, updated_at = :now, last_seq = last_seq + :count,
+       {PINNED_NEEDS}
+ WHERE id = :task_id AND status = 'ready' AND owner_epoch = 0
+   AND NOT EXISTS (SELECT 1 FROM queue_settings AS s WHERE s.queue = tasks.queue)"""
+
+
+def encode_start(task: NewTask) -> tuple[str, StartedBy, list[tuple[str, str]]]:
+    assert task.started is not None
+    check_key("worker name", task.started.worker)
+    check_lease(task.started.lease_seconds)
+    return task.id, task.started, encode_events(task.started.events)
+
+
+def start_created(
+    connection: sqlite3.Connection,
+    start: tuple[str, StartedBy, list[tuple[str, str]]],
+    now: int,
+) -> None:
+    """Claim a task this append created for its worker, at epoch 1, and write its start."""
+    task_id, started, events = start
+    until = now + int(started.lease_seconds * 1_000_000)
+    values = {
+        "worker": started.worker,
+        "until": until,
+        "now": now,
+        "count": len(events),
+        "pin": latest_pin(events),
+        "task_id": task_id,
+    }
+    if connection.execute(START_CREATED, values).rowcount != 1:
+        raise NotStarted(f"task {task_id} cannot be created started: its queue has settings")
+    claim = Claim(task_id, started.worker, 1, from_micros(until))
+    seq = connection.execute("SELECT last_seq FROM tasks WHERE id = ?", (task_id,)).fetchone()[0]
+    insert_claimed_events(connection, claim, seq - len(events), events, now, started.worker)
 
 
 def insert_task(connection: sqlite3.Connection, task: EncodedTask, now: int) -> bool:

@@ -52,7 +52,9 @@ _SELECTED = """
            AND events.seq > tasks.last_seq - 3 AND events.type = 'TaskFinished'
            AND (json_extract(events.data, '$.error') GLOB :error_kind || ': *'
                 OR json_extract(events.data, '$.error')
-                   GLOB '* failed: ' || :error_kind || ': *')))"""
+                   GLOB '* failed: ' || :error_kind || ': *'
+                OR json_extract(events.data, '$.error')
+                   GLOB '* failed after * attempt(s): ' || :error_kind || ': *')))"""
 _MATCHING = """
    AND (id LIKE :pattern ESCAPE '\\' OR EXISTS (
         SELECT 1 FROM events WHERE events.task_id = tasks.id AND events.seq = 1

@@ -1,0 +1,3 @@
+-- A continued task calls no idle worker (ADR-0117): the sqlite store calls no worker at
+-- all (its workers find tasks at their next poll), so it has nothing to skip. Nothing to
+-- change here.
