@@ -19,6 +19,7 @@ from noeta.client.stream_items import (
     StreamRestarted,
     StreamText,
     StreamToolOutput,
+    lost_words,
     void_words,
 )
 
@@ -58,9 +59,9 @@ class ReplyPrinter:
                 self.shown += text
             case StreamToolOutput(stream=stream, text=text):
                 self._write(visible(text), OUTPUT_PREFIXES[stream])
-            case StreamLost(call_id=call_id, event_seq=seq):
+            case StreamLost():
                 self.break_line()
-                self._say(f"✗ {call_id}: its worker died while it ran; recorded as cut (seq {seq})")
+                self._say(f"✗ {lost_words(item)}")
             case StreamRestarted():
                 self._write(self._scrub.take("", release=True))  # the void text, whole
                 self.break_line()

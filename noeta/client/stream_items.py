@@ -93,6 +93,13 @@ def void_words(marker: StreamRestarted) -> str:
     return f"the text above is void: sent again (call {marker.call_seq}, attempt {marker.attempt})"
 
 
+def lost_words(marker: StreamLost) -> str:
+    """What a reader is told of a command whose worker died (`tail` and `noeta web`)."""
+    return (
+        f"{marker.call_id}: its worker died while it ran; recorded as cut (seq {marker.event_seq})"
+    )
+
+
 def reply_text(event: events.Event | events.UnknownEvent) -> str:
     """A reply's text as a stream assembles it: its text blocks, joined."""
     if not isinstance(event, events.ModelReplied):

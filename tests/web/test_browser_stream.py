@@ -11,6 +11,7 @@ may be replaced by the final a moment later."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -24,7 +25,7 @@ from noeta.redaction import REDACTED, is_secret_name
 from noeta.testing.fake_providers import FakeAnthropic, Reply
 from tests.web.cdp import Chromium
 from tests.web.test_browser import Process, chromium
-from tests.worker.conftest import lapse_the_lease
+from tests.worker.conftest import add_task, lapse_the_lease, workspace_of
 
 __all__ = ["chromium"]  # the fixture, shared
 
@@ -171,3 +172,51 @@ def test_a_browser_sees_a_killed_workers_text_struck_through_and_the_successors(
             web.stop()
             for worker in workers:
                 worker.stop()
+
+
+async def bash_task(url: str, folder: Path, task_id: str, command: str) -> Path:
+    """A task whose scripted model runs `command` in Bash, then answers; the FIFO `gate`
+    in its workspace, which the command waits on."""
+    store = await open_store(url, migrate=True)
+    try:
+        call = {"id": "call-1", "name": "Bash", "input": {"command": command}}
+        await add_task(store, folder, task_id, {"tool_calls": [call]}, {"text": "ran it"})
+    finally:
+        await store.close()
+    gate = workspace_of(folder, task_id) / "gate"
+    gate.parent.mkdir(parents=True)
+    os.mkfifo(gate)
+    return gate
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_browser_sees_a_running_commands_output_as_it_is_written(
+    chromium: Chromium, postgres_url: str, tmp_path: Path
+) -> None:
+    command = "echo '<b>step</b> one'; echo oops >&2; read word < gate; echo step two"
+    gate = asyncio.run(bash_task(postgres_url, tmp_path, "web-bash", command))
+    web = Process("web", "--store", postgres_url, "--bind", "127.0.0.1:0", log=tmp_path / "web.log")
+    worker = None
+    try:
+        watch(chromium, web, "web-bash")
+        worker = Process(
+            "worker", "--store", postgres_url, "--poll", "0.2", log=tmp_path / "worker.log"
+        )
+        # The command waits on the gate: what the page shows came while it ran.
+        shown = chromium.wait_for("#timeline li.command.streaming pre", "oops")
+        assert shown.startswith("<b>step</b> one\n"), shown  # characters, not markup
+        assert chromium.evaluate("document.querySelectorAll('#timeline li.command b').length") == 0
+        stderr = "document.querySelector('#timeline li.command .stderr').textContent"
+        assert chromium.evaluate(stderr) == "oops\n"
+        with gate.open("wb") as opened:
+            opened.write(b"go\n")
+        chromium.wait_for("body[data-live-state=finished]")
+        assert chromium.evaluate("document.querySelector('li.command.streaming')") is None
+        assert "step two" in chromium.evaluate("document.getElementById('timeline').textContent")
+    finally:
+        with contextlib.suppress(OSError):  # the command, should it still wait
+            os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
+        web.stop()
+        if worker is not None:
+            worker.stop()

@@ -6,9 +6,11 @@ the chunks written through the store's port as a worker's stream writer writes t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import psycopg
 
@@ -18,10 +20,12 @@ from noeta.core.ports.model import Text, Usage
 from noeta.core.ports.reply_streams import Chunk, ReplyStreams
 from noeta.core.ports.store import Finish, Store
 from noeta.core.rules import events
+from noeta.plugins.core import Bash
 from noeta.redaction import REDACTED
 from noeta.web import live
 from noeta.web.render import forget_secret
 from noeta.web.site import Site
+from tests.client.test_tool_output_stream import Run
 from tests.web.conftest import encoded, task_with_log
 
 SECRET = "pw-for-the-web-stream-3141"
@@ -150,3 +154,34 @@ async def test_a_row_of_a_kind_the_page_does_not_show_yet_is_passed_over(
             seen += replies(await next_event(stream, "reply"))
     assert (first + later).startswith("".join(str(reply["text"]) for reply in seen))
     assert all(reply["kind"] == "text" for reply in seen)  # no restart, no lost text
+
+
+def outputs(seen: list[dict[str, object]], pipe: str) -> str:
+    """A call's output as the page assembles it: its pieces, and what its end released."""
+    pieces = [str(r["text"]) for r in seen if r["kind"] == "output" and r["pipe"] == pipe]
+    ends = [r["held"] for r in seen if r["kind"] in ("output-final", "output-lost")]
+    return "".join(pieces) + "".join(str(held.get(pipe, "")) for held in ends)  # type: ignore[attr-defined]
+
+
+async def test_a_running_commands_output_shows_as_text_until_its_result_row(
+    postgres_url: str, store: Store, tmp_path: Path
+) -> None:
+    """Bash run by a runner in this process (issue 34 item 2 on the page): its stdout and
+    stderr reach the page apart, as text, before the command ends (it waits on a FIFO
+    the test opens after seeing them); then the end names the log's ToolFinished row."""
+    run = Run(store, tmp_path, "web-cmd", Bash())
+    command = "echo '<b>step</b> one'; echo oops >&2; read word < gate; echo step two"
+    running = await run.start(command)
+    seen: list[dict[str, object]] = []
+    async with page_stream(postgres_url, "web-cmd") as stream, asyncio.timeout(120):
+        while "one\n" not in outputs(seen, "stdout") or "oops" not in outputs(seen, "stderr"):
+            seen += replies(await next_event(stream, "reply"))
+        await run.open_gate()
+        while not any(r["kind"] == "output-final" for r in seen):
+            seen += replies(await next_event(stream, "reply"))
+    await running
+    seq, content = await run.result()
+    assert outputs(seen, "stdout") == "<b>step</b> one\nstep two\n"
+    assert outputs(seen, "stderr") == "oops\n"
+    (end,) = [r for r in seen if r["kind"] == "output-final"]
+    assert (end["call"], end["seq"]) == ("call-1", seq) and "step two" in content

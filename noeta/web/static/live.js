@@ -1,7 +1,7 @@
 // noeta web: a running task's page follows its log over server-sent events. The server
-// renders each new timeline entry (escaped); this only places it. The model's reply grows
-// at the timeline's end as it streams, set as text (never as HTML), until the log's
-// reply replaces it. A page marked
+// renders each new timeline entry (escaped); this only places it. The model's reply and a
+// running command's output grow at the timeline's end as they stream, set as text (never
+// as HTML), until the log's row replaces them. A page marked
 // data-refresh (queues, limits) reads itself again every few seconds and swaps its
 // figures. No framework.
 "use strict";
@@ -13,6 +13,8 @@ document.addEventListener("DOMContentLoaded", () => {
   const timeline = document.getElementById("timeline");
   const source = new EventSource(feed);
   const reply = new GrowingReply(timeline);
+  const outputs = new CommandOutputs(timeline);
+  const streaming = () => timeline.querySelector("li.streaming");
   source.addEventListener("rows", (event) => {
     const holder = document.createElement("template");
     holder.innerHTML = event.data;
@@ -20,10 +22,19 @@ document.addEventListener("DOMContentLoaded", () => {
     // A claim said to have written nothing has now written: its mark goes.
     const silent = document.getElementById("silent-claim");
     if (silent) silent.remove();
-    timeline.insertBefore(holder.content, reply.item);  // the growing reply stays last
+    timeline.insertBefore(holder.content, streaming());  // what grows stays last
     reply.landedMaybe();
+    outputs.landedMaybe();
   });
-  source.addEventListener("reply", (event) => reply.show(JSON.parse(event.data)));
+  // The one place that dispatches on what streamed; a kind not known here is ignored.
+  source.addEventListener("reply", (event) => {
+    const item = JSON.parse(event.data);
+    switch (item.kind) {
+      case "text": case "restarted": case "final": reply.show(item); break;
+      case "output": case "output-final": case "output-lost": outputs.show(item); break;
+      default: break;
+    }
+  });
   source.addEventListener("facts", (event) => {
     const facts = document.getElementById("task-facts");
     if (facts) facts.outerHTML = event.data;
@@ -31,6 +42,7 @@ document.addEventListener("DOMContentLoaded", () => {
   source.addEventListener("finished", () => {
     source.close();
     reply.remove();  // every reply is in the log's rows now
+    outputs.removeAll();
     // A finished task takes no cancel, message or answer: its forms go with its run.
     const actions = document.getElementById("task-actions");
     if (actions) actions.remove();
@@ -38,6 +50,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   source.addEventListener("open", () => {
     reply.remove();  // a stream (re)opened sends the reply streaming now from its start
+    outputs.removeAll();
     body.dataset.liveState = "open";
   });
 });
@@ -78,7 +91,7 @@ class GrowingReply {
         this.landedMaybe();
         break;
       default:
-        break;  // a kind this page does not show yet
+        break;
     }
   }
 
@@ -111,6 +124,79 @@ class GrowingReply {
     if (this.item) this.item.remove();
     this.item = null;
     this.text = null;
+  }
+}
+
+// A running command's output, one item per call (li.command.streaming, data-call), its
+// stdout and stderr as they are written (stderr marked), until the log's row of its
+// result (output-final) or of its cut (output-lost, the worker died) arrives.
+class CommandOutputs {
+  constructor(timeline) {
+    this.timeline = timeline;
+    this.items = new Map();
+  }
+
+  show(output) {
+    const item = this.open(output.call);
+    switch (output.kind) {
+      case "output":
+        this.add(item, output.pipe, output.text);
+        break;
+      case "output-final": case "output-lost":
+        for (const [pipe, text] of Object.entries(output.held || {})) this.add(item, pipe, text);
+        if (output.kind === "output-lost") {
+          const marker = document.createElement("div");
+          marker.className = "restarted";
+          marker.textContent = output.words;
+          item.append(marker);
+        }
+        item.dataset.final = String(output.seq);
+        this.landedMaybe();
+        break;
+      default:
+        break;
+    }
+  }
+
+  add(item, pipe, text) {
+    if (!text) return;
+    const out = item.querySelector("pre");
+    const piece = document.createElement("span");
+    piece.className = pipe;  // stdout, stderr, truncated
+    piece.textContent = pipe === "truncated" ? `\n[${text || "output truncated"}]\n` : text;
+    out.append(piece);
+  }
+
+  open(call) {
+    let item = this.items.get(call);
+    if (!item) {
+      item = document.createElement("li");
+      item.className = "command streaming";
+      item.dataset.call = call;
+      const kind = document.createElement("span");
+      kind.className = "kind";
+      kind.textContent = "command output, live";
+      item.append(kind, document.createElement("pre"));
+      this.timeline.append(item);
+      this.items.set(call, item);
+    }
+    return item;
+  }
+
+  // A call whose result (or cut) row is in the timeline: its live output goes.
+  landedMaybe() {
+    for (const [call, item] of this.items) {
+      const seq = item.dataset.final;
+      if (seq && this.timeline.querySelector(`li[data-seq="${seq}"]`)) {
+        item.remove();
+        this.items.delete(call);
+      }
+    }
+  }
+
+  removeAll() {
+    for (const item of this.items.values()) item.remove();
+    this.items.clear();
   }
 }
 
