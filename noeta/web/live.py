@@ -184,18 +184,23 @@ class StreamLimit:
 
 
 class _LiveResponse(StreamingResponse):
-    """A stream that gives its place back however it ends (even if never started)."""
+    """A stream that gives its place back however it ends (even if never started). Cut
+    by the server's own stop (uvicorn cancels what outlives its graceful seconds), it
+    ends quietly: a stop asked for is not an error, and no traceback goes to the log."""
 
-    def __init__(self, content: AsyncIterator[str], limit: StreamLimit) -> None:
+    def __init__(self, content: AsyncIterator[str], feed: LiveFeed) -> None:
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         super().__init__(content, media_type="text/event-stream", headers=headers)
-        self._limit = limit
+        self._feed = feed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:
+            if not self._feed.stopping:
+                raise
         finally:
-            self._limit.leave()
+            self._feed.streams.leave()
 
 
 # What a browser's EventSource takes for the end of a line: all three (the HTML standard).
@@ -223,7 +228,7 @@ async def follow(site: Site, feed: LiveFeed, request: Request) -> StreamingRespo
     except BaseException:
         feed.streams.leave()
         raise
-    return _LiveResponse(_stream(site, feed, task_id, after), feed.streams)
+    return _LiveResponse(_stream(site, feed, task_id, after), feed)
 
 
 async def _stream(site: Site, feed: LiveFeed, task_id: str, after: int) -> AsyncIterator[str]:

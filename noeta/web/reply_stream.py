@@ -31,6 +31,7 @@ from noeta.web.render import piece_scrubber, scrubbed
 from noeta.web.site import Site
 
 log = logging.getLogger("noeta.web")
+CLOSE_SECONDS = 1.0  # how long a page's stream waits for its reply reader to stop
 
 
 class PageReply:
@@ -118,5 +119,7 @@ async def following(
         yield shown
     finally:
         reading.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reading
+        # Bounded: the feed's last reader stops it, and a statement cut mid-flight on a
+        # loaded machine must not hold the page's stream (or the server's stop) open;
+        # one still ending is cancelled again when the process closes its feeds.
+        await asyncio.wait([reading], timeout=CLOSE_SECONDS)

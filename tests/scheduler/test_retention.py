@@ -28,12 +28,16 @@ async def test_the_scheduler_prunes_finished_tasks(store_url: str, tmp_path: Pat
                 return await store.get_task("finished") is None
 
             await until(pruned, "the scheduler prunes the finished task", 60)
+
+            async def said() -> bool:  # the count is logged after the prune commits
+                return "retention: pruned 1 finished tasks" in scheduler.log()
+
+            await until(said, "the scheduler says what it pruned", 60)
             assert await store.get_task("live") is not None
             assert not await store.create_task(created("finished"))  # its id stays taken
         finally:
             scheduler.signal(signal.SIGTERM)
             assert await scheduler.exit_code() == 0, scheduler.log()
-        assert "retention: pruned 1 finished tasks" in scheduler.log()
     finally:
         await store.close()
 
