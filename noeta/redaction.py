@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
 
 REDACTED = "[redacted]"
@@ -175,8 +175,8 @@ class ScrubWindow:
     begins a known secret with a space in it (a passphrase split at its space).
     `release` gives everything (the output ended)."""
 
-    def __init__(self, scrub: Callable[[str], str]) -> None:
-        self.scrub = scrub
+    def __init__(self, scrub: Scrubber) -> None:
+        self.scrub = scrub  # a Scrubber, not any function: its secrets say what to hold
         self.held = ""
 
     def take(self, piece: str, release: bool = False) -> str:
@@ -189,7 +189,7 @@ class ScrubWindow:
         cut = _word_start(text)
         if len(text) - cut > MAX_HELD_CHARS:  # a word too long to be held: scrubbed as is
             return len(text)
-        cut = min(cut, _spaced_secret_start(text, getattr(self.scrub, "secrets", ())))
+        cut = min(cut, _spaced_secret_start(text, self.scrub.secrets))
         whole = self.scrub(text)
         while cut > 0:
             head = text[:cut]
