@@ -88,7 +88,7 @@ async def enqueue_jobs(count: int, future: bool) -> None:
         if future:
             cursor = await admin.execute(NOW_PLUS, (86_400.0,))
             later = ((await cursor.fetchone()) or (None,))[0]
-        template = job_task("x", noop_job.noop, {}, QUEUE, later)  # type: ignore[arg-type]
+        template = job_task("x", noop_job.noop_async, {}, QUEUE, later)  # type: ignore[arg-type]
         await create_many(admin, template, prefix, count)
         await admin.execute("ANALYZE")
 
@@ -98,7 +98,7 @@ def agent_task(task_id: str) -> NewTask:
 
 
 def job(task_id: str) -> NewTask:
-    return job_task(task_id, noop_job.noop, {}, QUEUE, None)  # type: ignore[arg-type]
+    return job_task(task_id, noop_job.noop_async, {}, QUEUE, None)  # type: ignore[arg-type]
 
 
 async def probe(count: int, log: str) -> dict[str, list[float]]:
