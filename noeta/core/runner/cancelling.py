@@ -47,7 +47,7 @@ async def run_unless_cancelled(
     assert running is not None
     watch = _Watch(run, call, None if runs_in_a_thread(tool) else running)
     # A timer, not a task, until the call has run CANCEL_CHECK_SECONDS: most calls end
-    # sooner, and a task, its sleep and its cancellation were a no-op job's twentieth.
+    # sooner, and spare a task, its sleep and its cancellation (1-2.5 us a call).
     watching = asyncio.get_running_loop().call_later(CANCEL_CHECK_SECONDS, watch.start)
     try:
         output = await execute(tool, call, ctx)
