@@ -3,9 +3,9 @@ in SQL (ready now, or due in a day), and the idle-pickup probe, for two kinds of
 
 "noeta": a one-shot scripted agent task (examples/hello.yaml, no tools: a claim, a load
 and two fenced appends of five events); it starts at its first durable step, the
-PluginsPinned event its claimer appends. "noeta-job": a plain job, the `@noeta.tool`
-no-op of bench/noop_job.py (a claim, the ToolStarted append, the finishing append); it
-starts at ToolStarted. Both read from the log (the database clock).
+PluginsPinned event its claimer appends. "noeta-job": a plain job, the async `@noeta.tool`
+no-op of bench/noop_job.py (a claim, the ToolStarted append, the finishing append), as
+the peers' no-ops are async; it starts at ToolStarted. Both read from the log (the database clock).
 """
 
 from __future__ import annotations
