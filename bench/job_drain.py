@@ -16,6 +16,7 @@ import asyncio
 import os
 
 import jobs  # the sibling modules: bench/ is on sys.path
+import noop_job
 from common import server
 from worker import Bench, cpu_seconds, find_postmaster, fresh_bench, server_cpu_seconds
 
@@ -59,11 +60,11 @@ async def _flushed(bench: Bench) -> bool:
     return bool(others == 0)
 
 
-async def run(dsn: str, trees: dict[str, str], count: int, rounds: int) -> None:
+async def run(dsn: str, trees: dict[str, str], count: int, rounds: int, function: str) -> None:
     results: dict[tuple[str, int], list[list[float]]] = {}
     async with fresh_bench(dsn) as bench:
         bench.postmaster = await find_postmaster(bench)
-        job_bench = jobs.JobBench(bench)
+        job_bench = jobs.JobBench(bench, noop_job.FUNCTIONS[function])
         for number in range(rounds):
             order = list(trees.items())
             for name, tree in order if number % 2 == 0 else reversed(order):
@@ -73,7 +74,7 @@ async def run(dsn: str, trees: dict[str, str], count: int, rounds: int) -> None:
                     results.setdefault((name, processes), []).append(figures)
                     shown = ", ".join(f"{x:,.2f}" for x in figures)
                     print(f"  {name} x{processes} round {number}: {shown}", flush=True)
-    print(f"\n{count:,} no-op jobs a drain, concurrency {jobs.CONCURRENCY} a process")
+    print(f"\n{count:,} {function} jobs a drain, concurrency {jobs.CONCURRENCY} a process")
     print("checkout  procs  jobs/s (each run)  worker CPU ms/job  server CPU ms/job  row updates")
     for (name, processes), runs in results.items():
         columns = [
@@ -89,11 +90,17 @@ def main() -> None:
     arguments.add_argument("--tree", action="append", required=True, help="NAME=CHECKOUT")
     arguments.add_argument("--jobs", type=int, default=2000)
     arguments.add_argument("--rounds", type=int, default=2)
+    arguments.add_argument(
+        "--function",
+        choices=sorted(noop_job.FUNCTIONS),
+        default="noop",
+        help="the no-op drained: noop (sync: run in a thread) or noop_async (the peers' kind)",
+    )
     arguments.add_argument("--dsn")
     options = arguments.parse_args()
     trees = dict(tree.split("=", 1) for tree in options.tree)
     with server(options.dsn) as dsn:
-        asyncio.run(run(dsn, trees, options.jobs, options.rounds))
+        asyncio.run(run(dsn, trees, options.jobs, options.rounds, options.function))
     print(f"\nload average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import jobs  # the sibling modules: bench/ is on sys.path
+import noop_job
 from common import server
 from worker import cpu_seconds, fresh_bench, server_cpu_seconds
 
@@ -33,9 +34,11 @@ SELECT state, coalesce(wait_event_type, '-') || ':' || coalesce(wait_event, '-')
 """
 
 
-async def profile(dsn: str, tree: str, count: int, concurrency: int, spy: str | None) -> None:
+async def profile(
+    dsn: str, tree: str, count: int, concurrency: int, spy: str | None, function: str
+) -> None:
     async with fresh_bench(dsn) as bench:
-        job_bench = jobs.JobBench(bench)
+        job_bench = jobs.JobBench(bench, noop_job.FUNCTIONS[function])
         job_bench.env["PYTHONPATH"] = os.pathsep.join([str(jobs.BENCH), tree])
         ids = await job_bench.held_back("prof", count, "1 hour")
         samples = Path(tempfile.mkdtemp(prefix="noeta-job-profile-")) / "samples.txt"
@@ -106,10 +109,20 @@ def main() -> None:
     arguments.add_argument("--jobs", type=int, default=10_000)
     arguments.add_argument("--concurrency", type=int, default=jobs.CONCURRENCY)
     arguments.add_argument("--py-spy", dest="spy", help="py-spy's path (none: no profile)")
+    arguments.add_argument(
+        "--function",
+        choices=sorted(noop_job.FUNCTIONS),
+        default="noop",
+        help="the no-op drained: noop (sync: run in a thread) or noop_async (the peers' kind)",
+    )
     arguments.add_argument("--dsn")
     options = arguments.parse_args()
     with server(options.dsn) as dsn:
-        asyncio.run(profile(dsn, options.tree, options.jobs, options.concurrency, options.spy))
+        asyncio.run(
+            profile(
+                dsn, options.tree, options.jobs, options.concurrency, options.spy, options.function
+            )
+        )
 
 
 if __name__ == "__main__":

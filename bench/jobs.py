@@ -84,8 +84,9 @@ CONCURRENCY = 16  # per worker process; pgbench runs as many connections
 
 
 class JobBench:
-    def __init__(self, bench: Bench) -> None:
+    def __init__(self, bench: Bench, function: object = noop_job.noop) -> None:
         self.bench = bench
+        self.function = function  # the no-op drained: sync (a thread hop) or async
         self.config = config = bench.scratch / "jobs.yaml"
         config.write_text("plugins:\n  - module: noop_job\n")
         pythonpath = os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))
@@ -97,7 +98,7 @@ class JobBench:
 
         async def one(task_id: str) -> None:
             async with limit:
-                made = job_task(task_id, noop_job.noop, {}, queue, ready_at)  # type: ignore[arg-type]
+                made = job_task(task_id, self.function, {}, queue, ready_at)  # type: ignore[arg-type]
                 await self.bench.store.create_task(made)
 
         await asyncio.gather(*(one(task_id) for task_id in ids))
@@ -105,7 +106,7 @@ class JobBench:
     async def held_back(self, queue: str, count: int, ahead: str) -> list[str]:
         """`count` no-op jobs of `queue`, not due for `ahead` (made in SQL, in batches)."""
         later = await self.bench.value(f"SELECT clock_timestamp() + interval '{ahead}'")
-        template = job_task("x", noop_job.noop, {}, queue, later)  # type: ignore[arg-type]
+        template = job_task("x", self.function, {}, queue, later)  # type: ignore[arg-type]
         await create_many(self.bench.admin, template, f"{queue}-", count)
         await self.bench.admin.execute("VACUUM (ANALYZE) tasks")
         return [f"{queue}-{n}" for n in range(count)]

@@ -3,9 +3,9 @@ in SQL (ready now, or due in a day), and the idle-pickup probe, for two kinds of
 
 "noeta": a one-shot scripted agent task (examples/hello.yaml, no tools: a claim, a load
 and two fenced appends of five events); it starts at its first durable step, the
-PluginsPinned event its claimer appends. "noeta-job": a plain job, the `@noeta.tool`
-no-op of bench/noop_job.py (a claim, the ToolStarted append, the finishing append); it
-starts at ToolStarted. Both read from the log (the database clock).
+PluginsPinned event its claimer appends. "noeta-job": a plain job, the async `@noeta.tool`
+no-op of bench/noop_job.py (a claim, the ToolStarted append, the finishing append), as
+the peers' no-ops are async; it starts at ToolStarted. Both read from the log (the database clock).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ async def enqueue_jobs(count: int, future: bool) -> None:
         if future:
             cursor = await admin.execute(NOW_PLUS, (86_400.0,))
             later = ((await cursor.fetchone()) or (None,))[0]
-        template = job_task("x", noop_job.noop, {}, QUEUE, later)  # type: ignore[arg-type]
+        template = job_task("x", noop_job.noop_async, {}, QUEUE, later)  # type: ignore[arg-type]
         await create_many(admin, template, prefix, count)
         await admin.execute("ANALYZE")
 
@@ -98,7 +98,7 @@ def agent_task(task_id: str) -> NewTask:
 
 
 def job(task_id: str) -> NewTask:
-    return job_task(task_id, noop_job.noop, {}, QUEUE, None)  # type: ignore[arg-type]
+    return job_task(task_id, noop_job.noop_async, {}, QUEUE, None)  # type: ignore[arg-type]
 
 
 async def probe(count: int, log: str) -> dict[str, list[float]]:

@@ -6,8 +6,10 @@ drain with a backlog of B jobs due in a day inserted first; and idle pickup (enq
 job, wait for its start, pause 20-500 ms, repeat). noeta runs twice: "noeta", a one-shot
 scripted agent task (2 fenced appends of 5 events; `noeta worker --concurrency 8`), which
 starts at its first durable step (PluginsPinned); and "noeta-job", the plain no-op job
-(`@noeta.tool`, bench/noop_job.py; --concurrency 16), like for like with the peers' no-op
-jobs, which starts at ToolStarted. Rate = (jobs - 1) / (last start - first start).
+(`@noeta.tool async def`, bench/noop_job.py's noop_async; --concurrency 16), like for
+like with the peers' no-op jobs (PgQueuer's and Procrastinate's are async too; a sync
+function would add a thread hop a job, ADR-0118), which starts at ToolStarted.
+Rate = (jobs - 1) / (last start - first start).
 
 During every drain the CPU of the workers' process trees and of the whole PostgreSQL
 server (/proc: every backend but the bench's own poll) is sampled against the machine's,

@@ -237,3 +237,16 @@ def fails_the_first_time(ctx: ToolContext) -> int:
 def tells_its_attempt(ctx: ToolContext) -> int:
     """Returns its attempt's number, in a process of its own (it has a time limit)."""
     return ctx.attempt
+
+
+_BARRIERS: dict[int, threading.Barrier] = {}
+_BARRIERS_LOCK = threading.Lock()
+
+
+@noeta.tool
+def meets_the_others(parties: int) -> int:
+    """Waits in its thread until `parties` calls of it wait at once: they all meet only
+    if the worker gives each call a thread (else the barrier breaks after a minute)."""
+    with _BARRIERS_LOCK:
+        barrier = _BARRIERS.setdefault(parties, threading.Barrier(parties))
+    return barrier.wait(timeout=60)

@@ -46,7 +46,9 @@ async def run_unless_cancelled(
     running = asyncio.current_task()
     assert running is not None
     watch = _Watch(run, call, None if runs_in_a_thread(tool) else running)
-    watching = asyncio.ensure_future(watch.run())
+    # A timer, not a task, until the call has run CANCEL_CHECK_SECONDS: most calls end
+    # sooner, and spare a task, its sleep and its cancellation (1-2.5 us a call).
+    watching = asyncio.get_running_loop().call_later(CANCEL_CHECK_SECONDS, watch.start)
     try:
         output = await execute(tool, call, ctx)
     except asyncio.CancelledError:
@@ -57,6 +59,7 @@ async def run_unless_cancelled(
         return ToolOutput(stopped, is_error=True), watch.outcome(STOPPED)
     finally:
         watching.cancel()
+        watch.end()
     if watch.stopped:
         running.uncancel()  # the tool swallowed the cancellation and returned
     return output, None if watch.found is None else watch.outcome(HAD_FINISHED)
@@ -74,6 +77,15 @@ class _Watch:
         self.run_context, self.call, self.stoppable = run, call, stoppable
         self.found: int | None = None  # the cancel's inbox entry
         self.stopped = False
+        self._reading: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """The call has run a first CANCEL_CHECK_SECONDS: the inbox is read from now on."""
+        self._reading = asyncio.ensure_future(self.run())
+
+    def end(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
 
     def outcome(self, what: str) -> CancelledWhileRunning:
         assert self.found is not None
@@ -82,9 +94,9 @@ class _Watch:
     async def run(self) -> None:
         run = self.run_context
         while self.found is None:
-            await asyncio.sleep(CANCEL_CHECK_SECONDS)
             cancel = await _cancel_asked(run)
             if cancel is None:
+                await asyncio.sleep(CANCEL_CHECK_SECONDS)
                 continue
             self.found = cancel.id
             if self.stoppable is None:
