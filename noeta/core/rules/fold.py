@@ -141,9 +141,9 @@ class _Folding:
 
     def state(self) -> TaskState:
         values = list(_read_fields(self._start))
-        for name, value in self.__dict__.items():
-            if (at := _SCALAR_AT.get(name)) is not None:
-                values[at] = value
+        own = self.__dict__
+        for name in own.keys() & _SCALAR_AT.keys():
+            values[_SCALAR_AT[name]] = own[name]
         values[_AT["messages"]] = extend(self.history, self.messages)
         values[_AT["calls"]] = self.calls
         values[_AT["started"]] = tuple(self.started.items())
