@@ -1,12 +1,16 @@
 """The worker's side of streamed replies (ADR-0105), on a real PostgreSQL against the
 provider fake: a followed reply is written in a few flushes, not a statement per delta;
-a reply nobody follows writes nothing at all."""
+a reply nobody follows writes nothing at all, and in a listening worker starts nothing
+until a follow comes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from noeta.core.ports.model import TextDelta
 from noeta.core.ports.reply_streams import Chunk, Cursor, ReplyStreams
 from noeta.core.ports.store import Store
 from noeta.core.runner.reply_streams import StreamWriter
@@ -79,3 +83,43 @@ async def test_a_reply_nobody_follows_writes_nothing(store: Store) -> None:
     port = store.capabilities.reply_streams
     assert port is not None
     assert (await port.read_chunks("alone", Cursor(), 100)).chunks == ()
+
+
+async def until(check: Callable[[], Any], what: str, within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_listening_worker_holds_a_reply_nobody_follows_until_a_follow_comes(
+    store: Store,
+) -> None:
+    port = store.capabilities.reply_streams
+    assert port is not None
+    await created(store, "held", "openai:test-model")
+    writer = StreamWriter(port)
+    listening = asyncio.ensure_future(writer.listen())
+    try:
+
+        async def heard() -> bool:
+            return writer.unheard("held")
+
+        await until(heard, "the writer listens for follows")
+        stream = writer.open("held", 1)
+        tasks = len(asyncio.all_tasks())
+        stream.delta(1, TextDelta(0, "held "))
+        stream.delta(1, TextDelta(0, "back"))
+        assert len(asyncio.all_tasks()) == tasks  # no flusher, no timer: the text is kept
+        await port.follow("held")
+
+        async def shown() -> bool:
+            read = await port.read_chunks("held", Cursor(), 100)
+            return "".join(chunk.data for chunk in read.chunks) == "held back"
+
+        await until(shown, "the follow's announcement brings the held text out")
+        stream.abandon()
+        await writer.drained()
+    finally:
+        listening.cancel()
+        await asyncio.gather(listening, return_exceptions=True)
