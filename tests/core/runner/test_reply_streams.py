@@ -6,8 +6,7 @@ until a follow comes."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from noeta.core.ports.model import TextDelta
@@ -18,6 +17,7 @@ from noeta.core.runner.task import TaskRunner
 from noeta.testing.fake_providers import FakeOpenAI, Reply
 from tests.client.test_stream import created, no_sleep, store
 from tests.core.runner.test_http_providers import Registry, provider
+from tests.worker.conftest import until
 
 __all__ = ["store"]  # the fixture, shared
 
@@ -85,13 +85,6 @@ async def test_a_reply_nobody_follows_writes_nothing(store: Store) -> None:
     assert (await port.read_chunks("alone", Cursor(), 100)).chunks == ()
 
 
-async def until(check: Callable[[], Any], what: str, within: float = 60.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        await asyncio.sleep(0.01)
-
-
 async def test_a_listening_worker_holds_a_reply_nobody_follows_until_a_follow_comes(
     store: Store,
 ) -> None:
@@ -105,7 +98,7 @@ async def test_a_listening_worker_holds_a_reply_nobody_follows_until_a_follow_co
         async def heard() -> bool:
             return writer.unheard("held")
 
-        await until(heard, "the writer listens for follows")
+        await until(heard, "the writer listens for follows", within=60)
         stream = writer.open("held", 1)
         tasks = len(asyncio.all_tasks())
         stream.delta(1, TextDelta(0, "held "))
@@ -117,7 +110,7 @@ async def test_a_listening_worker_holds_a_reply_nobody_follows_until_a_follow_co
             read = await port.read_chunks("held", Cursor(), 100)
             return "".join(chunk.data for chunk in read.chunks) == "held back"
 
-        await until(shown, "the follow's announcement brings the held text out")
+        await until(shown, "the follow's announcement brings the held text out", within=60)
         stream.abandon()
         await writer.drained()
     finally:
