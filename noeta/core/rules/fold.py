@@ -136,7 +136,9 @@ class _Folding:
         self.canvas_results = list(start.canvas_results)
 
     def __getattr__(self, name: str) -> object:
-        """A scalar this fold has not set: the start's."""
+        """A scalar this fold has not set: the start's (nothing else is looked up there)."""
+        if name not in _SCALAR_AT:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(self._start, name)
 
     def state(self) -> TaskState:
