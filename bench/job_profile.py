@@ -1,12 +1,13 @@
 """Where a no-op job's time goes: one `noeta worker` of a checkout drains N no-op jobs
-while py-spy samples it (only where the event loop holds the GIL, `--gil`) and
-pg_stat_activity is read every 10 ms; prints jobs/s, worker and server CPU a job, how busy
-each was over the drain, what the worker's backends were doing, and the py-spy functions
-with the most samples (inclusive).
+(with --agent: N one-shot scripted agent tasks, as bench/worker.py's drain) while py-spy
+samples it (only where the event loop holds the GIL, `--gil`) and pg_stat_activity is
+read every 10 ms; prints tasks/s, worker and server CPU a task, how busy each was over
+the drain, what the worker's backends were doing, and the py-spy functions with the most
+samples (inclusive).
 
 Run from outside any checkout (a worker's working directory must not shadow PYTHONPATH):
   cd /tmp && <venv>/bin/python <checkout>/bench/job_profile.py --tree <a checkout> \
-      [--jobs 10000] [--concurrency 16] [--py-spy <path to py-spy>]
+      [--jobs 10000] [--concurrency 16] [--py-spy <path to py-spy>] [--agent]
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ import noop_job
 from common import server
 from worker import cpu_seconds, fresh_bench, server_cpu_seconds
 
+# An agent task's drain: from its first write after a claim to the last finish.
+AGENT_DRAIN = """
+SELECT extract(epoch FROM max(e.created_at) FILTER (WHERE e.type = 'TaskFinished')
+                        - min(e.created_at) FILTER (WHERE e.type = 'PluginsPinned'))
+  FROM events e WHERE e.task_id LIKE %s
+"""
 BACKENDS = r"""
 SELECT state, coalesce(wait_event_type, '-') || ':' || coalesce(wait_event, '-'),
        left(regexp_replace(ltrim(query), '\s+', ' ', 'g'), 40)
@@ -35,12 +42,24 @@ SELECT state, coalesce(wait_event_type, '-') || ':' || coalesce(wait_event, '-')
 
 
 async def profile(
-    dsn: str, tree: str, count: int, concurrency: int, spy: str | None, function: str
+    dsn: str,
+    tree: str,
+    count: int,
+    concurrency: int,
+    spy: str | None,
+    function: str,
+    agent: bool,
 ) -> None:
     async with fresh_bench(dsn) as bench:
         job_bench = jobs.JobBench(bench, noop_job.FUNCTIONS[function])
         job_bench.env["PYTHONPATH"] = os.pathsep.join([str(jobs.BENCH), tree])
-        ids = await job_bench.held_back("prof", count, "1 hour")
+        if agent:
+            ids = [f"prof-{n}" for n in range(count)]
+            later = await bench.value("SELECT clock_timestamp() + interval '1 hour'")
+            await bench.create(ids, "prof", bench.ok_model, ready_at=later)
+            await bench.admin.execute("VACUUM (ANALYZE) tasks")
+        else:
+            ids = await job_bench.held_back("prof", count, "1 hour")
         samples = Path(tempfile.mkdtemp(prefix="noeta-job-profile-")) / "samples.txt"
         async with bench.workers(["prof-w0"], "prof", concurrency, env=job_bench.env) as up:
             pid = up[0].pid
@@ -71,9 +90,11 @@ async def profile(
             if sampler is not None:
                 sampler.send_signal(2)  # SIGINT: py-spy writes what it sampled
                 await sampler.wait()
-        seconds = float(await bench.value(jobs.DRAIN, ("prof-%",)))
+        drain = AGENT_DRAIN if agent else jobs.DRAIN
+        seconds = float(await bench.value(drain, ("prof-%",)))
     print(
-        f"{count / seconds:,.0f} jobs/s; CPU a job: worker {worker_cpu * 1e3 / count:.3f} ms, "
+        f"{count / seconds:,.0f} {'tasks' if agent else 'jobs'}/s; CPU a "
+        f"{'task' if agent else 'job'}: worker {worker_cpu * 1e3 / count:.3f} ms, "
         f"server {server_cpu * 1e3 / count:.3f} ms; busy over the drain: worker "
         f"{worker_cpu / wall:.0%}, server {server_cpu / wall:.0%}; load {os.getloadavg()[0]:.1f}"
     )
@@ -115,13 +136,13 @@ def main() -> None:
         default="noop",
         help="the no-op drained: noop (sync: run in a thread) or noop_async (the peers' kind)",
     )
+    arguments.add_argument("--agent", action="store_true", help="one-shot agent tasks, not jobs")
     arguments.add_argument("--dsn")
     options = arguments.parse_args()
     with server(options.dsn) as dsn:
+        tree, count, spy = options.tree, options.jobs, options.spy
         asyncio.run(
-            profile(
-                dsn, options.tree, options.jobs, options.concurrency, options.spy, options.function
-            )
+            profile(dsn, tree, count, options.concurrency, spy, options.function, options.agent)
         )
 
 

@@ -119,9 +119,11 @@ class _Folding:
     subtask_cost: str
 
     def __init__(self, start: TaskState) -> None:
-        # A fold runs per append: the scalars go in and out in C (attrgetter, one dict
-        # update), not by a Python loop over some forty names.
-        self.__dict__.update(zip(_SCALARS, _read_scalars(start), strict=True))
+        # A fold runs per append, mostly over an event or three: a scalar it does not set
+        # is read from `start` (`__getattr__`), and only those it set are copied out.
+        self._start = start
+        # Read at every event: kept here, not looked up through `__getattr__`.
+        self.last_seq, self.newer_event, self.unreadable = _read_hot(start)
         self.history = start.messages  # never copied: a snapshot's may be unbuilt
         self.messages: list[Message] = []  # what this fold adds
         self.calls = start.calls
@@ -133,16 +135,25 @@ class _Folding:
         self.subtasks = {launched[1]: launched for launched in start.subtasks}
         self.canvas_results = list(start.canvas_results)
 
+    def __getattr__(self, name: str) -> object:
+        """A scalar this fold has not set: the start's (nothing else is looked up there)."""
+        if name not in _SCALAR_AT:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(self._start, name)
+
     def state(self) -> TaskState:
-        values = dict(zip(_SCALARS, _read_scalars(self), strict=True))
-        values["messages"] = extend(self.history, self.messages)
-        values["calls"] = self.calls
-        values["started"] = tuple(self.started.items())
-        values["results"] = tuple(self.results)
-        values["taken_inbox"] = frozenset(self.taken)
-        values["subtasks"] = tuple(self.subtasks.values())
-        values["canvas_results"] = tuple(self.canvas_results)
-        return build_state(map(values.__getitem__, _FIELDS))
+        values = list(_read_fields(self._start))
+        own = self.__dict__
+        for name in own.keys() & _SCALAR_AT.keys():
+            values[_SCALAR_AT[name]] = own[name]
+        values[_AT["messages"]] = extend(self.history, self.messages)
+        values[_AT["calls"]] = self.calls
+        values[_AT["started"]] = tuple(self.started.items())
+        values[_AT["results"]] = tuple(self.results)
+        values[_AT["taken_inbox"]] = frozenset(self.taken)
+        values[_AT["subtasks"]] = tuple(self.subtasks.values())
+        values[_AT["canvas_results"]] = tuple(self.canvas_results)
+        return build_state(values)
 
 
 _COLLECTIONS = {
@@ -156,7 +167,10 @@ _COLLECTIONS = {
 }
 _FIELDS = tuple(TaskState.__dataclass_fields__)
 _SCALARS = tuple(name for name in _FIELDS if name not in _COLLECTIONS)
-_read_scalars = attrgetter(*_SCALARS)
+_AT = {name: at for at, name in enumerate(_FIELDS)}
+_SCALAR_AT = {name: _AT[name] for name in _SCALARS}
+_read_fields = attrgetter(*_FIELDS)
+_read_hot = attrgetter("last_seq", "newer_event", "unreadable")
 assert set(_SCALARS) == set(_Folding.__annotations__), "_Folding must mirror TaskState"
 
 

@@ -3,7 +3,8 @@ its task (ADR-0105): deltas gathered in memory on the event loop, flushed by a t
 their own over the store's pool, never inside a fenced append and never waited for.
 
 A preview never fails a call: a failed flush is kept and sent again (same rows), and a
-stream nobody follows writes nothing (the worker asks who follows at most once a second).
+stream nobody follows writes nothing (the worker asks who follows at most once a second);
+in a worker that listens for follows, it starts no flusher either until one comes.
 """
 
 from __future__ import annotations
@@ -73,6 +74,22 @@ class StreamWriter:
     def open(self, task_id: str, call_seq: int) -> ReplyStream:
         """The stream of the ModelCalled at `call_seq`."""
         return ReplyStream(self, task_id, call_seq)
+
+    def unheard(self, task_id: str) -> bool:
+        """Nobody follows `task_id`, as this listening worker knows now: a stream of it
+        starts no flusher, and is woken by the follow that comes (`_ask`). Not listening,
+        only a question to the store can say."""
+        if not self._listening:
+            return False
+        ends = self._followed.get(task_id)
+        return ends is None or ends <= self._clock()
+
+    def hold(self, stream: ReplyStream) -> None:
+        """A stream without a flusher yet, to wake if its task becomes followed."""
+        self._streams.add(stream)
+
+    def release(self, stream: ReplyStream) -> None:
+        self._streams.discard(stream)
 
     def start(self, stream: ReplyStream, flushing: asyncio.Task[None]) -> asyncio.Task[None]:
         self._streams.add(stream)
@@ -207,11 +224,21 @@ class ReplyStream:
             current.pending.append((delta.block, text))
         self._wake.set()
         if self._flusher is None:
-            self._flusher = self._writer.start(self, asyncio.ensure_future(self._flush_loop()))
+            self._start_flushing()
 
     def wake(self) -> None:
         if self._attempt.pending:
             self._wake.set()
+            if self._flusher is None and self._end is None:
+                self._start_flushing()
+
+    def _start_flushing(self) -> None:
+        """The flusher, unless nobody follows the task: then the text is only kept (a
+        reply nobody reads costs no task, no timer), and a follow that comes wakes it."""
+        if self._writer.unheard(self.task_id):
+            self._writer.hold(self)
+            return
+        self._flusher = self._writer.start(self, asyncio.ensure_future(self._flush_loop()))
 
     def landed(self, event_seq: int) -> None:
         """The reply is the log's event `event_seq`: readers are told, and given it."""
@@ -224,7 +251,9 @@ class ReplyStream:
     def abandon(self) -> None:
         """The claim is gone: write nothing more; the next stream of the task clears up.
         Nothing once the stream ended (its end is written still)."""
-        if self._flusher is not None and self._end is None:
+        if self._flusher is None:
+            self._writer.release(self)
+        elif self._end is None:
             self._flusher.cancel()
 
     def _finish(self, final: Chunk | None) -> None:
@@ -232,6 +261,9 @@ class ReplyStream:
         self._wake.set()
         if self._flusher is None and self._written:
             self._flusher = self._writer.start(self, asyncio.ensure_future(self._flush_loop()))
+        elif self._flusher is None:  # nothing was written: nothing to end
+            self._writer.release(self)
+            self.end_written.set()
 
     def _kind(self, block: int) -> ChunkKind:
         return "text"

@@ -1,12 +1,15 @@
 """The worker's side of streamed replies (ADR-0105), on a real PostgreSQL against the
 provider fake: a followed reply is written in a few flushes, not a statement per delta;
-a reply nobody follows writes nothing at all."""
+a reply nobody follows writes nothing at all, and in a listening worker starts nothing
+until a follow comes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from noeta.core.ports.model import TextDelta
 from noeta.core.ports.reply_streams import Chunk, Cursor, ReplyStreams
 from noeta.core.ports.store import Store
 from noeta.core.runner.reply_streams import StreamWriter
@@ -14,6 +17,7 @@ from noeta.core.runner.task import TaskRunner
 from noeta.testing.fake_providers import FakeOpenAI, Reply
 from tests.client.test_stream import created, no_sleep, store
 from tests.core.runner.test_http_providers import Registry, provider
+from tests.worker.conftest import until
 
 __all__ = ["store"]  # the fixture, shared
 
@@ -79,3 +83,36 @@ async def test_a_reply_nobody_follows_writes_nothing(store: Store) -> None:
     port = store.capabilities.reply_streams
     assert port is not None
     assert (await port.read_chunks("alone", Cursor(), 100)).chunks == ()
+
+
+async def test_a_listening_worker_holds_a_reply_nobody_follows_until_a_follow_comes(
+    store: Store,
+) -> None:
+    port = store.capabilities.reply_streams
+    assert port is not None
+    await created(store, "held", "openai:test-model")
+    writer = StreamWriter(port)
+    listening = asyncio.ensure_future(writer.listen())
+    try:
+
+        async def heard() -> bool:
+            return writer.unheard("held")
+
+        await until(heard, "the writer listens for follows", within=60)
+        stream = writer.open("held", 1)
+        tasks = len(asyncio.all_tasks())
+        stream.delta(1, TextDelta(0, "held "))
+        stream.delta(1, TextDelta(0, "back"))
+        assert len(asyncio.all_tasks()) == tasks  # no flusher, no timer: the text is kept
+        await port.follow("held")
+
+        async def shown() -> bool:
+            read = await port.read_chunks("held", Cursor(), 100)
+            return "".join(chunk.data for chunk in read.chunks) == "held back"
+
+        await until(shown, "the follow's announcement brings the held text out", within=60)
+        stream.abandon()
+        await writer.drained()
+    finally:
+        listening.cancel()
+        await asyncio.gather(listening, return_exceptions=True)
