@@ -213,7 +213,10 @@ async def test_a_batch_cut_by_a_server_restart_gets_what_a_lone_write_gets(
     ]
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
         await backend_of_waiting_batch(admin)
-    await asyncio.to_thread(private_server.stop, mode="fast")
+    # Immediate: every backend quits at once. A fast stop ends the blocker's session
+    # first now and then, its lock passes to the batch, which commits before its own
+    # end comes (seen once in six runs at a load of 5): a true answer, not the cut here.
+    await asyncio.to_thread(private_server.stop, mode="immediate")
     outcomes = await asyncio.gather(*runs, return_exceptions=True)
     await blocker.close()
     # How the runs group into statements is the writer's timing, not the test's: a run
