@@ -222,6 +222,23 @@ async def test_a_member_cancelled_while_the_chord_waits_fails_it(
     assert not [line for line in running.lines() if line.startswith("tsum [71")]
 
 
+async def test_a_chain_in_a_queue_with_settings_runs_its_members_claimed_as_any_task(
+    client: AsyncClient, running: Running
+) -> None:
+    """ADR-0117's fallback: a step's append that would create its next member started in a
+    queue with settings is refused whole (NotStarted); the runner appends again without
+    starting it, and the member is claimed as any task is, under the queue's limits."""
+    await client.set_queue("parked", concurrency=8, paused=False)
+    links = (add.s(80, 1), add.s(1), add.s(1))
+    handle = await client.canvas(chain(*(link.set(queue="parked") for link in links)))
+    assert await client.job_result(handle, timeout=60) == 83
+    assert [line for line in running.lines() if line.startswith("add 8")] == [
+        "add 80 1", "add 81 1", "add 82 1"
+    ]  # fmt: skip
+    started = [line for line in running.worker.log().splitlines() if "started as created" in line]
+    assert not [line for line in started if handle.id in line]  # each claimed, none created so
+
+
 async def _launched(client: AsyncClient, canvas: str, count: int) -> bool:
     return len(await client.children(canvas)) >= count
 
