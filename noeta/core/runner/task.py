@@ -63,6 +63,7 @@ from noeta.core.rules.task_state import TaskState
 from noeta.core.runner import calls, children, grace, members, model_call, model_cuts, pins, taking
 from noeta.core.runner.cancelling import CANCEL_CHECK_SECONDS
 from noeta.core.runner.forked_workspace import copy_if_asked
+from noeta.core.runner.kept_states import KeptStates
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookPlugins, Hooks
 from noeta.core.runner.reply_streams import StreamWriter
@@ -135,6 +136,10 @@ class TaskRunner:
     # its next claim can share the finish's round trip (ADR-0116).
     finishing: Finishing | None = None
 
+    # The states its canvases' last runs here left (ADR-0118): a step's claim folds
+    # only what came after.
+    kept: KeptStates = field(default_factory=KeptStates)
+
     def __post_init__(self) -> None:
         self.hook_plugins = HookPlugins.of(self.plugins)
         port = self.store.capabilities.reply_streams
@@ -160,7 +165,8 @@ class TaskRunner:
         version = self.snapshot_version
         if loaded is None:
             loaded = await self.store.load(claim.task_id, version)
-        state, inbox = await load_for_run(self.store, claim.task_id, version, loaded)
+        known = self.kept.take(claim)
+        state, inbox = await load_for_run(self.store, claim.task_id, version, loaded, known)
         run = _Run(self, claim, state, version, tracing.begin_attempt(claim, state))
         # The snapshot's cadence counts from the snapshot read, not from this claim: a
         # task claimed for a step or two at a time (a canvas, ADR-0117) would otherwise
@@ -178,6 +184,8 @@ class TaskRunner:
             run.trace.end("error", error)
             raise
         run.trace.end(result.state.finished or result.outcome)
+        if result.outcome == "waiting":  # every append landed: the log holds this state
+            self.kept.keep(claim, result.state)
         started = run.started[0] if run.started else None
         return RunResult(result.outcome, result.state, tuple(run.created), started)
 
