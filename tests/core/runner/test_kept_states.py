@@ -4,12 +4,7 @@ else's reads the log as before, and either way the state is the log folded whole
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from noeta.backends.models.registry import ProviderRegistry
-from noeta.backends.stores import open_store
 from noeta.core.ports.store import Claim, Delivery, NewEvent, NewTask, Store
 from noeta.core.rules import events
 from noeta.core.rules.subtasks import Handback, handback_key
@@ -34,13 +29,6 @@ class CountedKept(KeptStates):
         state = super().take(claim)
         self.served += state is not None
         return state
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[Store]:
-    store = await open_store(store_url, migrate=True)
-    yield store
-    await store.close()
 
 
 async def step(store: Store, runner: TaskRunner, worker: str) -> TaskState:
