@@ -80,7 +80,8 @@ async def test_a_chains_worker_continues_each_link_in_the_slot_it_ran_the_last_i
     slot. With one slot, the claim loop gets none while the chain runs, so every link
     after the first claim is a continuation, whatever wakes the loop. And neither calls
     an idle worker (ADR-0117): one registered before the chain runs is never called; each
-    member is created started by the step's append, with no claim of its own."""
+    member is created started by the step's append, with no claim of its own, and the
+    canvas is claimed by its member's finishing commit (ADR-0119)."""
     if store_kind == "sqlite":
         url = f"sqlite:///{tmp_path / 'noeta.db'}"
     else:
@@ -107,10 +108,11 @@ async def test_a_chains_worker_continues_each_link_in_the_slot_it_ran_the_last_i
     continued = [line.split("continued with task ")[1] for line in log if "continued with" in line]
     canvas = handle.id
     member = "started as created (epoch 1)"  # by the step's own append (ADR-0117)
+    step = "claimed with the finish"  # by the member's finishing commit (ADR-0119)
     assert continued == [
-        *(f"{canvas}.m0.1, {member}", f"{canvas} (epoch 2)"),
-        *(f"{canvas}.m1.1, {member}", f"{canvas} (epoch 3)"),
-        *(f"{canvas}.m2.1, {member}", f"{canvas} (epoch 4)"),
+        *(f"{canvas}.m0.1, {member}", f"{canvas}, {step} (epoch 2)"),
+        *(f"{canvas}.m1.1, {member}", f"{canvas}, {step} (epoch 3)"),
+        *(f"{canvas}.m2.1, {member}", f"{canvas}, {step} (epoch 4)"),
     ]
     assert next(line for line in log if "claimed task" in line).endswith(f"{canvas} (epoch 1)")
     assert sum("claimed task" in line for line in log) == 1

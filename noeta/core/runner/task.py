@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Literal
 
 from noeta.core.errors import NoetaError, StoreError
+from noeta.core.ports.append_and_claim import ClaimAfter
 from noeta.core.ports.pin import Pin
 from noeta.core.ports.store import (
     DEFAULT_QUEUE,
@@ -124,6 +125,9 @@ class TaskRunner:
     # run makes claimable for it calls no idle worker (ADR-0117). None: nobody continues
     # (noeta run, tests).
     continues: Callable[[str, str | None], bool] | None = None
+    # The claim the worker makes, in a canvas member's finishing commit, of the canvas it
+    # hands back to (ADR-0119); None where it will not claim it. None: claimed after.
+    claim_after: Callable[[str], ClaimAfter | None] | None = None
     # The lease the worker's claims take, for a task created started for it (ADR-0117).
     lease_seconds: float | None = None
     # Set by a worker's warm shutdown: a run finishes the step it is in, starts no other
@@ -212,6 +216,7 @@ class _Run(RunWriter):
         )
         self.runner = runner
         self.finishing = runner.finishing
+        self.claim_after = runner.claim_after
         self.cancel_checked_at = -math.inf
         self._queue = ""
         # The claim started the job's call (ADR-0101): its first step runs it, never as a
