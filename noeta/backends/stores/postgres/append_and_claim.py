@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 
 class PostgresAppendAndClaim(PostgresAppends):
+    """`AppendAndClaim` on PostgreSQL: the append's statement, then the named claim."""
+
     async def append_and_claim(
         self,
         claim: Claim,
