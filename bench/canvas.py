@@ -24,7 +24,7 @@ from typing import Any
 import noop_job  # the sibling modules (bench/ is on sys.path)
 import psycopg
 from task_cost import OWN, jobs_env
-from worker import Bench, fresh_bench, ms, table, verdict
+from worker import Bench, cpu_seconds, fresh_bench, ms, table, verdict
 
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.client import AsyncClient
@@ -141,12 +141,14 @@ async def measure(dsn: str, members: int, links: int, workers: int) -> None:
         names = [f"canvas-w{n}" for n in range(workers)]
         env = jobs_env(bench)
         async with (
-            bench.workers(names, QUEUE, concurrency=8, poll=0.2, env=env),
+            bench.workers(names, QUEUE, concurrency=8, poll=0.2, env=env) as processes,
             AsyncClient(bench.dsn, config=str(bench.scratch / "jobs.yaml")) as client,
         ):
             plain_time, plain_statements = await independent_jobs(bench, client, members)
             chord_time, chord_statements = await a_chord(bench, client, members)
+            cpu_before = sum(cpu_seconds(process.pid) for process in processes)
             chain_time, hops = await a_chain(bench, client, links)
+            chain_cpu = sum(cpu_seconds(process.pid) for process in processes) - cpu_before
             read, commit = await round_trips(bench.dsn)
             by_hand = await jobs_one_after_another(client, links)
     table(
@@ -177,6 +179,7 @@ async def measure(dsn: str, members: int, links: int, workers: int) -> None:
             ["canvas step -> next start", ms(statistics.median(hops.from_step)),
              ms(p95(hops.from_step))],
             ["steps the finished member's worker ran", f"{hops.continued} of {links - 1}", ""],
+            ["the workers' CPU a link (ms, all of it)", ms(chain_cpu / links), ""],
         ],
     )  # fmt: skip
     table(

@@ -56,12 +56,22 @@ async def load_state(store: Store, task_id: str, version: str) -> TaskState:
 
 
 async def load_for_run(
-    store: Store, task_id: str, version: str, loaded: LoadedTask | None = None
+    store: Store,
+    task_id: str,
+    version: str,
+    loaded: LoadedTask | None = None,
+    known: TaskState | None = None,
 ) -> tuple[TaskState, list[InboxEntry]]:
     """The task's state, and its untaken inbox: one round trip on PostgreSQL, none when
-    the claim read the task already (`loaded`, from `Store.claim_and_load`)."""
+    the claim read the task already (`loaded`, from `Store.claim_and_load`). `known`: a
+    state of this task this code folded before (ADR-0120), continued with only the events
+    after it when what was read holds them all."""
     if loaded is None:
         loaded = await store.load(task_id, version)
+    if known is not None and (after := _after(loaded, known.last_seq)) is not None:
+        logged, problem = to_logged(after)
+        state = fold.fold(logged, known)
+        return _marked(state, problem), loaded.inbox
     start: TaskState | None = None
     stored = loaded.events
     if loaded.snapshot is not None:
@@ -71,7 +81,18 @@ async def load_for_run(
             log.warning("task %s: ignoring an unreadable snapshot: %s", task_id, error)
             stored = await store.read_log(task_id)  # the events after it are not enough
     logged, problem = to_logged(stored)
-    state = fold.fold(logged, start)
-    if problem and not state.unreadable:
-        state = replace(state, unreadable=problem)
-    return state, loaded.inbox
+    return _marked(fold.fold(logged, start), problem), loaded.inbox
+
+
+def _after(loaded: LoadedTask, seq: int) -> list[StoredEvent] | None:
+    """The events `loaded` holds after `seq`, if it holds every one of them (it reaches
+    `seq` and starts no later than just after it); None otherwise."""
+    base = loaded.snapshot.seq if loaded.snapshot is not None else 0
+    last = loaded.events[-1].seq if loaded.events else base
+    if not base <= seq <= last:
+        return None
+    return [event for event in loaded.events if event.seq > seq]
+
+
+def _marked(state: TaskState, problem: str) -> TaskState:
+    return replace(state, unreadable=problem) if problem and not state.unreadable else state

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from noeta.core.errors import CommitUnknown, Conflict
+from noeta.core.ports.append_and_claim import ClaimAfter
 from noeta.core.ports.model_limits import ModelBudget
 from noeta.core.ports.store import (
     Claim,
@@ -80,7 +81,11 @@ class ObservedStore:
     def capabilities(self) -> StoreCapabilities:
         """The inner store's; its model-limited appends come here, to be observed."""
         inner = self.inner.capabilities
-        return inner if inner.model_limits is None else replace(inner, model_limits=self)
+        if inner.model_limits is not None:
+            inner = replace(inner, model_limits=self)
+        if inner.append_and_claim is not None:
+            inner = replace(inner, append_and_claim=self)
+        return inner
 
     async def create_task(self, task: NewTask) -> bool:
         with _observing("create_task", None):
@@ -171,6 +176,23 @@ class ObservedStore:
                 deliveries=deliveries,
                 new_tasks=new_tasks,
                 next_state=next_state,
+            )
+
+    async def append_and_claim(
+        self,
+        claim: Claim,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        *,
+        deliveries: Sequence[Delivery] = (),
+        next_state: NextState = Continue(),
+        then: ClaimAfter,
+    ) -> tuple[int, ClaimedTask | None]:
+        with _observing("append", claim.task_id):
+            joint = self.inner.capabilities.append_and_claim
+            assert joint is not None  # `capabilities` offers this only then
+            return await joint.append_and_claim(
+                claim, expected_seq, events, deliveries=deliveries, next_state=next_state, then=then
             )
 
     async def append_model_called(

@@ -12,9 +12,21 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import IO, Any, cast
 
-from noeta.core.ports.store import Claim, Continue, Delivery, NewEvent, NewTask, NextState, Store
+from noeta.core.ports.append_and_claim import ClaimAfter
+from noeta.core.ports.store import (
+    Claim,
+    ClaimedTask,
+    Continue,
+    Delivery,
+    NewEvent,
+    NewTask,
+    NextState,
+    Store,
+)
+from noeta.core.ports.store_capabilities import StoreCapabilities
 
 ENV = "NOETA_APPEND_JOURNAL"
 
@@ -58,6 +70,10 @@ class JournalingStore:
             new_tasks=new_tasks,
             next_state=next_state,
         )
+        self._journaled(claim, expected_seq, events)
+        return last_seq
+
+    def _journaled(self, claim: Claim, expected_seq: int, events: Sequence[NewEvent]) -> None:
         entry = {
             "task": claim.task_id,
             "epoch": claim.epoch,
@@ -68,7 +84,30 @@ class JournalingStore:
         # A line per ack, handed to the OS at once: a SIGKILL after it loses nothing.
         self._journal.write(json.dumps(entry) + "\n")
         self._journal.flush()
-        return last_seq
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """The inner store's, its joint append and claim journaled as `append` is."""
+        inner = self.inner.capabilities
+        return inner if inner.append_and_claim is None else replace(inner, append_and_claim=self)
+
+    async def append_and_claim(
+        self,
+        claim: Claim,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        *,
+        deliveries: Sequence[Delivery] = (),
+        next_state: NextState = Continue(),
+        then: ClaimAfter,
+    ) -> tuple[int, ClaimedTask | None]:
+        joint = self.inner.capabilities.append_and_claim
+        assert joint is not None  # `capabilities` offers this only then
+        landed = await joint.append_and_claim(
+            claim, expected_seq, events, deliveries=deliveries, next_state=next_state, then=then
+        )
+        self._journaled(claim, expected_seq, events)
+        return landed
 
     async def close(self) -> None:
         self._journal.close()

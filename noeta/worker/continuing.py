@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from noeta.core.errors import CommitUnknown, StoreError
+from noeta.core.ports.append_and_claim import ClaimAfter
 from noeta.core.ports.store import Claim, ClaimedTask, JobStarts, Store
 from noeta.core.runner.task import RunResult
 from noeta.worker.settings import WorkerSettings
@@ -97,8 +98,25 @@ class ContinuingClaims(WaitingClaims):
             return False
         return queue is None or queue in self.settings.queues
 
+    def _claim_after(self, task_id: str) -> ClaimAfter | None:
+        """The claim of `task_id` a member's finish makes in its own commit, for this
+        worker to run the canvas next (ADR-0121): the claim `_continue` would make after
+        it, one round trip sooner; None where this worker will not continue it."""
+        if self._stopping or self.runner.draining or task_id in self.quiet_canvases:
+            return None
+        return ClaimAfter(
+            task_id,
+            self.settings.name,
+            tuple(self.settings.queues),
+            self.settings.lease_seconds,
+            self.runner.snapshot_version,
+            frozenset(self._own_tasks()),
+            None if self.offers is None else tuple(self.offers),
+            self.runner.job_starts,
+        )
+
     async def _continue_started(self, started: ClaimedTask) -> None:
-        """Run a task the ended run's append created started for this worker (ADR-0117) in
+        """Run a task the ended run's append created started (ADR-0117) or claimed (ADR-0121) in
         the slot that run held; stopping, hand it back (and the slot) instead."""
         claim = started.claim
         if self._stopping or self.runner.draining:
@@ -107,9 +125,10 @@ class ContinuingClaims(WaitingClaims):
             finally:
                 self._slots.release()
             return
-        log.info(
-            "continued with task %s, started as created (epoch %d)", claim.task_id, claim.epoch
-        )
+        # Epoch 1: a member its canvas's step created started (ADR-0117); later, a canvas
+        # its member's finish claimed (ADR-0121).
+        how = "started as created" if claim.epoch == 1 else "claimed with the finish"
+        log.info("continued with task %s, %s (epoch %d)", claim.task_id, how, claim.epoch)
         self._start(claim, started.loaded)
 
     async def _continue(self, task_ids: tuple[str, ...]) -> bool:

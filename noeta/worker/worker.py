@@ -81,6 +81,7 @@ class Worker(ContinuingClaims):
         # Runs whose slot was freed as they sent their finish (ADR-0116).
         self._freed: set[ClaimKey] = set()
         runner.continues = self._continues
+        runner.claim_after = self._claim_after
         runner.lease_seconds = settings.lease_seconds
         self.running: dict[ClaimKey, tuple[Claim, asyncio.Task[RunResult | None]]] = {}
         # Claims waiting while their task holds them (a background job of theirs runs here).

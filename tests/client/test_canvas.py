@@ -80,7 +80,8 @@ async def test_a_chains_worker_continues_each_link_in_the_slot_it_ran_the_last_i
     slot. With one slot, the claim loop gets none while the chain runs, so every link
     after the first claim is a continuation, whatever wakes the loop. And neither calls
     an idle worker (ADR-0117): one registered before the chain runs is never called; each
-    member is created started by the step's append, with no claim of its own."""
+    member is created started by the step's append, with no claim of its own, and the
+    canvas is claimed by its member's finishing commit (ADR-0121)."""
     if store_kind == "sqlite":
         url = f"sqlite:///{tmp_path / 'noeta.db'}"
     else:
@@ -107,10 +108,11 @@ async def test_a_chains_worker_continues_each_link_in_the_slot_it_ran_the_last_i
     continued = [line.split("continued with task ")[1] for line in log if "continued with" in line]
     canvas = handle.id
     member = "started as created (epoch 1)"  # by the step's own append (ADR-0117)
+    step = "claimed with the finish"  # by the member's finishing commit (ADR-0121)
     assert continued == [
-        *(f"{canvas}.m0.1, {member}", f"{canvas} (epoch 2)"),
-        *(f"{canvas}.m1.1, {member}", f"{canvas} (epoch 3)"),
-        *(f"{canvas}.m2.1, {member}", f"{canvas} (epoch 4)"),
+        *(f"{canvas}.m0.1, {member}", f"{canvas}, {step} (epoch 2)"),
+        *(f"{canvas}.m1.1, {member}", f"{canvas}, {step} (epoch 3)"),
+        *(f"{canvas}.m2.1, {member}", f"{canvas}, {step} (epoch 4)"),
     ]
     assert next(line for line in log if "claimed task" in line).endswith(f"{canvas} (epoch 1)")
     assert sum("claimed task" in line for line in log) == 1
@@ -220,6 +222,23 @@ async def test_a_member_cancelled_while_the_chord_waits_fails_it(
         await client.job_result(handle, timeout=60)
     assert "member m1 (add) cancelled" in failed.value.error
     assert not [line for line in running.lines() if line.startswith("tsum [71")]
+
+
+async def test_a_chain_in_a_queue_with_settings_runs_its_members_claimed_as_any_task(
+    client: AsyncClient, running: Running
+) -> None:
+    """ADR-0117's fallback: a step's append that would create its next member started in a
+    queue with settings is refused whole (NotStarted); the runner appends again without
+    starting it, and the member is claimed as any task is, under the queue's limits."""
+    await client.set_queue("parked", concurrency=8, paused=False)
+    links = (add.s(80, 1), add.s(1), add.s(1))
+    handle = await client.canvas(chain(*(link.set(queue="parked") for link in links)))
+    assert await client.job_result(handle, timeout=60) == 83
+    assert [line for line in running.lines() if line.startswith("add 8")] == [
+        "add 80 1", "add 81 1", "add 82 1"
+    ]  # fmt: skip
+    started = [line for line in running.worker.log().splitlines() if "started as created" in line]
+    assert not [line for line in started if handle.id in line]  # each claimed, none created so
 
 
 async def _launched(client: AsyncClient, canvas: str, count: int) -> bool:

@@ -90,6 +90,24 @@ def test_a_large_group_is_launched_in_batches() -> None:
     assert [m.call_id for m in rest.members] == [f"m{LAUNCH_BATCH}"]
 
 
+def test_a_launch_that_says_no_more_leaves_the_canvas_waiting_once_it_lands() -> None:
+    """The step's append trusts `more` instead of walking the tree again (ADR-0120): after
+    a launch without it, the walk finds nothing more to launch; after one with it, more."""
+    nested = {"chain": [{"group": [leaf("add", x=1, y=1), CHAIN]}, leaf("tsum", "numbers")]}
+    big = {"group": [leaf("noop") for _ in range(2 * LAUNCH_BATCH + 1)]}
+    one_back = (*launched("m0"), ended("m0", "done", 3, 1))
+    batches = []
+    for tree, before in ((CHAIN, ()), (CHAIN, one_back), (nested, ()), (nested, launched("m0")),
+                         (big, ())):  # fmt: skip
+        log = list(before)
+        while isinstance(step := next_action(canvas(tree, *log)), LaunchMembers):
+            log += launched(*(member.call_id for member in step.members))
+            after = next_action(canvas(tree, *log))
+            assert isinstance(after, LaunchMembers) if step.more else after == AwaitMembers()
+            batches.append(len(step.members))
+    assert batches == [1, 1, 2, 1, LAUNCH_BATCH, LAUNCH_BATCH, 1]
+
+
 def test_a_chord_calls_back_once_with_the_list_and_ignore_errors_gives_an_error_value() -> None:
     header = {"group": [leaf("add", x=1, y=1), {**leaf("boom"), "ignore_errors": True}]}
     tree = {"chord": [header, leaf("tsum", "numbers")]}

@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
+from noeta.core.ports.append_and_claim import AppendAndClaim
 from noeta.core.ports.bulk import BulkCreate
 from noeta.core.ports.idle_workers import AwaitFinish, IdleWorkers
 from noeta.core.ports.model_limits import ModelLimiter
@@ -45,3 +46,5 @@ class StoreCapabilities:
     workers: WorkerRegistry | None = None  # the live workers and what they offer (ADR-0092)
     unique_jobs: UniqueJobs | None = None  # jobs that hold a unique key (ADR-0093)
     reply_streams: ReplyStreams | None = None  # replies as they stream (ADR-0105)
+    # An append and the claim of what it makes claimable, one commit (ADR-0121).
+    append_and_claim: AppendAndClaim | None = None

@@ -39,9 +39,12 @@ class MemberLaunch:
 
 @dataclass(frozen=True, slots=True)
 class LaunchMembers:
-    """Members whose turn has come and that are not launched yet: create them as subtasks."""
+    """Members whose turn has come and that are not launched yet: create them as subtasks.
+    `more`: others are due after these (a batch of a big group); without them, once these
+    are launched the canvas waits (nothing else is due until an end comes in)."""
 
     members: tuple[MemberLaunch, ...]
+    more: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +130,7 @@ def next_step(state: TaskState) -> CanvasStep:
         case _Failed(error=error):
             return CanvasEnded("failed", error=error)
         case _Pending(launches=launches) if launches:
-            return LaunchMembers(launches[:LAUNCH_BATCH])
+            return LaunchMembers(launches[:LAUNCH_BATCH], more=len(launches) > LAUNCH_BATCH)
     return AwaitMembers()
 
 
@@ -183,7 +186,7 @@ class _Walk:
     def _leaf(self, node: Mapping[str, JSONValue], given: _Value) -> _Outcome:
         call_id = member_call_id(self.index)
         self.index += 1
-        job = str(node.get("job"))
+        job = node.get("job")
         if call_id in self.ended:
             status, report = self.ended[call_id]
             if status != "done":
@@ -197,7 +200,7 @@ class _Walk:
         if isinstance(receives, str) and receives and given is not _NOTHING:
             input[receives] = _read(given)  # Celery's rule: the previous result, first argument
         queue = str(node.get("queue") or "")
-        return _Pending((MemberLaunch(call_id, job, input, queue),))
+        return _Pending((MemberLaunch(call_id, str(job), input, queue),))
 
     def _chain(self, members: list[Mapping[str, JSONValue]], given: _Value) -> _Outcome:
         value = given

@@ -57,7 +57,8 @@ async def step(run: RunContext, inbox: list[InboxEntry]) -> bool:
     if isinstance(following, LaunchMembers):
         launched, new_tasks = await _launches(run, following.members)
         written += launched
-        following = next_step(run.folded(written))
+        # Every member due is launched unless it said more: no second walk to learn that.
+        following = next_step(run.folded(written)) if following.more else AwaitMembers()
     waits = isinstance(following, AwaitMembers)
     if waits and new_tasks and run.continues(new_tasks[0].id, new_tasks[0].queue):
         # The worker runs the first launched next (ADR-0109): nobody else is called, and

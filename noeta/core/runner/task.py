@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Literal
 
 from noeta.core.errors import NoetaError, StoreError
+from noeta.core.ports.append_and_claim import ClaimAfter
 from noeta.core.ports.pin import Pin
 from noeta.core.ports.store import (
     DEFAULT_QUEUE,
@@ -63,6 +64,7 @@ from noeta.core.rules.task_state import TaskState
 from noeta.core.runner import calls, children, grace, members, model_call, model_cuts, pins, taking
 from noeta.core.runner.cancelling import CANCEL_CHECK_SECONDS
 from noeta.core.runner.forked_workspace import copy_if_asked
+from noeta.core.runner.kept_states import KeptStates
 from noeta.core.runner.model_call import Providers
 from noeta.core.runner.plugin_hooks import HookPlugins, Hooks
 from noeta.core.runner.reply_streams import StreamWriter
@@ -123,6 +125,9 @@ class TaskRunner:
     # run makes claimable for it calls no idle worker (ADR-0117). None: nobody continues
     # (noeta run, tests).
     continues: Callable[[str, str | None], bool] | None = None
+    # The claim the worker makes, in a canvas member's finishing commit, of the canvas it
+    # hands back to (ADR-0121); None where it will not claim it. None: claimed after.
+    claim_after: Callable[[str], ClaimAfter | None] | None = None
     # The lease the worker's claims take, for a task created started for it (ADR-0117).
     lease_seconds: float | None = None
     # Set by a worker's warm shutdown: a run finishes the step it is in, starts no other
@@ -134,6 +139,10 @@ class TaskRunner:
     # Told as a run sends its task's finish: a worker frees the run's slot then, so that
     # its next claim can share the finish's round trip (ADR-0116).
     finishing: Finishing | None = None
+
+    # The states its canvases' last runs here left (ADR-0120): a step's claim folds
+    # only what came after.
+    kept: KeptStates = field(default_factory=KeptStates)
 
     def __post_init__(self) -> None:
         self.hook_plugins = HookPlugins.of(self.plugins)
@@ -160,7 +169,8 @@ class TaskRunner:
         version = self.snapshot_version
         if loaded is None:
             loaded = await self.store.load(claim.task_id, version)
-        state, inbox = await load_for_run(self.store, claim.task_id, version, loaded)
+        known = self.kept.take(claim)
+        state, inbox = await load_for_run(self.store, claim.task_id, version, loaded, known)
         run = _Run(self, claim, state, version, tracing.begin_attempt(claim, state))
         # The snapshot's cadence counts from the snapshot read, not from this claim: a
         # task claimed for a step or two at a time (a canvas, ADR-0117) would otherwise
@@ -178,6 +188,8 @@ class TaskRunner:
             run.trace.end("error", error)
             raise
         run.trace.end(result.state.finished or result.outcome)
+        if result.outcome == "waiting":  # every append landed: the log holds this state
+            self.kept.keep(claim, result.state)
         started = run.started[0] if run.started else None
         return RunResult(result.outcome, result.state, tuple(run.created), started)
 
@@ -204,6 +216,7 @@ class _Run(RunWriter):
         )
         self.runner = runner
         self.finishing = runner.finishing
+        self.claim_after = runner.claim_after
         self.cancel_checked_at = -math.inf
         self._queue = ""
         # The claim started the job's call (ADR-0101): its first step runs it, never as a

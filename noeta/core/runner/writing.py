@@ -10,6 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from noeta.core import failpoints
+from noeta.core.ports.append_and_claim import ClaimAfter
 from noeta.core.ports.model_limits import ModelBudget
 from noeta.core.ports.store import (
     Claim,
@@ -77,6 +78,9 @@ class RunWriter:
         self._ahead: tuple[TaskState, tuple[ev.Event, ...], TaskState] | None = None
         # Told as the task's finish goes to the store (TaskRunner.finishing).
         self.finishing: Finishing | None = None
+        # The claim this worker makes of a task the finish hands back to, in the finish's
+        # own commit (TaskRunner.claim_after, ADR-0121); None: it claims it after.
+        self.claim_after: Callable[[str], ClaimAfter | None] | None = None
 
     @property
     def task_id(self) -> str:
@@ -135,8 +139,12 @@ class RunWriter:
                 next_state=next_state,
             )
 
+        then = self._then(deliveries) if finished and not (take or new_tasks or budget) else None
         try:
-            last_seq = await land(new_tasks)
+            if then is not None:
+                last_seq = await self._land_claiming(encoded, deliveries, next_state, then)
+            else:
+                last_seq = await land(new_tasks)
         except NotStarted:  # a queue with settings (ADR-0117): created to be claimed
             new_tasks = [replace(task, started=None) for task in new_tasks]
             last_seq = await land(new_tasks)
@@ -159,6 +167,34 @@ class RunWriter:
             logged = [LoggedEvent(first + i, event) for i, event in enumerate(new_events)]
             written = await self.hooks.on_events(self.task_id, self.state, logged)
             await self._append_hook_writes(*written)
+
+    def _then(self, deliveries: Sequence[Delivery]) -> ClaimAfter | None:
+        """The claim to make with a finish whose handback the worker continues (a canvas
+        member's, ADR-0121): the worker's, if it gives one and the store can."""
+        continued = next((d.task_id for d in deliveries if d.continued), None)
+        if continued is None or self.claim_after is None:
+            return None
+        if self.store.capabilities.append_and_claim is None:
+            return None
+        return self.claim_after(continued)
+
+    async def _land_claiming(
+        self,
+        encoded: Sequence[NewEvent],
+        deliveries: Sequence[Delivery],
+        next_state: NextState,
+        then: ClaimAfter,
+    ) -> int:
+        """The finish, and `then`'s claim in its commit: the task claimed is the worker's
+        to run next, as one created started is (`started`)."""
+        joint = self.store.capabilities.append_and_claim
+        assert joint is not None  # `_then` said so
+        last_seq, claimed = await joint.append_and_claim(
+            self.claim, self.state.last_seq, encoded,
+            deliveries=deliveries, next_state=next_state, then=then,
+        )  # fmt: skip
+        self.started += [claimed] if claimed is not None else []
+        return last_seq
 
     def folded(self, new_events: Sequence[ev.Event]) -> TaskState:
         """The state once `new_events` land after the current one. The last answer is

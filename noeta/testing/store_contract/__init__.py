@@ -7,6 +7,7 @@ per concern (River's driver suite); a change to the `Store` protocol extends it 
 
 from __future__ import annotations
 
+from noeta.testing.store_contract.append_and_claim import AppendAndClaimContract
 from noeta.testing.store_contract.bulk import BulkContract
 from noeta.testing.store_contract.capabilities import CapabilityContract
 from noeta.testing.store_contract.claim_and_load import ClaimAndLoadContract
@@ -43,6 +44,7 @@ class StoreContract(
     ClaimAndLoadContract,
     JobStartsContract,
     StartedTaskContract,
+    AppendAndClaimContract,
     FenceContract,
     InboxContract,
     LogContract,

@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from noeta.backends.stores.postgres.appends import PostgresAppends
+from noeta.backends.stores.postgres.append_and_claim import PostgresAppendAndClaim
 from noeta.backends.stores.postgres.bulk import PostgresBulk
 from noeta.backends.stores.postgres.claims import CLAIM_NEXT_TASK, PostgresClaims
 from noeta.backends.stores.postgres.connection import DEFAULT_DEADLINE_SECONDS, describe
@@ -45,7 +45,7 @@ __all__ = [
 
 class PostgresStore(
     PostgresClaims,
-    PostgresAppends,
+    PostgresAppendAndClaim,
     PostgresInbox,
     PostgresLogs,
     PostgresCron,
@@ -79,6 +79,7 @@ class PostgresStore(
             workers=self,
             unique_jobs=self,
             reply_streams=self,
+            append_and_claim=self,
         )
 
     @classmethod

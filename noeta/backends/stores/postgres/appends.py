@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.backends.stores.postgres.group_commit import LeanAppend
@@ -110,60 +111,9 @@ class PostgresAppends(PostgresConnection):
             if isinstance(next_state, Finish):
                 lean = replace(lean, status=next_state.status.value)
             return await self._group_commit.append(lean, lambda: self._append_alone(lean))
-        types, data = _encode_events(events)
-        new_types: list[str] = []
-        new_data: list[str] = []
-        for task in new_tasks:
-            task_types, task_data = encode_task(task)
-            new_types += task_types
-            new_data += task_data
-        # Lock order: the appending task's row first (inside the function), then the
-        # rows it delivers to, in id order.
-        ordered = sorted(deliveries, key=lambda delivery: delivery.task_id)
-        next_name, until = _next_state(next_state)
-        params = {
-            "task": claim.task_id,
-            "epoch": claim.epoch,
-            "expected_seq": expected_seq,
-            "types": types,
-            "data": data,
-            "take": list(take),
-            "next": next_name,
-            "wake_prefix": next_state.wake_on_prefix if isinstance(next_state, Wait) else None,
-            "until": until,
-            "new_ids": [t.id for t in new_tasks],
-            "new_queues": [t.queue for t in new_tasks],
-            "new_ready": [t.ready_at for t in new_tasks],
-            "new_counts": [len(t.events) for t in new_tasks],
-            "new_types": new_types,
-            "new_data": new_data,
-            "deliver_tasks": [d.task_id for d in ordered],
-            "deliver_keys": [dedupe_key(d) for d in ordered],
-            "deliver_payloads": [payload.encode(d.payload) for d in ordered],
-        }
-        finishing = isinstance(next_state, Finish)
-        statement = APPEND_EVENTS_ANNOUNCING_FINISH if finishing else APPEND_EVENTS
-        continued = [d.task_id for d in deliveries if d.continued]
-        continued += [t.id for t in new_tasks if t.continued]
-        if continued:
-            params["continues"] = continued[0]
-            statement = (
-                APPEND_EVENTS_CONTINUING_FINISHING if finishing else APPEND_EVENTS_CONTINUING
-            )
-        started = next((task for task in new_tasks if task.started is not None), None)
-        if started is not None and started.started is not None and not finishing:
-            start = started.started
-            start_types, start_data = _encode_events(start.events)
-            params |= {
-                "continues": params.get("continues", started.id),
-                "start_task": started.id,
-                "start_worker": check_key("worker name", start.worker),
-                "start_lease": check_lease(start.lease_seconds),
-                "start_types": start_types,
-                "start_data": start_data,
-                "start_needs": None if start.needs is None else list(start.needs),
-            }
-            statement = APPEND_EVENTS_STARTING
+        statement, params = append_statement(
+            claim, expected_seq, events, take, deliveries, new_tasks, next_state
+        )
         row = await self._write(statement, params, task_id=claim.task_id)
         assert row is not None
         last_seq: int = row[0]
@@ -183,6 +133,72 @@ class PostgresAppends(PostgresConnection):
         assert row is not None
         appended: int = row[0]
         return appended
+
+
+def append_statement(
+    claim: Claim,
+    expected_seq: int,
+    events: Sequence[NewEvent],
+    take: Sequence[int],
+    deliveries: Sequence[Delivery],
+    new_tasks: Sequence[NewTask],
+    next_state: NextState,
+) -> tuple[str, dict[str, Any]]:
+    """The statement (and its parameters) of an append that is not lean: `noeta_append`,
+    with what its next state and its continued or started tasks add to it."""
+    types, data = _encode_events(events)
+    new_types: list[str] = []
+    new_data: list[str] = []
+    for task in new_tasks:
+        task_types, task_data = encode_task(task)
+        new_types += task_types
+        new_data += task_data
+    # Lock order: the appending task's row first (inside the function), then the
+    # rows it delivers to, in id order.
+    ordered = sorted(deliveries, key=lambda delivery: delivery.task_id)
+    next_name, until = _next_state(next_state)
+    params: dict[str, Any] = {
+        "task": claim.task_id,
+        "epoch": claim.epoch,
+        "expected_seq": expected_seq,
+        "types": types,
+        "data": data,
+        "take": list(take),
+        "next": next_name,
+        "wake_prefix": next_state.wake_on_prefix if isinstance(next_state, Wait) else None,
+        "until": until,
+        "new_ids": [t.id for t in new_tasks],
+        "new_queues": [t.queue for t in new_tasks],
+        "new_ready": [t.ready_at for t in new_tasks],
+        "new_counts": [len(t.events) for t in new_tasks],
+        "new_types": new_types,
+        "new_data": new_data,
+        "deliver_tasks": [d.task_id for d in ordered],
+        "deliver_keys": [dedupe_key(d) for d in ordered],
+        "deliver_payloads": [payload.encode(d.payload) for d in ordered],
+    }
+    finishing = isinstance(next_state, Finish)
+    statement = APPEND_EVENTS_ANNOUNCING_FINISH if finishing else APPEND_EVENTS
+    continued = [d.task_id for d in deliveries if d.continued]
+    continued += [t.id for t in new_tasks if t.continued]
+    if continued:
+        params["continues"] = continued[0]
+        statement = APPEND_EVENTS_CONTINUING_FINISHING if finishing else APPEND_EVENTS_CONTINUING
+    started = next((task for task in new_tasks if task.started is not None), None)
+    if started is not None and started.started is not None and not finishing:
+        start = started.started
+        start_types, start_data = _encode_events(start.events)
+        params |= {
+            "continues": params.get("continues", started.id),
+            "start_task": started.id,
+            "start_worker": check_key("worker name", start.worker),
+            "start_lease": check_lease(start.lease_seconds),
+            "start_types": start_types,
+            "start_data": start_data,
+            "start_needs": None if start.needs is None else list(start.needs),
+        }
+        statement = APPEND_EVENTS_STARTING
+    return statement, params
 
 
 def create_params(task: NewTask) -> dict[str, object]:

@@ -231,12 +231,15 @@ CLAIM_AND_START_JOBS = _compact(CLAIM_AND_START_JOBS)
 # the claimer's queues and in none with settings (a queue's limits, paused, rate and per
 # key, are the due walk's to weigh: a task there waits for it), needing nothing it lacks.
 # SKIP LOCKED: a task another claimer is taking, or a writer holds, is left to it.
+# Claimable by clock_timestamp(), not now(): pipelined after the append that delivers to
+# it (ADR-0121), the claim runs in that append's transaction, whose now() came before the
+# delivery made the task claimable.
 _CLAIM_NAMED_TASKS = (
     """
 WITH due AS MATERIALIZED (
     SELECT t.id, t.status IN ('running', 'holding') AS taken_over, false AS limited
       FROM tasks AS t
-     WHERE t.id = ANY(%(only)s::text[]) AND t.claimable_at <= now()
+     WHERE t.id = ANY(%(only)s::text[]) AND t.claimable_at <= clock_timestamp()
        AND t.queue = ANY(%(queues)s::text[]) AND t.id <> ALL(%(excluding)s::text[])
        AND (%(offers)s::text[] IS NULL OR t.needs IS NULL OR t.needs <@ %(offers)s::text[])
        AND NOT EXISTS (SELECT FROM queue_settings AS s WHERE s.queue = t.queue)

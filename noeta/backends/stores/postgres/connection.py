@@ -185,13 +185,19 @@ class PostgresConnection:
     async def _write_batch_and_claim(
         self, batch: dict[str, Any], claim: str, params: dict[str, Any]
     ) -> tuple[Rows, Rows]:
-        """A group commit's batch and a claim, pipelined: one round trip, one transaction
-        (the Sync that ends the pipeline commits both), on the claims' connection
-        (ADR-0116). Rolled back whole by a deadlock, it is run again, checks included."""
+        """A group commit's batch and a claim (ADR-0116): `_write_and_claim`."""
+        return await self._write_and_claim(APPEND_BATCH, batch, claim, params)
+
+    async def _write_and_claim(
+        self, write: str, written: Mapping[str, Any], claim: str, params: Mapping[str, Any]
+    ) -> tuple[Rows, Rows]:
+        """A write and a claim, pipelined: one round trip, one transaction (the Sync that
+        ends the pipeline commits both), on the claims' connection (ADR-0116, ADR-0121).
+        Rolled back whole by a deadlock, it is run again, checks included."""
         pool = None
         if self._generic_settings is not None:
             pool = self._generic_pool or await self._open_generic_pool(self._generic_settings)
-        statements = [(APPEND_BATCH, batch), (claim, params)]
+        statements = [(write, written), (claim, params)]
         for attempt in range(DEADLOCK_RETRIES + 1):
             try:
                 rows, claimed = await self._run_all(statements, write=True, pool=pool)

@@ -31,7 +31,18 @@ from noeta.backends.stores.sqlite.unique_jobs import SqliteUniqueJobs
 from noeta.backends.stores.sqlite.views import SqliteViews
 from noeta.backends.stores.sqlite.workers import SqliteWorkers
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
-from noeta.core.ports.store import Claim, ClaimedTask, JobStarts, LoadedTask, check_claim_limit
+from noeta.core.ports.append_and_claim import ClaimAfter
+from noeta.core.ports.store import (
+    Claim,
+    ClaimedTask,
+    Continue,
+    Delivery,
+    JobStarts,
+    LoadedTask,
+    NewEvent,
+    NextState,
+    check_claim_limit,
+)
 from noeta.core.ports.store_capabilities import StoreCapabilities
 
 __all__ = ["SqliteStore"]
@@ -68,7 +79,38 @@ class SqliteStore(
             model_limits=self,
             workers=self,
             unique_jobs=self,
+            append_and_claim=self,
         )
+
+    async def append_and_claim(
+        self,
+        claim: Claim,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        *,
+        deliveries: Sequence[Delivery] = (),
+        next_state: NextState = Continue(),
+        then: ClaimAfter,
+    ) -> tuple[int, ClaimedTask | None]:
+        """The append, then the named claim (ADR-0121): sqlite has no round trip to save,
+        and a claim right after the append's commit finds what one inside it would."""
+        last_seq = await self.append(
+            claim, expected_seq, events, deliveries=deliveries, next_state=next_state
+        )
+        try:
+            found = await self.claim_and_load(
+                then.worker,
+                then.queues,
+                then.lease_seconds,
+                snapshot_version=then.snapshot_version,
+                excluding=then.excluding,
+                offers=then.offers,
+                job_starts=then.job_starts,
+                only=(then.task_id,),
+            )
+        except StoreError:
+            return last_seq, None  # left claimable, as any task
+        return last_seq, found[0] if found else None
 
     async def claim_and_load(
         self,
