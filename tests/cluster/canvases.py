@@ -13,19 +13,24 @@ from pathlib import Path
 from typing import Any
 
 from noeta.client.canvas import Canvas, canvas_task, chain, chord, group
+from noeta.client.job_tasks import JOB_CALL_ID, job_task
 from noeta.core.ports.store import DEFAULT_QUEUE, NewTask, StoredEvent, TaskStatus
 from noeta.core.rules.canvas import leaves
 from tests.cluster.canvas_jobs import cluster_add as add
 from tests.cluster.canvas_jobs import cluster_collect as collect
 
 KINDS = ("chord", "chain")
+# A plain job of its own (no canvas), on a worker without hooks, so that its claim starts
+# it (ADR-0101); its collect a side effect checked against the ledger as a callback's is.
+PLAIN = "plain"  # their queue's name too, served by a worker of its own
+PLAIN_CONFIG = "noeta-plain.yaml"
 CHORD_MEMBERS = 6
 PLUGIN = {"module": "tests.cluster.canvas_jobs"}
 
 
 def planned(kind: str, task_id: str) -> tuple[Canvas, Any]:
     """The canvas of a task of this kind, and what its callback must receive."""
-    n = int(task_id.rsplit("-", 1)[1])
+    n = _number(task_id)
     if kind == "chord":
         header = group(add.s(i, n) for i in range(CHORD_MEMBERS))  # type: ignore[attr-defined]
         return chord(header, collect.s()), [i + n for i in range(CHORD_MEMBERS)]  # type: ignore[attr-defined]
@@ -34,8 +39,14 @@ def planned(kind: str, task_id: str) -> tuple[Canvas, Any]:
 
 
 def new_task(kind: str, task_id: str, config: Path) -> NewTask:
+    if kind == PLAIN:
+        return job_task(task_id, collect, {"received": _number(task_id)}, PLAIN, None)  # type: ignore[arg-type]
     canvas, _ = planned(kind, task_id)
     return canvas_task(canvas, task_id, DEFAULT_QUEUE, str(config))
+
+
+def _number(task_id: str) -> int:
+    return int(task_id.rsplit("-", 1)[1])
 
 
 def _data(event: StoredEvent) -> dict[str, Any]:
@@ -59,7 +70,20 @@ def check_canvases(
     for task_id, kind in kinds.items():
         if kind in KINDS and task_id in logs:
             problems += [f"{task_id}: {p}" for p in _check(kind, task_id, logs, statuses, ledger)]
+        elif kind == PLAIN and task_id in logs:
+            problems += [f"{task_id}: {p}" for p in _check_plain(task_id, logs, statuses, ledger)]
     return problems
+
+
+def _check_plain(
+    task_id: str,
+    logs: Mapping[str, list[StoredEvent]],
+    statuses: Mapping[str, TaskStatus],
+    ledger: Counter[str],
+) -> list[str]:
+    """A plain job is its own collect: checked as a canvas's callback is."""
+    log = logs[task_id]
+    return _collected(task_id, _number(task_id), log, log, statuses.get(task_id), ledger)
 
 
 def _check(
@@ -73,26 +97,42 @@ def _check(
     log = logs[task_id]
     ids = members(log)
     callback = ids[-1]
-    marker = f"{callback}:job={json.dumps(expected, separators=(',', ':'))}"
-    ran = [line for line in ledger.elements() if line.startswith(f"{callback}:job=")]
+    status = statuses.get(task_id)
+    problems = _collected(callback, expected, log, logs.get(callback, []), status, ledger)
+    returned = Counter(_data(e)["child_id"] for e in log if e.type == "SubtaskReturned")
+    problems += [f"{child}'s end taken {n} times" for child, n in returned.items() if n > 1]
+    if status is TaskStatus.DONE:
+        if set(returned) != set(ids):
+            problems.append(f"took the ends of {sorted(returned)}, not every member's")
+        problems += [
+            f"{m}: ended {statuses.get(m)}" for m in ids if statuses.get(m) is not TaskStatus.DONE
+        ]
+    return problems
+
+
+def _collected(
+    callback: str,
+    expected: Any,
+    log: list[StoredEvent],
+    callback_log: list[StoredEvent],
+    status: TaskStatus | None,
+    ledger: Counter[str],
+) -> list[str]:
+    """What a collect (`callback`: a canvas's last member, or a plain job itself) must
+    show: it ran only with `expected`, at most once; the task (`log`) done: its result
+    `expected` and the collect ran once; failed: only with the collect's outcome unknown."""
+    marker = f"{callback}:{JOB_CALL_ID}={json.dumps(expected, separators=(',', ':'))}"
+    ran = [line for line in ledger.elements() if line.startswith(f"{callback}:{JOB_CALL_ID}=")]
     problems = [f"the callback ran with {line}, not {marker}" for line in ran if line != marker]
     if len(ran) > 1:
         problems.append(f"the callback ran {len(ran)} times")
-    returned = Counter(_data(e)["child_id"] for e in log if e.type == "SubtaskReturned")
-    problems += [f"{child}'s end taken {n} times" for child, n in returned.items() if n > 1]
-    status = statuses.get(task_id)
     if status is TaskStatus.DONE:
         answer = json.loads(str(_data(log[-1]).get("answer")))
         if answer != expected:
             problems.append(f"its result is {answer!r}, not {expected!r}")
         if len(ran) != 1:
             problems.append(f"done, and its callback ran {len(ran)} times")
-        if set(returned) != set(ids):
-            problems.append(f"took the ends of {sorted(returned)}, not every member's")
-        problems += [
-            f"{m}: ended {statuses.get(m)}" for m in ids if statuses.get(m) is not TaskStatus.DONE
-        ]
-    elif status is TaskStatus.FAILED and not _outcome_unknown(logs.get(callback, [])):
+    elif status is TaskStatus.FAILED and not _outcome_unknown(callback_log):
         problems.append(f"failed ({_data(log[-1]).get('error')}), its callback never in doubt")
     elif status not in (TaskStatus.DONE, TaskStatus.FAILED):
         problems.append(f"ended {status}")

@@ -56,6 +56,8 @@ class Cluster:
     # Workers and the scheduler behind PgBouncer (`--pgbouncer`, ADR-0106): its URL for
     # the pool, `url` (PostgreSQL's own) their NOETA_STORE_SESSION.
     pooled_url: str | None = None
+    # Each worker's queues and config file (in scratch), which a restart starts it with.
+    setups: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def pool_url(self) -> str:
@@ -91,11 +93,18 @@ class Cluster:
         return make_conninfo(self.pool_url, host="127.0.0.1", port=str(proxy.port))
 
     def start_worker(
-        self, name: str, *, failpoints: str = "", queues: str = "default", lease: float = LEASE
+        self,
+        name: str,
+        *,
+        failpoints: str = "",
+        queues: str = "default",
+        lease: float = LEASE,
+        config: str = "noeta.yaml",
     ) -> None:
+        self.setups[name] = (queues, config)
         command = [sys.executable, "-m", "noeta", "worker"]  # the URL, with its password, in env
         command += ["--name", name, "--lease", str(lease), "--poll", "0.5", "--concurrency", "4"]
-        command += ["--queues", queues, "--config", str(self.scratch / "noeta.yaml")]
+        command += ["--queues", queues, "--config", str(self.scratch / config)]
         env = {
             **self.env,
             "NOETA_STORE": self.worker_url(name),
@@ -124,7 +133,8 @@ class Cluster:
 
     def restart_worker(self, name: str, *, failpoints: str = "") -> None:
         self.kill(self.workers[name])
-        self.start_worker(name, failpoints=failpoints)
+        queues, config = self.setups[name]
+        self.start_worker(name, failpoints=failpoints, queues=queues, config=config)
 
     def kill(self, process: subprocess.Popen[bytes]) -> None:
         if process.poll() is None:

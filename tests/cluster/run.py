@@ -100,6 +100,10 @@ def write_configs(scratch: Path) -> None:
         "subagent_models": ["scripted:tests/cluster/scripted/*"],
     }
     (scratch / "noeta.yaml").write_text(json.dumps(config))
+    # The plain jobs' worker: no plugin with hooks, so its claims start fresh jobs (ADR-0101):
+    # the notify plugin's hooks on every other worker kept that path out of the chaos.
+    plain = {"plugins": [canvases.PLUGIN], "workspaces": str(scratch / "workspaces")}
+    (scratch / canvases.PLAIN_CONFIG).write_text(json.dumps(plain))
     cron = {
         "schedules": [
             {
@@ -130,7 +134,7 @@ async def run(
     if bouncer is not None:
         cluster.pooled_url = await asyncio.to_thread(bouncer.pooled, url)
     rng = random.Random(seed)
-    kinds = plan_tasks(rng, count, (*KINDS, *canvases.KINDS))
+    kinds = plan_tasks(rng, count, (*KINDS, *canvases.KINDS, canvases.PLAIN))
     workload = Workload(store, rng, kinds, scratch / "workspaces", config=scratch / "noeta.yaml")
     write_configs(scratch)
     await workload.create_outbox()
@@ -193,9 +197,12 @@ async def _chaos(cluster: Cluster, chaos: Chaos, seconds: float, bouncer: PgBoun
 
 
 def _start_pool(cluster: Cluster) -> None:
-    """The workers of the default queue, which the chaos hits, and the scheduler."""
+    """The workers of the default queue and the plain jobs' one, which the chaos hits,
+    and the scheduler."""
     for name in WORKERS:
         cluster.start_worker(name)
+    plain = canvases.PLAIN
+    cluster.start_worker(f"w-{plain}", queues=plain, config=canvases.PLAIN_CONFIG)
     cluster.start_scheduler()
 
 

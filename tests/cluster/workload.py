@@ -53,7 +53,7 @@ class Workload:
     async def create(self, task_id: str, queue: str = "default") -> None:
         """Create a task of its planned kind (idempotent by id: safe to retry)."""
         kind = self.kinds[task_id]
-        if kind in canvases.KINDS:
+        if kind in (*canvases.KINDS, canvases.PLAIN):
             assert self.config is not None, "a workload with canvases needs the config"
             task = canvases.new_task(kind, task_id, self.config)
             await steadily(lambda: self.store.create_task(task))
