@@ -92,5 +92,7 @@ async def test_a_budget_stops_the_fleet_at_the_right_call_on_every_worker(
     overshoot = spent - AMOUNT
     print(f"{len(called)} calls at $0.15, {len(refused)} refused; overshoot ${overshoot}")
     assert overshoot <= len(WORKERS) * max(billed)
-    # Every worker took from the same budget: calls and refusals came from all three.
-    assert {owner for owner, _ in called + refused} == set(WORKERS)
+    # More than one worker took from the same budget. Not necessarily all three: a busy
+    # worker's finish carries its next claim (ADR-0116), so one may win no task at all
+    # (seen once in a clean-clone CI run: 'a' took none).
+    assert len({owner for owner, _ in called + refused}) >= 2
