@@ -113,6 +113,7 @@ class ContinuingClaims(WaitingClaims):
             frozenset(self._own_tasks()),
             None if self.offers is None else tuple(self.offers),
             self.runner.job_starts,
+            self.runner.kept.known(task_id),  # the claim reads only what came after it
         )
 
     async def _continue_started(self, started: ClaimedTask) -> None:

@@ -9,7 +9,7 @@ from noeta.core.ports.store import Claim, Delivery, NewEvent, NewTask, Store
 from noeta.core.rules import events
 from noeta.core.rules.subtasks import Handback, handback_key
 from noeta.core.rules.task_state import TaskState
-from noeta.core.runner.kept_states import KeptStates
+from noeta.core.runner.kept_states import Kept, KeptStates
 from noeta.core.runner.task import TaskRunner
 from noeta.core.task_loading import load_state
 
@@ -25,10 +25,10 @@ class CountedKept(KeptStates):
         super().__init__()
         self.served = 0
 
-    def take(self, claim: Claim) -> TaskState | None:
-        state = super().take(claim)
-        self.served += state is not None
-        return state
+    def take(self, claim: Claim) -> Kept | None:
+        kept = super().take(claim)
+        self.served += kept is not None
+        return kept
 
 
 async def step(store: Store, runner: TaskRunner, worker: str) -> TaskState:
