@@ -109,10 +109,11 @@ async def test_a_chains_worker_continues_each_link_in_the_slot_it_ran_the_last_i
     canvas = handle.id
     member = "started as created (epoch 1)"  # by the step's own append (ADR-0117)
     step = "claimed with the finish"  # by the member's finishing commit (ADR-0121)
+    # Each step's claim read only the log after the state its worker kept (ADR-0122).
     assert continued == [
-        *(f"{canvas}.m0.1, {member}", f"{canvas}, {step} (epoch 2)"),
-        *(f"{canvas}.m1.1, {member}", f"{canvas}, {step} (epoch 3)"),
-        *(f"{canvas}.m2.1, {member}", f"{canvas}, {step} (epoch 4)"),
+        *(f"{canvas}.m0.1, {member}", f"{canvas}, {step} (epoch 2, its log read after seq 4)"),
+        *(f"{canvas}.m1.1, {member}", f"{canvas}, {step} (epoch 3, its log read after seq 6)"),
+        *(f"{canvas}.m2.1, {member}", f"{canvas}, {step} (epoch 4, its log read after seq 8)"),
     ]
     assert next(line for line in log if "claimed task" in line).endswith(f"{canvas} (epoch 1)")
     assert sum("claimed task" in line for line in log) == 1
