@@ -17,6 +17,7 @@ from noeta.core.ports.store import (
     Delivery,
     Finish,
     KnownLog,
+    LoadedTask,
     NewEvent,
     Snapshot,
     Store,
@@ -41,6 +42,23 @@ async def waiting_parent(store: Store, queue: str = "default") -> None:
     assert claim is not None
     await store.append(claim, 1, [NewEvent("waits", {})], next_state=Wait(wake_on_prefix="back:"))
     assert await store.create_task(created("child"))
+
+
+async def child_finished_claiming_parent(store: Store, known: KnownLog | None) -> LoadedTask:
+    """`child` finishes handing back to `parent` (waiting: `waiting_parent`), claiming it
+    with the finish, told `known`: the parent as that claim read it (at epoch 2)."""
+    joint = store.capabilities.append_and_claim
+    assert joint is not None
+    child = await store.claim_task("w", "child", LEASE)
+    assert child is not None
+    back = Delivery("parent", {"result": 1}, "back:child", continued=True)
+    _, claimed = await joint.append_and_claim(
+        child, 1, [NewEvent("ended", {})], deliveries=[back],
+        next_state=Finish(TaskStatus.DONE), then=then("parent", known=known),
+    )  # fmt: skip
+    assert claimed is not None and claimed.loaded is not None and claimed.claim.epoch == 2
+    assert [entry.payload for entry in claimed.loaded.inbox] == [{"result": 1}]
+    return claimed.loaded
 
 
 class AppendAndClaimContract:
@@ -115,8 +133,6 @@ class AppendAndClaimContract:
     async def test_a_claim_told_the_known_log_reads_only_after_it_where_it_is_the_truth(
         self, store: Store, held: str
     ) -> None:
-        joint = store.capabilities.append_and_claim
-        assert joint is not None
         await waiting_parent(store)  # epoch 1 wrote seq 2 ("waits")
         await store.put_snapshot(Snapshot("parent", VERSION, 1, b"a snapshot at seq 1"))
         known = {
@@ -125,17 +141,7 @@ class AppendAndClaimContract:
             "past_the_log": KnownLog("parent", 1, 3),  # the log does not reach it
             "another_task": KnownLog("child", 1, 1),
         }[held]
-        child = await store.claim_task("w", "child", LEASE)
-        assert child is not None
-        back = Delivery("parent", {"result": 1}, "back:child", continued=True)
-        _, claimed = await joint.append_and_claim(
-            child, 1, [NewEvent("ended", {})], deliveries=[back],
-            next_state=Finish(TaskStatus.DONE), then=then("parent", known=known),
-        )  # fmt: skip
-        assert claimed is not None and claimed.loaded is not None
-        loaded = claimed.loaded
-        assert claimed.claim.epoch == 2
-        assert [entry.payload for entry in loaded.inbox] == [{"result": 1}]
+        loaded = await child_finished_claiming_parent(store, known)
         assert [(e.seq, e.type) for e in loaded.events] == [(2, "waits")]
         if held == "truth":
             assert (loaded.after_seq, loaded.snapshot) == (1, None)
@@ -144,16 +150,6 @@ class AppendAndClaimContract:
             assert loaded.snapshot.seq == 1
 
     async def test_a_claim_told_the_whole_log_reads_no_event(self, store: Store) -> None:
-        joint = store.capabilities.append_and_claim
-        assert joint is not None
         await waiting_parent(store)
-        child = await store.claim_task("w", "child", LEASE)
-        assert child is not None
-        back = Delivery("parent", {"result": 1}, "back:child", continued=True)
-        _, claimed = await joint.append_and_claim(
-            child, 1, [NewEvent("ended", {})], deliveries=[back],
-            next_state=Finish(TaskStatus.DONE), then=then("parent", known=KnownLog("parent", 1, 2)),
-        )  # fmt: skip
-        assert claimed is not None and claimed.loaded is not None
-        assert (claimed.loaded.after_seq, claimed.loaded.events) == (2, [])
-        assert [entry.payload for entry in claimed.loaded.inbox] == [{"result": 1}]
+        loaded = await child_finished_claiming_parent(store, KnownLog("parent", 1, 2))
+        assert (loaded.after_seq, loaded.events) == (2, [])
