@@ -11,6 +11,7 @@
         ├── Conflict           the claim was lost or the log moved on; nothing was written
         ├── StoreUnavailable   the store could not be reached; nothing was written
         ├── CommitUnknown      the connection broke while a write was committing
+        │   └── ClaimUnknown   ... a write that carried a claim for this worker
         ├── UnknownTask        no task has that id
         └── SchemaMismatch     the database schema is not the one this code knows
 
@@ -89,6 +90,16 @@ class CommitUnknown(StoreError):
 
     Never retried blindly. The next reader of the log learns what landed.
     """
+
+
+class ClaimUnknown(CommitUnknown):
+    """A write whose outcome is unknown carried a claim of `task_id` for this worker (a
+    canvas member's finish claiming its canvas, ADR-0121): if it landed, the claim is
+    this worker's, to adopt rather than wait out its lease (ADR-0122)."""
+
+    def __init__(self, message: str, task_id: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id
 
 
 class NotStarted(StoreError):

@@ -9,7 +9,8 @@ only the task that hit the point), `raise(Name)` (raise ConnectionError, Runtime
 a noeta store error by name). `action@N` fires on the N-th hit only. Unset, every point
 is one dictionary lookup on an empty dict. Points: worker.claim_loop (each turn of a
 worker's claim loop: `sleep` freezes that loop alone, for /livez), claim.after_commit,
-append.before_commit, append.after_commit, cron.after_fire (the scheduler, after each
+append.before_commit, append.after_commit, append_and_claim.after_commit (a canvas
+member's finish that claimed its canvas, ADR-0121), cron.after_fire (the scheduler, after each
 slot it handles), run.after_create (`noeta run`, between creating its task and claiming
 it), model.after_called, model.after_reply (the reply came, not yet recorded),
 tool.after_started, tool.before_finished, tool.grace_wait (a claimer about to wait for a

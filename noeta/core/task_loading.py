@@ -65,7 +65,12 @@ async def load_for_run(
     """The task's state, and its untaken inbox: one round trip on PostgreSQL, none when
     the claim read the task already (`loaded`, from `Store.claim_and_load`). `known`: a
     state of this task this code folded before (ADR-0120), continued with only the events
-    after it when what was read holds them all."""
+    after it when what was read holds them all. A claim that read only the events after
+    a seq (`loaded.after_seq`, ADR-0122) is used only on top of the state at that seq;
+    without it, the task is read whole."""
+    read_after = loaded.after_seq if loaded is not None else None
+    if read_after is not None and (known is None or known.last_seq != read_after):
+        loaded = None  # read after a state this load was not given
     if loaded is None:
         loaded = await store.load(task_id, version)
     if known is not None and (after := _after(loaded, known.last_seq)) is not None:
@@ -87,7 +92,10 @@ async def load_for_run(
 def _after(loaded: LoadedTask, seq: int) -> list[StoredEvent] | None:
     """The events `loaded` holds after `seq`, if it holds every one of them (it reaches
     `seq` and starts no later than just after it); None otherwise."""
-    base = loaded.snapshot.seq if loaded.snapshot is not None else 0
+    if loaded.after_seq is not None:
+        base = loaded.after_seq
+    else:
+        base = loaded.snapshot.seq if loaded.snapshot is not None else 0
     last = loaded.events[-1].seq if loaded.events else base
     if not base <= seq <= last:
         return None

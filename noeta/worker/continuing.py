@@ -113,6 +113,7 @@ class ContinuingClaims(WaitingClaims):
             frozenset(self._own_tasks()),
             None if self.offers is None else tuple(self.offers),
             self.runner.job_starts,
+            self.runner.kept.known(task_id),  # the claim reads only what came after it
         )
 
     async def _continue_started(self, started: ClaimedTask) -> None:
@@ -128,7 +129,9 @@ class ContinuingClaims(WaitingClaims):
         # Epoch 1: a member its canvas's step created started (ADR-0117); later, a canvas
         # its member's finish claimed (ADR-0121).
         how = "started as created" if claim.epoch == 1 else "claimed with the finish"
-        log.info("continued with task %s, %s (epoch %d)", claim.task_id, how, claim.epoch)
+        read = started.loaded.after_seq if started.loaded is not None else None
+        after = "" if read is None else f", its log read after seq {read}"  # ADR-0122
+        log.info("continued with task %s, %s (epoch %d%s)", claim.task_id, how, claim.epoch, after)
         self._start(claim, started.loaded)
 
     async def _continue(self, task_ids: tuple[str, ...]) -> bool:

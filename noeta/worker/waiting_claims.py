@@ -50,17 +50,7 @@ class WaitingClaims:
         The first uses the slot the claim loop holds; the rest are renewed from now on and
         start as slots free up (a claim left unrenewed while it waits would lapse unrun).
         """
-        here = self.running.keys() | self.holding.keys() | self.adopted.keys()
-        try:
-            owned = [c for c in await self.store.owned_by(self.settings.name) if c.key not in here]
-            renewed = await self.store.renew(owned, self.settings.lease_seconds)
-        except StoreError as error:
-            log.warning("adopting: %s", error)
-            return False
-        claims = sorted(renewed.values(), key=lambda claim: claim.task_id)
-        for claim in claims:
-            log.info("adopted task %s (epoch %d)", claim.task_id, claim.epoch)
-            self.renewer.add(claim)
+        claims = await self._renew_owned()
         if not claims:
             return False
         version = self.runner.snapshot_version
@@ -69,6 +59,32 @@ class WaitingClaims:
             self.adopted[claim.key] = claim
             self._spawn(self._start_adopted(claim))
         return True
+
+    async def _adopt_claimed(self, task_id: str) -> None:
+        """A write whose outcome is unknown carried a claim of `task_id` for this worker
+        (`ClaimUnknown`: a canvas member's finish, ADR-0121): if the store records it as
+        ours, run it as an adopted claim (renewed while it waits for a slot), rather than
+        leave it to its lease (ADR-0122). If the write did not land, nothing is ours."""
+        for claim in await self._renew_owned(task_id):
+            self.adopted[claim.key] = claim
+            await self._start_adopted(claim)
+
+    async def _renew_owned(self, only: str | None = None) -> list[Claim]:
+        """The claims the store records as this worker's that it neither runs, holds nor
+        has adopted (`only`: of that task alone), renewed from now on; by task id."""
+        here = self.running.keys() | self.holding.keys() | self.adopted.keys()
+        try:
+            owned = await self.store.owned_by(self.settings.name)
+            owned = [c for c in owned if c.key not in here and only in (None, c.task_id)]
+            renewed = await self.store.renew(owned, self.settings.lease_seconds)
+        except StoreError as error:
+            log.warning("adopting: %s", error)
+            return []
+        claims = sorted(renewed.values(), key=lambda claim: claim.task_id)
+        for claim in claims:
+            log.info("adopted task %s (epoch %d)", claim.task_id, claim.epoch)
+            self.renewer.add(claim)
+        return claims
 
     async def _give_up(self, task_id: str) -> None:
         """No live worker offered what the task needs for `unrunnable_after`: claim it

@@ -31,7 +31,13 @@ from datetime import datetime
 from typing import Any
 
 from noeta.core import failpoints
-from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
+from noeta.core.errors import (
+    ClaimUnknown,
+    CommitUnknown,
+    Conflict,
+    StoreError,
+    StoreUnavailable,
+)
 from noeta.core.ports.store import (
     MAX_CLAIM_BATCH,
     Claim,
@@ -318,6 +324,8 @@ class Worker(ContinuingClaims):
             )
         except CommitUnknown as error:
             log.warning("task %s: claim lost (%s)", claim.task_id, error)
+            if isinstance(error, ClaimUnknown):  # its write may have claimed a task for us
+                self._spawn(self._adopt_claimed(error.task_id))
         except StoreUnavailable as error:
             log.warning("task %s: store unavailable (%s); leaving it", claim.task_id, error)
         except StoreError as error:

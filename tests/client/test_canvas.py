@@ -109,13 +109,38 @@ async def test_a_chains_worker_continues_each_link_in_the_slot_it_ran_the_last_i
     canvas = handle.id
     member = "started as created (epoch 1)"  # by the step's own append (ADR-0117)
     step = "claimed with the finish"  # by the member's finishing commit (ADR-0121)
+    # Each step's claim read only the log after the state its worker kept (ADR-0122).
     assert continued == [
-        *(f"{canvas}.m0.1, {member}", f"{canvas}, {step} (epoch 2)"),
-        *(f"{canvas}.m1.1, {member}", f"{canvas}, {step} (epoch 3)"),
-        *(f"{canvas}.m2.1, {member}", f"{canvas}, {step} (epoch 4)"),
+        *(f"{canvas}.m0.1, {member}", f"{canvas}, {step} (epoch 2, its log read after seq 4)"),
+        *(f"{canvas}.m1.1, {member}", f"{canvas}, {step} (epoch 3, its log read after seq 6)"),
+        *(f"{canvas}.m2.1, {member}", f"{canvas}, {step} (epoch 4, its log read after seq 8)"),
     ]
     assert next(line for line in log if "claimed task" in line).endswith(f"{canvas} (epoch 1)")
     assert sum("claimed task" in line for line in log) == 1
+
+
+async def test_a_canvas_claimed_by_a_finish_whose_outcome_is_unknown_is_adopted(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """ADR-0122: the reply of the member's finish that claimed its canvas is lost (the
+    commit landed): the canvas is the worker's, held for a ten-minute lease. The worker
+    adopts it at once instead, and the chain ends well inside that lease."""
+    server: postgres.TestPostgres = request.getfixturevalue("postgres_server")
+    url = server.new_migrated_schema()
+    config = tmp_path / "noeta.yaml"
+    config.write_text(CONFIG)
+    env = {"NOETA_CONFIG": str(config), "NOETA_TEST_LEDGER": str(tmp_path / "ledger")}
+    lost = "append_and_claim.after_commit=raise(CommitUnknown)@1"
+    async with AsyncClient(url, config=str(config)) as client:
+        handle = await client.canvas(chain(add.s(1, 1), add.s(1)))
+        worker = WorkerProcess(
+            url, "lost-reply", tmp_path, env=env, concurrency=1, lease=600, failpoints=lost
+        )
+        try:
+            assert await client.job_result(handle, timeout=90) == 3
+        finally:
+            worker.stop()
+    assert f"adopted task {handle.id} (epoch 2)" in worker.log()
 
 
 async def test_a_group_returns_its_results_in_order(client: AsyncClient) -> None:

@@ -8,12 +8,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from noeta.core import task_loading
-from noeta.core.ports.store import Claim, LoadedTask, Snapshot, StoredEvent
+from noeta.core.ports.store import Claim, KnownLog, LoadedTask, Snapshot, StoredEvent
 from noeta.core.rules import events, fold
 from noeta.core.rules import snapshot as task_snapshot
 from noeta.core.rules.fold import LoggedEvent
 from noeta.core.rules.task_state import TaskState
-from noeta.core.runner.kept_states import KeptStates
+from noeta.core.runner.kept_states import Kept, KeptStates
 
 
 def test_the_snapshot_version_covers_the_modules_that_define_the_folded_state() -> None:
@@ -74,20 +74,75 @@ async def test_a_known_state_the_read_log_does_not_reach_or_has_passed_is_not_us
     assert await load(shorter, replace(folded(4), depth=7)) == folded(3)
 
 
+def state_of(kept: Kept | None) -> TaskState | None:
+    return None if kept is None else kept.state
+
+
 def test_a_kept_state_serves_only_the_next_claim_after_the_one_that_left_it() -> None:
     kept = KeptStates(bound=2)
     state = folded(len(CANVAS_LOG))
-    kept.keep(Claim("c", "w", 3, WHEN), state)
+    kept.keep(Claim("c", "w", 3, WHEN), state, 0)
     assert kept.take(Claim("c", "w", 5, WHEN)) is None  # someone claimed it in between
-    kept.keep(Claim("c", "w", 3, WHEN), state)
-    assert kept.take(Claim("c", "w", 4, WHEN)) is state
+    kept.keep(Claim("c", "w", 3, WHEN), state, 0)
+    assert kept.known("c") == KnownLog("c", 3, len(CANVAS_LOG))  # what a claim is told
+    assert state_of(kept.take(Claim("c", "w", 4, WHEN))) is state
     assert kept.take(Claim("c", "w", 4, WHEN)) is None  # taken once
-    kept.keep(Claim("j", "w", 1, WHEN), TaskState(job="add"))  # not a canvas
-    kept.keep(Claim("f", "w", 1, WHEN), replace(state, finished="done"))
+    assert kept.known("c") is None
+    kept.keep(Claim("j", "w", 1, WHEN), TaskState(job="add"), 0)  # not a canvas
+    kept.keep(Claim("f", "w", 1, WHEN), replace(state, finished="done"), 0)
     assert (
         kept.take(Claim("j", "w", 2, WHEN)) is None and kept.take(Claim("f", "w", 2, WHEN)) is None
     )
     for name in ("a", "b", "c"):
-        kept.keep(Claim(name, "w", 1, WHEN), state)
+        kept.keep(Claim(name, "w", 1, WHEN), state, 0)
     assert kept.take(Claim("a", "w", 2, WHEN)) is None  # the oldest, over the bound
-    assert kept.take(Claim("c", "w", 2, WHEN)) is state
+    assert state_of(kept.take(Claim("c", "w", 2, WHEN))) is state
+
+
+def chord_state(members: int, ended: int) -> TaskState:
+    """A chord's state: `members` header jobs, `ended` of them back."""
+    header = [{"job": "add", "input": {"x": i}} for i in range(members)]
+    tree = {"chord": [{"group": header}, {"job": "total", "input": {}}]}
+    ends = tuple((f"m{i}", "done", str(i)) for i in range(ended))
+    return TaskState(canvas={"tree": tree}, canvas_results=ends, last_seq=2 * members)
+
+
+def test_kept_states_are_bounded_by_the_members_and_ends_they_hold() -> None:
+    kept = KeptStates(bound=256, weight=1_000)
+    kept.keep(Claim("small", "w", 1, WHEN), chord_state(50, 0), 0)
+    kept.keep(Claim("big", "w", 1, WHEN), chord_state(600, 300), 0)  # 601 members + 300 ends
+    assert kept.weight == 51 + 901
+    kept.keep(Claim("more", "w", 1, WHEN), chord_state(59, 0), 0)  # over: the oldest goes
+    assert kept.weight == 901 + 60 and kept.known("small") is None
+    kept.keep(Claim("huge", "w", 1, WHEN), chord_state(2_000, 0), 0)  # heavier than all
+    assert kept.known("huge") is None and kept.weight == 961
+    # A state kept again, from the one its run took: its members are not counted again.
+    before = kept.take(Claim("big", "w", 2, WHEN))
+    assert before is not None and kept.weight == 60
+    kept.keep(Claim("big", "w", 2, WHEN), replace(before.state, canvas_results=()), 7, before)
+    assert kept.weight == 60 + 601
+    again = kept.take(Claim("big", "w", 3, WHEN))
+    assert again is not None and (again.members, again.snapshot_seq) == (601, 7)
+
+
+class WholeLog:
+    """A store whose `load` reads the log whole (and counts the reads)."""
+
+    def __init__(self) -> None:
+        self.loads = 0
+
+    async def load(self, task_id: str, version: str) -> LoadedTask:
+        self.loads += 1
+        return LoadedTask(None, stored(), [])
+
+
+async def test_a_claim_that_read_after_a_seq_is_folded_only_on_the_state_at_that_seq() -> None:
+    whole, marked, store = folded(len(CANVAS_LOG)), replace(folded(4), depth=7), WholeLog()
+    after = LoadedTask(None, stored(5), [], after_seq=4)  # the claim read after seq 4
+    loaded = await task_loading.load_for_run(store, "c", "v", after, marked)  # type: ignore[arg-type]
+    assert loaded[0] == replace(whole, depth=7) and store.loads == 0
+    # Without the state at that seq (not kept, or another), the task is read whole.
+    for known in (None, replace(folded(3), depth=7)):
+        loaded = await task_loading.load_for_run(store, "c", "v", after, known)  # type: ignore[arg-type]
+        assert loaded[0] == (whole if known is None else replace(whole, depth=7))
+    assert store.loads == 2

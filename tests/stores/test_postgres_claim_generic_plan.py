@@ -41,6 +41,9 @@ TYPES = {
     "pinned": "text",
     "needs": "text[]",
     "only": "text[]",
+    "known_id": "text",
+    "known_epoch": "bigint",
+    "known_seq": "bigint",
 }
 VALUES = {
     "queues": "'{default}'",
@@ -53,6 +56,10 @@ VALUES = {
     "pinned": "'{\"pins\":[]}'",
     "needs": "'{}'",
     "only": "'{ready-2,ready-4,ready-6}'",  # a continuation's named tasks (ADR-0109)
+    # The log its claimer holds of one of them (ADR-0122): read after it, by key too.
+    "known_id": "'ready-2'",
+    "known_epoch": "0",
+    "known_seq": "0",
 }
 WHOLE_TABLES = {"tasks", "events", "snapshots", "inbox"}
 

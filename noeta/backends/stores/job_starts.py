@@ -21,7 +21,7 @@ def pin_names(starts: JobStarts) -> list[str]:
 def start_events(loaded: LoadedTask, starts: JobStarts) -> list[NewEvent] | None:
     """What the claimer's run would append first to this fresh job (its pin where the
     job's differs, then its ToolStarted); None where the task is not one to start."""
-    if loaded.snapshot is not None or loaded.inbox:
+    if loaded.snapshot is not None or loaded.inbox or loaded.after_seq is not None:
         return None
     try:
         logged = [ev.decode(event.type, event.data) for event in loaded.events]

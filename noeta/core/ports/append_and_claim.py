@@ -14,6 +14,7 @@ from noeta.core.ports.store_values import (
     Continue,
     Delivery,
     JobStarts,
+    KnownLog,
     NewEvent,
     NextState,
 )
@@ -32,6 +33,9 @@ class ClaimAfter:
     excluding: frozenset[str] = frozenset()
     offers: tuple[str, ...] | None = None
     job_starts: JobStarts | None = None
+    # The task's log as the worker holds it (its kept state, ADR-0120): the claim then
+    # reads only what came after it, where that is the truth (ADR-0122).
+    known: KnownLog | None = None
 
 
 class AppendAndClaim(Protocol):

@@ -232,6 +232,22 @@ class LoadedTask:
     # The claim that read it also started its job (`JobStarts`): the log ends with the
     # ToolStarted this claim wrote, and the claimer runs the call without writing another.
     started_by_claim: bool = False
+    # The claim was told the log its claimer holds (`KnownLog`) and it was the truth:
+    # `events` are those after this seq, and no snapshot was read (ADR-0122).
+    after_seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KnownLog:
+    """A task's log as a claimer holds it already, folded (ADR-0120): up to `seq`, as the
+    run of the claim of epoch `epoch` left it. A claim told it reads only the events after
+    `seq`, and no snapshot, when it is the claim right after that one (epoch + 1: nobody
+    claimed the task in between) and the log reaches `seq`; otherwise it reads as ever
+    (ADR-0122). A hint: what it says is checked, never trusted."""
+
+    task_id: str
+    epoch: int
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -230,5 +230,11 @@ def _members(node: Mapping[str, JSONValue]) -> list[Mapping[str, JSONValue]]:
     return []
 
 
+def member_count(spec: Mapping[str, JSONValue]) -> int:
+    """The jobs of a canvas's tree (its spec's), walked once."""
+    tree = spec.get("tree")
+    return _count(tree) if isinstance(tree, dict) else 0
+
+
 def _count(node: Mapping[str, JSONValue]) -> int:
     return 1 if "job" in node else sum(_count(member) for member in _members(node))

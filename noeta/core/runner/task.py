@@ -169,13 +169,19 @@ class TaskRunner:
         version = self.snapshot_version
         if loaded is None:
             loaded = await self.store.load(claim.task_id, version)
-        known = self.kept.take(claim)
+        kept = self.kept.take(claim)
+        known = kept.state if kept is not None else None
         state, inbox = await load_for_run(self.store, claim.task_id, version, loaded, known)
         run = _Run(self, claim, state, version, tracing.begin_attempt(claim, state))
         # The snapshot's cadence counts from the snapshot read, not from this claim: a
         # task claimed for a step or two at a time (a canvas, ADR-0117) would otherwise
         # never reach `snapshot_every` within one run and be read whole at every claim.
-        run.snapshot_seq = loaded.snapshot.seq if loaded.snapshot is not None else 0
+        # A claim that read only after the kept state (ADR-0122) read no snapshot: the
+        # kept state's run says which was last.
+        if loaded.after_seq is not None:
+            run.snapshot_seq = kept.snapshot_seq if kept is not None else 0
+        else:
+            run.snapshot_seq = loaded.snapshot.seq if loaded.snapshot is not None else 0
         run.started_by_claim = loaded.started_by_claim
         run.loaded_inbox = inbox
         if any(taking.kind_of(entry.payload) == "cancel" for entry in inbox):
@@ -189,7 +195,7 @@ class TaskRunner:
             raise
         run.trace.end(result.state.finished or result.outcome)
         if result.outcome == "waiting":  # every append landed: the log holds this state
-            self.kept.keep(claim, result.state)
+            self.kept.keep(claim, result.state, run.snapshot_seq, kept)
         started = run.started[0] if run.started else None
         return RunResult(result.outcome, result.state, tuple(run.created), started)
 

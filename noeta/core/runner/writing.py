@@ -10,6 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from noeta.core import failpoints
+from noeta.core.errors import ClaimUnknown, CommitUnknown
 from noeta.core.ports.append_and_claim import ClaimAfter
 from noeta.core.ports.model_limits import ModelBudget
 from noeta.core.ports.store import (
@@ -189,10 +190,14 @@ class RunWriter:
         to run next, as one created started is (`started`)."""
         joint = self.store.capabilities.append_and_claim
         assert joint is not None  # `_then` said so
-        last_seq, claimed = await joint.append_and_claim(
-            self.claim, self.state.last_seq, encoded,
-            deliveries=deliveries, next_state=next_state, then=then,
-        )  # fmt: skip
+        try:
+            last_seq, claimed = await joint.append_and_claim(
+                self.claim, self.state.last_seq, encoded,
+                deliveries=deliveries, next_state=next_state, then=then,
+            )  # fmt: skip
+            await failpoints.hit("append_and_claim.after_commit")
+        except CommitUnknown as error:  # the claim may be the worker's: it adopts it
+            raise ClaimUnknown(str(error), then.task_id) from error
         self.started += [claimed] if claimed is not None else []
         return last_seq
 

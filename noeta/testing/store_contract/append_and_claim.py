@@ -1,7 +1,9 @@
 """The contract for an append and the claim of what it makes claimable (ADR-0121): the
 claim is made only once the append landed, takes the named task at its next epoch with
 the delivery in the inbox it reads, and misses (None) rather than fails where the task
-is not claimable then; a refused append claims nothing."""
+is not claimable then; a refused append claims nothing. Told the log its claimer holds
+(`KnownLog`, ADR-0122), the claim reads only the events after it, and no snapshot, where
+that is the truth: the claim right after the known one, a log that reaches its seq."""
 
 from __future__ import annotations
 
@@ -10,14 +12,27 @@ import pytest
 from noeta.core.errors import Conflict
 from noeta.core.ports.append_and_claim import ClaimAfter
 from noeta.core.ports.queue_settings import QueueChange, queue_settings_store
-from noeta.core.ports.store import Claim, Delivery, Finish, NewEvent, Store, TaskStatus, Wait
+from noeta.core.ports.store import (
+    Claim,
+    Delivery,
+    Finish,
+    KnownLog,
+    LoadedTask,
+    NewEvent,
+    Snapshot,
+    Store,
+    TaskStatus,
+    Wait,
+)
 from noeta.testing.store_contract.fixtures import LEASE, created
 
 VERSION = "v"
 
 
-def then(task_id: str, queues: tuple[str, ...] = ("default",)) -> ClaimAfter:
-    return ClaimAfter(task_id, "w", queues, LEASE, VERSION)
+def then(
+    task_id: str, queues: tuple[str, ...] = ("default",), known: KnownLog | None = None
+) -> ClaimAfter:
+    return ClaimAfter(task_id, "w", queues, LEASE, VERSION, known=known)
 
 
 async def waiting_parent(store: Store, queue: str = "default") -> None:
@@ -27,6 +42,23 @@ async def waiting_parent(store: Store, queue: str = "default") -> None:
     assert claim is not None
     await store.append(claim, 1, [NewEvent("waits", {})], next_state=Wait(wake_on_prefix="back:"))
     assert await store.create_task(created("child"))
+
+
+async def child_finished_claiming_parent(store: Store, known: KnownLog | None) -> LoadedTask:
+    """`child` finishes handing back to `parent` (waiting: `waiting_parent`), claiming it
+    with the finish, told `known`: the parent as that claim read it (at epoch 2)."""
+    joint = store.capabilities.append_and_claim
+    assert joint is not None
+    child = await store.claim_task("w", "child", LEASE)
+    assert child is not None
+    back = Delivery("parent", {"result": 1}, "back:child", continued=True)
+    _, claimed = await joint.append_and_claim(
+        child, 1, [NewEvent("ended", {})], deliveries=[back],
+        next_state=Finish(TaskStatus.DONE), then=then("parent", known=known),
+    )  # fmt: skip
+    assert claimed is not None and claimed.loaded is not None and claimed.claim.epoch == 2
+    assert [entry.payload for entry in claimed.loaded.inbox] == [{"result": 1}]
+    return claimed.loaded
 
 
 class AppendAndClaimContract:
@@ -96,3 +128,28 @@ class AppendAndClaimContract:
         record = await store.get_task("parent")
         assert record is not None and record.owner_epoch == 1 and record.owner == "w"
         assert await store.read_inbox("parent") == []
+
+    @pytest.mark.parametrize("held", ["truth", "claimed_since", "past_the_log", "another_task"])
+    async def test_a_claim_told_the_known_log_reads_only_after_it_where_it_is_the_truth(
+        self, store: Store, held: str
+    ) -> None:
+        await waiting_parent(store)  # epoch 1 wrote seq 2 ("waits")
+        await store.put_snapshot(Snapshot("parent", VERSION, 1, b"a snapshot at seq 1"))
+        known = {
+            "truth": KnownLog("parent", 1, 1),  # its claimer folded seq 1: reads seq 2 on
+            "claimed_since": KnownLog("parent", 0, 1),  # a claim came between
+            "past_the_log": KnownLog("parent", 1, 3),  # the log does not reach it
+            "another_task": KnownLog("child", 1, 1),
+        }[held]
+        loaded = await child_finished_claiming_parent(store, known)
+        assert [(e.seq, e.type) for e in loaded.events] == [(2, "waits")]
+        if held == "truth":
+            assert (loaded.after_seq, loaded.snapshot) == (1, None)
+        else:  # read as ever: the snapshot, and the log after it
+            assert loaded.after_seq is None and loaded.snapshot is not None
+            assert loaded.snapshot.seq == 1
+
+    async def test_a_claim_told_the_whole_log_reads_no_event(self, store: Store) -> None:
+        await waiting_parent(store)
+        loaded = await child_finished_claiming_parent(store, KnownLog("parent", 1, 2))
+        assert (loaded.after_seq, loaded.events) == (2, [])

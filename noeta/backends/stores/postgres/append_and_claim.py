@@ -10,7 +10,7 @@ from typing import Any
 
 from noeta.backends.stores.job_starts import pin_names, pinned_data
 from noeta.backends.stores.postgres.appends import PostgresAppends, append_statement
-from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks
+from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks, known_params
 from noeta.backends.stores.postgres.claims import CLAIM_NAMED_AND_LOAD, CLAIM_NAMED_AND_START_JOBS
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable, UnknownTask
 from noeta.core.ports.append_and_claim import ClaimAfter
@@ -57,17 +57,19 @@ class PostgresAppendAndClaim(PostgresAppends):
                 claim, expected_seq, events, deliveries=deliveries, next_state=next_state
             ), None
         last_seq: int = appended[0][0]
-        found = claimed_tasks(claimed, then.worker, then.snapshot_version)
+        found = claimed_tasks(claimed, then.worker, then.snapshot_version, then.known)
         return last_seq, found[0] if found else None
 
 
 def named_claim(then: ClaimAfter) -> tuple[str, dict[str, Any]]:
-    """`claim_and_load(only=(then.task_id,))`'s statement and parameters."""
+    """`claim_and_load(only=(then.task_id,))`'s statement and parameters, told the log
+    the worker holds of it (`then.known`, ADR-0122)."""
     params = claim_params(
         then.worker, then.queues, then.lease_seconds, 1, then.excluding, then.offers
     )
     params["version"] = then.snapshot_version
     params["only"] = [then.task_id]
+    params.update(known_params(then.known))
     if then.job_starts is None:
         return CLAIM_NAMED_AND_LOAD, params
     params["pinned"] = pinned_data(then.job_starts)

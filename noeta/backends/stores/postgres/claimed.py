@@ -12,6 +12,7 @@ from noeta.core.ports.store import (
     Claim,
     ClaimedTask,
     InboxEntry,
+    KnownLog,
     LoadedTask,
     Snapshot,
     StoredEvent,
@@ -44,10 +45,21 @@ def claim_params(
     }
 
 
-def claimed_tasks(rows: Sequence[tuple[Any, ...]], worker: str, version: str) -> list[ClaimedTask]:
+def known_params(known: KnownLog | None) -> dict[str, Any]:
+    """A named claim's `known` parameters (CLAIM_NAMED_AND_LOAD): NULLs where none."""
+    if known is None:
+        return {"known_id": None, "known_epoch": None, "known_seq": None}
+    return {"known_id": known.task_id, "known_epoch": known.epoch, "known_seq": known.seq}
+
+
+def claimed_tasks(
+    rows: Sequence[tuple[Any, ...]], worker: str, version: str, known: KnownLog | None = None
+) -> list[ClaimedTask]:
     """The claims in CLAIM_AND_LOAD's rows, each with its task as the statement read it;
-    `loaded` None where that read missed the log's end (see CLAIM_AND_LOAD)."""
-    claims: dict[str, tuple[Claim, int, bool]] = {}
+    `loaded` None where that read missed the log's end (see CLAIM_AND_LOAD). `known`: the
+    log the claim was told its claimer holds; a claim marked so read after its seq."""
+    known_seq = known.seq if known is not None else None
+    claims: dict[str, tuple[Claim, int, bool, bool]] = {}
     snapshots: dict[str, Snapshot] = {}
     events: dict[str, list[StoredEvent]] = {}
     inbox: dict[str, list[InboxEntry]] = {}
@@ -55,7 +67,8 @@ def claimed_tasks(rows: Sequence[tuple[Any, ...]], worker: str, version: str) ->
         part, task_id = row[0], row[1]
         if part == 0:
             claim = Claim(task_id, worker, row[3], row[6], taken_over=row[8])
-            claims[task_id] = (claim, row[2], row[4] is not None)  # events the claim wrote
+            # Whether the claim wrote events, and whether it read only after a KnownLog.
+            claims[task_id] = (claim, row[2], row[4] is not None, row[7] is not None)
         elif part == 1:
             snapshots[task_id] = Snapshot(task_id, version, row[2], bytes(row[9]))
         elif part == 2:
@@ -67,11 +80,15 @@ def claimed_tasks(rows: Sequence[tuple[Any, ...]], worker: str, version: str) ->
             entry = inbox_entry((row[2], task_id, row[5], row[4], row[3], row[6]))
             inbox.setdefault(task_id, []).append(entry)
     claimed = []
-    for task_id, (claim, last_seq, started) in claims.items():
+    for task_id, (claim, last_seq, started, after_known) in claims.items():
         snapshot, log = snapshots.get(task_id), events.get(task_id, [])
-        end = log[-1].seq if log else (snapshot.seq if snapshot else 0)
+        after = known_seq if after_known else None
+        start = after if after is not None else (snapshot.seq if snapshot else 0)
+        end = log[-1].seq if log else start
         loaded = None
         if end == last_seq:
-            loaded = LoadedTask(snapshot, log, inbox.get(task_id, []), started_by_claim=started)
+            loaded = LoadedTask(
+                snapshot, log, inbox.get(task_id, []), started_by_claim=started, after_seq=after
+            )
         claimed.append(ClaimedTask(claim, loaded))
     return claimed

@@ -7,7 +7,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 
 from noeta.backends.stores.job_starts import pin_names, pinned_data
-from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks
+from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks, known_params
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.ports.store import Claim, ClaimedTask, JobStarts, check_key, check_lease
 
@@ -172,19 +172,20 @@ SELECT id, owner_epoch, lease_until, taken_over FROM claimed
 # snapshot, so an append committed after it began (a lapsed owner's, just before the
 # claim locked the row) is missing: the client sees the log end short of last_seq and
 # loads that task again.
-_LOAD = """, snapshot AS (
+_LOAD = """{known}, snapshot AS (
     SELECT s.task_id, s.seq, s.data FROM claimed AS c,
            LATERAL (SELECT s.task_id, s.seq, s.data FROM snapshots AS s
-                          WHERE s.task_id = c.id AND s.version = %(version)s OFFSET 0) AS s
+                          WHERE s.task_id = c.id AND s.version = %(version)s OFFSET 0) AS s{unknown}
 ){started}
-SELECT 0, c.id, c.last_seq, c.owner_epoch, {mark}, NULL, c.lease_until, NULL, c.taken_over, NULL
+SELECT 0, c.id, c.last_seq, c.owner_epoch, {mark}, NULL, c.lease_until, {known_mark},
+       c.taken_over, NULL
   FROM claimed AS c
 UNION ALL
 SELECT 1, s.task_id, s.seq, NULL, NULL, NULL, NULL, NULL, NULL, s.data FROM snapshot AS s
 UNION ALL
 SELECT 2, e.task_id, e.seq, e.epoch, e.type, e.data, e.created_at, e.owner, NULL, NULL
   FROM claimed AS c, LATERAL (SELECT * FROM events AS e WHERE e.task_id = c.id
-   AND e.seq > coalesce((SELECT s.seq FROM snapshot AS s WHERE s.task_id = c.id), 0)
+   AND e.seq > {after}
    OFFSET 0) AS e
 UNION ALL
 SELECT 3, i.task_id, i.id, i.taken_seq, i.dedupe_key, i.payload, i.created_at, NULL, NULL,
@@ -194,8 +195,16 @@ SELECT 3, i.task_id, i.id, i.taken_seq, i.dedupe_key, i.payload, i.created_at, N
                 OFFSET 0) AS i{started_rows}
  ORDER BY 1, 2, 3
 """
+# Where the events read start: after the snapshot read, if any.
+_FROM_SNAPSHOT = {
+    "known": "",
+    "unknown": "",
+    "known_mark": "NULL",
+    "after": "coalesce((SELECT s.seq FROM snapshot AS s WHERE s.task_id = c.id), 0)",
+}
 CLAIM_AND_LOAD = _compact(
-    _CLAIM_DUE_TASKS.format(**_CLAIM_ONLY) + _LOAD.format(started="", mark="NULL", started_rows="")
+    _CLAIM_DUE_TASKS.format(**_CLAIM_ONLY)
+    + _LOAD.format(started="", mark="NULL", started_rows="", **_FROM_SNAPSHOT)
 )
 
 # The same, starting the fresh jobs it claims (ADR-0101): their events written in the
@@ -223,6 +232,7 @@ CLAIM_AND_START_JOBS = _CLAIM_DUE_TASKS.format(**_CLAIM_STARTING) + _LOAD.format
     started_rows="""
 UNION ALL
 SELECT 2, s.*, NULL, NULL FROM started AS s""",
+    **_FROM_SNAPSHOT,
 )
 CLAIM_AND_START_JOBS = _compact(CLAIM_AND_START_JOBS)
 
@@ -251,9 +261,27 @@ WITH due AS MATERIALIZED (
 ){starting},"""
     + _CLAIMED
 )
+# A named claim may be told the log its claimer holds already (`KnownLog`: the task,
+# the epoch of the claim that left it, its last seq; NULLs where none, ADR-0122). If this
+# claim is the very next one (epoch + 1: nobody claimed the task in between) and the log
+# reaches that seq, only the events after it are read, and no snapshot: the claimer
+# folds them on top of what it holds. Otherwise the snapshot and the log after it, as
+# ever. The claim's row says which (`known`, in the owner column of part 0).
+_FROM_KNOWN = {
+    "known": """, known AS (
+    SELECT c.id FROM claimed AS c
+     WHERE c.id = %(known_id)s::text AND c.owner_epoch = %(known_epoch)s::bigint + 1
+       AND c.last_seq >= %(known_seq)s::bigint
+)""",
+    "unknown": "\n     WHERE NOT EXISTS (SELECT FROM known AS k WHERE k.id = c.id)",
+    "known_mark": "CASE WHEN EXISTS (SELECT FROM known AS k WHERE k.id = c.id) THEN 'known' END",
+    "after": """CASE WHEN EXISTS (SELECT FROM known AS k WHERE k.id = c.id)
+       THEN %(known_seq)s::bigint
+       ELSE coalesce((SELECT s.seq FROM snapshot AS s WHERE s.task_id = c.id), 0) END""",
+}
 CLAIM_NAMED_AND_LOAD = _compact(
     _CLAIM_NAMED_TASKS.format(**_CLAIM_ONLY)
-    + _LOAD.format(started="", mark="NULL", started_rows="")
+    + _LOAD.format(started="", mark="NULL", started_rows="", **_FROM_KNOWN)
 )
 # The same, starting the fresh jobs it claims (a canvas's next member), as
 # CLAIM_AND_START_JOBS does.
@@ -265,6 +293,7 @@ CLAIM_NAMED_AND_START_JOBS = _compact(
         started_rows="""
 UNION ALL
 SELECT 2, s.*, NULL, NULL FROM started AS s""",
+        **_FROM_KNOWN,
     )
 )
 
@@ -368,6 +397,7 @@ class PostgresClaims(PostgresConnection):
             params["needs"] = pin_names(job_starts)
         if only is not None:  # a continuation: among the named tasks alone
             params["only"] = list(only)
+            params.update(known_params(None))
             named = job_starts is None
             statement = CLAIM_NAMED_AND_LOAD if named else CLAIM_NAMED_AND_START_JOBS
         if only is None:  # the claim loop's: it may ride with the finishes in flight

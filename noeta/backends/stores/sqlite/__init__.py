@@ -38,6 +38,7 @@ from noeta.core.ports.store import (
     Continue,
     Delivery,
     JobStarts,
+    KnownLog,
     LoadedTask,
     NewEvent,
     NextState,
@@ -93,7 +94,9 @@ class SqliteStore(
         then: ClaimAfter,
     ) -> tuple[int, ClaimedTask | None]:
         """The append, then the named claim (ADR-0121): sqlite has no round trip to save,
-        and a claim right after the append's commit finds what one inside it would."""
+        and a claim right after the append's commit finds what one inside it would. Told
+        the log the claimer holds (`then.known`), it reads only what came after it
+        where that is the truth (ADR-0122)."""
         last_seq = await self.append(
             claim, expected_seq, events, deliveries=deliveries, next_state=next_state
         )
@@ -107,6 +110,7 @@ class SqliteStore(
                 offers=then.offers,
                 job_starts=then.job_starts,
                 only=(then.task_id,),
+                known=then.known,
             )
         except StoreError:
             return last_seq, None  # left claimable, as any task
@@ -124,11 +128,13 @@ class SqliteStore(
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
         only: Collection[str] | None = None,
+        known: KnownLog | None = None,
     ) -> list[ClaimedTask]:
         """One claim after another, each read after it: sqlite has one writer at a time
         and no round trip to save. A claim already made is never dropped: past the first,
         a store error ends the batch, and a failed read leaves the task to its claimer.
-        A fresh job is started (`job_starts`) by a fenced append right after its claim."""
+        A fresh job is started (`job_starts`) by a fenced append right after its claim.
+        `known` (append_and_claim's): the log the claimer holds of one task."""
         check_claim_limit(limit)
         claimed: list[ClaimedTask] = []
         for _ in range(limit):
@@ -144,13 +150,25 @@ class SqliteStore(
                 break
             loaded: LoadedTask | None
             try:
-                loaded = await self.load(claim.task_id, snapshot_version)
+                loaded = await self._load_claimed(claim, snapshot_version, known)
             except StoreError:
                 loaded = None
             if loaded is not None and job_starts is not None and not claim.taken_over:
                 loaded = await self._start_job(claim, loaded, job_starts, snapshot_version)
             claimed.append(ClaimedTask(claim, loaded))
         return claimed
+
+    async def _load_claimed(self, claim: Claim, version: str, known: KnownLog | None) -> LoadedTask:
+        """The task as its claimer reads it: only the log after `known`'s seq where the
+        claim is the one right after `known`'s and the log reaches that seq (its event
+        there is read too, to see it exists); else its snapshot and the log after it."""
+        if known is None or known.task_id != claim.task_id or known.epoch + 1 != claim.epoch:
+            return await self.load(claim.task_id, version)
+        events = await self.read_log(claim.task_id, after_seq=known.seq - 1)
+        if not events or events[0].seq != known.seq:
+            return await self.load(claim.task_id, version)
+        inbox = await self.read_inbox(claim.task_id)
+        return LoadedTask(None, events[1:], inbox, after_seq=known.seq)
 
     async def _start_job(
         self, claim: Claim, loaded: LoadedTask, starts: JobStarts, version: str
