@@ -25,12 +25,10 @@ from collections import Counter
 from pathlib import Path
 
 import held_job  # the sibling module: bench/ is on sys.path
-import psycopg
 from common import fresh_schema, parser
-from idle_wakeups import settled
+from idle_wakeups import counted, settled
 from worker import Bench, ms, table
 
-from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.client.job_tasks import job_task
 
@@ -177,18 +175,7 @@ def main() -> None:
     chosen = options.parse_args()
     fleets = chosen.workers or [1, 3, 10 if chosen.quick else 50]
     # 50 workers of 2 slots hold about 6 connections each (their pool, claims, LISTEN).
-    settings = {"shared_preload_libraries": "pg_stat_statements", "max_connections": "600"}
-    embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
-    try:
-        dsn = chosen.dsn or embedded.start()
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
-        asyncio.run(run(dsn, fleets))
-    except Exception as error:  # a bench reports, it does not fail the make target
-        print(f"bench failed: {error!r}")
-    finally:
-        embedded.stop()
-        shutil.rmtree(embedded.root, ignore_errors=True)
+    counted(chosen.dsn, 600, lambda dsn: run(dsn, fleets))
 
 
 if __name__ == "__main__":
