@@ -6,7 +6,8 @@ each in the idle registry; then a burst of 2N jobs that hold their slot until th
 releases them, created in one bulk create (`enqueue_many`) or one create after another
 (each awaited: submits close together). Measured from the first create: the time until a
 first job is claimed and until every worker holds two (the burst spread over the whole
-fleet; "created": until the last create returned), and the statements the server ran for
+fleet; "created": until the last create returned, beside the same creates made just before
+in a queue nobody serves, which call nobody), and the statements the server ran for
 the burst until then (pg_stat_statements, every session's, the bench's own reads left
 out), per job; and how often the creating session, sampled while it created, was waiting
 on the wake-up lock (`Lock:advisory`: a registration holds it exclusively, ADR-0087).
@@ -31,6 +32,7 @@ from worker import Bench, ms, table
 
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.client.job_tasks import job_task
+from noeta.core.ports.store import NewTask
 
 BENCH = Path(__file__).parent
 SLOTS = 2
@@ -60,6 +62,15 @@ async def burst(bench: Bench, workers: int, queue: str, bulk: bool, round_: int)
         for n in range(workers * SLOTS)
     ]
     await bench.until(lambda: settled(bench, workers), "every worker waits idle", 300)
+    # The same creates in a queue nobody serves, the fleet idle beside them: what a create
+    # costs on this machine at this moment without a call.
+    alone = [
+        job_task(f"{queue}-{round_}-alone-{n}", held_job.held, {"release": ""}, "nobody", None)  # type: ignore[arg-type]
+        for n in range(len(jobs))
+    ]
+    began = time.monotonic()
+    await create(bench, alone, bulk)
+    uncalled = time.monotonic() - began
     await bench.admin.execute(RESET)
     first = spread = None
     waits: list[str | None] = []  # what the creating session waited on, sampled
@@ -81,11 +92,7 @@ async def burst(bench: Bench, workers: int, queue: str, bulk: bool, round_: int)
     created: float | None = None
     watching = asyncio.create_task(watch())
     try:
-        if bulk:
-            await bench.store.create_tasks(jobs)
-        else:
-            for job in jobs:
-                await bench.store.create_task(job)
+        await create(bench, jobs, bulk)
         created = time.monotonic() - started
     finally:
         await watching
@@ -104,12 +111,21 @@ async def burst(bench: Bench, workers: int, queue: str, bulk: bool, round_: int)
         f"{workers} x {SLOTS}",
         "one bulk create" if bulk else "one create at a time",
         str(len(jobs)),
+        ms(uncalled),
         ms(created or 0),
         f"{advisory:.0%}",
         "-" if first is None else ms(first),
         shown,
         f"{statements / len(jobs):.1f}",
     ]
+
+
+async def create(bench: Bench, jobs: list[NewTask], bulk: bool) -> None:
+    if bulk:
+        await bench.store.create_tasks(jobs)
+    else:
+        for job in jobs:
+            await bench.store.create_task(job)
 
 
 async def left_none(bench: Bench, queue: str) -> bool:
@@ -159,6 +175,7 @@ async def run(dsn: str, fleets: list[int]) -> None:
             "workers x slots",
             "created by",
             "jobs",
+            "created ms, nobody called",
             "created ms",
             "creator on wake lock",
             "first claimed ms",
