@@ -1,4 +1,4 @@
-"""How an idle fleet takes a burst (issue 28 item 4, ADR-0087, ADR-0122), on real `noeta
+"""How an idle fleet takes a burst (issue 28 item 4, ADR-0087, ADR-0123), on real `noeta
 worker` processes and a private PostgreSQL (fsync on) with pg_stat_statements.
 
 N idle workers of 2 slots (--poll 300, --lease 3600: no poll and no refresh falls inside),

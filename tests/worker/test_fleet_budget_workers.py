@@ -101,5 +101,5 @@ async def test_a_budget_stops_the_fleet_at_the_right_call_on_every_worker(
     print(f"{len(called)} calls at $0.15, {len(refused)} refused; overshoot ${overshoot}")
     assert overshoot <= len(WORKERS) * max(billed)
     # Every worker took from the same budget: calls and refusals came from all three (each
-    # of the first creates calls a worker waiting idle; ADR-0122).
+    # of the first creates calls a worker waiting idle; ADR-0123).
     assert {owner for owner, _ in called + refused} == set(WORKERS)

@@ -1,4 +1,4 @@
-"""An idle fleet takes a burst together (issue 28 item 4, ADR-0122): three idle workers of
+"""An idle fleet takes a burst together (issue 28 item 4, ADR-0123): three idle workers of
 two slots each, six jobs that block until the test releases them, created in one bulk
 create, in six creates, or in six each made once the one before is claimed: every
 worker holds two before any is released. The poll is 600 s, so only calls spread the
