@@ -21,7 +21,7 @@ import os
 import shutil
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import noop_job  # the sibling module: bench/ is on sys.path
@@ -192,14 +192,24 @@ def main() -> None:
     chosen = options.parse_args()
     idle_counts = [(1, 1), (1, 4), (10 if chosen.quick else 50, 1)]
     # 50 workers hold 4 connections each (a pool of concurrency + 2, and their LISTEN).
-    settings = {"shared_preload_libraries": "pg_stat_statements", "max_connections": "300"}
+    counted(chosen.dsn, 300, lambda dsn: run(dsn, idle_counts, chosen.seconds))
+
+
+def counted(dsn: str | None, connections: int, work: Callable[[str], Awaitable[None]]) -> None:
+    """Run `work` on the server at `dsn`, else on a private one (fsync on) that allows
+    `connections`, with pg_stat_statements; a failure is printed, not raised (a bench
+    reports, it does not fail the make target)."""
+    settings = {
+        "shared_preload_libraries": "pg_stat_statements",
+        "max_connections": str(connections),
+    }
     embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
     try:
-        dsn = chosen.dsn or embedded.start()
+        dsn = dsn or embedded.start()
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
-        asyncio.run(run(dsn, idle_counts, chosen.seconds))
-    except Exception as error:  # a bench reports, it does not fail the make target
+        asyncio.run(work(dsn))
+    except Exception as error:
         print(f"bench failed: {error!r}")
     finally:
         embedded.stop()

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from decimal import Decimal
 
+import psycopg
+
 from noeta.core.ports.fleet_budgets import FleetBudget, current_spend
 from noeta.core.ports.model_limits import ModelLimiter
 from noeta.core.ports.store import NewEvent, NewTask, Store
@@ -22,6 +24,7 @@ MODEL = "anthropic:claude-haiku-4-5"  # a bundled price: $1 in, $5 out per milli
 WORKERS = ("a", "b", "c")
 TASKS = 24
 AMOUNT = Decimal("1.00")
+IDLE_WORKERS = "SELECT count(*) FROM idle_workers"
 REPLY = Reply(text="done", input_tokens=100_000, output_tokens=10_000)  # $0.15 a call
 
 
@@ -36,16 +39,18 @@ async def test_a_budget_stops_the_fleet_at_the_right_call_on_every_worker(
         # One call at a time each, a lease no loaded machine lapses: three calls in flight
         # at most, and no re-sent request to blur the count.
         for name in WORKERS:
-            # Each looks for work every 0.1 s too: a create wakes one idle worker, and a busy
-            # one's finish carries its next claim (ADR-0116), so without polls one worker
-            # could take every task (seen in a clean-clone CI run).
-            workers(postgres_url, name, env=env, concurrency=1, lease=30, poll=0.1)
-        registry = store.capabilities.workers
+            workers(postgres_url, name, env=env, concurrency=1, lease=30)
 
-        async def all_live() -> bool:
-            return len(await registry.live_workers()) == len(WORKERS)
+        # Waiting in the idle registry, not only live: a worker is live (in `workers`)
+        # before it warms up (about a second under load) and listens. A burst created
+        # before then ran on the first worker ready, while the others warmed up (two
+        # clean-clone CI runs: 'a' took none, then one took all 24).
+        async def all_idle() -> bool:
+            async with await psycopg.AsyncConnection.connect(postgres_url) as admin:
+                row = await (await admin.execute(IDLE_WORKERS)).fetchone()
+            return row is not None and row[0] == len(WORKERS)
 
-        await until(all_live, "every worker has registered", within=60)
+        await until(all_idle, "every worker waits idle", within=60)
         ids = [f"t{n:02}" for n in range(TASKS)]
         created = events.TaskCreated(model=MODEL, prompt="hello", tools=())
         for task_id in ids:
@@ -95,5 +100,6 @@ async def test_a_budget_stops_the_fleet_at_the_right_call_on_every_worker(
     overshoot = spent - AMOUNT
     print(f"{len(called)} calls at $0.15, {len(refused)} refused; overshoot ${overshoot}")
     assert overshoot <= len(WORKERS) * max(billed)
-    # More than one worker took from the same budget (polling, each finds some of the 24).
-    assert len({owner for owner, _ in called + refused}) >= 2
+    # Every worker took from the same budget: calls and refusals came from all three (each
+    # of the first creates calls a worker waiting idle; ADR-0123).
+    assert {owner for owner, _ in called + refused} == set(WORKERS)
