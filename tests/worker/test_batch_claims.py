@@ -1,5 +1,6 @@
-"""The claim loop fills every free slot with one claim, and each run starts from the task
-as its claim read it: no load of its own (ADR-0060).
+"""The claim loop fills the free slots with claims of at most half its slots, the next
+sent before the runs of the last one write (ADR-0122), and each run starts from the task as
+its claim read it: no load of its own (ADR-0060).
 
 The worker runs in this process against a real PostgreSQL; the store is wrapped only to
 record which calls the worker made.
@@ -17,6 +18,7 @@ import pytest
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.config import Config
 from noeta.core.ports.store import Claim, ClaimedTask, Finish, JobStarts, LoadedTask, Store
+from noeta.core.runner.task import RunResult
 from noeta.plugins.toolbox import Toolbox
 from noeta.worker.settings import WorkerSettings
 from noeta.worker.worker import Worker
@@ -25,12 +27,14 @@ from .conftest import add_task, status_of, until
 
 
 class RecordedCalls:
-    """The real store; its claims (limit asked, tasks claimed) and loads are recorded."""
+    """The real store; its claims (limit asked, tasks claimed) and loads are recorded, and
+    the order of the claims sent and the appends sent."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self.claims: list[tuple[int, int]] = []
         self.loads: list[str] = []
+        self.sent: list[str] = []  # "claim", or "run <task id>" as a run begins
 
     async def claim_and_load(
         self,
@@ -44,6 +48,7 @@ class RecordedCalls:
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
     ) -> list[ClaimedTask]:
+        self.sent.append("claim")
         claimed = await self._store.claim_and_load(
             worker,
             queues,
@@ -72,14 +77,23 @@ async def toolbox() -> AsyncIterator[Toolbox]:
     await box.close()
 
 
-async def test_free_slots_are_filled_by_one_claim_that_reads_the_tasks(
+async def test_free_slots_are_filled_by_half_claims_sent_before_their_runs_write(
     store: Store, tmp_path: Path, toolbox: Toolbox
 ) -> None:
+    """Four free slots and four tasks: a claim of two, and the next claim of two is sent
+    before the first two runs begin, so the store works on it while they run."""
     ids = [f"t{n}" for n in range(4)]
     for task_id in ids:
         await add_task(store, tmp_path, task_id, {"text": "done"})
     recorded = RecordedCalls(store)
     runner = toolbox.runner(recorded, ProviderRegistry())
+    run = runner.run
+
+    async def recorded_run(claim: Claim, loaded: LoadedTask | None = None) -> RunResult:
+        recorded.sent.append(f"run {claim.task_id}")
+        return await run(claim, loaded)
+
+    runner.run = recorded_run  # type: ignore[method-assign]
     settings = WorkerSettings("w", concurrency=4, lease_seconds=30, poll_seconds=0.2)
     worker = Worker(recorded, runner, settings)
     stop = asyncio.Event()
@@ -93,7 +107,8 @@ async def test_free_slots_are_filled_by_one_claim_that_reads_the_tasks(
     finally:
         stop.set()
         await running
-    assert recorded.claims[0] == (4, 4)  # four free slots, one claim statement
+    assert recorded.claims[:2] == [(2, 2), (2, 2)]  # half the slots a claim
+    assert recorded.sent[:2] == ["claim", "claim"]  # the second before the first's runs
     assert recorded.loads == []  # each run started from what its claim read
 
 
