@@ -219,8 +219,8 @@ class Worker(ContinuingClaims):
             await asyncio.sleep(metrics.QUEUE_DEPTH_SECONDS)
 
     async def _free_slots(self, most: int) -> int:
-        """Take every slot that is free now (up to a claim's limit, with the one held),
-        without waiting: acquire() returns at once while the semaphore is not locked, and
+        """Take up to `most` more of the slots free now (the claim's size, less the one
+        held), without waiting: acquire() returns at once while the semaphore is not locked, and
         one that a resuming or adopted claim waits for is locked (it has waiters), so
         none is taken from them."""
         taken = 0
@@ -230,9 +230,10 @@ class Worker(ContinuingClaims):
         return taken
 
     async def _claim_free_slots(self) -> int:
-        """One claim statement fills every slot free now (ADR-0060); the runs it starts
-        send their first write before this loop's next statement (a pickup's, else it
-        waits behind the registration's)."""
+        """One claim statement fills the slots free now, half the worker's at most
+        (ADR-0060, ADR-0122). The runs it starts send their first write before this loop's
+        next statement (a pickup's, else it waits behind the registration's), unless it
+        came back full with slots still free: then the next claim goes first."""
         slots = 1 + await self._free_slots(min(self._claim_size, MAX_CLAIM_BATCH) - 1)
         if self.registration is not None:
             self.registration.claiming()
