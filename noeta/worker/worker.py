@@ -93,9 +93,9 @@ class Worker(ContinuingClaims):
         self.adopted: dict[ClaimKey, Claim] = {}
         self.quiet_canvases: dict[str, None] = {}  # continuing.follow_on's
         self._slots = asyncio.Semaphore(settings.concurrency)
-        # At most half the slots a claim: the other half's claim is in flight while this
-        # one's runs do their Python (ADR-0122).
-        self._claim_size = max(1, (settings.concurrency + 1) // 2)
+        # A claim that starts jobs takes at most half the slots: the other half's claim is
+        # in flight while this one's runs do their Python (ADR-0122).
+        self._job_claim_size = max(1, (settings.concurrency + 1) // 2)
         self._wake = asyncio.Event()
         self._stopping = False
         self._began: datetime | None = None  # the store's clock as this run began
@@ -230,11 +230,14 @@ class Worker(ContinuingClaims):
         return taken
 
     async def _claim_free_slots(self) -> int:
-        """One claim statement fills the slots free now, half the worker's at most
-        (ADR-0060, ADR-0122). The runs it starts send their first write before this loop's
-        next statement (a pickup's, else it waits behind the registration's), unless it
-        came back full with slots still free: then the next claim goes first."""
-        slots = 1 + await self._free_slots(min(self._claim_size, MAX_CLAIM_BATCH) - 1)
+        """One claim statement fills the slots free now (ADR-0060); one that starts jobs,
+        half the worker's at most (ADR-0122). The runs it starts send their first write
+        before this loop's next statement (a pickup's, else it waits behind the
+        registration's), unless it came back full with slots still free: then the next
+        claim goes first."""
+        starts_jobs = self._claim_form.starts(self.runner.job_starts) is not None
+        size = self._job_claim_size if starts_jobs else MAX_CLAIM_BATCH
+        slots = 1 + await self._free_slots(size - 1)
         if self.registration is not None:
             self.registration.claiming()
         started = await self._claim(slots)
