@@ -94,7 +94,7 @@ class Worker(ContinuingClaims):
         self.quiet_canvases: dict[str, None] = {}  # continuing.follow_on's
         self._slots = asyncio.Semaphore(settings.concurrency)
         # A claim that starts jobs takes at most half the slots: the other half's claim is
-        # in flight while this one's runs do their Python (ADR-0122).
+        # in flight while this one's runs do their Python (ADR-0124).
         self._job_claim_size = max(1, (settings.concurrency + 1) // 2)
         self._wake = asyncio.Event()
         self._stopping = False
@@ -231,7 +231,7 @@ class Worker(ContinuingClaims):
 
     async def _claim_free_slots(self) -> int:
         """One claim statement fills the slots free now (ADR-0060); one that starts jobs,
-        half the worker's at most (ADR-0122). The runs it starts send their first write
+        half the worker's at most (ADR-0124). The runs it starts send their first write
         before this loop's next statement (a pickup's, else it waits behind the
         registration's), unless it came back full with slots still free: then the next
         claim goes first."""
@@ -248,7 +248,7 @@ class Worker(ContinuingClaims):
         if started and (started < slots or self._slots.locked()):
             await asyncio.sleep(0)  # one turn of the loop: each new run to its first await
         # else a full claim with slots still free: the next claim goes first, and these
-        # runs do their Python while it is in flight (ADR-0122)
+        # runs do their Python while it is in flight (ADR-0124)
         return started
 
     async def _claim(self, slots: int) -> int:

@@ -1,5 +1,5 @@
 """The claim loop fills every free slot with one claim (ADR-0060), but a claim that starts
-jobs takes at most half the slots and the next is sent before its runs begin (ADR-0122);
+jobs takes at most half the slots and the next is sent before its runs begin (ADR-0124);
 each run starts from the task as its claim read it: no load of its own.
 
 The worker runs in this process against a real PostgreSQL; the store is wrapped only to
@@ -132,7 +132,7 @@ async def test_jobs_are_claimed_half_the_slots_at_a_time_the_next_before_their_r
 ) -> None:
     """Four free slots and four fresh jobs: a claim of two that starts them, and the next
     claim of two is sent before the first two runs begin, so the store works on it while
-    they run (ADR-0122)."""
+    they run (ADR-0124)."""
     ids = [f"j{n}" for n in range(4)]
     for task_id in ids:
         await store.create_task(job_task(task_id, nothing, {}, "default", None))
