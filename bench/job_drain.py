@@ -5,8 +5,9 @@ says whose code ran: a checkout where the claim starts a job updates its row onc
 Run from outside any checkout (a worker's working directory must not shadow PYTHONPATH):
   cd /tmp && <venv>/bin/python <checkout>/bench/job_drain.py --tree main=<a checkout> \
       --tree new=<another> [--jobs 2000] [--rounds 2]
-Each round drains a fresh batch per checkout and per process count (1, 2), concurrency
-16 a process, as bench/jobs.py does; the order of the checkouts alternates by round.
+Each round drains a fresh batch per checkout, per concurrency (`--concurrency`, repeatable;
+16 a process by default, as bench/jobs.py) and per process count (1, 2); the order of the
+checkouts alternates by round.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ SELECT n_tup_upd FROM pg_stat_user_tables
 
 
 async def drain(
-    bench: Bench, job_bench: jobs.JobBench, tree: str, label: str, count: int, processes: int
+    bench: Bench,
+    job_bench: jobs.JobBench,
+    tree: str,
+    label: str,
+    count: int,
+    processes: int,
+    concurrency: int = jobs.CONCURRENCY,
 ) -> list[float]:
     """[jobs/s, worker CPU ms, server CPU ms, task-row updates] a job, less the release."""
     job_bench.env["PYTHONPATH"] = os.pathsep.join([str(jobs.BENCH), tree])
@@ -35,7 +42,7 @@ async def drain(
     ids = await job_bench.held_back(queue, count, "1 hour")
     names = [f"{queue}-w{i}" for i in range(processes)]
     postmaster = bench.postmaster
-    async with bench.workers(names, queue, concurrency=jobs.CONCURRENCY, env=job_bench.env) as up:
+    async with bench.workers(names, queue, concurrency=concurrency, env=job_bench.env) as up:
         await bench.admin.execute("SELECT pg_stat_force_next_flush()")
         updates = await bench.value(UPDATES)
         worker_cpu = sum(cpu_seconds(w.pid) for w in up)
@@ -60,28 +67,46 @@ async def _flushed(bench: Bench) -> bool:
     return bool(others == 0)
 
 
-async def run(dsn: str, trees: dict[str, str], count: int, rounds: int, function: str) -> None:
-    results: dict[tuple[str, int], list[list[float]]] = {}
+async def run(
+    dsn: str,
+    trees: dict[str, str],
+    count: int,
+    rounds: int,
+    function: str,
+    concurrencies: list[int],
+    process_counts: list[int],
+) -> None:
+    results: dict[tuple[str, int, int], list[list[float]]] = {}
     async with fresh_bench(dsn) as bench:
         bench.postmaster = await find_postmaster(bench)
         job_bench = jobs.JobBench(bench, noop_job.FUNCTIONS[function])
         for number in range(rounds):
             order = list(trees.items())
             for name, tree in order if number % 2 == 0 else reversed(order):
-                for processes in (1, 2):
-                    label = f"{name}-r{number}"
-                    figures = await drain(bench, job_bench, tree, label, count, processes)
-                    results.setdefault((name, processes), []).append(figures)
-                    shown = ", ".join(f"{x:,.2f}" for x in figures)
-                    print(f"  {name} x{processes} round {number}: {shown}", flush=True)
-    print(f"\n{count:,} {function} jobs a drain, concurrency {jobs.CONCURRENCY} a process")
-    print("checkout  procs  jobs/s (each run)  worker CPU ms/job  server CPU ms/job  row updates")
-    for (name, processes), runs in results.items():
+                for concurrency in concurrencies:
+                    for processes in process_counts:
+                        label = f"{name}-r{number}-c{concurrency}"
+                        figures = await drain(
+                            bench, job_bench, tree, label, count, processes, concurrency
+                        )
+                        results.setdefault((name, concurrency, processes), []).append(figures)
+                        shown = ", ".join(f"{x:,.2f}" for x in figures)
+                        print(
+                            f"  {name} c{concurrency} x{processes} round {number}: {shown}",
+                            flush=True,
+                        )
+    print(f"\n{count:,} {function} jobs a drain")
+    print(
+        "checkout  conc  procs  jobs/s (each run)  worker CPU ms/job  server CPU ms/job"
+        "  row updates"
+    )
+    for (name, concurrency, processes), runs in results.items():
         columns = [
             " / ".join(f"{run[i]:,.{0 if i == 0 else 2}f}" for run in runs) for i in range(4)
         ]
         print(
-            f"{name:9} {processes:5}  {columns[0]:18} {columns[1]:18} {columns[2]:17} {columns[3]}"
+            f"{name:9} {concurrency:4} {processes:5}  {columns[0]:18} {columns[1]:18}"
+            f" {columns[2]:17} {columns[3]}"
         )
 
 
@@ -96,11 +121,32 @@ def main() -> None:
         default="noop",
         help="the no-op drained: noop (sync: run in a thread) or noop_async (the peers' kind)",
     )
+    arguments.add_argument(
+        "--concurrency",
+        type=int,
+        action="append",
+        help=f"a worker's concurrency, repeatable (default {jobs.CONCURRENCY})",
+    )
+    arguments.add_argument(
+        "--processes", type=int, action="append", help="worker processes, repeatable (1 and 2)"
+    )
     arguments.add_argument("--dsn")
     options = arguments.parse_args()
+    concurrencies = options.concurrency or [jobs.CONCURRENCY]
+    process_counts = options.processes or [1, 2]
     trees = dict(tree.split("=", 1) for tree in options.tree)
     with server(options.dsn) as dsn:
-        asyncio.run(run(dsn, trees, options.jobs, options.rounds, options.function))
+        asyncio.run(
+            run(
+                dsn,
+                trees,
+                options.jobs,
+                options.rounds,
+                options.function,
+                concurrencies,
+                process_counts,
+            )
+        )
     print(f"\nload average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -99,6 +99,9 @@ class Worker(ContinuingClaims):
         self.adopted: dict[ClaimKey, Claim] = {}
         self.quiet_canvases: dict[str, None] = {}  # continuing.follow_on's
         self._slots = asyncio.Semaphore(settings.concurrency)
+        # A claim that starts jobs takes at most half the slots: the other half's claim is
+        # in flight while this one's runs do their Python (ADR-0124).
+        self._job_claim_size = max(1, (settings.concurrency + 1) // 2)
         self._wake = asyncio.Event()
         self._stopping = False
         self._began: datetime | None = None  # the store's clock as this run began
@@ -221,22 +224,26 @@ class Worker(ContinuingClaims):
                 await metrics.measure_queue_depth(self.store, self.settings.queues)
             await asyncio.sleep(metrics.QUEUE_DEPTH_SECONDS)
 
-    async def _free_slots(self) -> int:
-        """Take every slot that is free now (up to a claim's limit, with the one held),
-        without waiting: acquire() returns at once while the semaphore is not locked, and
+    async def _free_slots(self, most: int) -> int:
+        """Take up to `most` more of the slots free now (the claim's size, less the one
+        held), without waiting: acquire() returns at once while the semaphore is not locked, and
         one that a resuming or adopted claim waits for is locked (it has waiters), so
         none is taken from them."""
         taken = 0
-        while taken < MAX_CLAIM_BATCH - 1 and not self._slots.locked():
+        while taken < most and not self._slots.locked():
             await self._slots.acquire()
             taken += 1
         return taken
 
     async def _claim_free_slots(self) -> int:
-        """One claim statement fills every slot free now (ADR-0060); the runs it starts
-        send their first write before this loop's next statement (a pickup's, else it
-        waits behind the registration's)."""
-        slots = 1 + await self._free_slots()
+        """One claim statement fills the slots free now (ADR-0060); one that starts jobs,
+        half the worker's at most (ADR-0124). The runs it starts send their first write
+        before this loop's next statement (a pickup's, else it waits behind the
+        registration's), unless it came back full with slots still free: then the next
+        claim goes first."""
+        starts_jobs = self._claim_form.starts(self.runner.job_starts) is not None
+        size = self._job_claim_size if starts_jobs else MAX_CLAIM_BATCH
+        slots = 1 + await self._free_slots(size - 1)
         if self.registration is not None:
             self.registration.claiming()
         started = await self._claim(slots)
@@ -244,8 +251,10 @@ class Worker(ContinuingClaims):
             self._slots.release()
         if self.registration is not None:
             self.registration.claimed(started, failed=self._claim_failures > 0)
-        if started:
+        if started and (started < slots or self._slots.locked()):
             await asyncio.sleep(0)  # one turn of the loop: each new run to its first await
+        # else a full claim with slots still free: the next claim goes first, and these
+        # runs do their Python while it is in flight (ADR-0124)
         return started
 
     async def _claim(self, slots: int) -> int:

@@ -1,5 +1,6 @@
-"""The claim loop fills every free slot with one claim, and each run starts from the task
-as its claim read it: no load of its own (ADR-0060).
+"""The claim loop fills every free slot with one claim (ADR-0060), but a claim that starts
+jobs takes at most half the slots and the next is sent before its runs begin (ADR-0124);
+each run starts from the task as its claim read it: no load of its own.
 
 The worker runs in this process against a real PostgreSQL; the store is wrapped only to
 record which calls the worker made.
@@ -14,9 +15,13 @@ from typing import Any
 
 import pytest
 
+import noeta
 from noeta.backends.models.registry import ProviderRegistry
+from noeta.client.job_tasks import job_task
 from noeta.config import Config
 from noeta.core.ports.store import Claim, ClaimedTask, Finish, JobStarts, LoadedTask, Store
+from noeta.core.runner.task import RunResult, TaskRunner
+from noeta.plugins.loading import module_pin
 from noeta.plugins.toolbox import Toolbox
 from noeta.worker.settings import WorkerSettings
 from noeta.worker.worker import Worker
@@ -25,12 +30,15 @@ from .conftest import add_task, status_of, until
 
 
 class RecordedCalls:
-    """The real store; its claims (limit asked, tasks claimed) and loads are recorded."""
+    """The real store; its claims (limit asked, tasks claimed) and loads are recorded, and
+    the order of the claims sent and the appends sent."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self.claims: list[tuple[int, int]] = []
         self.loads: list[str] = []
+        self.sent: list[str] = []  # "claim", or "run <task id>" as a run begins
+        self.started = 0  # jobs their claim started (ADR-0101)
 
     async def claim_and_load(
         self,
@@ -44,6 +52,7 @@ class RecordedCalls:
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
     ) -> list[ClaimedTask]:
+        self.sent.append("claim")
         claimed = await self._store.claim_and_load(
             worker,
             queues,
@@ -55,6 +64,7 @@ class RecordedCalls:
             job_starts=job_starts,
         )
         self.claims.append((limit, len(claimed)))
+        self.started += sum(1 for each in claimed if each.loaded and each.loaded.started_by_claim)
         return claimed
 
     async def load(self, task_id: str, snapshot_version: str) -> LoadedTask:
@@ -72,6 +82,31 @@ async def toolbox() -> AsyncIterator[Toolbox]:
     await box.close()
 
 
+def recording_runs(runner: TaskRunner, recorded: RecordedCalls) -> None:
+    """Each run, as it begins, is written down in `recorded.sent`."""
+    run = runner.run
+
+    async def recorded_run(claim: Claim, loaded: LoadedTask | None = None) -> RunResult:
+        recorded.sent.append(f"run {claim.task_id}")
+        return await run(claim, loaded)
+
+    runner.run = recorded_run  # type: ignore[method-assign]
+
+
+async def run_until_done(worker: Worker, store: Store, ids: list[str]) -> None:
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+
+        async def all_done() -> bool:
+            return all([await status_of(store, task_id) == "done" for task_id in ids])
+
+        await until(all_done, f"the {len(ids)} tasks finish")
+    finally:
+        stop.set()
+        await running
+
+
 async def test_free_slots_are_filled_by_one_claim_that_reads_the_tasks(
     store: Store, tmp_path: Path, toolbox: Toolbox
 ) -> None:
@@ -80,21 +115,41 @@ async def test_free_slots_are_filled_by_one_claim_that_reads_the_tasks(
         await add_task(store, tmp_path, task_id, {"text": "done"})
     recorded = RecordedCalls(store)
     runner = toolbox.runner(recorded, ProviderRegistry())
+    runner.pins = None  # a runner that starts no job by its claim (ADR-0101)
     settings = WorkerSettings("w", concurrency=4, lease_seconds=30, poll_seconds=0.2)
-    worker = Worker(recorded, runner, settings)
-    stop = asyncio.Event()
-    running = asyncio.create_task(worker.run(stop))
-    try:
-
-        async def all_done() -> bool:
-            return all([await status_of(store, task_id) == "done" for task_id in ids])
-
-        await until(all_done, "the four tasks finish")
-    finally:
-        stop.set()
-        await running
+    await run_until_done(Worker(recorded, runner, settings), store, ids)
     assert recorded.claims[0] == (4, 4)  # four free slots, one claim statement
     assert recorded.loads == []  # each run started from what its claim read
+
+
+@noeta.tool(retry_safe=True)
+async def nothing() -> None:
+    """A no-op job: what is observed is the claim loop around it."""
+
+
+async def test_jobs_are_claimed_half_the_slots_at_a_time_the_next_before_their_runs(
+    store: Store,
+) -> None:
+    """Four free slots and four fresh jobs: a claim of two that starts them, and the next
+    claim of two is sent before the first two runs begin, so the store works on it while
+    they run (ADR-0124)."""
+    ids = [f"j{n}" for n in range(4)]
+    for task_id in ids:
+        await store.create_task(job_task(task_id, nothing, {}, "default", None))
+    recorded = RecordedCalls(store)
+    runner = TaskRunner(
+        recorded,  # type: ignore[arg-type]
+        ProviderRegistry(),
+        tools={nothing.name: nothing},
+        pins=(module_pin(nothing.module),),
+    )
+    recording_runs(runner, recorded)
+    settings = WorkerSettings("w", concurrency=4, lease_seconds=30, poll_seconds=0.2)
+    await run_until_done(Worker(recorded, runner, settings), store, ids)
+    assert recorded.claims[:2] == [(2, 2), (2, 2)]  # half the slots a claim
+    assert recorded.sent[:2] == ["claim", "claim"]  # the second before the first's runs
+    assert recorded.started == 4  # each started by its claim
+    assert recorded.loads == []
 
 
 class GatedFinish:
