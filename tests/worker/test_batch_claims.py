@@ -123,7 +123,7 @@ async def test_free_slots_are_filled_by_one_claim_that_reads_the_tasks(
 
 
 @noeta.tool(retry_safe=True)
-async def nothing() -> None:
+async def batch_claims_noop() -> None:
     """A no-op job: what is observed is the claim loop around it."""
 
 
@@ -135,13 +135,13 @@ async def test_jobs_are_claimed_half_the_slots_at_a_time_the_next_before_their_r
     they run (ADR-0124)."""
     ids = [f"j{n}" for n in range(4)]
     for task_id in ids:
-        await store.create_task(job_task(task_id, nothing, {}, "default", None))
+        await store.create_task(job_task(task_id, batch_claims_noop, {}, "default", None))
     recorded = RecordedCalls(store)
     runner = TaskRunner(
         recorded,  # type: ignore[arg-type]
         ProviderRegistry(),
-        tools={nothing.name: nothing},
-        pins=(module_pin(nothing.module),),
+        tools={batch_claims_noop.name: batch_claims_noop},
+        pins=(module_pin(batch_claims_noop.module),),
     )
     recording_runs(runner, recorded)
     settings = WorkerSettings("w", concurrency=4, lease_seconds=30, poll_seconds=0.2)
