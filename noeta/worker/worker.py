@@ -239,10 +239,7 @@ class Worker(ContinuingClaims):
         if self.registration is not None:
             self.registration.claimed(started, failed=self._claim_failures > 0)
         if started:
-            # Two turns of the loop: each new run to its first write, which waits out one
-            # turn for the runs started with it (ADR-0122), then to that write's send.
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # one turn of the loop: each new run to its first await
         return started
 
     async def _claim(self, slots: int) -> int:
