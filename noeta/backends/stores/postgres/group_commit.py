@@ -3,7 +3,7 @@ one statement and one commit (`noeta_append_batch`); each run awaits the commit 
 carries its write, and a row the fence refuses is refused to its run alone. A claim that
 comes while a batch is in flight rides with the next one: the appends and the claim go in
 one round trip and one commit (ADR-0116). A write that finds nothing in flight waits out
-the turn of the event loop it came in, and the writes of that turn go with it (ADR-0122)."""
+the turn of the event loop it came in, and the writes of that turn go with it (ADR-0125)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ class GroupCommit:
             # The runs a commit wakes (or a claim starts) write in the same turn of the
             # loop: the first that finds nothing in flight waits that turn out, so they
             # share one commit rather than the first going alone and the rest after it
-            # (ADR-0122). Marked in flight meanwhile: those that come queue behind it.
+            # (ADR-0125). Marked in flight meanwhile: those that come queue behind it.
             self._in_flight = True
             try:
                 await asyncio.sleep(0)
