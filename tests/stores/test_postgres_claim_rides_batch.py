@@ -43,8 +43,8 @@ async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
 async def finishing_and_claiming(
     store: PostgresStore, claims: dict[str, Claim], ids: Sequence[str]
 ) -> tuple[list[object], list[ClaimedTask] | BaseException]:
-    """Every run finishes and a claim comes after them, all at once: the first finish
-    goes alone, the others queue behind it, and the claim rides with them."""
+    """Every run finishes and a claim comes after them, all in one turn of the loop: the
+    finishes go in one batch, and the claim rides with them."""
     finish = Finish(TaskStatus.DONE)
     outcomes = await asyncio.gather(
         *(store.append(claims[i], 1, [NewEvent("done", i)], next_state=finish) for i in ids),
@@ -78,8 +78,8 @@ async def test_a_claim_rides_with_the_finishes_queued_behind_a_batch(
     assert isinstance(claim, list)
     assert sorted(each.claim.task_id for each in claim) == new
     assert all(each.loaded is not None for each in claim)
-    # The first finish alone; the other finishes and the claim in one transaction.
-    assert await writing_transactions(postgres_url, ids, new) == 2
+    # The finishes and the claim in one transaction.
+    assert await writing_transactions(postgres_url, ids, new) == 1
     assert store._group_commit.claims_carried == 1
     for task_id in ids:
         task = await store.get_task(task_id)
@@ -92,7 +92,7 @@ async def test_a_refused_finish_beside_a_claim_is_refused_to_its_run_alone(
     ids = [f"s{n}" for n in range(RUNS)]
     claims = await claimed(store, ids)
     new = await new_tasks(store)
-    lost = ids[5]  # not the first: it goes with the claim
+    lost = ids[5]
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other:
         await other.execute(  # taken over by another worker, as a lapsed lease's claim does
             "UPDATE tasks SET owner = 'w2', owner_epoch = owner_epoch + 1 WHERE id = %s", [lost]
@@ -105,7 +105,7 @@ async def test_a_refused_finish_beside_a_claim_is_refused_to_its_run_alone(
     assert [e.seq for e in await store.read_log(lost)] == [1]
     assert isinstance(claim, list) and sorted(c.claim.task_id for c in claim) == new
     written = [i for i in ids if i != lost]
-    assert await writing_transactions(postgres_url, written, new) == 2
+    assert await writing_transactions(postgres_url, written, new) == 1
     assert store._group_commit.claims_carried == 1
 
 
@@ -155,12 +155,11 @@ async def test_a_batch_and_claim_whose_session_is_terminated_tell_each_once(
             await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
         outcomes = await asyncio.gather(*runs, claim, return_exceptions=True)
         await blocker.rollback()
-    assert outcomes[0] == 2  # the first went alone, before the batch
-    for outcome in outcomes[1:]:
+    for outcome in outcomes:  # sent in one turn: all in the batch, the claim with them
         assert isinstance(outcome, CommitUnknown | StoreUnavailable), outcome
     assert isinstance(outcomes[-1], CommitUnknown)  # the claim's: the worker adopts
-    assert len({id(outcome) for outcome in outcomes[1:]}) == RUNS  # each its own
-    for task_id in ids[1:]:  # the transaction never committed: nothing of it landed
+    assert len({id(outcome) for outcome in outcomes}) == RUNS + 1  # each its own
+    for task_id in ids:  # the transaction never committed: nothing of it landed
         assert [e.seq for e in await store.read_log(task_id)] == [1]
     for task_id in new:  # nor the claim
         task = await store.get_task(task_id)

@@ -31,6 +31,9 @@ BATCH_WAITING_ON_A_LOCK = """
 SELECT pid FROM pg_stat_activity
  WHERE query LIKE '%%noeta_append_batch(%%' AND wait_event_type = 'Lock'
 """
+ANY_WAITING_ON_A_LOCK = """
+SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+"""
 
 
 @pytest.fixture
@@ -52,6 +55,15 @@ async def writing_transactions(url: str, ids: Sequence[str]) -> int:
     return await count_of(url, WRITING_TRANSACTIONS, [list(ids)])
 
 
+async def queued_behind_the_first(store: PostgresStore) -> None:
+    """Turns of the loop until the other RUNS - 1 appends queued behind the first write."""
+    for _ in range(10_000):
+        if len(store._group_commit._queued) == RUNS - 1:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the appends never queued behind the first")
+
+
 async def count_of(url: str, query: str, params: object) -> int:
     """The one number `query` answers, on a connection of its own."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
@@ -61,7 +73,7 @@ async def count_of(url: str, query: str, params: object) -> int:
     return count
 
 
-async def test_concurrent_appends_share_one_commit_after_the_first(
+async def test_appends_sent_in_one_turn_of_the_loop_share_one_commit(
     store: PostgresStore, postgres_url: str
 ) -> None:
     ids = [f"t{n:02}" for n in range(RUNS)]
@@ -70,11 +82,47 @@ async def test_concurrent_appends_share_one_commit_after_the_first(
         *(store.append(claims[i], 1, [NewEvent("step", i), NewEvent("step", 2)]) for i in ids)
     )
     assert seqs == [3] * RUNS
-    # The first went alone; the others, arriving while it was in flight, in one batch.
-    assert await writing_transactions(postgres_url, ids) == 2
+    # Sent in the same turn of the loop: the first waited that turn out, the others joined.
+    assert await writing_transactions(postgres_url, ids) == 1
     for task_id in ids:
         log = await store.read_log(task_id)
         assert [(e.seq, e.type, e.data) for e in log[1:]] == [(2, "step", task_id), (3, "step", 2)]
+
+
+async def test_appends_that_come_while_one_is_in_flight_go_together_after_it(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    ids = [f"q{n:02}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    async with await psycopg.AsyncConnection.connect(postgres_url) as blocker:
+        # The first one's row is locked: its statement waits there, in flight.
+        await blocker.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", [ids[0]])
+        first = asyncio.ensure_future(store.append(claims[ids[0]], 1, [NewEvent("s", 0)]))
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            await backend_waiting_on_a_lock(admin, ANY_WAITING_ON_A_LOCK)
+        rest = [
+            asyncio.ensure_future(store.append(claims[i], 1, [NewEvent("s", i)])) for i in ids[1:]
+        ]
+        await queued_behind_the_first(store)
+        await blocker.rollback()
+    assert await first == 2
+    assert await asyncio.gather(*rest) == [2] * (RUNS - 1)
+    assert await writing_transactions(postgres_url, ids) == 2  # the first; then the rest
+
+
+async def test_a_first_write_cancelled_in_its_turn_leaves_the_others_sent(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    ids = [f"c{n:02}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    runs = [asyncio.ensure_future(store.append(claims[i], 1, [NewEvent("s", i)])) for i in ids]
+    await queued_behind_the_first(store)
+    runs[0].cancel()  # while it waits out its turn, before anything was sent
+    outcomes = await asyncio.gather(*runs, return_exceptions=True)
+    assert isinstance(outcomes[0], asyncio.CancelledError)
+    assert outcomes[1:] == [2] * (RUNS - 1)
+    assert [e.seq for e in await store.read_log(ids[0])] == [1]
+    assert await writing_transactions(postgres_url, ids[1:]) == 1
 
 
 AWKWARD = 'a "quote", a \\ backslash, \\u0000 as text, a NUL \x00, \u00e9, \U0001f600, \n'
@@ -87,7 +135,7 @@ async def test_awkward_texts_in_a_batch_are_stored_exactly(
     claims = await claimed(store, ids)
     data = {i: {"text": f"{AWKWARD}{i}", "list": [AWKWARD, 1.5, None]} for i in ids}
     await asyncio.gather(*(store.append(claims[i], 1, [NewEvent("step", data[i])]) for i in ids))
-    assert await writing_transactions(postgres_url, ids) == 2  # the batch carried them
+    assert await writing_transactions(postgres_url, ids) == 1  # the batch carried them
     for task_id in ids:
         (_, step) = await store.read_log(task_id)
         assert step.data == data[task_id]
@@ -116,7 +164,7 @@ async def test_a_batched_finish_is_announced_to_its_waiters_alone_and_finishes_t
                 break
             announced.append(notice.payload)
     assert sorted(announced) == sorted(awaited)
-    assert await writing_transactions(postgres_url, ids) == 2
+    assert await writing_transactions(postgres_url, ids) == 1
     for task_id in ids:
         task = await store.get_task(task_id)
         assert task is not None and task.status is TaskStatus.DONE
@@ -127,7 +175,7 @@ async def test_a_lost_claim_in_a_batch_is_refused_to_its_run_alone(
 ) -> None:
     ids = [f"s{n:02}" for n in range(RUNS)]
     claims = await claimed(store, ids)
-    lost = ids[5]  # not the first: it goes in the batch
+    lost = ids[5]
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other:
         await other.execute(  # taken over by another worker, as a lapsed lease's claim does
             "UPDATE tasks SET owner = 'w2', owner_epoch = owner_epoch + 1 WHERE id = %s", [lost]
@@ -143,7 +191,7 @@ async def test_a_lost_claim_in_a_batch_is_refused_to_its_run_alone(
     written = [i for i in ids if i != lost]
     assert all(o == 2 for i, o in zip(ids, outcomes, strict=True) if i != lost)
     assert [e.seq for e in await store.read_log(lost)] == [1]
-    assert await writing_transactions(postgres_url, written) == 2
+    assert await writing_transactions(postgres_url, written) == 1
 
 
 async def test_model_calls_share_the_commit_unless_a_limit_applies(
@@ -166,7 +214,7 @@ async def test_model_calls_share_the_commit_unless_a_limit_applies(
     assert [i for i in ids if budgets[i].taken.by_a_limit] == [ids[3]]
     [limit] = await store.model_limits()
     assert limit.calls == 1
-    assert await writing_transactions(postgres_url, [i for i in ids if i != ids[3]]) == 2
+    assert await writing_transactions(postgres_url, [i for i in ids if i != ids[3]]) == 1
 
 
 async def test_a_batch_whose_session_is_terminated_tells_each_run_once(
@@ -183,11 +231,10 @@ async def test_a_batch_whose_session_is_terminated_tells_each_run_once(
             await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
         outcomes = await asyncio.gather(*runs, return_exceptions=True)
         await blocker.rollback()
-    assert outcomes[0] == 2  # the first went alone, before the batch
-    for outcome in outcomes[1:]:
+    for outcome in outcomes:  # sent in one turn: all in the batch
         assert isinstance(outcome, CommitUnknown | StoreUnavailable)
-    assert len({id(outcome) for outcome in outcomes[1:]}) == RUNS - 1  # each its own
-    for task_id in ids[1:]:  # the statement never committed: nothing of it landed
+    assert len({id(outcome) for outcome in outcomes}) == RUNS  # each its own
+    for task_id in ids:  # the statement never committed: nothing of it landed
         assert [e.seq for e in await store.read_log(task_id)] == [1]
     # The store goes on: the next appends are written.
     assert await store.append(claims[ids[1]], 1, [NewEvent("s", 1)]) == 2
@@ -240,8 +287,13 @@ async def test_a_batch_cut_by_a_server_restart_gets_what_a_lone_write_gets(
 async def backend_of_waiting_batch(admin: psycopg.AsyncConnection[object]) -> int:
     """The pid of the batch statement once it waits on the locked row (polled: the
     batch's session is another process)."""
+    return await backend_waiting_on_a_lock(admin, BATCH_WAITING_ON_A_LOCK)
+
+
+async def backend_waiting_on_a_lock(admin: psycopg.AsyncConnection[object], query: str) -> int:
+    """The pid `query` finds once a statement waits on a locked row."""
     for _ in range(2000):
-        rows = await (await admin.execute(BATCH_WAITING_ON_A_LOCK)).fetchall()
+        rows = await (await admin.execute(query)).fetchall()  # type: ignore[arg-type]
         if rows:
             pid: int = rows[0][0]  # type: ignore[index]
             return pid

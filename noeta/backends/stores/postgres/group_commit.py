@@ -2,7 +2,8 @@
 one statement and one commit (`noeta_append_batch`); each run awaits the commit that
 carries its write, and a row the fence refuses is refused to its run alone. A claim that
 comes while a batch is in flight rides with the next one: the appends and the claim go in
-one round trip and one commit (ADR-0116)."""
+one round trip and one commit (ADR-0116). A write that finds nothing in flight waits out
+the turn of the event loop it came in, and the writes of that turn go with it (ADR-0125)."""
 
 from __future__ import annotations
 
@@ -59,9 +60,10 @@ class _QueuedClaim:
 
 
 class GroupCommit:
-    """Coalesces concurrent lean appends on one event loop. The first write goes at once,
-    as the statement it would be alone; writes that arrive while a write is in flight
-    queue, and go as one batch (up to `BATCH_CAP`) the moment it is done."""
+    """Coalesces concurrent lean appends on one event loop. The first write goes at the end
+    of the loop's turn, with the writes that came in that turn (alone, the statement it
+    would be alone); writes that arrive while a write is in flight queue, and go as one
+    batch (up to `BATCH_CAP`) the moment it is done."""
 
     def __init__(self, run_batch: RunBatch, run_with_claim: RunWithClaim | None = None) -> None:
         self._run_batch = run_batch
@@ -81,15 +83,30 @@ class GroupCommit:
             self._loop = loop
         if loop is not self._loop:  # a store used from a second loop: nothing to share
             return await alone()
-        if not self._in_flight:
+        queued: _Queued = (item, loop.create_future())
+        if self._in_flight:
+            self._queued.append(queued)
+        else:
+            # The runs a commit wakes (or a claim starts) write in the same turn of the
+            # loop: the first that finds nothing in flight waits that turn out, so they
+            # share one commit rather than the first going alone and the rest after it
+            # (ADR-0125). Marked in flight meanwhile: those that come queue behind it.
             self._in_flight = True
             try:
-                return await alone()
-            finally:
+                await asyncio.sleep(0)
+            except BaseException:
                 self._in_flight = False
                 self._send_queued()
-        queued: _Queued = (item, loop.create_future())
-        self._queued.append(queued)
+                raise
+            if not self._queued:  # none came: the statement it is alone
+                try:
+                    return await alone()
+                finally:
+                    self._in_flight = False
+                    self._send_queued()
+            self._queued.insert(0, queued)  # it leads the batch of those that came
+            self._in_flight = False
+            self._send_queued()
         try:
             outcome = await queued[1]
         except asyncio.CancelledError:
