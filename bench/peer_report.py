@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from worker import table
 
 NOISY = 0.25  # cores used by anything else during a run
-NOETA = ("noeta", "noeta-job")  # run by noeta's own python and `noeta worker`
+NOETA = ("noeta", "noeta-c32", "noeta-job")  # run by noeta's own python and `noeta worker`
 
 
 @dataclass(frozen=True)

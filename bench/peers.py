@@ -3,9 +3,11 @@
 Per round, for each system (the order rotates each round): reset its database; drain N
 no-op jobs enqueued up front with 1 (and, unless --quick, 2) worker processes; the same
 drain with a backlog of B jobs due in a day inserted first; and idle pickup (enqueue one
-job, wait for its start, pause 20-500 ms, repeat). noeta runs twice: "noeta", a one-shot
+job, wait for its start, pause 20-500 ms, repeat). noeta runs three times: "noeta", a one-shot
 scripted agent task (2 fenced appends of 5 events; `noeta worker --concurrency 8`), which
-starts at its first durable step (PluginsPinned); and "noeta-job", the plain no-op job
+starts at its first durable step (PluginsPinned); "noeta-c32", the same task at
+`--concurrency 32` (DBOS and PgQueuer run with no limit; an agent task mostly waits on its
+model, so a user runs many at once); and "noeta-job", the plain no-op job
 (`@noeta.tool async def`, bench/noop_job.py's noop_async; --concurrency 16), like for
 like with the peers' no-op jobs (PgQueuer's and Procrastinate's are async too; a sync
 function would add a thread hop a job, ADR-0118), which starts at ToolStarted.
@@ -53,15 +55,18 @@ from peer_report import NOETA, Result, Sizes, load, report, run_line
 
 HERE = Path(__file__).resolve().parent
 PEERS_PYTHON = HERE.parent / ".venv-peers" / "bin" / "python"
-ALL = ("noeta", "noeta-job", "procrastinate", "pgqueuer", "dbos")
-DATABASE = {"noeta": "peers_noeta", "noeta-job": "peers_noeta_job"}
+ALL = ("noeta", "noeta-c32", "noeta-job", "procrastinate", "pgqueuer", "dbos")
+DATABASE = {"noeta": "peers_noeta", "noeta-c32": "peers_noeta_c32", "noeta-job": "peers_noeta_job"}
 DATABASE |= {"procrastinate": "peers_procrastinate", "pgqueuer": "peers_pgqueuer"}
 DATABASE |= {"dbos": "peers_dbos"}
-# 0: its default. noeta-job as bench/jobs.py runs plain jobs.
-CONCURRENCY = {"noeta": 8, "noeta-job": 16, "procrastinate": 10, "pgqueuer": 0, "dbos": 0}
+# 0: its default. noeta-job as bench/jobs.py runs plain jobs. noeta-c32: the agent task at
+# --concurrency 32 (DBOS and PgQueuer run unlimited; an agent task mostly waits on its model).
+CONCURRENCY = {"noeta": 8, "noeta-c32": 32, "noeta-job": 16}
+CONCURRENCY |= {"procrastinate": 10, "pgqueuer": 0, "dbos": 0}
 NOETA_DONE = "SELECT count(*) FROM tasks WHERE status = 'done'"
 DONE = {
     "noeta": NOETA_DONE,
+    "noeta-c32": NOETA_DONE,
     "noeta-job": NOETA_DONE,
     "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
     "pgqueuer": "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'",
@@ -69,7 +74,7 @@ DONE = {
     " AND name = 'noop_wf'",
 }
 NOETA_STARTS = "SELECT extract(epoch FROM created_at)::float8 FROM events WHERE type = %s"
-STARTED_BY = {"noeta": "PluginsPinned", "noeta-job": "ToolStarted"}
+STARTED_BY = {"noeta": "PluginsPinned", "noeta-c32": "PluginsPinned", "noeta-job": "ToolStarted"}
 VERSIONS = """import importlib.metadata as m
 print("; ".join(f"{p} {m.version(p)}" for p in ("procrastinate", "pgqueuer", "dbos")))"""
 STALL = 120.0  # seconds without a job done before a drain is called failed
