@@ -253,6 +253,10 @@ class Worker(ContinuingClaims):
             self.registration.claimed(started, failed=self._claim_failures > 0)
         if started and (started < slots or self._slots.locked()):
             await asyncio.sleep(0)  # one turn of the loop: each new run to its first await
+            if len(self.running) == started:
+                # An idle worker's pickup: its runs' first write waits out a turn of its
+                # own for company (ADR-0125); it goes before this loop's next statement.
+                await asyncio.sleep(0)
         # else a full claim with slots still free: the next claim goes first, and these
         # runs do their Python while it is in flight (ADR-0124)
         return started

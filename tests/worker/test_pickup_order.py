@@ -1,0 +1,112 @@
+"""An idle worker's pickup sends its task's first write before the claim loop's next
+statement (ADR-0125): the write waits out one turn of the loop for company, and the claim
+loop of a worker that was idle gives it that turn, so the registration the worker sends
+once the claim found no more work goes after it, not in front of it.
+
+In-process, on the real PostgreSQL; the order is written down where each statement is
+handed to the driver (a lone append, a batch, a registration)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from noeta.backends.models.registry import ProviderRegistry
+from noeta.backends.stores.postgres import PostgresStore
+from noeta.config import Config
+from noeta.core.ports.store import NewEvent, NewTask, Store
+from noeta.core.rules import events
+from noeta.plugins.toolbox import Toolbox
+from noeta.worker.worker import Worker, WorkerSettings
+
+from .conftest import status_of, until
+
+
+@pytest.fixture
+async def toolbox() -> AsyncIterator[Toolbox]:
+    box = await Toolbox.open(Config())
+    yield box
+    await box.close()
+
+
+def one_shot(task_id: str, script: Path) -> NewTask:
+    created = events.TaskCreated(model=f"scripted:{script}", prompt="go", tools=())
+    return NewTask(task_id, [NewEvent(*events.encode(created))])
+
+
+def record_sends(store: PostgresStore, sent: list[str]) -> None:
+    """Write down, in order, each append and each registration as it goes to the driver."""
+    alone, wait_idle = store._append_alone, store.wait_idle
+    model_called = store._append_model_called_alone
+    group = store._group_commit
+    batch, with_claim = group._run_batch, group._run_with_claim
+
+    async def append_alone(*args: Any) -> Any:
+        sent.append("append")
+        return await alone(*args)
+
+    async def append_model_called_alone(*args: Any) -> Any:
+        sent.append("append")
+        return await model_called(*args)
+
+    async def run_batch(*args: Any) -> Any:
+        sent.append("append")
+        return await batch(*args)
+
+    async def run_with_claim(*args: Any) -> Any:
+        sent.append("append")
+        assert with_claim is not None
+        return await with_claim(*args)
+
+    async def registration(*args: Any, **kwargs: Any) -> Any:
+        sent.append("register")
+        return await wait_idle(*args, **kwargs)
+
+    store._append_alone = append_alone  # type: ignore[method-assign]
+    store._append_model_called_alone = append_model_called_alone  # type: ignore[method-assign]
+    store.wait_idle = registration  # type: ignore[method-assign]
+    group._run_batch, group._run_with_claim = run_batch, run_with_claim
+
+
+async def test_an_idle_workers_pickup_writes_before_it_registers_again(
+    store: Store, tmp_path: Path, toolbox: Toolbox, postgres_url: str
+) -> None:
+    assert isinstance(store, PostgresStore)
+    sent: list[str] = []
+    record_sends(store, sent)
+    script = tmp_path / "one-shot.yaml"
+    script.write_text(json.dumps({"replies": [{"text": "done"}, {"text": "done"}]}))
+    runner = toolbox.runner(store, ProviderRegistry())
+    runner.pins = None  # an agent task: its claim starts nothing (ADR-0101)
+    settings = WorkerSettings("w", concurrency=4, lease_seconds=600, poll_seconds=600)
+    stop = asyncio.Event()
+    running = asyncio.create_task(Worker(store, runner, settings).run(stop))
+    try:
+
+        async def registered() -> bool:
+            async with await psycopg.AsyncConnection.connect(postgres_url) as admin:
+                cursor = await admin.execute("SELECT count(*) FROM idle_workers")
+                row = await cursor.fetchone()
+            return row is not None and row[0] == 1
+
+        for task_id in ("warm", "p"):  # the first opens the script: a thread, once
+            await until(registered, "the worker waits idle", within=60)
+            before = len(sent)
+            await store.create_task(one_shot(task_id, script))
+
+            async def done(task_id: str = task_id) -> bool:
+                return await status_of(store, task_id) == "done"
+
+            await until(done, f"{task_id} is done", within=60)
+    finally:
+        stop.set()
+        await running
+    after = sent[before:]
+    assert "register" in after, after  # idle again, it registered
+    assert after.index("append") < after.index("register"), after
