@@ -54,7 +54,7 @@ MUTANTS = {
         "        IF t.owner_epoch <> i.epoch THEN",
         "        IF false THEN",
         "the group commit's batch without one row's epoch check",
-        ("a stale owner's append landed",),  # the fence window's second, batched append
+        ("a stale owner's append landed",),  # the fence window's pair, one batch
     ),
     "delivery-not-taken": Mutant(
         "noeta_append",

@@ -211,13 +211,16 @@ async def fence_window(cluster: Cluster, workload: Workload) -> None:
 
 
 async def _stale_appends(cluster: Cluster, old: Claim, seq: int) -> None:
-    """The old owner's append, sent twice at once: the first goes alone (noeta_fence),
-    the second, arriving while it is in flight, as a row of a group commit's batch
-    (noeta_append_batch, ADR-0086): each path's epoch check must refuse it."""
-    outcomes = await asyncio.gather(
-        *(cluster.store.append(old, seq, [NewEvent("ModelCalled", {})]) for _ in range(2)),
-        return_exceptions=True,
-    )
+    """The old owner's append, sent alone (noeta_fence), then twice in one turn of the
+    loop, which go as the rows of one group commit's batch (noeta_append_batch, ADR-0086,
+    ADR-0125: writes of one turn share a batch, so the lone one must come by itself):
+    each path's epoch check must refuse it."""
+
+    def stale() -> Awaitable[int]:
+        return cluster.store.append(old, seq, [NewEvent("ModelCalled", {})])
+
+    outcomes: list[object] = list(await asyncio.gather(stale(), return_exceptions=True))
+    outcomes += await asyncio.gather(stale(), stale(), return_exceptions=True)
     for outcome in outcomes:
         if isinstance(outcome, BaseException) and not isinstance(outcome, Conflict):
             raise outcome
