@@ -16,9 +16,11 @@ import psycopg
 import pytest
 
 from noeta.backends.stores import open_store
+from noeta.config import Config
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
 from noeta.core.rules.task_id import workspace_folder
+from noeta.plugins.toolbox import Toolbox
 
 
 class NoetaProcess:
@@ -132,6 +134,14 @@ UPDATE tasks SET lease_until = now(), claimable_at = now()
  WHERE id = %s AND status IN ('running', 'holding')
 RETURNING owner_epoch
 """
+
+
+@pytest.fixture
+async def toolbox(tmp_path: Path) -> AsyncIterator[Toolbox]:
+    """The worker's tools, their workspaces under the test's own folder."""
+    box = await Toolbox.open(Config(workspaces=str(tmp_path / "workspaces")))
+    yield box
+    await box.close()
 
 
 async def lapse_the_lease(url: str, task_id: str) -> int:

@@ -9,16 +9,13 @@ record which calls the worker made.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 import noeta
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.client.job_tasks import job_task
-from noeta.config import Config
 from noeta.core.ports.store import Claim, ClaimedTask, Finish, JobStarts, LoadedTask, Store
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.plugins.loading import module_pin
@@ -73,13 +70,6 @@ class RecordedCalls:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
-
-
-@pytest.fixture
-async def toolbox() -> AsyncIterator[Toolbox]:
-    box = await Toolbox.open(Config())
-    yield box
-    await box.close()
 
 
 def recording_runs(runner: TaskRunner, recorded: RecordedCalls) -> None:

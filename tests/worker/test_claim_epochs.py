@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
-from noeta.config import Config
 from noeta.core.ports.store import Claim, ClaimKey, NewEvent, Store
 from noeta.core.rules.task_id import workspace_folder
 from noeta.plugins.toolbox import Toolbox
@@ -66,13 +65,6 @@ def blocked(call_id: str, go: str) -> dict[str, Any]:
     event, not a timer; the workspace is all of the test's files a sandboxed Bash sees)."""
     command = f"until [ -e {go} ]; do sleep 0.05; done"
     return {"id": call_id, "name": "Bash", "input": {"command": command}}
-
-
-@pytest.fixture
-async def toolbox(tmp_path: Path) -> AsyncIterator[Toolbox]:
-    box = await Toolbox.open(Config(workspaces=str(tmp_path / "workspaces")))
-    yield box
-    await box.close()
 
 
 def let_go(tmp_path: Path, name: str) -> None:

@@ -9,14 +9,11 @@ renewal of the claim back until the store shows its lease lapsed: no lease raced
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from noeta.backends.models.registry import ProviderRegistry
-from noeta.config import Config
 from noeta.core.ports.store import Claim, ClaimedTask, ClaimKey, Store
 from noeta.core.rules.task_id import workspace_folder
 from noeta.plugins.toolbox import Toolbox
@@ -53,13 +50,6 @@ class HeldClaim:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
-
-
-@pytest.fixture
-async def toolbox(tmp_path: Path) -> AsyncIterator[Toolbox]:
-    box = await Toolbox.open(Config(workspaces=str(tmp_path / "workspaces")))
-    yield box
-    await box.close()
 
 
 def blocked(call_id: str) -> dict[str, Any]:

@@ -10,29 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores.postgres import PostgresStore
-from noeta.config import Config
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
 from noeta.plugins.toolbox import Toolbox
 from noeta.worker.worker import Worker, WorkerSettings
 
 from .conftest import status_of, until
-
-
-@pytest.fixture
-async def toolbox() -> AsyncIterator[Toolbox]:
-    box = await Toolbox.open(Config())
-    yield box
-    await box.close()
 
 
 def one_shot(task_id: str, script: Path) -> NewTask:
