@@ -169,6 +169,8 @@ class StreamReader:
         self.resumed = False
         if after is not None and 0 < after.seq < FINAL_SEQ:
             self.open, self.resumed = (after.call_seq, after.attempt), True
+        # The task's last seq when this reader first saw it unfinished (None: not yet).
+        self.attached_at: int | None = None
 
     async def items(self) -> AsyncGenerator[StreamItem, None]:
         feed = self.feed
@@ -176,6 +178,8 @@ class StreamReader:
             seen = feed.version
             if feed.status is None:
                 raise UnknownTask(feed.task_id)
+            if self.attached_at is None and feed.status not in FINISHED and feed.status:
+                self.attached_at = feed.last_seq
             for row in [row for row in feed.rows if row.cursor > self.cursor]:
                 async for item in self._take(row):
                     yield item
@@ -194,9 +198,35 @@ class StreamReader:
                 else:  # its final row is on its way, most likely: read on a little
                     timeout = FINAL_GRACE_SECONDS - waited
             if feed.status in FINISHED and self.open is None and not self._unread():
+                for item in await self._unseen_replies():
+                    yield item
                 yield StreamFinished(feed.status)
                 return
             await feed.changed(seen, timeout)
+
+    async def _unseen_replies(self) -> list[StreamItem]:
+        """The outcomes of the model calls that ended while this reader was attached and
+        that no row showed it. A worker writes a reply's final row after the task's
+        finish is acknowledged (ADR-0105), so a reader that saw none of the last call's
+        rows (its stream unwritten, or emptied by a server crash) and reads between the
+        two, or after a worker that died between them, is given the reply from the log."""
+        if self.attached_at is None:
+            return []  # came to a finished task: what its rows still say, nothing more
+        feed = self.feed
+        log = await feed.store.read_log(feed.task_id, max(self.cursor.call_seq - 1, 0))
+        items: list[StreamItem] = []
+        for at, stored in enumerate(log):
+            call_seq = stored.seq
+            if stored.type != "ModelCalled" or call_seq in self.ended:
+                continue
+            outcome = outcome_in(log[at:], call_seq)
+            end = Cursor(call_seq, FINAL_SEQ, FINAL_SEQ)
+            if outcome is None or outcome.event_seq <= self.attached_at or end <= self.cursor:
+                continue
+            self.ended.add(call_seq)
+            self.cursor = end
+            items.append(outcome.item(self.jobs.mark(end), call_seq))
+        return items
 
     def _unread(self) -> bool:
         return any(row.cursor > self.cursor for row in self.feed.rows)

@@ -104,11 +104,11 @@ async def test_a_stream_emptied_under_a_running_reply_ends_with_the_stored_reply
                     break
                 await asyncio.sleep(0.05)
         await truncate(postgres_url)
-        server.resume.set()
-        items: list[StreamItem] = []
         async with AsyncClient(postgres_url, start_embedded=False) as client:
-            async for item in client.stream("back"):
-                items.append(item)
+            reading = asyncio.ensure_future(all_items(client, "back"))
+            await read_once(client, "back")  # attached while the task runs, then on
+            server.resume.set()
+            items = await asyncio.wait_for(reading, 60)
         await asyncio.wait_for(running, 60)
 
     assert isinstance(items[0], StreamRestarted) and items[0].lost_text, items[:2]
@@ -124,6 +124,55 @@ async def test_a_stream_emptied_under_a_running_reply_ends_with_the_stored_reply
     printed = out.getvalue()
     assert "↺ the text above is void: part of the text was lost" in printed, printed
     assert printed.rstrip().endswith(LONG_TEXT.rstrip())
+
+
+async def test_a_reader_attached_while_the_reply_ran_gets_it_from_the_log_if_no_row_came(
+    postgres_url: str, store: Store
+) -> None:
+    """The table refuses every row, so the stream is never written and its worker writes
+    no final (as one that died between the task's finish and its final row): a reader
+    attached while the task ran ends with the stored reply, from the log, then the
+    finish; one that comes after the finish gets the finish alone."""
+    with FakeAnthropic() as server:
+        server.script(Reply(text=LONG_TEXT, piece_chars=9, pause_after=14))
+        await created(store, "unwritten", "anthropic:test-model")
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            await admin.execute("ALTER TABLE stream_chunks ADD CONSTRAINT refused CHECK (false)")
+        await streams_of(store).follow("unwritten")
+        running = asyncio.ensure_future(
+            run_task(store, "unwritten", provider("anthropic", server.base_url))
+        )
+        await asyncio.to_thread(server.paused.wait, 60)
+        async with AsyncClient(postgres_url, start_embedded=False) as client:
+            reading = asyncio.ensure_future(all_items(client, "unwritten"))
+            await read_once(client, "unwritten")
+            server.resume.set()
+            items = await asyncio.wait_for(reading, 60)
+            await asyncio.wait_for(running, 60)
+            late = await all_items(client, "unwritten")
+
+    seq, stored = await stored_reply(store, "unwritten")
+    assert [type(item) for item in items] == [StreamFinal, StreamFinished], items
+    final = items[0]
+    assert isinstance(final, StreamFinal)
+    assert (final.event_seq, final.event_type, final.text) == (seq, "ModelReplied", stored)
+    assert items[-1] == StreamFinished("done") and late == [StreamFinished("done")]
+
+
+async def all_items(reader: AsyncClient, task_id: str) -> list[StreamItem]:
+    return [item async for item in reader.stream(task_id)]
+
+
+async def read_once(reader: AsyncClient, task_id: str) -> None:
+    """Until the reader's feed of the task has read the store once (so it reads on while
+    the task runs, not after it ended, when a reader gets only `StreamFinished`)."""
+    async with asyncio.timeout(60):  # polls the feed's state; no timed wait
+        while True:
+            feeds = reader._feeds._feeds if reader._feeds is not None else {}
+            feed = feeds.get(task_id)
+            if feed is not None and feed.version > 0:
+                return
+            await asyncio.sleep(0.01)
 
 
 async def truncate(url: str) -> None:
