@@ -321,10 +321,12 @@ def main() -> None:
             results = list(rounds(peers, sizes, names, count, failures))
         finally:
             peers.stop(peers.started)
-            shutil.rmtree(peers.scratch, ignore_errors=True)
+            if not failures:  # a failed run's workers' logs stay, to say why
+                shutil.rmtree(peers.scratch, ignore_errors=True)
     report(results, sizes, names)
     if failures:
-        sys.exit(f"bench-peers: {len(failures)} run(s) failed: {'; '.join(failures)}")
+        named = "; ".join(failures)
+        sys.exit(f"bench-peers: {len(failures)} run(s) failed: {named} (logs: {peers.scratch})")
 
 
 if __name__ == "__main__":
