@@ -14,9 +14,9 @@ function would add a thread hop a job, ADR-0118), which starts at ToolStarted.
 Rate = the starts while every worker process runs, over that time: from the latest of the
 workers' first starts to the earliest of their last starts (one process: (jobs - 1) /
 (last start - first start), as before). The workers start together with the queue full;
-the one that finished importing first drains alone until the others begin (0.5-0.7 s of a
-2-3 s drain, measured for noeta's), so a span from the very first start measured the
-processes' start-up skew, not N processes draining (ADR-0126).
+the one that finished importing first drains alone until the others begin (noeta's second
+worker: 13-213 ms late at load 2, up to 785 ms at load 10), so a span from the very first
+start measured the processes' start-up skew too, unlike for each system (ADR-0126).
 
 During every drain the CPU of the workers' process trees and of the whole PostgreSQL
 server (/proc: every backend but the bench's own poll) is sampled against the machine's,
