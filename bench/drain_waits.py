@@ -82,7 +82,8 @@ async def run(dsn: str, tree: str, count: int, concurrency: int, processes: list
             wal_after = (await bench.rows(WAL))[0]
             flushes = max(1.0, wal_after[0] - wal[0])
             print(
-                f"\n{process_count} process(es) at concurrency {concurrency}: {figures[0]:,.0f} jobs/s, "
+                f"\n{process_count} process(es) at concurrency {concurrency}: "
+                f"{figures[0]:,.0f} jobs/s, "
                 f"worker {figures[1]:.2f} and server {figures[2]:.2f} CPU ms a job, "
                 f"machine busy {busy:.0%}; {count / flushes:.1f} jobs a WAL flush "
                 f"(its fsync {(wal_after[1] - wal[1]) / flushes:.2f} ms on average)"
