@@ -63,6 +63,18 @@ def run_line(r: Result) -> str:
     return "  ".join(f"{h}={c}" for h, c in zip(RUN_HEADERS, cells, strict=True) if h and c)
 
 
+def steady_rate(starts: Sequence[Sequence[float]]) -> float:
+    """Jobs started a second while every worker ran: the starts from the latest first start
+    to the earliest last start, over that window (ADR-0126). With one worker: (n - 1) /
+    (last - first). A worker that started nothing is not counted as running."""
+    ran = [sorted(own) for own in starts if own]
+    begin, end = max(own[0] for own in ran), min(own[-1] for own in ran)
+    if end <= begin:
+        raise RuntimeError("the workers never ran at the same time: no drain to measure")
+    inside = sum(1 for own in ran for at in own if begin <= at <= end)
+    return (inside - 1) / (end - begin)
+
+
 def load() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
