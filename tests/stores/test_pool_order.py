@@ -1,4 +1,4 @@
-"""The store's pool hands out the connection returned last (ADR-0126): a quiet process's
+"""The store's pool hands out the connection returned last (ADR-0127): a quiet process's
 statements run on one warm session, where psycopg prepares them after its threshold,
 instead of going round every connection the pool holds, each cold."""
 

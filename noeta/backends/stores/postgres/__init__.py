@@ -134,7 +134,7 @@ class PostgresStore(
             settings["prepare_threshold"] = None
         else:
             settings["options"] = session_options
-        # Last in, first out: a quiet worker's statements reuse its warm sessions (ADR-0126).
+        # Last in, first out: a quiet worker's statements reuse its warm sessions (ADR-0127).
         pool: AsyncConnectionPool[Any] = LastInFirstOutPool(
             dsn,
             kwargs=settings,

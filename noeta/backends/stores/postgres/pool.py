@@ -1,6 +1,6 @@
 """The store's pool hands out the connection returned last (LIFO), not the one idle
 longest (psycopg_pool's FIFO): a quiet process reuses the few connections it keeps warm
-(ADR-0126).
+(ADR-0127).
 
 A PostgreSQL session is warm for a statement once it has run it: psycopg prepares a
 statement on a connection after `prepare_threshold` (5) runs there, and the server
