@@ -21,6 +21,7 @@ from noeta.backends.stores.postgres.inbox import PostgresInbox
 from noeta.backends.stores.postgres.late_results import PostgresLateResults
 from noeta.backends.stores.postgres.logs import PostgresLogs
 from noeta.backends.stores.postgres.model_limits import PostgresModelLimits
+from noeta.backends.stores.postgres.pool import LastInFirstOutPool
 from noeta.backends.stores.postgres.queues import PostgresQueues
 from noeta.backends.stores.postgres.reply_streams import PostgresReplyStreams
 from noeta.backends.stores.postgres.schema import SESSION_ENV, check_schema, migrate_database
@@ -133,7 +134,8 @@ class PostgresStore(
             settings["prepare_threshold"] = None
         else:
             settings["options"] = session_options
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        # Last in, first out: a quiet worker's statements reuse its warm sessions (ADR-0127).
+        pool: AsyncConnectionPool[Any] = LastInFirstOutPool(
             dsn,
             kwargs=settings,
             min_size=min(min_connections, max_connections),
