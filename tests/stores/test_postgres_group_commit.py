@@ -263,6 +263,44 @@ async def test_a_batch_whose_session_is_terminated_tells_each_run_once(
     assert await store.append(claims[ids[1]], 1, [NewEvent("s", 1)]) == 2
 
 
+async def test_a_round_cut_beside_another_tells_its_runs_alone(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    """Two rounds in flight (ADR-0126): the second commits while the first waits, its
+    lost claim refused to its run alone; the first, terminated, tells its own runs."""
+    ids = [f"x{n:02}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    lost = ids[5]
+    async with await psycopg.AsyncConnection.connect(postgres_url) as blocker:
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            await admin.execute(  # taken over by another worker, as a lapsed lease's claim does
+                "UPDATE tasks SET owner = 'w2', owner_epoch = owner_epoch + 1 WHERE id = %s",
+                [lost],
+            )
+            await blocker.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", [ids[0]])
+            first = [
+                asyncio.ensure_future(store.append(claims[i], 1, [NewEvent("s", i)]))
+                for i in ids[:2]
+            ]
+            pid = await backend_of_waiting_batch(admin)
+            rest = [store.append(claims[i], 1, [NewEvent("s", i)]) for i in ids[2:]]
+            outcomes = await asyncio.gather(*rest, return_exceptions=True)
+            refused = [i for i, o in zip(ids[2:], outcomes, strict=True) if o != 2]
+            assert refused == [lost]
+            assert isinstance(outcomes[ids.index(lost) - 2], Conflict)
+            assert not any(run.done() for run in first)
+            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+            cut = await asyncio.gather(*first, return_exceptions=True)
+        await blocker.rollback()
+    for outcome in cut:
+        assert isinstance(outcome, CommitUnknown | StoreUnavailable)
+    assert cut[0] is not cut[1]  # each its own
+    for task_id in [*ids[:2], lost]:  # nothing of the cut round landed, nor the refused row
+        assert [e.seq for e in await store.read_log(task_id)] == [1]
+    written = [i for i in ids[2:] if i != lost]
+    assert await writing_transactions(postgres_url, written) == 1
+
+
 @pytest.fixture
 async def private_store(private_server: EmbeddedPostgres) -> AsyncIterator[PostgresStore]:
     store = await PostgresStore.open(private_server.start(), migrate=True, deadline_seconds=5)
