@@ -247,11 +247,17 @@ async def stale_view(cluster: Cluster, workload: Workload) -> None:
     await workload.create(task, queue=QUEUE)
     claim = await store.claim("stale-client", [QUEUE], 30.0)
     assert claim is not None and claim.task_id == task
-    try:
-        await store.append(claim, 2, [NewEvent("ModelCalled", {})])  # the log ends at 1
-        cluster.note("stale view: an append at the wrong seq landed")
-    except Conflict:
-        cluster.note("stale view: an append at the wrong seq was refused")
+    # The log ends at 1. Sent alone (noeta_fence), then two in one turn of the loop, which
+    # go as the rows of one batch (noeta_append_batch): each path's seq check must refuse.
+    for seqs in ((2,), (2, 5)):
+        appends = (store.append(claim, seq, [NewEvent("ModelCalled", {})]) for seq in seqs)
+        for outcome in await asyncio.gather(*appends, return_exceptions=True):
+            if isinstance(outcome, Conflict):
+                cluster.note("stale view: an append at the wrong seq was refused")
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                cluster.note("stale view: an append at the wrong seq landed")
     await store.release(claim)
     cluster.start_worker("stale-finisher", queues=QUEUE)
     await until(lambda: _finished(cluster, task), FINISHES_WITHIN, "the stale-view task finishes")
