@@ -5,7 +5,8 @@ real worker takes over and is held before its first write (a pause failpoint), a
 old owner appends. The expected seq is still right and no (task, seq) is taken, so only
 the epoch check refuses it. The stale view: a client whose view of the log is
 ahead of it (it took an append whose outcome was unknown for landed) appends at the
-wrong seq; only the expected-seq check refuses it, as no key collides.
+wrong seq, alone and then twice in one turn (one group commit's batch); only the
+expected-seq checks refuse them, as no key collides.
 And one run of each recovery path, so a short run shows them all: a worker killed inside
 a tool call (failpoint) whose next claimer settles it by recover (Record), by re-run
 (Pause) or as outcome unknown (Bash), the recovering claim's reply lost (adopted), and a
