@@ -135,10 +135,9 @@ class GroupCommit:
         self, statement: str, params: dict[str, Any], alone: Callable[[], Awaitable[Rows]]
     ) -> Rows:
         """The claim's rows, once durable. While appends are queued for the next round, the
-        claim goes with them, in one round trip and one
-        commit (ADR-0116): a worker's finishes and its next claim. Otherwise it goes
-        alone (`alone`), at once, beside the write in flight: with nothing to share, a
-        wait would only serialise the two."""
+        claim goes with them, in one round trip and one commit (ADR-0116): a worker's
+        finishes and its next claim. Otherwise it goes alone (`alone`), at once, beside
+        the rounds in flight: with nothing to share, a wait would only serialise them."""
         loop = asyncio.get_running_loop()
         riding = bool(self._queued) and self._claim is None and loop is self._loop
         if not riding or self._run_with_claim is None:
