@@ -116,7 +116,7 @@ async def test_appends_that_come_while_a_round_is_in_flight_go_at_once_beside_it
     claims = await claimed(store, ids)
     async with await psycopg.AsyncConnection.connect(postgres_url) as blocker:
         [first] = await rounds_waiting_on_locks(store, postgres_url, blocker, claims, ids[:1])
-        # A second round (ADR-0126): the rest are durable while the first still waits.
+        # A second round (ADR-0128): the rest are durable while the first still waits.
         rest = [store.append(claims[i], 1, [NewEvent("s", i)]) for i in ids[1:]]
         assert await asyncio.gather(*rest) == [2] * (RUNS - 1)
         assert not first.done()
@@ -275,7 +275,7 @@ async def test_a_batch_whose_session_is_terminated_tells_each_run_once(
 async def test_a_round_cut_beside_another_tells_its_runs_alone(
     store: PostgresStore, postgres_url: str
 ) -> None:
-    """Two rounds in flight (ADR-0126): the second commits while the first waits, its
+    """Two rounds in flight (ADR-0128): the second commits while the first waits, its
     lost claim refused to its run alone; the first, terminated, tells its own runs."""
     ids = [f"x{n:02}" for n in range(RUNS)]
     claims = await claimed(store, ids)

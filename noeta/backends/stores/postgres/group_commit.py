@@ -4,7 +4,7 @@ carries its write, and a row the fence refuses is refused to its run alone. A cl
 comes while a batch is in flight rides with the next one: the appends and the claim go in
 one round trip and one commit (ADR-0116). A write that finds a round free waits out the
 turn of the event loop it came in, and the writes of that turn go with it (ADR-0125).
-Two rounds may be in flight at once, each on its own connection (ADR-0126): the writes of
+Two rounds may be in flight at once, each on its own connection (ADR-0128): the writes of
 the runs one commit wakes go while the other round commits, not after it."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavaila
 # Writes that arrive while every round is in flight go together as the next (natural
 # batching: no timer, no added latency for a write that comes alone).
 BATCH_CAP = 64
-# Rounds in flight at once (ADR-0126): a batch or a lone write each. With one, the writes
+# Rounds in flight at once (ADR-0128): a batch or a lone write each. With one, the writes
 # of the runs a commit wakes waited for the round in flight before their own went; with
 # two they go at the end of their turn of the loop. A run has one write in flight at a
 # time, so its writes keep their order whatever the rounds.
