@@ -56,6 +56,13 @@ MUTANTS = {
         "the group commit's batch without one row's epoch check",
         ("a stale owner's append landed",),  # the fence window's pair, one batch
     ),
+    "batch-no-expected-seq": Mutant(
+        "noeta_append_batch",
+        "        ELSIF t.last_seq <> i.expected_seq THEN",
+        "        ELSIF false THEN",
+        "the group commit's batch without one row's expected_seq check",
+        ("seqs are not 1..n",),  # the stale view's pair, one batch
+    ),
     "delivery-not-taken": Mutant(
         "noeta_append",
         "    IF cardinality(p_take) > 0 THEN",

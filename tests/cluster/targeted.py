@@ -5,7 +5,8 @@ real worker takes over and is held before its first write (a pause failpoint), a
 old owner appends. The expected seq is still right and no (task, seq) is taken, so only
 the epoch check refuses it. The stale view: a client whose view of the log is
 ahead of it (it took an append whose outcome was unknown for landed) appends at the
-wrong seq; only the expected-seq check refuses it, as no key collides.
+wrong seq, alone and then twice in one turn (one group commit's batch); only the
+expected-seq checks refuse them, as no key collides.
 And one run of each recovery path, so a short run shows them all: a worker killed inside
 a tool call (failpoint) whose next claimer settles it by recover (Record), by re-run
 (Pause) or as outcome unknown (Bash), the recovering claim's reply lost (adopted), and a
@@ -247,11 +248,17 @@ async def stale_view(cluster: Cluster, workload: Workload) -> None:
     await workload.create(task, queue=QUEUE)
     claim = await store.claim("stale-client", [QUEUE], 30.0)
     assert claim is not None and claim.task_id == task
-    try:
-        await store.append(claim, 2, [NewEvent("ModelCalled", {})])  # the log ends at 1
-        cluster.note("stale view: an append at the wrong seq landed")
-    except Conflict:
-        cluster.note("stale view: an append at the wrong seq was refused")
+    # The log ends at 1. Sent alone (noeta_fence), then two in one turn of the loop, which
+    # go as the rows of one batch (noeta_append_batch): each path's seq check must refuse.
+    for seqs in ((2,), (2, 5)):
+        appends = (store.append(claim, seq, [NewEvent("ModelCalled", {})]) for seq in seqs)
+        for outcome in await asyncio.gather(*appends, return_exceptions=True):
+            if isinstance(outcome, Conflict):
+                cluster.note("stale view: an append at the wrong seq was refused")
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                cluster.note("stale view: an append at the wrong seq landed")
     await store.release(claim)
     cluster.start_worker("stale-finisher", queues=QUEUE)
     await until(lambda: _finished(cluster, task), FINISHES_WITHIN, "the stale-view task finishes")

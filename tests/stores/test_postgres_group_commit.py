@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import psycopg
 import pytest
@@ -55,10 +56,10 @@ async def writing_transactions(url: str, ids: Sequence[str]) -> int:
     return await count_of(url, WRITING_TRANSACTIONS, [list(ids)])
 
 
-async def queued_behind_the_first(store: PostgresStore) -> None:
-    """Turns of the loop until the other RUNS - 1 appends queued behind the first write."""
+async def queued_behind_the_first(store: PostgresStore, count: int = RUNS - 1) -> None:
+    """Turns of the loop until `count` appends queued behind the writes in flight."""
     for _ in range(10_000):
-        if len(store._group_commit._queued) == RUNS - 1:
+        if len(store._group_commit._queued) == count:
             return
         await asyncio.sleep(0)
     raise AssertionError("the appends never queued behind the first")
@@ -89,25 +90,56 @@ async def test_appends_sent_in_one_turn_of_the_loop_share_one_commit(
         assert [(e.seq, e.type, e.data) for e in log[1:]] == [(2, "step", task_id), (3, "step", 2)]
 
 
-async def test_appends_that_come_while_one_is_in_flight_go_together_after_it(
+async def rounds_waiting_on_locks(
+    store: PostgresStore,
+    url: str,
+    blocker: psycopg.AsyncConnection[Any],
+    claims: dict[str, Claim],
+    ids: Sequence[str],
+) -> list[asyncio.Future[int]]:
+    """One lone append of each task, each a round in flight: `blocker` holds their rows,
+    so each statement waits there (polled: its session is another process)."""
+    await blocker.execute("SELECT 1 FROM tasks WHERE id = ANY(%s) FOR UPDATE", [list(ids)])
+    rounds = []
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+        for waiting, task_id in enumerate(ids, start=1):
+            event = [NewEvent("s", task_id)]
+            rounds.append(asyncio.ensure_future(store.append(claims[task_id], 1, event)))
+            await backend_waiting_on_a_lock(admin, ANY_WAITING_ON_A_LOCK, waiting)
+    return rounds
+
+
+async def test_appends_that_come_while_a_round_is_in_flight_go_at_once_beside_it(
     store: PostgresStore, postgres_url: str
 ) -> None:
     ids = [f"q{n:02}" for n in range(RUNS)]
     claims = await claimed(store, ids)
     async with await psycopg.AsyncConnection.connect(postgres_url) as blocker:
-        # The first one's row is locked: its statement waits there, in flight.
-        await blocker.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", [ids[0]])
-        first = asyncio.ensure_future(store.append(claims[ids[0]], 1, [NewEvent("s", 0)]))
-        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
-            await backend_waiting_on_a_lock(admin, ANY_WAITING_ON_A_LOCK)
-        rest = [
-            asyncio.ensure_future(store.append(claims[i], 1, [NewEvent("s", i)])) for i in ids[1:]
-        ]
-        await queued_behind_the_first(store)
+        [first] = await rounds_waiting_on_locks(store, postgres_url, blocker, claims, ids[:1])
+        # A second round (ADR-0128): the rest are durable while the first still waits.
+        rest = [store.append(claims[i], 1, [NewEvent("s", i)]) for i in ids[1:]]
+        assert await asyncio.gather(*rest) == [2] * (RUNS - 1)
+        assert not first.done()
         await blocker.rollback()
     assert await first == 2
-    assert await asyncio.gather(*rest) == [2] * (RUNS - 1)
-    assert await writing_transactions(postgres_url, ids) == 2  # the first; then the rest
+    assert await writing_transactions(postgres_url, ids) == 2  # the first; the rest beside it
+
+
+async def test_appends_that_come_while_every_round_is_in_flight_go_together_after_one(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    ids = [f"p{n:02}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    async with await psycopg.AsyncConnection.connect(postgres_url) as blocker:
+        rounds = await rounds_waiting_on_locks(store, postgres_url, blocker, claims, ids[:2])
+        rest = [
+            asyncio.ensure_future(store.append(claims[i], 1, [NewEvent("s", i)])) for i in ids[2:]
+        ]
+        await queued_behind_the_first(store, RUNS - 2)
+        await blocker.rollback()
+    assert await asyncio.gather(*rounds) == [2, 2]
+    assert await asyncio.gather(*rest) == [2] * (RUNS - 2)
+    assert await writing_transactions(postgres_url, ids[2:]) == 1  # one round, after
 
 
 async def test_a_first_write_cancelled_in_its_turn_leaves_the_others_sent(
@@ -240,6 +272,44 @@ async def test_a_batch_whose_session_is_terminated_tells_each_run_once(
     assert await store.append(claims[ids[1]], 1, [NewEvent("s", 1)]) == 2
 
 
+async def test_a_round_cut_beside_another_tells_its_runs_alone(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    """Two rounds in flight (ADR-0128): the second commits while the first waits, its
+    lost claim refused to its run alone; the first, terminated, tells its own runs."""
+    ids = [f"x{n:02}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    lost = ids[5]
+    async with await psycopg.AsyncConnection.connect(postgres_url) as blocker:
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            await admin.execute(  # taken over by another worker, as a lapsed lease's claim does
+                "UPDATE tasks SET owner = 'w2', owner_epoch = owner_epoch + 1 WHERE id = %s",
+                [lost],
+            )
+            await blocker.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", [ids[0]])
+            first = [
+                asyncio.ensure_future(store.append(claims[i], 1, [NewEvent("s", i)]))
+                for i in ids[:2]
+            ]
+            pid = await backend_of_waiting_batch(admin)
+            rest = [store.append(claims[i], 1, [NewEvent("s", i)]) for i in ids[2:]]
+            outcomes = await asyncio.gather(*rest, return_exceptions=True)
+            refused = [i for i, o in zip(ids[2:], outcomes, strict=True) if o != 2]
+            assert refused == [lost]
+            assert isinstance(outcomes[ids.index(lost) - 2], Conflict)
+            assert not any(run.done() for run in first)
+            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+            cut = await asyncio.gather(*first, return_exceptions=True)
+        await blocker.rollback()
+    for outcome in cut:
+        assert isinstance(outcome, CommitUnknown | StoreUnavailable)
+    assert cut[0] is not cut[1]  # each its own
+    for task_id in [*ids[:2], lost]:  # nothing of the cut round landed, nor the refused row
+        assert [e.seq for e in await store.read_log(task_id)] == [1]
+    written = [i for i in ids[2:] if i != lost]
+    assert await writing_transactions(postgres_url, written) == 1
+
+
 @pytest.fixture
 async def private_store(private_server: EmbeddedPostgres) -> AsyncIterator[PostgresStore]:
     store = await PostgresStore.open(private_server.start(), migrate=True, deadline_seconds=5)
@@ -290,11 +360,13 @@ async def backend_of_waiting_batch(admin: psycopg.AsyncConnection[object]) -> in
     return await backend_waiting_on_a_lock(admin, BATCH_WAITING_ON_A_LOCK)
 
 
-async def backend_waiting_on_a_lock(admin: psycopg.AsyncConnection[object], query: str) -> int:
-    """The pid `query` finds once a statement waits on a locked row."""
+async def backend_waiting_on_a_lock(
+    admin: psycopg.AsyncConnection[object], query: str, waiting: int = 1
+) -> int:
+    """The pid `query` finds once `waiting` statements wait on locked rows."""
     for _ in range(2000):
         rows = await (await admin.execute(query)).fetchall()  # type: ignore[arg-type]
-        if rows:
+        if len(rows) >= waiting:
             pid: int = rows[0][0]  # type: ignore[index]
             return pid
         await asyncio.sleep(0.005)

@@ -2,8 +2,10 @@
 one statement and one commit (`noeta_append_batch`); each run awaits the commit that
 carries its write, and a row the fence refuses is refused to its run alone. A claim that
 comes while a batch is in flight rides with the next one: the appends and the claim go in
-one round trip and one commit (ADR-0116). A write that finds nothing in flight waits out
-the turn of the event loop it came in, and the writes of that turn go with it (ADR-0125)."""
+one round trip and one commit (ADR-0116). A write that finds a round free waits out the
+turn of the event loop it came in, and the writes of that turn go with it (ADR-0125).
+Two rounds may be in flight at once, each on its own connection (ADR-0128): the writes of
+the runs one commit wakes go while the other round commits, not after it."""
 
 from __future__ import annotations
 
@@ -16,9 +18,14 @@ from typing import Any
 
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable, UnknownTask
 
-# One batch in flight at a time: the writes that arrive while it commits go together as
-# the next (natural batching: no timer, no added latency for a write that comes alone).
+# Writes that arrive while every round is in flight go together as the next (natural
+# batching: no timer, no added latency for a write that comes alone).
 BATCH_CAP = 64
+# Rounds in flight at once (ADR-0128): a batch or a lone write each. With one, the writes
+# of the runs a commit wakes waited for the round in flight before their own went; with
+# two they go at the end of their turn of the loop. A run has one write in flight at a
+# time, so its writes keep their order whatever the rounds.
+ROUNDS_IN_FLIGHT = 2
 
 APPEND_BATCH = """
 SELECT item, appended_seq, refusal_code, refusal_message
@@ -60,16 +67,17 @@ class _QueuedClaim:
 
 
 class GroupCommit:
-    """Coalesces concurrent lean appends on one event loop. The first write goes at the end
-    of the loop's turn, with the writes that came in that turn (alone, the statement it
-    would be alone); writes that arrive while a write is in flight queue, and go as one
-    batch (up to `BATCH_CAP`) the moment it is done."""
+    """Coalesces concurrent lean appends on one event loop. A write that finds a round free
+    goes at the end of the loop's turn, with the writes that came in that turn (alone, the
+    statement it would be alone); writes that arrive while every round is in flight queue,
+    and go as one batch (up to `BATCH_CAP`) the moment one is done."""
 
     def __init__(self, run_batch: RunBatch, run_with_claim: RunWithClaim | None = None) -> None:
         self._run_batch = run_batch
         self._run_with_claim = run_with_claim
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._in_flight = False
+        self._flying = 0  # rounds in flight, a gathering one included
+        self._gathering = False  # a write waits out its turn, to lead the next round
         self._queued: list[_Queued] = []
         self._claim: _QueuedClaim | None = None
         self._senders: set[asyncio.Task[None]] = set()
@@ -84,29 +92,29 @@ class GroupCommit:
         if loop is not self._loop:  # a store used from a second loop: nothing to share
             return await alone()
         queued: _Queued = (item, loop.create_future())
-        if self._in_flight:
+        if self._gathering or self._flying >= ROUNDS_IN_FLIGHT:
             self._queued.append(queued)
         else:
             # The runs a commit wakes (or a claim starts) write in the same turn of the
-            # loop: the first that finds nothing in flight waits that turn out, so they
-            # share one commit rather than the first going alone and the rest after it
-            # (ADR-0125). Marked in flight meanwhile: those that come queue behind it.
-            self._in_flight = True
+            # loop: the first that finds a round free waits that turn out, so they share
+            # one commit rather than the first going alone and the rest after it
+            # (ADR-0125). Its round is taken meanwhile: those that come queue behind it.
+            self._gathering = True
+            self._flying += 1
             try:
                 await asyncio.sleep(0)
             except BaseException:
-                self._in_flight = False
-                self._send_queued()
+                self._gathered()
                 raise
             if not self._queued:  # none came: the statement it is alone
+                self._gathering = False
                 try:
                     return await alone()
                 finally:
-                    self._in_flight = False
+                    self._flying -= 1
                     self._send_queued()
             self._queued.insert(0, queued)  # it leads the batch of those that came
-            self._in_flight = False
-            self._send_queued()
+            self._gathered()
         try:
             outcome = await queued[1]
         except asyncio.CancelledError:
@@ -117,17 +125,21 @@ class GroupCommit:
             return await alone()
         return outcome
 
+    def _gathered(self) -> None:
+        """The gathering write's turn is out: its round goes to the writes queued."""
+        self._gathering = False
+        self._flying -= 1
+        self._send_queued()
+
     async def claim(
         self, statement: str, params: dict[str, Any], alone: Callable[[], Awaitable[Rows]]
     ) -> Rows:
-        """The claim's rows, once durable. While a write is in flight with appends queued
-        behind it, the claim waits for it and goes with them, in one round trip and one
-        commit (ADR-0116): a worker's finishes and its next claim. Otherwise it goes
-        alone (`alone`), at once, beside the write in flight: with nothing to share, a
-        wait would only serialise the two."""
+        """The claim's rows, once durable. While appends are queued for the next round, the
+        claim goes with them, in one round trip and one commit (ADR-0116): a worker's
+        finishes and its next claim. Otherwise it goes alone (`alone`), at once, beside
+        the rounds in flight: with nothing to share, a wait would only serialise them."""
         loop = asyncio.get_running_loop()
-        queued = bool(self._queued)
-        riding = self._in_flight and queued and self._claim is None and loop is self._loop
+        riding = bool(self._queued) and self._claim is None and loop is self._loop
         if not riding or self._run_with_claim is None:
             return await alone()
         waiting = _QueuedClaim(statement, params, loop.create_future())
@@ -143,16 +155,19 @@ class GroupCommit:
         return outcome
 
     def _send_queued(self) -> None:
-        claim, self._claim = self._claim, None
-        if self._loop is None or self._in_flight or not self._queued:
-            if claim is not None:
-                _settle(claim.rows, _SEND_ALONE)  # nothing to ride with: alone, now
-            return
-        batch, self._queued = self._queued[:BATCH_CAP], self._queued[BATCH_CAP:]
-        self._in_flight = True
-        sender = self._loop.create_task(self._send(batch, claim))
-        self._senders.add(sender)  # a reference, or the loop may collect it mid-flight
-        sender.add_done_callback(self._senders.discard)
+        """Start a round for the writes queued, while a round is free (none while a write
+        gathers its turn's: they are its); the claim waiting rides with the first."""
+        while self._queued and not self._gathering and self._flying < ROUNDS_IN_FLIGHT:
+            assert self._loop is not None
+            batch, self._queued = self._queued[:BATCH_CAP], self._queued[BATCH_CAP:]
+            claim, self._claim = self._claim, None
+            self._flying += 1
+            sender = self._loop.create_task(self._send(batch, claim))
+            self._senders.add(sender)  # a reference, or the loop may collect it mid-flight
+            sender.add_done_callback(self._senders.discard)
+        if not self._queued and self._claim is not None:  # nothing to ride with: alone, now
+            claim, self._claim = self._claim, None
+            _settle(claim.rows, _SEND_ALONE)
 
     async def _send(self, batch: list[_Queued], claim: _QueuedClaim | None = None) -> None:
         params = batch_params([item for item, _ in batch])
@@ -185,7 +200,7 @@ class GroupCommit:
                 seq, code, reason = by_item[position]
                 _settle(future, **_outcome(item, seq, code, reason))
         finally:
-            self._in_flight = False
+            self._flying -= 1
             self._send_queued()
 
 
