@@ -333,3 +333,40 @@ async def test_a_connection_killed_under_an_append_is_a_lost_claim(
     await until(done, "the task is claimed again once the lease lapsed, and finished")
     assert "took over task t (epoch 2)" in worker.log()
     assert (await log_types(store, "t")).count("TaskFinished") == 1
+
+
+async def test_a_quiet_workers_idle_sessions_killed_cost_no_task(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    # ADR-0127: a quiet worker keeps to its warm sessions, so the others sit idle and a
+    # server's idle_session_timeout or a restart of their backends ends them unseen. The
+    # server really ends them; the burst that needs them finds each one broken: every
+    # task still ends done, each claimed once.
+    import psycopg
+
+    await add_task(store, tmp_path, "warm", {"text": "warm"})
+    quiet = workers(postgres_url, "quiet", concurrency=6)
+
+    async def warm_done() -> bool:
+        return await status_of(store, "warm") == "done"
+
+    await until(warm_done, "the first task is done")
+    idle = (
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'noeta-worker:quiet'"
+        " AND state = 'idle' AND query NOT LIKE 'LISTEN%'"
+    )
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        ended = [row[0] for row in admin.execute(idle).fetchall()]
+        for pid in ended:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    assert len(ended) >= 6, ended  # the pool's sessions (concurrency + 2) and the claims'
+    for n in range(12):
+        await add_task(store, tmp_path, f"t{n}", {"text": f"answer {n}"})
+
+    async def all_done() -> bool:
+        return all([await status_of(store, f"t{n}") == "done" for n in range(12)])
+
+    await until(all_done, "every task of the burst is done")
+    quiet.signal(signal.SIGTERM)
+    assert await quiet.exit_code() == 0
+    assert quiet.log().count("claimed task") == 13  # each claimed once
