@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import statistics
 import time
 from dataclasses import dataclass
@@ -23,10 +22,10 @@ from typing import Any
 
 import noop_job  # the sibling modules (bench/ is on sys.path)
 import psycopg
+from common import counted_server  # the sibling module (bench/ is on sys.path)
 from task_cost import OWN, jobs_env
 from worker import Bench, cpu_seconds, fresh_bench, ms, table, verdict
 
-from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.client import AsyncClient
 from noeta.client.canvas import chain, chord, group
 
@@ -200,16 +199,8 @@ def main() -> None:
     arguments.add_argument("--links", type=int, default=100)
     arguments.add_argument("--workers", type=int, default=2)
     options = arguments.parse_args()
-    settings = {"shared_preload_libraries": "pg_stat_statements"}
-    embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
-    try:
-        dsn = embedded.start()
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    with counted_server() as dsn:
         asyncio.run(measure(dsn, options.members, options.links, options.workers))
-    finally:
-        embedded.stop()
-        shutil.rmtree(embedded.root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import psycopg
@@ -16,7 +16,7 @@ from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.backends.stores.postgres import migrate_database
 from noeta.testing.postgres import TEST_DSN_ENV, with_search_path
 
-__all__ = ["TEST_DSN_ENV", "fresh_schema", "parser", "server"]
+__all__ = ["TEST_DSN_ENV", "counted_server", "fresh_schema", "parser", "server"]
 
 
 def parser(doc: str | None, *, quick: bool = True) -> argparse.ArgumentParser:
@@ -40,6 +40,22 @@ def server(dsn: str | None) -> Iterator[str]:
     print("starting an embedded PostgreSQL (fsync on)...", flush=True)
     try:
         yield embedded.start()
+    finally:
+        embedded.stop()
+        shutil.rmtree(embedded.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def counted_server(settings: Mapping[str, str] | None = None) -> Iterator[str]:
+    """A private embedded PostgreSQL (fsync on) that counts statements: pg_stat_statements
+    loaded and created, with `settings` beside it; stopped and removed afterwards."""
+    preload = {"shared_preload_libraries": "pg_stat_statements", **(settings or {})}
+    embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=preload)
+    try:
+        dsn = embedded.start()
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        yield dsn
     finally:
         embedded.stop()
         shutil.rmtree(embedded.root, ignore_errors=True)

@@ -16,17 +16,15 @@ import argparse
 import asyncio
 import collections
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import jobs  # the sibling modules: bench/ is on sys.path
 import noop_job
 import psycopg
+from common import counted_server  # the sibling module (bench/ is on sys.path)
 from job_drain import drain
 from worker import find_postmaster, fresh_bench
-
-from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 
 ACTIVE = """
 SELECT right(application_name, 3), left(ltrim(query, E' \n'), 24),
@@ -102,18 +100,10 @@ def main() -> None:
     arguments.add_argument("--concurrency", type=int, default=jobs.CONCURRENCY)
     arguments.add_argument("--processes", type=int, action="append", help="repeatable (1, 2)")
     options = arguments.parse_args()
-    settings = {"shared_preload_libraries": "pg_stat_statements", "track_wal_io_timing": "on"}
-    embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
-    try:
-        dsn = embedded.start()
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    with counted_server({"track_wal_io_timing": "on"}) as dsn:
         tree = os.path.abspath(options.tree)
         processes = options.processes or [1, 2]
         asyncio.run(run(dsn, tree, options.jobs, options.concurrency, processes))
-    finally:
-        embedded.stop()
-        shutil.rmtree(embedded.root, ignore_errors=True)
     print(f"\nload average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

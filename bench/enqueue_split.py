@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
 import time
 from pathlib import Path
@@ -23,11 +22,10 @@ from typing import Any
 
 import noop_job  # the sibling module: bench/ is on sys.path
 import psycopg
-from common import fresh_schema
+from common import counted_server, fresh_schema
 from worker import table
 
 from noeta.backends.stores import open_store
-from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.client import AsyncClient
 from noeta.client.job_tasks import job_batch
 
@@ -199,19 +197,8 @@ def main() -> None:
     options.add_argument("--jobs", type=int, default=10_000)
     options.add_argument("--batches", type=int, default=5)
     arguments = options.parse_args()
-    settings = {
-        "shared_preload_libraries": "pg_stat_statements",
-        "pg_stat_statements.track": "all",
-    }
-    embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
-    try:
-        dsn = embedded.start()
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    with counted_server({"pg_stat_statements.track": "all"}) as dsn:
         asyncio.run(measure(dsn, arguments.jobs, arguments.batches))
-    finally:
-        embedded.stop()
-        shutil.rmtree(embedded.root, ignore_errors=True)
     print(f"\nload average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 
-import psycopg
-from common import fresh_schema  # the sibling module (bench/ is on sys.path)
+from common import counted_server, fresh_schema  # the sibling module (bench/ is on sys.path)
 
-from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.core.ports.queue_settings import QueueChange, Rate
 from noeta.core.ports.store import Finish, NewEvent, NewTask
@@ -65,16 +62,8 @@ def main() -> None:
     arguments = argparse.ArgumentParser(description=__doc__)
     arguments.add_argument("--tasks", type=int, default=2000)
     tasks = arguments.parse_args().tasks
-    settings = {"shared_preload_libraries": "pg_stat_statements"}
-    embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
-    try:
-        dsn = embedded.start()
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    with counted_server() as dsn:
         asyncio.run(measure(dsn, tasks))
-    finally:
-        embedded.stop()
-        shutil.rmtree(embedded.root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -19,15 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import noop_job  # the sibling modules (bench/ is on sys.path)
-import psycopg
+from common import counted_server  # the sibling module (bench/ is on sys.path)
 from worker import Bench, fresh_bench, next_xid
 
-from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.client.job_tasks import job_task
 
 QUEUE = "cost"
@@ -192,20 +190,9 @@ def main() -> None:
     kind.add_argument("--jobs", action="store_true", help="plain no-op jobs, not agent tasks")
     kind.add_argument("--bash", action="store_true", help="agent tasks that run one Bash call")
     options = arguments.parse_args()
-    settings = {
-        "shared_preload_libraries": "pg_stat_statements",
-        "pg_stat_statements.track_planning": "on",
-        "track_functions": "all",
-    }
-    embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
-    try:
-        dsn = embedded.start()
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    settings = {"pg_stat_statements.track_planning": "on", "track_functions": "all"}
+    with counted_server(settings) as dsn:
         asyncio.run(measure(dsn, options.tasks, options.jobs, options.bash))
-    finally:
-        embedded.stop()
-        shutil.rmtree(embedded.root, ignore_errors=True)
 
 
 if __name__ == "__main__":
