@@ -4,6 +4,8 @@ own sessions, with the defaults derived from the client deadline, and a URL's ow
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 import pytest
@@ -67,3 +69,55 @@ async def test_an_unparseable_url_is_a_config_error_without_its_password() -> No
     with pytest.raises(ConfigError, match="percent-encode") as raised:
         await PostgresStore.open(url)
     assert "s3cret-pw" not in str(raised.value)
+
+
+def _keepalives(connection: Any) -> tuple[int, int, int, int]:
+    """What the kernel will do for this connection's socket when it sits idle: probe or
+    not, after how many seconds, how often, how many unanswered before it resets it."""
+    probe = socket.socket(fileno=os.dup(connection.pgconn.socket))
+    try:
+        return (
+            probe.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+            probe.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+            probe.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+            probe.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+        )
+    finally:
+        os.close(probe.detach())
+
+
+async def test_every_connection_probes_an_idle_peer_every_minute(postgres_url: str) -> None:
+    # ADR-0129: a quiet worker's idle sessions (ADR-0127) keep a firewall's state alive,
+    # and a vanished peer is found in about 90 s, not two hours (libpq's default).
+    store = await PostgresStore.open(postgres_url, migrate=True)
+    try:
+        async with store._pool.connection() as pooled:
+            assert _keepalives(pooled) == (1, 60, 10, 3)
+        listening = await store._listening_connection("test-keepalives")
+        session = await store._session_connection("test-keepalives")
+        try:
+            assert _keepalives(listening) == _keepalives(session) == (1, 60, 10, 3)
+        finally:
+            await listening.close()
+            await session.close()
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("own", "kept"),
+    [({"keepalives_idle": "5"}, (1, 5)), ({"keepalives": "0"}, (0,))],
+    ids=["its own idle time", "keepalives off"],
+)
+async def test_a_urls_own_keepalives_are_left_whole(
+    postgres_url: str, own: dict[str, str], kept: tuple[int, ...]
+) -> None:
+    store = await PostgresStore.open(make_conninfo(postgres_url, **own), migrate=True)
+    try:
+        async with store._pool.connection() as pooled:
+            shown = _keepalives(pooled)
+    finally:
+        await store.close()
+    assert shown[: len(kept)] == kept
+    if kept == (1, 5):
+        assert shown[2:] != (10, 3)  # the kernel's own interval and count, not noeta's

@@ -25,7 +25,11 @@ from noeta.backends.stores.postgres.pool import LastInFirstOutPool
 from noeta.backends.stores.postgres.queues import PostgresQueues
 from noeta.backends.stores.postgres.reply_streams import PostgresReplyStreams
 from noeta.backends.stores.postgres.schema import SESSION_ENV, check_schema, migrate_database
-from noeta.backends.stores.postgres.session import SessionLimits, startup_options
+from noeta.backends.stores.postgres.session import (
+    SessionLimits,
+    startup_options,
+    with_keepalives,
+)
 from noeta.backends.stores.postgres.task_pruning import PostgresTaskPruning
 from noeta.backends.stores.postgres.unique_jobs import PostgresUniqueJobs
 from noeta.backends.stores.postgres.views import PostgresViews
@@ -105,6 +109,8 @@ class PostgresStore(
         where = describe(dsn)
         direct = session_dsn or dsn
         pooled = direct != dsn
+        # TCP keepalives where the URL sets none (ADR-0129).
+        dsn, direct = with_keepalives(dsn), with_keepalives(direct)
         limits = SessionLimits.for_deadline(deadline_seconds, idle_in_transaction_seconds)
         connecting = {
             "application_name": application_name,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.core.errors import ConfigError
 
@@ -78,3 +78,29 @@ def startup_options(dsn: str, settings: Mapping[str, str]) -> str:
         ) from None
     ours = " ".join(f"-c {name}={value}" for name, value in settings.items())
     return f"{ours} {own}".strip()
+
+
+# TCP keepalives on every connection a store opens, where its URL sets none (ADR-0129). A
+# quiet worker keeps to its warm sessions and leaves the rest idle for hours (ADR-0127):
+# a probe every minute keeps a firewall's or a NAT's state for them alive, and a peer that
+# vanished is found within about 90 s, the socket reset, rather than at the next
+# statement's deadline. libpq's own default waits two hours before its first probe.
+KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "60",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
+
+
+def with_keepalives(dsn: str) -> str:
+    """`dsn` with noeta's keepalives, unless it names any keepalive setting itself (a
+    deployment's choice, `keepalives=0` included, is left whole). An unparseable URL is
+    left as it is, for `startup_options` to refuse in words that do not quote it."""
+    try:
+        own = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return dsn
+    if any(name in own for name in KEEPALIVES):
+        return dsn
+    return make_conninfo(dsn, **KEEPALIVES)
