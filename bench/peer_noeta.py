@@ -5,7 +5,9 @@ in SQL (ready now, or due in a day), and the idle-pickup probe, for two kinds of
 and two fenced appends of five events); it starts at its first durable step, the
 PluginsPinned event its claimer appends. "noeta-job": a plain job, the async `@noeta.tool`
 no-op of bench/noop_job.py (a claim, the ToolStarted append, the finishing append), as
-the peers' no-ops are async; it starts at ToolStarted. Both read from the log (the database clock).
+the peers' no-ops are async; it starts as the peers' no-ops do, when its function runs
+(the time it records), and its first durable step, the ToolStarted its claim writes, is
+reported beside. The agent's start is read from the log (the database clock).
 """
 
 from __future__ import annotations
@@ -104,12 +106,27 @@ def job(task_id: str) -> NewTask:
 async def probe(count: int, log: str) -> dict[str, list[float]]:
     """Create an agent task, wait until the idle worker logs it done, pause, repeat; then
     pickup = PluginsPinned - the moment create_task returned."""
-    return await probe_with(agent_task, "PluginsPinned", count, log)
+    found = await probe_with(agent_task, "PluginsPinned", count, log)
+    return {"pickup_ms": found["pickup_ms"]}
 
 
 async def probe_jobs(count: int, log: str) -> dict[str, list[float]]:
-    """The same with no-op jobs: pickup = ToolStarted - the moment create_task returned."""
-    return await probe_with(job, "ToolStarted", count, log)
+    """The same with no-op jobs, timed as the peers' are: pickup = the no-op's own start
+    (its worker's NOETA_BENCH_STARTS file, beside the log: bench/noop_job.py) - the moment
+    create_task returned. `first_step_ms`: the ToolStarted its claim wrote (ADR-0101),
+    which is earlier, before the claim's commit and reply and the call."""
+    starts = Path(log).with_suffix(".rec")
+    before = _lines(starts)
+    found = await probe_with(job, "ToolStarted", count, log)
+    began = [float(line.split()[1]) for line in _lines(starts)[len(before) :]]
+    if len(began) != len(found["created"]):
+        raise RuntimeError(f"{len(found['created'])} jobs created, {len(began)} starts recorded")
+    pickup = [(at - created) * 1000 for at, created in zip(began, found["created"], strict=True)]
+    return {"pickup_ms": pickup, "first_step_ms": found["pickup_ms"]}
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
 
 
 async def probe_with(
@@ -136,7 +153,8 @@ async def probe_with(
     async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as admin:
         cursor = await admin.execute(PICKED_UP, (started_by, list(created)))
         started: dict[str, Any] = dict(await cursor.fetchall())
-    return {"pickup_ms": [(started[t] - c) * 1000 for t, c in created.items() if t in started]}
+    pickup = [(started[t] - c) * 1000 for t, c in created.items() if t in started]
+    return {"pickup_ms": pickup, "created": list(created.values())}
 
 
 NOETA = {"reset": reset, "enqueue": enqueue, "probe": probe}

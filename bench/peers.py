@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -144,7 +145,9 @@ class Peers:
         found = [line[7:] for line in out.splitlines() if line.startswith("RESULT ")]
         return json.loads(found[-1]) if found else None
 
-    def worker(self, peer: str, index: int, record: Path) -> subprocess.Popen[bytes]:
+    def worker(
+        self, peer: str, index: int, record: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         if peer in NOETA:
             # The URL (its password) in the environment: never on a command line.
             command = [sys.executable, "-m", "noeta", "worker"]
@@ -160,7 +163,7 @@ class Peers:
             # PYTHONPATH (a run of another checkout would start this tree's workers).
             process = subprocess.Popen(
                 command,
-                env={**self.env(peer), "PYTHONSAFEPATH": "1"},
+                env={**self.env(peer), **(env or {}), "PYTHONSAFEPATH": "1"},
                 stdout=output,
                 stderr=subprocess.STDOUT,
             )
@@ -241,7 +244,9 @@ class Peers:
         self.step(peer, "reset")
         record = self.scratch / f"{peer}-{time.time_ns()}-pickup.rec"
         load = os.getloadavg()[0]
-        worker = self.worker(peer, 0, record)
+        # noeta's job records its function's start, as the peers' do (bench/noop_job.py)
+        starts = {"NOETA_BENCH_STARTS": str(record)} if peer == "noeta-job" else {}
+        worker = self.worker(peer, 0, record, starts)
         try:
             # noeta's probe tails its worker's log; the others' record file
             tail = str(record.with_suffix(".log") if peer in NOETA else record)
@@ -255,6 +260,9 @@ class Peers:
         if len(found["pickup_ms"]) < sizes.pickups:
             got = f"{len(found['pickup_ms'])} of {sizes.pickups}"
             raise RuntimeError(f"{peer} pickup: {got} jobs started ({last_line([record])})")
+        if first := found.get("first_step_ms"):
+            step = statistics.median(first)
+            print(f"  {peer} pickup: its first durable step (ToolStarted) at {step:.2f} ms")
         other, cpu = window.other_cores(sizes.pickups), window.per_job(sizes.pickups)
         return Result(peer, "pickup", found["pickup_ms"], other, load, cpu=cpu)
 
