@@ -31,13 +31,17 @@ BEGIN
         -- A model call a limit applies to is not the batch's: the caller sends it alone
         -- (noeta_append_model_called), which takes the budget. Where none applies, the
         -- ModelCalled append is a plain continue. So for a fleet budget on its queue or
-        -- its key, looked for below once the row is read (0032).
-        IF i.model_keys IS NOT NULL AND EXISTS (
-               SELECT 1 FROM model_limits m
-                WHERE m.key IN (SELECT jsonb_array_elements_text(i.model_keys))) THEN
-            refusal_code := 'limited';
-            RETURN NEXT;
-            CONTINUE;
+        -- its key, looked for below once the row is read (0032). Each test in two IFs
+        -- (0036): a condition with a subquery is a statement the executor starts and
+        -- ends, whatever its first operand says, while `IS NOT NULL` alone is evaluated
+        -- in place; an item that is no model call (a job's, a finish) runs neither.
+        IF i.model_keys IS NOT NULL THEN
+            IF EXISTS (SELECT 1 FROM model_limits m
+                        WHERE m.key IN (SELECT jsonb_array_elements_text(i.model_keys))) THEN
+                refusal_code := 'limited';
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
         END IF;
         -- The fence, as noeta_fence checks it, with its messages; told, not raised.
         SELECT owner, owner_epoch, status, lease_until, last_seq, queue, concurrency_key INTO t
@@ -64,11 +68,12 @@ BEGIN
             refusal_message := format(
                 'the log ends at seq %s, not %s', t.last_seq, i.expected_seq);
         END IF;
-        IF refusal_code IS NULL AND i.model_keys IS NOT NULL AND EXISTS (
-               SELECT 1 FROM fleet_budgets AS f
-                WHERE f.queue = t.queue
-                  AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''))) THEN
-            refusal_code := 'limited';
+        IF refusal_code IS NULL AND i.model_keys IS NOT NULL THEN
+            IF EXISTS (SELECT 1 FROM fleet_budgets AS f
+                        WHERE f.queue = t.queue
+                          AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''))) THEN
+                refusal_code := 'limited';
+            END IF;
         END IF;
         IF refusal_code IS NOT NULL THEN
             RETURN NEXT;
