@@ -8,6 +8,8 @@ DECLARE
     v_now timestamptz;
     v_pinned boolean;
     v_needs text[];
+    v_finished text[] := '{}';
+    v_told text;
 BEGIN
     -- The rows are locked in task-id order: two batches naming the same tasks (a stale
     -- claim's and its successor's) wait for each other, never in a cycle.
@@ -104,14 +106,20 @@ BEGIN
                    ready_at = NULL, claimable_at = NULL, updated_at = v_now,
                    finished_at = v_now, needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
              WHERE id = i.task;
-            DELETE FROM model_limit_holds WHERE task_id = i.task;
-            -- Announced only to a client awaiting it: noeta_announce_finish's two
-            -- statements, inline as in noeta_append_and_finish (0024).
-            DELETE FROM finish_waiters WHERE task_id = i.task;
-            IF FOUND THEN
-                PERFORM pg_notify('noeta_finished', i.task);
-            END IF;
+            v_finished := v_finished || i.task;
         END IF;
         RETURN NEXT;
     END LOOP;
+    -- The finished tasks' holds dropped and their finishes announced, once a batch
+    -- (0037): each statement here has a fixed price, paid per statement, not per row.
+    -- Their rows are locked, by the loop; nothing else waits on these.
+    IF cardinality(v_finished) > 0 THEN
+        DELETE FROM model_limit_holds WHERE task_id = ANY(v_finished);
+        -- Announced only to a client awaiting it: noeta_announce_finish's two
+        -- statements, inline as in noeta_append_and_finish (0024).
+        FOR v_told IN DELETE FROM finish_waiters WHERE task_id = ANY(v_finished)
+                      RETURNING task_id LOOP
+            PERFORM pg_notify('noeta_finished', v_told);
+        END LOOP;
+    END IF;
 END $function$;
