@@ -1,4 +1,4 @@
--- A batch's item that is no model call runs no limit query (issue 28, ADR-0129).
+-- A batch's item that is no model call runs no limit query (issue 28, ADR-0130).
 --
 -- noeta_append_batch tested `i.model_keys IS NOT NULL AND EXISTS (...)` for the model
 -- limits and again for the fleet budgets. PL/pgSQL evaluates a condition holding a

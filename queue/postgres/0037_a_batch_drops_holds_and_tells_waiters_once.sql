@@ -1,5 +1,5 @@
 -- A batch drops its finished tasks' holds and tells their waiters once (issue 28,
--- ADR-0129).
+-- ADR-0130).
 --
 -- noeta_append_batch ran, for each finishing item, a DELETE of the task's model-limit hold
 -- and a DELETE of its finish waiters (then a NOTIFY if one was there): two statements an

@@ -1,5 +1,5 @@
 """The functions a task's appends run test a plain value in an IF of its own before any
-query (ADR-0129): PL/pgSQL evaluates a condition holding a subquery as a statement
+query (ADR-0130): PL/pgSQL evaluates a condition holding a subquery as a statement
 through the executor, whatever its other operands say, so `x IS NOT NULL AND EXISTS (...)`
 starts and ends a query for every row even where x is NULL. Read from the function files
 (ADR-0081), which a migrated database is held to."""
