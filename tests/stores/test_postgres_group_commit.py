@@ -176,6 +176,7 @@ async def test_awkward_texts_in_a_batch_are_stored_exactly(
 async def test_a_batched_finish_is_announced_to_its_waiters_alone_and_finishes_the_task(
     store: PostgresStore, postgres_url: str
 ) -> None:
+    hold = "INSERT INTO model_limit_holds VALUES (%s, clock_timestamp(), 'p/*')"
     ids = [f"f{n:02}" for n in range(RUNS)]
     awaited = set(ids[::2])  # a result() marks its task (ADR-0087); the others: no notice
     claims = await claimed(store, ids)
@@ -183,6 +184,8 @@ async def test_a_batched_finish_is_announced_to_its_waiters_alone_and_finishes_t
         assert await store.await_finish(task_id) is False
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as listener:
         await listener.execute("LISTEN noeta_finished")
+        for task_id in ids[:3]:  # slots a model limit held for them: dropped by the finish
+            await listener.execute(hold, (task_id,))
         finish = Finish(TaskStatus.DONE)
         await asyncio.gather(
             *(store.append(claims[i], 1, [NewEvent("done", i)], next_state=finish) for i in ids)
@@ -197,6 +200,7 @@ async def test_a_batched_finish_is_announced_to_its_waiters_alone_and_finishes_t
             announced.append(notice.payload)
     assert sorted(announced) == sorted(awaited)
     assert await writing_transactions(postgres_url, ids) == 1
+    assert await count_of(postgres_url, "SELECT count(*) FROM model_limit_holds", ()) == 0
     for task_id in ids:
         task = await store.get_task(task_id)
         assert task is not None and task.status is TaskStatus.DONE

@@ -8,6 +8,8 @@ DECLARE
     v_now timestamptz;
     v_pinned boolean;
     v_needs text[];
+    v_finished text[] := '{}';
+    v_told text;
 BEGIN
     -- The rows are locked in task-id order: two batches naming the same tasks (a stale
     -- claim's and its successor's) wait for each other, never in a cycle.
@@ -31,13 +33,17 @@ BEGIN
         -- A model call a limit applies to is not the batch's: the caller sends it alone
         -- (noeta_append_model_called), which takes the budget. Where none applies, the
         -- ModelCalled append is a plain continue. So for a fleet budget on its queue or
-        -- its key, looked for below once the row is read (0032).
-        IF i.model_keys IS NOT NULL AND EXISTS (
-               SELECT 1 FROM model_limits m
-                WHERE m.key IN (SELECT jsonb_array_elements_text(i.model_keys))) THEN
-            refusal_code := 'limited';
-            RETURN NEXT;
-            CONTINUE;
+        -- its key, looked for below once the row is read (0032). Each test in two IFs
+        -- (0036): a condition with a subquery is a statement the executor starts and
+        -- ends, whatever its first operand says, while `IS NOT NULL` alone is evaluated
+        -- in place; an item that is no model call (a job's, a finish) runs neither.
+        IF i.model_keys IS NOT NULL THEN
+            IF EXISTS (SELECT 1 FROM model_limits m
+                        WHERE m.key IN (SELECT jsonb_array_elements_text(i.model_keys))) THEN
+                refusal_code := 'limited';
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
         END IF;
         -- The fence, as noeta_fence checks it, with its messages; told, not raised.
         SELECT owner, owner_epoch, status, lease_until, last_seq, queue, concurrency_key INTO t
@@ -64,11 +70,12 @@ BEGIN
             refusal_message := format(
                 'the log ends at seq %s, not %s', t.last_seq, i.expected_seq);
         END IF;
-        IF refusal_code IS NULL AND i.model_keys IS NOT NULL AND EXISTS (
-               SELECT 1 FROM fleet_budgets AS f
-                WHERE f.queue = t.queue
-                  AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''))) THEN
-            refusal_code := 'limited';
+        IF refusal_code IS NULL AND i.model_keys IS NOT NULL THEN
+            IF EXISTS (SELECT 1 FROM fleet_budgets AS f
+                        WHERE f.queue = t.queue
+                          AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''))) THEN
+                refusal_code := 'limited';
+            END IF;
         END IF;
         IF refusal_code IS NOT NULL THEN
             RETURN NEXT;
@@ -99,14 +106,20 @@ BEGIN
                    ready_at = NULL, claimable_at = NULL, updated_at = v_now,
                    finished_at = v_now, needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
              WHERE id = i.task;
-            DELETE FROM model_limit_holds WHERE task_id = i.task;
-            -- Announced only to a client awaiting it: noeta_announce_finish's two
-            -- statements, inline as in noeta_append_and_finish (0024).
-            DELETE FROM finish_waiters WHERE task_id = i.task;
-            IF FOUND THEN
-                PERFORM pg_notify('noeta_finished', i.task);
-            END IF;
+            v_finished := v_finished || i.task;
         END IF;
         RETURN NEXT;
     END LOOP;
+    -- The finished tasks' holds dropped and their finishes announced, once a batch
+    -- (0037): each statement here has a fixed price, paid per statement, not per row.
+    -- Their rows are locked, by the loop; nothing else waits on these.
+    IF cardinality(v_finished) > 0 THEN
+        DELETE FROM model_limit_holds WHERE task_id = ANY(v_finished);
+        -- Announced only to a client awaiting it: noeta_announce_finish's two
+        -- statements, inline as in noeta_append_and_finish (0024).
+        FOR v_told IN DELETE FROM finish_waiters WHERE task_id = ANY(v_finished)
+                      RETURNING task_id LOOP
+            PERFORM pg_notify('noeta_finished', v_told);
+        END LOOP;
+    END IF;
 END $function$;

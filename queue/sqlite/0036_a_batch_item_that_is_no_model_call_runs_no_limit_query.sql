@@ -1,0 +1,2 @@
+-- The PostgreSQL twin splits noeta_append_batch's limit tests so that a job's append
+-- runs no query for them (ADR-0130). sqlite has no noeta_append_batch: nothing to change.

@@ -1,0 +1,2 @@
+-- The PostgreSQL twin moves noeta_append_batch's per-finish deletes to one statement a
+-- batch (ADR-0130). sqlite has no noeta_append_batch: nothing to change.
