@@ -9,14 +9,14 @@ worker leaves the task to a newer worker instead of guessing.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from noeta.core.ports.model import Text, ToolCall, Usage
 from noeta.core.ports.payload import JSONValue
 from noeta.core.ports.pin import Pin
-from noeta.core.rules.event_json import FROM_JSON, same, to_json
+from noeta.core.rules.event_json import FROM_JSON, to_json
 
 ENCODING_VERSION = 1
 # A TaskCreated whose tools are its worker's (tools null) is version 2, so a noeta that
@@ -410,16 +410,15 @@ def decode(event_type: str, data: JSONValue) -> Event | UnknownEvent:
     version = data.get("v")
     if not isinstance(version, int):
         raise ValueError(f"{event_type} data has no encoding version")
-    cls = EVENT_TYPES.get(event_type)
-    newest = _NEWEST_VERSION.get(cls, ENCODING_VERSION)  # type: ignore[arg-type]
-    if cls is None or version > newest:
+    decoding = _DECODING.get(event_type)
+    if decoding is None or version > _NEWEST_VERSION.get(decoding[0], ENCODING_VERSION):
         return UnknownEvent(event_type, version)
+    cls, fields = decoding
     try:
-        values = {
-            name: _FROM_JSON.get((cls, name), same)(data[name])
-            for name in _FIELD_NAMES[cls]
-            if name in data
-        }
+        values: dict[str, Any] = {}
+        for name, convert in fields:
+            if name in data:
+                values[name] = data[name] if convert is None else convert(data[name])
         return cls(**values)
     except (KeyError, TypeError) as error:
         raise ValueError(f"{event_type} data is malformed: {error}") from None
@@ -462,5 +461,14 @@ def _version_of(event: Event) -> int:
     return ENCODING_VERSION
 
 
-# The converters of event_json, keyed by class as `decode` looks them up.
+# The converters of event_json, keyed by class.
 _FROM_JSON = {(EVENT_TYPES[cls], name): convert for (cls, name), convert in FROM_JSON.items()}
+# What `decode` needs of a stored type, in one lookup: its class, and each field with its
+# converter (None: the stored JSON is the value). A claim decodes every event it reads: a
+# job's four in 6.5 µs instead of 8.2 with a lookup per field. (The newest encoding is
+# still read from `_NEWEST_VERSION` at each decode: a test plays an older noeta with it.)
+_DECODING: dict[str, tuple[type[Event], tuple[tuple[str, Callable[[Any], Any] | None], ...]]]
+_DECODING = {
+    type_name: (cls, tuple((name, _FROM_JSON.get((cls, name))) for name in _FIELD_NAMES[cls]))
+    for type_name, cls in EVENT_TYPES.items()
+}

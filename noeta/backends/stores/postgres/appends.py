@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -107,9 +106,8 @@ class PostgresAppends(PostgresConnection):
     ) -> int:
         check_append(events, take)
         if not (take or deliveries or new_tasks) and isinstance(next_state, Continue | Finish):
-            lean = LeanAppend(claim.task_id, claim.epoch, expected_seq, events_json(events))
-            if isinstance(next_state, Finish):
-                lean = replace(lean, status=next_state.status.value)
+            status = next_state.status.value if isinstance(next_state, Finish) else None
+            lean = LeanAppend(claim.task_id, claim.epoch, expected_seq, events_json(events), status)
             return await self._group_commit.append(lean, lambda: self._append_alone(lean))
         statement, params = append_statement(
             claim, expected_seq, events, take, deliveries, new_tasks, next_state
