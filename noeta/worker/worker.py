@@ -60,6 +60,7 @@ from noeta.worker.presence import Presence, offers_of
 from noeta.worker.renewal import Renewer
 from noeta.worker.settings import WorkerSettings
 from noeta.worker.shutdown import drain
+from noeta.worker.wake_signal import WakeSignal
 from noeta.worker.warmup import warm_up
 
 log = logging.getLogger("noeta.worker")
@@ -102,7 +103,7 @@ class Worker(ContinuingClaims):
         # A claim that starts jobs takes at most half the slots: the other half's claim is
         # in flight while this one's runs do their Python (ADR-0124).
         self._job_claim_size = max(1, (settings.concurrency + 1) // 2)
-        self._wake = asyncio.Event()
+        self._wake = WakeSignal()
         self._stopping = False
         self._began: datetime | None = None  # the store's clock as this run began
         self._handing_back = False
@@ -420,16 +421,8 @@ class Worker(ContinuingClaims):
                 if due is not None:
                     timeout = min(timeout, due + 0.005)
         self.liveness.turned(CLAIM_LOOP, timeout)
-        woken = asyncio.create_task(self._wake.wait())
-        try:
-            done, _ = await asyncio.wait(
-                {woken, stopping},
-                timeout=timeout,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        finally:
-            woken.cancel()
-        if not done and self.registration is not None:
+        woken = await self._wake.wait(timeout, stopping)  # a call resumes it next turn
+        if not woken and self.registration is not None:
             self.registration.waited_out()  # the poll, or a due time: claim
 
     def _backoff(self) -> float:
