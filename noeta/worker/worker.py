@@ -123,7 +123,7 @@ class Worker(ContinuingClaims):
         )
         idle_workers = store.capabilities.idle_workers
         self._claim_form = ClaimForm()
-        self._unlogged: list[Claim] = []  # claims started but not yet logged (ADR-0129)
+        self._unlogged: list[Claim] = []  # a pickup started but not yet logged (ADR-0129)
         self.registration = (
             None
             if idle_workers is None
@@ -267,13 +267,12 @@ class Worker(ContinuingClaims):
         return started
 
     def _log_claimed(self) -> None:
-        """The claim's log lines, written once its runs have sent their first write (or
-        at once, where the next claim goes first): a line costs a pickup about a tenth of
-        a millisecond of formatting, scrubbing and writing (ADR-0129)."""
+        """An idle worker's pickup's log line, written once its run has sent its first
+        write (or at once, where the next claim goes first): a line costs a pickup about a
+        tenth of a millisecond of formatting, scrubbing and writing (ADR-0129)."""
         unlogged, self._unlogged = self._unlogged, []
         for claim in unlogged:
-            verb = "took over" if claim.taken_over else "claimed"
-            log.info("%s task %s (epoch %d)", verb, claim.task_id, claim.epoch)
+            _log_claim(claim)
 
     async def _claim(self, slots: int) -> int:
         """Claim up to `slots` tasks, read with their claim, and start running them;
@@ -305,8 +304,15 @@ class Worker(ContinuingClaims):
             log.warning("claim: %s; trying again in at most %.1f s", error, self._backoff())
             return 0
         self._claim_failures = 0
+        # An idle worker's pickup of one task logs it once its run's first write went
+        # (ADR-0129); a claim of more, or a busy worker's, as it starts them: their runs'
+        # phase is the drain's, which the lines' place would shift.
+        idle = not self.running and len(claimed) == 1
         for each in claimed:
-            self._unlogged.append(each.claim)  # logged once its run's first write went
+            if idle:
+                self._unlogged.append(each.claim)
+            else:
+                _log_claim(each.claim)
             self._start(each.claim, each.loaded)
         return len(claimed)
 
@@ -466,3 +472,8 @@ class Worker(ContinuingClaims):
             log.warning(
                 "could not release task %s (%s); its lease will lapse", claim.task_id, error
             )
+
+
+def _log_claim(claim: Claim) -> None:
+    verb = "took over" if claim.taken_over else "claimed"
+    log.info("%s task %s (epoch %d)", verb, claim.task_id, claim.epoch)
