@@ -5,7 +5,7 @@ One future the claim loop awaits itself, settled by the call, the stop or the ti
 loop resumes in the event loop's next turn after the call is heard. An `asyncio.Event`
 awaited in a task of its own under `asyncio.wait` took three turns (the task's, the
 wait's, the loop's), each a cold pass through the event loop on an idle worker's pickup
-(ADR-0130)."""
+(ADR-0132)."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ class Worker(ContinuingClaims):
         )
         idle_workers = store.capabilities.idle_workers
         self._claim_form = ClaimForm()
-        self._unlogged: list[Claim] = []  # a pickup started but not yet logged (ADR-0129)
+        self._unlogged: list[Claim] = []  # a pickup started but not yet logged (ADR-0131)
         self.registration = (
             None
             if idle_workers is None
@@ -269,7 +269,7 @@ class Worker(ContinuingClaims):
     def _log_claimed(self) -> None:
         """An idle worker's pickup's log line, written once its run has sent its first
         write (or at once, where the next claim goes first): a line costs a pickup about a
-        tenth of a millisecond of formatting, scrubbing and writing (ADR-0129)."""
+        tenth of a millisecond of formatting, scrubbing and writing (ADR-0131)."""
         unlogged, self._unlogged = self._unlogged, []
         for claim in unlogged:
             _log_claim(claim)
@@ -305,7 +305,7 @@ class Worker(ContinuingClaims):
             return 0
         self._claim_failures = 0
         # An idle worker's pickup of one task logs it once its run's first write went
-        # (ADR-0129); a claim of more, or a busy worker's, as it starts them: their runs'
+        # (ADR-0131); a claim of more, or a busy worker's, as it starts them: their runs'
         # phase is the drain's, which the lines' place would shift.
         idle = not self.running and len(claimed) == 1
         for each in claimed:

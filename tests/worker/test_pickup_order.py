@@ -2,7 +2,7 @@
 statement (ADR-0125): the write waits out one turn of the loop for company, and the claim
 loop of a worker that was idle gives it that turn, so the registration the worker sends
 once the claim found no more work goes after it, not in front of it; and the claim's log
-line is written after it too (ADR-0129).
+line is written after it too (ADR-0131).
 
 In-process, on the real PostgreSQL; the order is written down where each statement is
 handed to the driver (a lone append, a batch, a registration)."""
@@ -120,6 +120,6 @@ async def test_an_idle_workers_pickup_writes_before_it_registers_again(
     after = sent[before:]
     assert "register" in after, after  # idle again, it registered
     assert after.index("append") < after.index("register"), after
-    # The claim's log line is written, once, after the pickup's first write went (ADR-0129).
+    # The claim's log line is written, once, after the pickup's first write went (ADR-0131).
     assert after.count("logged") == 1, after
     assert after.index("append") < after.index("logged"), after

@@ -1,4 +1,4 @@
-"""The claim loop's wake-up (ADR-0130): a set before the wait is not lost, a set, a stop
+"""The claim loop's wake-up (ADR-0132): a set before the wait is not lost, a set, a stop
 or the timeout ends it, and only the timeout says so."""
 
 from __future__ import annotations
