@@ -1,7 +1,8 @@
 """An idle worker's pickup sends its task's first write before the claim loop's next
 statement (ADR-0125): the write waits out one turn of the loop for company, and the claim
 loop of a worker that was idle gives it that turn, so the registration the worker sends
-once the claim found no more work goes after it, not in front of it.
+once the claim found no more work goes after it, not in front of it; and the claim's log
+line is written after it too (ADR-0131).
 
 In-process, on the real PostgreSQL; the order is written down where each statement is
 handed to the driver (a lone append, a batch, a registration)."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,18 @@ from noeta.plugins.toolbox import Toolbox
 from noeta.worker.worker import Worker, WorkerSettings
 
 from .conftest import status_of, until
+
+
+class ClaimLines(logging.Handler):
+    """Writes down, among the sends, the worker's "claimed task" line as it is logged."""
+
+    def __init__(self, sent: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.sent = sent
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("claimed task"):
+            self.sent.append("logged")
 
 
 def one_shot(task_id: str, script: Path) -> NewTask:
@@ -76,6 +90,10 @@ async def test_an_idle_workers_pickup_writes_before_it_registers_again(
     runner.pins = None  # an agent task: its claim starts nothing (ADR-0101)
     settings = WorkerSettings("w", concurrency=4, lease_seconds=600, poll_seconds=600)
     stop = asyncio.Event()
+    lines, logger = ClaimLines(sent), logging.getLogger("noeta.worker")
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
     running = asyncio.create_task(Worker(store, runner, settings).run(stop))
     try:
 
@@ -97,6 +115,11 @@ async def test_an_idle_workers_pickup_writes_before_it_registers_again(
     finally:
         stop.set()
         await running
+        logger.removeHandler(lines)
+        logger.setLevel(level)
     after = sent[before:]
     assert "register" in after, after  # idle again, it registered
     assert after.index("append") < after.index("register"), after
+    # The claim's log line is written, once, after the pickup's first write went (ADR-0131).
+    assert after.count("logged") == 1, after
+    assert after.index("append") < after.index("logged"), after
