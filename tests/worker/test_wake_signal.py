@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from noeta.worker.wake_signal import WakeSignal
 
@@ -53,3 +54,38 @@ async def test_a_cancelled_wait_leaves_nothing_behind() -> None:
     signal.set()  # no waiter left to settle
     stopping.set_result(True)  # nor a callback
     assert await signal.wait(LONG, stopping)
+
+
+class _CountedStop(asyncio.Future[bool]):
+    """The worker's stop, counting the callbacks put on it and taken off it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.callbacks = 0
+
+    def add_done_callback(self, fn: Any, *, context: Any = None) -> None:
+        self.callbacks += 1
+        super().add_done_callback(fn, context=context)
+
+    def remove_done_callback(self, fn: Any) -> int:
+        removed = super().remove_done_callback(fn)
+        self.callbacks -= removed
+        return removed
+
+
+async def test_a_long_idle_life_leaves_no_callback_on_the_stop() -> None:
+    # An idle worker waits thousands of times on the same stop: each wait takes its
+    # callback off again, whether the time ran out, a call came or it was cancelled.
+    loop = asyncio.get_running_loop()
+    signal, stopping = WakeSignal(), _CountedStop()
+    for _ in range(50):
+        assert not await signal.wait(0.0, stopping)
+    loop.call_soon(signal.set)
+    assert await signal.wait(LONG, stopping)
+    signal.clear()
+    waiting = asyncio.create_task(signal.wait(LONG, stopping))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    assert stopping.callbacks == 0
