@@ -8,6 +8,11 @@
 2. A depth-target run of no-op jobs: producers, one create per job, keep DEPTH jobs
    queued for SECONDS while worker processes drain them; jobs/s, and how many backends
    wait in `Lock:object` (the notify lock), sampled from pg_stat_activity every 50 ms.
+3. What a create costs its creator beside the idle fleet of 1.: the bench session's
+   wall time a `create_task`, median and p99, for creates that call an idle worker (its
+   queue) and, alternately, creates into a queue nobody serves (they call nobody); paced
+   (every worker registered again before each pair: the call's own cost) and back to
+   back (workers' registrations in flight beside the creates: the wake-up lock's wait).
 
 To compare another checkout's code in the same way:
     PYTHONPATH=<checkout> .venv/bin/python bench/idle_wakeups.py   (always exits 0)
@@ -35,6 +40,8 @@ from noeta.client.job_tasks import job_task
 
 BENCH = Path(__file__).parent
 SUBMITS = 10
+PACED = 30  # pairs of creates, every worker registered again before each
+BACK_TO_BACK = 100  # pairs of creates, one after the other
 # Whether every worker listens and has ended its last statement.
 SETTLED = """
 SELECT count(*) FILTER (WHERE a.application_name = 'noeta-listen'),
@@ -78,7 +85,9 @@ async def settled(bench: Bench, workers: int) -> bool:
     return bool(listening == named == workers and idle and registered == workers)
 
 
-async def statements_per_submit(bench: Bench, idle: int, slots: int) -> list[str]:
+async def statements_per_submit(
+    bench: Bench, idle: int, slots: int, latency_rows: list[list[str]]
+) -> list[str]:
     names = [f"idle{idle}x{slots}-w{n}" for n in range(idle)]
     queue = f"idle{idle}x{slots}"
     async with contextlib.AsyncExitStack() as started:
@@ -94,6 +103,10 @@ async def statements_per_submit(bench: Bench, idle: int, slots: int) -> list[str
             await bench.finished(queue, [f"{queue}-{n}"])
             await bench.until(lambda: settled(bench, idle), "every worker waits again", 300)
         counts = await bench.rows(STATEMENTS)
+        for paced, rounds in ((True, PACED), (False, BACK_TO_BACK)):
+            latency_rows.append(
+                await creator_latency(bench, (idle, slots), queue, rounds, paced=paced)
+            )
     by_kind: dict[str, int] = {}
     for query, calls in counts:
         by_kind[kind_of(query)] = by_kind.get(kind_of(query), 0) + calls
@@ -102,6 +115,31 @@ async def statements_per_submit(bench: Bench, idle: int, slots: int) -> list[str
     per_submit = f"{total / SUBMITS:.1f} statements per submit ({shown})"
     print(f"  {idle} idle x {slots} slots: {per_submit}", flush=True)
     return [f"{idle} x {slots}", f"{total / SUBMITS:.1f}", shown]
+
+
+async def creator_latency(
+    bench: Bench, fleet: tuple[int, int], queue: str, rounds: int, *, paced: bool
+) -> list[str]:
+    """The creator's milliseconds a create, calling an idle worker and calling nobody."""
+    mode = "paced" if paced else "back-to-back"
+    timed: dict[str, list[float]] = {queue: [], f"{queue}-nobody": []}
+    for n in range(rounds):
+        if paced:
+            await bench.until(lambda: settled(bench, fleet[0]), "every worker waits", 300)
+        for target, times in timed.items():
+            started = time.perf_counter()
+            await bench.create([f"{target}-{mode}-{n}"], target, bench.ok_model)
+            times.append((time.perf_counter() - started) * 1000)
+    await bench.finished(queue, [f"{queue}-{mode}-{n}" for n in range(rounds)])
+    await bench.until(lambda: settled(bench, fleet[0]), "every worker waits again", 300)
+
+    def summary(times: list[float]) -> str:
+        return f"{statistics.median(times):.1f} / {statistics.quantiles(times, n=100)[98]:.1f}"
+
+    calling, nobody = (summary(times) for times in timed.values())
+    label = f"{fleet[0]} x {fleet[1]}"
+    print(f"  {label}, {mode}: calling {calling} ms, calling nobody {nobody} ms", flush=True)
+    return [label, mode, str(rounds), calling, nobody]
 
 
 async def depth_target(
@@ -153,14 +191,17 @@ async def depth_target(
     ]
 
 
-async def run(dsn: str, idle_counts: Sequence[tuple[int, int]], seconds: float) -> None:
-    rows = []
+async def run(
+    dsn: str, idle_counts: Sequence[tuple[int, int]], seconds: float, *, skip_depth: bool
+) -> None:
+    rows: list[list[str]] = []
+    latency_rows: list[list[str]] = []
     for idle, slots in idle_counts:
         async with fresh_schema(dsn) as (url, admin):
             store = await PostgresStore.open(url, application_name="bench-submit")
             bench = Bench(url, admin, store)
             try:
-                rows.append(await statements_per_submit(bench, idle, slots))
+                rows.append(await statements_per_submit(bench, idle, slots, latency_rows))
             finally:
                 bench.kill_all()
                 await store.close()
@@ -170,6 +211,13 @@ async def run(dsn: str, idle_counts: Sequence[tuple[int, int]], seconds: float) 
         ["idle workers x slots", "statements", "by kind (per submit)"],
         rows,
     )
+    table(
+        "The creator's ms a create (median / p99), workers idle beside it",
+        ["idle workers x slots", "creates", "pairs", "calling a worker", "calling nobody"],
+        latency_rows,
+    )
+    if skip_depth:
+        return
     async with fresh_schema(dsn) as (url, admin):
         store = await PostgresStore.open(url, application_name="bench-submit")
         bench = Bench(url, admin, store)
@@ -189,10 +237,20 @@ async def run(dsn: str, idle_counts: Sequence[tuple[int, int]], seconds: float) 
 def main() -> None:
     options = parser(__doc__)
     options.add_argument("--seconds", type=float, default=20.0)
+    options.add_argument("--no-depth", action="store_true", help="skip the depth-target run")
+    options.add_argument(
+        "--idle", type=int, nargs="*", help="1-slot fleets only, of these sizes (1 50)"
+    )
     chosen = options.parse_args()
     idle_counts = [(1, 1), (1, 4), (10 if chosen.quick else 50, 1)]
+    if chosen.idle:
+        idle_counts = [(idle, 1) for idle in chosen.idle]
     # 50 workers hold 4 connections each (a pool of concurrency + 2, and their LISTEN).
-    counted(chosen.dsn, 300, lambda dsn: run(dsn, idle_counts, chosen.seconds))
+    counted(
+        chosen.dsn,
+        300,
+        lambda dsn: run(dsn, idle_counts, chosen.seconds, skip_depth=chosen.no_depth),
+    )
 
 
 def counted(dsn: str | None, connections: int, work: Callable[[str], Awaitable[None]]) -> None:
