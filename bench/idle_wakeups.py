@@ -71,6 +71,12 @@ LOCK_OBJECT = """
 SELECT count(*) FROM pg_stat_activity
  WHERE wait_event_type = 'Lock' AND wait_event = 'object' AND datname = current_database()
 """
+# The creating session's wait, sampled while it creates.
+CREATOR_WAITS = """
+SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU or wire') FROM pg_stat_activity
+ WHERE application_name LIKE 'bench-submit%%' AND state = 'active'
+   AND datname = current_database()
+"""
 DONE = "SELECT count(*) FROM tasks WHERE queue = %s AND status = 'done'"
 QUEUED = "SELECT count(*) FROM tasks WHERE queue = %s AND status = 'ready'"
 
@@ -97,6 +103,8 @@ async def statements_per_submit(
                 bench.workers(batch, queue, concurrency=slots, lease=3600.0, poll=300.0)
             )
         await bench.until(lambda: settled(bench, idle), "every worker waits idle", 300)
+        sessions = await bench.value("SELECT count(*) FROM pg_stat_activity")
+        print(f"  {idle} idle x {slots} slots: {sessions} server sessions", flush=True)
         await bench.admin.execute("SELECT public.pg_stat_statements_reset()")
         for n in range(SUBMITS):
             await bench.create([f"{queue}-{n}"], queue, bench.ok_model)
@@ -123,13 +131,19 @@ async def creator_latency(
     """The creator's milliseconds a create, calling an idle worker and calling nobody."""
     mode = "paced" if paced else "back-to-back"
     timed: dict[str, list[float]] = {queue: [], f"{queue}-nobody": []}
+    waits: dict[str, int] = {}
+    creating = asyncio.Event()
+    sampling = asyncio.create_task(sample_waits(bench.dsn, creating, waits))
     for n in range(rounds):
         if paced:
             await bench.until(lambda: settled(bench, fleet[0]), "every worker waits", 300)
         for target, times in timed.items():
+            creating.set()
             started = time.perf_counter()
             await bench.create([f"{target}-{mode}-{n}"], target, bench.ok_model)
             times.append((time.perf_counter() - started) * 1000)
+            creating.clear()
+    sampling.cancel()
     await bench.finished(queue, [f"{queue}-{mode}-{n}" for n in range(rounds)])
     await bench.until(lambda: settled(bench, fleet[0]), "every worker waits again", 300)
 
@@ -138,8 +152,21 @@ async def creator_latency(
 
     calling, nobody = (summary(times) for times in timed.values())
     label = f"{fleet[0]} x {fleet[1]}"
+    sampled = sum(waits.values()) or 1
+    shares = sorted(waits.items(), key=lambda item: -item[1])[:3]
+    waited = ", ".join(f"{wait} {count * 100 / sampled:.0f} %" for wait, count in shares)
     print(f"  {label}, {mode}: calling {calling} ms, calling nobody {nobody} ms", flush=True)
-    return [label, mode, str(rounds), calling, nobody]
+    return [label, mode, str(rounds), calling, nobody, f"{waited} ({sampled})"]
+
+
+async def sample_waits(dsn: str, creating: asyncio.Event, waits: dict[str, int]) -> None:
+    """Count what the creating session waits on, every millisecond or so while it creates."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as sampler:
+        while True:
+            await creating.wait()
+            for (wait,) in await (await sampler.execute(CREATOR_WAITS)).fetchall():
+                waits[wait] = waits.get(wait, 0) + 1
+            await asyncio.sleep(0.001)
 
 
 async def depth_target(
@@ -212,8 +239,8 @@ async def run(
         rows,
     )
     table(
-        "The creator's ms a create (median / p99), workers idle beside it",
-        ["idle workers x slots", "creates", "pairs", "calling a worker", "calling nobody"],
+        "The creator's ms a create (median / p99), workers idle beside it; its session's waits",
+        ["idle workers x slots", "creates", "pairs", "calling", "calling nobody", "sampled"],
         latency_rows,
     )
     if skip_depth:
@@ -245,10 +272,11 @@ def main() -> None:
     idle_counts = [(1, 1), (1, 4), (10 if chosen.quick else 50, 1)]
     if chosen.idle:
         idle_counts = [(idle, 1) for idle in chosen.idle]
-    # 50 workers hold 4 connections each (a pool of concurrency + 2, and their LISTEN).
+    # 50 workers hold about 7 connections each (the bench prints the sessions): 300
+    # stopped the 41st.
     counted(
         chosen.dsn,
-        300,
+        500,
         lambda dsn: run(dsn, idle_counts, chosen.seconds, skip_depth=chosen.no_depth),
     )
 
