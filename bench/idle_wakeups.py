@@ -8,6 +8,11 @@
 2. A depth-target run of no-op jobs: producers, one create per job, keep DEPTH jobs
    queued for SECONDS while worker processes drain them; jobs/s, and how many backends
    wait in `Lock:object` (the notify lock), sampled from pg_stat_activity every 50 ms.
+3. What a create costs its creator beside the idle fleet of 1.: the bench session's
+   wall time a `create_task`, median and p99, for creates that call an idle worker (its
+   queue) and, alternately, creates into a queue nobody serves (they call nobody); paced
+   (every worker registered again before each pair: the call's own cost) and back to
+   back (workers' registrations in flight beside the creates: the wake-up lock's wait).
 
 To compare another checkout's code in the same way:
     PYTHONPATH=<checkout> .venv/bin/python bench/idle_wakeups.py   (always exits 0)
@@ -35,6 +40,8 @@ from noeta.client.job_tasks import job_task
 
 BENCH = Path(__file__).parent
 SUBMITS = 10
+PACED = 30  # pairs of creates, every worker registered again before each
+BACK_TO_BACK = 100  # pairs of creates, one after the other
 # Whether every worker listens and has ended its last statement.
 SETTLED = """
 SELECT count(*) FILTER (WHERE a.application_name = 'noeta-listen'),
@@ -64,6 +71,12 @@ LOCK_OBJECT = """
 SELECT count(*) FROM pg_stat_activity
  WHERE wait_event_type = 'Lock' AND wait_event = 'object' AND datname = current_database()
 """
+# The creating session's wait, sampled while it creates.
+CREATOR_WAITS = """
+SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU or wire') FROM pg_stat_activity
+ WHERE application_name LIKE 'bench-submit%%' AND state = 'active'
+   AND datname = current_database()
+"""
 DONE = "SELECT count(*) FROM tasks WHERE queue = %s AND status = 'done'"
 QUEUED = "SELECT count(*) FROM tasks WHERE queue = %s AND status = 'ready'"
 
@@ -78,7 +91,9 @@ async def settled(bench: Bench, workers: int) -> bool:
     return bool(listening == named == workers and idle and registered == workers)
 
 
-async def statements_per_submit(bench: Bench, idle: int, slots: int) -> list[str]:
+async def statements_per_submit(
+    bench: Bench, idle: int, slots: int, latency_rows: list[list[str]]
+) -> list[str]:
     names = [f"idle{idle}x{slots}-w{n}" for n in range(idle)]
     queue = f"idle{idle}x{slots}"
     async with contextlib.AsyncExitStack() as started:
@@ -88,12 +103,18 @@ async def statements_per_submit(bench: Bench, idle: int, slots: int) -> list[str
                 bench.workers(batch, queue, concurrency=slots, lease=3600.0, poll=300.0)
             )
         await bench.until(lambda: settled(bench, idle), "every worker waits idle", 300)
+        sessions = await bench.value("SELECT count(*) FROM pg_stat_activity")
+        print(f"  {idle} idle x {slots} slots: {sessions} server sessions", flush=True)
         await bench.admin.execute("SELECT public.pg_stat_statements_reset()")
         for n in range(SUBMITS):
             await bench.create([f"{queue}-{n}"], queue, bench.ok_model)
             await bench.finished(queue, [f"{queue}-{n}"])
             await bench.until(lambda: settled(bench, idle), "every worker waits again", 300)
         counts = await bench.rows(STATEMENTS)
+        for paced, rounds in ((True, PACED), (False, BACK_TO_BACK)):
+            latency_rows.append(
+                await creator_latency(bench, (idle, slots), queue, rounds, paced=paced)
+            )
     by_kind: dict[str, int] = {}
     for query, calls in counts:
         by_kind[kind_of(query)] = by_kind.get(kind_of(query), 0) + calls
@@ -102,6 +123,56 @@ async def statements_per_submit(bench: Bench, idle: int, slots: int) -> list[str
     per_submit = f"{total / SUBMITS:.1f} statements per submit ({shown})"
     print(f"  {idle} idle x {slots} slots: {per_submit}", flush=True)
     return [f"{idle} x {slots}", f"{total / SUBMITS:.1f}", shown]
+
+
+async def creator_latency(
+    bench: Bench, fleet: tuple[int, int], queue: str, rounds: int, *, paced: bool
+) -> list[str]:
+    """The creator's milliseconds a create, calling an idle worker and calling nobody."""
+    mode = "paced" if paced else "back-to-back"
+    timed: dict[str, list[float]] = {queue: [], f"{queue}-nobody": []}
+    waits: dict[str, int] = {}
+    creating = asyncio.Event()
+    sampling = asyncio.create_task(sample_waits(bench.dsn, creating, waits))
+    for n in range(rounds):
+        if paced:
+            await bench.until(lambda: settled(bench, fleet[0]), "every worker waits", 300)
+        for target, times in timed.items():
+            creating.set()
+            started = time.perf_counter()
+            await bench.create([f"{target}-{mode}-{n}"], target, bench.ok_model)
+            times.append((time.perf_counter() - started) * 1000)
+            creating.clear()
+    sampling.cancel()
+    await bench.finished(queue, [f"{queue}-{mode}-{n}" for n in range(rounds)])
+    await bench.until(lambda: settled(bench, fleet[0]), "every worker waits again", 300)
+
+    def summary(times: list[float]) -> str:
+        return f"{statistics.median(times):.1f} / {statistics.quantiles(times, n=100)[98]:.1f}"
+
+    calling, nobody = (summary(times) for times in timed.values())
+    label = f"{fleet[0]} x {fleet[1]}"
+    sampled = sum(waits.values()) or 1
+    shares = sorted(waits.items(), key=lambda item: -item[1])[:3]
+    shares += (
+        []
+        if "Lock:advisory" in dict(shares)
+        else [("Lock:advisory", waits.get("Lock:advisory", 0))]
+    )
+    waited = ", ".join(f"{wait} {count * 100 / sampled:.0f} %" for wait, count in shares)
+    print(f"  {label}, {mode}: calling {calling} ms, calling nobody {nobody} ms", flush=True)
+    return [label, mode, str(rounds), calling, nobody, f"{waited} ({sampled})"]
+
+
+async def sample_waits(dsn: str, creating: asyncio.Event, waits: dict[str, int]) -> None:
+    """Count what the creating session waits on, every millisecond or so while it creates
+    (the wake-up lock, `Lock:advisory`, always shown)."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as sampler:
+        while True:
+            await creating.wait()
+            for (wait,) in await (await sampler.execute(CREATOR_WAITS)).fetchall():
+                waits[wait] = waits.get(wait, 0) + 1
+            await asyncio.sleep(0.001)
 
 
 async def depth_target(
@@ -153,14 +224,17 @@ async def depth_target(
     ]
 
 
-async def run(dsn: str, idle_counts: Sequence[tuple[int, int]], seconds: float) -> None:
-    rows = []
+async def run(
+    dsn: str, idle_counts: Sequence[tuple[int, int]], seconds: float, *, skip_depth: bool
+) -> None:
+    rows: list[list[str]] = []
+    latency_rows: list[list[str]] = []
     for idle, slots in idle_counts:
         async with fresh_schema(dsn) as (url, admin):
             store = await PostgresStore.open(url, application_name="bench-submit")
             bench = Bench(url, admin, store)
             try:
-                rows.append(await statements_per_submit(bench, idle, slots))
+                rows.append(await statements_per_submit(bench, idle, slots, latency_rows))
             finally:
                 bench.kill_all()
                 await store.close()
@@ -170,6 +244,13 @@ async def run(dsn: str, idle_counts: Sequence[tuple[int, int]], seconds: float) 
         ["idle workers x slots", "statements", "by kind (per submit)"],
         rows,
     )
+    table(
+        "The creator's ms a create (median / p99), workers idle beside it; its session's waits",
+        ["idle workers x slots", "creates", "pairs", "calling", "calling nobody", "sampled"],
+        latency_rows,
+    )
+    if skip_depth:
+        return
     async with fresh_schema(dsn) as (url, admin):
         store = await PostgresStore.open(url, application_name="bench-submit")
         bench = Bench(url, admin, store)
@@ -189,10 +270,21 @@ async def run(dsn: str, idle_counts: Sequence[tuple[int, int]], seconds: float) 
 def main() -> None:
     options = parser(__doc__)
     options.add_argument("--seconds", type=float, default=20.0)
+    options.add_argument("--no-depth", action="store_true", help="skip the depth-target run")
+    options.add_argument(
+        "--idle", type=int, nargs="*", help="1-slot fleets only, of these sizes (1 50)"
+    )
     chosen = options.parse_args()
     idle_counts = [(1, 1), (1, 4), (10 if chosen.quick else 50, 1)]
-    # 50 workers hold 4 connections each (a pool of concurrency + 2, and their LISTEN).
-    counted(chosen.dsn, 300, lambda dsn: run(dsn, idle_counts, chosen.seconds))
+    if chosen.idle:
+        idle_counts = [(idle, 1) for idle in chosen.idle]
+    # 50 workers hold about 7 connections each (the bench prints the sessions): 300
+    # stopped the 41st.
+    counted(
+        chosen.dsn,
+        500,
+        lambda dsn: run(dsn, idle_counts, chosen.seconds, skip_depth=chosen.no_depth),
+    )
 
 
 def counted(dsn: str | None, connections: int, work: Callable[[str], Awaitable[None]]) -> None:

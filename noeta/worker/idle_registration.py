@@ -13,6 +13,10 @@ from noeta.core.errors import StoreError
 from noeta.core.ports.idle_workers import IdleWorkers
 
 log = logging.getLogger("noeta.worker")
+# After a failed registration (most often a connection a database restart broke; the
+# restart also emptied the unlogged registry, ADR-0133): look and register again this
+# soon, not a whole poll later, while nobody can call this worker.
+RETRY_SECONDS = 1.0
 
 
 class IdleRegistration:
@@ -83,8 +87,8 @@ class IdleRegistration:
         try:
             due = await self._store.wait_idle(self.channel, self._queues, self._lease)
         except StoreError as error:
-            log.warning("could not register as idle (%s); polling meanwhile", error)
-            self._retry_at = time.monotonic() + poll_seconds
+            log.warning("could not register as idle (%s); trying again shortly", error)
+            self._retry_at = time.monotonic() + min(poll_seconds, RETRY_SECONDS)
             self.claim_next = True
             return True
         self._due_at = None if due is None else time.monotonic() + due
@@ -117,13 +121,18 @@ class IdleRegistration:
 
     def wait_seconds(self, poll_seconds: float) -> float:
         """How long to wait for a call: the poll, or less if something falls due first
-        (once: a due time that passed leaves the poll to look again)."""
-        if self._due_at is None:
-            return poll_seconds
-        until = self._due_at - time.monotonic() + 0.005
-        if until <= 0:
-            self._due_at = None
-        return max(0.0, min(poll_seconds, until))
+        (once: a due time that passed leaves the poll to look again), or a failed
+        registration may be tried again."""
+        now = time.monotonic()
+        wait = poll_seconds
+        if self._retry_at > now:
+            wait = min(wait, self._retry_at - now + 0.005)
+        if self._due_at is not None:
+            until = self._due_at - now + 0.005
+            if until <= 0:
+                self._due_at = None
+            wait = min(wait, until)
+        return max(0.0, wait)
 
     async def leave(self) -> None:
         """Leave the registry (the worker stops, or is busy); else its row expires."""

@@ -1,0 +1,2 @@
+-- The PostgreSQL twin makes its idle registry unlogged (ADR-0133). sqlite has no idle
+-- registry (its workers poll): nothing to change.
