@@ -16,11 +16,13 @@ import psycopg
 import pytest
 
 from noeta.backends.stores import open_store
+from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.config import Config
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
 from noeta.core.rules.task_id import workspace_folder
 from noeta.plugins.toolbox import Toolbox
+from noeta.testing.postgres import TEST_SETTINGS
 
 
 class NoetaProcess:
@@ -108,6 +110,15 @@ async def store(postgres_url: str) -> AsyncIterator[Store]:
     store = await open_store(postgres_url, migrate=True)
     yield store
     await store.close()
+
+
+@pytest.fixture
+def private_server() -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL of the test's own, which it may stop, crash and start again."""
+    server = EmbeddedPostgres(make_home("noeta-private-"), settings=TEST_SETTINGS)
+    server.start()
+    yield server
+    server.stop(mode="immediate")
 
 
 @pytest.fixture

@@ -5,29 +5,20 @@ and the registration's refresh 60 s away: only a new registration can call them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
+from noeta.backends.stores.embedded import EmbeddedPostgres
 from noeta.core.ports.store import Store
-from noeta.testing.postgres import TEST_SETTINGS
 
 from .conftest import WorkerProcess, add_task, status_of, until
 
 IDLE_ROWS = "SELECT count(*) FROM idle_workers"
 UNLOGGED = "SELECT relpersistence = 'u' FROM pg_class WHERE oid = 'idle_workers'::regclass"
-
-
-@pytest.fixture
-def server() -> Iterator[EmbeddedPostgres]:
-    server = EmbeddedPostgres(make_home("noeta-idle-restart-"), settings=TEST_SETTINGS)
-    server.start()
-    yield server
-    server.stop(mode="immediate")
 
 
 async def value(url: str, query: str) -> object:
@@ -48,9 +39,9 @@ async def done(store: Store, task_id: str) -> bool:
 
 @pytest.mark.slow
 async def test_idle_workers_register_again_after_a_crash_and_are_called(
-    server: EmbeddedPostgres, tmp_path: Path, workers: Callable[..., WorkerProcess]
+    private_server: EmbeddedPostgres, tmp_path: Path, workers: Callable[..., WorkerProcess]
 ) -> None:
-    url = server.start()
+    url = private_server.start()
     await (await open_store(url, migrate=True)).close()
     assert await value(url, UNLOGGED) is True
     for name in ("a", "b"):
@@ -61,8 +52,8 @@ async def test_idle_workers_register_again_after_a_crash_and_are_called(
         return await value(url, IDLE_ROWS) == 2
 
     await until(both_registered, "both workers wait idle", within=60)
-    server.stop(mode="immediate")  # a crash: recovery empties the unlogged registry
-    server.start()  # the same port: the workers' DSN still points at it
+    private_server.stop(mode="immediate")  # a crash: recovery empties the unlogged registry
+    private_server.start()  # the same port: the workers' DSN still points at it
     store = await open_store(url)
     try:
         await after_the_restart(url, store, tmp_path)

@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from noeta.backends.stores import open_store
-from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
+from noeta.backends.stores.embedded import EmbeddedPostgres
 from noeta.client import AsyncClient
 from noeta.client.stream_items import (
     StreamFinal,
@@ -28,19 +28,10 @@ from noeta.core.ports.store import Claim, NewEvent, NewTask, Store
 from noeta.core.ports.tool import BackgroundJob
 from noeta.core.rules import events
 from noeta.testing.fake_providers import FakeAnthropic, Reply
-from noeta.testing.postgres import TEST_SETTINGS
 from noeta.worker.jobs import JobManager
 from tests.client.test_stream import provider, run_task
 
 from .conftest import WorkerProcess, add_task, lapse_the_lease, log_types, status_of, until
-
-
-@pytest.fixture
-def private_server() -> Iterator[EmbeddedPostgres]:
-    server = EmbeddedPostgres(make_home("noeta-outage-"), settings=TEST_SETTINGS)
-    server.start()
-    yield server
-    server.stop(mode="immediate")
 
 
 @pytest.fixture
