@@ -20,7 +20,7 @@ from noeta.backends.stores.postgres import PostgresStore, migrate_database
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
 from noeta.core.ports.store import NewEvent
 from noeta.testing.store_contract import LEASE, created
-from tests.worker.test_store_outage import private_server
+from tests.worker.conftest import private_server
 
 if TYPE_CHECKING:  # imported only for types: pytest would try to collect a Test* class
     from noeta.testing.postgres import TestPostgres

@@ -17,7 +17,7 @@ from noeta.core.errors import CommitUnknown, Conflict, StoreUnavailable
 from noeta.core.ports.model_limits import ModelBudget
 from noeta.core.ports.store import Claim, Finish, NewEvent, TaskStatus
 from noeta.testing.store_contract import LEASE, created
-from tests.worker.test_store_outage import private_server
+from tests.worker.conftest import private_server
 
 __all__ = ["private_server"]  # the fixture
 
