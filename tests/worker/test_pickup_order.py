@@ -17,10 +17,14 @@ from typing import Any
 
 import psycopg
 
+import noeta
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores.postgres import PostgresStore
+from noeta.client.job_tasks import job_task
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
+from noeta.core.runner.task import TaskRunner
+from noeta.plugins.loading import module_pin
 from noeta.plugins.toolbox import Toolbox
 from noeta.worker.worker import Worker, WorkerSettings
 
@@ -123,3 +127,61 @@ async def test_an_idle_workers_pickup_writes_before_it_registers_again(
     # The claim's log line is written, once, after the pickup's first write went (ADR-0131).
     assert after.count("logged") == 1, after
     assert after.index("append") < after.index("logged"), after
+
+
+# What the job below appends to as it starts: its call, among the claim's log line.
+_CALLS: list[str] = []
+
+
+@noeta.tool(retry_safe=True)
+async def pickup_job() -> None:
+    """A plain job that notes its start."""
+    _CALLS.append("called")
+
+
+async def test_an_idle_workers_job_runs_before_its_claim_is_logged(
+    store: Store, postgres_url: str
+) -> None:
+    """A fresh job's claim starts it (ADR-0101): its function is called in the run's first
+    turn, and the claim's line after it, as an agent's first write (ADR-0131); a line
+    logged first costs the pickup its formatting, scrubbing and writing."""
+    _CALLS.clear()
+    runner = TaskRunner(
+        store,
+        ProviderRegistry(),
+        tools={pickup_job.name: pickup_job},
+        pins=(module_pin(pickup_job.module),),
+    )
+    assert runner.job_starts is not None  # its claims start fresh jobs
+    settings = WorkerSettings("w", concurrency=4, lease_seconds=600, poll_seconds=600)
+    stop = asyncio.Event()
+    lines, logger = ClaimLines(_CALLS), logging.getLogger("noeta.worker")
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    running = asyncio.create_task(Worker(store, runner, settings).run(stop))
+    try:
+        for task_id in ("warm", "j"):
+            await until(lambda: _registered(postgres_url), "the worker waits idle", within=60)
+            before = len(_CALLS)
+            await store.create_task(job_task(task_id, pickup_job, {}, "default", None))
+
+            async def done(task_id: str = task_id) -> bool:
+                return await status_of(store, task_id) == "done"
+
+            await until(done, f"{task_id} is done", within=60)
+    finally:
+        stop.set()
+        await running
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    assert _CALLS[before:] == ["called", "logged"], _CALLS
+    logged = [each.type for each in await store.read_log("j")]
+    assert logged.count("ToolStarted") == 1 and logged[-1] == "TaskFinished", logged
+
+
+async def _registered(url: str) -> bool:
+    async with await psycopg.AsyncConnection.connect(url) as admin:
+        cursor = await admin.execute("SELECT count(*) FROM idle_workers")
+        row = await cursor.fetchone()
+    return row is not None and row[0] == 1
