@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 
 from noeta.backends.stores.postgres.connection import describe
+from noeta.backends.stores.postgres.session import with_keepalives
 from noeta.client import AsyncClient
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 
@@ -133,7 +134,7 @@ class ReadReplica:
     async def _ask(self) -> ReplicaState:
         if self._connection is None:
             self._connection = await psycopg.AsyncConnection.connect(
-                self._url,
+                with_keepalives(self._url),  # idle between pages: ADR-0129's probes
                 autocommit=True,
                 application_name=APPLICATION_NAME,
                 connect_timeout=max(1, round(self._probe_seconds)),

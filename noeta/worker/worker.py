@@ -38,6 +38,7 @@ from noeta.core.errors import (
     StoreError,
     StoreUnavailable,
 )
+from noeta.core.ports.lone_run import RUNS_WRITING
 from noeta.core.ports.store import (
     MAX_CLAIM_BATCH,
     Claim,
@@ -137,6 +138,14 @@ class Worker(ContinuingClaims):
     async def run(self, stop: asyncio.Event, hand_back: asyncio.Event | None = None) -> None:
         """Claim and run tasks until `stop` is set; then let running steps finish within
         the grace (or until `hand_back` is set) and hand every running task back."""
+        # The runs it starts see how many it has: a lone one writes at once (ADR-0135).
+        writing = RUNS_WRITING.set(lambda: len(self.running) + len(self.holding))
+        try:
+            await self._claim_and_run(stop, hand_back)
+        finally:
+            RUNS_WRITING.reset(writing)
+
+    async def _claim_and_run(self, stop: asyncio.Event, hand_back: asyncio.Event | None) -> None:
         await self.presence.register()  # a name another live worker holds is refused
         if self.runner.job_starts is not None:  # what its own lost claims started (ADR-0101)
             with contextlib.suppress(StoreError):

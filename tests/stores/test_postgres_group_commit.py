@@ -14,6 +14,7 @@ import pytest
 from noeta.backends.stores.embedded import EmbeddedPostgres
 from noeta.backends.stores.postgres import PostgresStore, migrate_database
 from noeta.core.errors import CommitUnknown, Conflict, StoreUnavailable
+from noeta.core.ports.lone_run import RUNS_WRITING
 from noeta.core.ports.model_limits import ModelBudget
 from noeta.core.ports.store import Claim, Finish, NewEvent, TaskStatus
 from noeta.testing.store_contract import LEASE, created
@@ -88,6 +89,32 @@ async def test_appends_sent_in_one_turn_of_the_loop_share_one_commit(
     for task_id in ids:
         log = await store.read_log(task_id)
         assert [(e.seq, e.type, e.data) for e in log[1:]] == [(2, "step", task_id), (3, "step", 2)]
+
+
+async def test_a_workers_lone_run_writes_without_waiting_out_its_turn(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    """A worker with one run says so (ADR-0135): its write goes at once, in its own turn,
+    not after it. Shown by a second write in that same turn (which a worker with one run
+    never makes): it finds the first already gone, so they commit apart; without the
+    worker's word, the test above, they share one commit."""
+    ids = ["alone", "late"]
+    claims = await claimed(store, ids)
+    writing = RUNS_WRITING.set(lambda: 1)
+    try:
+        seqs = await asyncio.gather(*(store.append(claims[i], 1, [NewEvent("s", i)]) for i in ids))
+    finally:
+        RUNS_WRITING.reset(writing)
+    assert seqs == [2, 2]
+    assert await writing_transactions(postgres_url, ids) == 2
+    # With two runs it waits its turn for company, as before.
+    more = await claimed(store, ["a2", "b2"])
+    writing = RUNS_WRITING.set(lambda: 2)
+    try:
+        await asyncio.gather(*(store.append(more[i], 1, [NewEvent("s", i)]) for i in more))
+    finally:
+        RUNS_WRITING.reset(writing)
+    assert await writing_transactions(postgres_url, list(more)) == 1
 
 
 async def rounds_waiting_on_locks(

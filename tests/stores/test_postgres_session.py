@@ -71,7 +71,7 @@ async def test_an_unparseable_url_is_a_config_error_without_its_password() -> No
     assert "s3cret-pw" not in str(raised.value)
 
 
-def _keepalives(connection: Any) -> tuple[int, int, int, int]:
+def kernel_keepalives(connection: Any) -> tuple[int, int, int, int]:
     """What the kernel will do for this connection's socket when it sits idle: probe or
     not, after how many seconds, how often, how many unanswered before it resets it."""
     probe = socket.socket(fileno=os.dup(connection.pgconn.socket))
@@ -92,11 +92,11 @@ async def test_every_connection_probes_an_idle_peer_every_minute(postgres_url: s
     store = await PostgresStore.open(postgres_url, migrate=True)
     try:
         async with store._pool.connection() as pooled:
-            assert _keepalives(pooled) == (1, 60, 10, 3)
+            assert kernel_keepalives(pooled) == (1, 60, 10, 3)
         listening = await store._listening_connection("test-keepalives")
         session = await store._session_connection("test-keepalives")
         try:
-            assert _keepalives(listening) == _keepalives(session) == (1, 60, 10, 3)
+            assert kernel_keepalives(listening) == kernel_keepalives(session) == (1, 60, 10, 3)
         finally:
             await listening.close()
             await session.close()
@@ -115,7 +115,7 @@ async def test_a_urls_own_keepalives_are_left_whole(
     store = await PostgresStore.open(make_conninfo(postgres_url, **own), migrate=True)
     try:
         async with store._pool.connection() as pooled:
-            shown = _keepalives(pooled)
+            shown = kernel_keepalives(pooled)
     finally:
         await store.close()
     assert shown[: len(kept)] == kept

@@ -110,3 +110,43 @@ async def test_creating_a_task_runs_no_pruned_id_check_until_ids_are_kept(
             assert await calls(conn, "noeta_skip_pruned_id") == 2
         ids = await (await conn.execute("SELECT id FROM tasks ORDER BY id")).fetchall()
         assert ids == [("new",)]
+
+
+# The relation locks this backend holds on model_limits, in its own transaction.
+LIMIT_LOCKS = """
+SELECT array_agg(mode ORDER BY mode) FROM pg_locks
+ WHERE pid = pg_backend_pid() AND relation = 'model_limits'::regclass
+"""
+APPEND_MODEL_CALLED = """
+SELECT seq FROM noeta_append_model_called(
+    't', %(epoch)s, %(seq)s, '[["ModelCalled", "{}"]]'::jsonb, '{fake,fake/m1}'::text[],
+    100, NULL)
+"""
+
+
+async def test_a_model_call_no_limit_applies_to_locks_no_limit_row(postgres_url: str) -> None:
+    """The ModelCalled append opens its locking loop over the limits' rows (FOR UPDATE: a
+    RowShareLock on the table) only where a limit names one of its keys (ADR-0135);
+    without one, it looks (EXISTS: an AccessShareLock) and goes on to write."""
+    await migrate_database(postgres_url)
+    store = await PostgresStore.open(postgres_url)
+    try:
+        await store.create_task(NewTask("t", [NewEvent("created", {})]))
+        claim = await store.claim_task("w", "t", 60.0)
+        assert claim is not None
+    finally:
+        await store.close()
+    async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
+        params = {"epoch": claim.epoch, "seq": 1}
+        assert await (await conn.execute(APPEND_MODEL_CALLED, params)).fetchone() == (2,)
+        modes = (await (await conn.execute(LIMIT_LOCKS)).fetchone() or (None,))[0]
+        assert modes == ["AccessShareLock"]
+        await conn.commit()
+        # The control: with a limit on one of the keys, the loop locks its row.
+        await conn.execute("INSERT INTO model_limits (key, rpm) VALUES ('fake', 1000)")
+        await conn.commit()
+        params["seq"] = 2
+        assert await (await conn.execute(APPEND_MODEL_CALLED, params)).fetchone() == (3,)
+        modes = (await (await conn.execute(LIMIT_LOCKS)).fetchone() or (None,))[0]
+        assert "RowShareLock" in modes
+        await conn.rollback()

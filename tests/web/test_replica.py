@@ -22,6 +22,7 @@ from noeta.testing.replica import TestReplica
 from noeta.web.live import LiveFeed
 from noeta.web.replica import ReadReplica, ReplicaState
 from noeta.web.site import Site
+from tests.stores.test_postgres_session import kernel_keepalives
 from tests.web.conftest import task_with_log
 from tests.web.test_actions import form_fields
 from tests.web.test_command import noeta_web
@@ -83,6 +84,17 @@ async def test_pages_read_from_the_replica_and_say_its_lag(
         replica, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'noeta-web'"
     )
     assert isinstance(readers, int) and readers >= 1  # the pages' pool, on the standby
+
+
+async def test_the_lag_probe_s_connection_probes_an_idle_peer(replica_url: str) -> None:
+    # ADR-0129: the probe's connection sits idle between pages, like a worker's sessions.
+    probe = reading(replica_url)
+    try:
+        assert (await probe.state()).in_recovery
+        assert probe._connection is not None
+        assert kernel_keepalives(probe._connection) == (1, 60, 10, 3)
+    finally:
+        await probe.close()
 
 
 async def test_an_action_goes_to_the_primary(

@@ -22,6 +22,7 @@ import noeta
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.client.job_tasks import job_task
+from noeta.core.ports.lone_run import lone_run
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
@@ -49,8 +50,9 @@ def one_shot(task_id: str, script: Path) -> NewTask:
     return NewTask(task_id, [NewEvent(*events.encode(created))])
 
 
-def record_sends(store: PostgresStore, sent: list[str]) -> None:
-    """Write down, in order, each append and each registration as it goes to the driver."""
+def record_sends(store: PostgresStore, sent: list[str], lone: list[bool] | None = None) -> None:
+    """Write down, in order, each append and each registration as it goes to the driver;
+    in `lone`, whether each lone ModelCalled append came from a worker's only run."""
     alone, wait_idle = store._append_alone, store.wait_idle
     model_called = store._append_model_called_alone
     group = store._group_commit
@@ -62,6 +64,8 @@ def record_sends(store: PostgresStore, sent: list[str]) -> None:
 
     async def append_model_called_alone(*args: Any) -> Any:
         sent.append("append")
+        if lone is not None:
+            lone.append(lone_run())
         return await model_called(*args)
 
     async def run_batch(*args: Any) -> Any:
@@ -88,7 +92,8 @@ async def test_an_idle_workers_pickup_writes_before_it_registers_again(
 ) -> None:
     assert isinstance(store, PostgresStore)
     sent: list[str] = []
-    record_sends(store, sent)
+    lone: list[bool] = []
+    record_sends(store, sent, lone)
     script = tmp_path / "one-shot.yaml"
     script.write_text(json.dumps({"replies": [{"text": "done"}, {"text": "done"}]}))
     runner = toolbox.runner(store, ProviderRegistry())
@@ -128,6 +133,8 @@ async def test_an_idle_workers_pickup_writes_before_it_registers_again(
     # The claim's log line is written, once, after the pickup's first write went (ADR-0131).
     assert after.count("logged") == 1, after
     assert after.index("append") < after.index("logged"), after
+    # Each pickup's run was the worker's only one: its write went without company (ADR-0135).
+    assert lone == [True, True], lone
 
 
 # What the job below appends to as it starts: its call, among the worker's other steps.

@@ -147,6 +147,11 @@ BEGIN
         END IF;
     END LOOP;
     END IF;
+    -- The limits' rows are locked in key order by a loop, a cursor the executor opens,
+    -- fetches and closes whatever it finds: about 0.1 ms of the append where no limit
+    -- applies, before the events are written and the model is called (ADR-0135). An
+    -- EXISTS first, a single statement, runs the loop only where a row would lock.
+    IF EXISTS (SELECT 1 FROM model_limits m WHERE m.key = ANY (p_keys)) THEN
     FOR l IN SELECT * FROM model_limits m WHERE m.key = ANY (p_keys) ORDER BY m.key
              FOR UPDATE LOOP
         v_limited := true;
@@ -163,6 +168,7 @@ BEGIN
             v_slot_key := l.key;
         END IF;
     END LOOP;
+    END IF;
     IF v_limited THEN
         -- The moment the call is weighed at (0033): read once the limit rows are held, not
         -- at the fence, so a wait for another worker's append on them does not bring the

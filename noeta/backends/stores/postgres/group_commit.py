@@ -3,7 +3,8 @@ one statement and one commit (`noeta_append_batch`); each run awaits the commit 
 carries its write, and a row the fence refuses is refused to its run alone. A claim that
 comes while a batch is in flight rides with the next one: the appends and the claim go in
 one round trip and one commit (ADR-0116). A write that finds a round free waits out the
-turn of the event loop it came in, and the writes of that turn go with it (ADR-0125).
+turn of the event loop it came in, and the writes of that turn go with it (ADR-0125),
+unless its worker runs it alone (ADR-0135).
 Two rounds may be in flight at once, each on its own connection (ADR-0128): the writes of
 the runs one commit wakes go while the other round commits, not after it."""
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable, UnknownTask
+from noeta.core.ports.lone_run import lone_run
 
 # Writes that arrive while every round is in flight go together as the next (natural
 # batching: no timer, no added latency for a write that comes alone).
@@ -91,8 +93,12 @@ class GroupCommit:
             self._loop = loop
         if loop is not self._loop:  # a store used from a second loop: nothing to share
             return await alone()
+        busy = self._gathering or self._flying >= ROUNDS_IN_FLIGHT
+        if not busy and lone_run():  # its worker's only run: none can come (ADR-0135)
+            self._flying += 1
+            return await self._alone(alone)
         queued: _Queued = (item, loop.create_future())
-        if self._gathering or self._flying >= ROUNDS_IN_FLIGHT:
+        if busy:
             self._queued.append(queued)
         else:
             # The runs a commit wakes (or a claim starts) write in the same turn of the
@@ -108,11 +114,7 @@ class GroupCommit:
                 raise
             if not self._queued:  # none came: the statement it is alone
                 self._gathering = False
-                try:
-                    return await alone()
-                finally:
-                    self._flying -= 1
-                    self._send_queued()
+                return await self._alone(alone)
             self._queued.insert(0, queued)  # it leads the batch of those that came
             self._gathered()
         try:
@@ -124,6 +126,14 @@ class GroupCommit:
         if isinstance(outcome, _SendAlone):
             return await alone()
         return outcome
+
+    async def _alone(self, alone: Callable[[], Awaitable[int]]) -> int:
+        """A write in a round of its own, `alone` (the round taken by the caller)."""
+        try:
+            return await alone()
+        finally:
+            self._flying -= 1
+            self._send_queued()
 
     def _gathered(self) -> None:
         """The gathering write's turn is out: its round goes to the writes queued."""

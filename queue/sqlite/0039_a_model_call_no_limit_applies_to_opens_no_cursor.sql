@@ -1,0 +1,3 @@
+-- The PostgreSQL twin guards noeta_append_model_called's locking loop over the model
+-- limits with an EXISTS (ADR-0135). sqlite has no such function (its store checks the
+-- limits in Python): nothing to change.
