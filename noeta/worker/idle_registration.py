@@ -4,6 +4,7 @@ frees, and when the next timer or lapsing lease falls due (nobody announces thos
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -59,6 +60,10 @@ class IdleRegistration:
             self._called += heard != "*"
             self.claim_next = True
             self._wake()
+            # The claim loop first: it resumes in the loop's next turn, and this listener's
+            # way back to its next notification (the driver's read armed again) would run
+            # ahead of it if this loop went on now.
+            await asyncio.sleep(0)
 
     @property
     def registered(self) -> bool:

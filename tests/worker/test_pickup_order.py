@@ -12,16 +12,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
+import noeta
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores.postgres import PostgresStore
+from noeta.client.job_tasks import job_task
 from noeta.core.ports.lone_run import lone_run
 from noeta.core.ports.store import NewEvent, NewTask, Store
 from noeta.core.rules import events
+from noeta.core.runner.task import TaskRunner
+from noeta.plugins.loading import module_pin
 from noeta.plugins.toolbox import Toolbox
 from noeta.worker.worker import Worker, WorkerSettings
 
@@ -130,3 +135,102 @@ async def test_an_idle_workers_pickup_writes_before_it_registers_again(
     assert after.index("append") < after.index("logged"), after
     # Each pickup's run was the worker's only one: its write went without company (ADR-0135).
     assert lone == [True, True], lone
+
+
+# What the job below appends to as it starts: its call, among the worker's other steps.
+_SENT: list[str] = []
+
+
+@noeta.tool(retry_safe=True)
+async def pickup_job() -> None:
+    """A plain job that notes its start."""
+    _SENT.append("called")
+
+
+def record_listening(store: PostgresStore, sent: list[str]) -> None:
+    """Write down each call the worker hears, each time its listener goes back for the
+    next one, and each claim as the claim loop asks for it."""
+    calls, claim_and_load = store.calls, store.claim_and_load
+
+    def listening(channel: str) -> AsyncGenerator[str, None]:
+        async def heard() -> AsyncGenerator[str, None]:
+            async for each in calls(channel):
+                sent.append("heard")
+                yield each
+                sent.append("listening")
+
+        return heard()
+
+    async def claim(*args: Any, **kwargs: Any) -> Any:
+        sent.append("claim")
+        return await claim_and_load(*args, **kwargs)
+
+    store.calls = listening  # type: ignore[method-assign]
+    store.claim_and_load = claim  # type: ignore[method-assign]
+
+
+async def pick_up_a_job(store: Store, postgres_url: str) -> list[str]:
+    """An idle worker woken by a fresh job's creation (after a first, to warm it): what
+    `_SENT` got meanwhile."""
+    _SENT.clear()
+    runner = TaskRunner(
+        store,
+        ProviderRegistry(),
+        tools={pickup_job.name: pickup_job},
+        pins=(module_pin(pickup_job.module),),
+    )
+    assert runner.job_starts is not None  # its claims start fresh jobs (ADR-0101)
+    settings = WorkerSettings("w", concurrency=4, lease_seconds=600, poll_seconds=600)
+    stop = asyncio.Event()
+    lines, logger = ClaimLines(_SENT), logging.getLogger("noeta.worker")
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    running = asyncio.create_task(Worker(store, runner, settings).run(stop))
+    try:
+        for task_id in ("warm", "j"):
+            await until(lambda: _registered(postgres_url), "the worker waits idle", within=60)
+            before = len(_SENT)
+            await store.create_task(job_task(task_id, pickup_job, {}, "default", None))
+
+            async def done(task_id: str = task_id) -> bool:
+                return await status_of(store, task_id) == "done"
+
+            await until(done, f"{task_id} is done", within=60)
+    finally:
+        stop.set()
+        await running
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    logged = [each.type for each in await store.read_log("j")]
+    assert logged.count("ToolStarted") == 1 and logged[-1] == "TaskFinished", logged
+    return _SENT[before:]
+
+
+async def test_an_idle_workers_job_runs_before_its_claim_is_logged(
+    store: Store, postgres_url: str
+) -> None:
+    """A fresh job's claim starts it (ADR-0101): its function is called in the run's first
+    turn, and the claim's line after it, as an agent's first write (ADR-0131); a line
+    logged first costs the pickup its formatting, scrubbing and writing."""
+    sent = await pick_up_a_job(store, postgres_url)
+    assert sent == ["called", "logged"], sent
+
+
+async def test_a_heard_call_is_claimed_before_the_listener_listens_again(
+    store: Store, postgres_url: str
+) -> None:
+    """The claim loop, woken by a call, sends its claim before the listener goes back to
+    its connection for the next call (ADR-0134): that way back (the driver's generators,
+    its read armed again) ran ahead of the claim on an idle worker's pickup."""
+    assert isinstance(store, PostgresStore)
+    record_listening(store, _SENT)
+    sent = await pick_up_a_job(store, postgres_url)
+    assert sent[:3] == ["heard", "claim", "listening"], sent
+
+
+async def _registered(url: str) -> bool:
+    async with await psycopg.AsyncConnection.connect(url) as admin:
+        cursor = await admin.execute("SELECT count(*) FROM idle_workers")
+        row = await cursor.fetchone()
+    return row is not None and row[0] == 1

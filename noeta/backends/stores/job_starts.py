@@ -3,19 +3,32 @@ writes, as both stores need them (PostgreSQL in its claim statement, sqlite in P
 
 from __future__ import annotations
 
+import functools
+
 from noeta.core.ports import payload
+from noeta.core.ports.pin import Pin
 from noeta.core.ports.store import JobStarts, LoadedTask, NewEvent
 from noeta.core.rules import events as ev
 
 
 def pinned_data(starts: JobStarts) -> str:
     """The claimer's `PluginsPinned` data, encoded as its own append would store it."""
-    return payload.encode(ev.encode(ev.PluginsPinned(starts.pins))[1])
+    return _claim_parameters(starts.pins)[0]
 
 
 def pin_names(starts: JobStarts) -> list[str]:
     """The claimer's plugin names, sorted, each once (as `needs` holds them)."""
-    return sorted({pin.name for pin in starts.pins})
+    return list(_claim_parameters(starts.pins)[1])
+
+
+@functools.lru_cache(maxsize=8)
+def _claim_parameters(pins: tuple[Pin, ...]) -> tuple[str, tuple[str, ...]]:
+    """Both, made once per set of pins: a worker's are fixed for its life, and encoding
+    them at every claim cost an idle worker's pickup about 60 µs before its claim was
+    sent (cold; 4 µs warm). Pins are frozen: equal pins, equal parameters."""
+    return payload.encode(ev.encode(ev.PluginsPinned(pins))[1]), tuple(
+        sorted({pin.name for pin in pins})
+    )
 
 
 def start_events(loaded: LoadedTask, starts: JobStarts) -> list[NewEvent] | None:
