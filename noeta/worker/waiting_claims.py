@@ -12,12 +12,16 @@ from typing import Any
 
 from noeta.core.errors import StoreError
 from noeta.core.ports.store import CANCEL_KEY, Claim, ClaimKey, LoadedTask, Store
+from noeta.core.rules import wakeups
+from noeta.core.rules.task_state import TaskState
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.worker.lost_claims import adopted_load
 from noeta.worker.renewal import Renewer
 from noeta.worker.settings import WorkerSettings
 
 log = logging.getLogger("noeta.worker")
+# Claims a worker remembers having run to an unknown end (lost_claims.py): a few a fault.
+RAN_UNSETTLED_KEPT = 1024
 
 
 class WaitingClaims:
@@ -34,6 +38,7 @@ class WaitingClaims:
     _slots: asyncio.Semaphore
     _stopping: bool
     _began: datetime | None
+    _ran_unsettled: dict[ClaimKey, None]
 
     def _start(self, claim: Claim, loaded: LoadedTask | None = None) -> None:
         raise NotImplementedError  # the worker's: start running a claim
@@ -43,6 +48,22 @@ class WaitingClaims:
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         raise NotImplementedError  # the worker's: keep a background future
+
+    def _ran_to_unknown_end(self, claim: Claim) -> None:
+        """A run of `claim` ended with the claim's fate unknown (its finish's commit lost,
+        the store down): the store may still record it as ours, and an adoption of it must
+        not take the call this run made for the claim's fresh start (lost_claims.py)."""
+        self._ran_unsettled[claim.key] = None
+        while len(self._ran_unsettled) > RAN_UNSETTLED_KEPT:
+            del self._ran_unsettled[next(iter(self._ran_unsettled))]
+
+    async def _hold(self, claim: Claim, state: TaskState) -> None:
+        """The run holds its claim (a job of its runs here): renewed, resumed when its
+        next wake-up falls due, if it has one."""
+        self.holding[claim.key] = claim
+        due = wakeups.next_due(state)
+        if due is not None:
+            await self._resume_when_due(claim, due)
 
     async def _adopt(self) -> bool:
         """After a lost claim reply: run the tasks the store records as ours, not running.
@@ -54,7 +75,10 @@ class WaitingClaims:
         if not claims:
             return False
         version = self.runner.snapshot_version
-        self._start(claims[0], await adopted_load(self.store, claims[0], version, self._began))
+        self._start(
+            claims[0],
+            await adopted_load(self.store, claims[0], version, self._began, self._ran_unsettled),
+        )
         for claim in claims[1:]:
             self.adopted[claim.key] = claim
             self._spawn(self._start_adopted(claim))
@@ -110,7 +134,8 @@ class WaitingClaims:
             self._slots.release()  # lost while it waited, or the worker is stopping
             return
         version = self.runner.snapshot_version
-        self._start(claim, await adopted_load(self.store, claim, version, self._began))
+        loaded = await adopted_load(self.store, claim, version, self._began, self._ran_unsettled)
+        self._start(claim, loaded)
 
     async def _resume_when_due(self, claim: Claim, due: datetime) -> None:
         """A task holding its claim for a job has a wake-up pending: nothing will be

@@ -48,7 +48,6 @@ from noeta.core.ports.store import (
     Store,
 )
 from noeta.core.retry import backoff_seconds
-from noeta.core.rules import wakeups
 from noeta.core.rules.task_state import TaskState
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.health.liveness import Liveness
@@ -107,6 +106,9 @@ class Worker(ContinuingClaims):
         self._wake = WakeSignal()
         self._stopping = False
         self._began: datetime | None = None  # the store's clock as this run began
+        # Claims this process ran whose run ended with the claim's fate unknown: adopted
+        # again, their calls are not run as the claim's fresh starts (lost_claims.py).
+        self._ran_unsettled: dict[ClaimKey, None] = {}
         self._handing_back = False
         # The claims whose step the stop cut off (it did not end within the grace): a sync
         # function among them may run on in its thread, which nothing can stop.
@@ -343,8 +345,10 @@ class Worker(ContinuingClaims):
         holding = False
         follow: tuple[str, ...] = ()
         started: ClaimedTask | None = None
+        settled = False
         try:
             result = await self.runner.run(claim, loaded)
+            settled = True
             follow = follow_on(claim.task_id, result, self.quiet_canvases)
             started = result.started
             log.info("task %s: %s", claim.task_id, result.state.finished or result.outcome)
@@ -353,10 +357,7 @@ class Worker(ContinuingClaims):
             if result.outcome == "handed_back":
                 await self._release(claim, "its step done")
             if holding:
-                self.holding[claim.key] = claim
-                due = wakeups.next_due(result.state)
-                if due is not None:
-                    await self._resume_when_due(claim, due)
+                await self._hold(claim, result.state)
             return result
         except Conflict as error:
             log.warning(
@@ -373,6 +374,8 @@ class Worker(ContinuingClaims):
         except Exception:
             log.exception("task %s: the runner failed; leaving it", claim.task_id)
         finally:
+            if not settled:  # the store may still record the claim as ours
+                self._ran_to_unknown_end(claim)
             result_came = claim.key in self._resume_on_hold
             self._resume_on_hold.discard(claim.key)
             if not holding:  # a holding claim stays renewed; everything else is let go

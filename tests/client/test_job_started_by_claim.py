@@ -17,7 +17,7 @@ from noeta.core.errors import TaskFailed
 from noeta.core.ports.tool import OUTCOME_UNKNOWN
 from tests.client import jobs_for_tests
 from tests.client.test_job_recovery import LONG_LEASE, lines, recoveries
-from tests.worker.conftest import WorkerProcess, lapse_the_lease
+from tests.worker.conftest import WorkerProcess, lapse_the_lease, until
 
 assert jobs_for_tests  # imported: its decorated functions are what enqueue can name
 
@@ -87,4 +87,34 @@ async def test_a_job_its_lost_claim_started_runs_once_on_adoption(
     assert await client.job_result(handle.id, timeout=60) == "sent to ada@example.com"
     assert ran(ledger) == ["email send_email-1:job ada@example.com"]
     assert "unknown" not in await recoveries(client, handle.id)
+    assert "adopted task send_email-1" in worker.log()
+
+
+async def test_a_job_this_worker_ran_is_not_run_again_when_adopted(
+    client: AsyncClient, postgres_url: str, job_workers: Callable[..., WorkerProcess], ledger: Path
+) -> None:
+    """The worker ran the job; its finish's commit was lost (the claim may still be its
+    own), and its next claim's reply too: it adopts what the store records as its own,
+    this job among them. Its log still ends with the ToolStarted this worker's claim
+    wrote, but the job ran here: adopted, it is settled as a crashed call (its result,
+    kept, recorded), not called again (make cluster, seed 118175: a plain job's marker
+    recorded twice)."""
+    handle = await client.enqueue("send_email", {"to": "ada@example.com"}, id="send_email-1")
+    worker = job_workers(
+        postgres_url,
+        "w",
+        lease=LONG_LEASE,
+        failpoints="append.before_commit=raise(CommitUnknown)@1;"
+        "claim.after_commit=raise(CommitUnknown)@2",
+    )
+
+    async def its_claim_lost() -> bool:
+        return "send_email-1: claim lost" in worker.log()
+
+    await until(its_claim_lost, "the job's finish lost")
+    await client.enqueue("resize", {"image": "a.png", "width": 64}, id="resize-1")  # a claim
+    # Its result, kept for the next claimer, is recorded by the adopted run.
+    assert await client.job_result(handle.id, timeout=60) == "sent to ada@example.com"
+    emails = [line for line in ran(ledger) if line.startswith("email")]
+    assert emails == ["email send_email-1:job ada@example.com"]  # once
     assert "adopted task send_email-1" in worker.log()
