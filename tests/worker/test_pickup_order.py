@@ -87,6 +87,37 @@ def record_sends(store: PostgresStore, sent: list[str], lone: list[bool] | None 
     group._run_batch, group._run_with_claim = run_batch, run_with_claim
 
 
+async def picked_up_idle(
+    store: Store, runner: TaskRunner, postgres_url: str, sent: list[str], tasks: list[NewTask]
+) -> int:
+    """A worker (its claim lines noted in `sent`) picks up each task in turn, created only
+    once it waits idle (registered), each run to done; `sent`'s length before the last."""
+    settings = WorkerSettings("w", concurrency=4, lease_seconds=600, poll_seconds=600)
+    stop = asyncio.Event()
+    lines, logger = ClaimLines(sent), logging.getLogger("noeta.worker")
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    running = asyncio.create_task(Worker(store, runner, settings).run(stop))
+    before = 0
+    try:
+        for task in tasks:
+            await until(lambda: _registered(postgres_url), "the worker waits idle", within=60)
+            before = len(sent)
+            await store.create_task(task)
+
+            async def done(task_id: str = task.id) -> bool:
+                return await status_of(store, task_id) == "done"
+
+            await until(done, f"{task.id} is done", within=60)
+    finally:
+        stop.set()
+        await running
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    return before
+
+
 async def test_an_idle_workers_pickup_writes_before_it_registers_again(
     store: Store, tmp_path: Path, toolbox: Toolbox, postgres_url: str
 ) -> None:
@@ -98,35 +129,8 @@ async def test_an_idle_workers_pickup_writes_before_it_registers_again(
     script.write_text(json.dumps({"replies": [{"text": "done"}, {"text": "done"}]}))
     runner = toolbox.runner(store, ProviderRegistry())
     runner.pins = None  # an agent task: its claim starts nothing (ADR-0101)
-    settings = WorkerSettings("w", concurrency=4, lease_seconds=600, poll_seconds=600)
-    stop = asyncio.Event()
-    lines, logger = ClaimLines(sent), logging.getLogger("noeta.worker")
-    level = logger.level
-    logger.addHandler(lines)
-    logger.setLevel(logging.INFO)
-    running = asyncio.create_task(Worker(store, runner, settings).run(stop))
-    try:
-
-        async def registered() -> bool:
-            async with await psycopg.AsyncConnection.connect(postgres_url) as admin:
-                cursor = await admin.execute("SELECT count(*) FROM idle_workers")
-                row = await cursor.fetchone()
-            return row is not None and row[0] == 1
-
-        for task_id in ("warm", "p"):  # the first opens the script: a thread, once
-            await until(registered, "the worker waits idle", within=60)
-            before = len(sent)
-            await store.create_task(one_shot(task_id, script))
-
-            async def done(task_id: str = task_id) -> bool:
-                return await status_of(store, task_id) == "done"
-
-            await until(done, f"{task_id} is done", within=60)
-    finally:
-        stop.set()
-        await running
-        logger.removeHandler(lines)
-        logger.setLevel(level)
+    tasks = [one_shot(task_id, script) for task_id in ("warm", "p")]  # "warm": a thread, once
+    before = await picked_up_idle(store, runner, postgres_url, sent, tasks)
     after = sent[before:]
     assert "register" in after, after  # idle again, it registered
     assert after.index("append") < after.index("register"), after
@@ -180,28 +184,8 @@ async def pick_up_a_job(store: Store, postgres_url: str) -> list[str]:
         pins=(module_pin(pickup_job.module),),
     )
     assert runner.job_starts is not None  # its claims start fresh jobs (ADR-0101)
-    settings = WorkerSettings("w", concurrency=4, lease_seconds=600, poll_seconds=600)
-    stop = asyncio.Event()
-    lines, logger = ClaimLines(_SENT), logging.getLogger("noeta.worker")
-    level = logger.level
-    logger.addHandler(lines)
-    logger.setLevel(logging.INFO)
-    running = asyncio.create_task(Worker(store, runner, settings).run(stop))
-    try:
-        for task_id in ("warm", "j"):
-            await until(lambda: _registered(postgres_url), "the worker waits idle", within=60)
-            before = len(_SENT)
-            await store.create_task(job_task(task_id, pickup_job, {}, "default", None))
-
-            async def done(task_id: str = task_id) -> bool:
-                return await status_of(store, task_id) == "done"
-
-            await until(done, f"{task_id} is done", within=60)
-    finally:
-        stop.set()
-        await running
-        logger.removeHandler(lines)
-        logger.setLevel(level)
+    tasks = [job_task(task_id, pickup_job, {}, "default", None) for task_id in ("warm", "j")]
+    before = await picked_up_idle(store, runner, postgres_url, _SENT, tasks)
     logged = [each.type for each in await store.read_log("j")]
     assert logged.count("ToolStarted") == 1 and logged[-1] == "TaskFinished", logged
     return _SENT[before:]
