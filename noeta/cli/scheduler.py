@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from noeta.cli import log_lines
 from noeta.cli.health_options import health_options, prepare_health, run_check
 from noeta.cli.options import check_store_url, config_option, store_option
 from noeta.core.errors import ConfigError
@@ -62,9 +63,7 @@ def scheduler(
     if check:
         run_check(health, store)
     serving = prepare_health(health, store, stuck_after)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    log_lines.configure()
     from noeta import observability
     from noeta.backends.stores import resolve_url
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from noeta.cli import bounds
+from noeta.cli import bounds, log_lines
 from noeta.cli.health_options import health_options, prepare_health, run_check
 from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import check_store_url, config_option, store_option
@@ -107,9 +107,7 @@ def worker(
         grace_seconds=grace_seconds,
         unrunnable_after=unrunnable_after,
     )
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    log_lines.configure()
     # The format names no caller, thread or process: no record looks them up (the
     # logging HOWTO's "Optimization"; a worker logs two lines a job, 2 us each saved).
     logging._srcfile = None

@@ -92,6 +92,8 @@ class FunctionTool:
         self.module = function.__module__
         self._recover = recover
         self.input_schema: dict[str, JSONValue] = input_schema_of(function)
+        # Asked at every attempt, read once (a few us a call: a no-op job's every call).
+        self._on_the_loop = flags.runs_in_a_thread or inspect.iscoroutinefunction(function)
 
     async def run(self, input: dict[str, JSONValue], ctx: ToolContext) -> ToolOutput:
         if ctx.attempt == 0:  # a model's call: retried within the call
@@ -105,13 +107,13 @@ class FunctionTool:
 
     async def _attempt(self, input: dict[str, JSONValue], ctx: ToolContext) -> Any:
         limit, soft_limit = self.policy.time_limit, self.policy.soft_time_limit
-        if not self.flags.runs_in_a_thread and not inspect.iscoroutinefunction(self.function):
+        if not self._on_the_loop:
             # A thread past its limit cannot be stopped: a process can (ADR-0090).
             return await run_attempt(self.module, self.name, input, ctx, limit, soft_limit)
         call = self._call(self.function, input, ctx)
         if soft_limit is not None:
             call = within_soft_limit(call, soft_limit)
-        return await asyncio.wait_for(call, limit)
+        return await (call if limit is None else asyncio.wait_for(call, limit))
 
     def _failed(self, error: Exception, attempt: int, seconds: float) -> ToolOutput:
         """A job's failed attempt: the next is due after the backoff if the policy retries
@@ -417,8 +419,12 @@ def tools_in(module: types.ModuleType) -> list[FunctionTool]:
     return [value for value in vars(module).values() if isinstance(value, FunctionTool)]
 
 
+# What `json.dumps(value, ensure_ascii=False, allow_nan=False)` builds for every call.
+_RESULT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def _as_json(name: str, value: Any) -> str:
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+        return _RESULT_JSON.encode(value)
     except (TypeError, ValueError) as error:
         raise ToolError(f"{name} returned a value that is not JSON: {error}") from None

@@ -1,0 +1,38 @@
+"""The log lines of a service (`noeta worker`, `noeta scheduler`): one a record on stderr,
+`<local time>,<ms> <LEVEL> <logger>: <message>`, as `logging.basicConfig` writes them."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class SecondFormatter(logging.Formatter):
+    """`logging.Formatter`'s lines, its time read once a second: `formatTime` converts
+    and formats the record's second anew for every record (2 us), and a worker writes two
+    lines a job, many a second."""
+
+    def __init__(self, fmt: str = FORMAT) -> None:
+        super().__init__(fmt)
+        self._cached: tuple[int, str] = (-1, "")  # a second, and its text: one value
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        cached = self._cached
+        if cached[0] != second:
+            cached = (second, time.strftime(self.default_time_format, self.converter(second)))
+            self._cached = cached  # one assignment: a formatter shared by threads stays right
+        if self.default_msec_format is None:
+            return cached[1]
+        return self.default_msec_format % (cached[1], record.msecs)
+
+
+def configure() -> None:
+    """INFO and above to stderr, unless logging was configured already (`basicConfig`)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(SecondFormatter())
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
