@@ -47,3 +47,23 @@ def test_the_starting_claim_is_short_enough_for_psycopgs_cache() -> None:
     assert "owner_epoch = t.owner_epoch +" in CLAIM_AND_START_JOBS
     assert len(CLAIM_NAMED_AND_START_JOBS.encode()) <= MAX_CACHED_STATEMENT_LENGTH
     assert "--" not in CLAIM_NAMED_AND_START_JOBS
+
+
+async def test_the_claimers_pin_written_with_other_spacing_is_still_its_own(
+    store: Store, postgres_url: str
+) -> None:
+    """The claim compares pins as JSON, not as text (ADR-0138): a job whose pin is the
+    claimer's, stored with other spacing, is started with its ToolStarted alone, as its
+    run would start it (its run compares decoded pins), not with a second pin."""
+    await store.create_task(job("j"))
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(
+            """UPDATE events SET data = replace(data, '","', '", "')"""
+            " WHERE task_id = 'j' AND seq = 3"
+        )
+        [(spaced,)] = connection.execute("SELECT data FROM events WHERE seq = 3").fetchall()
+    assert spaced != payload.encode(ev.encode(ev.PluginsPinned((JOB_PIN,)))[1])
+    [claimed] = await claim_starting(store, JobStarts((JOB_PIN,)))
+    assert claimed.loaded is not None and claimed.loaded.started_by_claim
+    types = [e.type for e in await store.read_log("j")]
+    assert types == ["TaskCreated", "CallRequested", "PluginsPinned", "ToolStarted"]
