@@ -55,3 +55,7 @@ POLL = Seconds(POLL_MIN_SECONDS, POLL_MAX_SECONDS, "the poll interval")
 GRACE = Seconds(GRACE_MIN_SECONDS, GRACE_MAX_SECONDS, "the grace")
 UNRUNNABLE_AFTER = Seconds(0.0, UNRUNNABLE_MAX_SECONDS, "--unrunnable-after")
 CONCURRENCY = click.IntRange(1, CONCURRENCY_MAX)
+# A worker's pool: its group commit's two rounds and one for the rest (ADR-0139).
+CONNECTIONS_MIN = 3
+CONNECTIONS_DEFAULT = 6
+CONNECTIONS = click.IntRange(CONNECTIONS_MIN, CONCURRENCY_MAX + 2)
