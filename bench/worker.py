@@ -218,9 +218,11 @@ class Bench:
         lease: float = 30.0,
         poll: float = 1.0,
         env: dict[str, str] | None = None,
+        extra: Sequence[str] = (),
     ) -> AsyncIterator[list[Worker]]:
         """Worker processes, up and LISTENing; stopped (SIGTERM) on the way out. `env`:
-        more of their environment (bench/jobs.py: NOETA_CONFIG naming its job module)."""
+        more of their environment (bench/jobs.py: NOETA_CONFIG naming its job module);
+        `extra`: more of their options (bench/connections.py: --connections)."""
         since = await self.value("SELECT clock_timestamp()")
         env = {
             **{k: v for k, v in os.environ.items() if k != "NOETA_CONFIG"},
@@ -231,7 +233,7 @@ class Bench:
         }
         command = [sys.executable, "-m", "noeta", "worker", "--queues"]
         command += [queue, "--concurrency", str(concurrency), "--lease", str(lease)]
-        command += ["--poll", str(poll), "--name"]
+        command += ["--poll", str(poll), *extra, "--name"]
         logs = [self.scratch / f"{name}.log" for name in names]
         started = [spawn([*command, n], p, env) for n, p in zip(names, logs, strict=True)]
         self.processes += started

@@ -55,3 +55,36 @@ POLL = Seconds(POLL_MIN_SECONDS, POLL_MAX_SECONDS, "the poll interval")
 GRACE = Seconds(GRACE_MIN_SECONDS, GRACE_MAX_SECONDS, "the grace")
 UNRUNNABLE_AFTER = Seconds(0.0, UNRUNNABLE_MAX_SECONDS, "--unrunnable-after")
 CONCURRENCY = click.IntRange(1, CONCURRENCY_MAX)
+# A worker's pool (ADR-0139): its group commit's rounds (ROUNDS_IN_FLIGHT, 2) and one for
+# everything else at least; by default concurrency + 2, never more than 6.
+CONNECTIONS_MIN = 3
+CONNECTIONS_DEFAULT = 6
+CONNECTIONS_MAX = CONCURRENCY_MAX + 2  # what the largest worker held before ADR-0139
+
+
+class Connections(click.ParamType[int]):
+    """A worker's pool size: a whole number from what it needs to what it could use."""
+
+    name = "connections"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return f"N [{CONNECTIONS_MIN}-{CONNECTIONS_MAX}]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a whole number of connections", param, ctx)
+        if number < CONNECTIONS_MIN:
+            self.fail(
+                f"a worker needs at least {CONNECTIONS_MIN} connections (two for its group"
+                f" commit's rounds, one for its runs' reads), not {value}",
+                param,
+                ctx,
+            )
+        if number > CONNECTIONS_MAX:
+            self.fail(f"at most {CONNECTIONS_MAX} connections, not {value}", param, ctx)
+        return number
+
+
+CONNECTIONS = Connections()

@@ -34,6 +34,15 @@ if TYPE_CHECKING:  # `noeta worker --help` imports neither the worker nor its to
     help="Tasks run at once in this process.",
 )
 @click.option(
+    "--connections",
+    type=bounds.CONNECTIONS,
+    default=None,
+    help="Store connections its runs share, whatever the concurrency (at least"
+    f" {bounds.CONNECTIONS_MIN}; default: concurrency + 2, at most"
+    f" {bounds.CONNECTIONS_DEFAULT}). It holds 3 more: for its lease renewals, its claims and"
+    " its wake-ups.",
+)
+@click.option(
     "--lease",
     "lease_seconds",
     type=bounds.LEASE,
@@ -74,6 +83,7 @@ def worker(
     store: str | None,
     queues: str,
     concurrency: int,
+    connections: int | None,
     lease_seconds: float,
     config: str | None,
     name: str | None,
@@ -102,6 +112,7 @@ def worker(
         name=check_key("worker name", name or f"{socket.gethostname()}-{os.getpid()}"),
         queues=names,
         concurrency=concurrency,
+        connections=connections or default_connections(concurrency),
         lease_seconds=lease_seconds,
         poll_seconds=poll_seconds,
         grace_seconds=grace_seconds,
@@ -147,21 +158,25 @@ async def _serve(
     toolbox = await Toolbox.open(config, runs_tools=True)
     observability.add_passed_secrets(PASSED_NAMES)  # what its tools may print
     providers = ProviderRegistry()
-    connections = settings.concurrency + 2  # a run each, the renewer, one to spare
+    # A few connections whatever the concurrency: a run's writes go in shared rounds,
+    # and it holds none across a model call or a tool run (ADR-0139). Its rounds and its
+    # renewals have their own, never waiting behind its runs (issue 26).
     store = await open_store(
         url,
         session_url=session_url,
         application_name=f"noeta-worker:{settings.name}"[:63],
-        max_connections=connections,
-        min_connections=connections,  # open before the first claim, not under its runs
+        max_connections=settings.connections,
+        min_connections=settings.connections,  # open before the first claim, not under its runs
+        for_worker=True,
     )
     store = observed(journaled(store))
     runner = toolbox.runner(store, providers)
     logging.getLogger("noeta.worker").info(
-        "worker %s: queues %s, concurrency %d, lease %g s, plugins %s",
+        "worker %s: queues %s, concurrency %d, %d connections, lease %g s, plugins %s",
         settings.name,
         ",".join(settings.queues),
         settings.concurrency,
+        settings.connections,
         settings.lease_seconds,
         ", ".join(p.pin.name for p in toolbox.plugins),
     )
@@ -192,6 +207,12 @@ async def _serve(
         # asyncio.run would wait for: its task is handed back, so leave without it.
         logging.shutdown()
         os._exit(0)
+
+
+def default_connections(concurrency: int) -> int:
+    """Concurrency + 2 as before for a small worker, capped: above a few, more runs queue
+    for a statement's milliseconds on the pool rather than each holding a connection."""
+    return max(bounds.CONNECTIONS_MIN, min(concurrency + 2, bounds.CONNECTIONS_DEFAULT))
 
 
 def _stop_on_signals(stop: asyncio.Event, hand_back: asyncio.Event, health: ProcessHealth) -> None:

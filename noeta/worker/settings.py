@@ -1,4 +1,5 @@
-"""A worker's settings: its name, queues, concurrency, lease, poll, grace (`noeta worker`)."""
+"""A worker's settings: its name, queues, concurrency, connections, lease, poll, grace
+(`noeta worker`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ class WorkerSettings:
     name: str
     queues: Sequence[str] = ("default",)
     concurrency: int = 4
+    # The store connections its runs share, whatever the concurrency (`--connections`,
+    # ADR-0139): two carry its group commit's rounds, the rest every other statement.
+    # Its lease renewals, its claims and its LISTEN each hold one more besides.
+    connections: int = 6
     lease_seconds: float = 30.0
     poll_seconds: float = 1.0  # the safety net under wake-ups
     # How long a stopping worker lets running steps finish (`noeta worker --grace`, 30 s);

@@ -4,6 +4,7 @@ and a hook that raises or returns an impossible mark is a clear failure reason."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import pytest
 
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores import open_store
+from noeta.backends.stores.postgres import PostgresStore
 from noeta.core.ports.hooks import TaskView
 from noeta.core.ports.store import Delivery, NewEvent, NewTask, Store
 from noeta.core.rules import events
@@ -222,3 +224,42 @@ async def test_a_log_from_a_newer_noeta_is_left_before_any_hook_or_pin_writes_to
     assert result.outcome == "left_for_newer"
     assert [e.type for e in await store.read_log("t")] == [e.type for e in created]
     assert not ledger.exists() and await store.read_inbox("inbox") == []
+
+
+class WaitsOnAnotherRun(Raising):
+    """An on_event hook that awaits something else the process does with the store: a
+    read by another asyncio task (another run's, a webhook's client standing in)."""
+
+    name = "elsewhere"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.reads = 0
+
+    async def on_event(self, view: TaskView, event: LoggedEvent) -> None:
+        await asyncio.create_task(self.store.get_task(view.task_id))
+        self.reads += 1
+
+
+async def test_a_hook_holds_no_store_connection_while_it_awaits(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # A worker's store with one connection beside its rounds (ADR-0139): a hook run while
+    # its step held that connection would wait for it (the store's deadline) and fail.
+    store = await PostgresStore.open(
+        postgres_url, max_connections=3, min_connections=3, for_worker=True
+    )
+    try:
+        hook = WaitsOnAnotherRun(store)
+        runner = TaskRunner(store, ProviderRegistry(), plugins=[hook])
+        await create(store, tmp_path, "t", interactive=True, replies=[{"text": "a"}, {"text": "b"}])
+        await run(store, runner, "t")
+        # The message is taken in a step that only reads and writes the store, which held
+        # one connection for all its statements, hooks included, before ADR-0139.
+        await store.deliver(Delivery("t", {"text": "again"}, "message:1"))
+        await run(store, runner, "t")
+        log = await store.read_log("t")
+        ended = [e.data["outcome"] for e in log if e.type == "TurnEnded"]  # type: ignore[index]
+        assert ended == ["answered", "answered"] and hook.reads >= 6
+    finally:
+        await store.close()

@@ -4,12 +4,15 @@ once; a store that cannot be reached costs a claim only at the worker's own dead
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import psycopg
 import pytest
 
 from noeta.backends.stores import open_store
+from noeta.backends.stores.postgres import PostgresStore
 from noeta.core.errors import StoreUnavailable
 from noeta.core.ports.store import Claim, Store
 from noeta.testing.store_contract import created
@@ -128,3 +131,85 @@ async def test_a_claim_made_while_a_round_is_out_is_renewed_at_once(store: Store
         held.release.set()
         await first_round
     assert renewer.holds(old) and renewer.holds(new)
+
+
+LEASE = 4.0  # renewed every 1.3 s: a lapse needs the test's loop stalled for 2.7 s
+LEASE_OF = "SELECT lease_until, lease_until > clock_timestamp() FROM tasks WHERE id = %s"
+LOCK_THE_ROW = "SELECT 1 FROM tasks WHERE id = %s FOR UPDATE"
+WAITING_ON_A_LOCK = """
+SELECT count(*) FROM pg_stat_activity
+ WHERE application_name = %s AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()
+"""
+
+
+async def test_renewal_is_not_starved_when_every_pool_connection_is_busy(
+    postgres_url: str,
+) -> None:
+    # A worker's store (ADR-0139) of 3 connections: 2 for its group commit's rounds, one
+    # for everything else. That one is held for real (a statement waiting on a row lock an
+    # operator holds), and more statements queue behind it. A short lease is renewed
+    # round after round meanwhile: the renewer never queues behind the runs (issue 26).
+    name = "noeta-renewal-test"
+    # A long deadline: the statements queued behind the held one wait for the pool
+    # throughout instead of giving up, and so would a renewal that queued with them.
+    store = await PostgresStore.open(
+        postgres_url,
+        application_name=name,
+        max_connections=3,
+        min_connections=3,
+        for_worker=True,
+        deadline_seconds=120,
+    )
+    admin = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
+    blocked: list[asyncio.Task[bool]] = []
+    renewing: asyncio.Task[None] | None = None
+    try:
+        for task_id in ("kept", "locked"):
+            await store.create_task(created(task_id))
+        kept = await store.claim_task("w", "kept", LEASE)
+        locked = await store.claim_task("w", "locked", 60)
+        assert kept is not None and kept.lease_until is not None and locked is not None
+        await admin.execute("BEGIN")
+        await admin.execute(LOCK_THE_ROW, ("locked",))
+        blocked = [asyncio.create_task(store.release(locked)) for _ in range(3)]
+
+        # Another session of the operator's reads pg_stat_activity: this one is in a
+        # transaction whose snapshot of it would not move.
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as look:
+
+            async def busy() -> bool:
+                row = await (await look.execute(WAITING_ON_A_LOCK, (name,))).fetchone()
+                return row is not None and row[0] >= 1
+
+            await until(busy, "the pool's one connection waits on the locked row")
+            lost: list[Claim] = []
+            renewer = Renewer(store, LEASE, lost.append)
+            renewer.add(kept)
+            renewing = asyncio.create_task(renewer.run())
+            first_end, lapsed = kept.lease_until, []
+
+            async def outlived() -> bool:
+                lease_until, live = await lease_of(look, "kept")
+                if not live:
+                    lapsed.append(lease_until)
+                return (lease_until - first_end).total_seconds() > LEASE  # a lease past
+
+            await until(outlived, "the claim is renewed a lease past its first", within=60)
+            assert lapsed == [] and lost == []  # live whenever looked at, never given up
+            assert not any(release.done() for release in blocked)  # still busy throughout
+    finally:
+        if renewing is not None:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+        await admin.execute("ROLLBACK")
+        await asyncio.gather(*blocked, return_exceptions=True)
+        await admin.close()
+        await store.close()
+
+
+async def lease_of(connection: psycopg.AsyncConnection[Any], task_id: str) -> tuple[Any, bool]:
+    """The claim's lease end, and whether it is live now by the database's clock."""
+    row = await (await connection.execute(LEASE_OF, (task_id,))).fetchone()
+    assert row is not None
+    return row[0], row[1]

@@ -54,11 +54,13 @@ async def open_store(
     max_connections: int = 10,
     min_connections: int = 1,
     start_embedded: bool = True,
+    for_worker: bool = False,
 ) -> Store:
     """Open the store at `url` (see the module docstring); raises ConfigError on a bad URL.
     `start_embedded=False`: with no URL, StoreUnavailable unless the embedded server runs.
     On PostgreSQL the pool has `min_connections` open before this returns. `session_url`
-    (else $NOETA_STORE_SESSION): `url` is a pooler's, this one PostgreSQL's own."""
+    (else $NOETA_STORE_SESSION): `url` is a pooler's, this one PostgreSQL's own.
+    `for_worker`: a worker's pools, its group commit's rounds and renewals apart (ADR-0139)."""
     url = resolve_url(url)
     session_url = resolve_session_url(session_url)
     if session_url is not None:
@@ -78,6 +80,7 @@ async def open_store(
         migrate=migrate,
         max_connections=max_connections,
         min_connections=min_connections,
+        for_worker=for_worker,
     )
 
 

@@ -293,9 +293,16 @@ class _Run(RunWriter):
 
     def _burst(self, action: object) -> contextlib.AbstractAsyncContextManager[None]:
         """A step that only reads and writes the store runs on one store connection; one
-        that calls a model or runs tools takes one per statement (none held meanwhile)."""
+        that calls a model or runs tools takes one per statement (none held meanwhile), and
+        so does every step of a run whose plugins have hooks: a hook awaits what it likes
+        inside the step's writes, and a worker's few connections are shared (ADR-0139)."""
         holding = self.store.capabilities.holding  # PostgreSQL's; sqlite has none
-        if holding is None or isinstance(action, CallModel | RunTools | RecoverCalls | AwaitRetry):
+        if (
+            holding is None
+            or self.hooks.before
+            or self.hooks.after
+            or isinstance(action, CallModel | RunTools | RecoverCalls | AwaitRetry)
+        ):
             return contextlib.nullcontext()
         burst: contextlib.AbstractAsyncContextManager[None] = holding()
         return burst

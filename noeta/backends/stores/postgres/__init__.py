@@ -10,18 +10,19 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 
 from noeta.backends.stores.postgres.append_and_claim import PostgresAppendAndClaim
 from noeta.backends.stores.postgres.bulk import PostgresBulk
 from noeta.backends.stores.postgres.claims import CLAIM_NEXT_TASK, PostgresClaims
 from noeta.backends.stores.postgres.connection import DEFAULT_DEADLINE_SECONDS, describe
 from noeta.backends.stores.postgres.cron import PostgresCron
+from noeta.backends.stores.postgres.group_commit import ROUNDS_IN_FLIGHT
 from noeta.backends.stores.postgres.inbox import PostgresInbox
 from noeta.backends.stores.postgres.late_results import PostgresLateResults
 from noeta.backends.stores.postgres.logs import PostgresLogs
 from noeta.backends.stores.postgres.model_limits import PostgresModelLimits
-from noeta.backends.stores.postgres.pool import LastInFirstOutPool
+from noeta.backends.stores.postgres.pool import LastInFirstOutPool, open_pool
 from noeta.backends.stores.postgres.queues import PostgresQueues
 from noeta.backends.stores.postgres.reply_streams import PostgresReplyStreams
 from noeta.backends.stores.postgres.schema import SESSION_ENV, check_schema, migrate_database
@@ -99,10 +100,15 @@ class PostgresStore(
         min_connections: int = 1,
         deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
         idle_in_transaction_seconds: float = 30.0,
+        for_worker: bool = False,
     ) -> PostgresStore:
         """Connect, check (or with `migrate`, bring up to date) the schema, open the pool
         with `min_connections` connected (a worker opens them all before its first claim:
         growing the pool under its first runs kept their renewal waiting, issue 26).
+
+        `for_worker` (ADR-0139): of the `max_connections`, ROUNDS_IN_FLIGHT run the group
+        commit's rounds and the rest everything else, and one more connection (a second
+        while a round is held up) renews the leases: none waits behind the runs.
 
         `session_dsn`: `dsn` is a pooler's in transaction mode and this is PostgreSQL's
         own, for migrating, checking, LISTEN and the prune's lock (ADR-0106)."""
@@ -140,21 +146,42 @@ class PostgresStore(
             settings["prepare_threshold"] = None
         else:
             settings["options"] = session_options
-        # Last in, first out: a quiet worker's statements reuse its warm sessions (ADR-0127).
-        pool: AsyncConnectionPool[Any] = LastInFirstOutPool(
-            dsn,
-            kwargs=settings,
-            min_size=min(min_connections, max_connections),
-            max_size=max_connections,
-            open=False,
-            timeout=deadline_seconds,
-            name=f"noeta:{where}",
+
+        def pool_of(size: int, opened: int, name: str) -> AsyncConnectionPool[Any]:
+            # Last in, first out: a quiet worker's statements reuse its warm sessions
+            # (ADR-0127).
+            return LastInFirstOutPool(
+                dsn,
+                kwargs=settings,
+                min_size=min(opened, size),
+                max_size=size,
+                open=False,
+                timeout=deadline_seconds,
+                name=f"{name}:{where}",
+            )
+
+        rounds = renewals = None
+        if for_worker:
+            if max_connections <= ROUNDS_IN_FLIGHT:
+                raise ConfigError(
+                    f"a worker needs at least {ROUNDS_IN_FLIGHT + 1} connections, "
+                    f"not {max_connections}"
+                )
+            max_connections -= ROUNDS_IN_FLIGHT
+            rounds = pool_of(ROUNDS_IN_FLIGHT, ROUNDS_IN_FLIGHT, "noeta-rounds")
+            renewals = pool_of(2, 1, "noeta-renewals")
+        pool = await open_pool(
+            pool_of(max_connections, min_connections, "noeta"), where, deadline_seconds
         )
         try:
-            await pool.open(wait=True, timeout=deadline_seconds)
-        except PoolTimeout as error:
+            for own in (rounds, renewals):
+                if own is not None:
+                    await open_pool(own, where, deadline_seconds)
+        except StoreUnavailable:
             await pool.close()
-            raise StoreUnavailable(f"cannot reach PostgreSQL at {where}") from error
+            if rounds is not None:
+                await rounds.close()
+            raise
         # The claims' own connection forces generic plans (ADR-0108); none behind a pooler.
         generic = f"{session_options} -c plan_cache_mode=force_generic_plan".strip()
         return cls(
@@ -165,4 +192,6 @@ class PostgresStore(
             session_dsn=direct,
             session_options=session_options,
             generic_settings=None if pooled else {**settings, "options": generic},
+            rounds_pool=rounds,
+            renewal_pool=renewals,
         )

@@ -448,7 +448,10 @@ class PostgresClaims(PostgresConnection):
             "ids": [c.task_id for c in claims],
             "epochs": [c.epoch for c in claims],
         }
-        rows = await self._write_many(RENEW_CLAIMS, params)
+        # A worker's renewals have a connection of their own: a round never waits for one
+        # behind its runs' statements, and its claims' leases do not lapse meanwhile
+        # (issue 26, ADR-0139).
+        rows = await self._write_many(RENEW_CLAIMS, params, pool=self._renewal_pool)
         return {
             task_id: Claim(task_id, by_id[task_id].worker, epoch, lease_until)
             for task_id, epoch, lease_until in rows

@@ -24,6 +24,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from noeta.backends.stores.postgres.group_commit import APPEND_BATCH, GroupCommit, Rows
+from noeta.backends.stores.postgres.pool import open_pool
 from noeta.core.errors import (
     CommitUnknown,
     Conflict,
@@ -93,8 +94,15 @@ class PostgresConnection:
         session_dsn: str | None = None,
         session_options: str = "",
         generic_settings: dict[str, Any] | None = None,
+        rounds_pool: AsyncConnectionPool[Any] | None = None,
+        renewal_pool: AsyncConnectionPool[Any] | None = None,
     ) -> None:
         self._pool = pool
+        # A worker's (ADR-0139): its group commit's rounds and its lease renewals each on
+        # connections of their own, never queued behind its runs' statements for the
+        # pool's; None (a client's, a command's): they run on the pool.
+        self._rounds_pool = rounds_pool
+        self._renewal_pool = renewal_pool
         # For what needs a session of its own (a LISTEN, the prune's lock), which cannot
         # come from the pool: PostgreSQL's own URL when the pool's is a pooler's (ADR-0106).
         self._dsn = session_dsn or dsn
@@ -102,15 +110,16 @@ class PostgresConnection:
         self._session_options = session_options  # the limits, for a session of our own
         self.where = where
         self.deadline_seconds = deadline_seconds
-        self._group_commit = GroupCommit(self._write_many, self._write_batch_and_claim)
+        self._group_commit = GroupCommit(self._write_round, self._write_batch_and_claim)
         # The claims' connection (`_write_generic`): its settings, None behind a pooler.
         self._generic_settings = generic_settings
         self._generic_pool: AsyncConnectionPool[Any] | None = None
         self._generic_opening = asyncio.Lock()
 
     async def close(self) -> None:
-        if self._generic_pool is not None:
-            await self._generic_pool.close()
+        for own in (self._generic_pool, self._rounds_pool, self._renewal_pool):
+            if own is not None:
+                await own.close()
         await self._pool.close()
 
     async def _listening_connection(self, application_name: str) -> psycopg.AsyncConnection[Any]:
@@ -182,6 +191,12 @@ class PostgresConnection:
                 log.info("store: %s; re-running the statement with its checks", error)
         raise AssertionError("unreachable")
 
+    async def _write_round(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """A group commit's round, on the rounds' own connections where the store has them:
+        a run holding a pool connection in a burst (`holding`) awaits the round that
+        carries its write, which must never wait for that run's pool (ADR-0139)."""
+        return await self._write_many(query, params, pool=self._rounds_pool)
+
     async def _write_batch_and_claim(
         self, batch: dict[str, Any], claim: str, params: dict[str, Any]
     ) -> tuple[Rows, Rows]:
@@ -233,12 +248,7 @@ class PostgresConnection:
                     timeout=self.deadline_seconds,
                     name=f"noeta-claims:{self.where}",
                 )
-                try:
-                    await pool.open(wait=True, timeout=self.deadline_seconds)
-                except PoolTimeout as error:
-                    await pool.close()
-                    raise StoreUnavailable(f"cannot reach PostgreSQL at {self.where}") from error
-                self._generic_pool = pool
+                self._generic_pool = await open_pool(pool, self.where, self.deadline_seconds)
             return self._generic_pool
 
     async def _read(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -309,8 +319,8 @@ class PostgresConnection:
                 f"is full: all were in use for {self.deadline_seconds:g}s and {waiting} more "
                 "call(s) waited. PostgreSQL may be slow or unreachable, or the process sends "
                 "more calls at once than its pool holds (enqueue_many writes a batch on one "
-                "connection; a Client takes max_connections=N, within the server's "
-                "max_connections)"
+                "connection; a Client takes max_connections=N, a worker --connections N, within "
+                "the server's max_connections)"
             )
         return f"cannot reach PostgreSQL at {self.where}"
 

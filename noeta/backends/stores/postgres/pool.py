@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from noeta.core.errors import StoreUnavailable
 
 
 class LastInFirstOutPool(AsyncConnectionPool[Any]):
@@ -35,3 +37,16 @@ class LastInFirstOutPool(AsyncConnectionPool[Any]):
         connection = self._pool.pop()
         self._nconns_min = min(self._nconns_min, len(self._pool))
         return connection
+
+
+async def open_pool(
+    pool: AsyncConnectionPool[Any], where: str, deadline_seconds: float
+) -> AsyncConnectionPool[Any]:
+    """`pool` with its `min_size` connections open, or StoreUnavailable (and it closed)
+    if they cannot be within the deadline."""
+    try:
+        await pool.open(wait=True, timeout=deadline_seconds)
+    except PoolTimeout as error:
+        await pool.close()
+        raise StoreUnavailable(f"cannot reach PostgreSQL at {where}") from error
+    return pool
