@@ -17,6 +17,7 @@ from noeta.backends.stores.postgres.bulk import PostgresBulk
 from noeta.backends.stores.postgres.claims import CLAIM_NEXT_TASK, PostgresClaims
 from noeta.backends.stores.postgres.connection import DEFAULT_DEADLINE_SECONDS, describe
 from noeta.backends.stores.postgres.cron import PostgresCron
+from noeta.backends.stores.postgres.held_claim import HELD_SINCE
 from noeta.backends.stores.postgres.inbox import PostgresInbox
 from noeta.backends.stores.postgres.late_results import PostgresLateResults
 from noeta.backends.stores.postgres.logs import PostgresLogs
@@ -165,4 +166,5 @@ class PostgresStore(
             session_dsn=direct,
             session_options=session_options,
             generic_settings=None if pooled else {**settings, "options": generic},
+            holds_claims=checked.server_version >= HELD_SINCE,
         )

@@ -393,7 +393,7 @@ class PostgresClaims(PostgresConnection):
         params = claim_params(worker, queues, lease_seconds, limit, excluding, offers)
         params["version"] = snapshot_version
         statement = CLAIM_AND_LOAD
-        if hold and job_starts is None and only is None and self._generic_settings is not None:
+        if hold and job_starts is None and only is None and self.holds_claims:
             return await self._claim_and_hold(statement, params, worker, snapshot_version)
         if job_starts is not None:
             statement = CLAIM_AND_START_JOBS

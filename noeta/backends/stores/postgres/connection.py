@@ -94,6 +94,7 @@ class PostgresConnection:
         session_dsn: str | None = None,
         session_options: str = "",
         generic_settings: dict[str, Any] | None = None,
+        holds_claims: bool = False,
     ) -> None:
         self._pool = pool
         # For what needs a session of its own (a LISTEN, the prune's lock), which cannot
@@ -108,7 +109,10 @@ class PostgresConnection:
         self._generic_settings = generic_settings
         self._generic_pool: AsyncConnectionPool[Any] | None = None
         self._generic_opening = asyncio.Lock()
-        # Claims held open for their run's first write, by task (ADR-0136).
+        # Claims held open for their run's first write, by task (ADR-0136): where the
+        # server bounds their transaction (PostgreSQL 17+) and the claims' connection is
+        # its own (not behind a pooler).
+        self.holds_claims = holds_claims and generic_settings is not None
         self._held: dict[str, HeldClaim] = {}
 
     async def close(self) -> None:

@@ -2,7 +2,7 @@
 transaction stays open while the run loads, folds and makes its first write, and that
 write goes with the claim's COMMIT, so one WAL flush makes both durable.
 
-The claim went as `BEGIN; SET LOCAL idle_in_transaction_session_timeout; <claim>` on the
+The claim went as `BEGIN; SET LOCAL transaction_timeout; <claim>`, pipelined, on the
 claims' connection. Then, whichever comes first:
 - the run's first write (a write naming the task and the claim's epoch): sent with a
   COMMIT behind it, pipelined, one round trip. Refused (the fence, a deadlock), the
@@ -10,8 +10,8 @@ claims' connection. Then, whichever comes first:
   and the task is claimable again at once.
 - `HOLD_SECONDS` pass: the claim commits alone, as every claim did before, and the run's
   write goes on the pool when it comes.
-- the worker freezes: PostgreSQL ends the session after `IDLE_IN_TRANSACTION`, the claim
-  never happened, and another worker claims the task.
+- the worker freezes: PostgreSQL ends the transaction after `TRANSACTION_TIMEOUT`, the
+  claim never happened, and another worker claims the task.
 Nothing says the task is claimed before the commit is acknowledged: `durable` says so.
 A claim undone (or of unknown outcome) refuses every later write under its epoch here:
 the rolled-back epoch is the next claimer's too, and the fence compares epochs alone.
@@ -40,13 +40,18 @@ GiveBack = Callable[[Any], Awaitable[None]]
 # loaded machine (docs/scaling.md); a run that starts plugins, waits for a model limit or
 # runs a hook takes longer and is not worth holding a row lock for.
 HOLD_SECONDS = 0.02
-# PostgreSQL ends a session idle this long inside the claim's transaction: a frozen worker
-# (SIGSTOP, a debugger) holds the task's row no longer, and the claim never happened.
-IDLE_IN_TRANSACTION = "2s"
+# PostgreSQL ends the claim's transaction (and its session) this long after it began: a
+# frozen worker (SIGSTOP, a debugger) holds the task's row no longer, and the claim never
+# happened. transaction_timeout (PostgreSQL 17+), not idle_in_transaction_session_timeout:
+# psycopg ends a pipeline with a Flush message after its Sync, and the server disarms the
+# idle timer as it reads that message and arms it again only at the next Sync (measured:
+# a session left idle in a pipelined BEGIN lived on; docs/scaling.md).
+TRANSACTION_TIMEOUT = "2s"
+HELD_SINCE = 170000  # the server version with transaction_timeout
 Statement = tuple[str, Mapping[str, Any]]
 BEGIN: tuple[Statement, ...] = (
     ("BEGIN", {}),
-    (f"SET LOCAL idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}'", {}),
+    (f"SET LOCAL transaction_timeout = '{TRANSACTION_TIMEOUT}'", {}),
 )
 _COMMIT: Statement = ("COMMIT", {})
 
