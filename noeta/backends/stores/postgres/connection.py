@@ -255,15 +255,16 @@ class PostgresConnection:
     def _hold_claim(self, connection: Any, task_id: str, epoch: int) -> HeldClaim:
         """The claim open on `connection` waits for its run's first write (or commits alone
         within `HOLD_SECONDS`)."""
-        held = HeldClaim(connection, task_id, epoch, self._run_on, self._give_back_claims)
+        held = HeldClaim(
+            connection, task_id, epoch, self._run_on, self._give_back_claims, self._settled
+        )
         self._held[task_id] = held
-        held.durable.add_done_callback(lambda _: self._settled(held))
         return held
 
-    def _settled(self, held: HeldClaim) -> None:
+    def _settled(self, held: HeldClaim, committed: bool) -> None:
         """A committed claim's writes go as any; an undone one's stay refused here until
-        its task is held again (its epoch may be the next claimer's)."""
-        if held.durable.result() and self._held.get(held.task_id) is held:
+        its task is claimed again (its epoch may be the next claimer's)."""
+        if committed and self._held.get(held.task_id) is held:
             del self._held[held.task_id]
 
     def _claimed_again(self, claimed: Sequence[Any]) -> None:

@@ -60,11 +60,17 @@ class HeldClaim:
     """One claim's open transaction on a connection of its own, until it is settled."""
 
     def __init__(
-        self, connection: Any, task_id: str, epoch: int, run_on: RunOn, give_back: GiveBack
+        self,
+        connection: Any,
+        task_id: str,
+        epoch: int,
+        run_on: RunOn,
+        give_back: GiveBack,
+        settled: Callable[[HeldClaim, bool], None],
     ) -> None:
         self.task_id, self.epoch = task_id, epoch
         self._connection: Any = connection
-        self._run_on, self._give_back = run_on, give_back
+        self._run_on, self._give_back, self._settled = run_on, give_back, settled
         loop = asyncio.get_running_loop()
         self.durable: asyncio.Future[bool] = loop.create_future()
         self._timer = loop.call_later(HOLD_SECONDS, self._expire)
@@ -119,5 +125,6 @@ class HeldClaim:
             with contextlib.suppress(StoreError):
                 await self._run_on(connection, (("ROLLBACK", {}),))
         await self._give_back(connection)
+        self._settled(self, committed)  # before any later write of the run looks
         if not self.durable.done():
             self.durable.set_result(committed)
