@@ -116,6 +116,8 @@ class PostgresConnection:
         self._held: dict[str, HeldClaim] = {}
 
     async def close(self) -> None:
+        for held in list(self._held.values()):
+            await held.abandon()
         if self._generic_pool is not None:
             await self._generic_pool.close()
         await self._pool.close()

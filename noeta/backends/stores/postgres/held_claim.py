@@ -85,6 +85,15 @@ class HeldClaim:
         if self._connection is not None and self._alone is None:
             self._alone = asyncio.ensure_future(self.commit_alone())
 
+    async def abandon(self) -> None:
+        """The store closes: its connection closed, the server rolls the claim back."""
+        self._timer.cancel()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.close()
+        if not self.durable.done():
+            self.durable.set_result(False)
+
     async def commit_alone(self) -> None:
         """Commit the claim by itself (the deadline, or a claim not worth holding)."""
         self._timer.cancel()
