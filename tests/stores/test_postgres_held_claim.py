@@ -3,7 +3,7 @@ makes both durable; nobody sees the claim before it; a write that does not come 
 leaves the claim to commit alone; a refused or cut first write undoes the claim, the task
 claimable again at once, and the undone claim's epoch (the next claimer's too) writes
 nothing more from here. In-process, on the real PostgreSQL; the faults are real (a
-refusal by the fence, `pg_terminate_backend`)."""
+refusal by the fence, `pg_terminate_backend`); a model limit's wait keeps the claim."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ import pytest
 
 from noeta.backends.stores.postgres import PostgresStore, held_claim
 from noeta.core.errors import CommitUnknown, Conflict
+from noeta.core.ports.model_limits import ModelBudget, ModelBudgetWait
 from noeta.core.ports.store import Claim, ClaimedTask, NewEvent
 from noeta.testing.store_contract import LEASE, created
 
+CALLED = [NewEvent("ModelCalled", {"request_hash": "h"})]
 # Long enough that only the run's write (or the test) settles the claim, never the clock.
 NEVER = 600.0
 
@@ -58,10 +60,7 @@ async def step(store: PostgresStore, claim: Claim, after: int) -> int:
 async def test_the_claim_and_its_runs_first_write_commit_as_one(
     store: PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(held_claim, "HOLD_SECONDS", NEVER)
-    claimed = await held(store, "a")
-    assert claimed.loaded is not None
-    last = claimed.loaded.events[-1].seq
+    claimed, last = await held_open(store, monkeypatch)
     # Nothing says the task is claimed yet: another session sees it as it was.
     assert await seen_by_others(postgres_url, "a") == ("ready", 0, last)
     assert await step(store, claimed.claim, last) == last + 1
@@ -100,13 +99,21 @@ async def claimed_again_and_stale_refused(
     assert await seen_by_others(postgres_url, "a") == ("running", 1, last + 1)
 
 
-async def test_a_refused_first_write_undoes_the_claim(
-    store: PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def held_open(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> tuple[ClaimedTask, int]:
+    """Task "a" claimed and held until its first write (never by the clock); its log's end."""
     monkeypatch.setattr(held_claim, "HOLD_SECONDS", NEVER)
     claimed = await held(store, "a")
     assert claimed.loaded is not None and claimed.durable is not None
-    last = claimed.loaded.events[-1].seq
+    return claimed, claimed.loaded.events[-1].seq
+
+
+async def test_a_refused_first_write_undoes_the_claim(
+    store: PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claimed, last = await held_open(store, monkeypatch)
+    assert claimed.durable is not None
     with pytest.raises(Conflict):  # the fence: not the log's end
         await step(store, claimed.claim, last + 5)
     assert not await claimed.durable
@@ -116,18 +123,30 @@ async def test_a_refused_first_write_undoes_the_claim(
 async def test_a_claim_cut_before_its_first_write_is_undone(
     store: PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(held_claim, "HOLD_SECONDS", NEVER)
-    claimed = await held(store, "a")
-    assert claimed.loaded is not None and claimed.durable is not None
-    last = claimed.loaded.events[-1].seq
+    claimed, last = await held_open(store, monkeypatch)
+    assert claimed.durable is not None
+    backend = store._held["a"]._connection.info.backend_pid  # the claim's open session
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
-        await admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_locks"
-            " WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock'"
-            " AND pid = %s",
-            (store._held["a"]._connection.info.backend_pid,),
-        )
+        await admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
     with pytest.raises(CommitUnknown):  # as a lost first append: no model request follows
         await step(store, claimed.claim, last)
     assert not await claimed.durable
     await claimed_again_and_stale_refused(store, postgres_url, claimed, last)
+
+
+async def test_a_first_write_told_to_wait_by_a_model_limit_keeps_the_claim(
+    store: PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A limit's wait is a row the append answers, not an error: the claim commits with
+    what the append wrote (the task handed back until its slot), as before."""
+    await store.set_model_limit("fake/*", 1, None)  # one call a minute: the next waits
+    await store.create_task(created("first"))
+    first = await store.claim_task("w", "first", LEASE)
+    assert first is not None
+    await store.append_model_called(first, 1, CALLED, ModelBudget(("fake/*",), 10))
+    claimed, last = await held_open(store, monkeypatch)
+    with pytest.raises(ModelBudgetWait):
+        await store.append_model_called(claimed.claim, last, CALLED, ModelBudget(("fake/*",), 10))
+    assert claimed.durable is not None and await claimed.durable
+    # Epoch 1 kept: the claim committed, with the hand-back the wait wrote (ADR-0075).
+    assert await seen_by_others(postgres_url, "a") == ("ready", 1, last)
