@@ -269,8 +269,8 @@ class ClaimedTask:
     None when the store could not read the task with the claim: the claimer loads it.
     `durable`: None where the claim was committed before it was returned; for a claim
     held open for its run's first write (ADR-0136), what says True once it is committed
-    (with that write, or alone) and False if it was undone: nothing may say the task is
-    claimed before."""
+    (with that write, or alone) and False if it was undone or its commit's outcome is
+    unknown: nothing may say the task is claimed before."""
 
     claim: Claim
     loaded: LoadedTask | None

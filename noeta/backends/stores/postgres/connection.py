@@ -4,6 +4,8 @@ driver errors mapped into the store's error tree.
 No transaction is ever held open across a model or tool call. Every call has an
 application deadline: a blackholed connection fails in seconds, not when TCP gives up.
 A burst of statements (`holding`) runs on one connection, taken from the pool once.
+One transaction spans two round trips: an idle worker's lone claim, left open for its
+run's first write (`held_claim.py`, ADR-0136).
 """
 
 from __future__ import annotations

@@ -76,10 +76,6 @@ class HeldClaim:
         self._timer = loop.call_later(HOLD_SECONDS, self._expire)
         self._alone: asyncio.Task[None] | None = None
 
-    @property
-    def open(self) -> bool:
-        return self._connection is not None
-
     def _expire(self) -> None:
         """The run's first write did not come in time: commit the claim alone."""
         if self._connection is not None and self._alone is None:
