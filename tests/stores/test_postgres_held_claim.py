@@ -1,9 +1,10 @@
 """An idle worker's lone claim held open for its run's first write (ADR-0136): one commit
 makes both durable; nobody sees the claim before it; a write that does not come in time
-leaves the claim to commit alone; a refused or cut first write undoes the claim, the task
-claimable again at once, and the undone claim's epoch (the next claimer's too) writes
-nothing more from here. In-process, on the real PostgreSQL; the faults are real (a
-refusal by the fence, `pg_terminate_backend`); a model limit's wait keeps the claim."""
+leaves the claim to commit alone; a refused first write leaves the claim committed, as
+without the hold; a cut one undoes it, the task claimable again at once, and the undone
+claim's epoch (the next claimer's too) writes nothing more from here. In-process, on the
+real PostgreSQL; the faults are real (a refusal by the fence, `pg_terminate_backend`); a
+model limit's wait keeps the claim."""
 
 from __future__ import annotations
 
@@ -109,15 +110,19 @@ async def held_open(
     return claimed, claimed.loaded.events[-1].seq
 
 
-async def test_a_refused_first_write_undoes_the_claim(
+async def test_a_refused_first_write_leaves_the_claim_committed_as_before(
     store: PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Refused (here by the fence), the write is rolled back alone: the claim commits, the
+    run is told as without the hold, and may write again (as a step refused NotStarted
+    appends again, ADR-0117)."""
     claimed, last = await held_open(store, monkeypatch)
     assert claimed.durable is not None
     with pytest.raises(Conflict):  # the fence: not the log's end
         await step(store, claimed.claim, last + 5)
-    assert not await claimed.durable
-    await claimed_again_and_stale_refused(store, postgres_url, claimed, last)
+    assert await claimed.durable
+    assert await seen_by_others(postgres_url, "a") == ("running", 1, last)
+    assert await step(store, claimed.claim, last) == last + 1
 
 
 async def test_a_claim_cut_before_its_first_write_is_undone(

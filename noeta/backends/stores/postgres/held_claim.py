@@ -4,10 +4,11 @@ write goes with the claim's COMMIT, so one WAL flush makes both durable.
 
 The claim went as `BEGIN; SET LOCAL transaction_timeout; <claim>`, pipelined, on the
 claims' connection. Then, whichever comes first:
-- the run's first write (a write naming the task and the claim's epoch): sent with a
-  COMMIT behind it, pipelined, one round trip. Refused (the fence, a deadlock), the
-  transaction is rolled back, the claim with it: the run is told as any refused write,
-  and the task is claimable again at once.
+- the run's first write (a write naming the task and the claim's epoch): sent in a
+  savepoint with a COMMIT behind it, pipelined, one round trip. Refused (the fence, a
+  queue's limits, a deadlock), it is rolled back to its savepoint, the claim commits, and
+  the write goes again as it would have without the hold: refused, or retried, as ever.
+  Cut (the connection broken), the claim's outcome is unknown with the write's.
 - `HOLD_SECONDS` pass: the claim commits alone, as every claim did before, and the run's
   write goes on the pool when it comes.
 - the worker freezes: PostgreSQL ends the transaction after `TRANSACTION_TIMEOUT`, the
@@ -25,7 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from noeta.core.errors import Conflict, StoreError
+from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,10 @@ BEGIN: tuple[Statement, ...] = (
     (f"SET LOCAL transaction_timeout = '{TRANSACTION_TIMEOUT}'", {}),
 )
 _COMMIT: Statement = ("COMMIT", {})
+# The first write in a savepoint: refused, it is rolled back alone and the claim commits.
+_SAVEPOINT: Statement = ("SAVEPOINT first_write", {})
+_RELEASE: Statement = ("RELEASE first_write", {})
+_UNDO_WRITE: Statement = ("ROLLBACK TO SAVEPOINT first_write", {})
 
 
 class HeldClaim:
@@ -106,22 +111,43 @@ class HeldClaim:
 
     async def write(self, query: str, params: Mapping[str, Any]) -> Rows | None:
         """The run's first write, with the claim's COMMIT behind it: its rows once both are
-        durable. None where the claim was committed alone already: the write goes as any.
-        Raises the write's error (the claim then undone), or Conflict where the claim was
-        undone before."""
+        durable. None where the claim is committed without it: the write then goes as it
+        would have without the hold (the claim committed alone before it came, or the
+        write refused: rolled back to its savepoint, the claim committed, and the write
+        sent again on the pool, to be refused or retried as ever). Raises where the
+        connection broke (the claim's outcome unknown with the write's), or Conflict where
+        the claim was undone before."""
         connection, self._connection = self._connection, None
         if connection is None:  # committed alone, or being committed: wait for its outcome
             if await asyncio.shield(self.durable):
                 return None
             raise Conflict(self.task_id, "its claim was undone before it was durable")
         self._timer.cancel()
+        statements = (_SAVEPOINT, (query, params), _RELEASE, _COMMIT)
         try:
-            written, _ = await self._run_on(connection, ((query, params), _COMMIT))
+            _, written, *_ = await self._run_on(connection, statements)
+        except (CommitUnknown, StoreUnavailable):  # cut, or the session ended: as a lost write
+            await self._end(connection, committed=False)
+            raise
+        except StoreError:  # refused by the server, the session alive
+            if not await self._commit_without_it(connection):
+                raise
+            return None
         except BaseException:
             await self._end(connection, committed=False)
             raise
         await self._end(connection, committed=True)
         return written
+
+    async def _commit_without_it(self, connection: Any) -> bool:
+        """The first write refused: roll it back to its savepoint and commit the claim."""
+        try:
+            await self._run_on(connection, (_UNDO_WRITE, _COMMIT))
+        except StoreError:
+            await self._end(connection, committed=False)
+            return False
+        await self._end(connection, committed=True)
+        return True
 
     async def _end(self, connection: Any, *, committed: bool) -> None:
         if not committed and not connection.broken:
