@@ -71,9 +71,9 @@ def parse(text: str) -> dict[str, Failpoint]:
 _POINTS = parse(os.environ.get(ENV, ""))
 
 
-def armed(name: str) -> bool:
-    """Whether the failure point `name` is configured (a test or a drill asked for it)."""
-    return name in _POINTS
+def armed(*names: str) -> bool:
+    """Whether any of the failure points `names` is configured (a test or drill asks)."""
+    return any(name in _POINTS for name in names)
 
 
 async def hit(name: str) -> None:

@@ -68,6 +68,8 @@ log = logging.getLogger("noeta.worker")
 
 CLAIM_LOOP = "claim loop"
 AFTER_COMMIT = "claim.after_commit"
+# Failpoints between a claim's commit and its run's first write: armed, no claim is held.
+AFTER_A_CLAIMS_COMMIT = (AFTER_COMMIT, "append.before_commit")
 
 
 class Worker(ContinuingClaims):
@@ -297,8 +299,8 @@ class Worker(ContinuingClaims):
         starts = self._claim_form.starts(self.runner.job_starts)
         # An idle worker's claim of an agent task commits with its run's first write
         # (ADR-0136); one that starts jobs must be durable before their calls, and one
-        # whose commit a fault test waits for commits alone.
-        hold = not self.running and starts is None and not failpoints.armed(AFTER_COMMIT)
+        # whose commit a fault test or drill acts after commits alone.
+        hold = not self.running and starts is None and not failpoints.armed(*AFTER_A_CLAIMS_COMMIT)
         try:
             claimed = await self.store.claim_and_load(
                 settings.name,
