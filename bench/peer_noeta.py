@@ -45,6 +45,14 @@ SELECT task_id, extract(epoch FROM created_at)::float8 FROM events
  WHERE type = %s AND task_id = ANY(%s)
 """
 NOW_PLUS = "SELECT clock_timestamp() + make_interval(secs => %s)"
+# The model's reply recorded: the first event after the task's ModelCalled (its clock is
+# the reply's append's, after the request went, the scripted reply came and the append
+# reached its insert): the far end of "create -> model request" (ADR-0136).
+REPLIED = """
+SELECT e.task_id, extract(epoch FROM min(e.created_at))::float8
+  FROM events AS e JOIN events AS m ON m.task_id = e.task_id AND m.type = 'ModelCalled'
+ WHERE e.task_id = ANY(%s) AND e.seq > m.seq GROUP BY e.task_id
+"""
 
 
 def first_event() -> tuple[str, str]:
@@ -105,9 +113,10 @@ def job(task_id: str) -> NewTask:
 
 async def probe(count: int, log: str) -> dict[str, list[float]]:
     """Create an agent task, wait until the idle worker logs it done, pause, repeat; then
-    pickup = PluginsPinned - the moment create_task returned."""
-    found = await probe_with(agent_task, "PluginsPinned", count, log)
-    return {"pickup_ms": found["pickup_ms"]}
+    pickup = PluginsPinned - the moment create_task returned; `replied_ms`: its reply
+    recorded (REPLIED) - the same moment."""
+    found = await probe_with(agent_task, "PluginsPinned", count, log, REPLIED)
+    return {"pickup_ms": found["pickup_ms"], "replied_ms": found["replied_ms"]}
 
 
 async def probe_jobs(count: int, log: str) -> dict[str, list[float]]:
@@ -130,7 +139,12 @@ def _lines(path: Path) -> list[str]:
 
 
 async def probe_with(
-    make: Callable[[str], NewTask], started_by: str, count: int, log: str, within: float = 60
+    make: Callable[[str], NewTask],
+    started_by: str,
+    count: int,
+    log: str,
+    replied: str | None = None,
+    within: float = 60,
 ) -> dict[str, list[float]]:
     store = await PostgresStore.open(URL, application_name="bench-probe", max_connections=1)
     created: dict[str, float] = {}
@@ -153,8 +167,12 @@ async def probe_with(
     async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as admin:
         cursor = await admin.execute(PICKED_UP, (started_by, list(created)))
         started: dict[str, Any] = dict(await cursor.fetchall())
+        ended: dict[str, Any] = {}
+        if replied is not None:
+            ended = dict(await (await admin.execute(replied, (list(created),))).fetchall())
     pickup = [(started[t] - c) * 1000 for t, c in created.items() if t in started]
-    return {"pickup_ms": pickup, "created": list(created.values())}
+    after = [(ended[t] - c) * 1000 for t, c in created.items() if t in ended]
+    return {"pickup_ms": pickup, "created": list(created.values()), "replied_ms": after}
 
 
 NOETA = {"reset": reset, "enqueue": enqueue, "probe": probe}

@@ -263,6 +263,9 @@ class Peers:
         if first := found.get("first_step_ms"):
             step = statistics.median(first)
             print(f"  {peer} pickup: its first durable step (ToolStarted) at {step:.2f} ms")
+        if replied := found.get("replied_ms"):
+            at, p99 = statistics.median(replied), sorted(replied)[int(len(replied) * 0.99)]
+            print(f"  {peer} pickup: its model's reply recorded at {at:.2f} ms (p99 {p99:.2f})")
         other, cpu = window.other_cores(sizes.pickups), window.per_job(sizes.pickups)
         return Result(peer, "pickup", found["pickup_ms"], other, load, cpu=cpu)
 

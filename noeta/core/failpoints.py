@@ -8,7 +8,9 @@ SIGCONT, so a test decides what happens meanwhile, with no timing), `sleep(ms)` 
 only the task that hit the point), `raise(Name)` (raise ConnectionError, RuntimeError or
 a noeta store error by name). `action@N` fires on the N-th hit only. Unset, every point
 is one dictionary lookup on an empty dict. Points: worker.claim_loop (each turn of a
-worker's claim loop: `sleep` freezes that loop alone, for /livez), claim.after_commit,
+worker's claim loop: `sleep` freezes that loop alone, for /livez), claim.after_commit (an
+idle worker then commits its claim alone, not with its run's first write), claim.held (an
+idle claim held open for its run's first write, ADR-0136, before that run starts),
 append.before_commit, append.after_commit, append_and_claim.after_commit (a canvas
 member's finish that claimed its canvas, ADR-0121), cron.after_fire (the scheduler, after each
 slot it handles), run.after_create (`noeta run`, between creating its task and claiming
@@ -67,6 +69,11 @@ def parse(text: str) -> dict[str, Failpoint]:
 
 
 _POINTS = parse(os.environ.get(ENV, ""))
+
+
+def armed(*names: str) -> bool:
+    """Whether any of the failure points `names` is configured (a test or drill asks)."""
+    return any(name in _POINTS for name in names)
 
 
 async def hit(name: str) -> None:

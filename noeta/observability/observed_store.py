@@ -108,6 +108,7 @@ class ObservedStore:
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
         only: Collection[str] | None = None,
+        hold: bool = False,
     ) -> list[ClaimedTask]:
         started = time.time_ns()
         with _observing("claim", None):
@@ -121,6 +122,7 @@ class ObservedStore:
                 offers=offers,
                 job_starts=job_starts,
                 only=only,
+                hold=hold,
             )
         for each in claimed:
             _claimed(each.claim, started)

@@ -53,6 +53,7 @@ from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.health.liveness import Liveness
 from noeta.observability import metrics, tracing
 from noeta.worker.claim_form import ClaimForm
+from noeta.worker.claim_lines import log_claim, log_when_durable
 from noeta.worker.continuing import ContinuingClaims, follow_on
 from noeta.worker.idle_registration import IdleRegistration
 from noeta.worker.jobs import JobManager
@@ -66,6 +67,9 @@ from noeta.worker.warmup import warm_up
 log = logging.getLogger("noeta.worker")
 
 CLAIM_LOOP = "claim loop"
+AFTER_COMMIT = "claim.after_commit"
+# Failpoints between a claim's commit and its run's first write: armed, no claim is held.
+AFTER_A_CLAIMS_COMMIT = (AFTER_COMMIT, "append.before_commit")
 
 
 class Worker(ContinuingClaims):
@@ -283,7 +287,7 @@ class Worker(ContinuingClaims):
         tenth of a millisecond of formatting, scrubbing and writing (ADR-0131)."""
         unlogged, self._unlogged = self._unlogged, []
         for claim in unlogged:
-            _log_claim(claim)
+            log_claim(claim)
 
     async def _claim(self, slots: int) -> int:
         """Claim up to `slots` tasks, read with their claim, and start running them;
@@ -293,6 +297,10 @@ class Worker(ContinuingClaims):
         # in flight (for a task committed too late for it to see) must not be lost.
         self._wake.clear()
         starts = self._claim_form.starts(self.runner.job_starts)
+        # An idle worker's claim of an agent task commits with its run's first write
+        # (ADR-0136); one that starts jobs must be durable before their calls, and one
+        # whose commit a fault test or drill acts after commits alone.
+        hold = not self.running and starts is None and not failpoints.armed(*AFTER_A_CLAIMS_COMMIT)
         try:
             claimed = await self.store.claim_and_load(
                 settings.name,
@@ -303,10 +311,12 @@ class Worker(ContinuingClaims):
                 excluding=self._own_tasks(),
                 offers=self.offers,
                 job_starts=starts,  # fresh jobs started by the claim (ADR-0101)
+                hold=hold,
             )
             self._claim_form.found(claimed, starts)
             if claimed:
-                await failpoints.hit("claim.after_commit")
+                held = claimed[0].durable is not None
+                await failpoints.hit("claim.held" if held else AFTER_COMMIT)
         except CommitUnknown:
             log.warning("claim: the commit's outcome is unknown; adopting what is ours")
             return 1 if await self._adopt() else 0
@@ -320,10 +330,12 @@ class Worker(ContinuingClaims):
         # phase is the drain's, which the lines' place would shift.
         idle = not self.running and len(claimed) == 1
         for each in claimed:
-            if idle:
+            if each.durable is not None:  # said once its commit is acknowledged
+                log_when_durable(each.claim, each.durable)
+            elif idle:
                 self._unlogged.append(each.claim)
             else:
-                _log_claim(each.claim)
+                log_claim(each.claim)
             self._start(each.claim, each.loaded)
         return len(claimed)
 
@@ -484,8 +496,3 @@ class Worker(ContinuingClaims):
             log.warning(
                 "could not release task %s (%s); its lease will lapse", claim.task_id, error
             )
-
-
-def _log_claim(claim: Claim) -> None:
-    verb = "took over" if claim.taken_over else "claimed"
-    log.info("%s task %s (epoch %d)", verb, claim.task_id, claim.epoch)

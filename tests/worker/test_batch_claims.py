@@ -48,6 +48,7 @@ class RecordedCalls:
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
+        hold: bool = False,
     ) -> list[ClaimedTask]:
         self.sent.append("claim")
         claimed = await self._store.claim_and_load(
@@ -59,6 +60,7 @@ class RecordedCalls:
             excluding=excluding,
             offers=offers,
             job_starts=job_starts,
+            hold=hold,
         )
         self.claims.append((limit, len(claimed)))
         self.started += sum(1 for each in claimed if each.loaded and each.loaded.started_by_claim)

@@ -58,6 +58,7 @@ class RecordedClaims:
         excluding: Collection[str] = (),
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
+        hold: bool = False,
     ) -> list[ClaimedTask]:
         claimed = await self._store.claim_and_load(
             worker,
@@ -68,6 +69,7 @@ class RecordedClaims:
             excluding=excluding,
             offers=offers,
             job_starts=job_starts,
+            hold=hold,
         )
         if claimed:
             started = [bool(each.loaded and each.loaded.started_by_claim) for each in claimed]

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from pytest import MonkeyPatch
 
 import noeta
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.backends.stores.postgres import PostgresStore
+from noeta.backends.stores.postgres.held_claim import HeldClaim
 from noeta.client.job_tasks import job_task
 from noeta.core.ports.lone_run import lone_run
 from noeta.core.ports.store import NewEvent, NewTask, Store
@@ -119,12 +121,21 @@ async def picked_up_idle(
 
 
 async def test_an_idle_workers_pickup_writes_before_it_registers_again(
-    store: Store, tmp_path: Path, toolbox: Toolbox, postgres_url: str
+    store: Store, tmp_path: Path, toolbox: Toolbox, postgres_url: str, monkeypatch: MonkeyPatch
 ) -> None:
     assert isinstance(store, PostgresStore)
     sent: list[str] = []
     lone: list[bool] = []
     record_sends(store, sent, lone)
+    rode: list[bool] = []  # each held claim: committed with its run's first write (ADR-0136)
+    write = HeldClaim.write
+
+    async def riding(held: HeldClaim, *args: Any) -> Any:
+        written = await write(held, *args)
+        rode.append(written is not None)
+        return written
+
+    monkeypatch.setattr(HeldClaim, "write", riding)
     script = tmp_path / "one-shot.yaml"
     script.write_text(json.dumps({"replies": [{"text": "done"}, {"text": "done"}]}))
     runner = toolbox.runner(store, ProviderRegistry())
@@ -139,6 +150,8 @@ async def test_an_idle_workers_pickup_writes_before_it_registers_again(
     assert after.index("append") < after.index("logged"), after
     # Each pickup's run was the worker's only one: its write went without company (ADR-0135).
     assert lone == [True, True], lone
+    # and each claim committed with that write, in one commit (ADR-0136); the line after it.
+    assert rode == [True, True], rode
 
 
 # What the job below appends to as it starts: its call, among the worker's other steps.

@@ -149,6 +149,7 @@ class Store(Protocol):
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
         only: Collection[str] | None = None,
+        hold: bool = False,
     ) -> list[ClaimedTask]:
         """Claim up to `limit` (1 to 1,000) of the claimable tasks due longest, each with
         its own epoch and lease, and read each as `load` would: in one round trip where
@@ -162,7 +163,9 @@ class Store(Protocol):
         started by the claim's own commit, their `loaded.started_by_claim` set (ADR-0101).
         `only`: claim among these tasks alone, whatever is due before them, and none in a
         queue with settings (its limits are the due walk's): a worker continuing what its
-        last run made claimable (ADR-0109)."""
+        last run made claimable (ADR-0109). `hold`: an idle worker's claim for one agent
+        task may stay uncommitted until its run's first write, which then commits both;
+        such a task comes with `durable` set (ADR-0136). A store may ignore it."""
         ...
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

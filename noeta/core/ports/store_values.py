@@ -6,7 +6,7 @@ store runs on them before any write. The `Store` protocol itself is in `noeta.co
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -266,10 +266,15 @@ class JobStarts:
 @dataclass(frozen=True, slots=True)
 class ClaimedTask:
     """A claim and its task as the claim read it (`Store.claim_and_load`). `loaded` is
-    None when the store could not read the task with the claim: the claimer loads it."""
+    None when the store could not read the task with the claim: the claimer loads it.
+    `durable`: None where the claim was committed before it was returned; for a claim
+    held open for its run's first write (ADR-0136), what says True once it is committed
+    (with that write, or alone) and False if it was undone or its commit's outcome is
+    unknown: nothing may say the task is claimed before."""
 
     claim: Claim
     loaded: LoadedTask | None
+    durable: Awaitable[bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)

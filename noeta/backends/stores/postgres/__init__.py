@@ -18,6 +18,7 @@ from noeta.backends.stores.postgres.claims import CLAIM_NEXT_TASK, PostgresClaim
 from noeta.backends.stores.postgres.connection import DEFAULT_DEADLINE_SECONDS, describe
 from noeta.backends.stores.postgres.cron import PostgresCron
 from noeta.backends.stores.postgres.group_commit import ROUNDS_IN_FLIGHT
+from noeta.backends.stores.postgres.held_claim import HELD_SINCE
 from noeta.backends.stores.postgres.inbox import PostgresInbox
 from noeta.backends.stores.postgres.late_results import PostgresLateResults
 from noeta.backends.stores.postgres.logs import PostgresLogs
@@ -194,4 +195,5 @@ class PostgresStore(
             generic_settings=None if pooled else {**settings, "options": generic},
             rounds_pool=rounds,
             renewal_pool=renewals,
+            holds_claims=checked.server_version >= HELD_SINCE,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from noeta.backends.stores.job_starts import pin_names, pinned_data
 from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks, known_params
@@ -392,10 +393,13 @@ class PostgresClaims(PostgresConnection):
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
         only: Collection[str] | None = None,
+        hold: bool = False,
     ) -> list[ClaimedTask]:
         params = claim_params(worker, queues, lease_seconds, limit, excluding, offers)
         params["version"] = snapshot_version
         statement = CLAIM_AND_LOAD
+        if hold and job_starts is None and only is None and self.holds_claims:
+            return await self._claim_and_hold(statement, params, worker, snapshot_version)
         if job_starts is not None:
             statement = CLAIM_AND_START_JOBS
             params["pinned"] = pinned_data(job_starts)
@@ -411,7 +415,24 @@ class PostgresClaims(PostgresConnection):
             )
         else:
             rows = await self._write_generic(statement, params)
-        return claimed_tasks(rows, worker, snapshot_version)
+        claimed = claimed_tasks(rows, worker, snapshot_version)
+        self._claimed_again(claimed)
+        return claimed
+
+    async def _claim_and_hold(
+        self, statement: str, params: dict[str, Any], worker: str, version: str
+    ) -> list[ClaimedTask]:
+        """The idle claim of one agent task, its transaction left open for the run's first
+        write (ADR-0136); any other outcome is committed before it is returned."""
+        rows, connection = await self._claim_held(statement, params)
+        claimed = claimed_tasks(rows, worker, version)
+        self._claimed_again(claimed)
+        if len(claimed) != 1:
+            await self._commit_held(connection)
+            return claimed
+        (only,) = claimed
+        held = self._hold_claim(connection, only.claim.task_id, only.claim.epoch)
+        return [ClaimedTask(only.claim, only.loaded, held.durable)]
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:
         rows = await self._read(SECONDS_UNTIL_DUE, {"queues": list(queues)})

@@ -4,6 +4,8 @@ driver errors mapped into the store's error tree.
 No transaction is ever held open across a model or tool call. Every call has an
 application deadline: a blackholed connection fails in seconds, not when TCP gives up.
 A burst of statements (`holding`) runs on one connection, taken from the pool once.
+One transaction spans two round trips: an idle worker's lone claim, left open for its
+run's first write (`held_claim.py`, ADR-0136).
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ import contextlib
 import logging
 import os
 import re
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -24,7 +25,9 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from noeta.backends.stores.postgres.group_commit import APPEND_BATCH, GroupCommit, Rows
+from noeta.backends.stores.postgres.held_claim import BEGIN, HeldClaim
 from noeta.backends.stores.postgres.pool import open_pool
+from noeta.backends.stores.postgres.round_trip import fetch_all, within_deadline
 from noeta.core.errors import (
     CommitUnknown,
     Conflict,
@@ -49,7 +52,7 @@ _RETRYABLE = {"40P01", "40001"}
 # succeed once the server is back, so callers wait and retry.
 _UNAVAILABLE_STATES = {"57P01", "57P02", "57P03", "57P05", "25006"}
 _UNAVAILABLE_CLASSES = {"08", "53"}
-_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 def describe(dsn: str) -> str:
@@ -96,6 +99,7 @@ class PostgresConnection:
         generic_settings: dict[str, Any] | None = None,
         rounds_pool: AsyncConnectionPool[Any] | None = None,
         renewal_pool: AsyncConnectionPool[Any] | None = None,
+        holds_claims: bool = False,
     ) -> None:
         self._pool = pool
         # A worker's (ADR-0139): its group commit's rounds and its lease renewals each on
@@ -115,8 +119,15 @@ class PostgresConnection:
         self._generic_settings = generic_settings
         self._generic_pool: AsyncConnectionPool[Any] | None = None
         self._generic_opening = asyncio.Lock()
+        # Claims held open for their run's first write, by task (ADR-0136): where the
+        # server bounds their transaction (PostgreSQL 17+) and the claims' connection is
+        # its own (not behind a pooler).
+        self.holds_claims = holds_claims and generic_settings is not None
+        self._held: dict[str, HeldClaim] = {}
 
     async def close(self) -> None:
+        for held in list(self._held.values()):
+            await held.abandon()
         for own in (self._generic_pool, self._rounds_pool, self._renewal_pool):
             if own is not None:
                 await own.close()
@@ -178,7 +189,13 @@ class PostgresConnection:
         pool: AsyncConnectionPool[Any] | None = None,
     ) -> list[tuple[Any, ...]]:
         """Run a write (on the store's pool, or `pool`); a broken connection means its
-        outcome is unknown (CommitUnknown)."""
+        outcome is unknown (CommitUnknown). A task's write under a claim held open for
+        it goes with that claim's commit (ADR-0136)."""
+        held = self._held.get(task_id) if task_id is not None else None
+        if held is not None and held.epoch == params.get("epoch"):
+            written = await held.write(query, params)
+            if written is not None:
+                return written
         for attempt in range(DEADLOCK_RETRIES + 1):
             try:
                 rows = await self._run_all(
@@ -234,6 +251,69 @@ class PostgresConnection:
         pool = self._generic_pool or await self._open_generic_pool(self._generic_settings)
         return await self._write_many(query, params, pool=pool)
 
+    async def _claim_held(self, query: str, params: Mapping[str, Any]) -> tuple[Rows, Any]:
+        """A claim whose transaction stays open (ADR-0136): its rows, and the claims'
+        connection it holds, in a transaction the caller commits (`_hold_claim`)."""
+        assert self._generic_settings is not None
+        pool = self._generic_pool or await self._open_generic_pool(self._generic_settings)
+        connection = await self._checkout(pool)
+        try:
+            *_, rows = await self._run_on(connection, (*BEGIN, (query, params)))
+        except BaseException:
+            await self._give_back_claims(connection)
+            raise
+        return rows, connection
+
+    async def _commit_held(self, connection: Any) -> None:
+        """A claim opened by `_claim_held` committed at once: none to hold it for."""
+        try:
+            await self._run_on(connection, (("COMMIT", {}),))
+        finally:
+            await self._give_back_claims(connection)
+
+    def _hold_claim(self, connection: Any, task_id: str, epoch: int) -> HeldClaim:
+        """The claim open on `connection` waits for its run's first write (or commits alone
+        within `HOLD_SECONDS`)."""
+        held = HeldClaim(
+            connection, task_id, epoch, self._run_on, self._give_back_claims, self._settled
+        )
+        self._held[task_id] = held
+        return held
+
+    def _settled(self, held: HeldClaim, committed: bool) -> None:
+        """A committed claim's writes go as any; an undone one's stay refused here until
+        its task is claimed again (its epoch may be the next claimer's)."""
+        if committed and self._held.get(held.task_id) is held:
+            del self._held[held.task_id]
+
+    def _claimed_again(self, claimed: Sequence[Any]) -> None:
+        """An undone claim's epoch is refused here until this store claims its task again
+        (its own runs are never claimed by it while they run: ADR-0079)."""
+        if self._held:
+            for each in claimed:
+                self._held.pop(each.claim.task_id, None)
+
+    async def _give_back_claims(self, connection: Any) -> None:
+        assert self._generic_pool is not None
+        if not connection.broken and connection.info.transaction_status != _IDLE:
+            await connection.close()  # never hand on a transaction left open
+        await self._generic_pool.putconn(connection)
+
+    async def _run_on(
+        self,
+        connection: psycopg.AsyncConnection[Any],
+        statements: Sequence[tuple[str, Mapping[str, Any]]],
+    ) -> list[Rows]:
+        """Statements on a connection the caller holds (a held claim's), in one round trip,
+        under the deadline; errors as a write's."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await within_deadline(
+                connection, lambda: fetch_all(connection, statements), self.deadline_seconds, loop
+            )
+        except (psycopg.Error, TimeoutError) as error:
+            raise store_error(error, self.where, write=True, broken=connection.broken) from None
+
     async def _open_generic_pool(self, settings: dict[str, Any]) -> AsyncConnectionPool[Any]:
         """The claims' connection, opened at the first claim: a client, which never claims,
         never holds one."""
@@ -277,8 +357,8 @@ class PostgresConnection:
                 held.connection = connection
         loop = held.loop if held is not None else asyncio.get_running_loop()
         try:
-            return await _within_deadline(
-                connection, lambda: _fetch_all(connection, statements), self.deadline_seconds, loop
+            return await within_deadline(
+                connection, lambda: fetch_all(connection, statements), self.deadline_seconds, loop
             )
         except (psycopg.Error, TimeoutError) as error:
             if held is not None:
@@ -377,101 +457,6 @@ def store_error(
     # written, and it is the deployment's (or noeta's) to fix, or the statement ran too
     # long. A StoreError leaves the task for a later claim instead of failing it.
     return StoreError(f"PostgreSQL at {where} refused a statement: {reason(error)}{code}")
-
-
-async def _fetch_all(
-    connection: psycopg.AsyncConnection[Any], statements: Sequence[tuple[str, Mapping[str, Any]]]
-) -> list[list[tuple[Any, ...]]]:
-    if len(statements) == 1:
-        return [await _fetch(connection, *statements[0])]
-    cursors = []
-    async with connection.pipeline():
-        for query, params in statements:
-            cursor = connection.cursor()
-            await cursor.execute(query, params)
-            cursors.append(cursor)
-    results = []
-    for cursor in cursors:
-        rows: list[tuple[Any, ...]] = await cursor.fetchall() if _has_rows(cursor) else []
-        results.append(rows)
-        await cursor.close()
-    return results
-
-
-async def _fetch(
-    connection: psycopg.AsyncConnection[Any], query: str, params: Mapping[str, Any]
-) -> list[tuple[Any, ...]]:
-    async with connection.cursor() as cursor:
-        await cursor.execute(query, params)
-        if not _has_rows(cursor):
-            return []
-        rows: list[tuple[Any, ...]] = await cursor.fetchall()
-        return rows
-
-
-def _has_rows(cursor: psycopg.AsyncCursor[Any]) -> bool:
-    """Whether the statement returned rows (zero or more): what `cursor.description`
-    says, without building a Column object per column for every statement."""
-    result = cursor.pgresult
-    return result is not None and (result.nfields > 0 or result.status == _TUPLES_OK)
-
-
-async def fetch_within_deadline(
-    connection: psycopg.AsyncConnection[Any],
-    query: str,
-    params: Mapping[str, Any],
-    deadline_seconds: float,
-) -> list[tuple[Any, ...]]:
-    """One statement on a session the caller holds itself (outside the pool's rounds, as
-    a prune holding its lock does), under the same deadline as every statement."""
-    loop = asyncio.get_running_loop()
-    return await _within_deadline(
-        connection, lambda: _fetch(connection, query, params), deadline_seconds, loop
-    )
-
-
-async def _within_deadline(
-    connection: psycopg.AsyncConnection[Any],
-    call: Callable[[], Awaitable[T]],
-    deadline_seconds: float,
-    loop: asyncio.AbstractEventLoop,
-) -> T:
-    """Run `call`; past the deadline, break the connection's socket and raise TimeoutError.
-
-    Cancelling a psycopg query first waits (seconds) for the server to confirm the
-    cancel, which a blackholed connection never does. Shutting the socket down makes
-    the pending read fail at once; the pool then discards the broken connection.
-    """
-    expired = False
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        _shut_socket(connection)
-
-    # A timer, not a task around the call: it costs nothing unless it fires.
-    timer = loop.call_later(deadline_seconds, expire)
-    try:
-        return await call()
-    except Exception:
-        if expired:
-            raise TimeoutError(f"no answer within {deadline_seconds} s") from None
-        raise
-    finally:
-        timer.cancel()
-
-
-def _shut_socket(connection: psycopg.AsyncConnection[Any]) -> None:
-    try:
-        duplicate = socket.socket(fileno=os.dup(connection.fileno()))
-    except (OSError, psycopg.Error):
-        return
-    try:
-        duplicate.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    finally:
-        duplicate.close()
 
 
 def message(error: psycopg.Error) -> str:

@@ -14,10 +14,10 @@ from psycopg_pool import PoolTimeout
 
 from noeta.backends.stores.postgres.connection import (
     PostgresConnection,
-    fetch_within_deadline,
     reason,
     store_error,
 )
+from noeta.backends.stores.postgres.round_trip import fetch_within_deadline
 from noeta.core.errors import StoreError, StoreUnavailable
 from noeta.core.ports.retention import (
     DEFAULT_BATCH_EVENTS,

@@ -128,6 +128,7 @@ class SqliteStore(
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
         only: Collection[str] | None = None,
+        hold: bool = False,  # one transaction is one commit here: nothing to hold
         known: KnownLog | None = None,
     ) -> list[ClaimedTask]:
         """One claim after another, each read after it: sqlite has one writer at a time
