@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Container
 
 from noeta.core.errors import StoreError
 from noeta.core.ports.store import Claim, ClaimKey, Store
@@ -57,6 +57,23 @@ class Renewer:
             self._joining[claim.key] = claim
             if len(self._joining) == 1:
                 asyncio.get_running_loop().call_soon(self._renew_joining)
+
+    def add_once_durable(
+        self, claim: Claim, durable: Awaitable[bool], running: Container[ClaimKey]
+    ) -> None:
+        """Hold a claim left open for its run's first write (ADR-0136) once its commit is
+        acknowledged, if its run still runs. A round sent before would not find it: an
+        UPDATE under READ COMMITTED passes over a row whose committed version does not
+        match (the previous epoch) without waiting for the claim's lock, and the claim
+        would be reported lost at once."""
+
+        def committed(outcome: asyncio.Future[bool]) -> None:
+            if outcome.cancelled() or outcome.exception() is not None:
+                return
+            if outcome.result() and claim.key in running:
+                self.add(claim)
+
+        asyncio.ensure_future(durable).add_done_callback(committed)
 
     def _renew_joining(self) -> None:
         joining = {key: self._held[key] for key in self._joining if key in self._held}

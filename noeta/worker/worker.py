@@ -330,13 +330,14 @@ class Worker(ContinuingClaims):
         # phase is the drain's, which the lines' place would shift.
         idle = not self.running and len(claimed) == 1
         for each in claimed:
-            if each.durable is not None:  # said once its commit is acknowledged
+            if each.durable is not None:  # said and renewed once its commit is acknowledged
                 log_when_durable(each.claim, each.durable)
+                self.renewer.add_once_durable(each.claim, each.durable, self.running)
             elif idle:
                 self._unlogged.append(each.claim)
             else:
                 log_claim(each.claim)
-            self._start(each.claim, each.loaded)
+            self._start(each.claim, each.loaded, renew=each.durable is None)
         return len(claimed)
 
     def _own_tasks(self) -> set[str]:
@@ -346,8 +347,9 @@ class Worker(ContinuingClaims):
         held = self.running.keys() | self.holding.keys() | self.adopted.keys()
         return {task_id for task_id, _ in held}
 
-    def _start(self, claim: Claim, loaded: LoadedTask | None = None) -> None:
-        self.renewer.add(claim)
+    def _start(self, claim: Claim, loaded: LoadedTask | None = None, renew: bool = True) -> None:
+        if renew:
+            self.renewer.add(claim)
         running = self._run_claim(claim, loaded)
         task = asyncio.create_task(running, name=f"noeta-task-{claim.task_id}")
         self.running[claim.key] = (claim, task)
