@@ -2,12 +2,13 @@
 in SQL (ready now, or due in a day), and the idle-pickup probe, for two kinds of work.
 
 "noeta": a one-shot scripted agent task (examples/hello.yaml, no tools: a claim, a load
-and two fenced appends of five events); it starts at its first durable step, the
-PluginsPinned event its claimer appends. "noeta-job": a plain job, the async `@noeta.tool`
+and two fenced appends of five events). "noeta-job": a plain job, the async `@noeta.tool`
 no-op of bench/noop_job.py (a claim, the ToolStarted append, the finishing append), as
-the peers' no-ops are async; it starts as the peers' no-ops do, when its function runs
-(the time it records), and its first durable step, the ToolStarted its claim writes, is
-reported beside. The agent's start is read from the log (the database clock).
+the peers' no-ops are async. In a drain, a task starts at its first durable step, read from
+the log (the database clock): the agent's PluginsPinned, the job's ToolStarted. In the idle
+pickup, each starts as the peers' no-ops do, when its work begins, the time its worker
+records: the job's function called, the agent's model request sent
+(bench/agent_start/sitecustomize.py); the first durable step is reported beside.
 """
 
 from __future__ import annotations
@@ -45,14 +46,6 @@ SELECT task_id, extract(epoch FROM created_at)::float8 FROM events
  WHERE type = %s AND task_id = ANY(%s)
 """
 NOW_PLUS = "SELECT clock_timestamp() + make_interval(secs => %s)"
-# The model's reply recorded: the first event after the task's ModelCalled (its clock is
-# the reply's append's, after the request went, the scripted reply came and the append
-# reached its insert): the far end of "create -> model request" (ADR-0136).
-REPLIED = """
-SELECT e.task_id, extract(epoch FROM min(e.created_at))::float8
-  FROM events AS e JOIN events AS m ON m.task_id = e.task_id AND m.type = 'ModelCalled'
- WHERE e.task_id = ANY(%s) AND e.seq > m.seq GROUP BY e.task_id
-"""
 
 
 def first_event() -> tuple[str, str]:
@@ -113,23 +106,33 @@ def job(task_id: str) -> NewTask:
 
 async def probe(count: int, log: str) -> dict[str, list[float]]:
     """Create an agent task, wait until the idle worker logs it done, pause, repeat; then
-    pickup = PluginsPinned - the moment create_task returned; `replied_ms`: its reply
-    recorded (REPLIED) - the same moment."""
-    found = await probe_with(agent_task, "PluginsPinned", count, log, REPLIED)
-    return {"pickup_ms": found["pickup_ms"], "replied_ms": found["replied_ms"]}
+    pickup = its model request (the worker's NOETA_BENCH_STARTS file, beside the log:
+    bench/agent_start/sitecustomize.py) - the moment create_task returned, as a peer's
+    no-op is timed to its start. `pinned_ms`: its PluginsPinned row, which the idle claim
+    writes before its commit (ADR-0136), so earlier than anything a user waits for."""
+    found = await probe_started(agent_task, "PluginsPinned", count, log)
+    return {"pickup_ms": found["pickup_ms"], "pinned_ms": found["first_step_ms"]}
 
 
 async def probe_jobs(count: int, log: str) -> dict[str, list[float]]:
     """The same with no-op jobs, timed as the peers' are: pickup = the no-op's own start
-    (its worker's NOETA_BENCH_STARTS file, beside the log: bench/noop_job.py) - the moment
-    create_task returned. `first_step_ms`: the ToolStarted its claim wrote (ADR-0101),
-    which is earlier, before the claim's commit and reply and the call."""
+    (bench/noop_job.py) - the moment create_task returned. `first_step_ms`: the
+    ToolStarted its claim wrote (ADR-0101), which is earlier, before the claim's commit
+    and reply and the call."""
+    return await probe_started(job, "ToolStarted", count, log)
+
+
+async def probe_started(
+    make: Callable[[str], NewTask], first_step: str, count: int, log: str
+) -> dict[str, list[float]]:
+    """Tasks made by `make` probed one at a time, each timed to the start its worker
+    appended to the file beside `log`; `first_step_ms`: to its `first_step` event."""
     starts = Path(log).with_suffix(".rec")
     before = _lines(starts)
-    found = await probe_with(job, "ToolStarted", count, log)
+    found = await probe_with(make, first_step, count, log)
     began = [float(line.split()[1]) for line in _lines(starts)[len(before) :]]
     if len(began) != len(found["created"]):
-        raise RuntimeError(f"{len(found['created'])} jobs created, {len(began)} starts recorded")
+        raise RuntimeError(f"{len(found['created'])} tasks created, {len(began)} starts recorded")
     pickup = [(at - created) * 1000 for at, created in zip(began, found["created"], strict=True)]
     return {"pickup_ms": pickup, "first_step_ms": found["pickup_ms"]}
 
@@ -143,7 +146,6 @@ async def probe_with(
     started_by: str,
     count: int,
     log: str,
-    replied: str | None = None,
     within: float = 60,
 ) -> dict[str, list[float]]:
     store = await PostgresStore.open(URL, application_name="bench-probe", max_connections=1)
@@ -167,12 +169,8 @@ async def probe_with(
     async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as admin:
         cursor = await admin.execute(PICKED_UP, (started_by, list(created)))
         started: dict[str, Any] = dict(await cursor.fetchall())
-        ended: dict[str, Any] = {}
-        if replied is not None:
-            ended = dict(await (await admin.execute(replied, (list(created),))).fetchall())
     pickup = [(started[t] - c) * 1000 for t, c in created.items() if t in started]
-    after = [(ended[t] - c) * 1000 for t, c in created.items() if t in ended]
-    return {"pickup_ms": pickup, "created": list(created.values()), "replied_ms": after}
+    return {"pickup_ms": pickup, "created": list(created.values())}
 
 
 NOETA = {"reset": reset, "enqueue": enqueue, "probe": probe}

@@ -5,7 +5,8 @@ no-op jobs enqueued up front with 1 (and, unless --quick, 2) worker processes; t
 drain with a backlog of B jobs due in a day inserted first; and idle pickup (enqueue one
 job, wait for its start, pause 20-500 ms, repeat). noeta runs three times: "noeta", a one-shot
 scripted agent task (2 fenced appends of 5 events; `noeta worker --concurrency 8`), which
-starts at its first durable step (PluginsPinned); "noeta-c32", the same task at
+starts at its first durable step (PluginsPinned) in a drain and at its model request in the
+idle pickup (the moment its work begins; bench/agent_start/); "noeta-c32", the same task at
 `--concurrency 32` (DBOS and PgQueuer run with no limit; an agent task mostly waits on its
 model, so a user runs many at once); and "noeta-job", the plain no-op job
 (`@noeta.tool async def`, bench/noop_job.py's noop_async; --concurrency 16), like for
@@ -244,8 +245,12 @@ class Peers:
         self.step(peer, "reset")
         record = self.scratch / f"{peer}-{time.time_ns()}-pickup.rec"
         load = os.getloadavg()[0]
-        # noeta's job records its function's start, as the peers' do (bench/noop_job.py)
-        starts = {"NOETA_BENCH_STARTS": str(record)} if peer == "noeta-job" else {}
+        # noeta's job records its function's start, as the peers' do (bench/noop_job.py);
+        # its agent task, its model request (bench/agent_start/sitecustomize.py)
+        starts = {"NOETA_BENCH_STARTS": str(record)} if peer in NOETA else {}
+        if peer in NOETA and peer != "noeta-job":
+            path = [str(HERE / "agent_start"), self.env(peer).get("PYTHONPATH")]
+            starts["PYTHONPATH"] = os.pathsep.join(filter(None, path))
         worker = self.worker(peer, 0, record, starts)
         try:
             # noeta's probe tails its worker's log; the others' record file
@@ -263,9 +268,9 @@ class Peers:
         if first := found.get("first_step_ms"):
             step = statistics.median(first)
             print(f"  {peer} pickup: its first durable step (ToolStarted) at {step:.2f} ms")
-        if replied := found.get("replied_ms"):
-            at, p99 = statistics.median(replied), sorted(replied)[int(len(replied) * 0.99)]
-            print(f"  {peer} pickup: its model's reply recorded at {at:.2f} ms (p99 {p99:.2f})")
+        if pinned := found.get("pinned_ms"):
+            at, p99 = statistics.median(pinned), sorted(pinned)[int(len(pinned) * 0.99)]
+            print(f"  {peer} pickup: its PluginsPinned row at {at:.2f} ms (p99 {p99:.2f})")
         other, cpu = window.other_cores(sizes.pickups), window.per_job(sizes.pickups)
         return Result(peer, "pickup", found["pickup_ms"], other, load, cpu=cpu)
 
