@@ -45,6 +45,10 @@ from noeta.core.ports.model import (
 MAX_SCRIPT_BYTES = 64 * 1024
 _STOPS = ("end_turn", "tool_use", "max_tokens", "refusal", "other")
 _REPLY_KEYS = {"text", "tool_calls", "stop", "empty", "fail_first", "usage"}
+# A request's body: made once, not a JSONEncoder per call (`json.dumps` with options).
+_REQUEST = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+# How that body begins: the reply it asks for is read there (`_reply_index`).
+_REPLY_HEAD = b'{"reply":'
 
 
 @dataclass(frozen=True)
@@ -85,11 +89,11 @@ class ScriptedProvider:
             "tools": [tool.name for tool in request.tools],
             "messages": [_message(message) for message in request.messages],
         }
-        return json.dumps(document, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        return _REQUEST.encode(document).encode("ascii")
 
     async def send(self, body: bytes, on_delta: OnDelta | None = None) -> ModelReply:
         self.requests.append(body)
-        index: int = json.loads(body)["reply"]
+        index = _reply_index(body)
         if index >= len(self.replies):
             raise ProviderError(
                 f"the script {self.path} has {len(self.replies)} replies; "
@@ -176,6 +180,18 @@ def _reply(path: str, item: Any, line: int) -> ScriptedReply:
         raise fail(f"usage takes {', '.join(Usage.__dataclass_fields__)}") from None
     reply = ModelReply(content, _stop(stop), counted, provider_stop_reason=stop)
     return ScriptedReply(reply, tuple(failures))
+
+
+def _reply_index(body: bytes) -> int:
+    """The reply a request asks for, read from the head `encode_request` gives every body
+    (the whole body is decoded only for any other: a long conversation's is long)."""
+    if body.startswith(_REPLY_HEAD):
+        end = body.find(b",", len(_REPLY_HEAD))
+        digits = body[len(_REPLY_HEAD) : end]
+        if end > 0 and digits.isdigit():
+            return int(digits)
+    index: int = json.loads(body)["reply"]
+    return index
 
 
 def _stop(value: str) -> StopReason:

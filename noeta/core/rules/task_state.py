@@ -5,8 +5,9 @@ A plain frozen value: snapshots store it, `next_action` reads it, the runner kee
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from noeta.core.ports.model import Message, ToolCall, ToolResult
 from noeta.core.ports.payload import JSONValue
@@ -95,15 +96,30 @@ class TaskState:
         return dict(self.started).get(call_id, 0)
 
 
-# Each field's slot, in field order: `build_state` fills them directly.
-_SLOTS = tuple(getattr(TaskState, name) for name in TaskState.__dataclass_fields__)
+def _state_builder() -> Callable[[Iterable[object]], TaskState]:
+    """`build_state`, its loop unrolled: each field's slot set by a line of its own.
+
+    A fold makes a state per append, and the frozen dataclass's `__init__` sets each of
+    some sixty fields through `object.__setattr__` (10 us); setting the slots in a loop
+    over them takes 4.3 us, these lines 2.3 (as `dataclasses` does, the function is made
+    once, at import, from the field names: nothing of a task's goes into its text)."""
+    count = len(TaskState.__dataclass_fields__)
+    names = [f"v{at}" for at in range(count)]
+    lines = [
+        "def build_state(values):",
+        f"    {', '.join(names)}, = values",
+        "    state = _new(_TaskState)",
+        *(f"    _set{at}(state, {name})" for at, name in enumerate(names)),
+        "    return state",
+    ]
+    scope: dict[str, Any] = {"_new": object.__new__, "_TaskState": TaskState}
+    for at, name in enumerate(TaskState.__dataclass_fields__):
+        scope[f"_set{at}"] = getattr(TaskState, name).__set__
+    exec("\n".join(lines), scope)  # its text is made above from the field names only
+    built: Callable[[Iterable[object]], TaskState] = scope["build_state"]
+    built.__doc__ = """A TaskState of every field's value, in field order, as
+    `TaskState(*values)` makes it, at a quarter of the cost (`_state_builder`)."""
+    return built
 
 
-def build_state(values: Iterable[object]) -> TaskState:
-    """A TaskState of every field's value, in field order, as `TaskState(*values)` makes
-    it, at half the cost: a fold makes one per append, and the frozen dataclass's
-    `__init__` sets each of some forty fields through `object.__setattr__`."""
-    state: TaskState = object.__new__(TaskState)
-    for slot, value in zip(_SLOTS, values, strict=True):
-        slot.__set__(state, value)
-    return state
+build_state = _state_builder()
