@@ -8,8 +8,8 @@ time (clocks) differ."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
