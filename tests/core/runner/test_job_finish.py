@@ -8,7 +8,7 @@ time (clocks) differ."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -16,7 +16,6 @@ import pytest
 
 import noeta
 from noeta.backends.models.registry import ProviderRegistry
-from noeta.backends.stores import open_store
 from noeta.client.job_tasks import job_task
 from noeta.core.ports.store import Store, StoredEvent
 from noeta.core.rules.events import Event, TaskFinished
@@ -27,6 +26,9 @@ from noeta.core.runner import writing
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.plugins.function_tools import FunctionTool
 from noeta.plugins.loading import module_pin
+from tests.core.runner.test_job_appends import store
+
+__all__ = ["store"]  # the fixture, shared
 
 
 @noeta.tool(retry_safe=True)
@@ -66,13 +68,6 @@ CASES = [
     pytest.param(finish_broken, {}, "finished", "failed", 0, id="last-attempt-failed"),
     pytest.param(finish_doubled, {"n": "no"}, "finished", "failed", 1, id="input-refused"),
 ]
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[Store]:
-    opened = await open_store(store_url, migrate=True)
-    yield opened
-    await opened.close()
 
 
 @pytest.fixture
