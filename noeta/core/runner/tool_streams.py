@@ -32,9 +32,49 @@ TRUNCATED_NOTE = (
 
 def open_tool_stream(
     writer: StreamWriter | None, task_id: str, call_seq: int, call_id: str
-) -> ToolOutputStream | None:
+) -> ToolStream | None:
     """The stream of the call whose ToolStarted is at `call_seq` (None: no streams)."""
-    return None if writer is None else ToolOutputStream(writer, task_id, call_seq, call_id)
+    return None if writer is None else ToolStream(writer, task_id, call_seq, call_id)
+
+
+class ToolStream:
+    """A call's stream, its `ToolOutputStream` made at the call's first output (ADR-0142):
+    most calls (a function tool's) write none, and a stream that heard nothing ends
+    without a row, a task or a wake-up, so making one for each call was work for
+    nothing. `output`, `landed` and `abandon` as the stream's."""
+
+    __slots__ = ("_ended", "_loop", "_loop_thread", "_made", "_opened")
+
+    def __init__(self, writer: StreamWriter, task_id: str, call_seq: int, call_id: str) -> None:
+        self._opened: ToolOutputStream | None = None
+        self._made = (writer, task_id, call_seq, call_id)
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._ended = False
+
+    def output(self, name: OutputName, text: str) -> None:
+        """More output: the stream is made on the loop at the first (a tool run in a
+        thread may call this too)."""
+        opened = self._opened
+        if opened is None:
+            if threading.get_ident() != self._loop_thread:
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads
+                    self._loop.call_soon_threadsafe(self.output, name, text)
+                return
+            if self._ended:  # landed or abandoned before any output: nothing streams
+                return
+            opened = self._opened = ToolOutputStream(*self._made)
+        opened.output(name, text)
+
+    def landed(self, event_seq: int) -> None:
+        self._ended = True
+        if self._opened is not None:
+            self._opened.landed(event_seq)
+
+    def abandon(self) -> None:
+        self._ended = True
+        if self._opened is not None:
+            self._opened.abandon()
 
 
 class ToolOutputStream(ReplyStream):

@@ -37,6 +37,7 @@ from noeta.core.rules.fold import LoggedEvent, fold
 from noeta.core.rules.next_action import EndTurn, FinishTask, next_action, on_internal_error
 from noeta.core.rules.task_state import TaskState
 from noeta.core.runner import model_budget
+from noeta.core.runner.job_finish import job_end
 from noeta.core.runner.plugin_hooks import HookFailed, Hooks
 from noeta.core.task import LOAD_ATTEMPTS, LoadAttempts
 from noeta.observability import tracing
@@ -248,6 +249,9 @@ class RunWriter:
     async def append_settling(self, new_events: Sequence[ev.Event]) -> None:
         """Append `new_events` and, when they end the task (a one-shot task's last turn, a
         job's result), its TaskFinished in the same append: one round trip, not two."""
+        if (ended := job_end(self.state, new_events)) is not None:  # told unfolded: ADR-0142
+            await self.append([*new_events, ended], next_state=Finish(TaskStatus(ended.status)))
+            return
         following = next_action(self.folded(new_events))
         if isinstance(following, FinishTask):
             finished = [*new_events, _finished(following)]
