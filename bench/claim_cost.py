@@ -59,17 +59,22 @@ async def claim_params_for(admin: psycopg.AsyncConnection[Any], limit: int) -> d
     return params
 
 
+async def fill(url: str, jobs: int) -> None:
+    """`jobs` no-op jobs in queue q, created through the Store API."""
+    store = await PostgresStore.open(url, max_connections=4)
+    limit = asyncio.Semaphore(8)
+
+    async def create(task_id: str) -> None:
+        async with limit:
+            await store.create_task(job_task(task_id, noop_job.noop, {}, "q", None))  # type: ignore[arg-type]
+
+    await asyncio.gather(*(create(f"j{n}") for n in range(jobs)))
+    await store.close()
+
+
 async def measure(dsn: str, jobs: int) -> None:
     async with fresh_schema(dsn) as (url, admin):
-        store = await PostgresStore.open(url, max_connections=4)
-        limit = asyncio.Semaphore(8)
-
-        async def create(task_id: str) -> None:
-            async with limit:
-                await store.create_task(job_task(task_id, noop_job.noop, {}, "q", None))  # type: ignore[arg-type]
-
-        await asyncio.gather(*(create(f"j{n}") for n in range(jobs)))
-        await store.close()
+        await fill(url, jobs)
         async with await psycopg.AsyncConnection.connect(
             url, autocommit=True, prepare_threshold=0
         ) as claimer:

@@ -19,8 +19,8 @@ SELECT 'waiting-' || n, 'default', 'waiting', NULL, NULL FROM generate_series(1,
 INSERT INTO tasks (id, queue, status, claimable_at, ready_at)
 SELECT 'timer-' || n, 'default', 'waiting', now() + interval '1 day', now() + interval '1 day'
   FROM generate_series(1, 5000) n;
-INSERT INTO tasks (id, queue, status, claimable_at)
-SELECT 'done-' || n, 'default', 'done', NULL FROM generate_series(1, 20000) n;
+INSERT INTO tasks (id, queue, status, claimable_at, finished_at)
+SELECT 'done-' || n, 'default', 'done', NULL, now() FROM generate_series(1, 20000) n;
 INSERT INTO tasks (id, queue, status, owner, lease_until, claimable_at)
 SELECT 'running-' || n, 'default', 'running', 'w', now() + interval '1 min',
        now() + interval '1 min' FROM generate_series(1, 50) n;
