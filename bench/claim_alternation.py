@@ -8,7 +8,8 @@ B. B is then given FILE's SQL (for example the trigger, function and constraint 
 migration dropped, so B is main's table) and claims with the statement NAME of module if
 given (else the same CLAIM_AND_START_JOBS as A). Each schema gets N no-op jobs of
 bench/noop_job.py; its claims, one job at a time (an idle worker's) then 25 at a time (a
-drain's), go A, B, A, B... so the machine's load falls on both alike. Figures are per
+drain's), go A, B, A, B... so the machine's load falls on both alike (A B, then B A: neither always
+first). Figures are per
 round: an A/A run (no option) shows the spread to read the others against.
 """
 
@@ -26,7 +27,7 @@ from claim_cost import STATISTICS, claim_params_for, fill
 from common import fresh_schema
 
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
-from noeta.backends.stores.postgres.claims import CLAIM_AND_START_JOBS
+from noeta.backends.stores.postgres.claim_sql import CLAIM_AND_START_JOBS
 
 BATCH = 25
 
@@ -45,8 +46,8 @@ async def claim_rounds(
         assert found is not None
         ids.append(found[0][0]["Query Identifier"])
     await admin.execute("SELECT public.pg_stat_statements_reset()")
-    for _ in range(count):
-        for claimer, statement, params in claimers:
+    for n in range(count):  # A B, B A, A B...: neither always runs first
+        for claimer, statement, params in claimers[:: 1 if n % 2 else -1]:
             cursor = await claimer.execute(statement, params)
             started = [r for r in await cursor.fetchall() if r[4] == "ToolStarted"]
             assert len(started) == size, "a claim did not start its jobs"

@@ -27,8 +27,8 @@ from common import fresh_schema
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.backends.stores.job_starts import pin_names, pinned_data
 from noeta.backends.stores.postgres import PostgresStore
+from noeta.backends.stores.postgres.claim_sql import CLAIM_AND_START_JOBS
 from noeta.backends.stores.postgres.claimed import claim_params
-from noeta.backends.stores.postgres.claims import CLAIM_AND_START_JOBS
 from noeta.client.job_tasks import job_task
 from noeta.core.ports.pin import Pin
 from noeta.core.ports.store import JobStarts

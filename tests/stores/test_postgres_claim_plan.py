@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from noeta.backends.stores.postgres import CLAIM_NEXT_TASK, migrate_database
-from noeta.backends.stores.postgres.claims import CLAIM_AND_LOAD, SECONDS_UNTIL_DUE
+from noeta.backends.stores.postgres.claim_sql import CLAIM_AND_LOAD, SECONDS_UNTIL_DUE
 
 # Rows of every kind, in the proportions of a busy deployment: few claimable, many idle.
 FILL = """
