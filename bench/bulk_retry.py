@@ -21,7 +21,7 @@ from noeta.client import AsyncClient
 from noeta.client.bulk_actions import BulkOutcome
 
 FAIL_THEM = """
-UPDATE tasks SET status = 'failed', ready_at = NULL, claimable_at = NULL
+UPDATE tasks SET status = 'failed', ready_at = NULL, claimable_at = NULL, finished_at = now()
  WHERE queue = 'bench'
 """
 

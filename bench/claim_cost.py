@@ -27,8 +27,8 @@ from common import fresh_schema
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.backends.stores.job_starts import pin_names, pinned_data
 from noeta.backends.stores.postgres import PostgresStore
+from noeta.backends.stores.postgres.claim_sql import CLAIM_AND_START_JOBS
 from noeta.backends.stores.postgres.claimed import claim_params
-from noeta.backends.stores.postgres.claims import CLAIM_AND_START_JOBS
 from noeta.client.job_tasks import job_task
 from noeta.core.ports.pin import Pin
 from noeta.core.ports.store import JobStarts
@@ -59,17 +59,22 @@ async def claim_params_for(admin: psycopg.AsyncConnection[Any], limit: int) -> d
     return params
 
 
+async def fill(url: str, jobs: int) -> None:
+    """`jobs` no-op jobs in queue q, created through the Store API."""
+    store = await PostgresStore.open(url, max_connections=4)
+    limit = asyncio.Semaphore(8)
+
+    async def create(task_id: str) -> None:
+        async with limit:
+            await store.create_task(job_task(task_id, noop_job.noop, {}, "q", None))  # type: ignore[arg-type]
+
+    await asyncio.gather(*(create(f"j{n}") for n in range(jobs)))
+    await store.close()
+
+
 async def measure(dsn: str, jobs: int) -> None:
     async with fresh_schema(dsn) as (url, admin):
-        store = await PostgresStore.open(url, max_connections=4)
-        limit = asyncio.Semaphore(8)
-
-        async def create(task_id: str) -> None:
-            async with limit:
-                await store.create_task(job_task(task_id, noop_job.noop, {}, "q", None))  # type: ignore[arg-type]
-
-        await asyncio.gather(*(create(f"j{n}") for n in range(jobs)))
-        await store.close()
+        await fill(url, jobs)
         async with await psycopg.AsyncConnection.connect(
             url, autocommit=True, prepare_threshold=0
         ) as claimer:

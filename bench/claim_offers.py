@@ -27,7 +27,7 @@ from common import fresh_schema, parser, server
 from worker import table
 
 from noeta.backends.stores import open_store
-from noeta.backends.stores.postgres.claims import CLAIM_AND_LOAD
+from noeta.backends.stores.postgres.claim_sql import CLAIM_AND_LOAD
 from noeta.core.ports.pin import Pin
 from noeta.core.ports.store import NewEvent, NewTask
 from noeta.core.rules import events

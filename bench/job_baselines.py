@@ -32,7 +32,7 @@ from noeta.backends.stores.postgres.appends import (
     APPEND_EVENTS_ANNOUNCING_FINISH,
     APPEND_EVENTS_ONLY,
 )
-from noeta.backends.stores.postgres.claims import CLAIM_NEXT_TASK
+from noeta.backends.stores.postgres.claim_sql import CLAIM_NEXT_TASK
 from noeta.core.errors import ConfigError
 from noeta.core.ports import payload
 from noeta.core.ports.store import NewTask

@@ -56,7 +56,8 @@ SELECT %(mode)s || '-' || n, %(mode)s, 'ready', now() - n * interval '1 ms', 'te
   FROM generate_series(1, %(count)s) n
 """
 FINISH = """
-UPDATE tasks SET status = 'done', lease_until = NULL, claimable_at = NULL WHERE id = %(id)s
+UPDATE tasks SET status = 'done', lease_until = NULL, claimable_at = NULL, finished_at = now()
+ WHERE id = %(id)s
 """
 SETTINGS = (
     "INSERT INTO queue_settings (queue, concurrency, per_key_concurrency) VALUES (%s, %s, %s)"

@@ -32,8 +32,9 @@ LEASE = 3600.0
 NOETA = str(Path(sys.executable).parent / "noeta")
 
 SEED_FINISHED_TASKS = """
-INSERT INTO tasks (id, queue, status, last_seq, created_at, updated_at)
-SELECT 'old-' || n, 'old', 'done', 2, now() - interval '9 days', now() - interval '8 days'
+INSERT INTO tasks (id, queue, status, last_seq, created_at, updated_at, finished_at)
+SELECT 'old-' || n, 'old', 'done', 2, now() - interval '9 days', now() - interval '8 days',
+       now() - interval '8 days'
   FROM generate_series(1, %(count)s) AS n
 """
 SEED_FINISHED_EVENTS = """

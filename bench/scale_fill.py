@@ -37,9 +37,11 @@ SELECT %(prefix)s || g, 1, %(type)s, %(data)s
 # events, times moved back), every tenth with a taken inbox entry, so prune deletes what
 # a real deployment would keep.
 FILL_FINISHED = """
-INSERT INTO tasks (id, queue, status, owner, owner_epoch, last_seq, created_at, updated_at)
+INSERT INTO tasks (id, queue, status, owner, owner_epoch, last_seq, created_at, updated_at,
+                   finished_at)
 SELECT %(prefix)s || g, %(queue)s, 'done', 'gone', 1, %(last_seq)s,
-       clock_timestamp() - interval '2 days', clock_timestamp() - interval '2 days'
+       clock_timestamp() - interval '2 days', clock_timestamp() - interval '2 days',
+       clock_timestamp() - interval '2 days'
   FROM generate_series(%(first)s::int, %(last)s::int) AS g
 """
 FILL_FINISHED_LOG = """

@@ -13,11 +13,13 @@ import psycopg
 import pytest
 
 from noeta.backends.stores.postgres import PostgresStore
-from noeta.backends.stores.postgres.claims import (
+from noeta.backends.stores.postgres.claim_sql import (
     CLAIM_AND_LOAD,
     CLAIM_AND_START_JOBS,
     CLAIM_NAMED_AND_LOAD,
     CLAIM_NAMED_AND_START_JOBS,
+    LEAN_CLAIM_AND_LOAD,
+    LEAN_CLAIM_AND_START_JOBS,
 )
 from noeta.core.ports.store import JobStarts, NewEvent, NewTask
 from tests.stores.test_postgres_claim_plan import FILL, plan_nodes
@@ -89,8 +91,15 @@ def generic_plan(connection: psycopg.Connection[Any], statement: str) -> list[di
 
 @pytest.mark.parametrize(
     "statement",
-    [CLAIM_AND_LOAD, CLAIM_AND_START_JOBS, CLAIM_NAMED_AND_LOAD, CLAIM_NAMED_AND_START_JOBS],
-    ids=["load", "start", "named-load", "named-start"],
+    [
+        CLAIM_AND_LOAD,
+        CLAIM_AND_START_JOBS,
+        CLAIM_NAMED_AND_LOAD,
+        CLAIM_NAMED_AND_START_JOBS,
+        LEAN_CLAIM_AND_LOAD,
+        LEAN_CLAIM_AND_START_JOBS,
+    ],
+    ids=["load", "start", "named-load", "named-start", "lean-load", "lean-start"],
 )
 async def test_the_generic_plan_reads_rows_by_key_only(postgres_url: str, statement: str) -> None:
     store = await PostgresStore.open(postgres_url, migrate=True)

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from noeta.backends.stores.postgres import CLAIM_NEXT_TASK, migrate_database
-from noeta.backends.stores.postgres.claims import CLAIM_AND_LOAD, SECONDS_UNTIL_DUE
+from noeta.backends.stores.postgres.claim_sql import CLAIM_AND_LOAD, SECONDS_UNTIL_DUE
 
 # Rows of every kind, in the proportions of a busy deployment: few claimable, many idle.
 FILL = """
@@ -19,8 +19,8 @@ SELECT 'waiting-' || n, 'default', 'waiting', NULL, NULL FROM generate_series(1,
 INSERT INTO tasks (id, queue, status, claimable_at, ready_at)
 SELECT 'timer-' || n, 'default', 'waiting', now() + interval '1 day', now() + interval '1 day'
   FROM generate_series(1, 5000) n;
-INSERT INTO tasks (id, queue, status, claimable_at)
-SELECT 'done-' || n, 'default', 'done', NULL FROM generate_series(1, 20000) n;
+INSERT INTO tasks (id, queue, status, claimable_at, finished_at)
+SELECT 'done-' || n, 'default', 'done', NULL, now() FROM generate_series(1, 20000) n;
 INSERT INTO tasks (id, queue, status, owner, lease_until, claimable_at)
 SELECT 'running-' || n, 'default', 'running', 'w', now() + interval '1 min',
        now() + interval '1 min' FROM generate_series(1, 50) n;

@@ -11,7 +11,10 @@ import pytest
 from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 
 from noeta.backends.stores import open_store
-from noeta.backends.stores.postgres.claims import CLAIM_AND_START_JOBS, CLAIM_NAMED_AND_START_JOBS
+from noeta.backends.stores.postgres.claim_sql import (
+    CLAIM_AND_START_JOBS,
+    CLAIM_NAMED_AND_START_JOBS,
+)
 from noeta.core.ports import payload
 from noeta.core.ports.store import JobStarts, Store
 from noeta.core.rules import events as ev

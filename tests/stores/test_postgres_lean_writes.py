@@ -1,6 +1,7 @@
-"""A task's writes pay for no check its writers already make (issue 28, ADR-0095): the
-finishing appends set `finished_at` and drop the task's model-limit hold themselves, and
-an event row carries no foreign-key check, the writers keeping every event's task."""
+"""A task's writes pay for no check its writers already make (issue 28, ADR-0095,
+ADR-0143): every finishing writer sets `finished_at` and drops the task's model-limit hold
+itself (no trigger does; the table refuses a finish without the time), and an event row
+carries no foreign-key check, the writers keeping every event's task."""
 
 from __future__ import annotations
 
@@ -18,15 +19,12 @@ HOLD = """
 INSERT INTO model_limit_holds (task_id, until, limit_key)
 VALUES (%(task)s, clock_timestamp(), 'fake/*')
 """
-MARKED = """
-SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
- WHERE funcname = 'noeta_mark_finished'
-"""
-# The functions a finish used to call besides the append: the trigger and the announcement.
+# The function a finish used to call besides the append: the announcement.
 CALLED_BESIDES = """
 SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
- WHERE funcname IN ('noeta_mark_finished', 'noeta_announce_finish')
+ WHERE funcname = 'noeta_announce_finish'
 """
+TASK_TRIGGERS = "SELECT tgname FROM pg_trigger WHERE tgrelid = 'tasks'::regclass ORDER BY 1"
 FINISHED = """
 SELECT status, finished_at IS NOT NULL AND finished_at = updated_at,
        EXISTS (SELECT 1 FROM model_limit_holds WHERE task_id = %(task)s)
@@ -112,20 +110,42 @@ async def test_a_batched_finish_sets_finished_at_and_drops_the_hold_calling_no_o
     assert await announced(conn) == ["a"]  # a client awaits both; one finished
 
 
-async def test_any_other_move_into_or_out_of_finished_still_gets_finished_at(
+async def test_noeta_appends_finishing_form_sets_finished_at_and_drops_the_hold(
     conn: psycopg.AsyncConnection[Any],
 ) -> None:
-    # The trigger stays for every writer that does not set finished_at itself (cancels,
-    # noeta_append's finishing form, a resume): it fires only for those.
     await claimed_task(conn, "t")
     await conn.execute(
-        "UPDATE tasks SET status = 'cancelled', claimable_at = NULL,"
-        " lease_until = NULL WHERE id = 't'"
+        "SELECT noeta_append('t', 1, 0, ARRAY['Finished'], ARRAY['{}'], '{}', 'cancelled',"
+        " NULL, NULL, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')"
     )
     assert await one(conn, FINISHED, task="t") == ("cancelled", True, False)
-    await conn.execute("UPDATE tasks SET status = 'ready' WHERE id = 't'")
-    assert await one(conn, "SELECT finished_at FROM tasks WHERE id = 't'") == (None,)
-    assert await one(conn, MARKED) == (2,)
+
+
+async def test_the_table_refuses_a_finish_without_its_time_and_a_live_task_with_one(
+    conn: psycopg.AsyncConnection[Any],
+) -> None:
+    # No trigger sets finished_at any more (ADR-0143): a writer that forgets it fails
+    # loudly, on every path the suites run, instead of leaving the prune a task it skips.
+    assert "tasks_mark_finished" not in [
+        row[0] for row in await (await conn.execute(TASK_TRIGGERS)).fetchall()
+    ]
+    await claimed_task(conn, "t")
+    await conn.commit()
+    refused = (
+        "UPDATE tasks SET status = 'done', claimable_at = NULL, lease_until = NULL WHERE id = 't'",
+        "UPDATE tasks SET finished_at = now() WHERE id = 't'",
+        "INSERT INTO tasks (id, queue, status) VALUES ('old', 'q', 'failed')",
+    )
+    for statement in refused:
+        with pytest.raises(psycopg.errors.CheckViolation):
+            await conn.execute(statement)
+        await conn.rollback()
+    await conn.execute(
+        "UPDATE tasks SET status = 'done', claimable_at = NULL, lease_until = NULL,"
+        " finished_at = now() WHERE id = 't'"
+    )
+    with pytest.raises(psycopg.errors.CheckViolation):  # a finished task left, time kept
+        await conn.execute("UPDATE tasks SET status = 'ready', claimable_at = now() WHERE id = 't'")
 
 
 async def test_an_event_row_costs_no_foreign_key_check(

@@ -1,5 +1,5 @@
-"""Features cost nothing where they are unused: a claim or an append of a task that is not
-finishing runs no finishing trigger, and a model call no limit (no fleet budget) applies
+"""Features cost nothing where they are unused: a claim, a hand-back or a finish runs no
+trigger function, and a model call no limit (no fleet budget) applies
 to sends no token (no cost) correction. Counted with track_functions in the test's own
 transaction."""
 
@@ -21,7 +21,8 @@ from noeta.core.runner import model_budget
 MOVE = """
 UPDATE tasks SET status = %(status)s, claimable_at = NULL,
        owner = CASE WHEN %(status)s IN ('running', 'holding') THEN 'w' END,
-       lease_until = CASE WHEN %(status)s IN ('running', 'holding') THEN now() END
+       lease_until = CASE WHEN %(status)s IN ('running', 'holding') THEN now() END,
+       finished_at = CASE WHEN %(status)s IN ('done', 'failed', 'cancelled') THEN now() END
  WHERE id = 't'
 """
 CALLED = [NewEvent("ModelCalled", {"request_hash": "h"})]
@@ -34,24 +35,20 @@ async def calls(conn: psycopg.AsyncConnection[Any], function: str) -> int:
     return int((await (await conn.execute(CALLS, (function,))).fetchone() or (0,))[0])
 
 
-async def test_the_finishing_trigger_runs_only_when_a_task_finishes_or_leaves_finished(
+async def test_no_function_runs_for_a_claim_a_wait_a_hand_back_or_a_finish(
     postgres_url: str,
 ) -> None:
+    # Since 0040 no trigger sets finished_at (ADR-0143): its writer does, in the update.
     await migrate_database(postgres_url)
     async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
         await conn.execute("SET track_functions = 'all'")
         await conn.execute("INSERT INTO tasks (id, queue, status) VALUES ('t', 'q', 'ready')")
         for status in ("running", "waiting", "ready", "running"):  # claims, waits, hand-backs
             await conn.execute(MOVE, {"status": status})
-        assert await calls(conn, "noeta_mark_finished") == 0
         await conn.execute(MOVE, {"status": "done"})
-        assert await calls(conn, "noeta_mark_finished") == 1
-        finished = "SELECT finished_at IS NOT NULL FROM tasks WHERE id = 't'"
-        assert (await (await conn.execute(finished)).fetchone()) == (True,)
-        # Leaving a finished state (a task resumed) clears it, by the same trigger.
-        await conn.execute(MOVE, {"status": "ready"})
-        assert await calls(conn, "noeta_mark_finished") == 2
-        assert (await (await conn.execute(finished)).fetchone()) == (False,)
+        ran = "SELECT funcname, calls FROM pg_stat_xact_user_functions"
+        # The create's statement trigger, and nothing for the moves.
+        assert await (await conn.execute(ran)).fetchall() == [("noeta_notify_created", 1)]
 
 
 class CountedCorrections(PostgresStore):

@@ -82,10 +82,13 @@ BEGIN
                needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
          WHERE id = p_task;
     WHEN 'done', 'failed', 'cancelled' THEN
+        -- finished_at and the hold here, as every finishing writer does (0040, ADR-0143):
+        -- no trigger sets them, and the table's CHECK refuses a finish without the time.
         UPDATE tasks SET last_seq = v_seq, status = p_next, lease_until = NULL,
-               ready_at = NULL, claimable_at = NULL, updated_at = v_now,
+               ready_at = NULL, claimable_at = NULL, updated_at = v_now, finished_at = v_now,
                needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
          WHERE id = p_task;
+        DELETE FROM model_limit_holds WHERE task_id = p_task;
     END CASE;
     RETURN v_seq;
 END $function$;

@@ -25,8 +25,7 @@ BEGIN
                 FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(pair, ord)
                WHERE e.pair ->> 0 = 'PluginsPinned' ORDER BY e.ord DESC LIMIT 1)) AS pin;
     END IF;
-    -- finished_at and the hold are set here, not by tasks_mark_finished: a trigger run
-    -- less per finish. The trigger skips an update that sets finished_at itself (0024).
+    -- finished_at and the hold are set here: no trigger sets them (0024, 0040).
     UPDATE tasks SET last_seq = v_seq, status = p_status, lease_until = NULL,
            ready_at = NULL, claimable_at = NULL, updated_at = v_now, finished_at = v_now,
            needs = CASE WHEN v_pinned THEN v_needs ELSE needs END

@@ -29,8 +29,9 @@ BEGIN
     END IF;
     IF v_holder IS NOT NULL AND p_debounce IS NOT NULL THEN
         -- Not started: ready and never claimed (a claim raises owner_epoch).
+        -- Never claimed, so no model-limit hold to drop; finished_at set here (0040).
         UPDATE tasks SET status = 'cancelled', ready_at = NULL, claimable_at = NULL,
-                         updated_at = v_now, last_seq = last_seq + 1
+                         updated_at = v_now, finished_at = v_now, last_seq = last_seq + 1
          WHERE id = v_holder AND status = 'ready' AND owner_epoch = 0
         RETURNING last_seq INTO v_seq;
         IF FOUND THEN

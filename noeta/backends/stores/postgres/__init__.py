@@ -14,7 +14,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from noeta.backends.stores.postgres.append_and_claim import PostgresAppendAndClaim
 from noeta.backends.stores.postgres.bulk import PostgresBulk
-from noeta.backends.stores.postgres.claims import CLAIM_NEXT_TASK, PostgresClaims
+from noeta.backends.stores.postgres.claim_sql import CLAIM_NEXT_TASK
+from noeta.backends.stores.postgres.claims import PostgresClaims
 from noeta.backends.stores.postgres.connection import DEFAULT_DEADLINE_SECONDS, describe
 from noeta.backends.stores.postgres.cron import PostgresCron
 from noeta.backends.stores.postgres.group_commit import ROUNDS_IN_FLIGHT

@@ -10,8 +10,11 @@ from typing import Any
 
 from noeta.backends.stores.job_starts import pin_names, pinned_data
 from noeta.backends.stores.postgres.appends import PostgresAppends, append_statement
+from noeta.backends.stores.postgres.claim_sql import (
+    CLAIM_NAMED_AND_LOAD,
+    CLAIM_NAMED_AND_START_JOBS,
+)
 from noeta.backends.stores.postgres.claimed import claim_params, claimed_tasks, known_params
-from noeta.backends.stores.postgres.claims import CLAIM_NAMED_AND_LOAD, CLAIM_NAMED_AND_START_JOBS
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable, UnknownTask
 from noeta.core.ports.append_and_claim import ClaimAfter
 from noeta.core.ports.store import (

@@ -52,6 +52,11 @@ def known_params(known: KnownLog | None) -> dict[str, Any]:
     return {"known_id": known.task_id, "known_epoch": known.epoch, "known_seq": known.seq}
 
 
+def settings_seen(rows: Sequence[tuple[Any, ...]]) -> bool:
+    """Whether a lean claim's rows say one of its queues has settings (part 4, ADR-0144)."""
+    return any(row[0] == 4 for row in rows)
+
+
 def claimed_tasks(
     rows: Sequence[tuple[Any, ...]], worker: str, version: str, known: KnownLog | None = None
 ) -> list[ClaimedTask]:
@@ -76,7 +81,7 @@ def claimed_tasks(
                 task_id, row[2], row[4], payload.decode(row[5]), row[6], row[3], row[7]
             )
             events.setdefault(task_id, []).append(stored)
-        else:
+        elif part == 3:
             entry = inbox_entry((row[2], task_id, row[5], row[4], row[3], row[6]))
             inbox.setdefault(task_id, []).append(entry)
     claimed = []

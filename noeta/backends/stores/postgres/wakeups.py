@@ -12,7 +12,7 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
-from noeta.backends.stores.postgres.claims import SECONDS_UNTIL_DUE
+from noeta.backends.stores.postgres.claim_sql import SECONDS_UNTIL_DUE
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.ports.store import check_lease, check_moment
 

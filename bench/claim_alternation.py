@@ -1,0 +1,115 @@
+"""What a change to the claim's statement or to the `tasks` table's objects costs a claim:
+two schemas on one server, claims alternated between them, read from pg_stat_statements.
+
+Run:  .venv/bin/python bench/claim_alternation.py [--jobs N] [--rounds R] [--b-sql FILE]
+          [--b-claim module:NAME]
+It starts a private embedded PostgreSQL (fsync on) and makes two migrated schemas, A and
+B. B is then given FILE's SQL (for example the trigger, function and constraint a
+migration dropped, so B is main's table) and claims with the statement NAME of module if
+given (else the same CLAIM_AND_START_JOBS as A). Each schema gets N no-op jobs of
+bench/noop_job.py; its claims, one job at a time (an idle worker's) then 25 at a time (a
+drain's), go A, B, A, B... so the machine's load falls on both alike (A B, then B A: neither always
+first). Figures are per
+round: an A/A run (no option) shows the spread to read the others against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import shutil
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from claim_cost import STATISTICS, claim_params_for, fill
+from common import fresh_schema
+
+from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
+from noeta.backends.stores.postgres.claim_sql import CLAIM_AND_START_JOBS
+
+BATCH = 25
+
+
+async def claim_rounds(
+    claimers: list[tuple[psycopg.AsyncConnection[Any], str, dict[str, Any]]],
+    admin: psycopg.AsyncConnection[Any],
+    size: int,
+    count: int,
+) -> list[float]:
+    """`count` claims of `size` in each schema, alternated: µs of execution a claim each."""
+    ids = []
+    for claimer, statement, params in claimers:
+        plan = await claimer.execute("EXPLAIN (VERBOSE, FORMAT JSON) " + statement, params)
+        found = await plan.fetchone()
+        assert found is not None
+        ids.append(found[0][0]["Query Identifier"])
+    await admin.execute("SELECT public.pg_stat_statements_reset()")
+    for n in range(count):  # A B, B A, A B...: neither always runs first
+        for claimer, statement, params in claimers[:: 1 if n % 2 else -1]:
+            cursor = await claimer.execute(statement, params)
+            started = [r for r in await cursor.fetchall() if r[4] == "ToolStarted"]
+            assert len(started) == size, "a claim did not start its jobs"
+    figures = []
+    for queryid in ids:
+        cursor = await admin.execute(STATISTICS, (queryid,))
+        calls, run, *_ = (await cursor.fetchone()) or (0, 0.0)
+        figures.append(run * 1000 / calls if calls else float("nan"))
+    return figures
+
+
+async def measure(dsn: str, options: argparse.Namespace) -> None:
+    b_statement = CLAIM_AND_START_JOBS
+    if options.b_claim:
+        module, name = options.b_claim.split(":")
+        b_statement = getattr(importlib.import_module(module), name)
+    per_round = options.jobs // options.rounds
+    lone = per_round // 2
+    batched = (per_round - lone) // BATCH
+    async with fresh_schema(dsn) as (url_a, admin), fresh_schema(dsn) as (url_b, admin_b):
+        if options.b_sql:
+            await admin_b.execute(options.b_sql)
+        await fill(url_a, options.jobs)
+        await fill(url_b, options.jobs)
+        connect = psycopg.AsyncConnection.connect
+        async with (
+            await connect(url_a, autocommit=True, prepare_threshold=0) as a,
+            await connect(url_b, autocommit=True, prepare_threshold=0) as b,
+        ):
+            for claimer in (a, b):
+                await claimer.execute("SET plan_cache_mode = force_generic_plan")
+            print("round  claim of   A µs a claim   B µs a claim   B / A")
+            for round_ in range(options.rounds):
+                for size, count in ((1, lone), (BATCH, batched)):
+                    claimers = [
+                        (a, CLAIM_AND_START_JOBS, await claim_params_for(admin, size)),
+                        (b, b_statement, await claim_params_for(admin_b, size)),
+                    ]
+                    ua, ub = await claim_rounds(claimers, admin, size, count)
+                    print(f"{round_ + 1:5d} {size:9d} {ua:14.1f} {ub:14.1f} {ub / ua:7.3f}")
+
+
+def main() -> None:
+    arguments = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    arguments.add_argument("--jobs", type=int, default=3000)
+    arguments.add_argument("--rounds", type=int, default=3)
+    arguments.add_argument("--b-sql", help="SQL run in schema B after its migration")
+    arguments.add_argument("--b-claim", help="module:NAME of the claim statement B sends")
+    options = arguments.parse_args()
+    if options.b_sql:
+        options.b_sql = Path(options.b_sql).read_text(encoding="utf-8")
+    settings = {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "all"}
+    embedded = EmbeddedPostgres(make_home("noeta-bench-pg-"), settings=settings)
+    try:
+        dsn = embedded.start()
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        asyncio.run(measure(dsn, options))
+    finally:
+        embedded.stop()
+        shutil.rmtree(embedded.root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

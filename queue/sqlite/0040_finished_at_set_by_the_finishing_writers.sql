@@ -1,0 +1,3 @@
+-- The PostgreSQL twin drops tasks_mark_finished: its finishing writers set finished_at
+-- themselves (ADR-0143). sqlite keeps no finished_at (its prune reads updated_at) and its
+-- hold-dropping trigger runs no plpgsql: nothing to change.
