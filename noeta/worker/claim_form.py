@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from noeta.core.ports.store import MAX_CLAIM_BATCH, ClaimedTask, JobStarts, LoadedTask
+from noeta.core.ports.store import ClaimedTask, JobStarts, LoadedTask
 
 # What a fresh job's log holds before its first run: its creation, its one call, and at
 # most the pin of a run that stopped before it began (ADR-0101), or a canvas member's pin
@@ -33,21 +33,11 @@ class ClaimForm:
 
     def __init__(self) -> None:
         self._jobs_seen = True  # a worker starts by asking: its backlog may be jobs
-        self._jobs_found = False  # ... and fills every free slot until a claim finds jobs
 
     def starts(self, allowed: JobStarts | None) -> JobStarts | None:
         """What to ask the next claim to start: `allowed` (the runner's, ADR-0101) while
         jobs are being found, else nothing."""
         return allowed if self._jobs_seen else None
-
-    def size(self, allowed: JobStarts | None, half: int) -> int:
-        """How many slots the next claim fills: `half` the worker's while its claims find
-        jobs (ADR-0124), every free one otherwise. Not half before a claim found any:
-        the first claim of an agent drain taking half would split its runs into two
-        groups out of phase for the whole drain (ADR-0140)."""
-        if self._jobs_found and self.starts(allowed) is not None:
-            return half
-        return MAX_CLAIM_BATCH
 
     def found(self, claimed: Sequence[ClaimedTask], asked: JobStarts | None) -> None:
         """After a claim that was sent with `asked`: what it took decides the next form."""
@@ -57,4 +47,3 @@ class ClaimForm:
             self._jobs_seen = any(each.loaded and each.loaded.started_by_claim for each in claimed)
         else:
             self._jobs_seen = any(fresh_job(each.loaded) for each in claimed)
-        self._jobs_found = self._jobs_seen

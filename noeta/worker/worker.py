@@ -40,6 +40,7 @@ from noeta.core.errors import (
 )
 from noeta.core.ports.lone_run import RUNS_WRITING
 from noeta.core.ports.store import (
+    MAX_CLAIM_BATCH,
     Claim,
     ClaimedTask,
     ClaimKey,
@@ -257,7 +258,8 @@ class Worker(ContinuingClaims):
         before this loop's next statement (a pickup's, else it waits behind the
         registration's), unless it came back full with slots still free: then the next
         claim goes first."""
-        size = self._claim_form.size(self.runner.job_starts, self._job_claim_size)
+        starts_jobs = self._claim_form.starts(self.runner.job_starts) is not None
+        size = self._job_claim_size if starts_jobs else MAX_CLAIM_BATCH
         slots = 1 + await self._free_slots(size - 1)
         if self.registration is not None:
             self.registration.claiming()

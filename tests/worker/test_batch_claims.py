@@ -1,7 +1,6 @@
 """The claim loop fills every free slot with one claim (ADR-0060), but a claim that starts
-jobs, once claims have found jobs, takes at most half the slots and the next is sent
-before its runs begin (ADR-0124, ADR-0140); each run starts from the task as its claim
-read it: no load of its own.
+jobs takes at most half the slots and the next is sent before its runs begin (ADR-0124);
+each run starts from the task as its claim read it: no load of its own.
 
 The worker runs in this process against a real PostgreSQL; the store is wrapped only to
 record which calls the worker made.
@@ -115,23 +114,6 @@ async def test_free_slots_are_filled_by_one_claim_that_reads_the_tasks(
     assert recorded.loads == []  # each run started from what its claim read
 
 
-async def test_a_first_claim_that_may_start_jobs_fills_every_free_slot(
-    store: Store, tmp_path: Path, toolbox: Toolbox
-) -> None:
-    """A worker whose claims may start jobs, before any claim found one: its first claim
-    (the starting form, ADR-0101) takes every free slot. Half of them would split an
-    agent drain's runs into two groups out of phase for the whole drain (ADR-0140)."""
-    ids = [f"t{n}" for n in range(4)]
-    for task_id in ids:
-        await add_task(store, tmp_path, task_id, {"text": "done"})
-    recorded = RecordedCalls(store)
-    runner = toolbox.runner(recorded, ProviderRegistry())
-    assert runner.job_starts is not None  # its first claim is the starting form
-    settings = WorkerSettings("w", concurrency=4, lease_seconds=30, poll_seconds=0.2)
-    await run_until_done(Worker(recorded, runner, settings), store, ids)
-    assert recorded.claims[0] == (4, 4)
-
-
 @noeta.tool(retry_safe=True)
 async def batch_claims_noop() -> None:
     """A no-op job: what is observed is the claim loop around it."""
@@ -140,11 +122,10 @@ async def batch_claims_noop() -> None:
 async def test_jobs_are_claimed_half_the_slots_at_a_time_the_next_before_their_runs(
     store: Store,
 ) -> None:
-    """Four slots and eight fresh jobs. The first claim knows nothing and fills every
-    slot (ADR-0140); it found jobs, so the next takes half the slots, and the claim of
-    the other half is sent before the runs of the first begin, so the store works on it
-    while they run (ADR-0124)."""
-    ids = [f"j{n}" for n in range(8)]
+    """Four free slots and four fresh jobs: a claim of two that starts them, and the next
+    claim of two is sent before the first two runs begin, so the store works on it while
+    they run (ADR-0124)."""
+    ids = [f"j{n}" for n in range(4)]
     for task_id in ids:
         await store.create_task(job_task(task_id, batch_claims_noop, {}, "default", None))
     recorded = RecordedCalls(store)
@@ -157,9 +138,9 @@ async def test_jobs_are_claimed_half_the_slots_at_a_time_the_next_before_their_r
     recording_runs(runner, recorded)
     settings = WorkerSettings("w", concurrency=4, lease_seconds=30, poll_seconds=0.2)
     await run_until_done(Worker(recorded, runner, settings), store, ids)
-    assert recorded.claims[:3] == [(4, 4), (2, 2), (2, 2)]  # then half the slots a claim
-    assert recorded.sent[5:7] == ["claim", "claim"]  # the third before the second's runs
-    assert recorded.started == 8  # each started by its claim
+    assert recorded.claims[:2] == [(2, 2), (2, 2)]  # half the slots a claim
+    assert recorded.sent[:2] == ["claim", "claim"]  # the second before the first's runs
+    assert recorded.started == 4  # each started by its claim
     assert recorded.loads == []
 
 

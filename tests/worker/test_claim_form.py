@@ -16,8 +16,6 @@ import noeta
 from noeta.backends.models.registry import ProviderRegistry
 from noeta.client.job_tasks import job_task
 from noeta.core.ports.store import (
-    MAX_CLAIM_BATCH,
-    Claim,
     ClaimedTask,
     JobStarts,
     LoadedTask,
@@ -154,23 +152,3 @@ def test_an_empty_claim_leaves_the_form_as_it_was() -> None:
     form, starts = ClaimForm(), JobStarts(())
     form.found([], starts)
     assert form.starts(starts) is starts
-
-
-def test_a_claim_takes_half_the_slots_only_once_claims_found_jobs() -> None:
-    """ADR-0124's half applies to jobs found, not to a worker that knows nothing yet: a
-    first claim of half would split an agent drain into two groups (ADR-0140)."""
-    form, starts = ClaimForm(), JobStarts(())
-    assert form.size(starts, 4) == MAX_CLAIM_BATCH  # nothing known: every free slot
-    form.found([claimed_job(started=True)], starts)
-    assert form.size(starts, 4) == 4
-    assert form.size(None, 4) == MAX_CLAIM_BATCH  # a runner that starts no job
-    form.found([claimed_job(started=False)], starts)  # agent tasks: the plain claim
-    assert form.size(starts, 4) == MAX_CLAIM_BATCH
-
-
-def claimed_job(started: bool) -> ClaimedTask:
-    """A claimed task whose claim started it as a job (`started`), or an agent task."""
-    at = datetime.now(UTC)
-    first = [StoredEvent("t", 1, "TaskCreated", {}, at)]
-    loaded = LoadedTask(None, first, [], started_by_claim=started)
-    return ClaimedTask(Claim("t", "w", 1, at), loaded)
