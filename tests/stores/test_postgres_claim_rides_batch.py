@@ -1,7 +1,7 @@
-"""A claim that comes while a group commit's batch is in flight rides with the appends
-queued behind it: one round trip, one commit (ADR-0116). Each row is still fenced on its
-own, a refusal is told to its run alone, and a fault tells each run and the claim what
-going alone would have told them."""
+"""A claim that starts jobs and comes while a group commit's batch is in flight rides with
+the appends queued behind it: one round trip, one commit (ADR-0116); a plain claim goes
+alone (ADR-0140). Each row is still fenced on its own, a refusal is told to its run
+alone, and a fault tells each run and the claim what going alone would have told them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,14 @@ import pytest
 
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.core.errors import CommitUnknown, Conflict, StoreError, StoreUnavailable
-from noeta.core.ports.store import Claim, ClaimedTask, Finish, NewEvent, TaskStatus
+from noeta.core.ports.store import (
+    Claim,
+    ClaimedTask,
+    Finish,
+    JobStarts,
+    NewEvent,
+    TaskStatus,
+)
 from noeta.testing.store_contract import LEASE, created
 from tests.stores.test_postgres_group_commit import (
     backend_of_waiting_batch,
@@ -23,6 +30,7 @@ from tests.stores.test_postgres_group_commit import (
 
 RUNS = 8
 NEW = 3
+STARTS = JobStarts(())  # a claim that may start jobs: the one that rides (ADR-0140)
 
 # The transactions that wrote the finishes (events past the first) and the new claims.
 WRITING_TRANSACTIONS = """
@@ -41,14 +49,22 @@ async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
 
 
 async def finishing_and_claiming(
-    store: PostgresStore, claims: dict[str, Claim], ids: Sequence[str]
+    store: PostgresStore,
+    claims: dict[str, Claim],
+    ids: Sequence[str],
+    plain: bool = False,
 ) -> tuple[list[object], list[ClaimedTask] | BaseException]:
-    """Every run finishes and a claim comes after them, all in one turn of the loop: the
-    finishes go in one batch, and the claim rides with them."""
+    """Every run finishes and a claim (one that may start jobs, unless `plain`) comes
+    after them, all in one turn of the loop: the finishes go in one batch, and the
+    claim that starts jobs rides with them."""
     finish = Finish(TaskStatus.DONE)
+    starts = None if plain else STARTS
+    claiming = store.claim_and_load(
+        "w", ["default"], LEASE, limit=NEW, snapshot_version="v", job_starts=starts
+    )
     outcomes = await asyncio.gather(
         *(store.append(claims[i], 1, [NewEvent("done", i)], next_state=finish) for i in ids),
-        store.claim_and_load("w", ["default"], LEASE, limit=NEW, snapshot_version="v"),
+        claiming,
         return_exceptions=True,
     )
     claim = outcomes[-1]
@@ -84,6 +100,21 @@ async def test_a_claim_rides_with_the_finishes_queued_behind_a_batch(
     for task_id in ids:
         task = await store.get_task(task_id)
         assert task is not None and task.status is TaskStatus.DONE
+
+
+async def test_a_plain_claim_goes_alone_beside_the_finishes(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    """A claim of agent tasks: riding, it kept an agent drain's runs in groups out of
+    phase (ADR-0140); it goes at once, in a transaction of its own."""
+    ids = [f"p{n}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    new = await new_tasks(store)
+    outcomes, claim = await finishing_and_claiming(store, claims, ids, plain=True)
+    assert outcomes == [2] * RUNS
+    assert isinstance(claim, list) and sorted(c.claim.task_id for c in claim) == new
+    assert await writing_transactions(postgres_url, ids, new) == 2
+    assert store._group_commit.claims_carried == 0
 
 
 async def test_a_refused_finish_beside_a_claim_is_refused_to_its_run_alone(
@@ -148,7 +179,9 @@ async def test_a_batch_and_claim_whose_session_is_terminated_tell_each_once(
             for i in ids
         ]
         claim = asyncio.ensure_future(
-            store.claim_and_load("w", ["default"], LEASE, limit=NEW, snapshot_version="v")
+            store.claim_and_load(
+                "w", ["default"], LEASE, limit=NEW, snapshot_version="v", job_starts=STARTS
+            )
         )
         async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
             pid = await backend_of_waiting_batch(admin)

@@ -111,7 +111,10 @@ class PostgresClaims(PostgresConnection):
             params.update(known_params(None))
             named = job_starts is None
             statement = CLAIM_NAMED_AND_LOAD if named else CLAIM_NAMED_AND_START_JOBS
-        if only is None:  # the claim loop's: it may ride with the finishes in flight
+        if only is None and job_starts is not None:
+            # The claim loop's claim that starts jobs rides with the finishes in flight
+            # (ADR-0116); a plain one goes alone, beside them: riding, it locked an agent
+            # drain's runs into groups out of phase, a claim a group (ADR-0140).
             rows = await self._group_commit.claim(
                 statement, params, lambda: self._write_generic(statement, params)
             )

@@ -1,8 +1,9 @@
 """Durable group commit (ADR-0086): the lean appends of a worker's concurrent runs share
 one statement and one commit (`noeta_append_batch`); each run awaits the commit that
 carries its write, and a row the fence refuses is refused to its run alone. A claim that
-comes while a batch is in flight rides with the next one: the appends and the claim go in
-one round trip and one commit (ADR-0116). A write that finds a round free waits out the
+starts jobs and comes while a batch is in flight rides with the next one: the appends and
+the claim go in one round trip and one commit (ADR-0116; a plain claim, of agent tasks,
+goes alone, ADR-0140). A write that finds a round free waits out the
 turn of the event loop it came in, and the writes of that turn go with it (ADR-0125),
 unless its worker runs it alone (ADR-0135).
 Two rounds may be in flight at once, each on its own connection (ADR-0128): the writes of
