@@ -31,6 +31,15 @@ from noeta.backends.stores.postgres.claimed import (
 from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.core.ports.store import Claim, ClaimedTask, JobStarts, check_key, check_lease
 
+# The due-walk claims by (lean, starts jobs): the lean ones while no queue of the
+# claimer has settings (ADR-0144), the starting ones where the runner may start jobs.
+_DUE_CLAIMS = {
+    (False, False): CLAIM_AND_LOAD,
+    (False, True): CLAIM_AND_START_JOBS,
+    (True, False): LEAN_CLAIM_AND_LOAD,
+    (True, True): LEAN_CLAIM_AND_START_JOBS,
+}
+
 
 class PostgresClaims(PostgresConnection):
     """The claim half of the `Store` protocol."""
@@ -72,11 +81,11 @@ class PostgresClaims(PostgresConnection):
         params["version"] = snapshot_version
         # The lean statement until one says a queue of its claimer has settings (ADR-0144).
         lean = only is None and not self.queue_settings_seen
-        statement = LEAN_CLAIM_AND_LOAD if lean else CLAIM_AND_LOAD
         if hold and job_starts is None and only is None and self.holds_claims:
+            statement = _DUE_CLAIMS[lean, False]
             claimed = await self._claim_and_hold(statement, params, worker, snapshot_version)
         else:
-            claimed = await self._claim_and_load(statement, params, worker, job_starts, only)
+            claimed = await self._claim_and_load(lean, params, worker, job_starts, only)
         if lean and self.queue_settings_seen and len(claimed) < limit:
             # The lean walk skipped the queues with settings: the full statement, at once.
             claimed += await self.claim_and_load(
@@ -94,16 +103,15 @@ class PostgresClaims(PostgresConnection):
 
     async def _claim_and_load(
         self,
-        statement: str,
+        lean: bool,
         params: dict[str, Any],
         worker: str,
         job_starts: JobStarts | None,
         only: Collection[str] | None,
     ) -> list[ClaimedTask]:
         version = params["version"]
+        statement = _DUE_CLAIMS[lean, job_starts is not None]
         if job_starts is not None:
-            lean = statement == LEAN_CLAIM_AND_LOAD
-            statement = LEAN_CLAIM_AND_START_JOBS if lean else CLAIM_AND_START_JOBS
             params["pinned"] = pinned_data(job_starts)
             params["needs"] = pin_names(job_starts)
         if only is not None:  # a continuation: among the named tasks alone
