@@ -276,7 +276,7 @@ def main() -> None:
     else:  # noeta's own steps import noeta: only under noeta's venv
         from peer_noeta import NOETA, NOETA_JOB
 
-        step = (NOETA_JOB if options.peer == "noeta-job" else NOETA)[options.command]
+        step = (NOETA_JOB if options.peer.startswith("noeta-job") else NOETA)[options.command]
     if options.command == "reset":
         outcome = step()
     elif options.command == "enqueue":

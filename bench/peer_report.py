@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from worker import table
 
 NOISY = 0.25  # cores used by anything else during a run
-NOETA = ("noeta", "noeta-c32", "noeta-job")  # run by noeta's own python and `noeta worker`
+NOETA_JOBS = ("noeta-job", "noeta-job-c32")  # a plain no-op job; the others, an agent task
+NOETA = ("noeta", "noeta-c32", *NOETA_JOBS)  # run by noeta's own python and `noeta worker`
 
 
 @dataclass(frozen=True)

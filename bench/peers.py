@@ -11,7 +11,8 @@ idle pickup (the moment its work begins; bench/agent_start/); "noeta-c32", the s
 model, so a user runs many at once); and "noeta-job", the plain no-op job
 (`@noeta.tool async def`, bench/noop_job.py's noop_async; --concurrency 16), like for
 like with the peers' no-op jobs (PgQueuer's and Procrastinate's are async too; a sync
-function would add a thread hop a job, ADR-0118), which starts at ToolStarted.
+function would add a thread hop a job, ADR-0118), which starts at ToolStarted; and
+"noeta-job-c32", the same job at `--concurrency 32`, as the peers run theirs unlimited.
 Rate = the starts while every worker process runs, over that time: from the latest of the
 workers' first starts to the earliest of their last starts (one process: (jobs - 1) /
 (last start - first start), as before). The workers start together with the queue full;
@@ -60,23 +61,23 @@ from urllib.parse import quote
 import psycopg
 from common import parser, server
 from peer_cpu import CpuWindow, postmaster_of
-from peer_report import NOETA, Result, Sizes, load, report, run_line, steady_rate
+from peer_report import NOETA, NOETA_JOBS, Result, Sizes, load, report, run_line, steady_rate
 
 HERE = Path(__file__).resolve().parent
 PEERS_PYTHON = HERE.parent / ".venv-peers" / "bin" / "python"
-ALL = ("noeta", "noeta-c32", "noeta-job", "procrastinate", "pgqueuer", "dbos")
+ALL = (*NOETA, "procrastinate", "pgqueuer", "dbos")
 DATABASE = {"noeta": "peers_noeta", "noeta-c32": "peers_noeta_c32", "noeta-job": "peers_noeta_job"}
+DATABASE |= {"noeta-job-c32": "peers_noeta_job_c32"}
 DATABASE |= {"procrastinate": "peers_procrastinate", "pgqueuer": "peers_pgqueuer"}
 DATABASE |= {"dbos": "peers_dbos"}
-# 0: its default. noeta-job as bench/jobs.py runs plain jobs. noeta-c32: the agent task at
-# --concurrency 32 (DBOS and PgQueuer run unlimited; an agent task mostly waits on its model).
-CONCURRENCY = {"noeta": 8, "noeta-c32": 32, "noeta-job": 16}
+# 0: its default. noeta-job as bench/jobs.py runs plain jobs. The -c32 rows: the same at
+# --concurrency 32 (DBOS and PgQueuer run unlimited; an agent task mostly waits on its model,
+# and a fleet of no-op jobs is limited by nothing but the worker's slots).
+CONCURRENCY = {"noeta": 8, "noeta-c32": 32, "noeta-job": 16, "noeta-job-c32": 32}
 CONCURRENCY |= {"procrastinate": 10, "pgqueuer": 0, "dbos": 0}
 NOETA_DONE = "SELECT count(*) FROM tasks WHERE status = 'done'"
 DONE = {
-    "noeta": NOETA_DONE,
-    "noeta-c32": NOETA_DONE,
-    "noeta-job": NOETA_DONE,
+    **dict.fromkeys(NOETA, NOETA_DONE),
     "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
     "pgqueuer": "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'",
     "dbos": "SELECT count(*) FROM dbos.workflow_status WHERE status = 'SUCCESS'"
@@ -86,7 +87,7 @@ DONE = {
 NOETA_STARTS = """
 SELECT owner, extract(epoch FROM created_at)::float8 FROM events WHERE type = %s ORDER BY 1
 """
-STARTED_BY = {"noeta": "PluginsPinned", "noeta-c32": "PluginsPinned", "noeta-job": "ToolStarted"}
+STARTED_BY = {p: "ToolStarted" if p in NOETA_JOBS else "PluginsPinned" for p in NOETA}
 VERSIONS = """import importlib.metadata as m
 print("; ".join(f"{p} {m.version(p)}" for p in ("procrastinate", "pgqueuer", "dbos")))"""
 STALL = 120.0  # seconds without a job done before a drain is called failed
@@ -126,7 +127,7 @@ class Peers:
         extra = {"PEER_URL": self.url(peer), "NOETA_HOME": home, "NOETA_FAILPOINTS": ""}
         if peer in NOETA:
             extra["NOETA_STORE"] = self.url(peer)
-        if peer == "noeta-job":  # its worker loads the no-op job's module as a plugin
+        if peer in NOETA_JOBS:  # its worker loads the no-op job's module as a plugin
             path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
             extra |= {"NOETA_CONFIG": str(self.jobs_config), "PYTHONPATH": path}
         return {**{k: v for k, v in os.environ.items() if k != "NOETA_CONFIG"}, **extra}
@@ -248,7 +249,7 @@ class Peers:
         # noeta's job records its function's start, as the peers' do (bench/noop_job.py);
         # its agent task, its model request (bench/agent_start/sitecustomize.py)
         starts = {"NOETA_BENCH_STARTS": str(record)} if peer in NOETA else {}
-        if peer in NOETA and peer != "noeta-job":
+        if peer in NOETA and peer not in NOETA_JOBS:
             path = [str(HERE / "agent_start"), self.env(peer).get("PYTHONPATH")]
             starts["PYTHONPATH"] = os.pathsep.join(filter(None, path))
         worker = self.worker(peer, 0, record, starts)
