@@ -119,6 +119,66 @@ async def test_the_generic_plan_reads_rows_by_key_only(postgres_url: str, statem
     assert claimed["Actual Rows"] == 3, claimed
 
 
+# FILL's ready tasks of 'default' made fresh plain jobs: TaskCreated, CallRequested and a
+# pin that is the claimer's own (VALUES' `pinned`), so each claim above starts the three it
+# takes.
+FRESH_JOBS = """
+INSERT INTO events (task_id, seq, type, data, epoch, owner)
+SELECT t.id, e.seq, e.type, e.data, 0, NULL
+  FROM tasks t,
+       (VALUES (1, 'TaskCreated', '{"v":1}'),
+               (2, 'CallRequested', '{"id":"job","name":"send","input":{}}'),
+               (3, 'PluginsPinned', '{"pins":[]}')) AS e(seq, type, data)
+ WHERE t.queue = 'default' AND t.id LIKE 'ready-%';
+UPDATE tasks SET last_seq = 3 WHERE queue = 'default' AND id LIKE 'ready-%';
+ANALYZE events;
+"""
+
+
+# The join the planner picks for the claim depends on the tables' statistics: with hash and
+# merge joins off, and no Materialize node to cache an inner side, it must nest loops, the
+# plan in which an inlined `starting` ran again for every claimed row.
+NESTED_LOOPS_ONLY = (
+    "SET enable_hashjoin = off; SET enable_mergejoin = off; SET enable_material = off"
+)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [CLAIM_AND_START_JOBS, LEAN_CLAIM_AND_START_JOBS, CLAIM_NAMED_AND_START_JOBS],
+    ids=["start", "lean-start", "named-start"],
+)
+async def test_the_fresh_job_check_runs_once_for_the_claimed_jobs(
+    postgres_url: str, statement: str
+) -> None:
+    """`starting`, the fresh-job check, probes each claimed job's log once, whatever join
+    the generic plan makes of it. Inlined into the update's join, it ran again for every
+    claimed row: a claim of 25 probed 625 times, 14-20 ms instead of about 1 (ADR-0145)."""
+    store = await PostgresStore.open(postgres_url, migrate=True)
+    await store.close()
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(FILL)
+        connection.execute(EVENTS)
+        connection.execute(FRESH_JOBS)
+        plans = {"as planned": generic_plan(connection, statement)}
+        connection.execute(NESTED_LOOPS_ONLY)
+        plans["nested loops only"] = generic_plan(connection, statement)
+    for joins, nodes in plans.items():
+        started = [
+            n["Actual Rows"]
+            for n in nodes
+            if n.get("Relation Name") == "events" and n["Node Type"] == "ModifyTable"
+        ]
+        assert started == [3], f"{joins}: the fixture's jobs were not all started"
+        # The check's first probe (each job's CallRequested), then every read of a task's
+        # rows: none runs more often than there are claimed jobs.
+        [call_probe] = [n for n in nodes if "seq = 2" in n.get("Index Cond", "")]
+        reads = [n for n in nodes if n.get("Relation Name") in WHOLE_TABLES - {"tasks"}]
+        loops = [(n["Alias"], n.get("Index Cond"), n["Actual Loops"]) for n in reads]
+        assert call_probe["Actual Loops"] == 3, (joins, loops)
+        assert all(n["Actual Loops"] <= 3 for n in reads), (joins, loops)
+
+
 @pytest.fixture
 async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
     opened = await PostgresStore.open(postgres_url, migrate=True, max_connections=1)

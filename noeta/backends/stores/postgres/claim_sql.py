@@ -78,7 +78,7 @@ WITH due AS MATERIALIZED (SELECT * FROM (
 # The queues with settings, through noeta_claimable_under_limits, and their rate charged.
 _LIMITED = """
     UNION ALL
-    SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over, true
+    SELECT limited.*, true
       FROM (SELECT s.queue FROM queue_settings AS s
              WHERE s.queue = ANY(%(queues)s::text[]) ORDER BY s.queue OFFSET 0) AS q,
            noeta_claimable_under_limits(q.queue, %(limit)s, false, %(offers)s::text[]) AS limited
@@ -117,7 +117,10 @@ SELECT 4, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 # The probes name their tables without aliases, and the reads below too: the statement
 # must stay under psycopg's cache limit (`CLAIM_AND_START_JOBS`), and these are the
 # characters it can spare.
-_STARTING = """, starting AS (
+# MATERIALIZED, so the check runs once for the claim: inlined into the update's join, a
+# generic plan ran it again for every claimed row (a claim of 25: 625 probes, 14-20 ms
+# instead of about 1; ADR-0145).
+_STARTING = """, starting AS MATERIALIZED (
     SELECT d.id, j.data AS call,
            CASE WHEN k.data::jsonb = %(pinned)s::jsonb THEN 1 ELSE 2 END AS events
       FROM due d
@@ -238,15 +241,7 @@ SELECT 2, s.*, NULL, NULL FROM started AS s""",
 
 
 def _claim_and_start_jobs(lean: bool) -> str:
-    if lean:
-        # Without the settings branch the planner ran the inlined `starting` again for
-        # every claimed row (a claim of 25: 625 probes, 14-20 ms); materialised, it runs
-        # once. The full statement has no room for the word under psycopg's 4,096 bytes;
-        # it plans a hash join for claims of 25, yet loops so for 3 (docs/scaling.md).
-        starting = _STARTING.replace(", starting AS (", ", starting AS MATERIALIZED (")
-        due = _CLAIM_DUE_TASKS.format(**{**_CLAIM_STARTING, "starting": starting}, **_LEAN)
-    else:
-        due = _CLAIM_DUE_TASKS.format(**_CLAIM_STARTING, **_WITH_SETTINGS)
+    due = _CLAIM_DUE_TASKS.format(**_CLAIM_STARTING, **(_LEAN if lean else _WITH_SETTINGS))
     return compact(
         due
         + _LOAD.format(
