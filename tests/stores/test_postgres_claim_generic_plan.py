@@ -4,8 +4,6 @@ really runs it (no custom plan, planned anew at every claim)."""
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,7 +20,8 @@ from noeta.backends.stores.postgres.claim_sql import (
     LEAN_CLAIM_AND_START_JOBS,
 )
 from noeta.core.ports.store import JobStarts, NewEvent, NewTask
-from tests.stores.test_postgres_claim_plan import FILL, plan_nodes
+from noeta.testing.generic_plans import executed_generic_plan
+from tests.stores.test_postgres_claim_plan import FILL
 
 # Every done task of FILL with a log of five events: the events table is as big as the
 # tasks table's share of it, so a plan that hashes it would read it whole at every claim.
@@ -32,61 +31,28 @@ SELECT t.id, s, 'TaskCreated', '{"v":1}', 1, 'w' FROM tasks t, generate_series(1
  WHERE t.id LIKE 'done-%';
 ANALYZE events;
 """
-TYPES = {
-    "queues": "text[]",
-    "excluding": "text[]",
-    "offers": "text[]",
-    "limit": "integer",
-    "lease": "float8",
-    "worker": "text",
-    "version": "text",
-    "pinned": "text",
-    "needs": "text[]",
-    "only": "text[]",
-    "known_id": "text",
-    "known_epoch": "bigint",
-    "known_seq": "bigint",
-}
 VALUES = {
-    "queues": "'{default}'",
-    "excluding": "'{}'",
-    "offers": "NULL",
-    "limit": "3",
-    "lease": "30",
-    "worker": "'w'",
-    "version": "'v'",
-    "pinned": "'{\"pins\":[]}'",
-    "needs": "'{}'",
-    "only": "'{ready-2,ready-4,ready-6}'",  # a continuation's named tasks (ADR-0109)
+    "queues": ["default"],
+    "excluding": [],
+    "offers": None,
+    "limit": 3,
+    "lease": 30.0,
+    "worker": "w",
+    "version": "v",
+    "pinned": '{"pins":[]}',
+    "needs": [],
+    "only": ["ready-2", "ready-4", "ready-6"],  # a continuation's named tasks (ADR-0109)
     # The log its claimer holds of one of them (ADR-0122): read after it, by key too.
-    "known_id": "'ready-2'",
-    "known_epoch": "0",
-    "known_seq": "0",
+    "known_id": "ready-2",
+    "known_epoch": 0,
+    "known_seq": 0,
 }
 WHOLE_TABLES = {"tasks", "events", "snapshots", "inbox"}
 
 
 def generic_plan(connection: psycopg.Connection[Any], statement: str) -> list[dict[str, Any]]:
     """The executed generic plan's nodes (rolled back: nothing is claimed)."""
-    names: list[str] = []
-
-    def placeholder(match: re.Match[str]) -> str:
-        if match[1] not in names:
-            names.append(match[1])
-        return f"${names.index(match[1]) + 1}"
-
-    text = re.sub(r"%\((\w+)\)s", placeholder, statement).replace("%%", "%")
-    connection.execute(f"PREPARE claim({', '.join(TYPES[n] for n in names)}) AS {text}")
-    connection.execute("SET plan_cache_mode = force_generic_plan")
-    with connection.transaction(force_rollback=True):
-        arguments = ", ".join(VALUES[n] for n in names)
-        row = connection.execute(
-            f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim({arguments})"
-        ).fetchone()
-    connection.execute("DEALLOCATE claim")
-    assert row is not None
-    document = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    return plan_nodes(document[0]["Plan"])
+    return executed_generic_plan(connection, statement, VALUES)
 
 
 @pytest.mark.parametrize(
