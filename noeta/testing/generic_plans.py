@@ -27,6 +27,12 @@ CLAIM_PARAMETER_TYPES = {
     "known_seq": "bigint",
 }
 
+# The join the planner picks for a claim depends on the tables' statistics. With hash and
+# merge joins off, and no Materialize node to cache an inner side, it must nest loops: the
+# plan in which a claim's inlined CTE ran again for every claimed row (ADR-0145).
+NESTED_LOOPS_ONLY = """SELECT set_config('enable_hashjoin', 'off', false),
+       set_config('enable_mergejoin', 'off', false), set_config('enable_material', 'off', false)"""
+
 
 def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     """A plan's nodes, the root first, each before its children."""
@@ -40,8 +46,8 @@ def executed_generic_plan(
     connection: psycopg.Connection[Any], statement: str, arguments: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
     """The nodes of `statement`'s generic plan, run with `arguments` (by name) under
-    EXPLAIN (ANALYZE) in a transaction rolled back: nothing is claimed. Leaves the connection's plan_cache_mode forced to
-    generic, as the claims' own connection runs it."""
+    EXPLAIN (ANALYZE) in a transaction rolled back: nothing is claimed. Leaves the
+    connection's plan_cache_mode forced to generic, as the claims' own connection runs it."""
     names: list[str] = []
 
     def placeholder(match: re.Match[str]) -> str:

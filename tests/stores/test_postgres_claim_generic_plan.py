@@ -20,7 +20,7 @@ from noeta.backends.stores.postgres.claim_sql import (
     LEAN_CLAIM_AND_START_JOBS,
 )
 from noeta.core.ports.store import JobStarts, NewEvent, NewTask
-from noeta.testing.generic_plans import executed_generic_plan
+from noeta.testing.generic_plans import NESTED_LOOPS_ONLY, executed_generic_plan
 from tests.stores.test_postgres_claim_plan import FILL
 
 # Every done task of FILL with a log of five events: the events table is as big as the
@@ -99,14 +99,6 @@ SELECT t.id, e.seq, e.type, e.data, 0, NULL
 UPDATE tasks SET last_seq = 3 WHERE queue = 'default' AND id LIKE 'ready-%';
 ANALYZE events;
 """
-
-
-# The join the planner picks for the claim depends on the tables' statistics: with hash and
-# merge joins off, and no Materialize node to cache an inner side, it must nest loops, the
-# plan in which an inlined `starting` ran again for every claimed row.
-NESTED_LOOPS_ONLY = (
-    "SET enable_hashjoin = off; SET enable_mergejoin = off; SET enable_material = off"
-)
 
 
 @pytest.mark.parametrize(
