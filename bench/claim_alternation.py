@@ -22,13 +22,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import math
 import shutil
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from claim_cost import STATISTICS, claim_params_for, fill
-from common import fresh_schema
+from common import cpu_seconds, fresh_schema
 
 from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.backends.stores.postgres.claim_sql import CLAIM_AND_START_JOBS
@@ -42,8 +43,9 @@ async def claim_rounds(
     admin: psycopg.AsyncConnection[Any],
     size: int,
     count: int,
-) -> list[float]:
-    """`count` claims of `size` in each schema, alternated: µs of execution a claim each."""
+) -> list[tuple[float, float]]:
+    """`count` claims of `size` in each schema, alternated: µs of execution a claim each,
+    and µs of its backend's CPU (which the machine's load moves less)."""
     ids = []
     for claimer, statement, params in claimers:
         plan = await claimer.execute("EXPLAIN (VERBOSE, FORMAT JSON) " + statement, params)
@@ -51,16 +53,18 @@ async def claim_rounds(
         assert found is not None
         ids.append(found[0][0]["Query Identifier"])
     await admin.execute("SELECT public.pg_stat_statements_reset()")
+    cpu = [cpu_seconds([claimer.info.backend_pid]) for claimer, _, _ in claimers]
     for n in range(count):  # A B, B A, A B...: neither always runs first
         for claimer, statement, params in claimers[:: 1 if n % 2 else -1]:
             cursor = await claimer.execute(statement, params)
             started = [r for r in await cursor.fetchall() if r[4] == "ToolStarted"]
             assert len(started) == size, "a claim did not start its jobs"
     figures = []
-    for queryid in ids:
+    for (claimer, _, _), queryid, before in zip(claimers, ids, cpu, strict=True):
+        used = cpu_seconds([claimer.info.backend_pid]) - before
         cursor = await admin.execute(STATISTICS, (queryid,))
         calls, run, *_ = (await cursor.fetchone()) or (0, 0.0)
-        figures.append(run * 1000 / calls if calls else float("nan"))
+        figures.append((run * 1000 / calls, used * 1e6 / calls) if calls else (math.nan,) * 2)
     return figures
 
 
@@ -122,15 +126,21 @@ async def measure(dsn: str, options: argparse.Namespace) -> None:
                     )
                 ]
                 print(f"claim of {size}, fresh-job check: A {checks[0]}, B {checks[1]}")
-            print("round  claim of   A µs a claim   B µs a claim   B / A")
+            print(
+                "round  claim of   A µs a claim   B µs a claim   B / A"
+                "   A CPU µs   B CPU µs   B / A"
+            )
             for round_ in range(options.rounds):
                 for size, count in ((1, lone), (BATCH, batched)):
                     claimers = [
                         (a, a_statement, await claim_params_for(admin, size)),
                         (b, b_statement, await claim_params_for(admin_b, size)),
                     ]
-                    ua, ub = await claim_rounds(claimers, admin, size, count)
-                    print(f"{round_ + 1:5d} {size:9d} {ua:14.1f} {ub:14.1f} {ub / ua:7.3f}")
+                    (ua, ca), (ub, cb) = await claim_rounds(claimers, admin, size, count)
+                    print(
+                        f"{round_ + 1:5d} {size:9d} {ua:14.1f} {ub:14.1f} {ub / ua:7.3f}"
+                        f" {ca:10.1f} {cb:10.1f} {cb / ca:7.3f}"
+                    )
 
 
 def main() -> None:
