@@ -109,9 +109,10 @@ ANALYZE events;
 async def test_the_fresh_job_check_runs_once_for_the_claimed_jobs(
     postgres_url: str, statement: str
 ) -> None:
-    """`starting`, the fresh-job check, probes each claimed job's log once, whatever join
-    the generic plan makes of it. Inlined into the update's join, it ran again for every
-    claimed row: a claim of 25 probed 625 times, 14-20 ms instead of about 1 (ADR-0145)."""
+    """The fresh-job check probes each claimed job's log once, whatever join the generic
+    plan makes. As a CTE of its own, inlined into the update's join, it ran again for
+    every claimed row: a claim of 25 probed 625 times, 14-20 ms instead of about 1
+    (ADR-0145)."""
     store = await PostgresStore.open(postgres_url, migrate=True)
     await store.close()
     with psycopg.connect(postgres_url, autocommit=True) as connection:

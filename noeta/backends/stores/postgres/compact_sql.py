@@ -16,11 +16,11 @@ _KEPT = re.compile(r"('(?:[^']|'')*'|owner_epoch = t\.owner_epoch \+)")
 _SPACED = re.compile(r" ?(<@|<=|<>|=>|[(),=<>+*/\]-]) ?")
 # A table's alias needs no AS.
 _TABLE_AS = re.compile(
-    r"\b(tasks|events|inbox|snapshots?|queue_settings|due|claimed|started|starting|known)"
+    r"\b(tasks|events|inbox|snapshots?|queue_settings|due|claimed|started|known)"
     r" AS (?=\w\b)"
 )
 # Nor a subquery's, or a function's (the names the claims give them).
-_ALIAS_AS = re.compile(r"\)AS (?=(?:q|p|found|capped|limited|took|j|k|e|i|s)\b)")
+_ALIAS_AS = re.compile(r"\)AS (?=(?:q|p|d|found|limited|took|j|k|e|i|s)\b)")
 
 
 def compact(statement: str) -> str:
