@@ -48,6 +48,13 @@ def executed_generic_plan(
     """The nodes of `statement`'s generic plan, run with `arguments` (by name) under
     EXPLAIN (ANALYZE) in a transaction rolled back: nothing is claimed. Leaves the
     connection's plan_cache_mode forced to generic, as the claims' own connection runs it."""
+    return plan_nodes(executed_generic_plan_document(connection, statement, arguments)["Plan"])
+
+
+def executed_generic_plan_document(
+    connection: psycopg.Connection[Any], statement: str, arguments: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The same run's whole EXPLAIN document: its plan, and its execution time."""
     names: list[str] = []
 
     def placeholder(match: re.Match[str]) -> str:
@@ -75,4 +82,4 @@ def executed_generic_plan(
         connection.execute("DEALLOCATE claim")
     assert row is not None
     document = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    return plan_nodes(document[0]["Plan"])
+    return dict(document[0])
