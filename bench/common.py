@@ -7,7 +7,8 @@ import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -16,7 +17,7 @@ from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.backends.stores.postgres import migrate_database
 from noeta.testing.postgres import TEST_DSN_ENV, with_search_path
 
-__all__ = ["TEST_DSN_ENV", "counted_server", "fresh_schema", "parser", "server"]
+__all__ = ["TEST_DSN_ENV", "counted_server", "cpu_seconds", "fresh_schema", "parser", "server"]
 
 
 def parser(doc: str | None, *, quick: bool = True) -> argparse.ArgumentParser:
@@ -80,3 +81,15 @@ async def fresh_schema(dsn: str) -> AsyncIterator[tuple[str, psycopg.AsyncConnec
             yield url, admin
         finally:
             await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """Seconds of CPU these processes have used (Linux, a local server: /proc/PID/schedstat;
+    nothing for one that cannot be read)."""
+    total = 0
+    for pid in pids:
+        try:
+            total += int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile, or not on this machine
+    return total / 1e9

@@ -17,12 +17,11 @@ import asyncio
 import os
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import noop_job  # the sibling module: bench/ is on sys.path
 import psycopg
-from common import counted_server, fresh_schema
+from common import counted_server, cpu_seconds, fresh_schema
 from worker import table
 
 from noeta.backends.stores import open_store
@@ -126,17 +125,7 @@ async def _backends_cpu(admin: psycopg.AsyncConnection[Any]) -> float:
     """Seconds of CPU the server's other backends of this database have used (Linux,
     a local server: /proc/PID/schedstat; 0 where it cannot be read)."""
     cursor = await admin.execute(BACKENDS)
-    return _cpu_seconds([pid for (pid,) in await cursor.fetchall()])
-
-
-def _cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            total += int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue  # ended meanwhile, or not on this machine
-    return total / 1e9
+    return cpu_seconds([pid for (pid,) in await cursor.fetchall()])
 
 
 async def _server_ms(admin: psycopg.AsyncConnection[Any]) -> float:

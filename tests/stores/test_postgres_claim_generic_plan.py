@@ -4,8 +4,6 @@ really runs it (no custom plan, planned anew at every claim)."""
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,7 +20,8 @@ from noeta.backends.stores.postgres.claim_sql import (
     LEAN_CLAIM_AND_START_JOBS,
 )
 from noeta.core.ports.store import JobStarts, NewEvent, NewTask
-from tests.stores.test_postgres_claim_plan import FILL, plan_nodes
+from noeta.testing.generic_plans import NESTED_LOOPS_ONLY, executed_generic_plan
+from tests.stores.test_postgres_claim_plan import FILL
 
 # Every done task of FILL with a log of five events: the events table is as big as the
 # tasks table's share of it, so a plan that hashes it would read it whole at every claim.
@@ -32,61 +31,28 @@ SELECT t.id, s, 'TaskCreated', '{"v":1}', 1, 'w' FROM tasks t, generate_series(1
  WHERE t.id LIKE 'done-%';
 ANALYZE events;
 """
-TYPES = {
-    "queues": "text[]",
-    "excluding": "text[]",
-    "offers": "text[]",
-    "limit": "integer",
-    "lease": "float8",
-    "worker": "text",
-    "version": "text",
-    "pinned": "text",
-    "needs": "text[]",
-    "only": "text[]",
-    "known_id": "text",
-    "known_epoch": "bigint",
-    "known_seq": "bigint",
-}
 VALUES = {
-    "queues": "'{default}'",
-    "excluding": "'{}'",
-    "offers": "NULL",
-    "limit": "3",
-    "lease": "30",
-    "worker": "'w'",
-    "version": "'v'",
-    "pinned": "'{\"pins\":[]}'",
-    "needs": "'{}'",
-    "only": "'{ready-2,ready-4,ready-6}'",  # a continuation's named tasks (ADR-0109)
+    "queues": ["default"],
+    "excluding": [],
+    "offers": None,
+    "limit": 3,
+    "lease": 30.0,
+    "worker": "w",
+    "version": "v",
+    "pinned": '{"pins":[]}',
+    "needs": [],
+    "only": ["ready-2", "ready-4", "ready-6"],  # a continuation's named tasks (ADR-0109)
     # The log its claimer holds of one of them (ADR-0122): read after it, by key too.
-    "known_id": "'ready-2'",
-    "known_epoch": "0",
-    "known_seq": "0",
+    "known_id": "ready-2",
+    "known_epoch": 0,
+    "known_seq": 0,
 }
 WHOLE_TABLES = {"tasks", "events", "snapshots", "inbox"}
 
 
 def generic_plan(connection: psycopg.Connection[Any], statement: str) -> list[dict[str, Any]]:
     """The executed generic plan's nodes (rolled back: nothing is claimed)."""
-    names: list[str] = []
-
-    def placeholder(match: re.Match[str]) -> str:
-        if match[1] not in names:
-            names.append(match[1])
-        return f"${names.index(match[1]) + 1}"
-
-    text = re.sub(r"%\((\w+)\)s", placeholder, statement).replace("%%", "%")
-    connection.execute(f"PREPARE claim({', '.join(TYPES[n] for n in names)}) AS {text}")
-    connection.execute("SET plan_cache_mode = force_generic_plan")
-    with connection.transaction(force_rollback=True):
-        arguments = ", ".join(VALUES[n] for n in names)
-        row = connection.execute(
-            f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim({arguments})"
-        ).fetchone()
-    connection.execute("DEALLOCATE claim")
-    assert row is not None
-    document = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    return plan_nodes(document[0]["Plan"])
+    return executed_generic_plan(connection, statement, VALUES)
 
 
 @pytest.mark.parametrize(
@@ -117,6 +83,59 @@ async def test_the_generic_plan_reads_rows_by_key_only(postgres_url: str, statem
     assert sum(n.get("Rows Removed by Filter", 0) for n in scans) == 0, kinds
     claimed = next(n for n in nodes if n["Node Type"] == "ModifyTable")
     assert claimed["Actual Rows"] == 3, claimed
+
+
+# FILL's ready tasks of 'default' made fresh plain jobs: TaskCreated, CallRequested and a
+# pin that is the claimer's own (VALUES' `pinned`), so each claim above starts the three it
+# takes.
+FRESH_JOBS = """
+INSERT INTO events (task_id, seq, type, data, epoch, owner)
+SELECT t.id, e.seq, e.type, e.data, 0, NULL
+  FROM tasks t,
+       (VALUES (1, 'TaskCreated', '{"v":1}'),
+               (2, 'CallRequested', '{"id":"job","name":"send","input":{}}'),
+               (3, 'PluginsPinned', '{"pins":[]}')) AS e(seq, type, data)
+ WHERE t.queue = 'default' AND t.id LIKE 'ready-%';
+UPDATE tasks SET last_seq = 3 WHERE queue = 'default' AND id LIKE 'ready-%';
+ANALYZE events;
+"""
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [CLAIM_AND_START_JOBS, LEAN_CLAIM_AND_START_JOBS, CLAIM_NAMED_AND_START_JOBS],
+    ids=["start", "lean-start", "named-start"],
+)
+async def test_the_fresh_job_check_runs_once_for_the_claimed_jobs(
+    postgres_url: str, statement: str
+) -> None:
+    """The fresh-job check probes each claimed job's log once, whatever join the generic
+    plan makes. As a CTE of its own, inlined into the update's join, it ran again for
+    every claimed row: a claim of 25 probed 625 times, 14-20 ms instead of about 1
+    (ADR-0145)."""
+    store = await PostgresStore.open(postgres_url, migrate=True)
+    await store.close()
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(FILL)
+        connection.execute(EVENTS)
+        connection.execute(FRESH_JOBS)
+        plans = {"as planned": generic_plan(connection, statement)}
+        connection.execute(NESTED_LOOPS_ONLY)
+        plans["nested loops only"] = generic_plan(connection, statement)
+    for joins, nodes in plans.items():
+        started = [
+            n["Actual Rows"]
+            for n in nodes
+            if n.get("Relation Name") == "events" and n["Node Type"] == "ModifyTable"
+        ]
+        assert started == [3], f"{joins}: the fixture's jobs were not all started"
+        # The check's first probe (each job's CallRequested), then every read of a task's
+        # rows: none runs more often than there are claimed jobs.
+        [call_probe] = [n for n in nodes if "seq = 2" in n.get("Index Cond", "")]
+        reads = [n for n in nodes if n.get("Relation Name") in WHOLE_TABLES - {"tasks"}]
+        loops = [(n["Alias"], n.get("Index Cond"), n["Actual Loops"]) for n in reads]
+        assert call_probe["Actual Loops"] == 3, (joins, loops)
+        assert all(n["Actual Loops"] <= 3 for n in reads), (joins, loops)
 
 
 @pytest.fixture

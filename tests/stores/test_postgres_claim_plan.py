@@ -11,6 +11,7 @@ import pytest
 
 from noeta.backends.stores.postgres import CLAIM_NEXT_TASK, migrate_database
 from noeta.backends.stores.postgres.claim_sql import CLAIM_AND_LOAD, SECONDS_UNTIL_DUE
+from noeta.testing.generic_plans import plan_nodes
 
 # Rows of every kind, in the proportions of a busy deployment: few claimable, many idle.
 FILL = """
@@ -45,13 +46,6 @@ PARAMS = {
 }
 # A worker with plugins sends their names (ADR-0092): the walk is the same.
 OFFERING = {**PARAMS, "offers": ["core", "jobs_a", "jobs_b"]}
-
-
-def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    nodes = [plan]
-    for child in plan.get("Plans", []):
-        nodes += plan_nodes(child)
-    return nodes
 
 
 def explain(

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from noeta.backends.stores.postgres.compact_sql import compact
 
-# The claim itself, of the rows `due` picked (the due walk's, or the named ones').
+# The claim itself, of the rows `due` picked (the due walk's, or the named ones'), with a
+# job claim's fresh-job check beside each (`_STARTING`).
 _CLAIMED = """ claimed AS (
     UPDATE tasks AS t
        SET status = 'running', owner = %(worker)s, owner_epoch = t.owner_epoch + 1,
            lease_until = lease.until, claimable_at = lease.until,
            updated_at = clock_timestamp(){start_row}
-      FROM {start_from}, lease
+      FROM due, lease
      WHERE t.id = due.id AND t.id = ANY(ARRAY(SELECT d.id FROM due AS d))
     RETURNING t.id, t.owner_epoch, t.lease_until, t.last_seq, due.taken_over, due.limited,
               t.queue{start_returns}
@@ -41,14 +42,14 @@ _CLAIMED = """ claimed AS (
 # The walk reads, and skips, the due rows it cannot run ahead of those it can: ADR-0092.
 # Planned once per connection (ADR-0108): planning it took longer than running it, so the
 # claims that load run their generic plan, which must be as good as a custom one whatever
-# the parameters. Hence `capped`: a constant LIMIT that bounds the planner's estimate of
+# the parameters. Hence `d`'s constant LIMIT, which bounds the planner's estimate of
 # `due` (a LIMIT parameter is estimated at a tenth of the rows); the update finds its rows
 # by primary key (ANY(ARRAY(...))), never by a hash of `tasks`; and the reads of events,
 # snapshots and inbox rows are LATERAL subqueries behind OFFSET 0, which the planner
 # cannot turn into a hash join over the whole table.
 _CLAIM_DUE_TASKS = (
     """
-WITH due AS MATERIALIZED (SELECT * FROM (
+WITH due AS MATERIALIZED (SELECT {due_columns} FROM (
     SELECT found.*, false AS limited
       FROM (SELECT q.queue, (SELECT t.priority FROM tasks AS t
                                WHERE t.queue = q.queue AND t.claimable_at IS NOT NULL
@@ -68,17 +69,17 @@ WITH due AS MATERIALIZED (SELECT * FROM (
            FOR UPDATE SKIP LOCKED
      ) AS found{limited}
      ORDER BY 2 DESC, 3
-     LIMIT %(limit)s) AS capped LIMIT 1000
+     LIMIT %(limit)s) AS d{starting} LIMIT 1000
 ), lease AS (
     SELECT clock_timestamp() AS at, clock_timestamp() + make_interval(secs => %(lease)s) AS until
-){starting},"""
+),"""
     + _CLAIMED
     + "{charged}"
 )
 # The queues with settings, through noeta_claimable_under_limits, and their rate charged.
 _LIMITED = """
     UNION ALL
-    SELECT limited.id, limited.priority, limited.claimable_at, limited.taken_over, true
+    SELECT limited.*, true
       FROM (SELECT s.queue FROM queue_settings AS s
              WHERE s.queue = ANY(%(queues)s::text[]) ORDER BY s.queue OFFSET 0) AS q,
            noeta_claimable_under_limits(q.queue, %(limit)s, false, %(offers)s::text[]) AS limited
@@ -117,15 +118,18 @@ SELECT 4, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 # The probes name their tables without aliases, and the reads below too: the statement
 # must stay under psycopg's cache limit (`CLAIM_AND_START_JOBS`), and these are the
 # characters it can spare.
-_STARTING = """, starting AS (
-    SELECT d.id, j.data AS call,
+# Joined to each due row inside `due`, which is materialised: the check runs once a due
+# row whatever join the update makes. As a CTE of its own, inlined into the update's join,
+# a generic plan ran it again for every claimed row (a claim of 25: 625 probes, 14-20 ms
+# instead of about 1; ADR-0145).
+_STARTING = """
+      LEFT JOIN LATERAL (
+    SELECT j.data AS call,
            CASE WHEN k.data::jsonb = %(pinned)s::jsonb THEN 1 ELSE 2 END AS events
-      FROM due d
-     CROSS JOIN LATERAL (SELECT j.data FROM events j
-                          WHERE j.task_id = d.id AND j.seq = 2 AND j.type = 'CallRequested'
-                         OFFSET 0) AS j
-      LEFT JOIN LATERAL (SELECT k.type, k.data FROM events k
-                          WHERE k.task_id = d.id AND k.seq = 3 OFFSET 0) AS k ON true
+      FROM (SELECT j.data FROM events j
+             WHERE j.task_id = d.id AND j.seq = 2 AND j.type = 'CallRequested' OFFSET 0) AS j
+      LEFT JOIN (SELECT k.type, k.data FROM events k
+                  WHERE k.task_id = d.id AND k.seq = 3 OFFSET 0) AS k ON true
      WHERE NOT d.taken_over
        AND CASE WHEN k.type IS NULL THEN true WHEN k.type <> 'PluginsPinned' THEN false
            WHEN k.data::jsonb = %(pinned)s::jsonb THEN true
@@ -134,20 +138,20 @@ _STARTING = """, starting AS (
        AND NOT (SELECT EXISTS (SELECT FROM events WHERE task_id = d.id AND seq > 3
                                  AND type <> 'SubtaskOf'))
        AND NOT (SELECT EXISTS (SELECT FROM inbox WHERE task_id = d.id AND taken_seq IS NULL))
-)"""
+      ) AS s ON true"""
 # The claim's own update of a started job's row: its log's end, and its needs from the
 # pin it wrote, as the appends write them (0025).
 _START_ROW = """,
-           last_seq = t.last_seq + coalesce(s.events, 0),
-           needs = CASE WHEN s.events = 2 THEN %(needs)s::text[] ELSE t.needs END"""
+           last_seq = t.last_seq + coalesce(due.events, 0),
+           needs = CASE WHEN due.events = 2 THEN %(needs)s::text[] ELSE t.needs END"""
 
 
-_CLAIM_ONLY = {"starting": "", "start_row": "", "start_from": "due", "start_returns": ""}
+_CLAIM_ONLY = {"due_columns": "*", "starting": "", "start_row": "", "start_returns": ""}
 _CLAIM_STARTING = {
+    "due_columns": "d.*, s.events, s.call",
     "starting": _STARTING,
     "start_row": _START_ROW,
-    "start_from": "due LEFT JOIN starting AS s ON s.id = due.id",
-    "start_returns": ", coalesce(s.events, 0) AS started, s.call",
+    "start_returns": ", coalesce(due.events, 0) AS started, due.call",
 }
 
 CLAIM_NEXT_TASK = f"""{_CLAIM_DUE_TASKS.format(**_CLAIM_ONLY, **_WITH_SETTINGS)}
@@ -238,15 +242,7 @@ SELECT 2, s.*, NULL, NULL FROM started AS s""",
 
 
 def _claim_and_start_jobs(lean: bool) -> str:
-    if lean:
-        # Without the settings branch the planner ran the inlined `starting` again for
-        # every claimed row (a claim of 25: 625 probes, 14-20 ms); materialised, it runs
-        # once. The full statement has no room for the word under psycopg's 4,096 bytes;
-        # it plans a hash join for claims of 25, yet loops so for 3 (docs/scaling.md).
-        starting = _STARTING.replace(", starting AS (", ", starting AS MATERIALIZED (")
-        due = _CLAIM_DUE_TASKS.format(**{**_CLAIM_STARTING, "starting": starting}, **_LEAN)
-    else:
-        due = _CLAIM_DUE_TASKS.format(**_CLAIM_STARTING, **_WITH_SETTINGS)
+    due = _CLAIM_DUE_TASKS.format(**_CLAIM_STARTING, **(_LEAN if lean else _WITH_SETTINGS))
     return compact(
         due
         + _LOAD.format(
@@ -268,7 +264,7 @@ LEAN_CLAIM_AND_START_JOBS = _claim_and_start_jobs(lean=True)
 # delivery made the task claimable.
 _CLAIM_NAMED_TASKS = (
     """
-WITH due AS MATERIALIZED (
+WITH due AS MATERIALIZED (SELECT {due_columns} FROM (
     SELECT t.id, t.status IN ('running', 'holding') AS taken_over, false AS limited
       FROM tasks AS t
      WHERE t.id = ANY(%(only)s::text[]) AND t.claimable_at <= clock_timestamp()
@@ -277,10 +273,10 @@ WITH due AS MATERIALIZED (
        AND NOT EXISTS (SELECT FROM queue_settings AS s WHERE s.queue = t.queue)
      ORDER BY t.id
      LIMIT %(limit)s
-       FOR UPDATE OF t SKIP LOCKED
+       FOR UPDATE OF t SKIP LOCKED) AS d{starting}
 ), lease AS (
     SELECT clock_timestamp() + make_interval(secs => %(lease)s) AS until
-){starting},"""
+),"""
     + _CLAIMED
 )
 # A named claim may be told the log its claimer holds already (`KnownLog`: the task,

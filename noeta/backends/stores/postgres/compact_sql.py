@@ -9,16 +9,18 @@ import re
 # What `compact` keeps as it is: quoted literals, and the text others look for in
 # pg_stat_statements to count claims.
 _KEPT = re.compile(r"('(?:[^']|'')*'|owner_epoch = t\.owner_epoch \+)")
-# An operator or a parenthesis or comma, with the spaces around it. None of the operators
-# the claims use ends in a character that would join the next into a longer token or a
-# comment: no "- -", no "/ *" (and a multi-character operator cannot end in + or -).
-_SPACED = re.compile(r" ?(<@|<=|<>|=>|[(),=<>+*/-]) ?")
+# An operator, a parenthesis, comma or an array type's closing bracket, with the spaces
+# around it. None of the operators the claims use ends in a character that would join the
+# next into a longer token or a comment: no "- -", no "/ *" (and a multi-character
+# operator cannot end in + or -).
+_SPACED = re.compile(r" ?(<@|<=|<>|=>|[(),=<>+*/\]-]) ?")
 # A table's alias needs no AS.
 _TABLE_AS = re.compile(
-    r"\b(tasks|events|inbox|snapshots?|queue_settings|due|claimed|started|starting) AS (?=\w\b)"
+    r"\b(tasks|events|inbox|snapshots?|queue_settings|due|claimed|started|known)"
+    r" AS (?=\w\b)"
 )
 # Nor a subquery's, or a function's (the names the claims give them).
-_ALIAS_AS = re.compile(r"\)AS (?=(?:q|p|found|capped|limited|took|j|k|e|i|s)\b)")
+_ALIAS_AS = re.compile(r"\)AS (?=(?:q|p|d|found|limited|took|j|k|e|i|s)\b)")
 
 
 def compact(statement: str) -> str:
