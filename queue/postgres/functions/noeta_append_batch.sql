@@ -72,7 +72,7 @@ BEGIN
                 END IF;
             END IF;
         END IF;
-        -- The fence is the write's own WHERE (0042, ADR-0146): the row is updated only
+        -- The fence is the write's own WHERE (0041, ADR-0146): the row is updated only
         -- while this claim holds it (its epoch, a live status, a lease not run out by the
         -- clock read once the row is locked, the log ending where the item says): one
         -- statement where the fence's SELECT ... FOR UPDATE and the UPDATE were two. A row

@@ -1,2 +1,0 @@
--- Held for another branch's migration (issue 28): this branch's 0042 needs the numbers
--- 1..n. Whichever 0041 merges first replaces this file; nothing here to run.
