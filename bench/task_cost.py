@@ -69,9 +69,11 @@ async def snapshot(bench: Bench) -> dict[str, Any]:
     }
 
 
-def report(after: dict[str, Any], before: dict[str, Any], tasks: int, what: str) -> None:
+def report(
+    after: dict[str, Any], before: dict[str, Any], tasks: int, what: str, workers: int
+) -> None:
     per = float(tasks)
-    print(f"\nper task ({tasks} {what}, 1 worker):")
+    print(f"\nper task ({tasks} {what}, {workers} worker{'s' * (workers > 1)}):")
     print(
         f"  commits (pg_stat_database.xact_commit, all sessions): "
         f"{(after['commits'] - before['commits']) / per:.2f}"
@@ -142,7 +144,9 @@ def jobs_env(bench: Bench) -> dict[str, str]:
 BASH_CALL = {"id": "c1", "name": "Bash", "input": {"command": "echo out; echo err >&2"}}
 
 
-async def measure(dsn: str, tasks: int, jobs: bool, bash: bool = False) -> None:
+async def measure(
+    dsn: str, tasks: int, jobs: bool, bash: bool = False, concurrency: int = 8, workers: int = 1
+) -> None:
     async with fresh_bench(dsn) as bench:
         await bench.admin.execute("SELECT pg_stat_reset()")  # the migration's own runs
         ids = [f"{QUEUE}-{n}" for n in range(tasks)]
@@ -166,7 +170,8 @@ async def measure(dsn: str, tasks: int, jobs: bool, bash: bool = False) -> None:
         for name, calls in functions:
             print(f"    {calls / tasks:5.2f}  {name}")
         env = jobs_env(bench) if jobs else None
-        async with bench.workers(["cost-w"], QUEUE, concurrency=8, env=env):
+        names = [f"cost-w{n}" for n in range(workers)]
+        async with bench.workers(names, QUEUE, concurrency=concurrency, env=env):
             await bench.admin.execute("SELECT public.pg_stat_statements_reset()")
             await bench.admin.execute("SELECT pg_stat_reset()")
             before = await snapshot(bench)
@@ -180,7 +185,7 @@ async def measure(dsn: str, tasks: int, jobs: bool, bash: bool = False) -> None:
         await bench.until(ended, "the worker's sessions end", 60)
         after = await snapshot(bench)
         what = "no-op jobs" if jobs else "tasks running one Bash call" if bash else "one-shot tasks"
-        report(after, before, tasks, what)
+        report(after, before, tasks, what, workers)
 
 
 def main() -> None:
@@ -189,10 +194,31 @@ def main() -> None:
     kind = arguments.add_mutually_exclusive_group()
     kind.add_argument("--jobs", action="store_true", help="plain no-op jobs, not agent tasks")
     kind.add_argument("--bash", action="store_true", help="agent tasks that run one Bash call")
+    arguments.add_argument("--concurrency", type=int, default=8, help="a worker's concurrency")
+    arguments.add_argument("--workers", type=int, default=1, help="worker processes")
+    arguments.add_argument(
+        "--track",
+        choices=("top", "all"),
+        default="top",
+        help="pg_stat_statements.track: all also times the functions' inner statements",
+    )
     options = arguments.parse_args()
-    settings = {"pg_stat_statements.track_planning": "on", "track_functions": "all"}
+    settings = {
+        "pg_stat_statements.track_planning": "on",
+        "pg_stat_statements.track": options.track,
+        "track_functions": "all",
+    }
     with counted_server(settings) as dsn:
-        asyncio.run(measure(dsn, options.tasks, options.jobs, options.bash))
+        asyncio.run(
+            measure(
+                dsn,
+                options.tasks,
+                options.jobs,
+                options.bash,
+                options.concurrency,
+                options.workers,
+            )
+        )
 
 
 if __name__ == "__main__":

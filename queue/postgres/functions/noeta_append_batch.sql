@@ -6,6 +6,8 @@ DECLARE
     i record;
     t record;
     v_now timestamptz;
+    v_owner text;
+    v_limited boolean;
     v_pinned boolean;
     v_needs text[];
     v_finished text[] := '{}';
@@ -45,46 +47,7 @@ BEGIN
                 CONTINUE;
             END IF;
         END IF;
-        -- The fence, as noeta_fence checks it, with its messages; told, not raised.
-        SELECT owner, owner_epoch, status, lease_until, last_seq, queue, concurrency_key INTO t
-          FROM tasks WHERE id = i.task FOR UPDATE;
-        IF NOT FOUND THEN
-            refusal_code := 'NT404';
-            refusal_message := i.task;
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        v_now := clock_timestamp();
-        IF t.owner_epoch <> i.epoch THEN
-            refusal_code := 'NT409';
-            refusal_message := format(
-                'claimed again since (epoch %s, this claim has %s)', t.owner_epoch, i.epoch);
-        ELSIF t.status NOT IN ('running', 'holding') THEN
-            refusal_code := 'NT409';
-            refusal_message := format('not held by this claim (status %s)', t.status);
-        ELSIF t.lease_until <= v_now THEN
-            refusal_code := 'NT409';
-            refusal_message := 'the lease has expired';
-        ELSIF t.last_seq <> i.expected_seq THEN
-            refusal_code := 'NT409';
-            refusal_message := format(
-                'the log ends at seq %s, not %s', t.last_seq, i.expected_seq);
-        END IF;
-        IF refusal_code IS NULL AND i.model_keys IS NOT NULL THEN
-            IF EXISTS (SELECT 1 FROM fleet_budgets AS f
-                        WHERE f.queue = t.queue
-                          AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''))) THEN
-                refusal_code := 'limited';
-            END IF;
-        END IF;
-        IF refusal_code IS NOT NULL THEN
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
         appended_seq := i.expected_seq + jsonb_array_length(i.events);
-        INSERT INTO events (task_id, seq, type, data, epoch, owner)
-            SELECT i.task, i.expected_seq + e.ord, e.pair->>0, e.pair->>1, i.epoch, t.owner
-              FROM jsonb_array_elements(i.events) WITH ORDINALITY AS e(pair, ord);
         v_pinned := false;
         -- needs (0025): the plugin names of its latest pin, sorted, each once, written by the
         -- append's own update of the row below: no trigger, no second update of the row.
@@ -96,16 +59,82 @@ BEGIN
                     FROM jsonb_array_elements(i.events) WITH ORDINALITY AS e(pair, ord)
                    WHERE e.pair ->> 0 = 'PluginsPinned' ORDER BY e.ord DESC LIMIT 1)) AS pin;
         END IF;
-        IF i.status IS NULL THEN
-            UPDATE tasks SET last_seq = appended_seq, status = 'running', updated_at = v_now,
+        -- A model call's row is read first, for the fleet budgets of its queue or its key
+        -- (0032); the write below is then refused, and told why as the fence tells it.
+        v_limited := false;
+        IF i.model_keys IS NOT NULL THEN
+            SELECT queue, concurrency_key INTO t FROM tasks WHERE id = i.task FOR UPDATE;
+            IF FOUND THEN
+                IF EXISTS (SELECT 1 FROM fleet_budgets AS f
+                            WHERE f.queue = t.queue
+                              AND f.concurrency_key IN ('', coalesce(t.concurrency_key, ''))) THEN
+                    v_limited := true;
+                END IF;
+            END IF;
+        END IF;
+        -- The fence is the write's own WHERE (0041, ADR-0146): the row is updated only
+        -- while this claim holds it (its epoch, a live status, a lease not run out by the
+        -- clock read once the row is locked, the log ending where the item says): one
+        -- statement where the fence's SELECT ... FOR UPDATE and the UPDATE were two. A row
+        -- whose committed version fails it is skipped without waiting for a writer in
+        -- flight; the writes that could make it pass are this claim's own earlier append
+        -- (a run awaits each of its writes before the next: never in flight beside this)
+        -- and the renewal of a lapsed lease (the write came while it was lapsed). A row
+        -- that fails is read below, locked, only to tell why.
+        v_owner := NULL;
+        IF v_limited THEN
+            NULL;  -- refused below, once the fence's checks have had their say
+        ELSIF i.status IS NULL THEN
+            UPDATE tasks SET last_seq = appended_seq, status = 'running',
+                   updated_at = clock_timestamp(),
                    needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
-             WHERE id = i.task;
+             WHERE id = i.task AND owner_epoch = i.epoch AND status IN ('running', 'holding')
+               AND lease_until > clock_timestamp() AND last_seq = i.expected_seq
+            RETURNING owner INTO v_owner;
         ELSE
             -- finished_at and the hold here, as noeta_append_and_finish does (0024).
+            v_now := clock_timestamp();
             UPDATE tasks SET last_seq = appended_seq, status = i.status, lease_until = NULL,
                    ready_at = NULL, claimable_at = NULL, updated_at = v_now,
                    finished_at = v_now, needs = CASE WHEN v_pinned THEN v_needs ELSE needs END
-             WHERE id = i.task;
+             WHERE id = i.task AND owner_epoch = i.epoch AND status IN ('running', 'holding')
+               AND lease_until > clock_timestamp() AND last_seq = i.expected_seq
+            RETURNING owner INTO v_owner;
+        END IF;
+        IF v_owner IS NULL THEN
+            -- Refused: why, as noeta_fence says it, with its messages; told, not raised.
+            SELECT owner_epoch, status, lease_until, last_seq INTO t
+              FROM tasks WHERE id = i.task FOR UPDATE;
+            appended_seq := NULL;
+            IF NOT FOUND THEN
+                refusal_code := 'NT404';
+                refusal_message := i.task;
+            ELSE
+                refusal_code := 'NT409';
+                IF t.owner_epoch <> i.epoch THEN
+                    refusal_message := format(
+                        'claimed again since (epoch %s, this claim has %s)', t.owner_epoch, i.epoch);
+                ELSIF t.status NOT IN ('running', 'holding') THEN
+                    refusal_message := format('not held by this claim (status %s)', t.status);
+                ELSIF t.lease_until <= clock_timestamp() THEN
+                    refusal_message := 'the lease has expired';
+                ELSIF t.last_seq <> i.expected_seq THEN
+                    refusal_message := format(
+                        'the log ends at seq %s, not %s', t.last_seq, i.expected_seq);
+                ELSIF v_limited THEN
+                    refusal_code := 'limited';
+                ELSE
+                    -- The lease had run out when the write looked; a renewal came since.
+                    refusal_message := 'the lease has expired';
+                END IF;
+            END IF;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        INSERT INTO events (task_id, seq, type, data, epoch, owner)
+            SELECT i.task, i.expected_seq + e.ord, e.pair->>0, e.pair->>1, i.epoch, v_owner
+              FROM jsonb_array_elements(i.events) WITH ORDINALITY AS e(pair, ord);
+        IF i.status IS NOT NULL THEN
             v_finished := v_finished || i.task;
         END IF;
         RETURN NEXT;

@@ -1,0 +1,3 @@
+-- The PostgreSQL twin folds noeta_append_batch's fence into each item's UPDATE
+-- (ADR-0146). sqlite has no such function (its appends fence in Python, one writer at a
+-- time): nothing to change.
