@@ -119,9 +119,11 @@ async def test_an_append_whose_reply_is_dropped_is_a_lost_claim_and_nothing_is_l
     async def noticed() -> bool:
         return "task t: claim lost (" in worker.log()
 
-    await until(noticed, "the worker's deadline ends the wait: the claim is lost")
+    await until(noticed, "the worker's deadline ends the wait: the claim is lost", within=60)
     waited = asyncio.get_running_loop().time() - started
-    assert waited < 25, waited  # the 10 s deadline, not TCP's 15 minutes of retransmits
+    # The 10 s deadline (its keep may meet one more): not TCP's 15 minutes of retransmits,
+    # nor the 90 s noeta's keepalives take. A bound, not a benchmark.
+    assert waited < 45, waited
     assert "may or may not have landed" in worker.log()
     assert "ModelCalled" in await log_types(store, "t")  # it landed, unseen
     assert await lapse_the_lease(postgres_url, "t") == 1
@@ -129,7 +131,8 @@ async def test_an_append_whose_reply_is_dropped_is_a_lost_claim_and_nothing_is_l
     async def done() -> bool:
         return await status_of(store, "t") == "done"
 
-    await until(done, "the task is taken over and finished")
+    # Its next claim and its adoption may each take a forgotten session: a deadline each.
+    await until(done, "the task is taken over and finished", within=60)
     assert "took over task t (epoch 2)" in worker.log()
     types = await log_types(store, "t")
     assert types.count("TaskFinished") == 1, types
