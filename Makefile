@@ -3,10 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: help install check lint test reachable bubblewrap chromium pgbouncer bench bench-scale bench-peers cluster cluster-short cluster-upgrade cluster-mutants clean
+.PHONY: help install check lint test reachable bubblewrap chromium pgbouncer iproute2 bench bench-scale bench-peers cluster cluster-short cluster-upgrade cluster-mutants clean
 
 help:  ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 install:  ## Create .venv and install noeta with its development tools
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,7 @@ install:  ## Create .venv and install noeta with its development tools
 	@$(MAKE) --no-print-directory bubblewrap
 	@$(MAKE) --no-print-directory chromium
 	@$(MAKE) --no-print-directory pgbouncer
+	@$(MAKE) --no-print-directory iproute2
 
 lint:  ## Format check, lint, types, import contracts
 	$(BIN)/ruff format --check .
@@ -76,6 +77,19 @@ pgbouncer:  ## Install PgBouncer for the pooler tests when the machine has none 
 	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq \
 	    -o Dpkg::Options::=--force-confold pgbouncer; fi
+
+# The dropped-path tests (tests/dropping_path.py, ADR-0129) drop a worker's packets in the
+# kernel: network namespaces, a veth pair and tc, as root. Skipped without ip and tc,
+# except under CI, where they fail; `make install` brings them when missing and apt-get
+# is there.
+iproute2:  ## Install ip and tc for the dropped-path tests when the machine has none (apt-get)
+	@if command -v ip >/dev/null && command -v tc >/dev/null; then :; \
+	elif ! command -v apt-get >/dev/null; then \
+	  echo "no ip/tc and no apt-get: install iproute2 for the dropped-path tests (tests/worker)"; \
+	else \
+	  echo "installing iproute2 for the dropped-path tests (apt-get)"; \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq iproute2; fi
 
 check: lint test  ## Everything a commit must pass
 

@@ -8,6 +8,9 @@ client's connection is reset: a write the server committed whose reply never arr
 functions a test means, by name), `cut_statement(before=...)`: the next statement that
 calls one of them is cut off before it reaches the server, or after (its reply is lost:
 the outcome is unknown).
+
+It listens on 127.0.0.1, or on a socket the caller bound (`listening`): one made in
+another network namespace, for a path whose packets a test drops in the kernel.
 """
 
 from __future__ import annotations
@@ -25,9 +28,15 @@ from noeta.testing.pg_frames import FrontendReader, calls_to
 
 class FaultProxy:
     def __init__(
-        self, target_host: str, target_port: int, cut_functions: Iterable[str] = ()
+        self,
+        target_host: str,
+        target_port: int,
+        cut_functions: Iterable[str] = (),
+        *,
+        listening: socket.socket | None = None,
     ) -> None:
         self.target = (target_host, target_port)
+        self._listening = listening
         self.port = 0
         self.replies_cut = 0
         self.statements_cut = {"before": 0, "after": 0}
@@ -87,7 +96,10 @@ class FaultProxy:
         asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=10)
 
     async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        if self._listening is None:
+            self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        else:
+            self._server = await asyncio.start_server(self._accept, sock=self._listening)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -36,7 +36,9 @@ class NoetaProcess:
         *,
         failpoints: str = "",
         env: Mapping[str, str] | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
+        """`prefix`: a command that runs this one (`ip netns exec NAME`), by exec."""
         self.name = name
         self.output = folder / f"{name}.log"
         env = {
@@ -46,7 +48,7 @@ class NoetaProcess:
             "NOETA_HOME": str(folder / "home"),
         }
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "noeta", *arguments],
+            [*prefix, sys.executable, "-m", "noeta", *arguments],
             stdout=self.output.open("w"),
             stderr=subprocess.STDOUT,
             env=env,
@@ -91,6 +93,7 @@ class WorkerProcess(NoetaProcess):
         grace: float | None = None,
         unrunnable_after: float | None = None,
         extra: Sequence[str] = (),
+        prefix: Sequence[str] = (),
     ) -> None:
         # The URL (with its password) in the environment: a worker refuses it in argv.
         env = {**(env or {}), "NOETA_STORE": url}
@@ -101,7 +104,7 @@ class WorkerProcess(NoetaProcess):
         if unrunnable_after is not None:
             arguments += ["--unrunnable-after", str(unrunnable_after)]
         arguments += extra
-        super().__init__(arguments, name, folder, failpoints=failpoints, env=env)
+        super().__init__(arguments, name, folder, failpoints=failpoints, env=env, prefix=prefix)
 
 
 @pytest.fixture

@@ -1,0 +1,138 @@
+"""`noeta worker` processes whose network path to PostgreSQL starts dropping every packet
+silently, as a firewall or a NAT that forgot their connections does (ADR-0129): the drop
+made in the kernel (tests/dropping_path.py), where TCP keepalives meet it."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from noeta.core.ports.store import Store
+from tests.dropping_path import DroppingPath, dropping_path
+
+from .conftest import WorkerProcess, add_task, lapse_the_lease, log_types, status_of, until
+
+# A connection idle for 1 s is probed every second, and reset after 2 probes unanswered:
+# the kernel finds a dropped peer in about 3 s rather than noeta's 90 s (the URL's own
+# keepalives are left whole).
+QUICK_KEEPALIVES = {"keepalives_idle": "1", "keepalives_interval": "1", "keepalives_count": "2"}
+LONG_LEASE = 600  # never lapses during a test: the test lapses it (lapse_the_lease)
+
+
+@pytest.fixture
+def path(postgres_url: str) -> Iterator[DroppingPath]:
+    with dropping_path(postgres_url) as made:
+        yield made
+
+
+async def test_a_quiet_workers_dropped_connections_are_found_dead_and_cost_no_task(
+    store: Store,
+    path: DroppingPath,
+    tmp_path: Path,
+    workers: Callable[..., WorkerProcess],
+) -> None:
+    # ADR-0127/0129: a quiet worker's idle sessions, LISTEN included, sit unused while
+    # the path drops everything. Keepalive probes meet the drop: the kernel resets every
+    # one (one a poll is using ends at its deadline), none is left hanging. Once the path
+    # heals the burst finds the pool's reset sessions broken at once, as it finds
+    # server-ended ones (test_a_quiet_workers_idle_sessions_killed_cost_no_task): a
+    # write's claim lost there is taken over a lease later. Every task ends done, once.
+    await add_task(store, tmp_path, "warm", {"text": "warm"})
+    quiet = workers(path.url(**QUICK_KEEPALIVES), "quiet", concurrency=3, prefix=path.command())
+
+    async def warm_done() -> bool:
+        return await status_of(store, "warm") == "done"
+
+    await until(warm_done, "the first task is done")
+    assert len(path.established()) >= 6  # the pools', the claims', the LISTENs'
+    path.drop()
+
+    async def all_reset() -> bool:
+        return not path.established()
+
+    # Keepalive's 3 s for each idle one, the 10 s deadline for one a poll is using: a
+    # bound, not a benchmark. Without keepalives the idle ones stay established for hours.
+    await until(all_reset, "every connection through the dropped path is reset", within=40)
+    path.heal()
+    for n in range(6):
+        await add_task(store, tmp_path, f"t{n}", {"text": f"answer {n}"})
+
+    async def all_done() -> bool:
+        return all([await status_of(store, f"t{n}") == "done" for n in range(6)])
+
+    await until(all_done, "every task of the burst is done through the healed path", within=60)
+    quiet.signal(signal.SIGTERM)
+    assert await quiet.exit_code() == 0
+    assert quiet.log().count("claimed task") == 7  # each claimed once
+    for n in range(6):
+        assert (await log_types(store, f"t{n}")).count("TaskFinished") == 1
+
+
+async def test_an_append_whose_reply_is_dropped_is_a_lost_claim_and_nothing_is_lost(
+    store: Store,
+    postgres_url: str,
+    path: DroppingPath,
+    tmp_path: Path,
+    workers: Callable[..., WorkerProcess],
+) -> None:
+    # SPEC §3: a write in flight when its connection is forgotten by the path. The append
+    # (its ModelCalled) waits in the server on a row lock the test holds; the path drops
+    # every packet of the connections open now; the lock goes and the server commits, but
+    # the reply never arrives. With noeta's own keepalives (a minute idle) the deadline
+    # ends the wait: CommitUnknown, the claim treated as lost, never a wrong answer. New
+    # connections pass: the worker keeps word that the call was not sent, then takes the
+    # task over once its lease lapsed, reads the append that landed and finishes the task.
+    await add_task(store, tmp_path, "t", {"text": "after the drop"})
+    worker = workers(
+        path.url(),
+        "victim",
+        lease=LONG_LEASE,
+        concurrency=1,
+        failpoints="append.before_commit=pause@1",
+        prefix=path.command(),
+    )
+    await until(worker.paused, "the worker freezes before its first append")
+    with (
+        psycopg.connect(postgres_url) as blocker,
+        psycopg.connect(postgres_url, autocommit=True) as admin,
+    ):
+        blocker.execute("SELECT 1 FROM tasks WHERE id = 't' FOR UPDATE")
+        worker.signal(signal.SIGCONT)
+        waiting = (
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'noeta-worker:victim'"
+            " AND wait_event_type = 'Lock' AND query LIKE '%noeta_append%'"
+        )
+
+        async def append_waits() -> bool:
+            return admin.execute(waiting).fetchone() is not None
+
+        await until(append_waits, "the worker's append waits on the row lock")
+        assert path.forget()
+        started = asyncio.get_running_loop().time()
+        blocker.rollback()  # the append commits in the server; its reply is dropped
+
+    async def noticed() -> bool:
+        return "task t: claim lost (" in worker.log()
+
+    await until(noticed, "the worker's deadline ends the wait: the claim is lost", within=60)
+    waited = asyncio.get_running_loop().time() - started
+    # The 10 s deadline (its keep may meet one more): not TCP's 15 minutes of retransmits,
+    # nor the 90 s noeta's keepalives take. A bound, not a benchmark.
+    assert waited < 45, waited
+    assert "may or may not have landed" in worker.log()
+    assert "ModelCalled" in await log_types(store, "t")  # it landed, unseen
+    assert await lapse_the_lease(postgres_url, "t") == 1
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    # Its next claim and its adoption may each take a forgotten session: a deadline each.
+    await until(done, "the task is taken over and finished", within=60)
+    assert "took over task t (epoch 2)" in worker.log()
+    types = await log_types(store, "t")
+    assert types.count("TaskFinished") == 1, types
