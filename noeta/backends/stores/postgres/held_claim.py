@@ -62,18 +62,18 @@ _UNDO_WRITE: Statement = ("ROLLBACK TO SAVEPOINT first_write", {})
 
 
 class HeldClaim:
-    """One claim's open transaction on a connection of its own, until it is settled."""
+    """One claim's open transaction on a connection of its own, until it is settled: the
+    claim of one task, or of several, whose runs' first writes share one round (ADR-0147)."""
 
     def __init__(
         self,
         connection: Any,
-        task_id: str,
-        epoch: int,
+        epochs: Mapping[str, int],
         run_on: RunOn,
         give_back: GiveBack,
         settled: Callable[[HeldClaim, bool], None],
     ) -> None:
-        self.task_id, self.epoch = task_id, epoch
+        self.epochs = epochs  # the tasks claimed, each at its claim's epoch
         self._connection: Any = connection
         self._run_on, self._give_back, self._settled = run_on, give_back, settled
         loop = asyncio.get_running_loop()
@@ -104,7 +104,8 @@ class HeldClaim:
         try:
             await self._run_on(connection, (_COMMIT,))
         except StoreError as error:
-            log.warning("claim of task %s: its commit failed (%s); undone", self.task_id, error)
+            tasks = ", ".join(self.epochs)
+            log.warning("claim of task(s) %s: its commit failed (%s); undone", tasks, error)
             await self._end(connection, committed=False)
             return
         await self._end(connection, committed=True)
@@ -121,7 +122,7 @@ class HeldClaim:
         if connection is None:  # committed alone, or being committed: wait for its outcome
             if await asyncio.shield(self.durable):
                 return None
-            raise Conflict(self.task_id, "its claim was undone before it was durable")
+            raise Conflict(next(iter(self.epochs)), "its claim was undone before it was durable")
         self._timer.cancel()
         statements = (_SAVEPOINT, (query, params), _RELEASE, _COMMIT)
         try:
