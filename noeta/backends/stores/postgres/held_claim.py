@@ -1,6 +1,9 @@
-"""An idle worker's lone claim, held open for its run's first write (ADR-0136): the claim's
-transaction stays open while the run loads, folds and makes its first write, and that
-write goes with the claim's COMMIT, so one WAL flush makes both durable.
+"""A claim of agent tasks held open for its runs' first write (ADR-0136): the claim's
+transaction stays open while the runs load, fold and make their first write, and that
+write goes with the claim's COMMIT, so one WAL flush makes both durable. An idle worker's
+claim of one task; a drain's claim of its next generation, whose runs' first writes go as
+one group-commit round (ADR-0147): the first write or round naming any of its tasks
+commits the claim of all of them.
 
 The claim went as `BEGIN; SET LOCAL transaction_timeout; <claim>`, pipelined, on the
 claims' connection. Then, whichever comes first:
@@ -57,7 +60,6 @@ BEGIN: tuple[Statement, ...] = (
 _COMMIT: Statement = ("COMMIT", {})
 # The first write in a savepoint: refused, it is rolled back alone and the claim commits.
 _SAVEPOINT: Statement = ("SAVEPOINT first_write", {})
-_RELEASE: Statement = ("RELEASE first_write", {})
 _UNDO_WRITE: Statement = ("ROLLBACK TO SAVEPOINT first_write", {})
 
 
@@ -124,7 +126,8 @@ class HeldClaim:
                 return None
             raise Conflict(next(iter(self.epochs)), "its claim was undone before it was durable")
         self._timer.cancel()
-        statements = (_SAVEPOINT, (query, params), _RELEASE, _COMMIT)
+        # No RELEASE before the COMMIT: the COMMIT ends the savepoint with the transaction.
+        statements = (_SAVEPOINT, (query, params), _COMMIT)
         try:
             _, written, *_ = await self._run_on(connection, statements)
         except (CommitUnknown, StoreUnavailable):  # cut, or the session ended: as a lost write
