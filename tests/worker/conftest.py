@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -177,6 +178,36 @@ async def until(check: Callable[[], Awaitable[bool]], what: str, within: float =
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting until {what}")
         await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def an_append_waiting_on_its_row(
+    postgres_url: str, worker: NoetaProcess, task_id: str = "t"
+) -> AsyncIterator[tuple[psycopg.Connection[Any], psycopg.Connection[Any], int]]:
+    """A worker paused before an append (`append.before_commit=pause@N`) let go while the
+    test holds its task's row: entered once that append waits on the row lock. Yields the
+    holding connection (its rollback lets the append on), an autocommit one, and the
+    waiting backend's pid."""
+    waiting = (
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+        " AND wait_event_type = 'Lock' AND query LIKE '%%noeta_append%%'"
+    )
+    with (
+        psycopg.connect(postgres_url) as blocker,
+        psycopg.connect(postgres_url, autocommit=True) as admin,
+    ):
+        blocker.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (task_id,))
+        worker.signal(signal.SIGCONT)
+        application = f"noeta-worker:{worker.name}"
+        pid: list[int] = []
+
+        async def append_waits() -> bool:
+            row = admin.execute(waiting, (application,)).fetchone()
+            pid[:] = [row[0]] if row else []
+            return bool(pid)
+
+        await until(append_waits, "the worker's append waits on the row lock")
+        yield blocker, admin, pid[0]
 
 
 def workspace_of(folder: Path, task_id: str) -> Path:

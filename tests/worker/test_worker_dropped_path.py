@@ -9,13 +9,20 @@ import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from noeta.core.ports.store import Store
 from tests.dropping_path import DroppingPath, dropping_path
 
-from .conftest import WorkerProcess, add_task, lapse_the_lease, log_types, status_of, until
+from .conftest import (
+    WorkerProcess,
+    add_task,
+    an_append_waiting_on_its_row,
+    lapse_the_lease,
+    log_types,
+    status_of,
+    until,
+)
 
 # A connection idle for 1 s is probed every second, and reset after 2 probes unanswered:
 # the kernel finds a dropped peer in about 3 s rather than noeta's 90 s (the URL's own
@@ -97,21 +104,7 @@ async def test_an_append_whose_reply_is_dropped_is_a_lost_claim_and_nothing_is_l
         prefix=path.command(),
     )
     await until(worker.paused, "the worker freezes before its first append")
-    with (
-        psycopg.connect(postgres_url) as blocker,
-        psycopg.connect(postgres_url, autocommit=True) as admin,
-    ):
-        blocker.execute("SELECT 1 FROM tasks WHERE id = 't' FOR UPDATE")
-        worker.signal(signal.SIGCONT)
-        waiting = (
-            "SELECT pid FROM pg_stat_activity WHERE application_name = 'noeta-worker:victim'"
-            " AND wait_event_type = 'Lock' AND query LIKE '%noeta_append%'"
-        )
-
-        async def append_waits() -> bool:
-            return admin.execute(waiting).fetchone() is not None
-
-        await until(append_waits, "the worker's append waits on the row lock")
+    async with an_append_waiting_on_its_row(postgres_url, worker) as (blocker, _, _):
         assert path.forget()
         started = asyncio.get_running_loop().time()
         blocker.rollback()  # the append commits in the server; its reply is dropped

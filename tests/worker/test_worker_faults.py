@@ -16,6 +16,7 @@ from noeta.core.ports.store import Store
 from .conftest import (
     WorkerProcess,
     add_task,
+    an_append_waiting_on_its_row,
     lapse_the_lease,
     log_types,
     status_of,
@@ -288,7 +289,6 @@ async def test_a_connection_killed_under_an_append_is_a_lost_claim(
     # claim is treated as lost; the next runner reads the log. The server really drops it:
     # the test holds the task's row lock so the append waits in the server, then
     # terminates that backend.
-    import psycopg
 
     await add_task(store, tmp_path, "t", {"text": "after the drop"})
     # Frozen before its second append until the test holds the row lock.
@@ -296,24 +296,8 @@ async def test_a_connection_killed_under_an_append_is_a_lost_claim(
         postgres_url, "victim", lease=LONG_LEASE, failpoints="append.before_commit=pause@2"
     )
     await until(worker.paused, "the worker freezes before its second append")
-    with (
-        psycopg.connect(postgres_url) as blocker,
-        psycopg.connect(postgres_url, autocommit=True) as admin,
-    ):
-        blocker.execute("SELECT 1 FROM tasks WHERE id = 't' FOR UPDATE")
-        worker.signal(signal.SIGCONT)
-        waiting = (
-            "SELECT pid FROM pg_stat_activity WHERE application_name = 'noeta-worker:victim'"
-            " AND wait_event_type = 'Lock' AND query LIKE '%noeta_append%'"
-        )
-
-        async def append_waits() -> bool:
-            return admin.execute(waiting).fetchone() is not None
-
-        await until(append_waits, "the worker's append waits on the row lock")
-        row = admin.execute(waiting).fetchone()
-        assert row is not None
-        admin.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+    async with an_append_waiting_on_its_row(postgres_url, worker) as (blocker, admin, pid):
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         # Released at once: the cut append was the model reply's, and the worker keeps the
         # reply for the next claimer (ADR-0082) before it reports the claim lost; the
         # keep's row in late_results takes a key-share lock on this very task row.
