@@ -3,6 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
+# The machine packages some tests need, installed as root or through sudo (a recipe's
+# shell fragment: `$(APT_GET_INSTALL) package`).
+APT_GET_INSTALL = sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq
+
 .PHONY: help install check lint test reachable bubblewrap chromium pgbouncer iproute2 bench bench-scale bench-peers cluster cluster-short cluster-upgrade cluster-mutants clean
 
 help:  ## List the targets
@@ -49,8 +54,7 @@ bubblewrap:  ## Install bubblewrap, which sandboxes Bash commands, when missing 
 	  echo "no bwrap and no apt-get: install bubblewrap, or Bash commands run without namespaces"; \
 	else \
 	  echo "installing bubblewrap for Bash's sandbox (apt-get)"; \
-	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq bubblewrap; fi
+	  $(APT_GET_INSTALL) bubblewrap; fi
 
 # The browser test (tests/web/test_browser.py) drives the distribution's Chromium; it is
 # skipped without one, except under CI, where it fails. `make install` brings it when
@@ -62,8 +66,7 @@ chromium:  ## Install Chromium for the browser test when the machine has none (a
 	  echo "no chromium and no apt-get: install Chromium for the browser test (tests/web)"; \
 	else \
 	  echo "installing chromium for the browser test (apt-get)"; \
-	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium; fi
+	  $(APT_GET_INSTALL) chromium; fi
 
 # The pooler tests (tests/stores/test_pgbouncer*.py, ADR-0106) run noeta through a real
 # PgBouncer in transaction mode; skipped without one, except under CI, where they fail.
@@ -74,9 +77,7 @@ pgbouncer:  ## Install PgBouncer for the pooler tests when the machine has none 
 	  echo "no pgbouncer and no apt-get: install PgBouncer for the pooler tests (tests/stores)"; \
 	else \
 	  echo "installing pgbouncer for the pooler tests (apt-get)"; \
-	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq \
-	    -o Dpkg::Options::=--force-confold pgbouncer; fi
+	  $(APT_GET_INSTALL) -o Dpkg::Options::=--force-confold pgbouncer; fi
 
 # The dropped-path tests (tests/dropping_path.py, ADR-0129) drop a worker's packets in the
 # kernel: network namespaces, a veth pair and tc, as root. Skipped without ip and tc,
@@ -88,8 +89,7 @@ iproute2:  ## Install ip and tc for the dropped-path tests when the machine has 
 	  echo "no ip/tc and no apt-get: install iproute2 for the dropped-path tests (tests/worker)"; \
 	else \
 	  echo "installing iproute2 for the dropped-path tests (apt-get)"; \
-	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq iproute2; fi
+	  $(APT_GET_INSTALL) iproute2; fi
 
 check: lint test  ## Everything a commit must pass
 
