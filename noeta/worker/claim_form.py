@@ -1,11 +1,17 @@
 """Which claim a worker sends: the one that starts fresh jobs (ADR-0101) only while its
-claims find jobs; the plain claim, half as costly for PostgreSQL to plan, otherwise."""
+claims find jobs; the plain claim, half as costly for PostgreSQL to plan, otherwise; and
+whether it is held open for its runs' first write (ADR-0136, ADR-0147)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-from noeta.core.ports.store import ClaimedTask, JobStarts, LoadedTask
+from noeta.core import failpoints
+from noeta.core.ports.store import ClaimedTask, ClaimKey, JobStarts, LoadedTask
+
+AFTER_COMMIT = "claim.after_commit"
+# Failpoints between a claim's commit and its run's first write: armed, no claim is held.
+AFTER_A_CLAIMS_COMMIT = (AFTER_COMMIT, "append.before_commit")
 
 # What a fresh job's log holds before its first run: its creation, its one call, and at
 # most the pin of a run that stopped before it began (ADR-0101), or a canvas member's pin
@@ -47,3 +53,17 @@ class ClaimForm:
             self._jobs_seen = any(each.loaded and each.loaded.started_by_claim for each in claimed)
         else:
             self._jobs_seen = any(fresh_job(each.loaded) for each in claimed)
+
+
+def holds(
+    starts: JobStarts | None, running: Collection[ClaimKey], finishing: Collection[ClaimKey]
+) -> bool:
+    """Whether a claim's transaction stays open for its runs' first write, one commit for
+    both (ADR-0136): a claim of agent tasks sent while none of the worker's runs will
+    write again, the worker idle or each run sending its finish (a drain's next
+    generation, ADR-0147). Not beside a run mid-step: the drain's groups would stay apart,
+    each claim waiting on the claims' connection for the other group's held round. Not a
+    claim that starts jobs (durable before their calls), nor one whose commit a fault
+    test or drill acts after."""
+    quiet = all(key in finishing for key in running)
+    return starts is None and quiet and not failpoints.armed(*AFTER_A_CLAIMS_COMMIT)

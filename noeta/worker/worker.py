@@ -52,7 +52,7 @@ from noeta.core.rules.task_state import TaskState
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.health.liveness import Liveness
 from noeta.observability import metrics, tracing
-from noeta.worker.claim_form import ClaimForm
+from noeta.worker.claim_form import AFTER_COMMIT, ClaimForm, holds
 from noeta.worker.claim_lines import log_claim, log_when_durable
 from noeta.worker.continuing import ContinuingClaims, follow_on
 from noeta.worker.idle_registration import IdleRegistration
@@ -67,9 +67,6 @@ from noeta.worker.warmup import warm_up
 log = logging.getLogger("noeta.worker")
 
 CLAIM_LOOP = "claim loop"
-AFTER_COMMIT = "claim.after_commit"
-# Failpoints between a claim's commit and its run's first write: armed, no claim is held.
-AFTER_A_CLAIMS_COMMIT = (AFTER_COMMIT, "append.before_commit")
 
 
 class Worker(ContinuingClaims):
@@ -297,10 +294,7 @@ class Worker(ContinuingClaims):
         # in flight (for a task committed too late for it to see) must not be lost.
         self._wake.clear()
         starts = self._claim_form.starts(self.runner.job_starts)
-        # An idle worker's claim of an agent task commits with its run's first write
-        # (ADR-0136); one that starts jobs must be durable before their calls, and one
-        # whose commit a fault test or drill acts after commits alone.
-        hold = not self.running and starts is None and not failpoints.armed(*AFTER_A_CLAIMS_COMMIT)
+        hold = holds(starts, self.running, self._freed)  # for its runs' first write
         try:
             claimed = await self.store.claim_and_load(
                 settings.name,

@@ -155,3 +155,54 @@ async def test_a_first_write_told_to_wait_by_a_model_limit_keeps_the_claim(
     assert claimed.durable is not None and await claimed.durable
     # Epoch 1 kept: the claim committed, with the hand-back the wait wrote (ADR-0075).
     assert await seen_by_others(postgres_url, "a") == ("ready", 1, last)
+
+
+async def held_open_several(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch, ids: str
+) -> list[tuple[ClaimedTask, int]]:
+    """Tasks `ids` claimed by one claim held until their runs' first write (never by the
+    clock, ADR-0147), each with its log's end."""
+    monkeypatch.setattr(held_claim, "HOLD_SECONDS", NEVER)
+    for task_id in ids:
+        await store.create_task(created(task_id))
+    claimed = await store.claim_and_load(
+        "w", ["default"], LEASE, limit=len(ids), snapshot_version="v", hold=True
+    )
+    assert sorted(each.claim.task_id for each in claimed) == sorted(ids)
+    assert all(each.durable is not None and each.loaded is not None for each in claimed)
+    return [(each, each.loaded.events[-1].seq) for each in claimed if each.loaded is not None]
+
+
+async def test_a_claim_of_several_commits_with_the_round_of_their_first_writes(
+    store: PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drain's claim of several agent tasks is held too: the first writes its runs send
+    in one turn of the loop go as one round with the claim's commit. Were the round sent
+    on a connection of its own, it would wait on the rows the claim holds (until NEVER)."""
+    claimed = await held_open_several(store, monkeypatch, "abc")
+    for each, last in claimed:  # nobody sees the claim before that commit
+        assert await seen_by_others(postgres_url, each.claim.task_id) == ("ready", 0, last)
+    written = await asyncio.gather(*(step(store, each.claim, last) for each, last in claimed))
+    assert written == [last + 1 for _, last in claimed]
+    for each, last in claimed:
+        assert each.durable is not None and await each.durable
+        assert await seen_by_others(postgres_url, each.claim.task_id) == ("running", 1, last + 1)
+    assert not store._held  # settled: the runs' next writes go as any
+
+
+async def test_a_claim_of_several_cut_in_its_round_is_undone_for_each(
+    store: PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session holding the claim ended before its round: each run is told its write's
+    outcome is unknown, each task is claimable again at once, and nothing of it landed."""
+    claimed = await held_open_several(store, monkeypatch, "ab")
+    backend = store._held["a"]._connection.info.backend_pid  # the claim's open session
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        await admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+    outcomes = await asyncio.gather(
+        *(step(store, each.claim, last) for each, last in claimed), return_exceptions=True
+    )
+    assert all(isinstance(outcome, CommitUnknown) for outcome in outcomes), outcomes
+    for each, last in claimed:
+        assert each.durable is not None and not await each.durable
+        assert await seen_by_others(postgres_url, each.claim.task_id) == ("ready", 0, last)

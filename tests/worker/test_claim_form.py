@@ -28,7 +28,7 @@ from noeta.core.ports.store import (
 from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
 from noeta.plugins.loading import module_pin
-from noeta.worker.claim_form import ClaimForm, fresh_job
+from noeta.worker.claim_form import ClaimForm, fresh_job, holds
 from noeta.worker.worker import Worker, WorkerSettings
 
 from .conftest import status_of, until
@@ -152,3 +152,15 @@ def test_an_empty_claim_leaves_the_form_as_it_was() -> None:
     form, starts = ClaimForm(), JobStarts(())
     form.found([], starts)
     assert form.starts(starts) is starts
+
+
+def test_a_claim_is_held_only_where_no_run_of_its_worker_writes_again() -> None:
+    """Idle, or every run sending its finish (a drain's next generation): held for its
+    runs' first write (ADR-0136, ADR-0147). Beside a run mid-step, or starting jobs: not."""
+    sending_finish, mid_step = ("a", 1), ("b", 1)
+    assert holds(None, running={}, finishing=set())
+    assert holds(None, running={sending_finish: None}, finishing={sending_finish})
+    assert not holds(
+        None, running={sending_finish: None, mid_step: None}, finishing={sending_finish}
+    )
+    assert not holds(JobStarts(()), running={}, finishing=set())

@@ -136,18 +136,19 @@ class PostgresClaims(PostgresConnection):
     async def _claim_and_hold(
         self, statement: str, params: dict[str, Any], worker: str, version: str
     ) -> list[ClaimedTask]:
-        """The idle claim of one agent task, its transaction left open for the run's first
-        write (ADR-0136); any other outcome is committed before it is returned."""
+        """A claim of agent tasks, its transaction left open for its runs' first write
+        (ADR-0136, ADR-0147); a claim that found none is committed before it is returned."""
         rows, connection = await self._claim_held(statement, params)
         self.queue_settings_seen = self.queue_settings_seen or settings_seen(rows)
         claimed = claimed_tasks(rows, worker, version)
         self._claimed_again(claimed)
-        if len(claimed) != 1:
+        if not claimed:
             await self._commit_held(connection)
             return claimed
-        (only,) = claimed
-        held = self._hold_claim(connection, only.claim.task_id, only.claim.epoch)
-        return [ClaimedTask(only.claim, only.loaded, held.durable)]
+        held = self._hold_claim(
+            connection, {each.claim.task_id: each.claim.epoch for each in claimed}
+        )
+        return [ClaimedTask(each.claim, each.loaded, held.durable) for each in claimed]
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:
         rows = await self._read(SECONDS_UNTIL_DUE, {"queues": list(queues)})

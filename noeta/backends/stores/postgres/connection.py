@@ -24,7 +24,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from noeta.backends.stores.postgres.group_commit import APPEND_BATCH, GroupCommit, Rows
+from noeta.backends.stores.postgres.group_commit import APPEND_BATCH, GroupCommit, LeanAppend, Rows
 from noeta.backends.stores.postgres.held_claim import BEGIN, HeldClaim
 from noeta.backends.stores.postgres.pool import open_pool
 from noeta.backends.stores.postgres.round_trip import fetch_all, within_deadline
@@ -126,7 +126,7 @@ class PostgresConnection:
         self._held: dict[str, HeldClaim] = {}
 
     async def close(self) -> None:
-        for held in list(self._held.values()):
+        for held in dict.fromkeys(self._held.values()):  # a claim of several: once
             await held.abandon()
         for own in (self._generic_pool, self._rounds_pool, self._renewal_pool):
             if own is not None:
@@ -191,8 +191,8 @@ class PostgresConnection:
         """Run a write (on the store's pool, or `pool`); a broken connection means its
         outcome is unknown (CommitUnknown). A task's write under a claim held open for
         it goes with that claim's commit (ADR-0136)."""
-        held = self._held.get(task_id) if task_id is not None else None
-        if held is not None and held.epoch == params.get("epoch"):
+        held = self._held_for(task_id, params.get("epoch")) if task_id is not None else None
+        if held is not None:
             written = await held.write(query, params)
             if written is not None:
                 return written
@@ -208,10 +208,20 @@ class PostgresConnection:
                 log.info("store: %s; re-running the statement with its checks", error)
         raise AssertionError("unreachable")
 
-    async def _write_round(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    async def _write_round(
+        self, query: str, params: Mapping[str, Any], items: Sequence[LeanAppend]
+    ) -> list[tuple[Any, ...]]:
         """A group commit's round, on the rounds' own connections where the store has them:
         a run holding a pool connection in a burst (`holding`) awaits the round that
-        carries its write, which must never wait for that run's pool (ADR-0139)."""
+        carries its write, which must never wait for that run's pool (ADR-0139). A round
+        carrying a write of a claim held open goes with that claim's commit (ADR-0147)."""
+        if self._held:
+            for item in items:
+                if (held := self._held_for(item.task_id, item.epoch)) is not None:
+                    written = await held.write(query, params)
+                    if written is not None:
+                        return written
+                    break  # the claim committed without it: the round goes as any
         return await self._write_many(query, params, pool=self._rounds_pool)
 
     async def _write_batch_and_claim(
@@ -271,20 +281,26 @@ class PostgresConnection:
         finally:
             await self._give_back_claims(connection)
 
-    def _hold_claim(self, connection: Any, task_id: str, epoch: int) -> HeldClaim:
-        """The claim open on `connection` waits for its run's first write (or commits alone
+    def _hold_claim(self, connection: Any, epochs: Mapping[str, int]) -> HeldClaim:
+        """The claim open on `connection` waits for its runs' first write (or commits alone
         within `HOLD_SECONDS`)."""
-        held = HeldClaim(
-            connection, task_id, epoch, self._run_on, self._give_back_claims, self._settled
-        )
-        self._held[task_id] = held
+        held = HeldClaim(connection, epochs, self._run_on, self._give_back_claims, self._settled)
+        for task_id in epochs:
+            self._held[task_id] = held
         return held
+
+    def _held_for(self, task_id: str, epoch: object) -> HeldClaim | None:
+        """The claim held open for `task_id` at `epoch`, if any."""
+        held = self._held.get(task_id)
+        return held if held is not None and held.epochs.get(task_id) == epoch else None
 
     def _settled(self, held: HeldClaim, committed: bool) -> None:
         """A committed claim's writes go as any; an undone one's stay refused here until
         its task is claimed again (its epoch may be the next claimer's)."""
-        if committed and self._held.get(held.task_id) is held:
-            del self._held[held.task_id]
+        if committed:
+            for task_id in held.epochs:
+                if self._held.get(task_id) is held:
+                    del self._held[task_id]
 
     def _claimed_again(self, claimed: Sequence[Any]) -> None:
         """An undone claim's epoch is refused here until this store claims its task again

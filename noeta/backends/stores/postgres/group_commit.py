@@ -57,7 +57,8 @@ class _SendAlone:
 _SEND_ALONE = _SendAlone()
 _Queued = tuple[LeanAppend, "asyncio.Future[int | _SendAlone]"]
 Rows = list[tuple[Any, ...]]
-RunBatch = Callable[[str, dict[str, Any]], Awaitable[Rows]]
+# A round: the batch statement, its parameters, and the appends it carries.
+RunBatch = Callable[[str, dict[str, Any], Sequence["LeanAppend"]], Awaitable[Rows]]
 # The batch and a claim, pipelined in one transaction: (the batch's rows, the claim's).
 RunWithClaim = Callable[[dict[str, Any], str, dict[str, Any]], Awaitable[tuple[Rows, Rows]]]
 
@@ -184,7 +185,7 @@ class GroupCommit:
         params = batch_params([item for item, _ in batch])
         try:
             if claim is None:
-                rows = await self._run_batch(APPEND_BATCH, params)
+                rows = await self._run_batch(APPEND_BATCH, params, [item for item, _ in batch])
             else:
                 assert self._run_with_claim is not None
                 rows, claimed = await self._run_with_claim(params, claim.statement, claim.params)

@@ -1,6 +1,9 @@
-"""An idle worker's lone claim, held open for its run's first write (ADR-0136): the claim's
-transaction stays open while the run loads, folds and makes its first write, and that
-write goes with the claim's COMMIT, so one WAL flush makes both durable.
+"""A claim of agent tasks held open for its runs' first write (ADR-0136): the claim's
+transaction stays open while the runs load, fold and make their first write, and that
+write goes with the claim's COMMIT, so one WAL flush makes both durable. An idle worker's
+claim of one task; a drain's claim of its next generation, whose runs' first writes go as
+one group-commit round (ADR-0147): the first write or round naming any of its tasks
+commits the claim of all of them.
 
 The claim went as `BEGIN; SET LOCAL transaction_timeout; <claim>`, pipelined, on the
 claims' connection. Then, whichever comes first:
@@ -57,23 +60,22 @@ BEGIN: tuple[Statement, ...] = (
 _COMMIT: Statement = ("COMMIT", {})
 # The first write in a savepoint: refused, it is rolled back alone and the claim commits.
 _SAVEPOINT: Statement = ("SAVEPOINT first_write", {})
-_RELEASE: Statement = ("RELEASE first_write", {})
 _UNDO_WRITE: Statement = ("ROLLBACK TO SAVEPOINT first_write", {})
 
 
 class HeldClaim:
-    """One claim's open transaction on a connection of its own, until it is settled."""
+    """One claim's open transaction on a connection of its own, until it is settled: the
+    claim of one task, or of several, whose runs' first writes share one round (ADR-0147)."""
 
     def __init__(
         self,
         connection: Any,
-        task_id: str,
-        epoch: int,
+        epochs: Mapping[str, int],
         run_on: RunOn,
         give_back: GiveBack,
         settled: Callable[[HeldClaim, bool], None],
     ) -> None:
-        self.task_id, self.epoch = task_id, epoch
+        self.epochs = epochs  # the tasks claimed, each at its claim's epoch
         self._connection: Any = connection
         self._run_on, self._give_back, self._settled = run_on, give_back, settled
         loop = asyncio.get_running_loop()
@@ -104,7 +106,8 @@ class HeldClaim:
         try:
             await self._run_on(connection, (_COMMIT,))
         except StoreError as error:
-            log.warning("claim of task %s: its commit failed (%s); undone", self.task_id, error)
+            tasks = ", ".join(self.epochs)
+            log.warning("claim of task(s) %s: its commit failed (%s); undone", tasks, error)
             await self._end(connection, committed=False)
             return
         await self._end(connection, committed=True)
@@ -121,9 +124,10 @@ class HeldClaim:
         if connection is None:  # committed alone, or being committed: wait for its outcome
             if await asyncio.shield(self.durable):
                 return None
-            raise Conflict(self.task_id, "its claim was undone before it was durable")
+            raise Conflict(next(iter(self.epochs)), "its claim was undone before it was durable")
         self._timer.cancel()
-        statements = (_SAVEPOINT, (query, params), _RELEASE, _COMMIT)
+        # No RELEASE before the COMMIT: the COMMIT ends the savepoint with the transaction.
+        statements = (_SAVEPOINT, (query, params), _COMMIT)
         try:
             _, written, *_ = await self._run_on(connection, statements)
         except (CommitUnknown, StoreUnavailable):  # cut, or the session ended: as a lost write
