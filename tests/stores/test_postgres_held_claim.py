@@ -206,3 +206,49 @@ async def test_a_claim_of_several_cut_in_its_round_is_undone_for_each(
     for each, last in claimed:
         assert each.durable is not None and not await each.durable
         assert await seen_by_others(postgres_url, each.claim.task_id) == ("ready", 0, last)
+
+
+async def undone_several(
+    store: PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch, ids: str
+) -> list[tuple[ClaimedTask, int]]:
+    """Tasks `ids` claimed by one held claim whose commit alone failed (its session ended
+    first): undone before any run wrote, each task's write refused here from now on."""
+    claimed = await held_open_several(store, monkeypatch, ids)
+    held = store._held[ids[0]]
+    backend = held._connection.info.backend_pid
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        await admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+    await held.commit_alone()
+    assert not await held.durable
+    return claimed
+
+
+async def test_a_write_of_an_undone_claim_of_several_is_refused_naming_its_own_task(
+    store: PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claimed = await undone_several(store, postgres_url, monkeypatch, "ab")
+    for each, last in claimed:
+        with pytest.raises(Conflict) as refused:
+            await step(store, each.claim, last)
+        assert refused.value.task_id == each.claim.task_id
+
+
+async def test_a_round_with_a_write_of_an_undone_claim_refuses_that_row_alone(
+    store: PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A double fault (the claim's commit failed, then its run wrote): the round carrying
+    that write refuses it, and writes the others it carries, as the fence would."""
+    ((undone, undone_last),) = await undone_several(store, postgres_url, monkeypatch, "a")
+    await store.create_task(created("other"))
+    other = await store.claim_task("w", "other", LEASE)
+    assert other is not None
+    other_last = (await store.read_log("other"))[-1].seq
+    outcomes = await asyncio.gather(
+        step(store, undone.claim, undone_last),
+        step(store, other, other_last),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[0], Conflict) and outcomes[0].task_id == "a", outcomes
+    assert outcomes[1] == other_last + 1, outcomes
+    assert await seen_by_others(postgres_url, "a") == ("ready", 0, undone_last)
+    assert await seen_by_others(postgres_url, "other") == ("running", 1, other_last + 1)

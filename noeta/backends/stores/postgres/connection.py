@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from noeta.backends.stores.postgres.group_commit import APPEND_BATCH, GroupCommit, LeanAppend, Rows
-from noeta.backends.stores.postgres.held_claim import BEGIN, HeldClaim
+from noeta.backends.stores.postgres.held_claim import BEGIN, HeldClaim, round_of_held
 from noeta.backends.stores.postgres.pool import open_pool
 from noeta.backends.stores.postgres.round_trip import fetch_all, within_deadline
 from noeta.core.errors import (
@@ -191,9 +191,8 @@ class PostgresConnection:
         """Run a write (on the store's pool, or `pool`); a broken connection means its
         outcome is unknown (CommitUnknown). A task's write under a claim held open for
         it goes with that claim's commit (ADR-0136)."""
-        held = self._held_for(task_id, params.get("epoch")) if task_id is not None else None
-        if held is not None:
-            written = await held.write(query, params)
+        if task_id is not None and (held := self._held_for(task_id, params.get("epoch"))):
+            written = await held.write(query, params, task_id)
             if written is not None:
                 return written
         for attempt in range(DEADLOCK_RETRIES + 1):
@@ -216,12 +215,14 @@ class PostgresConnection:
         carries its write, which must never wait for that run's pool (ADR-0139). A round
         carrying a write of a claim held open goes with that claim's commit (ADR-0147)."""
         if self._held:
-            for item in items:
-                if (held := self._held_for(item.task_id, item.epoch)) is not None:
-                    written = await held.write(query, params)
-                    if written is not None:
-                        return written
-                    break  # the claim committed without it: the round goes as any
+            claims = [self._held_for(item.task_id, item.epoch) for item in items]
+            if any(claims):
+                written = await round_of_held(claims, items, query, params, self._send_round)
+                if written is not None:
+                    return written
+        return await self._send_round(query, params)
+
+    async def _send_round(self, query: str, params: Mapping[str, Any]) -> Rows:
         return await self._write_many(query, params, pool=self._rounds_pool)
 
     async def _write_batch_and_claim(
