@@ -171,7 +171,7 @@ _LOAD = """{known}, snapshot AS (
 ){started}
 SELECT 0, c.id, c.last_seq, c.owner_epoch, {mark}, NULL, c.lease_until, {known_mark},
        c.taken_over, NULL
-  FROM claimed AS c
+  FROM claimed AS c{held}
 UNION ALL
 SELECT 1, s.task_id, s.seq, NULL, NULL, NULL, NULL, NULL, NULL, s.data FROM snapshot AS s
 UNION ALL
@@ -193,22 +193,36 @@ _FROM_SNAPSHOT = {
     "unknown": "",
     "known_mark": "NULL",
     "after": "coalesce((SELECT s.seq FROM snapshot AS s WHERE s.task_id = c.id), 0)",
+    "held": "",
 }
+# A claim held open for its runs' first writes (ADR-0136, ADR-0147) bounds its own
+# transaction: PostgreSQL ends it (and its session) this long after the claim, so a frozen
+# worker (SIGSTOP, a debugger) holds the tasks' rows no longer and the claim never
+# happened. transaction_timeout (PostgreSQL 17+), not idle_in_transaction_session_timeout:
+# psycopg ends a pipeline with a Flush message after its Sync, and the server disarms the
+# idle timer as it reads that message and arms it again only at the next Sync (measured:
+# a session left idle in a pipelined BEGIN lived on; docs/scaling.md). Set by the claim's
+# own statement, once a row is claimed (a claim of none commits at once): a SET LOCAL
+# of its own was one more statement in the pipeline the worker builds for every hold.
+TRANSACTION_TIMEOUT = "2s"
+_HOLD = f"\n WHERE set_config('transaction_timeout', '{TRANSACTION_TIMEOUT}', true) <> ''"
 
 
-def _claim_and_load(lean: bool) -> str:
+def _claim_and_load(lean: bool, *, held: bool = False) -> str:
     due = _CLAIM_DUE_TASKS.format(**_CLAIM_ONLY, **(_LEAN if lean else _WITH_SETTINGS))
     settings_row = _SETTINGS_ROW if lean else ""
+    load = {**_FROM_SNAPSHOT, "held": _HOLD} if held else _FROM_SNAPSHOT
     return compact(
         due
-        + _LOAD.format(
-            started="", mark="NULL", started_rows="", settings_row=settings_row, **_FROM_SNAPSHOT
-        )
+        + _LOAD.format(started="", mark="NULL", started_rows="", settings_row=settings_row, **load)
     )
 
 
 CLAIM_AND_LOAD = _claim_and_load(lean=False)
 LEAN_CLAIM_AND_LOAD = _claim_and_load(lean=True)
+# The same, its transaction left open and bounded (`TRANSACTION_TIMEOUT`), to be held.
+HELD_CLAIM_AND_LOAD = _claim_and_load(lean=False, held=True)
+LEAN_HELD_CLAIM_AND_LOAD = _claim_and_load(lean=True, held=True)
 
 # The same, starting the fresh jobs it claims (ADR-0101): their events written in the
 # claim's statement and commit, read back with the rest of the log (the statement's own
@@ -296,6 +310,7 @@ _FROM_KNOWN = {
     "after": """CASE WHEN EXISTS (SELECT FROM known AS k WHERE k.id = c.id)
        THEN %(known_seq)s::bigint
        ELSE coalesce((SELECT s.seq FROM snapshot AS s WHERE s.task_id = c.id), 0) END""",
+    "held": "",
 }
 CLAIM_NAMED_AND_LOAD = compact(
     _CLAIM_NAMED_TASKS.format(**_CLAIM_ONLY)

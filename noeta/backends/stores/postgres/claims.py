@@ -15,8 +15,10 @@ from noeta.backends.stores.postgres.claim_sql import (
     CLAIM_NEXT_TASK,
     CLAIM_THIS_TASK,
     COUNT_CLAIMABLE,
+    HELD_CLAIM_AND_LOAD,
     LEAN_CLAIM_AND_LOAD,
     LEAN_CLAIM_AND_START_JOBS,
+    LEAN_HELD_CLAIM_AND_LOAD,
     OWNED_BY,
     RELEASE_CLAIM,
     RENEW_CLAIMS,
@@ -39,6 +41,8 @@ _DUE_CLAIMS = {
     (True, False): LEAN_CLAIM_AND_LOAD,
     (True, True): LEAN_CLAIM_AND_START_JOBS,
 }
+# Held open for its runs' first writes (ADR-0136), by lean: its transaction bounded.
+_HELD_CLAIMS = {False: HELD_CLAIM_AND_LOAD, True: LEAN_HELD_CLAIM_AND_LOAD}
 
 
 class PostgresClaims(PostgresConnection):
@@ -82,7 +86,7 @@ class PostgresClaims(PostgresConnection):
         # The lean statement until one says a queue of its claimer has settings (ADR-0144).
         lean = only is None and not self.queue_settings_seen
         if hold and job_starts is None and only is None and self.holds_claims:
-            statement = _DUE_CLAIMS[lean, False]
+            statement = _HELD_CLAIMS[lean]
             claimed = await self._claim_and_hold(statement, params, worker, snapshot_version)
         else:
             claimed = await self._claim_and_load(lean, params, worker, job_starts, only)

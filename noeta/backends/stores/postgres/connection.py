@@ -269,7 +269,7 @@ class PostgresConnection:
         pool = self._generic_pool or await self._open_generic_pool(self._generic_settings)
         connection = await self._checkout(pool)
         try:
-            *_, rows = await self._run_on(connection, (*BEGIN, (query, params)))
+            _, rows = await self._run_on(connection, (BEGIN, (query, params)))
         except BaseException:
             await self._give_back_claims(connection)
             raise

@@ -5,8 +5,8 @@ claim of one task; a drain's claim of its next generation, whose runs' first wri
 one group-commit round (ADR-0147): the first write or round naming any of its tasks
 commits the claim of all of them.
 
-The claim went as `BEGIN; SET LOCAL transaction_timeout; <claim>`, pipelined, on the
-claims' connection. Then, whichever comes first:
+The claim went as `BEGIN; <claim>`, pipelined, on the claims' connection, the claim's
+statement setting its transaction's `transaction_timeout`. Then, whichever comes first:
 - the run's first write (a write naming the task and the claim's epoch): sent in a
   savepoint with a COMMIT behind it, pipelined, one round trip. Refused (the fence, a
   queue's limits, a deadlock), it is rolled back to its savepoint, the claim commits, and
@@ -16,8 +16,9 @@ claims' connection. Then, whichever comes first:
   statement refuses rows one by one); failed whole, the claim is undone with it.
 - `HOLD_SECONDS` pass: the claim commits alone, as every claim did before, and the run's
   write goes on the pool when it comes.
-- the worker freezes: PostgreSQL ends the transaction after `TRANSACTION_TIMEOUT`, the
-  claim never happened, and another worker claims the task.
+- the worker freezes: PostgreSQL ends the transaction after
+  `claim_sql.TRANSACTION_TIMEOUT`, the claim never happened, and another worker claims
+  the task.
 Nothing says the task is claimed before the commit is acknowledged: `durable` says so.
 A claim undone (or of unknown outcome) refuses every later write under its epoch here:
 the rolled-back epoch is the next claimer's too, and the fence compares epochs alone.
@@ -49,19 +50,10 @@ SendRound = Callable[[str, Mapping[str, Any]], Awaitable[Rows]]
 # loaded machine (docs/scaling.md); a run that starts plugins, waits for a model limit or
 # runs a hook takes longer and is not worth holding a row lock for.
 HOLD_SECONDS = 0.02
-# PostgreSQL ends the claim's transaction (and its session) this long after it began: a
-# frozen worker (SIGSTOP, a debugger) holds the task's row no longer, and the claim never
-# happened. transaction_timeout (PostgreSQL 17+), not idle_in_transaction_session_timeout:
-# psycopg ends a pipeline with a Flush message after its Sync, and the server disarms the
-# idle timer as it reads that message and arms it again only at the next Sync (measured:
-# a session left idle in a pipelined BEGIN lived on; docs/scaling.md).
-TRANSACTION_TIMEOUT = "2s"
 HELD_SINCE = 170000  # the server version with transaction_timeout
 Statement = tuple[str, Mapping[str, Any]]
-BEGIN: tuple[Statement, ...] = (
-    ("BEGIN", {}),
-    (f"SET LOCAL transaction_timeout = '{TRANSACTION_TIMEOUT}'", {}),
-)
+# The claim's statement bounds its own transaction (`claim_sql.TRANSACTION_TIMEOUT`).
+BEGIN: Statement = ("BEGIN", {})
 _COMMIT: Statement = ("COMMIT", {})
 # The first write in a savepoint: refused, it is rolled back alone and the claim commits.
 _SAVEPOINT: Statement = ("SAVEPOINT first_write", {})
