@@ -252,3 +252,29 @@ async def test_a_round_with_a_write_of_an_undone_claim_refuses_that_row_alone(
     assert outcomes[1] == other_last + 1, outcomes
     assert await seen_by_others(postgres_url, "a") == ("ready", 0, undone_last)
     assert await seen_by_others(postgres_url, "other") == ("running", 1, other_last + 1)
+
+
+async def test_a_round_carried_by_a_held_claim_refuses_an_undone_claims_row(
+    store: PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round carried by an open claim also names a task of a claim undone before, and
+    that task was claimed again elsewhere at the same epoch: the undone claim's row is
+    refused here (the fence could not tell the epochs apart), the rest commits."""
+    ((undone, undone_last),) = await undone_several(store, postgres_url, monkeypatch, "a")
+    other = await PostgresStore.open(postgres_url, max_connections=2)  # another worker's
+    try:
+        (again,) = await other.claim_and_load("w2", ["default"], LEASE, snapshot_version="v")
+        assert again.claim.epoch == undone.claim.epoch == 1
+        ((carrier, carrier_last),) = await held_open_several(store, monkeypatch, "b")
+        outcomes = await asyncio.gather(
+            step(store, undone.claim, undone_last),
+            step(store, carrier.claim, carrier_last),
+            return_exceptions=True,
+        )
+    finally:
+        await other.close()
+    assert isinstance(outcomes[0], Conflict) and outcomes[0].task_id == "a", outcomes
+    assert outcomes[1] == carrier_last + 1, outcomes
+    assert carrier.durable is not None and await carrier.durable
+    assert await seen_by_others(postgres_url, "a") == ("running", 1, undone_last)
+    assert await seen_by_others(postgres_url, "b") == ("running", 1, carrier_last + 1)

@@ -220,9 +220,9 @@ async def round_of_held(
 ) -> Rows | None:
     """A group-commit round of `items`, some of them tasks of claims held here (`claims`,
     item by item): carried by the open one, with its commit (ADR-0147). Else (None) it
-    goes as any, once every such claim is settled; but the writes of a claim undone are
-    refused row by row, as the fence refuses (their epoch may be the next claimer's too),
-    and the others sent without them."""
+    goes as any, once every such claim is settled. Wherever it goes, the writes of a
+    claim undone are refused row by row, as the fence refuses (their epoch may be the
+    next claimer's too), and the others sent without them."""
     carrier = None
     for held in dict.fromkeys(each for each in claims if each is not None):
         if carrier is None and held.open:
@@ -230,13 +230,28 @@ async def round_of_held(
         else:  # settled first: its rows must not wait on its locks, nor pass the fence
             await held.outcome()
     if carrier is not None:
-        written = await carrier.write_round(query, params)
+        kept, sent = _without_undone(claims, items, params)
+        written = await carrier.write_round(query, sent) if kept else None
         if written is not None:
-            return written
-    undone = {at for at, held in enumerate(claims, 1) if held is not None and held.undone}
-    if not undone:
+            return _answers(written, kept, len(items))
+    kept, sent = _without_undone(claims, items, params)  # the carrier undone since, too
+    if len(kept) == len(items):
         return None
-    kept = [at for at in range(1, len(items) + 1) if at not in undone]
-    rows = await send(query, batch_params([items[at - 1] for at in kept])) if kept else []
-    refused = [(at, None, "NT409", UNDONE) for at in sorted(undone)]
+    return _answers(await send(query, sent) if kept else [], kept, len(items))
+
+
+def _without_undone(
+    claims: Sequence[HeldClaim | None], items: Sequence[LeanAppend], params: Mapping[str, Any]
+) -> tuple[list[int], Mapping[str, Any]]:
+    """The positions (from 1) of the items no undone claim holds, and the round of them."""
+    kept = [at for at, held in enumerate(claims, 1) if held is None or not held.undone]
+    if len(kept) == len(items):
+        return kept, params
+    return kept, batch_params([items[at - 1] for at in kept])
+
+
+def _answers(rows: Rows, kept: Sequence[int], count: int) -> Rows:
+    """A round's rows for the items sent (`kept`), as the round of all `count` answers
+    them, the others refused: their claim was undone."""
+    refused = [(at, None, "NT409", UNDONE) for at in range(1, count + 1) if at not in kept]
     return [(kept[row[0] - 1], *row[1:]) for row in rows] + refused
