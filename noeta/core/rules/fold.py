@@ -49,7 +49,7 @@ from noeta.core.rules.events import (
     WakeupScheduled,
     WokenUp,
 )
-from noeta.core.rules.task_state import TaskState, build_state
+from noeta.core.rules.task_state import TaskState, derive
 from noeta.core.rules.texts import BUDGET_CALL, JOB_LOST, RESULT_CORRECTED, WOKEN_UP
 
 # Said to the model, from the fold, after a reply cut off by the output limit: being
@@ -71,7 +71,7 @@ class LoggedEvent:
 class _Folding:
     """The mutable builder behind `fold`: every event costs O(1), so a fold is linear."""
 
-    # TaskState's scalar fields, copied in and out by name (see _SCALARS).
+    # TaskState's scalar fields, read from the start until set (see _SCALAR_NAMES).
     config: TaskCreated | None
     last_seq: int
     turn: int
@@ -137,23 +137,21 @@ class _Folding:
 
     def __getattr__(self, name: str) -> object:
         """A scalar this fold has not set: the start's (nothing else is looked up there)."""
-        if name not in _SCALAR_AT:
+        if name not in _SCALAR_NAMES:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(self._start, name)
 
     def state(self) -> TaskState:
-        values = list(_read_fields(self._start))
         own = self.__dict__
-        for name in own.keys() & _SCALAR_AT.keys():
-            values[_SCALAR_AT[name]] = own[name]
-        values[_AT["messages"]] = extend(self.history, self.messages)
-        values[_AT["calls"]] = self.calls
-        values[_AT["started"]] = tuple(self.started.items())
-        values[_AT["results"]] = tuple(self.results)
-        values[_AT["taken_inbox"]] = frozenset(self.taken)
-        values[_AT["subtasks"]] = tuple(self.subtasks.values())
-        values[_AT["canvas_results"]] = tuple(self.canvas_results)
-        return build_state(values)
+        changes = {name: own[name] for name in own.keys() & _SCALAR_NAMES}
+        changes["messages"] = extend(self.history, self.messages)
+        changes["calls"] = self.calls
+        changes["started"] = tuple(self.started.items())
+        changes["results"] = tuple(self.results)
+        changes["taken_inbox"] = frozenset(self.taken)
+        changes["subtasks"] = tuple(self.subtasks.values())
+        changes["canvas_results"] = tuple(self.canvas_results)
+        return derive(self._start, changes)
 
 
 _COLLECTIONS = {
@@ -165,13 +163,9 @@ _COLLECTIONS = {
     "subtasks",
     "canvas_results",
 }
-_FIELDS = tuple(TaskState.__dataclass_fields__)
-_SCALARS = tuple(name for name in _FIELDS if name not in _COLLECTIONS)
-_AT = {name: at for at, name in enumerate(_FIELDS)}
-_SCALAR_AT = {name: _AT[name] for name in _SCALARS}
-_read_fields = attrgetter(*_FIELDS)
+_SCALAR_NAMES = TaskState.__dataclass_fields__.keys() - _COLLECTIONS
 _read_hot = attrgetter("last_seq", "newer_event", "unreadable")
-assert set(_SCALARS) == set(_Folding.__annotations__), "_Folding must mirror TaskState"
+assert set(_Folding.__annotations__) == _SCALAR_NAMES, "_Folding must mirror TaskState"
 
 
 # The state before any event: a frozen value of immutable defaults, made once. Each claimed
