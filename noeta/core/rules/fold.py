@@ -7,10 +7,10 @@ ModelCalled without a reply, or a ToolStarted without a finish, learns it here.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
-from typing import assert_never
+from typing import Any, assert_never
 
 from noeta.core.ports.model import Message, Text, ToolCall, ToolResult
 from noeta.core.ports.payload import JSONValue
@@ -81,6 +81,7 @@ class _Folding:
     model_calls_unsent: int
     model_call_open: int
     settled_unknown: tuple[str, ...]
+    calls: tuple[ToolCall, ...]
     replies: int
     truncated_in_row: int
     empty_in_row: int
@@ -118,54 +119,70 @@ class _Folding:
     subtask_tokens: int
     subtask_cost: str
 
+    # The collections a fold changes in place, in the builder's own form: made from the
+    # start's only when an event first touches one (`__getattr__`).
+    started: dict[str, int]
+    results: list[ToolResult]
+    taken: set[int]
+    # Keyed by child, and a list: a canvas of 10,000 members takes each launch and each
+    # end in O(1), not a tuple rebuilt per event (ADR-0104).
+    subtasks: dict[str, tuple[str, str, int]]
+    canvas_results: list[tuple[str, str, str]]
+
     def __init__(self, start: TaskState) -> None:
-        # A fold runs per append, mostly over an event or three: a scalar it does not set
+        # A fold runs per append, mostly over an event or three: a field it does not set
         # is read from `start` (`__getattr__`), and only those it set are copied out.
         self._start = start
         # Read at every event: kept here, not looked up through `__getattr__`.
         self.last_seq, self.newer_event, self.unreadable = _read_hot(start)
-        self.history = start.messages  # never copied: a snapshot's may be unbuilt
         self.messages: list[Message] = []  # what this fold adds
-        self.calls = start.calls
-        self.started = dict(start.started)
-        self.results = list(start.results)
-        self.taken = set(start.taken_inbox)
-        # Keyed by child, and a list: a canvas of 10,000 members takes each launch and
-        # each end in O(1), not a tuple rebuilt per event (ADR-0104).
-        self.subtasks = {launched[1]: launched for launched in start.subtasks}
-        self.canvas_results = list(start.canvas_results)
 
     def __getattr__(self, name: str) -> object:
-        """A scalar this fold has not set: the start's (nothing else is looked up there)."""
-        if name not in _SCALAR_NAMES:
+        """A field this fold has not set: the start's scalar, or a collection copied into
+        the builder's form, kept (nothing else is looked up there)."""
+        if name in _SCALAR_NAMES:
+            return getattr(self._start, name)
+        if name not in _COLLECTIONS:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return getattr(self._start, name)
+        _, copied_from, _ = _COLLECTIONS[name]
+        built = self.__dict__[name] = copied_from(self._start)
+        return built
 
     def state(self) -> TaskState:
         own = self.__dict__
         changes = {name: own[name] for name in own.keys() & _SCALAR_NAMES}
-        changes["messages"] = extend(self.history, self.messages)
-        changes["calls"] = self.calls
-        changes["started"] = tuple(self.started.items())
-        changes["results"] = tuple(self.results)
-        changes["taken_inbox"] = frozenset(self.taken)
-        changes["subtasks"] = tuple(self.subtasks.values())
-        changes["canvas_results"] = tuple(self.canvas_results)
+        if self.messages:  # the start's never copied: a snapshot's may be unbuilt
+            changes["messages"] = extend(self._start.messages, self.messages)
+        for name in own.keys() & _COLLECTIONS.keys():
+            field, _, frozen = _COLLECTIONS[name]
+            changes[field] = frozen(own[name])
         return derive(self._start, changes)
 
 
-_COLLECTIONS = {
-    "messages",
-    "calls",
-    "started",
-    "results",
-    "taken_inbox",
-    "subtasks",
-    "canvas_results",
+# Each collection the builder changes in place, by its name there: its field in the
+# state, the builder's copy of the state's, and the state's form of the builder's.
+_COLLECTIONS: dict[str, tuple[str, Callable[[TaskState], Any], Callable[[Any], Any]]] = {
+    "started": ("started", lambda state: dict(state.started), lambda own: tuple(own.items())),
+    "results": ("results", lambda state: list(state.results), tuple),
+    "taken": ("taken_inbox", lambda state: set(state.taken_inbox), frozenset),
+    "subtasks": (
+        "subtasks",
+        lambda state: {launched[1]: launched for launched in state.subtasks},
+        lambda own: tuple(own.values()),
+    ),
+    "canvas_results": ("canvas_results", lambda state: list(state.canvas_results), tuple),
 }
-_SCALAR_NAMES = TaskState.__dataclass_fields__.keys() - _COLLECTIONS
+# The fields set whole (`calls` too: never changed in place); `messages` is the builder's
+# own (what it adds to the start's conversation).
+_SCALAR_NAMES = (
+    TaskState.__dataclass_fields__.keys()
+    - {"messages"}
+    - {field for field, _, _ in _COLLECTIONS.values()}
+)
 _read_hot = attrgetter("last_seq", "newer_event", "unreadable")
-assert set(_Folding.__annotations__) == _SCALAR_NAMES, "_Folding must mirror TaskState"
+assert set(_Folding.__annotations__) == _SCALAR_NAMES | _COLLECTIONS.keys(), (
+    "_Folding must mirror TaskState"
+)
 
 
 # The state before any event: a frozen value of immutable defaults, made once. Each claimed
@@ -245,8 +262,7 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             f.calls = ()
             f.internal_errors_in_row = f.internal_errors_in_row + 1 if internal else 0
             f.last_answer, f.last_turn_outcome, f.last_turn_error = answer, outcome, error
-            f.started.clear()
-            f.results.clear()
+            f.started, f.results = {}, []  # not the start's copied to be emptied
             f.approved, f.waiting_call, f.waiting_input = (), "", ()
         case TaskFinished(status=status):
             f.finished = status
@@ -410,7 +426,7 @@ def _take_reply(f: _Folding, reply: ModelReplied) -> None:
         f.calls = ()
         return
     f.messages.append(Message("assistant", texts + calls))
-    f.results.clear()
+    f.results = []
     f.truncated_in_row = f.empty_in_row = 0
     f.calls = calls
     f.last_answer = "\n".join(block.text for block in texts)
