@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any, assert_never
 
 from noeta.core.ports.model import Message, Text, ToolCall, ToolResult
@@ -49,7 +49,7 @@ from noeta.core.rules.events import (
     WakeupScheduled,
     WokenUp,
 )
-from noeta.core.rules.task_state import TaskState, derive
+from noeta.core.rules.task_state import TaskState, state_of
 from noeta.core.rules.texts import BUDGET_CALL, JOB_LOST, RESULT_CORRECTED, WOKEN_UP
 
 # Said to the model, from the fold, after a reply cut off by the output limit: being
@@ -71,7 +71,7 @@ class LoggedEvent:
 class _Folding:
     """The mutable builder behind `fold`: every event costs O(1), so a fold is linear."""
 
-    # TaskState's scalar fields, read from the start until set (see _SCALAR_NAMES).
+    # TaskState's scalar fields: the start's, copied in at once (`__init__`).
     config: TaskCreated | None
     last_seq: int
     turn: int
@@ -128,20 +128,25 @@ class _Folding:
     # end in O(1), not a tuple rebuilt per event (ADR-0104).
     subtasks: dict[str, tuple[str, str, int]]
     canvas_results: list[tuple[str, str, str]]
+    # Not fields: the state folded from, and the messages this fold adds to its own.
+    _start: TaskState
+    messages: list[Message]
 
     def __init__(self, start: TaskState) -> None:
-        # A fold runs per append, mostly over an event or three: a field it does not set
-        # is read from `start` (`__getattr__`), and only those it set are copied out.
-        self._start = start
-        # Read at every event: kept here, not looked up through `__getattr__`.
-        self.last_seq, self.newer_event, self.unreadable = _read_hot(start)
-        self.messages: list[Message] = []  # what this fold adds
+        # The builder's attributes start as the start's fields, one copy of its dict: a
+        # rule reads a field as a plain attribute. The collections changed in place are
+        # left out until an event first touches one (`__getattr__`), and `messages` holds
+        # what this fold adds to the start's conversation.
+        fields = start.__dict__.copy()
+        for name in _IN_PLACE:
+            del fields[name]
+        fields["_start"] = start
+        fields["messages"] = []
+        self.__dict__ = fields
 
     def __getattr__(self, name: str) -> object:
-        """A field this fold has not set: the start's scalar, or a collection copied into
-        the builder's form, kept (nothing else is looked up there)."""
-        if name in _SCALAR_NAMES:
-            return getattr(self._start, name)
+        """A collection this fold has not touched: the start's, copied into the builder's
+        form and kept (nothing else is looked up here)."""
         if name not in _COLLECTIONS:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         _, copied_from, _ = _COLLECTIONS[name]
@@ -149,14 +154,16 @@ class _Folding:
         return built
 
     def state(self) -> TaskState:
-        own = self.__dict__
-        changes = {name: own[name] for name in own.keys() & _SCALAR_NAMES}
-        if self.messages:  # the start's never copied: a snapshot's may be unbuilt
-            changes["messages"] = extend(self._start.messages, self.messages)
-        for name in own.keys() & _COLLECTIONS.keys():
-            field, _, frozen = _COLLECTIONS[name]
-            changes[field] = frozen(own[name])
-        return derive(self._start, changes)
+        values = self.__dict__.copy()
+        start = values.pop("_start")
+        # The start's conversation never copied: a snapshot's may be unbuilt.
+        values["messages"] = extend(start.messages, values["messages"])
+        for name, (field, _, frozen) in _COLLECTIONS.items():
+            if name in values:
+                values[field] = frozen(values.pop(name))
+            elif field not in values:
+                values[field] = getattr(start, field)
+        return state_of(values)
 
 
 # Each collection the builder changes in place, by its name there: its field in the
@@ -172,6 +179,10 @@ _COLLECTIONS: dict[str, tuple[str, Callable[[TaskState], Any], Callable[[Any], A
     ),
     "canvas_results": ("canvas_results", lambda state: list(state.canvas_results), tuple),
 }
+_OWN = {"_start", "messages"}
+# The state's fields of the collections changed in place (`taken_inbox`, a frozenset, is
+# left beside the builder's `taken`: no rule reads it).
+_IN_PLACE = tuple(field for name, (field, _, _) in _COLLECTIONS.items() if field == name)
 # The fields set whole (`calls` too: never changed in place); `messages` is the builder's
 # own (what it adds to the start's conversation).
 _SCALAR_NAMES = (
@@ -179,8 +190,7 @@ _SCALAR_NAMES = (
     - {"messages"}
     - {field for field, _, _ in _COLLECTIONS.values()}
 )
-_read_hot = attrgetter("last_seq", "newer_event", "unreadable")
-assert set(_Folding.__annotations__) == _SCALAR_NAMES | _COLLECTIONS.keys(), (
+assert set(_Folding.__annotations__) == _SCALAR_NAMES | _COLLECTIONS.keys() | _OWN, (
     "_Folding must mirror TaskState"
 )
 

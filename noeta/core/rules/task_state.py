@@ -5,7 +5,7 @@ A plain frozen value: snapshots store it, `next_action` reads it, the runner kee
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +16,8 @@ from noeta.core.rules.events import TaskCreated
 
 
 # Not `slots=True`: a fold makes a state per append from the one before, and a state of
-# sixty fields kept in a dict is made as one C copy of the dict (`derive`, ADR-0149),
-# where slots take sixty descriptor calls.
+# sixty fields kept in a dict is made from a copy of that one's dict (`state_of`,
+# ADR-0149), where slots take sixty descriptor calls.
 @dataclass(frozen=True)
 class TaskState:
     config: TaskCreated | None = None
@@ -103,13 +103,10 @@ _new = object.__new__
 _set_values = TaskState.__dict__["__dict__"].__set__
 
 
-def derive(start: TaskState, changes: Mapping[str, Any]) -> TaskState:
-    """`start` with the fields named in `changes` set to their values, as
-    `dataclasses.replace(start, **changes)` makes it, without its checks and `__init__`:
-    the fields' dict copied whole and updated (a fifth of the cost). `changes` names
-    fields only (`fold.py`'s builder gives it nothing else)."""
-    values = start.__dict__.copy()
-    values.update(changes)
+def state_of(values: dict[str, Any]) -> TaskState:
+    """The state whose fields are `values` (every field, by name, nothing else), as
+    `TaskState(**values)` makes it without its `__init__`: the dict is the state's from
+    here on, the caller's copy, not changed after (a fold's, ADR-0149)."""
     state = _new(TaskState)
     _set_values(state, values)
     return state
