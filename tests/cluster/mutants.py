@@ -3,8 +3,7 @@ at a time, each of which a cluster run must catch (`make cluster-mutants`).
 
 A mutant takes one function's file, queue/postgres/functions/<name>.sql (its current
 definition, as CREATE OR REPLACE), changes one exact fragment (which must occur exactly
-`times`, once unless a check is written twice, so a mutant can never silently be the
-original, nor half of it), and re-creates the function on the
+once, so a mutant can never silently be the original), and re-creates the function on the
 run's schema after migrating. Its run stops at the first problem a finished task shows
 (early_stop.py), and must show the problem the mutant exists for (`shows`): a stall alone,
 or another mutant's symptom, does not catch it.
@@ -33,9 +32,6 @@ class Mutant:
     # What a run under it must show (a problem's words): caught for the reason it exists,
     # not only for a task a stall left unfinished.
     shows: tuple[str, ...]
-    # How often the fragment occurs: a check written in two statements (the batch's fence,
-    # in its continuing and its finishing UPDATE: ADR-0146) is broken in both.
-    times: int = 1
 
 
 MUTANTS = {
@@ -55,19 +51,17 @@ MUTANTS = {
     ),
     "batch-no-epoch-check": Mutant(
         "noeta_append_batch",
-        " WHERE id = i.task AND owner_epoch = i.epoch AND ",
-        " WHERE id = i.task AND ",
+        " AND held.owner_epoch = u.epoch\n",
+        "\n",
         "the group commit's batch without one row's epoch check",
         ("a stale owner's append landed",),  # the fence window's pair, one batch
-        times=2,
     ),
     "batch-no-expected-seq": Mutant(
         "noeta_append_batch",
-        " AND last_seq = i.expected_seq\n",
-        "\n",
+        "           AND held.last_seq = u.expected_seq\n",
+        "",
         "the group commit's batch without one row's expected_seq check",
         ("seqs are not 1..n",),  # the stale view's pair, one batch
-        times=2,
     ),
     "delivery-not-taken": Mutant(
         "noeta_append",
@@ -86,10 +80,8 @@ def mutated_sql(name: str) -> str:
     if not path.is_file():
         raise LookupError(f"mutant {name}: no file {path}")
     definition = path.read_text(encoding="utf-8")
-    if definition.count(mutant.original) != mutant.times:
-        raise LookupError(
-            f"mutant {name}: {mutant.original.strip()!r} is not in it {mutant.times} time(s)"
-        )
+    if definition.count(mutant.original) != 1:
+        raise LookupError(f"mutant {name}: {mutant.original.strip()!r} is not in it once")
     return definition.replace(mutant.original, mutant.mutated)
 
 

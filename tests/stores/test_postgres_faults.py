@@ -20,6 +20,9 @@ from noeta.testing.fault_proxy import FaultProxy
 from noeta.testing.store_contract import created
 
 DEADLINE = 1.0
+# Longer than the append's (PostgreSQL's default, 1 s), far shorter than the append's
+# deadline (60 s): a cycle that closed late costs a round, not a CommitUnknown.
+OTHERS_DEADLOCK_TIMEOUT_SECONDS = 10
 
 
 @pytest.fixture
@@ -149,12 +152,14 @@ async def test_worker_connections_name_themselves_and_bound_idle_transactions(
 async def test_a_deadlock_is_rerun_with_its_checks(
     migrated_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # PostgreSQL aborts the transaction whose backend runs the deadlock check first, after
-    # its deadlock_timeout. The other transaction sets a long one (where the role may), so
-    # only the append's backend checks: it is the victim, the case under test. Where the
-    # role may not, the append waits first and usually checks first; on a loaded machine
-    # the other may, so each round plays the deadlock in a queue of its own until the
-    # append is the victim.
+    # PostgreSQL aborts the transaction whose backend runs the deadlock check first, and a
+    # backend checks once a wait, its deadlock_timeout after the wait began. The other
+    # transaction sets a longer one (where the role may), so the append's backend checks
+    # first: it is the victim, the case under test. If the cycle closes only after the
+    # append's check (the other's request late by more than a second, as on a machine at
+    # a load of 11-15), nobody checks again until the other's timeout: the other is then
+    # the victim, and the round is played again in a queue of its own. Where the role may
+    # not set it, either backend may check first; the rounds cover that too.
     caplog.set_level(logging.INFO, logger="noeta.backends.stores.postgres")
     # The deadline is not under test: a round (a lock wait, a deadlock_timeout, the rerun
     # behind the other transaction's commit) outlived the default 10 s at a load of 20.
@@ -189,7 +194,7 @@ async def append_meets_a_deadlock(store: PostgresStore, dsn: str, queue: str) ->
                 contextlib.suppress(psycopg.errors.InsufficientPrivilege),
                 connection.transaction(),
             ):
-                connection.execute("SET deadlock_timeout = '60s'")
+                connection.execute(f"SET deadlock_timeout = '{OTHERS_DEADLOCK_TIMEOUT_SECONDS}s'")
             connection.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (b,))
             holding_b.set()
             release.wait(timeout=30)
@@ -213,17 +218,21 @@ async def append_meets_a_deadlock(store: PostgresStore, dsn: str, queue: str) ->
 
 
 async def wait_for_lock_wait(dsn: str) -> None:
-    """Until some backend in this database waits on a row lock."""
+    """Until some backend in this database waits on a row lock, asked on one connection
+    opened without blocking the loop the append runs on: the other transaction's request
+    must follow the append's wait within the append's deadlock_timeout."""
     query = (
         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
         " AND datname = current_database()"
     )
-    for _ in range(500):
-        with psycopg.connect(dsn, autocommit=True) as connection:
-            row = connection.execute(query).fetchone()
-        if row and row[0] > 0:
-            return
-        await asyncio.sleep(0.01)
+    loop = asyncio.get_running_loop()
+    give_up_at = loop.time() + 30
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+        while loop.time() < give_up_at:
+            row = await (await connection.execute(query)).fetchone()
+            if row and row[0] > 0:
+                return
+            await asyncio.sleep(0.005)
     raise AssertionError("the append never waited for the lock")
 
 

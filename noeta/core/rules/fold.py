@@ -7,10 +7,10 @@ ModelCalled without a reply, or a ToolStarted without a finish, learns it here.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from operator import attrgetter, itemgetter
-from typing import assert_never
+from operator import itemgetter
+from typing import Any, assert_never
 
 from noeta.core.ports.model import Message, Text, ToolCall, ToolResult
 from noeta.core.ports.payload import JSONValue
@@ -49,7 +49,7 @@ from noeta.core.rules.events import (
     WakeupScheduled,
     WokenUp,
 )
-from noeta.core.rules.task_state import TaskState, build_state
+from noeta.core.rules.task_state import TaskState, state_of
 from noeta.core.rules.texts import BUDGET_CALL, JOB_LOST, RESULT_CORRECTED, WOKEN_UP
 
 # Said to the model, from the fold, after a reply cut off by the output limit: being
@@ -71,7 +71,7 @@ class LoggedEvent:
 class _Folding:
     """The mutable builder behind `fold`: every event costs O(1), so a fold is linear."""
 
-    # TaskState's scalar fields, copied in and out by name (see _SCALARS).
+    # TaskState's scalar fields: the start's, copied in at once (`__init__`).
     config: TaskCreated | None
     last_seq: int
     turn: int
@@ -81,6 +81,7 @@ class _Folding:
     model_calls_unsent: int
     model_call_open: int
     settled_unknown: tuple[str, ...]
+    calls: tuple[ToolCall, ...]
     replies: int
     truncated_in_row: int
     empty_in_row: int
@@ -118,60 +119,80 @@ class _Folding:
     subtask_tokens: int
     subtask_cost: str
 
+    # The collections a fold changes in place, in the builder's own form: made from the
+    # start's only when an event first touches one (`__getattr__`).
+    started: dict[str, int]
+    results: list[ToolResult]
+    taken: set[int]
+    # Keyed by child, and a list: a canvas of 10,000 members takes each launch and each
+    # end in O(1), not a tuple rebuilt per event (ADR-0104).
+    subtasks: dict[str, tuple[str, str, int]]
+    canvas_results: list[tuple[str, str, str]]
+    # Not fields: the state folded from, and the messages this fold adds to its own.
+    _start: TaskState
+    messages: list[Message]
+
     def __init__(self, start: TaskState) -> None:
-        # A fold runs per append, mostly over an event or three: a scalar it does not set
-        # is read from `start` (`__getattr__`), and only those it set are copied out.
-        self._start = start
-        # Read at every event: kept here, not looked up through `__getattr__`.
-        self.last_seq, self.newer_event, self.unreadable = _read_hot(start)
-        self.history = start.messages  # never copied: a snapshot's may be unbuilt
-        self.messages: list[Message] = []  # what this fold adds
-        self.calls = start.calls
-        self.started = dict(start.started)
-        self.results = list(start.results)
-        self.taken = set(start.taken_inbox)
-        # Keyed by child, and a list: a canvas of 10,000 members takes each launch and
-        # each end in O(1), not a tuple rebuilt per event (ADR-0104).
-        self.subtasks = {launched[1]: launched for launched in start.subtasks}
-        self.canvas_results = list(start.canvas_results)
+        # The builder's attributes start as the start's fields, one copy of its dict: a
+        # rule reads a field as a plain attribute. The collections changed in place are
+        # left out until an event first touches one (`__getattr__`), and `messages` holds
+        # what this fold adds to the start's conversation.
+        fields = start.__dict__.copy()
+        for name in _IN_PLACE:
+            del fields[name]
+        fields["_start"] = start
+        fields["messages"] = []
+        self.__dict__ = fields
 
     def __getattr__(self, name: str) -> object:
-        """A scalar this fold has not set: the start's (nothing else is looked up there)."""
-        if name not in _SCALAR_AT:
+        """A collection this fold has not touched: the start's, copied into the builder's
+        form and kept (nothing else is looked up here)."""
+        if name not in _COLLECTIONS:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return getattr(self._start, name)
+        _, copied_from, _ = _COLLECTIONS[name]
+        built = self.__dict__[name] = copied_from(self._start)
+        return built
 
     def state(self) -> TaskState:
-        values = list(_read_fields(self._start))
-        own = self.__dict__
-        for name in own.keys() & _SCALAR_AT.keys():
-            values[_SCALAR_AT[name]] = own[name]
-        values[_AT["messages"]] = extend(self.history, self.messages)
-        values[_AT["calls"]] = self.calls
-        values[_AT["started"]] = tuple(self.started.items())
-        values[_AT["results"]] = tuple(self.results)
-        values[_AT["taken_inbox"]] = frozenset(self.taken)
-        values[_AT["subtasks"]] = tuple(self.subtasks.values())
-        values[_AT["canvas_results"]] = tuple(self.canvas_results)
-        return build_state(values)
+        values = self.__dict__.copy()
+        start = values.pop("_start")
+        # The start's conversation never copied: a snapshot's may be unbuilt.
+        values["messages"] = extend(start.messages, values["messages"])
+        for name, (field, _, frozen) in _COLLECTIONS.items():
+            if name in values:
+                values[field] = frozen(values.pop(name))
+            elif field not in values:
+                values[field] = getattr(start, field)
+        return state_of(values)
 
 
-_COLLECTIONS = {
-    "messages",
-    "calls",
-    "started",
-    "results",
-    "taken_inbox",
-    "subtasks",
-    "canvas_results",
+# Each collection the builder changes in place, by its name there: its field in the
+# state, the builder's copy of the state's, and the state's form of the builder's.
+_COLLECTIONS: dict[str, tuple[str, Callable[[TaskState], Any], Callable[[Any], Any]]] = {
+    "started": ("started", lambda state: dict(state.started), lambda own: tuple(own.items())),
+    "results": ("results", lambda state: list(state.results), tuple),
+    "taken": ("taken_inbox", lambda state: set(state.taken_inbox), frozenset),
+    "subtasks": (
+        "subtasks",
+        lambda state: {launched[1]: launched for launched in state.subtasks},
+        lambda own: tuple(own.values()),
+    ),
+    "canvas_results": ("canvas_results", lambda state: list(state.canvas_results), tuple),
 }
-_FIELDS = tuple(TaskState.__dataclass_fields__)
-_SCALARS = tuple(name for name in _FIELDS if name not in _COLLECTIONS)
-_AT = {name: at for at, name in enumerate(_FIELDS)}
-_SCALAR_AT = {name: _AT[name] for name in _SCALARS}
-_read_fields = attrgetter(*_FIELDS)
-_read_hot = attrgetter("last_seq", "newer_event", "unreadable")
-assert set(_SCALARS) == set(_Folding.__annotations__), "_Folding must mirror TaskState"
+_OWN = {"_start", "messages"}
+# The state's fields of the collections changed in place (`taken_inbox`, a frozenset, is
+# left beside the builder's `taken`: no rule reads it).
+_IN_PLACE = tuple(field for name, (field, _, _) in _COLLECTIONS.items() if field == name)
+# The fields set whole (`calls` too: never changed in place); `messages` is the builder's
+# own (what it adds to the start's conversation).
+_SCALAR_NAMES = (
+    TaskState.__dataclass_fields__.keys()
+    - {"messages"}
+    - {field for field, _, _ in _COLLECTIONS.values()}
+)
+assert set(_Folding.__annotations__) == _SCALAR_NAMES | _COLLECTIONS.keys() | _OWN, (
+    "_Folding must mirror TaskState"
+)
 
 
 # The state before any event: a frozen value of immutable defaults, made once. Each claimed
@@ -251,8 +272,7 @@ def _apply(f: _Folding, event: Event | UnknownEvent) -> None:
             f.calls = ()
             f.internal_errors_in_row = f.internal_errors_in_row + 1 if internal else 0
             f.last_answer, f.last_turn_outcome, f.last_turn_error = answer, outcome, error
-            f.started.clear()
-            f.results.clear()
+            f.started, f.results = {}, []  # not the start's copied to be emptied
             f.approved, f.waiting_call, f.waiting_input = (), "", ()
         case TaskFinished(status=status):
             f.finished = status
@@ -416,7 +436,7 @@ def _take_reply(f: _Folding, reply: ModelReplied) -> None:
         f.calls = ()
         return
     f.messages.append(Message("assistant", texts + calls))
-    f.results.clear()
+    f.results = []
     f.truncated_in_row = f.empty_in_row = 0
     f.calls = calls
     f.last_answer = "\n".join(block.text for block in texts)

@@ -35,6 +35,6 @@ def end_job_call(f: _Folding, content: str, is_error: bool) -> None:
     the turn's, so the task finishes with it."""
     f.turn_open = False
     f.calls = ()
-    f.results.clear()
+    f.results = []
     f.last_turn_outcome = "failed" if is_error else "answered"
     f.last_answer, f.last_turn_error = ("", content) if is_error else (content, "")

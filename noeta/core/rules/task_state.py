@@ -5,7 +5,7 @@ A plain frozen value: snapshots store it, `next_action` reads it, the runner kee
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,10 @@ from noeta.core.ports.pin import Pin
 from noeta.core.rules.events import TaskCreated
 
 
-@dataclass(frozen=True, slots=True)
+# Not `slots=True`: a fold makes a state per append from the one before, and a state of
+# sixty fields kept in a dict is made from a copy of that one's dict (`state_of`,
+# ADR-0149), where slots take sixty descriptor calls.
+@dataclass(frozen=True)
 class TaskState:
     config: TaskCreated | None = None
     last_seq: int = 0
@@ -96,30 +99,14 @@ class TaskState:
         return dict(self.started).get(call_id, 0)
 
 
-def _state_builder() -> Callable[[Iterable[object]], TaskState]:
-    """`build_state`, its loop unrolled: each field's slot set by a line of its own.
-
-    A fold makes a state per append, and the frozen dataclass's `__init__` sets each of
-    some sixty fields through `object.__setattr__` (10 us); setting the slots in a loop
-    over them takes 4.3 us, these lines 2.3 (as `dataclasses` does, the function is made
-    once, at import, from the field names: nothing of a task's goes into its text)."""
-    count = len(TaskState.__dataclass_fields__)
-    names = [f"v{at}" for at in range(count)]
-    lines = [
-        "def build_state(values):",
-        f"    {', '.join(names)}, = values",
-        "    state = _new(_TaskState)",
-        *(f"    _set{at}(state, {name})" for at, name in enumerate(names)),
-        "    return state",
-    ]
-    scope: dict[str, Any] = {"_new": object.__new__, "_TaskState": TaskState}
-    for at, name in enumerate(TaskState.__dataclass_fields__):
-        scope[f"_set{at}"] = getattr(TaskState, name).__set__
-    exec("\n".join(lines), scope)  # its text is made above from the field names only
-    built: Callable[[Iterable[object]], TaskState] = scope["build_state"]
-    built.__doc__ = """A TaskState of every field's value, in field order, as
-    `TaskState(*values)` makes it, at a quarter of the cost (`_state_builder`)."""
-    return built
+_new = object.__new__
+_set_values = TaskState.__dict__["__dict__"].__set__
 
 
-build_state = _state_builder()
+def state_of(values: dict[str, Any]) -> TaskState:
+    """The state whose fields are `values` (every field, by name, nothing else), as
+    `TaskState(**values)` makes it without its `__init__`: the dict is the state's from
+    here on, the caller's copy, not changed after (a fold's, ADR-0149)."""
+    state = _new(TaskState)
+    _set_values(state, values)
+    return state

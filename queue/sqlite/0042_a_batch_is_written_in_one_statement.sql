@@ -1,0 +1,3 @@
+-- The PostgreSQL twin writes noeta_append_batch's items in one statement (ADR-0150).
+-- sqlite has no such function (its appends fence in Python, one writer at a time):
+-- nothing to change.
