@@ -1,6 +1,6 @@
 """The store's pool hands out the connection returned last (LIFO), not the one idle
 longest (psycopg_pool's FIFO): a quiet process reuses the few connections it keeps warm
-(ADR-0127).
+(ADR-0127). It never hands out one the server or the network already ended (ADR-0148).
 
 A PostgreSQL session is warm for a statement once it has run it: psycopg prepares a
 statement on a connection after `prepare_threshold` (5) runs there, and the server
@@ -10,33 +10,82 @@ statements to the next of them, so nearly every pickup ran cold: never prepared,
 function compiled again (measured: docs/scaling.md, "The idle pickup on a warm
 connection"). Last in, first out, the pickup's statements land on the two or three
 connections the quiet worker keeps busy; under load every connection is in use either way.
+
+An idle session has nothing to say: a socket that is readable while its connection sits
+in the pool holds the server's goodbye (a FATAL and EOF: a restart, `pg_terminate_backend`,
+`idle_session_timeout`) or the kernel's (a reset, a keepalive that went unanswered), or,
+rarely, something a healthy session may send unasked (a NOTIFY, a NOTICE, a
+ParameterStatus). One zero-timeout poll tells the usual case (nothing readable) without a
+round trip; libpq reads and parses what is there, and only a connection it finds closed is
+discarded.
 """
 
 from __future__ import annotations
 
+import select
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from noeta.core.errors import StoreUnavailable
 
+_OK = psycopg.pq.ConnStatus.OK
+# A FATAL and then EOF arrive as two reads; more than this many readable in a row is a
+# healthy session receiving a stream of notifications, kept.
+_READS = 4
+
+
+def is_alive(connection: psycopg.AsyncConnection[Any]) -> bool:
+    """False if the server or the network has ended this idle connection: without a round
+    trip (a zero-timeout poll of its socket; libpq reads what is there, if anything).
+
+    What a healthy session sent unasked stays with it: a NOTIFY queued in libpq for the
+    next statement to deliver, a NOTICE given to the connection's handlers, a
+    ParameterStatus recorded."""
+    pgconn = connection.pgconn
+    if pgconn.status != _OK:
+        return False
+    poller = select.poll()  # not select(): a process may hold descriptors past 1024
+    poller.register(pgconn.socket, select.POLLIN)
+    for _ in range(_READS):
+        if not poller.poll(0):
+            return True
+        try:
+            pgconn.consume_input()  # EOF, a reset or a timed-out keepalive raise here
+        except psycopg.OperationalError:
+            return False
+        pgconn.is_busy()  # parses what came: the server's FATAL goes to the notice handlers
+    return pgconn.status == _OK
+
 
 class LastInFirstOutPool(AsyncConnectionPool[Any]):
-    """psycopg_pool's pool, taking the most recently returned connection first.
+    """psycopg_pool's pool, taking the most recently returned connection first, and
+    passing over (and replacing) any the server or the network has ended.
 
     The override replaces one line of psycopg_pool's `_get_ready_connection` (its
     `popleft()`); the rest (the wait queue, growth, shrinking the least recently used
     from the left, the statistics) is psycopg_pool's own. `tests/stores/test_pool_order`
-    fails if a psycopg_pool upgrade stops calling it."""
+    fails if a psycopg_pool upgrade stops calling it.
+
+    The look is here, under the pool's lock, rather than in psycopg_pool's `check`
+    callback: a connection that fails that check costs its caller a backoff sleep before
+    the next is tried (1 s, then 2 s, ...), and after a restart every idle connection
+    fails it (ADR-0148)."""
 
     # The signature is psycopg_pool's, timeout included.
     async def _get_ready_connection(self, timeout: float | None) -> Any:  # noqa: ASYNC109
-        if not self._pool or (timeout is not None and timeout <= 0.0):
-            # None ready (the wait queue's rules), or out of time (PoolTimeout): its own.
-            return await super()._get_ready_connection(timeout)
-        connection = self._pool.pop()
-        self._nconns_min = min(self._nconns_min, len(self._pool))
-        return connection
+        while self._pool and (timeout is None or timeout > 0.0):
+            connection = self._pool.pop()
+            self._nconns_min = min(self._nconns_min, len(self._pool))
+            if is_alive(connection):
+                return connection
+            # Closed, it goes back as psycopg_pool's own broken ones do: counted lost and
+            # replaced by a new connection; the next one is looked at.
+            await self._close_connection(connection)
+            await self._return_connection(connection, from_getconn=True)
+        # None ready (the wait queue's rules), or out of time (PoolTimeout): its own.
+        return await super()._get_ready_connection(timeout)
 
 
 async def open_pool(
