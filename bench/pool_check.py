@@ -106,8 +106,10 @@ async def after_the_end(dsn: str, kind: str) -> tuple[float, int]:
                 (name,),
             )
             alive = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-            while (await (await admin.execute(alive, (name,))).fetchone() or (0,))[0]:
-                await asyncio.sleep(0.01)  # until the server has ended them all
+            for _ in range(1000):  # until the server has ended them all
+                if not (await (await admin.execute(alive, (name,))).fetchone() or (0,))[0]:
+                    break
+                await asyncio.sleep(0.01)
         failed = 0
         started = time.perf_counter()
         while True:
@@ -136,8 +138,8 @@ async def run(dsn: str, rounds: int, count: int) -> None:
         for number in range(rounds):
             order = KINDS if number % 2 == 0 else tuple(reversed(KINDS))
             figures = {kind: await checkouts(pools[kind], count) for kind in order}
-            for kind in ratios:
-                ratios[kind].append(figures[kind] / figures["none"])
+            for kind, values in ratios.items():
+                values.append(figures[kind] / figures["none"])
             cells = " | ".join(f"{figures[kind]:.1f}" for kind in KINDS)
             print(
                 f"| {number + 1} | {'→' if number % 2 == 0 else '←'} | {cells} | "
