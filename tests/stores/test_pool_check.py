@@ -11,7 +11,12 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 
+from noeta.backends.stores.embedded import EmbeddedPostgres
 from noeta.backends.stores.postgres import PostgresStore
+from noeta.testing.store_contract import created
+from tests.worker.conftest import private_server
+
+__all__ = ["private_server"]  # the fixture
 
 CONNECTIONS = 4
 APPLICATION = "noeta-pool-check"
@@ -91,3 +96,25 @@ async def test_a_session_with_a_notification_waiting_is_kept(
     assert [n.payload for n in delivered] == ["unasked"]  # given to its next statement
     assert store._pool.get_stats().get("connections_lost", 0) == 0
     await store._read("UNLISTEN *", {})
+
+
+async def test_after_a_restart_the_first_write_takes_a_live_session(
+    private_server: EmbeddedPostgres,
+) -> None:
+    # After a restart every pooled session is one the server ended: a write on one would
+    # be CommitUnknown (a worker's claim reported lost).
+    store = await PostgresStore.open(
+        private_server.start(),
+        migrate=True,
+        max_connections=CONNECTIONS,
+        min_connections=CONNECTIONS,
+    )
+    try:
+        await store.create_task(created("before"))
+        await asyncio.to_thread(private_server.stop, mode="fast")  # ends every session
+        await asyncio.to_thread(private_server.start)
+        await store.create_task(created("after"))  # no error: its session was a new one
+        assert await store.get_task("after") is not None
+        assert store._pool.get_stats()["connections_lost"] == CONNECTIONS
+    finally:
+        await store.close()
