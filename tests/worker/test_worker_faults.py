@@ -345,6 +345,14 @@ async def test_a_quiet_workers_idle_sessions_killed_cost_no_task(
         for pid in ended:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
     assert len(ended) >= 6, ended  # the pool's sessions (concurrency + 2) and the claims'
+
+    async def all_ended() -> bool:  # ended, not ending: one ending mid-statement is a cut
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            left = "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)"
+            row = await (await admin.execute(left, (ended,))).fetchone()
+        return row is not None and row[0] == 0
+
+    await until(all_ended, "the server has ended every idle session")
     for n in range(12):
         await add_task(store, tmp_path, f"t{n}", {"text": f"answer {n}"})
 

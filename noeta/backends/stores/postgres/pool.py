@@ -31,7 +31,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from noeta.core.errors import StoreUnavailable
 
 _OK = psycopg.pq.ConnStatus.OK
-# A FATAL and then EOF arrive as two reads; more than this many readable in a row is a
+_SEVERITY = psycopg.pq.DiagnosticField.SEVERITY_NONLOCALIZED
+# A FATAL and then EOF may arrive as two reads; more than this many readable in a row is a
 # healthy session receiving a stream of notifications, kept.
 _READS = 4
 
@@ -55,8 +56,29 @@ def is_alive(connection: psycopg.AsyncConnection[Any]) -> bool:
             pgconn.consume_input()  # EOF, a reset or a timed-out keepalive raise here
         except psycopg.OperationalError:
             return False
-        pgconn.is_busy()  # parses what came: the server's FATAL goes to the notice handlers
+        if _ended_in_what_came(pgconn):
+            return False
     return pgconn.status == _OK
+
+
+def _ended_in_what_came(pgconn: Any) -> bool:
+    """Parse what an idle session received; True if it is the server's FATAL, which it
+    sends an idle session only as it ends it (its EOF may not have arrived yet). libpq
+    gives an error received while idle to the notice handler: it is watched here, and
+    still passed on to psycopg's."""
+    handler = pgconn.notice_handler
+    severities: list[bytes | None] = []
+
+    def noticed(result: Any) -> None:
+        severities.append(result.error_field(_SEVERITY))
+        handler(result)
+
+    pgconn.notice_handler = noticed
+    try:
+        pgconn.is_busy()  # parses the input: notices to the handler, NOTIFYs queued
+    finally:
+        pgconn.notice_handler = handler
+    return b"FATAL" in severities or b"PANIC" in severities
 
 
 class LastInFirstOutPool(AsyncConnectionPool[Any]):
