@@ -91,9 +91,9 @@ class LastInFirstOutPool(AsyncConnectionPool[Any]):
     fails if a psycopg_pool upgrade stops calling it.
 
     The look is here, under the pool's lock, rather than in psycopg_pool's `check`
-    callback: a connection that fails that check costs its caller a backoff sleep before
-    the next is tried (1 s, then 2 s, ...), and after a restart every idle connection
-    fails it (ADR-0148)."""
+    callback: after a connection fails that check, psycopg_pool tries the next at once,
+    then sleeps 1 s, 2 s, ... before each further one, and after a restart every idle
+    connection fails it (ADR-0148)."""
 
     # The signature is psycopg_pool's, timeout included.
     async def _get_ready_connection(self, timeout: float | None) -> Any:  # noqa: ASYNC109
