@@ -96,16 +96,23 @@ async def test_a_server_timeout_is_a_store_error_not_a_lost_claim(
 async def test_ended_sessions_are_unavailable_for_a_read_then_reconnected(
     migrated: str, postgres_server: TestPostgres
 ) -> None:
+    # Sessions the server ends under a burst, which holds its connection: no checkout, so
+    # the pool's look at an idle one (ADR-0148) never meets them. A read on one is
+    # StoreUnavailable, a write CommitUnknown, and the next statement takes a new one.
     store = await PostgresStore.open(migrated, application_name="noeta-ended")
     try:
         await store.create_task(created("a"))
-        assert postgres_server.end_sessions(migrated, "noeta-ended") >= 1
-        with pytest.raises(StoreUnavailable):
-            await store.get_task("a")
+        async with store.holding():
+            await store.get_task("a")  # the burst's connection, taken here
+            assert postgres_server.end_sessions(migrated, "noeta-ended") >= 1
+            with pytest.raises(StoreUnavailable):
+                await store.get_task("a")
         assert await store.get_task("a") is not None  # a fresh session from the pool
-        assert postgres_server.end_sessions(migrated, "noeta-ended") >= 1
-        with pytest.raises(CommitUnknown):  # a write whose reply was lost: never retried
-            await store.create_task(created("b"))
+        async with store.holding():
+            await store.get_task("a")
+            assert postgres_server.end_sessions(migrated, "noeta-ended") >= 1
+            with pytest.raises(CommitUnknown):  # a write whose reply was lost: never retried
+                await store.create_task(created("b"))
     finally:
         await store.close()
 

@@ -46,9 +46,9 @@ async def test_a_quiet_workers_dropped_connections_are_found_dead_and_cost_no_ta
     # ADR-0127/0129: a quiet worker's idle sessions, LISTEN included, sit unused while
     # the path drops everything. Keepalive probes meet the drop: the kernel resets every
     # one (one a poll is using ends at its deadline), none is left hanging. Once the path
-    # heals the burst finds the pool's reset sessions broken at once, as it finds
-    # server-ended ones (test_a_quiet_workers_idle_sessions_killed_cost_no_task): a
-    # write's claim lost there is taken over a lease later. Every task ends done, once.
+    # heals the pools pass over their reset sessions, as over server-ended ones
+    # (ADR-0148, test_a_quiet_workers_idle_sessions_killed_cost_no_task): no write meets
+    # one, no claim is lost. Every task ends done, claimed once.
     await add_task(store, tmp_path, "warm", {"text": "warm"})
     quiet = workers(path.url(**QUICK_KEEPALIVES), "quiet", concurrency=3, prefix=path.command())
 
@@ -76,6 +76,8 @@ async def test_a_quiet_workers_dropped_connections_are_found_dead_and_cost_no_ta
     quiet.signal(signal.SIGTERM)
     assert await quiet.exit_code() == 0
     assert quiet.log().count("claimed task") == 7  # each claimed once
+    assert "claim lost" not in quiet.log()
+    assert "took over task" not in quiet.log()
     for n in range(6):
         assert (await log_types(store, f"t{n}")).count("TaskFinished") == 1
 

@@ -324,8 +324,9 @@ async def test_a_quiet_workers_idle_sessions_killed_cost_no_task(
 ) -> None:
     # ADR-0127: a quiet worker keeps to its warm sessions, so the others sit idle and a
     # server's idle_session_timeout or a restart of their backends ends them unseen. The
-    # server really ends them; the burst that needs them finds each one broken: every
-    # task still ends done, each claimed once.
+    # server really ends them; the pools pass over each one they would hand out (ADR-0148):
+    # no write of the burst meets an ended session, so no claim is lost or taken over,
+    # and every task ends done, each claimed once.
     import psycopg
 
     await add_task(store, tmp_path, "warm", {"text": "warm"})
@@ -344,6 +345,14 @@ async def test_a_quiet_workers_idle_sessions_killed_cost_no_task(
         for pid in ended:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
     assert len(ended) >= 6, ended  # the pool's sessions (concurrency + 2) and the claims'
+
+    async def all_ended() -> bool:  # ended, not ending: one ending mid-statement is a cut
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            left = "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)"
+            row = await (await admin.execute(left, (ended,))).fetchone()
+        return row is not None and row[0] == 0
+
+    await until(all_ended, "the server has ended every idle session")
     for n in range(12):
         await add_task(store, tmp_path, f"t{n}", {"text": f"answer {n}"})
 
@@ -354,3 +363,6 @@ async def test_a_quiet_workers_idle_sessions_killed_cost_no_task(
     quiet.signal(signal.SIGTERM)
     assert await quiet.exit_code() == 0
     assert quiet.log().count("claimed task") == 13  # each claimed once
+    assert "claim lost" not in quiet.log()
+    assert "took over task" not in quiet.log()
+    assert "outcome is unknown" not in quiet.log()  # nor a claim's, on the claims' own

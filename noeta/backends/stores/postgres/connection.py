@@ -26,7 +26,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from noeta.backends.stores.postgres.group_commit import APPEND_BATCH, GroupCommit, Rows
 from noeta.backends.stores.postgres.held_claim import BEGIN, HeldClaim
-from noeta.backends.stores.postgres.pool import open_pool
+from noeta.backends.stores.postgres.pool import LastInFirstOutPool, open_pool
 from noeta.backends.stores.postgres.round_trip import fetch_all, within_deadline
 from noeta.core.errors import (
     CommitUnknown,
@@ -319,7 +319,9 @@ class PostgresConnection:
         never holds one."""
         async with self._generic_opening:
             if self._generic_pool is None:
-                pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                # One connection, so order does not apply: the pool is for its look at
+                # an idle session before the claim's write (ADR-0148).
+                pool: AsyncConnectionPool[Any] = LastInFirstOutPool(
                     self._dsn,
                     kwargs=settings,
                     min_size=1,

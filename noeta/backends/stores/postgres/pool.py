@@ -1,6 +1,6 @@
 """The store's pool hands out the connection returned last (LIFO), not the one idle
 longest (psycopg_pool's FIFO): a quiet process reuses the few connections it keeps warm
-(ADR-0127).
+(ADR-0127). It never hands out one the server or the network already ended (ADR-0148).
 
 A PostgreSQL session is warm for a statement once it has run it: psycopg prepares a
 statement on a connection after `prepare_threshold` (5) runs there, and the server
@@ -10,33 +10,104 @@ statements to the next of them, so nearly every pickup ran cold: never prepared,
 function compiled again (measured: docs/scaling.md, "The idle pickup on a warm
 connection"). Last in, first out, the pickup's statements land on the two or three
 connections the quiet worker keeps busy; under load every connection is in use either way.
+
+An idle session has nothing to say: a socket that is readable while its connection sits
+in the pool holds the server's goodbye (a FATAL and EOF: a restart, `pg_terminate_backend`,
+`idle_session_timeout`) or the kernel's (a reset, a keepalive that went unanswered), or,
+rarely, something a healthy session may send unasked (a NOTIFY, a NOTICE, a
+ParameterStatus). One zero-timeout poll tells the usual case (nothing readable) without a
+round trip; libpq reads and parses what is there, and only a connection it finds closed is
+discarded.
 """
 
 from __future__ import annotations
 
+import select
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from noeta.core.errors import StoreUnavailable
 
+_OK = psycopg.pq.ConnStatus.OK
+_SEVERITY = psycopg.pq.DiagnosticField.SEVERITY_NONLOCALIZED
+# A FATAL and then EOF may arrive as two reads; more than this many readable in a row is a
+# healthy session receiving a stream of notifications, kept.
+_READS = 4
+
+
+def is_alive(connection: psycopg.AsyncConnection[Any]) -> bool:
+    """False if the server or the network has ended this idle connection: without a round
+    trip (a zero-timeout poll of its socket; libpq reads what is there, if anything).
+
+    What a healthy session sent unasked stays with it: a NOTIFY queued in libpq for the
+    next statement to deliver, a NOTICE given to the connection's handlers, a
+    ParameterStatus recorded."""
+    pgconn = connection.pgconn
+    if pgconn.status != _OK:
+        return False
+    poller = select.poll()  # not select(): a process may hold descriptors past 1024
+    poller.register(pgconn.socket, select.POLLIN)
+    for _ in range(_READS):
+        if not poller.poll(0):
+            return True
+        try:
+            pgconn.consume_input()  # EOF, a reset or a timed-out keepalive raise here
+        except psycopg.OperationalError:
+            return False
+        if _ended_in_what_came(pgconn):
+            return False
+    return pgconn.status == _OK
+
+
+def _ended_in_what_came(pgconn: Any) -> bool:
+    """Parse what an idle session received; True if it is the server's FATAL, which it
+    sends an idle session only as it ends it (its EOF may not have arrived yet). libpq
+    gives an error received while idle to the notice handler: it is watched here, and
+    still passed on to psycopg's."""
+    handler = pgconn.notice_handler
+    severities: list[bytes | None] = []
+
+    def noticed(result: Any) -> None:
+        severities.append(result.error_field(_SEVERITY))
+        handler(result)
+
+    pgconn.notice_handler = noticed
+    try:
+        pgconn.is_busy()  # parses the input: notices to the handler, NOTIFYs queued
+    finally:
+        pgconn.notice_handler = handler
+    return b"FATAL" in severities or b"PANIC" in severities
+
 
 class LastInFirstOutPool(AsyncConnectionPool[Any]):
-    """psycopg_pool's pool, taking the most recently returned connection first.
+    """psycopg_pool's pool, taking the most recently returned connection first, and
+    passing over (and replacing) any the server or the network has ended.
 
     The override replaces one line of psycopg_pool's `_get_ready_connection` (its
     `popleft()`); the rest (the wait queue, growth, shrinking the least recently used
     from the left, the statistics) is psycopg_pool's own. `tests/stores/test_pool_order`
-    fails if a psycopg_pool upgrade stops calling it."""
+    fails if a psycopg_pool upgrade stops calling it.
+
+    The look is here, under the pool's lock, rather than in psycopg_pool's `check`
+    callback: after a connection fails that check, psycopg_pool tries the next at once,
+    then sleeps 1 s, 2 s, ... before each further one, and after a restart every idle
+    connection fails it (ADR-0148)."""
 
     # The signature is psycopg_pool's, timeout included.
     async def _get_ready_connection(self, timeout: float | None) -> Any:  # noqa: ASYNC109
-        if not self._pool or (timeout is not None and timeout <= 0.0):
-            # None ready (the wait queue's rules), or out of time (PoolTimeout): its own.
-            return await super()._get_ready_connection(timeout)
-        connection = self._pool.pop()
-        self._nconns_min = min(self._nconns_min, len(self._pool))
-        return connection
+        while self._pool and (timeout is None or timeout > 0.0):
+            connection = self._pool.pop()
+            self._nconns_min = min(self._nconns_min, len(self._pool))
+            if is_alive(connection):
+                return connection
+            # Closed, it goes back as psycopg_pool's own broken ones do: counted lost and
+            # replaced by a new connection; the next one is looked at.
+            await self._close_connection(connection)
+            await self._return_connection(connection, from_getconn=True)
+        # None ready (the wait queue's rules), or out of time (PoolTimeout): its own.
+        return await super()._get_ready_connection(timeout)
 
 
 async def open_pool(
