@@ -412,3 +412,29 @@ async def _read_log_once_back(store: PostgresStore, task_id: str) -> list[object
         except StoreUnavailable:
             await asyncio.sleep(0.05)
     raise AssertionError("the store never answered again")
+
+
+async def test_a_run_whose_row_the_batch_left_out_is_told_its_outcome_is_unknown(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    # The function owes a row an item; one that left an item out must not leave its run
+    # waiting on an answer that will not come, nor keep the others from theirs.
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        await admin.execute("ALTER FUNCTION noeta_append_batch(jsonb) RENAME TO whole_batch")
+        await admin.execute(
+            "CREATE FUNCTION noeta_append_batch(p_items jsonb) RETURNS TABLE(item integer,"
+            " appended_seq bigint, refusal_code text, refusal_message text) LANGUAGE sql"
+            " AS $$ SELECT * FROM whole_batch(p_items) AS b WHERE b.item <> 6 $$"
+        )
+    ids = [f"u{n:02}" for n in range(RUNS)]
+    claims = await claimed(store, ids)
+    outcomes = await asyncio.wait_for(
+        asyncio.gather(
+            *(store.append(claims[i], 1, [NewEvent("step", i)]) for i in ids),
+            return_exceptions=True,
+        ),
+        60,
+    )
+    unknown = [i for i, o in zip(ids, outcomes, strict=True) if isinstance(o, CommitUnknown)]
+    assert unknown == [ids[5]]  # the sixth item of the one batch
+    assert [o for i, o in zip(ids, outcomes, strict=True) if i != ids[5]] == [2] * (RUNS - 1)

@@ -30,6 +30,10 @@ BATCH_CAP = 64
 # time, so its writes keep their order whatever the rounds.
 ROUNDS_IN_FLIGHT = 2
 
+# Said to a run whose item the batch's committed answer left out (the function owes a row
+# an item; a run must never wait on an answer that will not come).
+UNANSWERED = "the batch carrying this write committed without saying whether it was written"
+
 APPEND_BATCH = """
 SELECT item, appended_seq, refusal_code, refusal_message
   FROM noeta_append_batch(%(items)s::jsonb)
@@ -208,8 +212,11 @@ class GroupCommit:
         else:
             by_item = {row[0]: row[1:] for row in rows}
             for position, (item, future) in enumerate(batch, start=1):
-                seq, code, reason = by_item[position]
-                _settle(future, **_outcome(item, seq, code, reason))
+                answer = by_item.get(position)
+                if answer is None:  # committed without a word on it: never left waiting
+                    _settle(future, error=CommitUnknown(UNANSWERED))
+                    continue
+                _settle(future, **_outcome(item, *answer))
         finally:
             self._flying -= 1
             self._send_queued()
