@@ -28,6 +28,7 @@ from noeta.core.rules import events
 from noeta.core.runner.task import TaskRunner
 from noeta.observability import tracing
 from noeta.plugins.core import Bash
+from tests.worker.conftest import until
 
 WITHIN = 120  # generous: a loaded 2-core machine
 
@@ -82,11 +83,11 @@ class Run:
 
 
 async def until_output(
-    reader: AsyncIterator[StreamItem], items: list[StreamItem], wanted: str
+    reader: AsyncIterator[StreamItem], items: list[StreamItem], wanted: str, within: float = WITHIN
 ) -> None:
     """Read items until the stdout shown so far holds `wanted`."""
     while wanted not in shown(items, "stdout"):
-        items.append(await asyncio.wait_for(anext(reader), WITHIN))
+        items.append(await asyncio.wait_for(anext(reader), within))
 
 
 async def rest(reader: AsyncIterator[StreamItem], items: list[StreamItem]) -> None:
@@ -196,6 +197,32 @@ async def test_a_secret_split_across_two_writes_never_shows(
     # writes beside the log, never the log.
     _, content = await run.result()
     assert secret in content
+
+
+async def test_a_reader_who_comes_after_the_output_went_quiet_is_shown_it(
+    store: Store, postgres_url: str, tmp_path: Path
+) -> None:
+    """As `noeta run`'s runner (no listening for follows): the command printed, the
+    stream was told nobody follows, and the command waits for its reader. The stream asks
+    again while it holds text; before, it waited for more output, which never came."""
+    run = Run(store, tmp_path, "ts-late", Bash())
+    running = await run.start("echo first words; read word < gate; echo $word", followed=False)
+    writer = run.runner.streams
+    assert writer is not None
+    asked_at = writer._followed_at
+
+    async def answered() -> bool:
+        return writer._followed_at != asked_at
+
+    await until(answered, 'the stream heard "nobody follows"')
+    items: list[StreamItem] = []
+    async with AsyncClient(postgres_url, start_embedded=False) as client:
+        reader = client.stream(run.task_id)
+        await until_output(reader, items, "first words\n", within=30)
+        await run.open_gate()
+        await rest(reader, items)
+    await running
+    assert shown(items, "stdout") == "first words\ngo\n"
 
 
 async def test_a_command_nobody_follows_writes_no_row(store: Store, tmp_path: Path) -> None:

@@ -57,11 +57,12 @@ class StreamWriter:
         self._followed: dict[str, float] = {}  # task id -> when its follow ends (clock)
         self._followed_at = -FOLLOWED_SECONDS
         self._cleared_at = clock()  # the first question only reads
-        self._asking: asyncio.Task[None] | None = None
+        self._asking: asyncio.Task[bool] | None = None
         self._listening = False
         self._streams: set[ReplyStream] = set()  # open, woken when the follows change
         self._flushers: set[asyncio.Task[None]] = set()  # held: a loop keeps tasks weakly
         self._job_seqs: dict[tuple[str, int], int] = {}  # (task, epoch) -> next seq
+        self._again: asyncio.TimerHandle | None = None  # the streams' next question
 
     def job_seqs(self, task_id: str, epoch: int, count: int) -> int:
         """The first of `count` seqs in the jobs' lane of the task's claim of `epoch`: its
@@ -116,6 +117,21 @@ class StreamWriter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*ending), ORDER_SECONDS)
 
+    def ask_again(self) -> None:
+        """A stream holds text that nobody follows, as far as this writer knows. Listening,
+        the follow that comes wakes it (`_ask`); not listening, only a question can tell:
+        the streams are woken to ask again in a second while they hold text (a reader may
+        come after the output went quiet, or the answer may have failed)."""
+        if self._listening or self._again is not None:
+            return
+
+        def again() -> None:
+            self._again = None
+            for stream in list(self._streams):
+                stream.wake()
+
+        self._again = asyncio.get_running_loop().call_later(FOLLOWED_SECONDS, again)
+
     async def drained(self) -> None:
         """Until every stream's writes are done (their text removed, after a landing)."""
         while self._flushers:
@@ -135,7 +151,9 @@ class StreamWriter:
             while True:
                 await changed.wait()
                 changed.clear()
-                await self._ask()
+                if not await self._ask():  # asked again, or a follow would wait for the next
+                    await asyncio.sleep(RETRY_SECONDS)
+                    changed.set()
                 await asyncio.sleep(FOLLOWED_SECONDS / 4)  # a burst of follows, one read
         finally:
             self._listening = False
@@ -156,7 +174,8 @@ class StreamWriter:
         ends = self._followed.get(task_id)
         return ends is not None and ends > self._clock()
 
-    async def _ask(self) -> None:
+    async def _ask(self) -> bool:
+        """Who follows, read; False if the store did not answer."""
         clearing = self._clock() - self._cleared_at >= CLEARING_SECONDS
         if clearing:
             self._cleared_at = self._clock()
@@ -164,13 +183,14 @@ class StreamWriter:
             found = await self.port.followed(clearing=clearing)
         except (NoetaError, OSError) as error:
             log.debug("who follows streams not read (%s)", error)
-            return
+            return False
         now = self._clock()
         self._followed = {task_id: now + seconds for task_id, seconds in found.items()}
         self._followed_at = now
         for stream in list(self._streams):
             if stream.task_id in self._followed:
                 stream.wake()  # text held while nobody followed goes now
+        return True
 
 
 @dataclass
@@ -289,6 +309,8 @@ class ReplyStream:
             try:
                 if await self._writer.is_followed(self.task_id):
                     await self._flush()
+                else:
+                    self._writer.ask_again()
             except (NoetaError, OSError) as error:
                 log.debug("task %s: a streamed chunk not written (%s)", self.task_id, error)
                 await asyncio.sleep(RETRY_SECONDS)

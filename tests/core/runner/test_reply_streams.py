@@ -6,9 +6,13 @@ until a follow comes."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import psycopg
+
+from noeta.backends.stores.postgres import PostgresStore
 from noeta.core.ports.model import TextDelta
 from noeta.core.ports.reply_streams import Chunk, Cursor, ReplyStreams
 from noeta.core.ports.store import Store
@@ -85,34 +89,90 @@ async def test_a_reply_nobody_follows_writes_nothing(store: Store) -> None:
     assert (await port.read_chunks("alone", Cursor(), 100)).chunks == ()
 
 
+@contextlib.asynccontextmanager
+async def listening(port: ReplyStreams, task_id: str) -> AsyncIterator[StreamWriter]:
+    """A worker's writer, listening for follows (as `noeta worker` runs it), once it knows
+    nobody follows `task_id`."""
+    writer = StreamWriter(port)
+    running = asyncio.ensure_future(writer.listen())
+    try:
+
+        async def heard() -> bool:
+            return writer.unheard(task_id)
+
+        await until(heard, "the writer listens for follows", within=60)
+        yield writer
+        await writer.drained()
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+async def until_written(port: ReplyStreams, task_id: str, text: str, what: str) -> None:
+    async def shown() -> bool:
+        read = await port.read_chunks(task_id, Cursor(), 100)
+        return "".join(chunk.data for chunk in read.chunks) == text
+
+    await until(shown, what, within=60)
+
+
 async def test_a_listening_worker_holds_a_reply_nobody_follows_until_a_follow_comes(
     store: Store,
 ) -> None:
     port = store.capabilities.reply_streams
     assert port is not None
     await created(store, "held", "openai:test-model")
-    writer = StreamWriter(port)
-    listening = asyncio.ensure_future(writer.listen())
-    try:
-
-        async def heard() -> bool:
-            return writer.unheard("held")
-
-        await until(heard, "the writer listens for follows", within=60)
+    async with listening(port, "held") as writer:
         stream = writer.open("held", 1)
         tasks = len(asyncio.all_tasks())
         stream.delta(1, TextDelta(0, "held "))
         stream.delta(1, TextDelta(0, "back"))
         assert len(asyncio.all_tasks()) == tasks  # no flusher, no timer: the text is kept
         await port.follow("held")
-
-        async def shown() -> bool:
-            read = await port.read_chunks("held", Cursor(), 100)
-            return "".join(chunk.data for chunk in read.chunks) == "held back"
-
-        await until(shown, "the follow's announcement brings the held text out", within=60)
+        await until_written(port, "held", "held back", "the follow's announcement brings it")
         stream.abandon()
-        await writer.drained()
+
+
+async def test_a_listening_worker_whose_question_failed_asks_again(
+    store: Store, postgres_url: str
+) -> None:
+    """The question a follow's announcement sets off fails (the followers' table locked
+    past the store's deadline): the writer asks again, and the follow it had not heard of
+    brings the held text out, with no announcement after it."""
+    await created(store, "asked", "openai:test-model")
+    quick = await PostgresStore.open(postgres_url, deadline_seconds=1)
+    port = quick.capabilities.reply_streams
+    assert port is not None
+    try:
+        async with listening(port, "asked") as writer:
+            stream = writer.open("asked", 1)
+            stream.delta(1, TextDelta(0, "said once"))
+            async with (
+                await psycopg.AsyncConnection.connect(postgres_url) as locker,
+                await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other,
+            ):
+                await locker.execute("LOCK TABLE stream_followers IN ACCESS EXCLUSIVE MODE")
+                await locker.execute(  # a follow the writer hears of only by its question
+                    "INSERT INTO stream_followers (task_id, until) VALUES ('asked', now() + '60s')"
+                )
+                answered_at = writer._followed_at
+                await other.execute("SELECT pg_notify('noeta_stream_follows', '')")
+
+                async def waiting() -> bool:
+                    cursor = await other.execute(
+                        "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                        " AND relation = 'stream_followers'::regclass"
+                    )
+                    return (await cursor.fetchone() or (0,))[0] > 0
+
+                async def gave_up() -> bool:
+                    return not await waiting()
+
+                await until(waiting, "the writer's question waits on the lock", within=60)
+                await until(gave_up, "its deadline ended it", within=60)
+                await locker.commit()
+            assert writer._followed_at == answered_at  # the question had no answer
+            await until_written(port, "asked", "said once", "the writer asked again")
+            stream.abandon()
     finally:
-        listening.cancel()
-        await asyncio.gather(listening, return_exceptions=True)
+        await quick.close()
