@@ -14,6 +14,7 @@ import pytest
 from noeta.backends.stores.embedded import EmbeddedPostgres
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.testing.store_contract import created
+from tests.stores.test_pool_order import backend_pid
 from tests.worker.conftest import private_server
 
 __all__ = ["private_server"]  # the fixture
@@ -36,11 +37,6 @@ async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
         yield opened
     finally:
         await opened.close()
-
-
-async def _backend(store: PostgresStore) -> int:
-    rows = await store._read("SELECT pg_backend_pid()", {})
-    return int(rows[0][0])
 
 
 async def _end_every_session(postgres_url: str) -> list[int]:
@@ -66,7 +62,7 @@ async def test_sessions_the_server_ended_are_never_handed_to_a_statement(
 
     async def burst() -> int:
         async with store.holding():  # each takes a connection of its own: all four
-            backend = await _backend(store)
+            backend = await backend_pid(store)
             await ready.wait()
             return backend
 
@@ -82,7 +78,7 @@ async def test_sessions_the_server_ended_are_never_handed_to_a_statement(
 async def test_a_session_with_a_notification_waiting_is_kept(
     store: PostgresStore, postgres_url: str
 ) -> None:
-    listening = await _backend(store)  # the session returned last: the next one handed out
+    listening = await backend_pid(store)  # the session returned last: the next one handed out
     await store._read("LISTEN pool_check", {})
     idle = store._pool._pool[-1]
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other:
@@ -92,7 +88,7 @@ async def test_a_session_with_a_notification_waiting_is_kept(
     assert poller.poll(30_000)  # readable while idle: the notification has arrived
     delivered: list[psycopg.Notify] = []
     idle.add_notify_handler(delivered.append)
-    assert await _backend(store) == listening  # kept, and handed out
+    assert await backend_pid(store) == listening  # kept, and handed out
     assert [n.payload for n in delivered] == ["unasked"]  # given to its next statement
     assert store._pool.get_stats().get("connections_lost", 0) == 0
     await store._read("UNLISTEN *", {})

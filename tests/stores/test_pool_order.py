@@ -26,14 +26,15 @@ async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
         await opened.close()
 
 
-async def _backend(store: PostgresStore) -> int:
+async def backend_pid(store: PostgresStore) -> int:
+    """The server process of the session a statement of `store` runs on."""
     rows = await store._read("SELECT pg_backend_pid()", {})
     return int(rows[0][0])
 
 
 async def test_statements_in_turn_reuse_the_session_returned_last(store: PostgresStore) -> None:
     assert store._pool.get_stats()["pool_size"] == CONNECTIONS  # all open, all idle
-    backends = {await _backend(store) for _ in range(3 * CONNECTIONS)}
+    backends = {await backend_pid(store) for _ in range(3 * CONNECTIONS)}
     assert len(backends) == 1
 
 
@@ -54,10 +55,10 @@ async def test_bursts_at_once_still_take_connections_of_their_own(store: Postgre
 
     async def burst() -> int:
         async with store.holding():
-            backend = await _backend(store)
+            backend = await backend_pid(store)
             await ready.wait()  # every burst holds its connection until all have one
             return backend
 
     backends = await asyncio.gather(*(burst() for _ in range(CONNECTIONS)))
     assert len(set(backends)) == CONNECTIONS
-    assert len({await _backend(store) for _ in range(CONNECTIONS)}) == 1  # quiet again
+    assert len({await backend_pid(store) for _ in range(CONNECTIONS)}) == 1  # quiet again
