@@ -5,7 +5,8 @@ write goes with the claim's COMMIT, so one WAL flush makes both durable.
 The claim went as `BEGIN; SET LOCAL transaction_timeout; <claim>`, pipelined, on the
 claims' connection. Then, whichever comes first:
 - the run's first write (a write naming the task and the claim's epoch): sent in a
-  savepoint with a COMMIT behind it, pipelined, one round trip. Refused (the fence, a
+  savepoint with a COMMIT behind it (which releases the savepoint: no RELEASE is sent),
+  pipelined, one round trip. Refused (the fence, a
   queue's limits, a deadlock), it is rolled back to its savepoint, the claim commits, and
   the write goes again as it would have without the hold: refused, or retried, as ever.
   Cut (the connection broken), the claim's outcome is unknown with the write's.
@@ -56,8 +57,10 @@ BEGIN: tuple[Statement, ...] = (
 )
 _COMMIT: Statement = ("COMMIT", {})
 # The first write in a savepoint: refused, it is rolled back alone and the claim commits.
+# Written, the COMMIT behind it releases the savepoint with the rest: a RELEASE before it
+# would be one statement more on the pickup's path (docs/scaling.md, "The idle agent
+# pickup, stage by stage").
 _SAVEPOINT: Statement = ("SAVEPOINT first_write", {})
-_RELEASE: Statement = ("RELEASE first_write", {})
 _UNDO_WRITE: Statement = ("ROLLBACK TO SAVEPOINT first_write", {})
 
 
@@ -123,7 +126,7 @@ class HeldClaim:
                 return None
             raise Conflict(self.task_id, "its claim was undone before it was durable")
         self._timer.cancel()
-        statements = (_SAVEPOINT, (query, params), _RELEASE, _COMMIT)
+        statements = (_SAVEPOINT, (query, params), _COMMIT)
         try:
             _, written, *_ = await self._run_on(connection, statements)
         except (CommitUnknown, StoreUnavailable):  # cut, or the session ended: as a lost write
