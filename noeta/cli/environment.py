@@ -20,14 +20,13 @@ WEB_TOKEN = ("NOETA_WEB_TOKEN", "the token every request needs (unset: drawn, in
 WEB_REPLICA = ("NOETA_WEB_REPLICA", "a streaming replica the pages read from (--replica)")
 JAEGER = ("NOETA_JAEGER_URL", "Jaeger's address: a task's page links to its trace")
 TRACEBACK = ("NOETA_TRACEBACK", "set: an unexpected error shows its traceback")
-EVENT_LOOP = ("NOETA_EVENT_LOOP", "asyncio: run on asyncio's loop, not uvloop (the default)")
 
 # Beyond what a command's options say it reads (--store, --config, --model): the
 # processes that run tasks read the keys, the failpoints and the OTEL_* variables.
 _RUNS_TASKS = (KEYS, ADDRESSES, FAILPOINTS, OTEL)
 _EXTRA: dict[str, tuple[tuple[str, str], ...]] = {
     "noeta run": _RUNS_TASKS,
-    "noeta worker": (*_RUNS_TASKS, JOURNAL, EVENT_LOOP),
+    "noeta worker": (*_RUNS_TASKS, JOURNAL),
     "noeta db status": (HOME,),
     "noeta db start": (HOME,),
     "noeta db stop": (HOME,),

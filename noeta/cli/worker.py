@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from noeta.cli import bounds, event_loop, log_lines
+from noeta.cli import bounds, log_lines
 from noeta.cli.health_options import health_options, prepare_health, run_check
 from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import check_store_url, config_option, store_option
@@ -102,7 +102,6 @@ def worker(
     make_non_dumpable()  # first: the tools it runs must not read its environment or memory
     check_lease(lease_seconds)
     check_store_url(store)  # a malformed URL is one line before anything starts or logs
-    loop_factory = event_loop.loop_factory()  # so is a bad NOETA_EVENT_LOOP
     if check:
         run_check(health, store)
     serving = prepare_health(health, store, stuck_after)
@@ -125,7 +124,7 @@ def worker(
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     observability.scrub_logs()
-    event_loop.run(_serve(settings, store, config, serving), loop_factory)
+    asyncio.run(_serve(settings, store, config, serving))
 
 
 async def _serve(
@@ -173,13 +172,12 @@ async def _serve(
     store = observed(journaled(store))
     runner = toolbox.runner(store, providers)
     logging.getLogger("noeta.worker").info(
-        "worker %s: queues %s, concurrency %d, %d connections, lease %g s, loop %s, plugins %s",
+        "worker %s: queues %s, concurrency %d, %d connections, lease %g s, plugins %s",
         settings.name,
         ",".join(settings.queues),
         settings.concurrency,
         settings.connections,
         settings.lease_seconds,
-        event_loop.running_name(),
         ", ".join(p.pin.name for p in toolbox.plugins),
     )
     worker = Worker(store, runner, settings, health.liveness)

@@ -50,8 +50,6 @@ def test_every_option_is_described_and_every_command_names_its_environment() -> 
         if path in ("noeta", "noeta run", "noeta worker"):
             for variable in ("NOETA_FAILPOINTS", "OTEL_*", "ANTHROPIC_API_KEY"):
                 assert variable in epilog, (path, variable)
-        if path == "noeta worker":
-            assert "NOETA_EVENT_LOOP" in epilog, path
 
 
 def test_the_help_people_see_lists_the_environment() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-from typing import IO, Any
+from typing import IO
 
 from noeta.core.ports.tool import OutputHook, OutputName
 
@@ -121,33 +121,11 @@ async def read_pipes(
     closed: list[asyncio.Future[None]],
 ) -> None:
     """Read both pipes into `capture` on the loop; each transport goes to `readers` (to
-    close) and its end to `closed` (to wait for) as soon as it is made.
-
-    A pipe handed to the loop is the loop's, so its transport is made even when the
-    call is cancelled meanwhile, and the cancellation raised once it is in `readers`:
-    uvloop closes a pipe's descriptor itself when `connect_read_pipe` is cancelled,
-    and the caller, left without a transport, would close that number again, maybe
-    another file's by then (ADR-0151)."""
+    close) and its end to `closed` (to wait for) as soon as it is made."""
     loop = asyncio.get_running_loop()
     pipes: tuple[tuple[OutputName, IO[bytes]], ...] = (("stdout", stdout), ("stderr", stderr))
     for name, pipe in pipes:
         protocol = OutputProtocol(loop, capture, name, hook)
-        connecting = asyncio.ensure_future(loop.connect_read_pipe(lambda: protocol, pipe))  # noqa: B023
-        cancelled = await _outlasting_cancels(connecting)
-        reader, _ = connecting.result()
+        reader, _ = await loop.connect_read_pipe(lambda: protocol, pipe)  # noqa: B023
         readers.append(reader)
         closed.append(protocol.closed)
-        if cancelled:
-            raise asyncio.CancelledError
-
-
-async def _outlasting_cancels(task: asyncio.Future[Any]) -> bool:
-    """Wait for `task` to end, cancellations of the caller meanwhile notwithstanding;
-    whether one came (the caller's to raise)."""
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancelled = True
-    return cancelled

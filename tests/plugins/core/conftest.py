@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from noeta.core.ports.tool import ToolContext
-from tests.event_loops import on_both_loops
 
 
 @pytest.fixture
@@ -28,7 +27,3 @@ def outside(tmp_path: Path) -> Path:
 @pytest.fixture
 def ctx(workspace: Path) -> ToolContext:
     return ToolContext(task_id="task-1", call_id="call-1", workspace=str(workspace))
-
-
-# The tools run on the worker's loop: uvloop by default, asyncio's when turned off.
-pytest_asyncio_loop_factories = on_both_loops

@@ -13,7 +13,7 @@ import pytest
 from noeta.core.ports.payload import JSONValue, decode, encode
 from noeta.core.ports.tool import ToolContext, ToolError
 from noeta.plugins.core import Bash
-from noeta.plugins.core.command_output import OutputCapture, read_pipes
+from noeta.plugins.core.command_output import OutputCapture
 from noeta.plugins.core.confinement import Confinement
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfds")
@@ -121,33 +121,6 @@ async def test_cancelling_the_call_kills_the_group(workspace: Path, ctx: ToolCon
     with pytest.raises(asyncio.CancelledError):
         await call
     assert ended(background)
-
-
-async def test_a_cancel_while_the_pipes_are_handed_to_the_loop_closes_each_once() -> None:
-    """uvloop closes a pipe's descriptor itself when `connect_read_pipe` is cancelled: the
-    transport is still made and kept, so the caller's cleanup (Bash's) closes nothing
-    twice, and no descriptor is left open."""
-    ends = [os.pipe(), os.pipe()]
-    stdout, stderr = (os.fdopen(read, "rb", buffering=0) for read, _ in ends)
-    readers: list[asyncio.BaseTransport] = []
-    closed: list[asyncio.Future[None]] = []
-    reading = asyncio.ensure_future(
-        read_pipes(stdout, stderr, OutputCapture(100), None, readers, closed)
-    )
-    await asyncio.sleep(0)  # it is in the first connect_read_pipe, awaiting its transport
-    reading.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await reading
-    assert len(readers) == 1
-    for reader in readers:  # what Bash's cleanup does
-        reader.close()
-    for pipe in (stdout, stderr)[len(readers) :]:
-        pipe.close()  # EBADF if the loop had closed it already
-    await asyncio.gather(*closed)
-    for read, write in ends:
-        os.close(write)
-        with pytest.raises(OSError):
-            os.fstat(read)  # closed, once
 
 
 @pytest.mark.parametrize(
