@@ -151,7 +151,7 @@ class StreamWriter:
             while True:
                 await changed.wait()
                 changed.clear()
-                if not await self._ask():  # asked again, or a follow would wait for the next
+                if not await self._ask():  # unanswered: ask again, not at the next follow
                     await asyncio.sleep(RETRY_SECONDS)
                     changed.set()
                 await asyncio.sleep(FOLLOWED_SECONDS / 4)  # a burst of follows, one read

@@ -6,9 +6,9 @@ The claim went as `BEGIN; SET LOCAL transaction_timeout; <claim>`, pipelined, on
 claims' connection. Then, whichever comes first:
 - the run's first write (a write naming the task and the claim's epoch): sent in a
   savepoint with a COMMIT behind it (which releases the savepoint: no RELEASE is sent),
-  pipelined, one round trip. Refused (the fence, a
-  queue's limits, a deadlock), it is rolled back to its savepoint, the claim commits, and
-  the write goes again as it would have without the hold: refused, or retried, as ever.
+  pipelined, one round trip. Refused (the fence, a queue's limits, a deadlock), it is
+  rolled back to its savepoint, the claim commits, and the write goes again as it would
+  have without the hold: refused, or retried, as ever.
   Cut (the connection broken), the claim's outcome is unknown with the write's.
 - `HOLD_SECONDS` pass: the claim commits alone, as every claim did before, and the run's
   write goes on the pool when it comes.
