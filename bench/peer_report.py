@@ -40,7 +40,7 @@ class Result:
         return self.other is not None and self.other > NOISY
 
 
-RUN_HEADERS = ["system", "run", "value", "worker ms/job", "PG ms/job", "WAL KiB/job"]
+RUN_HEADERS = ["system", "run", "value", "worker ms/job", "PG ms/job", "cores", "WAL KiB/job"]
 RUN_HEADERS += ["commits/job", "other", "load1", ""]
 
 
@@ -51,11 +51,19 @@ def run_cells(r: Result) -> list[str]:
             f" (p99 {p99(r.values):.1f})" if r.values[1:] else ""
         )
     worker, server = (f"{r.cpu[0]:.2f}", f"{r.cpu[1]:.2f}") if r.cpu else ("", "")
+    cores = f"{cores_busy(r):.2f}" if r.cpu and r.kind != "pickup" else ""
     wal = "" if r.wal is None else f"{r.wal / 1024:.1f}"
     commits = "" if r.commits is None else f"{r.commits:.2f}"
     other = "" if r.other is None else f"{r.other:.2f}"
-    row = [r.peer, r.kind, shown, worker, server, wal, commits, other, f"{r.load:.2f}"]
+    row = [r.peer, r.kind, shown, worker, server, cores, wal, commits, other, f"{r.load:.2f}"]
     return [*row, "noisy" if r.noisy else ""]
+
+
+def cores_busy(r: Result) -> float:
+    """The cores a drain kept busy, its workers' and its server's: rate times CPU a job. At 1.0
+    on two cores the worker and the server took turns; near 2.0 they ran side by side."""
+    assert r.cpu is not None
+    return r.values[0] * (r.cpu[0] + r.cpu[1]) / 1000
 
 
 def run_line(r: Result) -> str:
@@ -117,7 +125,8 @@ def report(results: Sequence[Result], sizes: Sizes, names: Sequence[str]) -> Non
         print("\nno run finished")
         return
     table(
-        "Runs (CPU between 10 % and 90 % done; other: cores used by anything else)",
+        "Runs (CPU between 10 % and 90 % done; cores: the system's, worker and server,"
+        " rate times CPU a job; other: cores used by anything else)",
         RUN_HEADERS,
         [run_cells(r) for r in results],
     )

@@ -23,9 +23,10 @@ start measured the processes' start-up skew too, unlike for each system (ADR-012
 During every drain the CPU of the workers' process trees and of the whole PostgreSQL
 server (/proc: every backend but the bench's own poll) is sampled against the machine's,
 between the polls that saw 10 % and 90 % done: CPU ms per job for each, and `other`, the
-cores anything else used meanwhile; a run with other > 0.25 cores is flagged noisy and
-left out of the medians while a quiet run of the same kind exists. Commits per job: the
-database's xact_commit, the poll's own left out.
+cores anything else used meanwhile (`cores`, rate times CPU a job, is the cores the
+system itself kept busy); a run with other > 0.25 cores is flagged noisy and left out
+of the medians while a quiet run of the same kind exists. Commits per job: the database's
+xact_commit, the poll's own left out.
 A drain fails when a worker exits or no job is done for STALL seconds (never on its total
 time: a slow system is measured, not cut short); a failure is printed, the round goes on,
 and the run exits 1 with one line naming them.
