@@ -3,11 +3,12 @@
 samples it (only where the event loop holds the GIL, `--gil`) and pg_stat_activity is
 read every 10 ms; prints tasks/s, worker and server CPU a task, how busy each was over
 the drain, what the worker's backends were doing, and the py-spy functions with the most
-samples (inclusive).
+samples (inclusive). With --phases, where a generation of an agent drain spends its time
+(bench/drain_phases.py).
 
 Run from outside any checkout (a worker's working directory must not shadow PYTHONPATH):
   cd /tmp && <venv>/bin/python <checkout>/bench/job_profile.py --tree <a checkout> \
-      [--jobs 10000] [--concurrency 16] [--py-spy <path to py-spy>] [--agent]
+      [--jobs 10000] [--concurrency 16] [--py-spy <path to py-spy>] [--agent [--phases]]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import drain_phases
 import jobs  # the sibling modules: bench/ is on sys.path
 import noop_job
 from common import server
@@ -49,10 +51,12 @@ async def profile(
     spy: str | None,
     function: str,
     agent: bool,
+    phases: bool,
 ) -> None:
+    recorded = Path(tempfile.mkdtemp(prefix="noeta-drain-phases-")) / "phases.txt"
     async with fresh_bench(dsn) as bench:
         job_bench = jobs.JobBench(bench, noop_job.FUNCTIONS[function])
-        job_bench.env["PYTHONPATH"] = os.pathsep.join([str(jobs.BENCH), tree])
+        job_bench.env.update(worker_env(tree, recorded if phases else None))
         if agent:
             ids = [f"prof-{n}" for n in range(count)]
             later = await bench.value("SELECT clock_timestamp() + interval '1 hour'")
@@ -63,11 +67,7 @@ async def profile(
         samples = Path(tempfile.mkdtemp(prefix="noeta-job-profile-")) / "samples.txt"
         async with bench.workers(["prof-w0"], "prof", concurrency, env=job_bench.env) as up:
             pid = up[0].pid
-            sampler = None
-            if spy:
-                command = [spy, "record", "-r", "200", "-f", "raw", "-o", str(samples)]
-                command += ["--gil", "--nonblocking", "--pid", str(pid)]
-                sampler = await asyncio.create_subprocess_exec(*command, stdout=subprocess.DEVNULL)
+            sampler = await start_sampler(spy, pid, samples) if spy else None
             worker_cpu, server_cpu = cpu_seconds(pid), server_cpu_seconds(bench.postmaster)
             worker_sys = system_seconds(pid)
             began = time.monotonic()
@@ -108,6 +108,23 @@ async def profile(
         print("\npy-spy, the event loop holding the GIL (inclusive share of samples):")
         for name, share in heaviest(samples.read_text(), 40):
             print(f"  {share:6.1%}  {name}")
+    if phases and recorded.exists():
+        drain_phases.report(recorded.read_text(), concurrency)
+
+
+async def start_sampler(spy: str, pid: int, samples: Path) -> asyncio.subprocess.Process:
+    """py-spy sampling `pid` where its event loop holds the GIL, into `samples`."""
+    command = [spy, "record", "-r", "200", "-f", "raw", "-o", str(samples)]
+    command += ["--gil", "--nonblocking", "--pid", str(pid)]
+    return await asyncio.create_subprocess_exec(*command, stdout=subprocess.DEVNULL)
+
+
+def worker_env(tree: str, phases: Path | None) -> dict[str, str]:
+    """The worker runs `tree`; with `phases`, recording its generations there."""
+    if phases is None:
+        return {"PYTHONPATH": os.pathsep.join([str(jobs.BENCH), tree])}
+    path = os.pathsep.join([str(jobs.BENCH / "drain_phases"), str(jobs.BENCH), tree])
+    return {"PYTHONPATH": path, "NOETA_BENCH_PHASES": str(phases)}
 
 
 def system_seconds(pid: int) -> float:
@@ -146,12 +163,24 @@ def main() -> None:
         help="the no-op drained: noop (sync: run in a thread) or noop_async (the peers' kind)",
     )
     arguments.add_argument("--agent", action="store_true", help="one-shot agent tasks, not jobs")
+    arguments.add_argument(
+        "--phases", action="store_true", help="with --agent: where a generation's time goes"
+    )
     arguments.add_argument("--dsn")
     options = arguments.parse_args()
     with server(options.dsn) as dsn:
         tree, count, spy = options.tree, options.jobs, options.spy
         asyncio.run(
-            profile(dsn, tree, count, options.concurrency, spy, options.function, options.agent)
+            profile(
+                dsn,
+                tree,
+                count,
+                options.concurrency,
+                spy,
+                options.function,
+                options.agent,
+                options.phases,
+            )
         )
 
 
