@@ -19,6 +19,7 @@ JOURNAL = ("NOETA_APPEND_JOURNAL", "a file to journal acknowledged appends to (m
 WEB_TOKEN = ("NOETA_WEB_TOKEN", "the token every request needs (unset: drawn, in a login link)")
 WEB_REPLICA = ("NOETA_WEB_REPLICA", "a streaming replica the pages read from (--replica)")
 JAEGER = ("NOETA_JAEGER_URL", "Jaeger's address: a task's page links to its trace")
+LOG_LEVEL = ("NOETA_LOG_LEVEL", "the log level when --log-level is not given")
 TRACEBACK = ("NOETA_TRACEBACK", "set: an unexpected error shows its traceback")
 
 # Beyond what a command's options say it reads (--store, --config, --model): the
@@ -26,7 +27,8 @@ TRACEBACK = ("NOETA_TRACEBACK", "set: an unexpected error shows its traceback")
 _RUNS_TASKS = (KEYS, ADDRESSES, FAILPOINTS, OTEL)
 _EXTRA: dict[str, tuple[tuple[str, str], ...]] = {
     "noeta run": _RUNS_TASKS,
-    "noeta worker": (*_RUNS_TASKS, JOURNAL),
+    "noeta worker": (*_RUNS_TASKS, JOURNAL, LOG_LEVEL),
+    "noeta scheduler": (LOG_LEVEL,),
     "noeta db status": (HOME,),
     "noeta db start": (HOME,),
     "noeta db stop": (HOME,),

@@ -13,6 +13,7 @@ import click
 
 from noeta.cli import log_lines
 from noeta.cli.health_options import health_options, prepare_health, run_check
+from noeta.cli.log_lines import log_level_option
 from noeta.cli.options import check_store_url, config_option, store_option
 from noeta.core.errors import ConfigError
 
@@ -42,6 +43,7 @@ log = logging.getLogger("noeta.scheduler")
     "`noeta db prune --finished-before` does. Default: keep them all.",
 )
 @health_options
+@log_level_option
 def scheduler(
     store: str | None,
     cron_files: tuple[str, ...],
@@ -50,6 +52,7 @@ def scheduler(
     health: str | None,
     stuck_after: float,
     check: bool,
+    log_level: str,
 ) -> None:
     """Fire the cron files' schedules, once per slot however many schedulers run, and wake
     idle workers when a timer falls due; with --retain, prune finished tasks. Runs until
@@ -63,7 +66,7 @@ def scheduler(
     if check:
         run_check(health, store)
     serving = prepare_health(health, store, stuck_after)
-    log_lines.configure()
+    log_lines.configure(log_level)
     from noeta import observability
     from noeta.backends.stores import resolve_url
 

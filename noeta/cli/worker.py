@@ -15,6 +15,7 @@ import click
 
 from noeta.cli import bounds, log_lines
 from noeta.cli.health_options import health_options, prepare_health, run_check
+from noeta.cli.log_lines import log_level_option
 from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import check_store_url, config_option, store_option
 
@@ -79,6 +80,7 @@ if TYPE_CHECKING:  # `noeta worker --help` imports neither the worker nor its to
     " no live worker offered a plugin it needs (default: it waits until one does; 0: now).",
 )
 @health_options
+@log_level_option
 def worker(
     store: str | None,
     queues: str,
@@ -93,6 +95,7 @@ def worker(
     health: str | None,
     stuck_after: float,
     check: bool,
+    log_level: str,
 ) -> None:
     """Claim tasks from the queues and run them until SIGTERM or SIGINT."""
     from noeta import observability
@@ -118,7 +121,7 @@ def worker(
         grace_seconds=grace_seconds,
         unrunnable_after=unrunnable_after,
     )
-    log_lines.configure()
+    log_lines.configure(log_level)
     # The format names no caller, thread or process: no record looks them up (the
     # logging HOWTO's "Optimization"; a worker logs two lines a job, 2 us each saved).
     logging._srcfile = None

@@ -90,6 +90,8 @@ BAD_INPUTS: list[tuple[str, Setup, str, str]] = [
         "",
         "between 0 and 604800 seconds",
     ),
+    ("a log level that is none", lambda d: ["worker", "--log-level", "loud"], "", "'loud' is not one of 'debug', 'info', 'warning', 'error'"),
+    ("a scheduler's log level that is none", lambda d: ["scheduler", "--log-level", "5"], "", "'5' is not one of 'debug', 'info', 'warning', 'error'"),
     ("an unknown command", lambda d: ["frobnicate"], "", ""),
     ("an unknown option", lambda d: ["tasks", "--frob"], "", ""),
     ("an alias bomb in noeta.yaml", run_with_config(BOMB), "", "line 1, column 5: anchors and aliases"),
