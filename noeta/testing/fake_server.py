@@ -244,13 +244,15 @@ class _Handler(BaseHTTPRequestHandler):
         match response:
             case Reply():
                 model, streamed = _requested(body)
+                # Billed before it is sent, as a provider bills what it answered: recorded
+                # after, a client that read the reply could look before the record was there.
+                fake.record_billed(model, response)
                 if streamed:
                     parts = fake.stream_of(response, model, number)
                     self._stream(fake, parts, "done", number, response.pause_after)
                 else:
                     reply = _encode(fake.render_reply(response, model, number))
                     self._send(fake, 200, reply, {}, number)
-                fake.record_billed(model, response)
             case RawStream(parts=parts, end=end):
                 self._stream(fake, parts, end, number)
             case HttpError(status=status, retry_after=retry_after, body=error_body):
