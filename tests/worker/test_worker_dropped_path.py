@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from noeta.backends.stores.postgres.connection import DEFAULT_DEADLINE_SECONDS
 from noeta.core.ports.store import Store
 from tests.dropping_path import DroppingPath, dropping_path
 
@@ -29,6 +30,8 @@ from .conftest import (
 # keepalives are left whole).
 QUICK_KEEPALIVES = {"keepalives_idle": "1", "keepalives_interval": "1", "keepalives_count": "2"}
 LONG_LEASE = 600  # never lapses during a test: the test lapses it (lapse_the_lease)
+# What a worker logs when a deadline passed and it replaced its connections (ADR-0152).
+REPLACED = "replacing this process's idle and listening connections"
 
 
 @pytest.fixture
@@ -96,6 +99,9 @@ async def test_an_append_whose_reply_is_dropped_is_a_lost_claim_and_nothing_is_l
     # ends the wait: CommitUnknown, the claim treated as lost, never a wrong answer. New
     # connections pass: the worker keeps word that the call was not sent, then takes the
     # task over once its lease lapsed, reads the append that landed and finishes the task.
+    # ADR-0152: that deadline replaced the worker's other connections, all forgotten with
+    # it, so its next claim and its adoption wait out no deadline of their own: done
+    # within 2 deadlines of the drop (it took 3, 31-32 s, when each paid its own).
     await add_task(store, tmp_path, "t", {"text": "after the drop"})
     worker = workers(
         path.url(),
@@ -126,8 +132,10 @@ async def test_an_append_whose_reply_is_dropped_is_a_lost_claim_and_nothing_is_l
     async def done() -> bool:
         return await status_of(store, "t") == "done"
 
-    # Its next claim and its adoption may each take a forgotten session: a deadline each.
     await until(done, "the task is taken over and finished", within=60)
+    finished = asyncio.get_running_loop().time() - started
+    assert finished < 2 * DEFAULT_DEADLINE_SECONDS, finished
+    assert worker.log().count(REPLACED) == 1
     assert "took over task t (epoch 2)" in worker.log()
     types = await log_types(store, "t")
     assert types.count("TaskFinished") == 1, types

@@ -120,8 +120,10 @@ class PostgresWakeups(PostgresConnection):
                 # Anything that happened before the LISTEN took effect was not
                 # announced: "*" tells the listener to look now.
                 yield ANY_QUEUE
-                async for notification in connection.notifies():
-                    yield notification.payload
+                # Shut when another statement's deadline passes (ADR-0152): lost, as below.
+                with self._path.listening(connection):
+                    async for notification in connection.notifies():
+                        yield notification.payload
             except psycopg.Error:  # lost, ended, or refused (a read-only standby): again
                 await asyncio.sleep(1)
             finally:
