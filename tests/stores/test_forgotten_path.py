@@ -15,11 +15,11 @@ import pytest
 from noeta.backends.stores.postgres import PostgresStore
 from noeta.core.errors import CommitUnknown
 from noeta.testing.store_contract import created
+from tests.worker.conftest import REPLACED
 
 DEADLINE = 2.0
 APPLICATION = "noeta-forgotten-path"
 IDLE = "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND state = 'idle'"
-REPLACED = "replacing this process's idle and listening connections"
 TASKS = ("a", "b", "c")
 # A write that waits on its task's row lock while the test holds it.
 LOCK_TASK = "SELECT id FROM tasks WHERE id = %(id)s FOR UPDATE"
@@ -80,3 +80,24 @@ async def test_deadlines_passing_together_replace_the_idle_connections_once(
     # The store runs on, on the new sessions.
     assert (await store.get_task("a")) is not None
     assert await store._write(LOCK_TASK, {"id": "c"}) == ("c",)
+
+
+async def test_a_deadline_passing_makes_a_listener_listen_again_and_catch_up(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    # A LISTEN connection forgotten by the path would miss every NOTIFY until keepalive
+    # reset it (90 s): a deadline passing elsewhere shuts it, and its listener listens
+    # again on a new connection and says so ("*": look now), as after any lost connection.
+    await store.create_task(created("a"))
+    finishes = store.finishes()
+    assert await anext(finishes) == "*"
+    async with await psycopg.AsyncConnection.connect(postgres_url) as blocker:
+        await blocker.execute(LOCK_TASK, {"id": "a"})
+        with pytest.raises(CommitUnknown):
+            await store._write(LOCK_TASK, {"id": "a"})
+        assert await asyncio.wait_for(anext(finishes), 10 * DEADLINE) == "*"
+        await blocker.rollback()
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        await admin.execute("NOTIFY noeta_finished, 'a'")
+    assert await asyncio.wait_for(anext(finishes), 10 * DEADLINE) == "a"
+    await finishes.aclose()

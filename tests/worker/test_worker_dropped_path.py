@@ -16,6 +16,7 @@ from noeta.core.ports.store import Store
 from tests.dropping_path import DroppingPath, dropping_path
 
 from .conftest import (
+    REPLACED,
     WorkerProcess,
     add_task,
     an_append_waiting_on_its_row,
@@ -30,8 +31,6 @@ from .conftest import (
 # keepalives are left whole).
 QUICK_KEEPALIVES = {"keepalives_idle": "1", "keepalives_interval": "1", "keepalives_count": "2"}
 LONG_LEASE = 600  # never lapses during a test: the test lapses it (lapse_the_lease)
-# What a worker logs when a deadline passed and it replaced its connections (ADR-0152).
-REPLACED = "replacing this process's idle and listening connections"
 
 
 @pytest.fixture
