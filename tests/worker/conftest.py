@@ -139,6 +139,10 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
         worker.stop()
 
 
+# What a store logs when a statement's deadline passed and it replaced its connections
+# (ADR-0152).
+REPLACED = "replacing this process's idle and listening connections"
+
 # What "the lease ran out" leaves in the store: the claim's lease ends now, so the next
 # claimer may take the task and the holder's next fenced write is refused. (The owner,
 # epoch and status stay: a lapsed claim is not released, only no longer live.)

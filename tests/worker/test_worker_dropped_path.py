@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from noeta.backends.stores.postgres.connection import DEFAULT_DEADLINE_SECONDS
 from noeta.core.ports.store import Store
 from tests.dropping_path import DroppingPath, dropping_path
 
 from .conftest import (
+    REPLACED,
     WorkerProcess,
     add_task,
     an_append_waiting_on_its_row,
@@ -96,6 +98,9 @@ async def test_an_append_whose_reply_is_dropped_is_a_lost_claim_and_nothing_is_l
     # ends the wait: CommitUnknown, the claim treated as lost, never a wrong answer. New
     # connections pass: the worker keeps word that the call was not sent, then takes the
     # task over once its lease lapsed, reads the append that landed and finishes the task.
+    # ADR-0152: that deadline replaced the worker's other connections, all forgotten with
+    # it, so its next claim and its adoption wait out no deadline of their own: done
+    # within 2 deadlines of the drop (it took 3, 31-32 s, when each paid its own).
     await add_task(store, tmp_path, "t", {"text": "after the drop"})
     worker = workers(
         path.url(),
@@ -126,8 +131,45 @@ async def test_an_append_whose_reply_is_dropped_is_a_lost_claim_and_nothing_is_l
     async def done() -> bool:
         return await status_of(store, "t") == "done"
 
-    # Its next claim and its adoption may each take a forgotten session: a deadline each.
     await until(done, "the task is taken over and finished", within=60)
+    finished = asyncio.get_running_loop().time() - started
+    assert finished < 2 * DEFAULT_DEADLINE_SECONDS, finished
+    assert worker.log().count(REPLACED) == 1
     assert "took over task t (epoch 2)" in worker.log()
     types = await log_types(store, "t")
     assert types.count("TaskFinished") == 1, types
+
+
+async def test_an_idle_worker_whose_path_forgets_it_wakes_for_a_new_task_within_a_deadline(
+    store: Store,
+    path: DroppingPath,
+    tmp_path: Path,
+    workers: Callable[..., WorkerProcess],
+) -> None:
+    # ADR-0152: an idle worker waits on its LISTEN, refreshing its registration and its
+    # presence (every half and third of its 1 s lease); the path forgets every connection
+    # open, so the new task's NOTIFY is lost with them. The first refresh to wait out its
+    # deadline replaces the pools' connections and the LISTENs: the worker listens again,
+    # looks ("*"), and runs the task within 2 deadlines of the drop. Before, each
+    # forgotten connection it reached for cost a deadline, and the LISTEN stayed
+    # forgotten until keepalive reset it (90 s); the poll is 5 minutes.
+    await add_task(store, tmp_path, "warm", {"text": "warm"})
+    idle = workers(path.url(), "idle", concurrency=1, poll=300, prefix=path.command())
+
+    async def warm_done() -> bool:
+        return await status_of(store, "warm") == "done"
+
+    await until(warm_done, "the first task is done")
+    assert path.forget()
+    started = asyncio.get_running_loop().time()
+    await add_task(store, tmp_path, "t", {"text": "after the forget"})
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    await until(done, "the idle worker wakes and runs the new task", within=120)
+    woke = asyncio.get_running_loop().time() - started
+    assert woke < 2 * DEFAULT_DEADLINE_SECONDS, woke
+    assert REPLACED in idle.log()
+    assert idle.log().count("claimed task t ") == 1
+    assert (await log_types(store, "t")).count("TaskFinished") == 1

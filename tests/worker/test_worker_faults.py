@@ -14,6 +14,7 @@ import pytest
 from noeta.core.ports.store import Store
 
 from .conftest import (
+    REPLACED,
     WorkerProcess,
     add_task,
     an_append_waiting_on_its_row,
@@ -317,6 +318,47 @@ async def test_a_connection_killed_under_an_append_is_a_lost_claim(
     await until(done, "the task is claimed again once the lease lapsed, and finished")
     assert "took over task t (epoch 2)" in worker.log()
     assert (await log_types(store, "t")).count("TaskFinished") == 1
+
+
+async def test_an_append_blocked_past_its_deadline_is_a_lost_claim_and_costs_no_task(
+    store: Store, postgres_url: str, tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    # ADR-0152: a server merely slow, not a forgotten path. The append waits in the server
+    # on a row lock the test holds past the worker's deadline: CommitUnknown, the claim
+    # treated as lost, and the worker's idle and listening connections replaced once
+    # (needlessly here: the price of telling a forgotten path at its first deadline). The
+    # task is taken over once its lease lapsed and finished once; nothing fails.
+    await add_task(store, tmp_path, "t", {"text": "after the wait"})
+    worker = workers(
+        postgres_url, "slow", lease=LONG_LEASE, failpoints="append.before_commit=pause@1"
+    )
+    await until(worker.paused, "the worker freezes before its first append")
+    async with an_append_waiting_on_its_row(postgres_url, worker) as (blocker, _, _):
+
+        async def replaced() -> bool:
+            return REPLACED in worker.log()
+
+        await until(replaced, "the append's deadline passes", within=60)
+        # Released now: the worker's keep of the model call's outcome (ADR-0082) takes a
+        # key-share lock on this row, and each of its tries held here past a deadline
+        # would replace the connections again, a deadline apart.
+        blocker.rollback()
+
+    async def noticed() -> bool:
+        return "task t: claim lost (" in worker.log()
+
+    await until(noticed, "the worker treats the claim as lost")
+    assert "may or may not have landed" in worker.log()
+    assert await lapse_the_lease(postgres_url, "t") == 1
+
+    async def done() -> bool:
+        return await status_of(store, "t") == "done"
+
+    await until(done, "the task is taken over and finished")
+    assert "took over task t (epoch 2)" in worker.log()
+    assert worker.log().count(REPLACED) == 1
+    types = await log_types(store, "t")
+    assert types.count("TaskFinished") == 1 and "TaskFailed" not in types, types
 
 
 async def test_a_quiet_workers_idle_sessions_killed_cost_no_task(

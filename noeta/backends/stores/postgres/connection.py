@@ -24,6 +24,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from noeta.backends.stores.postgres.forgotten_path import ForgottenPath
 from noeta.backends.stores.postgres.group_commit import APPEND_BATCH, GroupCommit, Rows
 from noeta.backends.stores.postgres.held_claim import BEGIN, HeldClaim
 from noeta.backends.stores.postgres.pool import LastInFirstOutPool, open_pool
@@ -124,14 +125,18 @@ class PostgresConnection:
         # its own (not behind a pooler).
         self.holds_claims = holds_claims and generic_settings is not None
         self._held: dict[str, HeldClaim] = {}
+        # A deadline passed: this store's idle and listening connections go (ADR-0152).
+        self._path = ForgottenPath(where, deadline_seconds, self._pools)
+
+    def _pools(self) -> tuple[AsyncConnectionPool[Any] | None, ...]:
+        return (self._pool, self._rounds_pool, self._renewal_pool, self._generic_pool)
 
     async def close(self) -> None:
         for held in list(self._held.values()):
             await held.abandon()
-        for own in (self._generic_pool, self._rounds_pool, self._renewal_pool):
+        for own in self._pools():
             if own is not None:
                 await own.close()
-        await self._pool.close()
 
     async def _listening_connection(self, application_name: str) -> psycopg.AsyncConnection[Any]:
         """A connection of its own, outside the pool, for a LISTEN: a pooled session must
@@ -312,6 +317,8 @@ class PostgresConnection:
                 connection, lambda: fetch_all(connection, statements), self.deadline_seconds, loop
             )
         except (psycopg.Error, TimeoutError) as error:
+            if isinstance(error, TimeoutError):
+                await self._path.no_answer()
             raise store_error(error, self.where, write=True, broken=connection.broken) from None
 
     async def _open_generic_pool(self, settings: dict[str, Any]) -> AsyncConnectionPool[Any]:
@@ -366,6 +373,8 @@ class PostgresConnection:
             if held is not None:
                 held.connection = None  # given back below; the burst's next takes another
                 held = None
+            if isinstance(error, TimeoutError):
+                await self._path.no_answer()
             raise store_error(
                 error, self.where, write=write, broken=connection.broken, task_id=task_id
             ) from None

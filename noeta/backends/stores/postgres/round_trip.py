@@ -85,7 +85,7 @@ async def within_deadline(
     def expire() -> None:
         nonlocal expired
         expired = True
-        _shut_socket(connection)
+        shut_socket(connection)
 
     # A timer, not a task around the call: it costs nothing unless it fires.
     timer = loop.call_later(deadline_seconds, expire)
@@ -99,7 +99,7 @@ async def within_deadline(
         timer.cancel()
 
 
-def _shut_socket(connection: psycopg.AsyncConnection[Any]) -> None:
+def shut_socket(connection: psycopg.AsyncConnection[Any]) -> None:
     try:
         duplicate = socket.socket(fileno=os.dup(connection.fileno()))
     except (OSError, psycopg.Error):

@@ -116,12 +116,14 @@ class PostgresWakeups(PostgresConnection):
                 await asyncio.sleep(self.deadline_seconds)
                 continue
             try:
-                await connection.execute(statement)
-                # Anything that happened before the LISTEN took effect was not
-                # announced: "*" tells the listener to look now.
-                yield ANY_QUEUE
-                async for notification in connection.notifies():
-                    yield notification.payload
+                # Shut if a statement's deadline passes meanwhile (ADR-0152): lost, as below.
+                with self._path.listening(connection):
+                    await connection.execute(statement)
+                    # Anything that happened before the LISTEN took effect was not
+                    # announced: "*" tells the listener to look now.
+                    yield ANY_QUEUE
+                    async for notification in connection.notifies():
+                        yield notification.payload
             except psycopg.Error:  # lost, ended, or refused (a read-only standby): again
                 await asyncio.sleep(1)
             finally:
