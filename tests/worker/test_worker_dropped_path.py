@@ -39,6 +39,17 @@ def path(postgres_url: str) -> Iterator[DroppingPath]:
         yield made
 
 
+async def run_a_first_task(store: Store, folder: Path) -> None:
+    """A task run through the path before the fault: the worker's pools, claims'
+    connection and LISTENs are open and used."""
+    await add_task(store, folder, "warm", {"text": "warm"})
+
+    async def warm_done() -> bool:
+        return await status_of(store, "warm") == "done"
+
+    await until(warm_done, "the first task is done")
+
+
 async def test_a_quiet_workers_dropped_connections_are_found_dead_and_cost_no_task(
     store: Store,
     path: DroppingPath,
@@ -51,13 +62,8 @@ async def test_a_quiet_workers_dropped_connections_are_found_dead_and_cost_no_ta
     # heals the pools pass over their reset sessions, as over server-ended ones
     # (ADR-0148, test_a_quiet_workers_idle_sessions_killed_cost_no_task): no write meets
     # one, no claim is lost. Every task ends done, claimed once.
-    await add_task(store, tmp_path, "warm", {"text": "warm"})
     quiet = workers(path.url(**QUICK_KEEPALIVES), "quiet", concurrency=3, prefix=path.command())
-
-    async def warm_done() -> bool:
-        return await status_of(store, "warm") == "done"
-
-    await until(warm_done, "the first task is done")
+    await run_a_first_task(store, tmp_path)
     assert len(path.established()) >= 6  # the pools', the claims', the LISTENs'
     path.drop()
 
@@ -153,13 +159,8 @@ async def test_an_idle_worker_whose_path_forgets_it_wakes_for_a_new_task_within_
     # looks ("*"), and runs the task within 2 deadlines of the drop. Before, each
     # forgotten connection it reached for cost a deadline, and the LISTEN stayed
     # forgotten until keepalive reset it (90 s); the poll is 5 minutes.
-    await add_task(store, tmp_path, "warm", {"text": "warm"})
     idle = workers(path.url(), "idle", concurrency=1, poll=300, prefix=path.command())
-
-    async def warm_done() -> bool:
-        return await status_of(store, "warm") == "done"
-
-    await until(warm_done, "the first task is done")
+    await run_a_first_task(store, tmp_path)
     assert path.forget()
     started = asyncio.get_running_loop().time()
     await add_task(store, tmp_path, "t", {"text": "after the forget"})
