@@ -54,6 +54,17 @@ class SecondFormatter(logging.Formatter):
         return self.default_msec_format % (cached[1], record.msecs)
 
 
+def announce(log: logging.Logger, message: str, *args: object) -> None:
+    """A service's start and stop lines, at `INFO` but written at every `--log-level`, as
+    Celery prints its banner whatever its `--loglevel`: a worker started at `warning` still
+    says who it is and when it stops. `Logger.handle` skips the level check, not the
+    handlers' filters (the scrubbing)."""
+    if log.isEnabledFor(logging.INFO):
+        log.info(message, *args)
+    else:
+        log.handle(log.makeRecord(log.name, logging.INFO, "(service)", 0, message, args, None))
+
+
 def configure(level: str = "info") -> None:
     """`level` (one of LEVELS) and above to stderr, unless logging was configured already
     (`basicConfig`)."""

@@ -140,7 +140,8 @@ async def _serve(
     for number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(number, on_stop)
     loop.add_signal_handler(signal.SIGHUP, on_hangup)
-    log.info(
+    log_lines.announce(
+        log,
         "scheduler: %d schedules from %s",
         len(schedules),
         ", ".join(cron_files) or "no cron file (timers only)",
@@ -154,7 +155,7 @@ async def _serve(
     finally:
         await health.close()
         await store.close()
-    log.info("scheduler: stopped")
+    log_lines.announce(log, "scheduler: stopped")
 
 
 async def _retain(store: Store, older_than: timedelta, stop: asyncio.Event) -> None:

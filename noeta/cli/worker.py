@@ -19,6 +19,8 @@ from noeta.cli.log_lines import log_level_option
 from noeta.cli.nondumpable import make_non_dumpable
 from noeta.cli.options import check_store_url, config_option, store_option
 
+log = logging.getLogger("noeta.worker")
+
 if TYPE_CHECKING:  # `noeta worker --help` imports neither the worker nor its tools
     from noeta.health.process import ProcessHealth
     from noeta.worker.settings import WorkerSettings
@@ -174,7 +176,8 @@ async def _serve(
     )
     store = observed(journaled(store))
     runner = toolbox.runner(store, providers)
-    logging.getLogger("noeta.worker").info(
+    log_lines.announce(
+        log,
         "worker %s: queues %s, concurrency %d, %d connections, lease %g s, plugins %s",
         settings.name,
         ",".join(settings.queues),
@@ -205,6 +208,7 @@ async def _serve(
         await store.close()
         await toolbox.close()
         observability.shutdown()  # export what is queued
+    log_lines.announce(log, "worker %s: stopped", settings.name)
     if worker.cut_off:
         # A sync function cut off may run on in its thread, which nothing can stop and
         # asyncio.run would wait for: its task is handed back, so leave without it.
@@ -223,7 +227,7 @@ def _stop_on_signals(stop: asyncio.Event, hand_back: asyncio.Event, health: Proc
     running tasks back now; a third: leave at once."""
 
     def on_signal() -> None:
-        said = logging.getLogger("noeta.worker").info
+        said = log.info
         if hand_back.is_set():
             os._exit(1)  # a third signal: leave at once; leases will lapse
         if stop.is_set():

@@ -207,3 +207,25 @@ async def test_a_timer_falls_due_while_the_worker_that_set_it_is_dead(
     assert woken.created_at >= record.ready_at
     final = await store.get_task("timer")
     assert final is not None and final.owner == survivor
+
+
+async def test_a_scheduler_at_warning_still_says_it_started_and_stopped(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # As Celery's banner: `--log-level warning` drops the lines of each firing, not these.
+    cron = tmp_path / "cron.yaml"
+    cron.write_text("schedules: []\n")
+    arguments = ["scheduler", "--cron", str(cron)]
+    env = {"NOETA_STORE": postgres_url, "NOETA_LOG_LEVEL": "warning"}
+    quiet = NoetaProcess(arguments, "quiet", tmp_path, env=env)
+    try:
+        await until(functools.partial(started, quiet), "the quiet scheduler started")
+        quiet.signal(signal.SIGTERM)
+        assert await quiet.exit_code() == 0
+    finally:
+        quiet.stop()
+    said = [line for line in quiet.log().splitlines() if " INFO " in line]
+    assert [line.split(" INFO ", 1)[1] for line in said] == [
+        f"noeta.scheduler: scheduler: 0 schedules from {cron}",
+        "noeta.scheduler: scheduler: stopped",
+    ], quiet.log()
