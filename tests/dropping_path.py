@@ -24,11 +24,14 @@ import shutil
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
+import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from noeta.backends.stores.embedded import EmbeddedPostgres, make_home
 from noeta.testing.fault_proxy import FaultProxy
 
 CLIENT_ADDRESS, SERVER_ADDRESS = "10.0.0.1", "10.0.0.2"
@@ -38,6 +41,7 @@ PASS, DROP = "1:10", "1:20"  # the HTB classes: the default one, and the blackho
 EVERY_PACKET, FORGOTTEN = "1", "2"  # the filters' priorities: `heal` deletes the first
 UNLIMITED = "htb rate 10gbit quantum 60000"  # a class that never holds a test's packets back
 _made = itertools.count()
+T = TypeVar("T")
 
 
 class DroppingPath:
@@ -46,6 +50,7 @@ class DroppingPath:
         self.client, self.server = f"{made}-client", f"{made}-server"
         self._postgres_url = postgres_url
         self.proxy: FaultProxy | None = None
+        self._postgres: EmbeddedPostgres | None = None
 
     def url(self, **settings: str) -> str:
         """The test server's URL by way of this path (from the client's namespace)."""
@@ -104,7 +109,30 @@ class DroppingPath:
         self.proxy = FaultProxy(str(parts["host"]), int(parts["port"]), listening=listening)
         self.proxy.start()
 
+    def start_postgres(self) -> str:
+        """A PostgreSQL of the path's own, started in the server's namespace and listening
+        on its address there, so that its sockets are the ones the path forgets (a test of
+        what the server does then); its URL, from the client's namespace. The session's
+        PostgreSQL is reached through the proxy, whose sockets do not face the path."""
+        settings = {"listen_addresses": f"127.0.0.1,{SERVER_ADDRESS}", "fsync": "off"}
+        self._postgres = EmbeddedPostgres(make_home("noeta-drop-pg-"), settings=settings)
+        local = in_namespace(self.server, self._postgres.start)
+        with (self._postgres.pgdata / "pg_hba.conf").open("a") as rules:
+            rules.write(f"host all all {CLIENT_ADDRESS}/32 scram-sha-256\n")
+        with self.connect_inside(local) as admin:
+            admin.execute("SELECT pg_reload_conf()")
+        return make_conninfo(local, host=SERVER_ADDRESS)
+
+    def connect_inside(self, url: str) -> psycopg.Connection[tuple[Any, ...]]:
+        """A connection to `url` made in the server's namespace, on its loopback: it never
+        crosses the path (an observer of the path's PostgreSQL)."""
+        local = make_conninfo(url, host="127.0.0.1")
+        return in_namespace(self.server, lambda: psycopg.connect(local, autocommit=True))
+
     def close(self) -> None:
+        if self._postgres is not None:
+            self._postgres.stop(mode="immediate")
+            shutil.rmtree(self._postgres.root, ignore_errors=True)
         if self.proxy is not None:
             self.proxy.stop()
         for namespace in (self.client, self.server):
@@ -146,10 +174,16 @@ def _run(command: str) -> str:
 
 
 def _listening_socket_in(namespace: str, address: str) -> socket.socket:
-    """A listening TCP socket made inside `namespace`: a thread enters it (a network
-    namespace is per thread), makes the socket, and ends; the socket stays there."""
-    made: list[socket.socket] = []
-    failed: list[OSError] = []
+    """A listening TCP socket made inside `namespace`; it stays there."""
+    return in_namespace(namespace, lambda: socket.create_server((address, 0)))
+
+
+def in_namespace(namespace: str, call: Callable[[], T]) -> T:
+    """`call`'s result, called inside `namespace`: a thread enters it (a network namespace
+    is per thread), calls, and ends. What it made stays there: a socket, and the processes
+    it started (a child is born in its parent thread's namespace)."""
+    made: list[T] = []
+    failed: list[BaseException] = []
 
     def make() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -162,8 +196,8 @@ def _listening_socket_in(namespace: str, address: str) -> socket.socket:
         finally:
             os.close(descriptor)
         try:
-            made.append(socket.create_server((address, 0)))
-        except OSError as error:
+            made.append(call())
+        except BaseException as error:  # raised again in the caller's thread
             failed.append(error)
 
     thread = threading.Thread(target=make)

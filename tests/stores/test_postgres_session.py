@@ -12,6 +12,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores.postgres import PostgresStore
+from noeta.backends.stores.postgres.session import server_keepalives as server_keepalives_of
 from noeta.core.errors import ConfigError
 
 LIMITS = (
@@ -121,3 +122,58 @@ async def test_a_urls_own_keepalives_are_left_whole(
     assert shown[: len(kept)] == kept
     if kept == (1, 5):
         assert shown[2:] != (10, 3)  # the kernel's own interval and count, not noeta's
+
+
+SERVER_PROBES = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count")
+
+
+async def server_keepalives(connection: Any) -> tuple[str, ...]:
+    """What the server's kernel will do for this session's socket: when it sits idle (the
+    kernel's own values where none was set, as the server reads them back), and how long
+    data it sent may go unacknowledged (0: the kernel's retransmissions, some 15 minutes)."""
+    shown = []
+    for name in (*SERVER_PROBES, "tcp_user_timeout"):
+        row = await (await connection.execute(f"SHOW {name}")).fetchone()
+        shown.append(row[0])
+    return tuple(shown)
+
+
+@pytest.mark.parametrize(
+    ("own", "probes"),
+    [
+        ({}, ("60", "10", "3", "90000")),  # milliseconds, as the server shows them
+        ({"keepalives_idle": "5"}, ("5", "75", "9", "0")),
+        ({"keepalives": "0"}, ("7200", "75", "9", "0")),
+    ],
+    ids=["noeta's", "the URL's idle time", "keepalives off"],
+)
+async def test_the_server_probes_each_session_as_its_client_does(
+    postgres_url: str, own: dict[str, str], probes: tuple[str, ...]
+) -> None:
+    # ADR-0154: a path that forgot a connection drops the client's reset as well; the
+    # server finds its idle backend gone when its own probes go unanswered.
+    store = await PostgresStore.open(make_conninfo(postgres_url, **own), migrate=True)
+    try:
+        async with store._pool.connection() as pooled:
+            shown = [await server_keepalives(pooled)]
+        listening = await store._listening_connection("test-keepalives")
+        session = await store._session_connection("test-keepalives")
+        try:
+            shown += [await server_keepalives(listening), await server_keepalives(session)]
+        finally:
+            await listening.close()
+            await session.close()
+    finally:
+        await store.close()
+    assert set(shown) == {probes}, shown
+
+
+def test_the_server_gives_up_on_unacknowledged_data_after_the_probes_whole_time() -> None:
+    url = "postgresql://noeta@db/noeta?keepalives_idle=30&keepalives_interval=5&keepalives_count=4"
+    assert server_keepalives_of(url, 180000) == {
+        "tcp_keepalives_idle": "30",
+        "tcp_keepalives_interval": "5",
+        "tcp_keepalives_count": "4",
+        "tcp_user_timeout": "50000",  # 30 + 4 x 5 s, in milliseconds
+    }
+    assert "tcp_user_timeout" not in server_keepalives_of(url, 110000)  # none before 12

@@ -30,6 +30,7 @@ from noeta.backends.stores.postgres.reply_streams import PostgresReplyStreams
 from noeta.backends.stores.postgres.schema import SESSION_ENV, check_schema, migrate_database
 from noeta.backends.stores.postgres.session import (
     SessionLimits,
+    server_keepalives,
     startup_options,
     with_keepalives,
 )
@@ -139,7 +140,13 @@ class PostgresStore(
                 "(store_session: in noeta.yaml) to PostgreSQL's own URL (or to this one, "
                 "for a pooler in session mode); see docs/scaling.md"
             )
-        session_options = startup_options(direct, limits.settings(checked.server_version))
+        # The server probes a session as its client does (ADR-0154); a LISTEN's session,
+        # idle for hours, sets nothing else.
+        keepalives = server_keepalives(direct, checked.server_version)
+        session_options = startup_options(
+            direct, limits.settings(checked.server_version) | keepalives
+        )
+        listening_options = startup_options(direct, keepalives)
         settings: dict[str, Any] = {**connecting, "autocommit": True}
         if pooled:
             # A pooler in transaction mode: no statement prepared on a server session
@@ -193,6 +200,7 @@ class PostgresStore(
             dsn,
             session_dsn=direct,
             session_options=session_options,
+            listening_options=listening_options,
             generic_settings=None if pooled else {**settings, "options": generic},
             rounds_pool=rounds,
             renewal_pool=renewals,

@@ -97,6 +97,7 @@ class PostgresConnection:
         *,
         session_dsn: str | None = None,
         session_options: str = "",
+        listening_options: str = "",
         generic_settings: dict[str, Any] | None = None,
         rounds_pool: AsyncConnectionPool[Any] | None = None,
         renewal_pool: AsyncConnectionPool[Any] | None = None,
@@ -113,6 +114,7 @@ class PostgresConnection:
         self._dsn = session_dsn or dsn
         self.pooled = self._dsn != dsn  # the pool's URL is a pooler in transaction mode
         self._session_options = session_options  # the limits, for a session of our own
+        self._listening_options = listening_options  # the server's keepalives (ADR-0154)
         self.where = where
         self.deadline_seconds = deadline_seconds
         self._group_commit = GroupCommit(self._write_round, self._write_batch_and_claim)
@@ -140,12 +142,14 @@ class PostgresConnection:
 
     async def _listening_connection(self, application_name: str) -> psycopg.AsyncConnection[Any]:
         """A connection of its own, outside the pool, for a LISTEN: a pooled session must
-        never be left listening. Raises psycopg's error if it cannot connect."""
+        never be left listening, idle for hours. Of the limits, only the server's
+        keepalives (ADR-0154). Raises psycopg's error if it cannot connect."""
         return await psycopg.AsyncConnection.connect(
             self._dsn,
             autocommit=True,
             application_name=application_name,
             connect_timeout=max(1, round(self.deadline_seconds)),
+            options=self._listening_options,
         )
 
     async def _session_connection(self, application_name: str) -> psycopg.AsyncConnection[Any]:

@@ -12,9 +12,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.core.errors import ConfigError
 
-# client_connection_check_interval exists from PostgreSQL 14; an older server refuses a
-# session that names it.
+# client_connection_check_interval exists from PostgreSQL 14, tcp_user_timeout from 12;
+# an older server refuses a session that names them.
 CHECK_CLIENT_SINCE = 140000
+USER_TIMEOUT_SINCE = 120000
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,42 @@ KEEPALIVES = {
     "keepalives_interval": "10",
     "keepalives_count": "3",
 }
+
+
+# libpq's keepalive settings, and the server's of the same meaning (ADR-0154).
+SERVER_KEEPALIVES = {
+    "keepalives_idle": "tcp_keepalives_idle",
+    "keepalives_interval": "tcp_keepalives_interval",
+    "keepalives_count": "tcp_keepalives_count",
+}
+
+
+def server_keepalives(dsn: str, server_version: int) -> dict[str, str]:
+    """The server's half of a session's keepalives, as the URL sets the client's (ADR-0154).
+
+    A firewall, a NAT or a failover that forgets a connection drops the client's goodbye
+    too, and its backend stays on a socket nobody answers, holding one of
+    `max_connections`: for the kernel's two hours if it is idle, unless the server probes
+    it as well (`tcp_keepalives_*`); for some 15 minutes of retransmissions if it holds a
+    reply or a notification never acknowledged, which no keepalive probe follows, unless
+    the server gives up on it as soon (`tcp_user_timeout`: the probes' whole time).
+    Nothing where the URL turns keepalives off (`keepalives=0`)."""
+    try:
+        own = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return {}  # refused, in words that do not quote it, by startup_options
+    if own.get("keepalives") == "0":
+        return {}
+    pairs = SERVER_KEEPALIVES.items()
+    chosen = {server: str(own[client]) for client, server in pairs if client in own}
+    try:
+        idle, interval, count = (int(str(own[client])) for client in SERVER_KEEPALIVES)
+    except (KeyError, ValueError):
+        return chosen  # a URL's partial choice: the kernel's own for the rest
+    if server_version < USER_TIMEOUT_SINCE:
+        return chosen
+    chosen["tcp_user_timeout"] = str((idle + interval * count) * 1000)  # milliseconds
+    return chosen
 
 
 def with_keepalives(dsn: str) -> str:
