@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import psycopg
 import pytest
 
 from noeta.backends.stores.postgres import PostgresStore
-from noeta.core.errors import CommitUnknown
+from noeta.core.errors import CommitUnknown, StoreUnavailable
 from noeta.testing.store_contract import created
 from tests.worker.conftest import REPLACED
 
@@ -101,3 +102,18 @@ async def test_a_deadline_passing_makes_a_listener_listen_again_and_catch_up(
         await admin.execute("NOTIFY noeta_finished, 'a'")
     assert await asyncio.wait_for(anext(finishes), 10 * DEADLINE) == "a"
     await finishes.aclose()
+
+
+async def test_a_prune_statement_past_its_deadline_replaces_them_too(
+    store: PostgresStore, postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The prune runs on a session of its own (the scheduler's retention, `noeta db
+    # prune`), outside the pool's statements: its deadline passing is the same evidence.
+    await store.create_task(created("a"))
+    caplog.set_level(logging.WARNING, logger="noeta.backends.stores.postgres.forgotten_path")
+    async with await psycopg.AsyncConnection.connect(postgres_url) as blocker:
+        await blocker.execute("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(StoreUnavailable):
+            await store.prune_finished(timedelta(0), dry_run=True)
+        await blocker.rollback()
+    assert caplog.text.count(REPLACED) == 1

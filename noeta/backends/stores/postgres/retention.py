@@ -130,6 +130,8 @@ class PostgresRetention(PostgresConnection):
                 "run `noeta db prune` as the schema's owner"
             ) from None
         except (psycopg.Error, TimeoutError) as error:
+            if isinstance(error, TimeoutError):
+                await self._path.no_answer()  # the path may have forgotten all (ADR-0152)
             raise store_error(error, self.where, write=write, broken=connection.broken) from None
 
     async def _prune_session(self) -> psycopg.AsyncConnection[Any]:
