@@ -4,7 +4,10 @@ It runs its own event loop in a thread, so it keeps working while the code under
 blocks. Faults: `blackhole()` (bytes stop flowing both ways, sockets stay open, as in a
 partition), `cut_next_reply()` (the next bytes the server sends are dropped and the
 client's connection is reset: a write the server committed whose reply never arrives),
-`drop_all()` (every connection is reset at once), and, given `cut_functions` (the SQL
+`drop_all()` (every connection is reset at once), `forget(ends_after=...)` (the
+connections open now go silent for good, their closes unseen, while new ones pass: a
+firewall, a NAT or a failover that forgot them; each end is reset later, as its own
+keepalives would find it), and, given `cut_functions` (the SQL
 functions a test means, by name), `cut_statement(before=...)`: the next statement that
 calls one of them is cut off before it reaches the server, or after (its reply is lost:
 the outcome is unknown).
@@ -53,6 +56,9 @@ class FaultProxy:
         self._flowing.set()
         self._cut_next_reply = False
         self._writers: set[asyncio.StreamWriter] = set()
+        # Each client's connection to the server, and those a `forget()` made silent.
+        self._pairs: dict[asyncio.StreamWriter, asyncio.StreamWriter] = {}
+        self._forgotten: set[asyncio.StreamWriter] = set()
 
     def start(self) -> int:
         self._thread.start()
@@ -76,6 +82,22 @@ class FaultProxy:
 
     def drop_all(self) -> None:
         self._call(self._reset_all())
+
+    def forget(self, *, ends_after: float) -> int:
+        """The connections open now, forgotten: what either side sends them vanishes, a
+        side's close included (the other is not told), and new connections pass. After
+        `ends_after` seconds both ends are reset, as each side's keepalive probes going
+        unanswered would end them (ADR-0129, ADR-0154). How many were forgotten."""
+        forgotten: list[int] = []
+
+        async def forget_now() -> None:  # on the proxy's loop, which changes the pairs
+            pairs = dict(self._pairs)
+            self._forgotten |= set(pairs)
+            self._loop.call_later(ends_after, self._end, pairs)
+            forgotten.append(len(pairs))
+
+        self._call(forget_now())
+        return forgotten[0]
 
     def cut_statement(self, *, before: bool) -> None:
         """Cut the next statement calling one of the `cut_functions`: before the server
@@ -109,6 +131,7 @@ class FaultProxy:
             _reset(writer)
             return
         self._writers |= {writer, upstream_writer}
+        self._pairs[writer] = upstream_writer
         if self._cut_functions:
             self._readers[writer] = FrontendReader(self._cut_functions)
         pumps = (
@@ -125,6 +148,8 @@ class FaultProxy:
             _reset(each)
         self._readers.pop(writer, None)
         self._cut_reply_of.discard(writer)
+        self._pairs.pop(writer, None)
+        self._forgotten.discard(writer)
 
     async def _pump(
         self,
@@ -135,6 +160,8 @@ class FaultProxy:
         from_server: bool,
     ) -> None:
         while data := await source.read(65536):
+            if client in self._forgotten:
+                continue  # the path forgot this connection: its bytes vanish
             while not self._flowing.is_set():  # noqa: ASYNC110 - a partition: hold the bytes
                 await asyncio.sleep(0.01)
             if from_server and (self._cut_next_reply or client in self._cut_reply_of):
@@ -156,7 +183,8 @@ class FaultProxy:
                 self._cut_reply_of.add(client)
             sink.write(data)
             await sink.drain()
-        sink.close()
+        if client not in self._forgotten:  # a forgotten path drops the close as well
+            sink.close()
 
     async def _shut_down(self) -> None:
         """Reset every connection, stop listening, and end every connection's task (a
@@ -168,6 +196,13 @@ class FaultProxy:
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
+
+    def _end(self, pairs: dict[asyncio.StreamWriter, asyncio.StreamWriter]) -> None:
+        """Forgotten connections' ends given up on by their kernels: both reset."""
+        for client, upstream in pairs.items():
+            if client in self._forgotten:
+                _reset(client)
+                _reset(upstream)
 
     async def _reset_all(self) -> None:
         for writer in list(self._writers):

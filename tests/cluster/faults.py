@@ -3,10 +3,11 @@
 Process faults (SIGKILL one worker or all, SIGSTOP for 1.5-3 leases, kill the
 scheduler), database faults (worker backends terminated, PostgreSQL restarted fast or
 immediate), network faults through the proxied workers' fault proxies (a blackhole for a
-while; an append cut before it reaches the server or right after it was sent, so its
-outcome is unknown) and a claim whose reply is lost (failpoint: CommitUnknown after the
-claim committed). Each kind runs once early, in a seeded order, then at random.
-A fault is counted only if it landed (a cut that found no append to cut did not).
+while; every open connection forgotten for good, as by a firewall or a NAT; an append
+cut before it reaches the server or right after it was sent, so its outcome is unknown)
+and a claim whose reply is lost (failpoint: CommitUnknown after the claim committed).
+Each kind runs once early, in a seeded order, then at random. A fault is counted only if
+it landed (a cut that found no append to cut did not).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ WEIGHTS = {
     "pg-restart-fast": 1,
     "pg-restart-immediate": 1,
     "blackhole": 2,
+    "forget": 1,
     "cut-after-commit": 2,
     "cut-before-commit": 2,
     "claim-commit-unknown": 1,
@@ -36,6 +38,9 @@ WEIGHTS = {
 RESTARTS = ("pg-restart-fast", "pg-restart-immediate")
 RESTARTING = ("sigkill", "claim-commit-unknown")
 CLAIM_REPLY_LOST = "claim.after_commit=raise(CommitUnknown)@{n}"
+# When a forgotten connection's ends are reset: as the keepalives a worker asks of both
+# sides by default would find them (60 s idle, 3 probes 10 s apart; ADR-0129, ADR-0154).
+FORGOTTEN_FOR = 90.0
 
 
 def available(cluster: Cluster) -> list[str]:
@@ -109,6 +114,10 @@ class Chaos:
             cluster.proxies[proxied].blackhole()
             await asyncio.sleep(pause)
             cluster.proxies[proxied].heal()
+        elif kind == "forget":
+            count = cluster.proxies[proxied].forget(ends_after=FORGOTTEN_FOR)
+            cluster.note(f"the path forgot {proxied}'s {count} connections")
+            landed = count > 0
         elif kind in ("cut-after-commit", "cut-before-commit"):
             landed = await self._cut(before=kind == "cut-before-commit")
         elif kind == "claim-commit-unknown":

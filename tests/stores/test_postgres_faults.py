@@ -114,6 +114,41 @@ async def test_connections_dropped_while_idle_are_passed_over_and_the_write_land
     assert [e.type for e in await direct.read_log("a")] == ["created", "step"]
 
 
+FORGETFUL_PIDS = "SELECT pid FROM pg_stat_activity WHERE application_name = 'forgetful'"
+
+
+async def test_a_forgotten_path_costs_one_deadline_and_its_backends_end_later(
+    migrated_url: str, direct: PostgresStore, proxy: FaultProxy
+) -> None:
+    # A firewall forgets every open connection (the proxy's forget): a statement on one
+    # waits out its deadline, the store replaces its connections (ADR-0152), and the next
+    # goes through a new one. The server is not told of the closes; each backend ends when
+    # the server's keepalives would find it (ends_after here, ADR-0154).
+    dsn = make_conninfo(migrated_url, host="127.0.0.1", port=str(proxy.port))
+    store = await PostgresStore.open(
+        dsn, deadline_seconds=DEADLINE, max_connections=2, application_name="forgetful"
+    )
+    admin = await psycopg.AsyncConnection.connect(migrated_url, autocommit=True)
+
+    async def backends() -> set[int]:
+        return {pid for (pid,) in await (await admin.execute(FORGETFUL_PIDS)).fetchall()}
+
+    try:
+        await store.create_task(created("a"))
+        before = await backends()
+        assert proxy.forget(ends_after=5.0) == len(before) >= 1
+        with pytest.raises(StoreUnavailable):
+            await store.read_log("a")
+        assert [e.type for e in await store.read_log("a")] == ["created"]
+        assert before <= await backends()  # closed by the store; the server was not told
+        async with asyncio.timeout(30):
+            while before & await backends():  # noqa: ASYNC110 - the server's own list
+                await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
+        await store.close()
+
+
 async def test_an_unreachable_database_names_host_and_port_not_the_password() -> None:
     port = closed_port()
     dsn = f"postgresql://noeta:s3cret-pw@127.0.0.1:{port}/noeta"
