@@ -148,6 +148,10 @@ class PgBouncer:
             # default (600 s) the server sessions of every test of the last ten minutes
             # stayed open, and a whole suite passed the test server's max_connections.
             "server_idle_timeout = 5\n"
+            # After a failed login to the server (PostgreSQL restarting), PgBouncer fails
+            # every client at once for this long before it tries again: its default 15 s
+            # kept the fleet idle that long after each restart (ops/README.md).
+            "server_login_retry = 1\n"
             f"ignore_startup_parameters = {self._ignored}\n"
             f"{run_as}"  # its log: stderr, into output.log
         )
