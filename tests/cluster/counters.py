@@ -15,6 +15,13 @@ from noeta.core.runner.model_cuts import NOT_SENT_PREFIX
 
 # Worker log lines (noeta/worker/worker.py); asctime is the local clock.
 _TAKEOVER = re.compile(r"^(\S+ \S+) INFO noeta\.worker: took over task (\S+) \(epoch (\d+)\)", re.M)
+# Every claim of a task under an epoch, whether or not its run wrote anything after it
+# (noeta/worker/claim_lines.py, waiting_claims.py, continuing.py).
+_CLAIMED = re.compile(
+    r"^(\S+ \S+) INFO noeta\.worker: (?:claimed|took over|adopted|continued with) task "
+    r"([^\s,]+)[^(\n]*\(epoch (\d+)",
+    re.M,
+)
 _PATTERNS = {
     "conflicts refused": re.compile(r"conflict on task "),
     "adopted claims (lost claim reply)": re.compile(r"adopted task "),
@@ -89,14 +96,27 @@ def subtasks_seen(logs: dict[str, list[StoredEvent]], output: str) -> Counter[st
 
 
 def takeover_seconds(logs: dict[str, list[StoredEvent]], output: str) -> list[float]:
-    """For each takeover: from the last write under an earlier epoch to the new claim."""
+    """For each takeover: from the last moment the task was known held under an earlier
+    epoch to the new claim. That is its last write under one, or a later claim that wrote
+    nothing before it was lost: measured from the write alone, a chat task's wait for its
+    next message before such a claim counted as takeover time (24.5 s for a takeover that
+    came 1.1 s after the lost claim)."""
+    claims: dict[str, list[tuple[datetime, int]]] = {}
+    for stamp, task, epoch in _CLAIMED.findall(output):
+        claims.setdefault(task, []).append((_local(stamp), int(epoch)))
     found = []
     for stamp, task, epoch in _TAKEOVER.findall(output):
-        at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").astimezone()
+        at = _local(stamp)
         before = [e.created_at for e in logs.get(task, []) if 0 < e.epoch < int(epoch)]
+        before += [when for when, held in claims.get(task, []) if held < int(epoch) and when <= at]
         if before:
             found.append((at - max(before)).total_seconds())
     return found
+
+
+def _local(stamp: str) -> datetime:
+    """A worker log line's time (asctime: the local clock), comparable with the log's."""
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").astimezone()
 
 
 def percentiles(values: list[float]) -> str:

@@ -7,12 +7,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from noeta.core.ports.store import LateResult, StoredEvent
 from tests.cluster.counters import (
     infrastructure_failures,
     late_result_fates,
     late_result_ratio,
     requests_sent_twice_by_one_process,
+    takeover_seconds,
 )
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -86,3 +89,18 @@ def test_a_request_sent_twice_by_one_process_is_found() -> None:
     }
     kept = {"t": [LateResult("t", "noeta model call not sent, epoch 5", "x", False, 5, "w1")]}
     assert requests_sent_twice_by_one_process(logs, kept, starts) == ["t: seq 4 by w1"]
+
+
+def test_a_takeover_is_timed_from_the_last_claim_that_held_the_task_not_its_last_write() -> None:
+    # A chat task waits for its next message after epoch 2's turn; epoch 3 claims it for
+    # the message and loses its connection before it writes; epoch 4 takes it over 1.1 s
+    # later. The 23 s of waiting before epoch 3 are not takeover time.
+    written = datetime(2026, 12, 7, 17, 33, 37).astimezone()
+    logs = {"chat": [StoredEvent("chat", 5, "TurnEnded", {}, written, epoch=2)]}
+    output = (
+        "2026-12-07 17:34:00,384 INFO noeta.worker: claimed task chat (epoch 3)\n"
+        "2026-12-07 17:34:01,490 INFO noeta.worker: took over task chat (epoch 4)\n"
+    )
+    assert takeover_seconds(logs, output) == [pytest.approx(1.106)]
+    # Without the claim in between, the write is the last thing known held.
+    assert takeover_seconds(logs, output.splitlines(keepends=True)[1]) == [pytest.approx(24.49)]
