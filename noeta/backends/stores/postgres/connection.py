@@ -3,10 +3,9 @@ driver errors mapped into the store's error tree.
 
 No transaction is ever held open across a model or tool call. Every call has an
 application deadline: a blackholed connection fails in seconds, not when TCP gives up.
-A burst of statements (`holding`) runs on one connection, taken from the pool once.
-One transaction spans two round trips: an idle worker's lone claim, left open for its
-run's first write (`held_claim.py`, ADR-0136).
-"""
+A burst of statements (`holding`) runs on one connection, taken from the pool once. One
+transaction spans two round trips: an idle worker's lone claim, left open for its run's
+first write (`held_claim.py`, ADR-0136)."""
 
 from __future__ import annotations
 
@@ -321,9 +320,23 @@ class PostgresConnection:
                 connection, lambda: fetch_all(connection, statements), self.deadline_seconds, loop
             )
         except (psycopg.Error, TimeoutError) as error:
-            if isinstance(error, TimeoutError):
-                await self._path.no_answer()
-            raise store_error(error, self.where, write=True, broken=connection.broken) from None
+            raise await self._failed(error, connection, write=True) from None
+
+    async def _failed(
+        self,
+        error: psycopg.Error | TimeoutError,
+        connection: Any,
+        *,
+        write: bool,
+        task_id: str | None = None,
+    ) -> StoreError:
+        """A failed statement's store error; a deadline passing replaces the store's idle
+        and listening connections first (ADR-0152)."""
+        if isinstance(error, TimeoutError):
+            await self._path.no_answer()
+        return store_error(
+            error, self.where, write=write, broken=connection.broken, task_id=task_id
+        )
 
     async def _open_generic_pool(self, settings: dict[str, Any]) -> AsyncConnectionPool[Any]:
         """The claims' connection, opened at the first claim: a client, which never claims,
@@ -377,11 +390,7 @@ class PostgresConnection:
             if held is not None:
                 held.connection = None  # given back below; the burst's next takes another
                 held = None
-            if isinstance(error, TimeoutError):
-                await self._path.no_answer()
-            raise store_error(
-                error, self.where, write=write, broken=connection.broken, task_id=task_id
-            ) from None
+            raise await self._failed(error, connection, write=write, task_id=task_id) from None
         except BaseException:
             if held is not None:  # cancelled mid-statement: the connection's state is unknown
                 held.connection = None

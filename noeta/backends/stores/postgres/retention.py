@@ -15,7 +15,6 @@ from psycopg_pool import PoolTimeout
 from noeta.backends.stores.postgres.connection import (
     PostgresConnection,
     reason,
-    store_error,
 )
 from noeta.backends.stores.postgres.round_trip import fetch_within_deadline
 from noeta.core.errors import StoreError, StoreUnavailable
@@ -130,9 +129,7 @@ class PostgresRetention(PostgresConnection):
                 "run `noeta db prune` as the schema's owner"
             ) from None
         except (psycopg.Error, TimeoutError) as error:
-            if isinstance(error, TimeoutError):
-                await self._path.no_answer()  # the path may have forgotten all (ADR-0152)
-            raise store_error(error, self.where, write=write, broken=connection.broken) from None
+            raise await self._failed(error, connection, write=write) from None
 
     async def _prune_session(self) -> psycopg.AsyncConnection[Any]:
         """A session to hold the prune lock on: one of the pool's, or, when the pool's URL
