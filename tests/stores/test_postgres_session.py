@@ -4,8 +4,10 @@ own sessions, with the defaults derived from the client deadline, and a URL's ow
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -87,20 +89,26 @@ def kernel_keepalives(connection: Any) -> tuple[int, int, int, int]:
         os.close(probe.detach())
 
 
+@contextlib.asynccontextmanager
+async def each_kind_of_connection(store: PostgresStore) -> AsyncIterator[list[Any]]:
+    """A pooled connection of `store`, a LISTEN's and a session of its own."""
+    async with store._pool.connection() as pooled:
+        listening = await store._listening_connection("test-keepalives")
+        session = await store._session_connection("test-keepalives")
+        try:
+            yield [pooled, listening, session]
+        finally:
+            await listening.close()
+            await session.close()
+
+
 async def test_every_connection_probes_an_idle_peer_every_minute(postgres_url: str) -> None:
     # ADR-0129: a quiet worker's idle sessions (ADR-0127) keep a firewall's state alive,
     # and a vanished peer is found in about 90 s, not two hours (libpq's default).
     store = await PostgresStore.open(postgres_url, migrate=True)
     try:
-        async with store._pool.connection() as pooled:
-            assert kernel_keepalives(pooled) == (1, 60, 10, 3)
-        listening = await store._listening_connection("test-keepalives")
-        session = await store._session_connection("test-keepalives")
-        try:
-            assert kernel_keepalives(listening) == kernel_keepalives(session) == (1, 60, 10, 3)
-        finally:
-            await listening.close()
-            await session.close()
+        async with each_kind_of_connection(store) as connections:
+            assert [kernel_keepalives(each) for each in connections] == [(1, 60, 10, 3)] * 3
     finally:
         await store.close()
 
@@ -154,15 +162,8 @@ async def test_the_server_probes_each_session_as_its_client_does(
     # server finds its idle backend gone when its own probes go unanswered.
     store = await PostgresStore.open(make_conninfo(postgres_url, **own), migrate=True)
     try:
-        async with store._pool.connection() as pooled:
-            shown = [await server_keepalives(pooled)]
-        listening = await store._listening_connection("test-keepalives")
-        session = await store._session_connection("test-keepalives")
-        try:
-            shown += [await server_keepalives(listening), await server_keepalives(session)]
-        finally:
-            await listening.close()
-            await session.close()
+        async with each_kind_of_connection(store) as connections:
+            shown = [await server_keepalives(each) for each in connections]
     finally:
         await store.close()
     assert set(shown) == {probes}, shown
