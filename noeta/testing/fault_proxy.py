@@ -66,6 +66,9 @@ class FaultProxy:
         return self.port
 
     def stop(self) -> None:
+        """Reset every connection and stop listening (new connections are refused); once."""
+        if self._loop.is_closed():
+            return
         self._call(self._shut_down())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)

@@ -35,10 +35,21 @@ def pgbouncer_binary() -> str | None:
 class PgBouncer:
     """One PgBouncer process; `pooled(url)` is a test schema's URL through it."""
 
-    def __init__(self, binary: str, server_dsn: str, folder: Path, *, pool_size: int = 2) -> None:
+    def __init__(
+        self,
+        binary: str,
+        server_dsn: str,
+        folder: Path,
+        *,
+        pool_size: int = 2,
+        login_retry_seconds: int = 1,
+        query_wait_seconds: int = 120,
+    ) -> None:
         self.binary = binary
         self.folder = folder
         self.pool_size = pool_size
+        self.login_retry_seconds = login_retry_seconds
+        self.query_wait_seconds = query_wait_seconds
         self.port = _free_port()
         parts = conninfo_to_dict(server_dsn)
         self._server = {
@@ -151,7 +162,8 @@ class PgBouncer:
             # After a failed login to the server (PostgreSQL restarting), PgBouncer fails
             # every client at once for this long before it tries again: its default 15 s
             # kept the fleet idle that long after each restart (ops/README.md).
-            "server_login_retry = 1\n"
+            f"server_login_retry = {self.login_retry_seconds}\n"
+            f"query_wait_timeout = {self.query_wait_seconds}\n"
             f"ignore_startup_parameters = {self._ignored}\n"
             f"{run_as}"  # its log: stderr, into output.log
         )

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -28,14 +27,8 @@ from noeta.backends.stores.postgres.group_commit import APPEND_BATCH, GroupCommi
 from noeta.backends.stores.postgres.held_claim import BEGIN, HeldClaim
 from noeta.backends.stores.postgres.pool import LastInFirstOutPool, open_pool
 from noeta.backends.stores.postgres.round_trip import fetch_all, within_deadline
-from noeta.core.errors import (
-    CommitUnknown,
-    Conflict,
-    NotStarted,
-    StoreError,
-    StoreUnavailable,
-    UnknownTask,
-)
+from noeta.backends.stores.postgres.store_errors import Rerun, reason, store_error
+from noeta.core.errors import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +36,6 @@ T = TypeVar("T")
 
 DEFAULT_DEADLINE_SECONDS = 10.0
 DEADLOCK_RETRIES = 5
-# Deadlock and serialization failure: the statement was rolled back whole; re-run it.
-_RETRYABLE = {"40P01", "40001"}
-# The server cannot take this work now, whatever the statement: it is shutting down or
-# starting (57P01-57P03), this session was ended (57P05), the database is read-only (a
-# standby promoted away from, or default_transaction_read_only: 25006), or it is out of
-# disk, memory or connections (class 53). Nothing was written; the same statement will
-# succeed once the server is back, so callers wait and retry.
-_UNAVAILABLE_STATES = {"57P01", "57P02", "57P03", "57P05", "25006"}
-_UNAVAILABLE_CLASSES = {"08", "53"}
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
@@ -210,7 +194,7 @@ class PostgresConnection:
                     [(query, params)], write=True, task_id=task_id, pool=pool
                 )
                 return rows[0]
-            except _Rerun as error:
+            except Rerun as error:
                 if attempt == DEADLOCK_RETRIES:
                     raise
                 log.info("store: %s; re-running the statement with its checks", error)
@@ -242,7 +226,7 @@ class PostgresConnection:
             try:
                 rows, claimed = await self._run_all(statements, write=True, pool=pool)
                 return rows, claimed
-            except _Rerun as error:
+            except Rerun as error:
                 if attempt == DEADLOCK_RETRIES:
                     raise
                 log.info("store: %s; re-running the batch and the claim", error)
@@ -427,74 +411,3 @@ class PostgresConnection:
                 "the server's max_connections)"
             )
         return f"cannot reach PostgreSQL at {self.where}"
-
-
-class _Rerun(StoreError):
-    """A deadlock or serialization failure: rolled back whole, safe to run again."""
-
-
-def store_error(
-    error: psycopg.Error | TimeoutError,
-    where: str,
-    *,
-    write: bool,
-    broken: bool,
-    task_id: str | None = None,
-) -> StoreError:
-    """The store error a driver error means: the one place the error contract is kept.
-
-    | cause                                            | error            |
-    | the fence refused the append (NT409)             | Conflict         |
-    | no such task (NT404, a foreign key)              | UnknownTask      |
-    | a task to create started is in a limited queue   | NotStarted       |
-    |   (NT423)                                        |                  |
-    | the connection broke, or no answer in time,      | CommitUnknown    |
-    |   during a write                                 |                  |
-    | the same during a read                           | StoreUnavailable |
-    | server shutting down or starting, session ended, | StoreUnavailable |
-    |   read-only, out of disk / memory / connections  |                  |
-    | anything else the server refused: statement or   | StoreError       |
-    |   lock timeout, a missing grant, a missing table |                  |
-    """
-    if broken or not isinstance(error, psycopg.Error):
-        if write:
-            return CommitUnknown(
-                f"lost the connection to PostgreSQL at {where} while a write was "
-                "committing; it may or may not have landed"
-            )
-        return StoreUnavailable(f"lost the connection to PostgreSQL at {where}")
-    state = error.sqlstate or ""
-    if state == "NT409":
-        return Conflict(task_id or "?", message(error))
-    if state == "NT404":
-        return UnknownTask(message(error))
-    if state == "NT423":
-        return NotStarted(message(error))
-    if state == "23503":  # a foreign key: the row names a task that does not exist
-        return UnknownTask(task_id or "?")
-    if state in _RETRYABLE:
-        return _Rerun(f"PostgreSQL at {where}: {reason(error)} (SQLSTATE {state})")
-    code = f" (SQLSTATE {state})" if state else ""
-    if state in _UNAVAILABLE_STATES or state[:2] in _UNAVAILABLE_CLASSES:
-        return StoreUnavailable(f"PostgreSQL at {where} cannot take it now: {reason(error)}{code}")
-    # The server refused the statement, or the driver could not send it: nothing was
-    # written, and it is the deployment's (or noeta's) to fix, or the statement ran too
-    # long. A StoreError leaves the task for a later claim instead of failing it.
-    return StoreError(f"PostgreSQL at {where} refused a statement: {reason(error)}{code}")
-
-
-def message(error: psycopg.Error) -> str:
-    return error.diag.message_primary or str(error)
-
-
-_LIBPQ_PREFIXES = re.compile(
-    r"connection failed: "
-    r'|connection to server at "[^"]*"(?: \([^)]*\))?, port \d+ failed: '
-    r"|FATAL:\s+"
-)
-
-
-def reason(error: psycopg.Error) -> str:
-    """The server's or libpq's reason, on one line (libpq never includes the password)."""
-    lines = (error.diag.message_primary or str(error)).strip().splitlines()
-    return _LIBPQ_PREFIXES.sub("", lines[0]).strip() if lines else type(error).__name__

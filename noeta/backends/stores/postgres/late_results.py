@@ -8,7 +8,8 @@ from typing import Any
 
 import psycopg
 
-from noeta.backends.stores.postgres.connection import PostgresConnection, store_error
+from noeta.backends.stores.postgres.connection import PostgresConnection
+from noeta.backends.stores.postgres.store_errors import store_error
 from noeta.core.errors import UnknownTask
 from noeta.core.ports import payload
 from noeta.core.ports.store import LateResult, check_late_result

@@ -12,11 +12,9 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from noeta.backends.stores.postgres.connection import (
-    PostgresConnection,
-    reason,
-)
+from noeta.backends.stores.postgres.connection import PostgresConnection
 from noeta.backends.stores.postgres.round_trip import fetch_within_deadline
+from noeta.backends.stores.postgres.store_errors import reason
 from noeta.core.errors import StoreError, StoreUnavailable
 from noeta.core.ports.retention import (
     DEFAULT_BATCH_EVENTS,

@@ -9,7 +9,8 @@ import psycopg
 from psycopg import sql
 
 from noeta.backends.stores import migrations
-from noeta.backends.stores.postgres.connection import describe, reason, store_error
+from noeta.backends.stores.postgres.connection import describe
+from noeta.backends.stores.postgres.store_errors import reason, store_error
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 
 MIGRATION_LOCK = (
