@@ -4,16 +4,21 @@ own sessions, with the defaults derived from the client deadline, and a URL's ow
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import re
 import socket
+import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from noeta.backends.stores.postgres import PostgresStore
+from noeta.backends.stores.postgres import PostgresStore, migrate_database
+from noeta.backends.stores.postgres.schema import MIGRATION_LOCK
 from noeta.backends.stores.postgres.session import server_keepalives as server_keepalives_of
 from noeta.core.errors import ConfigError
 
@@ -178,3 +183,62 @@ def test_the_server_gives_up_on_unacknowledged_data_after_the_probes_whole_time(
         "tcp_user_timeout": "50000",  # 30 + 4 x 5 s, in milliseconds
     }
     assert "tcp_user_timeout" not in server_keepalives_of(url, 110000)  # none before 12
+
+
+async def test_a_migration_waiting_on_its_lock_is_probed_by_the_server(
+    empty_postgres_url: str,
+) -> None:
+    # ADR-0154 for `noeta db migrate`: its locks (DDL's among them) stop every worker, so a
+    # path that forgets it must free them in about 90 s, not the server kernel's two hours.
+    # Seen from outside, on the waiting backend's socket: its keepalive timer.
+    connect = psycopg.AsyncConnection.connect
+    async with (
+        await connect(empty_postgres_url) as holder,
+        await connect(empty_postgres_url, autocommit=True) as watcher,
+    ):
+        await holder.execute(MIGRATION_LOCK)  # held until this transaction ends
+        migrating = asyncio.ensure_future(
+            migrate_database(empty_postgres_url, application_name="test-migrate-probes")
+        )
+        try:
+            pid = await until_waiting_on_a_lock(watcher, "test-migrate-probes")
+            assert keepalive_timer_seconds(pid) <= 60
+        finally:
+            await holder.rollback()
+            await migrating
+    assert migrating.result()  # it went on to migrate, once the lock was free
+
+
+async def until_waiting_on_a_lock(connection: Any, application: str, within: float = 30) -> int:
+    """The backend pid of the session named `application` once it waits on a lock
+    (polling the server, not a sleep standing in for synchronisation). `connection` is
+    in autocommit: a transaction would see one snapshot of pg_stat_activity."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        cursor = await connection.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+            " AND wait_event_type = 'Lock'",
+            (application,),
+        )
+        row = await cursor.fetchone()
+        if row is not None:
+            return int(row[0])
+        assert loop.time() < deadline, f"{application} never waited on a lock"
+        await asyncio.sleep(0.05)
+
+
+def keepalive_timer_seconds(pid: int) -> float:
+    """Seconds until the server kernel's next keepalive probe on `pid`'s socket (`ss`)."""
+    shown = subprocess.run(
+        ["ss", "-tnopH", "state", "established"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    line = next(line for line in shown.splitlines() if f"pid={pid}," in line)
+    found = re.search(r"timer:\(keepalive,(?:(\d+)min)?(?:(\d+)(?:\.\d+)?sec)?,", line)
+    assert found is not None, line
+    minutes, seconds = (int(part or 0) for part in found.groups())
+    return minutes * 60 + seconds

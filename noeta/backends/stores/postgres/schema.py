@@ -10,12 +10,19 @@ from psycopg import sql
 
 from noeta.backends.stores import migrations
 from noeta.backends.stores.postgres.connection import describe
+from noeta.backends.stores.postgres.session import server_keepalives, with_keepalives
 from noeta.backends.stores.postgres.store_errors import reason, store_error
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 
 MIGRATION_LOCK = (
     "SELECT pg_advisory_xact_lock(hashtextextended('noeta.migrate:' || current_schema(), 0))"
 )
+# Settings for the rest of this transaction only (`set_config`'s is_local): through a
+# pooler in transaction mode, nothing is left on a server session another client gets.
+SET_FOR_THE_TRANSACTION = """
+SELECT set_config(name, value, true)
+  FROM unnest(%(names)s::text[], %(values)s::text[]) AS setting (name, value)
+"""
 CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS noeta_migrations (
     version    integer PRIMARY KEY,
@@ -82,9 +89,21 @@ async def migrate_database(dsn: str, **settings: Any) -> list[migrations.Migrati
     finds nothing to do. Returns the migrations it applied.
     """
     known = migrations.load_migrations("postgres")
+    dsn = with_keepalives(dsn)  # ADR-0129, for `noeta db migrate` too
     async with await connect(dsn, **settings) as connection:
+        # While the migration holds its locks (DDL's among them, which stop every worker's
+        # statements), the server probes the session as its client does: a path that
+        # forgets a deploy's migration frees them in about 90 s, not the kernel's two
+        # hours (ADR-0154). For the transaction only, and so on the URL given, even a
+        # pooler's, which refuses startup options.
+        keepalives = server_keepalives(dsn, connection.info.server_version)
         try:
             async with connection.transaction():
+                if keepalives:
+                    names, values = zip(*keepalives.items(), strict=True)
+                    await connection.execute(
+                        SET_FOR_THE_TRANSACTION, {"names": list(names), "values": list(values)}
+                    )
                 await connection.execute(MIGRATION_LOCK)
                 await connection.execute(CREATE_MIGRATIONS_TABLE)
                 applied = await _applied(connection)
