@@ -6,8 +6,10 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noeta.backends.stores.embedded import make_home
+from noeta.testing.fault_proxy import FaultProxy
 from noeta.testing.pgbouncer import PgBouncer, pgbouncer_binary
 from noeta.testing.postgres import TestPostgres
 
@@ -64,6 +66,47 @@ def pgbouncer(postgres_server: TestPostgres) -> Iterator[PgBouncer]:
         pytest.skip(why)
     folder = make_home("noeta-test-pgbouncer-")  # reachable by the server's user, as root
     bouncer = PgBouncer(binary, postgres_server.admin_dsn, folder)
+    bouncer.start()
+    yield bouncer
+    bouncer.remove()
+
+
+# PgBouncer's wait for a server for a client that has none: short, so that the first
+# statement after the server went away is refused within the store's deadline (10 s).
+QUERY_WAIT_SECONDS = 2
+# Long enough that every later statement of the test meets the refusal PgBouncer caches
+# after its failed login, never a new login attempt.
+LOGIN_RETRY_SECONDS = 600
+
+
+@pytest.fixture
+def pgbouncer_server_path(postgres_server: TestPostgres) -> Iterator[FaultProxy]:
+    """The path from a PgBouncer to PostgreSQL (`pgbouncer_on_a_path`'s), which a test can
+    take away (`stop()`): that PgBouncer's server sessions end and its logins fail."""
+    parts = conninfo_to_dict(postgres_server.admin_dsn)
+    proxy = FaultProxy(str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432))
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def pgbouncer_on_a_path(
+    postgres_server: TestPostgres, pgbouncer_server_path: FaultProxy
+) -> Iterator[PgBouncer]:
+    binary = pgbouncer_binary()
+    if binary is None:
+        pytest.skip("no pgbouncer on this machine (`make pgbouncer` installs it)")
+    behind_the_path = make_conninfo(
+        postgres_server.admin_dsn, host="127.0.0.1", port=str(pgbouncer_server_path.port)
+    )
+    bouncer = PgBouncer(
+        binary,
+        behind_the_path,
+        make_home("noeta-test-pgbouncer-"),
+        login_retry_seconds=LOGIN_RETRY_SECONDS,
+        query_wait_seconds=QUERY_WAIT_SECONDS,
+    )
     bouncer.start()
     yield bouncer
     bouncer.remove()

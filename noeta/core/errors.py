@@ -10,6 +10,7 @@
     └── StoreError
         ├── Conflict           the claim was lost or the log moved on; nothing was written
         ├── StoreUnavailable   the store could not be reached; nothing was written
+        │   └── PoolerRefused  ... a pooler refused it before any server saw it
         ├── CommitUnknown      the connection broke while a write was committing
         │   └── ClaimUnknown   ... a write that carried a claim for this worker
         ├── UnknownTask        no task has that id
@@ -83,6 +84,13 @@ class Conflict(StoreError):
 
 class StoreUnavailable(StoreError):
     """The store could not be reached, or did not answer in time; nothing was written."""
+
+
+class PoolerRefused(StoreUnavailable):
+    """A connection pooler in front of the store refused the statement before any server
+    saw it (PgBouncer with no server to give it, ADR-0155): nothing was written. The pooler
+    answers at once, so asking again at the next poll costs it one refusal, and a back-off
+    grown over its refusal window would keep a worker idle as long again after it ends."""
 
 
 class CommitUnknown(StoreError):

@@ -7,6 +7,7 @@ Each test schema gets a database alias of its own whose server sessions start wi
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -109,6 +110,16 @@ class PgBouncer:
         self._ignored = names
         self._write_config()
         self.admin("RELOAD")
+
+    async def until_no_server_sessions(self, within: float = STARTUP_SECONDS) -> None:
+        """Poll the console until PgBouncer holds no server session, none a statement
+        could be sent on (not a sleep standing in for synchronisation)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while self.admin("SHOW SERVERS"):
+            if loop.time() > deadline:
+                raise AssertionError(f"PgBouncer kept a server session for {within} s")
+            await asyncio.sleep(0.05)
 
     def admin(self, command: str) -> list[tuple[str | None, ...]]:
         """A command on PgBouncer's admin console (simple protocol, as it requires)."""

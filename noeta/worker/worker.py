@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any
@@ -47,11 +46,11 @@ from noeta.core.ports.store import (
     LoadedTask,
     Store,
 )
-from noeta.core.retry import backoff_seconds
 from noeta.core.rules.task_state import TaskState
 from noeta.core.runner.task import RunResult, TaskRunner
 from noeta.health.liveness import Liveness
 from noeta.observability import metrics, tracing
+from noeta.worker.claim_failures import ClaimFailures
 from noeta.worker.claim_form import ClaimForm
 from noeta.worker.claim_lines import log_claim, log_when_durable
 from noeta.worker.continuing import ContinuingClaims, follow_on
@@ -118,7 +117,7 @@ class Worker(ContinuingClaims):
         # function among them may run on in its thread, which nothing can stop.
         self.cut_off: list[Claim] = []
         self._background: set[asyncio.Future[None]] = set()
-        self._claim_failures = 0  # store errors in a row while claiming: the backoff
+        self._claim_failures = ClaimFailures(settings.poll_seconds, settings.lease_seconds)
         # The plugin names this worker has: it claims only tasks that need no other.
         self.offers = offers_of(runner.pins)
         self.presence = Presence(
@@ -193,7 +192,7 @@ class Worker(ContinuingClaims):
                     if (
                         not started
                         and self.registration.needed
-                        and not self._claim_failures
+                        and not self._claim_failures.count
                         and await self.registration.register(self.settings.poll_seconds)
                     ):
                         continue  # a task became claimable before the registration
@@ -267,7 +266,7 @@ class Worker(ContinuingClaims):
         for _ in range(slots - started):
             self._slots.release()
         if self.registration is not None:
-            self.registration.claimed(started, failed=self._claim_failures > 0)
+            self.registration.claimed(started, failed=self._claim_failures.count > 0)
         try:
             if started and (started < slots or self._slots.locked()):
                 await asyncio.sleep(0)  # one turn of the loop: each new run to its first await
@@ -321,10 +320,11 @@ class Worker(ContinuingClaims):
             log.warning("claim: the commit's outcome is unknown; adopting what is ours")
             return 1 if await self._adopt() else 0
         except StoreError as error:  # unreachable, read-only, out of disk, a timeout, ...
-            self._claim_failures += 1
-            log.warning("claim: %s; trying again in at most %.1f s", error, self._backoff())
+            self._claim_failures.failed(error)
+            wait = self._claim_failures.wait()
+            log.warning("claim: %s; trying again in at most %.1f s", error, wait)
             return 0
-        self._claim_failures = 0
+        self._claim_failures.succeeded()
         # An idle worker's pickup of one task logs it once its run's first write went
         # (ADR-0131); a claim of more, or a busy worker's, as it starts them: their runs'
         # phase is the drain's, which the lines' place would shift.
@@ -443,8 +443,9 @@ class Worker(ContinuingClaims):
     async def _idle(self, stopping: asyncio.Task[bool]) -> None:
         # No NOTIFY says a lease lapsed or a timer fell due: ask the store when that is.
         timeout = self.settings.poll_seconds
-        if self._claim_failures:
-            timeout = self._backoff()  # a wake-up (the listener reconnecting) cuts it short
+        if self._claim_failures.count:
+            # A wake-up (the listener reconnecting) cuts it short.
+            timeout = self._claim_failures.wait()
         elif self.registration is not None:  # its registration said when, in its round trip
             timeout = self.registration.wait_seconds(timeout)
         else:
@@ -456,13 +457,6 @@ class Worker(ContinuingClaims):
         woken = await self._wake.wait(timeout, stopping)  # a call resumes it next turn
         if not woken and self.registration is not None:
             self.registration.waited_out()  # the poll, or a due time: claim
-
-    def _backoff(self) -> float:
-        """The wait after `_claim_failures` store errors in a row, jittered so workers do
-        not return as a herd; at most a lease: a store back from an outage waits no longer
-        than a takeover would."""
-        wait = backoff_seconds(self._claim_failures, None, random.random())
-        return min(wait, self.settings.lease_seconds)
 
     async def _shut_down(self, hand_back: asyncio.Event | None) -> None:
         """Let running steps end within the grace, then hand back every running or adopted

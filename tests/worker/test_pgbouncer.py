@@ -5,6 +5,7 @@ LISTEN and the prune's lock; and the pooler restarted under running workers."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from noeta.client import AsyncClient
 from noeta.core.ports.store import FireOutcome, Store
+from noeta.testing.fault_proxy import FaultProxy
 from noeta.testing.pgbouncer import PgBouncer
 from tests.scheduler.test_scheduler_processes import fired
 from tests.worker.conftest import NoetaProcess, WorkerProcess, log_types, status_of, until
@@ -95,3 +97,40 @@ async def test_workers_the_scheduler_and_a_client_through_pgbouncer_survive_its_
         for worker in started:
             worker.stop()
     assert "looking again later" not in scheduler.log()  # its prune (a session of its own)
+
+
+async def test_a_worker_pgbouncer_refuses_asks_again_each_poll_not_after_a_grown_back_off(
+    postgres_url: str,
+    pgbouncer_on_a_path: PgBouncer,
+    pgbouncer_server_path: FaultProxy,
+    tmp_path: Path,
+    workers: Callable[..., WorkerProcess],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ADR-0155: PgBouncer refuses at once for as long as its server_login_retry (15 s by
+    # default). A back-off grown over that window (0.5, 1, 2, 4, 8 s ... up to a lease)
+    # kept a worker idle about as long again after it ended.
+    monkeypatch.setenv("NOETA_STORE_SESSION", postgres_url)
+    worker = workers(pgbouncer_on_a_path.pooled(postgres_url), "w", lease=30, poll=1.0)
+
+    async def opened() -> bool:  # its pools' connections through PgBouncer are open
+        return "worker w: queues" in worker.log()
+
+    await until(opened, "the worker opened its store through PgBouncer")
+    pgbouncer_server_path.stop()  # PgBouncer's server sessions end, its logins fail
+    await pgbouncer_on_a_path.until_no_server_sessions()
+
+    def waits() -> list[float]:
+        return [float(wait) for wait in _REFUSED_CLAIM.findall(worker.log())]
+
+    async def refused_five_times() -> bool:
+        return len(waits()) >= 5
+
+    await until(refused_five_times, "five claims refused", within=60)
+    assert max(waits()[:5]) <= 1.0, worker.log()  # the poll, each time
+
+
+_REFUSED_CLAIM = re.compile(
+    r"claim: PostgreSQL at \S+ cannot take it now: (?:server login has been failing|"
+    r"query_wait_timeout).*; trying again in at most ([\d.]+) s"
+)

@@ -11,6 +11,7 @@ from noeta.core.errors import (
     CommitUnknown,
     Conflict,
     NotStarted,
+    PoolerRefused,
     StoreError,
     StoreUnavailable,
     UnknownTask,
@@ -54,13 +55,15 @@ def store_error(
     | the connection broke, or no answer in time,      | CommitUnknown    |
     |   during a write (not for a pooler's refusal)    |                  |
     | the same during a read                           | StoreUnavailable |
+    | PgBouncer found no server for it (ADR-0155)      | PoolerRefused    |
     | server shutting down or starting, session ended, | StoreUnavailable |
-    |   read-only, out of disk / memory / connections, |                  |
-    |   PgBouncer found no server for it (ADR-0155)    |                  |
+    |   read-only, out of disk / memory / connections  |                  |
     | anything else the server refused: statement or   | StoreError       |
     |   lock timeout, a missing grant, a missing table |                  |
     """
-    if not isinstance(error, psycopg.Error) or (broken and not _refused_by_pooler(error)):
+    if isinstance(error, psycopg.Error) and _refused_by_pooler(error):
+        return PoolerRefused(f"PostgreSQL at {where} cannot take it now: {reason(error)}")
+    if broken or not isinstance(error, psycopg.Error):
         if write:
             return CommitUnknown(
                 f"lost the connection to PostgreSQL at {where} while a write was "
