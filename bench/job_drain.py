@@ -1,6 +1,9 @@
 """Plain no-op jobs drained by `noeta worker` processes of one or more checkouts, interleaved
-in one server: jobs/s, worker and server CPU ms a job, and task-row updates a job (which
-says whose code ran: a checkout where the claim starts a job updates its row once less).
+in one server: jobs/s, worker and server CPU ms a job, task-row updates a job (which
+says whose code ran: a checkout where the claim starts a job updates its row once less),
+and the workers' context switches a job: waits (voluntary: the event loop found nothing
+to run) and preemptions (involuntary: the kernel gave the core to another process while
+the worker had work, the cost of more busy processes than cores).
 
 Run from outside any checkout (a worker's working directory must not shadow PYTHONPATH):
   cd /tmp && <venv>/bin/python <checkout>/bench/job_drain.py --tree main=<a checkout> \
@@ -15,6 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+from collections.abc import Iterable
+from pathlib import Path
 
 import jobs  # the sibling modules: bench/ is on sys.path
 import noop_job
@@ -27,6 +32,19 @@ SELECT n_tup_upd FROM pg_stat_user_tables
 """
 
 
+def context_switches(pids: Iterable[int]) -> tuple[int, int]:
+    """The processes' voluntary and involuntary context switches so far (Linux)."""
+    voluntary = involuntary = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name == "voluntary_ctxt_switches":
+                voluntary += int(value)
+            elif name == "nonvoluntary_ctxt_switches":
+                involuntary += int(value)
+    return voluntary, involuntary
+
+
 async def drain(
     bench: Bench,
     job_bench: jobs.JobBench,
@@ -36,7 +54,8 @@ async def drain(
     processes: int,
     concurrency: int = jobs.CONCURRENCY,
 ) -> list[float]:
-    """[jobs/s, worker CPU ms, server CPU ms, task-row updates] a job, less the release."""
+    """[jobs/s, worker CPU ms, server CPU ms, task-row updates (less the release), waits,
+    preemptions] a job."""
     job_bench.env["PYTHONPATH"] = os.pathsep.join([str(jobs.BENCH), tree])
     queue = f"{label}-{processes}"
     ids = await job_bench.held_back(queue, count, "1 hour")
@@ -46,15 +65,27 @@ async def drain(
         await bench.admin.execute("SELECT pg_stat_force_next_flush()")
         updates = await bench.value(UPDATES)
         worker_cpu = sum(cpu_seconds(w.pid) for w in up)
+        switched = context_switches(w.pid for w in up)
         server_cpu = server_cpu_seconds(postmaster) if postmaster else 0.0
         await bench.admin.execute(jobs.RELEASE, (queue,))
         await bench.finished(queue, ids, within=900)
         worker_cpu = sum(cpu_seconds(w.pid) for w in up) - worker_cpu
+        waits, preemptions = (
+            (after - before) / count
+            for before, after in zip(switched, context_switches(w.pid for w in up), strict=True)
+        )
         server_cpu = server_cpu_seconds(postmaster) - server_cpu if postmaster else float("nan")
     await bench.until(lambda: _flushed(bench), "the workers' sessions end", 60)
     updated = (await bench.value(UPDATES) - updates) / count - 1  # less the release
     seconds = float(await bench.value(jobs.DRAIN, (f"{queue}-%",)))
-    return [count / seconds, worker_cpu * 1e3 / count, server_cpu * 1e3 / count, updated]
+    return [
+        count / seconds,
+        worker_cpu * 1e3 / count,
+        server_cpu * 1e3 / count,
+        updated,
+        waits,
+        preemptions,
+    ]
 
 
 async def _flushed(bench: Bench) -> bool:
@@ -98,15 +129,15 @@ async def run(
     print(f"\n{count:,} {function} jobs a drain")
     print(
         "checkout  conc  procs  jobs/s (each run)  worker CPU ms/job  server CPU ms/job"
-        "  row updates"
+        "  row updates  waits/job    preempted/job"
     )
     for (name, concurrency, processes), runs in results.items():
         columns = [
-            " / ".join(f"{run[i]:,.{0 if i == 0 else 2}f}" for run in runs) for i in range(4)
+            " / ".join(f"{run[i]:,.{0 if i == 0 else 2}f}" for run in runs) for i in range(6)
         ]
         print(
             f"{name:9} {concurrency:4} {processes:5}  {columns[0]:18} {columns[1]:18}"
-            f" {columns[2]:17} {columns[3]}"
+            f" {columns[2]:17}  {columns[3]:11}  {columns[4]:11}  {columns[5]}"
         )
 
 
