@@ -242,3 +242,25 @@ def keepalive_timer_seconds(pid: int) -> float:
     assert found is not None, line
     minutes, seconds = (int(part or 0) for part in found.groups())
     return minutes * 60 + seconds
+
+
+async def test_a_schema_check_waiting_on_a_lock_is_probed_by_the_server(
+    postgres_url: str,
+) -> None:
+    # ADR-0154 for the check every store makes as it opens: a worker restarting in a loop
+    # behind a path that forgets would leave one backend a start, each for two hours.
+    connect = psycopg.AsyncConnection.connect
+    async with (
+        await connect(postgres_url) as holder,
+        await connect(postgres_url, autocommit=True) as watcher,
+    ):
+        await holder.execute("LOCK TABLE noeta_migrations IN ACCESS EXCLUSIVE MODE")
+        opening = asyncio.ensure_future(
+            PostgresStore.open(postgres_url, application_name="test-check-probes")
+        )
+        try:
+            pid = await until_waiting_on_a_lock(watcher, "test-check-probes")
+            assert keepalive_timer_seconds(pid) <= 60
+        finally:
+            await holder.rollback()
+            await (await opening).close()

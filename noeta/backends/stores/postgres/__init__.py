@@ -131,7 +131,10 @@ class PostgresStore(
             idle = "idle_in_transaction_session_timeout"
             only_idle = {idle: limits.settings(0)[idle]}
             await migrate_database(direct, **connecting, options=startup_options(direct, only_idle))
-        checking = startup_options(direct, limits.settings(0))
+        # The check's session is probed by the server too (ADR-0154): a worker restarting in
+        # a loop behind a path that forgets would otherwise leave one backend a start for
+        # the kernel's two hours. Its version is not known yet: no user timeout.
+        checking = startup_options(direct, limits.settings(0) | server_keepalives(direct, 0))
         checked = await check_schema(direct, **connecting, options=checking)
         if checked.through_pooler and session_dsn is None:
             raise ConfigError(
