@@ -13,7 +13,11 @@ from typing import Any
 import psycopg
 
 from noeta.backends.stores.postgres.connection import describe
-from noeta.backends.stores.postgres.session import with_keepalives
+from noeta.backends.stores.postgres.session import (
+    server_keepalives,
+    startup_options,
+    with_keepalives,
+)
 from noeta.client import AsyncClient
 from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
 
@@ -133,11 +137,15 @@ class ReadReplica:
 
     async def _ask(self) -> ReplicaState:
         if self._connection is None:
+            url = with_keepalives(self._url)  # idle between pages: ADR-0129's probes
             self._connection = await psycopg.AsyncConnection.connect(
-                with_keepalives(self._url),  # idle between pages: ADR-0129's probes
+                url,
                 autocommit=True,
                 application_name=APPLICATION_NAME,
                 connect_timeout=max(1, round(self._probe_seconds)),
+                # The replica probes it too (ADR-0154). The URL takes startup options:
+                # the pages' store, whose session URL it is, sends its limits there.
+                options=startup_options(url, server_keepalives(url, 0)),
             )
         cursor = await self._connection.execute(_LAG)
         row = await cursor.fetchone()

@@ -23,7 +23,7 @@ from noeta.testing.replica import TestReplica
 from noeta.web.live import LiveFeed
 from noeta.web.replica import ReadReplica, ReplicaState
 from noeta.web.site import Site
-from tests.stores.test_postgres_session import kernel_keepalives
+from tests.stores.test_postgres_session import kernel_keepalives, server_keepalives
 from tests.web.conftest import task_with_log
 from tests.web.test_actions import form_fields
 from tests.web.test_command import noeta_web
@@ -104,6 +104,8 @@ async def test_the_lag_probe_s_connection_probes_an_idle_peer(replica_url: str) 
         assert (await probe.state()).in_recovery
         assert probe._connection is not None
         assert kernel_keepalives(probe._connection) == (1, 60, 10, 3)
+        # and the replica probes it too (ADR-0154; no user timeout: its version unknown)
+        assert await server_keepalives(probe._connection) == ("60", "10", "3", "0")
     finally:
         await probe.close()
 
