@@ -13,12 +13,15 @@ off on any `StoreError` and the runner never mistakes one for a bug:
 |   ended by an admin, the database read-only (after a       |                  |
 |   failover), out of disk, memory or connections; sqlite:   |                  |
 |   the file locked past the busy timeout, read-only, full   |                  |
+| a pooler refused it before any server saw it (PgBouncer's  | PoolerRefused, a |
+|   failed login or its wait for a server; ADR-0155)         | StoreUnavailable |
 | the schema is not this code's                              | SchemaMismatch   |
 | anything else refused: a statement or lock timeout, a      | StoreError       |
 |   missing grant, a missing table                           |                  |
 
 Real causes that need one backend's own tools are tested beside it
-(`tests/stores/test_postgres_errors.py`, `tests/stores/test_sqlite.py`).
+(`tests/stores/test_postgres_errors.py`, `tests/stores/test_pooler_refusals.py`,
+`tests/stores/test_sqlite.py`).
 """
 
 from __future__ import annotations
