@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -91,22 +91,37 @@ def pgbouncer_server_path(postgres_server: TestPostgres) -> Iterator[FaultProxy]
 
 
 @pytest.fixture
-def pgbouncer_on_a_path(
+def pgbouncers_on_the_path(
     postgres_server: TestPostgres, pgbouncer_server_path: FaultProxy
-) -> Iterator[PgBouncer]:
+) -> Iterator[Callable[[int], PgBouncer]]:
+    """Start a PgBouncer behind `pgbouncer_server_path` with this `server_login_retry`."""
     binary = pgbouncer_binary()
     if binary is None:
         pytest.skip("no pgbouncer on this machine (`make pgbouncer` installs it)")
     behind_the_path = make_conninfo(
         postgres_server.admin_dsn, host="127.0.0.1", port=str(pgbouncer_server_path.port)
     )
-    bouncer = PgBouncer(
-        binary,
-        behind_the_path,
-        make_home("noeta-test-pgbouncer-"),
-        login_retry_seconds=LOGIN_RETRY_SECONDS,
-        query_wait_seconds=QUERY_WAIT_SECONDS,
-    )
-    bouncer.start()
-    yield bouncer
-    bouncer.remove()
+    started: list[PgBouncer] = []
+
+    def start(login_retry_seconds: int) -> PgBouncer:
+        bouncer = PgBouncer(
+            binary,
+            behind_the_path,
+            make_home("noeta-test-pgbouncer-"),
+            login_retry_seconds=login_retry_seconds,
+            query_wait_seconds=QUERY_WAIT_SECONDS,
+        )
+        started.append(bouncer)
+        bouncer.start()
+        return bouncer
+
+    yield start
+    for bouncer in started:
+        bouncer.remove()
+
+
+@pytest.fixture
+def pgbouncer_on_a_path(pgbouncers_on_the_path: Callable[[int], PgBouncer]) -> PgBouncer:
+    """A PgBouncer behind `pgbouncer_server_path` that, once its login failed, refuses
+    every statement for the rest of the test."""
+    return pgbouncers_on_the_path(LOGIN_RETRY_SECONDS)

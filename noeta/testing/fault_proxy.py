@@ -4,7 +4,8 @@ It runs its own event loop in a thread, so it keeps working while the code under
 blocks. Faults: `blackhole()` (bytes stop flowing both ways, sockets stay open, as in a
 partition), `cut_next_reply()` (the next bytes the server sends are dropped and the
 client's connection is reset: a write the server committed whose reply never arrives),
-`drop_all()` (every connection is reset at once), `forget(ends_after=...)` (the
+`drop_all()` (every connection is reset at once), `refuse()` (the same, and each new
+connection too, until `accept()`), `forget(ends_after=...)` (the
 connections open now go silent for good, their closes unseen, while new ones pass: a
 firewall, a NAT or a failover that forgot them; each end is reset later, as its own
 keepalives would find it), and, given `cut_functions` (the SQL
@@ -54,6 +55,7 @@ class FaultProxy:
         self._server: asyncio.Server | None = None
         self._flowing = threading.Event()
         self._flowing.set()
+        self._refusing = False  # `refuse()`: every new connection reset at once
         self._cut_next_reply = False
         self._writers: set[asyncio.StreamWriter] = set()
         # Each client's connection to the server, and those a `forget()` made silent.
@@ -85,6 +87,15 @@ class FaultProxy:
 
     def drop_all(self) -> None:
         self._call(self._reset_all())
+
+    def refuse(self) -> None:
+        """Reset every connection, and each new one as it comes, until `accept()`: a
+        server that went away and whose logins fail (a restart, as a pooler sees it)."""
+        self._refusing = True
+        self.drop_all()
+
+    def accept(self) -> None:
+        self._refusing = False
 
     def forget(self, *, ends_after: float) -> int:
         """The connections open now, forgotten: what either side sends them vanishes, a
@@ -128,6 +139,9 @@ class FaultProxy:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._refusing:
+            _reset(writer)
+            return
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
         except OSError:

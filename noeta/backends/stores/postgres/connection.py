@@ -28,7 +28,7 @@ from noeta.backends.stores.postgres.held_claim import BEGIN, HeldClaim
 from noeta.backends.stores.postgres.pool import LastInFirstOutPool, open_pool
 from noeta.backends.stores.postgres.round_trip import fetch_all, within_deadline
 from noeta.backends.stores.postgres.store_errors import Rerun, reason, store_error
-from noeta.core.errors import StoreError, StoreUnavailable
+from noeta.core.errors import PoolerRefused, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,8 @@ T = TypeVar("T")
 
 DEFAULT_DEADLINE_SECONDS = 10.0
 DEADLOCK_RETRIES = 5
+# Between sends of a write a pooler refused for want of a server (ADR-0155).
+REFUSED_PAUSE = 0.5
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
@@ -179,26 +181,21 @@ class PostgresConnection:
         *,
         task_id: str | None = None,
         pool: AsyncConnectionPool[Any] | None = None,
+        resend_refused: bool = True,
     ) -> list[tuple[Any, ...]]:
         """Run a write (on the store's pool, or `pool`); a broken connection means its
         outcome is unknown (CommitUnknown). A task's write under a claim held open for
-        it goes with that claim's commit (ADR-0136)."""
+        it goes with that claim's commit (ADR-0136). `resend_refused`: see `_run_write`."""
         held = self._held.get(task_id) if task_id is not None else None
         if held is not None and held.epoch == params.get("epoch"):
             written = await held.write(query, params)
             if written is not None:
                 return written
-        for attempt in range(DEADLOCK_RETRIES + 1):
-            try:
-                rows = await self._run_all(
-                    [(query, params)], write=True, task_id=task_id, pool=pool
-                )
-                return rows[0]
-            except Rerun as error:
-                if attempt == DEADLOCK_RETRIES:
-                    raise
-                log.info("store: %s; re-running the statement with its checks", error)
-        raise AssertionError("unreachable")
+        statements = [(query, params)]
+        rows = await self._run_write(
+            statements, "the statement", task_id=task_id, pool=pool, resend_refused=resend_refused
+        )
+        return rows[0]
 
     async def _write_round(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """A group commit's round, on the rounds' own connections where the store has them:
@@ -222,15 +219,39 @@ class PostgresConnection:
         if self._generic_settings is not None:
             pool = self._generic_pool or await self._open_generic_pool(self._generic_settings)
         statements = [(write, written), (claim, params)]
-        for attempt in range(DEADLOCK_RETRIES + 1):
+        rows, claimed = await self._run_write(statements, "the batch and the claim", pool=pool)
+        return rows, claimed
+
+    async def _run_write(
+        self,
+        statements: Sequence[tuple[str, Mapping[str, Any]]],
+        what: str,
+        *,
+        task_id: str | None = None,
+        pool: AsyncConnectionPool[Any] | None = None,
+        resend_refused: bool = True,
+    ) -> list[list[tuple[Any, ...]]]:
+        """`_run_all` for a write, sent again where nothing of it can have been written:
+        rolled back whole by a deadlock (its checks run again), or refused by a pooler
+        that found no server for it (ADR-0155), every REFUSED_PAUSE seconds for one
+        deadline at most, so a run's write outlives a pooler's short refusal window
+        (the claim loop's own claims do not wait here: it asks again at its poll)."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.deadline_seconds
+        reruns = 0
+        while True:
             try:
-                rows, claimed = await self._run_all(statements, write=True, pool=pool)
-                return rows, claimed
+                return await self._run_all(statements, write=True, task_id=task_id, pool=pool)
             except Rerun as error:
-                if attempt == DEADLOCK_RETRIES:
+                if reruns == DEADLOCK_RETRIES:
                     raise
-                log.info("store: %s; re-running the batch and the claim", error)
-        raise AssertionError("unreachable")
+                reruns += 1
+                log.info("store: %s; re-running %s with its checks", error, what)
+            except PoolerRefused as error:
+                if not resend_refused or loop.time() + REFUSED_PAUSE > give_up:
+                    raise
+                log.debug("store: %s; sending %s again in %g s", error, what, REFUSED_PAUSE)
+                await asyncio.sleep(REFUSED_PAUSE)
 
     async def _write_generic(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """`_write_many` for a statement whose generic plan is as good as a custom one (the
@@ -239,9 +260,9 @@ class PostgresConnection:
         (ADR-0108). Behind a pooler nothing is prepared, so nothing is cached: it runs on
         the pool as any write."""
         if self._generic_settings is None:
-            return await self._write_many(query, params)
+            return await self._write_many(query, params, resend_refused=False)
         pool = self._generic_pool or await self._open_generic_pool(self._generic_settings)
-        return await self._write_many(query, params, pool=pool)
+        return await self._write_many(query, params, pool=pool, resend_refused=False)
 
     async def _claim_held(self, query: str, params: Mapping[str, Any]) -> tuple[Rows, Any]:
         """A claim whose transaction stays open (ADR-0136): its rows, and the claims'
