@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -234,11 +235,10 @@ class PostgresConnection:
         """`_run_all` for a write, sent again where nothing of it can have been written:
         rolled back whole by a deadlock (its checks run again), or refused by a pooler
         that found no server for it (ADR-0155), every REFUSED_PAUSE seconds for one
-        deadline at most, so a run's write outlives a pooler's short refusal window
-        (the claim loop's own claims do not wait here: it asks again at its poll)."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.deadline_seconds
-        reruns = 0
+        deadline after the first refusal at most, so a run's write outlives a pooler's
+        short refusal window. The claim loop's own claims do not wait here: the loop
+        asks again at its poll."""
+        reruns, give_up = 0, 0.0  # the clock is read after a refusal, never before
         while True:
             try:
                 return await self._run_all(statements, write=True, task_id=task_id, pool=pool)
@@ -248,7 +248,9 @@ class PostgresConnection:
                 reruns += 1
                 log.info("store: %s; re-running %s with its checks", error, what)
             except PoolerRefused as error:
-                if not resend_refused or loop.time() + REFUSED_PAUSE > give_up:
+                now = time.monotonic()
+                give_up = give_up or now + self.deadline_seconds
+                if not resend_refused or now + REFUSED_PAUSE > give_up:
                     raise
                 log.debug("store: %s; sending %s again in %g s", error, what, REFUSED_PAUSE)
                 await asyncio.sleep(REFUSED_PAUSE)
