@@ -10,8 +10,8 @@ import os
 import re
 import socket
 import subprocess
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -21,6 +21,8 @@ from noeta.backends.stores.postgres import PostgresStore, migrate_database
 from noeta.backends.stores.postgres.schema import MIGRATION_LOCK
 from noeta.backends.stores.postgres.session import server_keepalives as server_keepalives_of
 from noeta.core.errors import ConfigError
+
+T = TypeVar("T")
 
 LIMITS = (
     "statement_timeout",
@@ -190,23 +192,34 @@ async def test_a_migration_waiting_on_its_lock_is_probed_by_the_server(
 ) -> None:
     # ADR-0154 for `noeta db migrate`: its locks (DDL's among them) stop every worker, so a
     # path that forgets it must free them in about 90 s, not the server kernel's two hours.
-    # Seen from outside, on the waiting backend's socket: its keepalive timer.
+    timer, applied = await probed_while_waiting(
+        empty_postgres_url,
+        MIGRATION_LOCK,
+        lambda: migrate_database(empty_postgres_url, application_name="test-probes"),
+    )
+    assert timer <= 60
+    assert applied  # it went on to migrate, once the lock was free
+
+
+async def probed_while_waiting(
+    url: str, lock: str, start: Callable[[], Awaitable[T]]
+) -> tuple[float, T]:
+    """`start()`, whose session (application_name "test-probes") waits on `lock` held by
+    another: the server kernel's keepalive timer on that session's socket, seen from
+    outside while it waits, and what `start()` returned once the lock was free."""
     connect = psycopg.AsyncConnection.connect
     async with (
-        await connect(empty_postgres_url) as holder,
-        await connect(empty_postgres_url, autocommit=True) as watcher,
+        await connect(url) as holder,
+        await connect(url, autocommit=True) as watcher,
     ):
-        await holder.execute(MIGRATION_LOCK)  # held until this transaction ends
-        migrating = asyncio.ensure_future(
-            migrate_database(empty_postgres_url, application_name="test-migrate-probes")
-        )
+        await holder.execute(lock)  # held until this transaction ends
+        started = asyncio.ensure_future(start())
         try:
-            pid = await until_waiting_on_a_lock(watcher, "test-migrate-probes")
-            assert keepalive_timer_seconds(pid) <= 60
+            timer = keepalive_timer_seconds(await until_waiting_on_a_lock(watcher, "test-probes"))
         finally:
             await holder.rollback()
-            await migrating
-    assert migrating.result()  # it went on to migrate, once the lock was free
+            result = await started
+    return timer, result
 
 
 async def until_waiting_on_a_lock(connection: Any, application: str, within: float = 30) -> int:
@@ -249,18 +262,10 @@ async def test_a_schema_check_waiting_on_a_lock_is_probed_by_the_server(
 ) -> None:
     # ADR-0154 for the check every store makes as it opens: a worker restarting in a loop
     # behind a path that forgets would leave one backend a start, each for two hours.
-    connect = psycopg.AsyncConnection.connect
-    async with (
-        await connect(postgres_url) as holder,
-        await connect(postgres_url, autocommit=True) as watcher,
-    ):
-        await holder.execute("LOCK TABLE noeta_migrations IN ACCESS EXCLUSIVE MODE")
-        opening = asyncio.ensure_future(
-            PostgresStore.open(postgres_url, application_name="test-check-probes")
-        )
-        try:
-            pid = await until_waiting_on_a_lock(watcher, "test-check-probes")
-            assert keepalive_timer_seconds(pid) <= 60
-        finally:
-            await holder.rollback()
-            await (await opening).close()
+    timer, store = await probed_while_waiting(
+        postgres_url,
+        "LOCK TABLE noeta_migrations IN ACCESS EXCLUSIVE MODE",
+        lambda: PostgresStore.open(postgres_url, application_name="test-probes"),
+    )
+    await store.close()
+    assert timer <= 60
