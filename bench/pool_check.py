@@ -63,7 +63,7 @@ def make(kind: str, dsn: str) -> AsyncConnectionPool[Any]:
         "name": kind,
     }
     if kind == "look":
-        return LastInFirstOutPool(dsn, **common)
+        return LastInFirstOutPool(dsn, where="bench", **common)
     check = {"none": None, "callback": look, "query": AsyncConnectionPool.check_connection}
     return Unlooked(dsn, check=check[kind], **common)
 

@@ -10,7 +10,8 @@
     └── StoreError
         ├── Conflict           the claim was lost or the log moved on; nothing was written
         ├── StoreUnavailable   the store could not be reached; nothing was written
-        │   └── PoolerRefused  ... a pooler refused it before any server saw it
+        │   ├── PoolerRefused  ... a pooler refused it before any server saw it
+        │   └── StoreUnreachable ... no connection could be opened (libpq's reason)
         ├── CommitUnknown      the connection broke while a write was committing
         │   └── ClaimUnknown   ... a write that carried a claim for this worker
         ├── UnknownTask        no task has that id
@@ -91,6 +92,13 @@ class PoolerRefused(StoreUnavailable):
     saw it (PgBouncer with no server to give it, ADR-0155): nothing was written. The pooler
     answers at once, so asking again at the next poll costs it one refusal, and a back-off
     grown over its refusal window would keep a worker idle as long again after it ends."""
+
+
+class StoreUnreachable(StoreUnavailable):
+    """No connection to the store could be opened within the deadline: the last attempt
+    failed (refused, a name that does not resolve, a login refused), so nothing was sent.
+    A stopping worker leaves its housekeeping writes to lapse rather than wait a deadline
+    for each (ADR-0156)."""
 
 
 class CommitUnknown(StoreError):

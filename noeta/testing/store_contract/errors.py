@@ -15,12 +15,16 @@ off on any `StoreError` and the runner never mistakes one for a bug:
 |   the file locked past the busy timeout, read-only, full   |                  |
 | a pooler refused it before any server saw it (PgBouncer's  | PoolerRefused, a |
 |   failed login or its wait for a server; ADR-0155)         | StoreUnavailable |
+| no connection could be opened within the deadline (its     | StoreUnreachable,|
+|   last attempt's reason said; PostgreSQL; ADR-0156)        | a StoreUnavail-  |
+|                                                            |   able           |
 | the schema is not this code's                              | SchemaMismatch   |
 | anything else refused: a statement or lock timeout, a      | StoreError       |
 |   missing grant, a missing table                           |                  |
 
 Real causes that need one backend's own tools are tested beside it
 (`tests/stores/test_postgres_errors.py`, `tests/stores/test_pooler_refusals.py`,
+`tests/stores/test_outage_lines.py`,
 `tests/stores/test_sqlite.py`).
 """
 

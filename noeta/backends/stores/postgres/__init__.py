@@ -170,6 +170,7 @@ class PostgresStore(
                 open=False,
                 timeout=deadline_seconds,
                 name=f"{name}:{where}",
+                where=where,
             )
 
         rounds = renewals = None

@@ -29,7 +29,7 @@ from noeta.backends.stores.postgres.held_claim import BEGIN, HeldClaim
 from noeta.backends.stores.postgres.pool import LastInFirstOutPool, open_pool
 from noeta.backends.stores.postgres.round_trip import fetch_all, within_deadline
 from noeta.backends.stores.postgres.store_errors import Rerun, reason, store_error
-from noeta.core.errors import PoolerRefused, StoreError, StoreUnavailable
+from noeta.core.errors import PoolerRefused, StoreError, StoreUnavailable, StoreUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -360,6 +360,7 @@ class PostgresConnection:
                     open=False,
                     timeout=self.deadline_seconds,
                     name=f"noeta-claims:{self.where}",
+                    where=self.where,
                 )
                 self._generic_pool = await open_pool(pool, self.where, self.deadline_seconds)
             return self._generic_pool
@@ -410,18 +411,24 @@ class PostgresConnection:
     async def _checkout(
         self, pool: AsyncConnectionPool[Any] | None = None
     ) -> psycopg.AsyncConnection[Any]:
+        pool = pool or self._pool
         try:
-            connection: psycopg.AsyncConnection[Any] = await (pool or self._pool).getconn()
+            connection: psycopg.AsyncConnection[Any] = await pool.getconn()
         except PoolTimeout as error:
-            raise StoreUnavailable(self._why_no_connection()) from error
+            failure = getattr(pool, "connect_failure", None)
+            if failure is not None:  # none could be opened: say why, not that it was full
+                raise StoreUnreachable(
+                    f"cannot reach PostgreSQL at {self.where}: {failure}"
+                ) from error
+            raise StoreUnavailable(self._why_no_connection(pool)) from error
         except psycopg.Error as error:  # PoolClosed: this store was closed
             raise StoreUnavailable(f"PostgreSQL at {self.where}: {reason(error)}") from None
         return connection
 
-    def _why_no_connection(self) -> str:
-        """Why no connection came within the deadline: every one this pool may open was
-        busy (its own load: say how to size it), or a new one could not be opened."""
-        stats = self._pool.get_stats()
+    def _why_no_connection(self, pool: AsyncConnectionPool[Any]) -> str:
+        """Why no connection came within the deadline, none having failed to open: every
+        one this pool may open was busy (its own load: say how to size it)."""
+        stats = pool.get_stats()
         size, most = stats.get("pool_size", 0), stats.get("pool_max", 0)
         if most and size >= most:
             waiting = stats.get("requests_waiting", 0)

@@ -22,13 +22,17 @@ discarded.
 
 from __future__ import annotations
 
+import random
 import select
 from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool.base import AttemptWithBackoff
 
-from noeta.core.errors import StoreUnavailable
+from noeta.backends.stores.postgres.outages import OUTAGES
+from noeta.backends.stores.postgres.store_errors import reason
+from noeta.core.errors import StoreUnavailable, StoreUnreachable
 
 _OK = psycopg.pq.ConnStatus.OK
 _SEVERITY = psycopg.pq.DiagnosticField.SEVERITY_NONLOCALIZED
@@ -93,7 +97,37 @@ class LastInFirstOutPool(AsyncConnectionPool[Any]):
     The look is here, under the pool's lock, rather than in psycopg_pool's `check`
     callback: after a connection fails that check, psycopg_pool tries the next at once,
     then sleeps 1 s, 2 s, ... before each further one, and after a restart every idle
-    connection fails it (ADR-0148)."""
+    connection fails it (ADR-0148).
+
+    It also keeps why its last attempt to open a connection failed (`connect_failure`,
+    None once one opens): a caller who waited a deadline for a connection is told the
+    server's or libpq's reason, not that the pool was full (ADR-0156)."""
+
+    def __init__(self, *args: Any, where: str, **kwargs: Any) -> None:
+        self.where = where  # the server, for the outage's lines
+        self.connect_failure: str | None = None
+        super().__init__(*args, **kwargs)
+
+    # The signature is psycopg_pool's.
+    async def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+        # A connection's replacement is tried again after 1 s, 2 s, 4 s, ... up to half
+        # the deadline (ADR-0156), not psycopg_pool's doubling for 5 minutes: after a
+        # 70 s outage its next try came 44 s after the server was back, and every
+        # statement meanwhile waited out its deadline for nothing. Capped below the
+        # deadline, a statement that waits for a connection sees a fresh try.
+        await super()._add_connection(attempt or _Reconnecting(self), growing)
+
+    # The signature is psycopg_pool's.
+    async def _connect(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        try:
+            connection = await super()._connect(timeout)
+        except psycopg.Error as error:
+            self.connect_failure = reason(error)
+            OUTAGES.failed(self.where, self.connect_failure)
+            raise
+        self.connect_failure = None
+        OUTAGES.connected(self.where)
+        return connection
 
     # The signature is psycopg_pool's, timeout included.
     async def _get_ready_connection(self, timeout: float | None) -> Any:  # noqa: ASYNC109
@@ -110,6 +144,20 @@ class LastInFirstOutPool(AsyncConnectionPool[Any]):
         return await super()._get_ready_connection(timeout)
 
 
+class _Reconnecting(AttemptWithBackoff):
+    """psycopg_pool's back-off between a connection's replacement attempts, capped at
+    half the pool's deadline (its `timeout`), jittered so a fleet does not try as one."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        super().__init__(timeout=pool.reconnect_timeout)
+        self._most = pool.timeout / 2
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        if self.delay > self._most:
+            self.delay = self._most * random.uniform(0.5, 1.0)
+
+
 async def open_pool(
     pool: AsyncConnectionPool[Any], where: str, deadline_seconds: float
 ) -> AsyncConnectionPool[Any]:
@@ -119,5 +167,8 @@ async def open_pool(
         await pool.open(wait=True, timeout=deadline_seconds)
     except PoolTimeout as error:
         await pool.close()
+        failure = getattr(pool, "connect_failure", None)
+        if failure is not None:
+            raise StoreUnreachable(f"cannot reach PostgreSQL at {where}: {failure}") from error
         raise StoreUnavailable(f"cannot reach PostgreSQL at {where}") from error
     return pool
