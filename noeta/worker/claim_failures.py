@@ -11,16 +11,19 @@ from noeta.core.retry import backoff_seconds
 class ClaimFailures:
     def __init__(self, poll_seconds: float, lease_seconds: float) -> None:
         self.count = 0
+        self.last: StoreError | None = None  # the last claim's error, None once one succeeds
         self._refused = False  # the last of them a pooler's refusal
         self._poll_seconds = poll_seconds
         self._lease_seconds = lease_seconds
 
     def failed(self, error: StoreError) -> None:
         self.count += 1
+        self.last = error
         self._refused = isinstance(error, PoolerRefused)
 
     def succeeded(self) -> None:
         self.count = 0
+        self.last = None
 
     def wait(self) -> float:
         """The wait after `count` store errors in a row, jittered so workers do not return

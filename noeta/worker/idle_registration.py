@@ -139,11 +139,14 @@ class IdleRegistration:
             wait = min(wait, until)
         return max(0.0, wait)
 
-    async def leave(self) -> None:
-        """Leave the registry (the worker stops, or is busy); else its row expires."""
+    async def leave(self) -> StoreError | None:
+        """Leave the registry (the worker stops, or is busy); else its row expires. The
+        error that kept it, if one did (logged here)."""
         if self._registered_until:
             self._registered_until = 0.0
             try:
                 await self._store.stop_waiting(self.channel)
             except StoreError as error:
                 log.info("could not leave the idle registry (%s): it expires", error)
+                return error
+        return None

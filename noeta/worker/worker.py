@@ -59,7 +59,7 @@ from noeta.worker.jobs import JobManager
 from noeta.worker.presence import Presence, offers_of
 from noeta.worker.renewal import Renewer
 from noeta.worker.settings import WorkerSettings
-from noeta.worker.shutdown import drain
+from noeta.worker.shutdown import Housekeeping, drain
 from noeta.worker.wake_signal import WakeSignal
 from noeta.worker.warmup import warm_up
 
@@ -118,6 +118,7 @@ class Worker(ContinuingClaims):
         self.cut_off: list[Claim] = []
         self._background: set[asyncio.Future[None]] = set()
         self._claim_failures = ClaimFailures(settings.poll_seconds, settings.lease_seconds)
+        self._housekeeping = Housekeeping(store)  # hands tasks back; stops in an outage
         # The plugin names this worker has: it claims only tasks that need no other.
         self.offers = offers_of(runner.pins)
         self.presence = Presence(
@@ -206,7 +207,8 @@ class Worker(ContinuingClaims):
                 background.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await background
-            await self.presence.leave()
+            if not self._housekeeping.unreachable:
+                await self.presence.leave()
 
     async def _listen(self) -> None:
         """Wake the claim loop when a store says a task became claimable in our queues."""
@@ -369,7 +371,7 @@ class Worker(ContinuingClaims):
             self.presence.count(result.state.finished)
             holding = result.outcome == "holding"
             if result.outcome == "handed_back":
-                await self._release(claim, "its step done")
+                await self._housekeeping.release(claim, "its step done")
             if holding:
                 await self._hold(claim, result.state)
             return result
@@ -462,8 +464,10 @@ class Worker(ContinuingClaims):
         """Let running steps end within the grace, then hand back every running or adopted
         task at once (a holding wait keeps its claim)."""
         self._stopping = True
-        if self.registration is not None:
-            await self.registration.leave()
+        housekeeping = self._housekeeping
+        housekeeping.met(self._claim_failures.last)  # an outage: what follows lapses
+        if self.registration is not None and not housekeeping.unreachable:
+            housekeeping.met(await self.registration.leave())
         self.runner.draining = True  # each run hands its task back after its step
         entries = list(self.running.values())
         await drain([task for _, task in entries], self.settings.grace_seconds, hand_back)
@@ -478,17 +482,8 @@ class Worker(ContinuingClaims):
         self.adopted.clear()
         for claim in [claim for claim, _ in entries] + waiting:
             cut = "its step cut off" if claim in self.cut_off else "not started"
-            await self._release(claim, cut)
+            await housekeeping.release(claim, cut)
+        housekeeping.report()
         # Holding waits keep their claim (they lapse with the lease); their jobs cannot
         # outlive this process, so the next claimer will record them as lost.
         await self.jobs.stop_all()
-
-    async def _release(self, claim: Claim, why: str) -> None:
-        """Hand the claim's task back to ready (nothing if it is no longer ours)."""
-        try:
-            if await self.store.release(claim):
-                log.info("handed back task %s (%s)", claim.task_id, why)
-        except StoreError as error:
-            log.warning(
-                "could not release task %s (%s); its lease will lapse", claim.task_id, error
-            )

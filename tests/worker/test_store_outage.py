@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -170,3 +171,59 @@ async def test_a_database_restart_mid_stream_loses_only_the_preview(
         assert text.startswith(shown)
     else:
         assert shown == text
+
+
+# What a stopping worker writes for each of its housekeeping writes that failed.
+_FAILED_HOUSEKEEPING = ("could not release task", "could not leave the idle registry")
+
+
+@pytest.mark.slow
+async def test_a_worker_stopping_through_an_outage_waits_out_one_housekeeping_write_not_each(
+    store: Store,
+    private_server: EmbeddedPostgres,
+    tmp_path: Path,
+    workers: Callable[..., WorkerProcess],
+) -> None:
+    # Each write waited out the store's deadline (10 s): a worker of many tasks stopping
+    # through an outage outlived the 30 s a container platform gives it (ADR-0156).
+    url = private_server.start()
+    sleepy = {"tool_calls": [{"id": "c1", "name": "Bash", "input": {"command": "sleep 60"}}]}
+    for task_id in ("a", "b", "c"):
+        await add_task(store, tmp_path, task_id, sleepy, {"text": "never"})
+    worker = workers(url, "w", lease=30, concurrency=3, grace=0)
+
+    async def tools_started() -> bool:
+        return all(["ToolStarted" in await log_types(store, t) for t in ("a", "b", "c")])
+
+    await until(tools_started, "the three tools start")
+    private_server.stop(mode="immediate")
+    worker.signal(signal.SIGTERM)
+    assert await worker.exit_code(within=60) == 0
+    text = worker.log()
+    assert sum(text.count(line) for line in _FAILED_HOUSEKEEPING) == 1, text
+    assert "not handed back" in text and "worker w: stopped" in text
+
+
+@pytest.mark.slow
+async def test_a_worker_whose_claims_found_the_database_unreachable_stops_without_trying_again(
+    store: Store,
+    private_server: EmbeddedPostgres,
+    workers: Callable[..., WorkerProcess],
+) -> None:
+    worker = workers(private_server.start(), "w")
+
+    async def listening() -> bool:
+        return "listening for wake-ups" in worker.log()
+
+    await until(listening, "the worker is idle")
+    private_server.stop(mode="immediate")
+
+    async def claim_failed() -> bool:
+        return "claim: cannot reach PostgreSQL" in worker.log()
+
+    await until(claim_failed, "a claim finds the database unreachable", within=60)
+    worker.signal(signal.SIGTERM)
+    assert await worker.exit_code(within=60) == 0
+    text = worker.log()
+    assert not any(line in text for line in _FAILED_HOUSEKEEPING), text
+    assert "worker w: stopped" in text
