@@ -47,6 +47,10 @@ class Renewer:
         # Claims made while a round was out (it does not carry them), renewed at once.
         self._joining: dict[ClaimKey, Claim] = {}
         self._joins: set[asyncio.Task[None]] = set()
+        # Claims whose run has sent its task's finish: a round that does not renew one
+        # found the finish landed (or the claim gone, which the finish's refusal tells its
+        # run); it is let go, not reported lost, and its run hears from its finish.
+        self._finishing: set[ClaimKey] = set()
 
     def add(self, claim: Claim) -> None:
         self._held[claim.key] = (claim, self.monotonic())
@@ -85,6 +89,15 @@ class Renewer:
 
     def remove(self, claim: Claim) -> None:
         self._held.pop(claim.key, None)
+        self._finishing.discard(claim.key)
+
+    def finishing(self, claim: Claim) -> None:
+        """The claim's run has sent its task's finish (its last write): renewed while the
+        finish is in flight, as ever, but a round that finds it not renewable lets it go
+        quietly. Reported lost, its run was cancelled waiting for a finish that had
+        landed, and the log said "claim lost (the task is done)" for a task done."""
+        if claim.key in self._held:
+            self._finishing.add(claim.key)
 
     def holds(self, claim: Claim) -> bool:
         return claim.key in self._held
@@ -147,6 +160,8 @@ class Renewer:
             if key in renewed:
                 # Two rounds may be out at once: the later send time stands.
                 self._held[key] = (renewed[key], max(sent_at, current[1]))
+            elif key in self._finishing:
+                self.remove(claim)  # its finish is in flight: that write tells its run
             else:
                 lost.append(claim)
         for claim in lost:

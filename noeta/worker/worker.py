@@ -415,6 +415,7 @@ class Worker(ContinuingClaims):
         so the claim that fills it can share that finish's round trip and commit
         (ADR-0116). Not a canvas or a canvas's member, whose end may be continued in its
         slot (ADR-0109), nor while stopping."""
+        self.renewer.finishing(claim)  # a round that finds it finished has not lost it
         if (
             claim.key not in self.running
             or claim.key in self._freed

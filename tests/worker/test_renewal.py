@@ -13,8 +13,8 @@ import pytest
 
 from noeta.backends.stores import open_store
 from noeta.backends.stores.postgres import PostgresStore
-from noeta.core.errors import StoreUnavailable
-from noeta.core.ports.store import Claim, Store
+from noeta.core.errors import Conflict, StoreUnavailable
+from noeta.core.ports.store import Claim, Finish, NewEvent, Store, TaskStatus
 from noeta.testing.store_contract import created
 from noeta.worker.renewal import Renewer
 
@@ -55,6 +55,45 @@ async def test_a_claim_taken_over_is_lost_at_the_next_renewal(store: Store) -> N
     await until(taken_over, "the other worker takes 'taken' over after its lease")
     await renewer.renew_once()
     assert [claim.task_id for claim in lost] == ["taken"]
+
+
+async def test_a_claim_whose_finish_landed_before_the_round_is_let_go_not_lost(
+    store: Store,
+) -> None:
+    # The round read the task after its run's finish committed and before the run heard
+    # so: the claim was reported lost, the run cancelled while waiting for a finish that
+    # had landed, and the log said "claim lost (the task is done)" (a CI failure, load 8).
+    await store.create_task(created("t"))
+    claim = await store.claim_task("w", "t", 30)
+    assert claim is not None
+    lost: list[Claim] = []
+    renewer = Renewer(store, 30, lost.append)
+    renewer.add(claim)
+    renewer.finishing(claim)  # its run sends its finish
+    await store.append(claim, 1, [NewEvent("end", {})], next_state=Finish(TaskStatus.DONE))
+    await renewer.renew_once()
+    assert lost == [] and not renewer.holds(claim)
+
+
+async def test_a_finishing_claim_taken_over_is_not_renewed_and_its_finish_is_refused(
+    store: Store,
+) -> None:
+    # Let go quietly, the claim is not kept alive either: its finish's refusal tells its run.
+    await store.create_task(created("t"))
+    claim = await store.claim_task("w", "t", 0.3)
+    assert claim is not None
+    renewer = Renewer(store, 0.3, lambda _: None)
+    renewer.add(claim)
+    renewer.finishing(claim)
+
+    async def taken_over() -> bool:
+        return await store.claim_task("other", "t", 30) is not None
+
+    await until(taken_over, "another worker takes the task over after its lease")
+    await renewer.renew_once()
+    assert not renewer.holds(claim)
+    with pytest.raises(Conflict):
+        await store.append(claim, 1, [NewEvent("end", {})], next_state=Finish(TaskStatus.DONE))
 
 
 class Unreachable:
