@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from collections.abc import Mapping, Sequence
@@ -86,6 +87,7 @@ async def _serve(
     health: ProcessHealth,
 ) -> None:
     from noeta.backends.stores import configured_session_url, open_store
+    from noeta.cli.store_wait import served_when_reachable
     from noeta.config import load_config
     from noeta.plugins.toolbox import Toolbox
     from noeta.scheduler.cronfile import load_cron_files
@@ -108,19 +110,27 @@ async def _serve(
         return tuple(tool for name in names for tool in tools_by_plugin[name])
 
     stop, reload = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_stop() -> None:
+        health.readiness.drain()
+        stop.set()
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, on_stop)
     # One connection more for a prune, which holds its own for as long as it runs.
-    store = await open_store(
+    opening = functools.partial(
+        open_store,
         url,
         session_url=configured_session_url(config.store_session),
         application_name="noeta-scheduler",
         max_connections=3,
     )
-    loop = asyncio.get_running_loop()
+    store = await served_when_reachable(opening, stop, health)  # waits for a server not up
+    if store is None:
+        log_lines.announce(log, "scheduler: stopped")
+        return
     worker = Scheduler(store, schedules, tools_for, liveness=health.liveness)
-
-    def on_stop() -> None:
-        health.readiness.drain()
-        stop.set()
 
     def on_hangup() -> None:
         try:
@@ -137,8 +147,6 @@ async def _serve(
         log.info("cron reloaded: %d schedules", len(fresh))
         reload.set()
 
-    for number in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(number, on_stop)
     loop.add_signal_handler(signal.SIGHUP, on_hangup)
     log_lines.announce(
         log,
@@ -146,7 +154,6 @@ async def _serve(
         len(schedules),
         ", ".join(cron_files) or "no cron file (timers only)",
     )
-    health.start()
     try:
         async with asyncio.TaskGroup() as running:
             running.create_task(worker.run(stop, reload))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -22,6 +23,7 @@ from noeta.cli.options import check_store_url, config_option, store_option
 log = logging.getLogger("noeta.worker")
 
 if TYPE_CHECKING:  # `noeta worker --help` imports neither the worker nor its tools
+    from noeta.core.ports.store import Store
     from noeta.health.process import ProcessHealth
     from noeta.worker.settings import WorkerSettings
 
@@ -137,13 +139,11 @@ async def _serve(
 ) -> None:
     from noeta import observability
     from noeta.backends.models.registry import ProviderRegistry
-    from noeta.backends.stores import configured_session_url, open_store, resolve_url
+    from noeta.backends.stores import configured_session_url, resolve_url
     from noeta.config import load_config
     from noeta.core.runner import task_budget
-    from noeta.observability import metrics, observed
     from noeta.plugins.tool_environment import PASSED_NAMES
     from noeta.plugins.toolbox import Toolbox
-    from noeta.worker.append_journal import journaled
     from noeta.worker.worker import Worker
 
     stop, hand_back = asyncio.Event(), asyncio.Event()
@@ -163,18 +163,11 @@ async def _serve(
     toolbox = await Toolbox.open(config, runs_tools=True)
     observability.add_passed_secrets(PASSED_NAMES)  # what its tools may print
     providers = ProviderRegistry()
-    # A few connections whatever the concurrency: a run's writes go in shared rounds,
-    # and it holds none across a model call or a tool run (ADR-0139). Its rounds and its
-    # renewals have their own, never waiting behind its runs (issue 26).
-    store = await open_store(
-        url,
-        session_url=session_url,
-        application_name=f"noeta-worker:{settings.name}"[:63],
-        max_connections=settings.connections,
-        min_connections=settings.connections,  # open before the first claim, not under its runs
-        for_worker=True,
-    )
-    store = observed(journaled(store))
+    store = await _opened_store(settings, url, session_url, health, stop)
+    if store is None:  # stopped while it waited for the server
+        await toolbox.close()
+        log_lines.announce(log, "worker %s: stopped", settings.name)
+        return
     runner = toolbox.runner(store, providers)
     log_lines.announce(
         log,
@@ -187,12 +180,6 @@ async def _serve(
         ", ".join(p.pin.name for p in toolbox.plugins),
     )
     worker = Worker(store, runner, settings, health.liveness)
-
-    async def measure() -> None:  # the queue and limit gauges, when a scrape asks
-        await metrics.measure_queue_depth(store, settings.queues)
-        await metrics.measure_model_limits(store)
-
-    health.start(measure)
     # Who follows which task's stream, kept current by the readers' announcements: a
     # task nobody follows then costs no statement (ADR-0105).
     following = asyncio.ensure_future(runner.streams.listen()) if runner.streams else None
@@ -214,6 +201,45 @@ async def _serve(
         # asyncio.run would wait for: its task is handed back, so leave without it.
         logging.shutdown()
         os._exit(0)
+
+
+async def _opened_store(
+    settings: WorkerSettings,
+    url: str | None,
+    session_url: str | None,
+    health: ProcessHealth,
+    stop: asyncio.Event,
+) -> Store | None:
+    """The worker's store, once PostgreSQL can be reached (ADR-0157: the health server
+    answers meanwhile, alive and not ready); None if the worker is stopped first."""
+    from noeta.backends.stores import open_store
+    from noeta.cli.store_wait import served_when_reachable
+    from noeta.observability import metrics, observed
+    from noeta.worker.append_journal import journaled
+
+    # A few connections whatever the concurrency: a run's writes go in shared rounds,
+    # and it holds none across a model call or a tool run (ADR-0139). Its rounds and its
+    # renewals have their own, never waiting behind its runs (issue 26).
+    opening = functools.partial(
+        open_store,
+        url,
+        session_url=session_url,
+        application_name=f"noeta-worker:{settings.name}"[:63],
+        max_connections=settings.connections,
+        min_connections=settings.connections,  # open before the first claim, not under its runs
+        for_worker=True,
+    )
+    opened = await served_when_reachable(opening, stop, health)
+    if opened is None:
+        return None
+    store = observed(journaled(opened))
+
+    async def measure() -> None:  # the queue and limit gauges, when a scrape asks
+        await metrics.measure_queue_depth(store, settings.queues)
+        await metrics.measure_model_limits(store)
+
+    health.read_gauges_with(measure)
+    return store
 
 
 def default_connections(concurrency: int) -> int:

@@ -56,6 +56,12 @@ class ProcessHealth:
         self._server.start()
         log.info("health: serving /livez, /readyz and /metrics on %s", self.address)
 
+    def read_gauges_with(self, refresh: Refresh) -> None:
+        """`refresh` takes the store readings a scrape shows from now on (a process that
+        waited for its store serves before it has one, ADR-0157)."""
+        with self._refreshing:
+            self._refresh, self._refreshed_at = refresh, float("-inf")
+
     def _scrape(self) -> tuple[bytes, str]:
         """The metrics text: the store readings first, if due, bounded; a store that does
         not answer leaves the last ones, and the process's own metrics are served."""

@@ -41,6 +41,7 @@ class Readiness:
         self.timeout_seconds = timeout_seconds
         self.monotonic = monotonic
         self._draining = threading.Event()
+        self._starting = threading.Event()  # set while the process waits for its store
         self._lock = threading.Lock()
         self._kept: tuple[float, list[str]] | None = None
 
@@ -52,10 +53,19 @@ class Readiness:
     def draining(self) -> bool:
         return self._draining.is_set()
 
+    def starting(self, waiting: bool) -> None:
+        """The process waits for its store before it takes work (ADR-0157): not ready."""
+        if waiting:
+            self._starting.set()
+        else:
+            self._starting.clear()
+
     def reasons(self) -> list[str]:
         """Why this process is not ready ([]: it is). Blocks: call it off the event loop."""
         if self._draining.is_set():
             return ["draining: the process is stopping"]
+        if self._starting.is_set():
+            return ["starting: the process has not opened its store yet"]
         with self._lock:  # concurrent probes wait for one check instead of each making one
             now = self.monotonic()
             if self._kept is not None and now - self._kept[0] < KEEP_SECONDS:

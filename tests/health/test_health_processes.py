@@ -50,7 +50,14 @@ async def health_address(process: NoetaProcess) -> str:
         return bool(match)
 
     await until(serving, "the health server listens")
-    return found[0]
+    address = found[0]
+
+    async def started() -> bool:  # it serves while it waits for its store too (ADR-0157)
+        reasons = (await get_json(address, "/readyz"))[1]["reasons"]
+        return not [reason for reason in reasons if reason.startswith("starting")]
+
+    await until(started, "the process has opened its store")
+    return address
 
 
 async def get(address: str, path: str) -> tuple[int, str]:
@@ -185,6 +192,28 @@ async def test_a_stopping_worker_is_not_ready_while_its_step_finishes(
     assert await worker.exit_code(within=20) == 0
 
 
+async def test_a_worker_waiting_for_its_database_is_live_and_not_ready(
+    postgres_url: str, proxy: FaultProxy, workers: Callable[..., WorkerProcess]
+) -> None:
+    # A liveness probe must not restart a process for waiting (ADR-0157).
+    proxied = make_conninfo(postgres_url, host="127.0.0.1", port=str(proxy.port))
+    proxy.stop()  # nothing listens there: refused
+    worker = workers(proxied, "early", extra=["--health", "127.0.0.1:0"])
+
+    async def waiting() -> bool:
+        return "waiting for it" in worker.log()
+
+    await until(waiting, "the worker waits for its database")
+    address = SERVING.findall(worker.log())[0]
+    assert (await get_json(address, "/livez"))[0] == 200
+    assert await get_json(address, "/readyz") == (
+        503,
+        {"ready": False, "reasons": ["starting: the process has not opened its store yet"]},
+    )
+    worker.signal(signal.SIGTERM)
+    assert await worker.exit_code(within=20) == 0
+
+
 async def test_the_scheduler_serves_its_tick(
     store: Store, postgres_url: str, tmp_path: Path
 ) -> None:
@@ -192,9 +221,13 @@ async def test_the_scheduler_serves_its_tick(
     scheduler = NoetaProcess(arguments, "scheduler", tmp_path, env={"NOETA_STORE": postgres_url})
     try:
         address = await health_address(scheduler)
-        status, body = await get_json(address, "/livez")
-        assert status == 200
-        assert {"scheduler tick", "event loop"} <= {loop["loop"] for loop in body["loops"]}
+
+        async def ticking() -> bool:  # its loops report from their first turn
+            status, body = await get_json(address, "/livez")
+            assert status == 200
+            return {"scheduler tick", "event loop"} <= {loop["loop"] for loop in body["loops"]}
+
+        await until(ticking, "/livez lists the scheduler's tick")
         assert (await get_json(address, "/readyz"))[0] == 200
         assert "process_cpu_seconds_total" in (await get(address, "/metrics"))[1]
     finally:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from noeta.backends.stores import open_store
 from noeta.backends.stores.embedded import EmbeddedPostgres
@@ -227,3 +228,64 @@ async def test_a_worker_whose_claims_found_the_database_unreachable_stops_withou
     text = worker.log()
     assert not any(line in text for line in _FAILED_HOUSEKEEPING), text
     assert "worker w: stopped" in text
+
+
+@pytest.mark.slow
+async def test_a_worker_started_before_its_database_waits_for_it_then_works(
+    store: Store,
+    private_server: EmbeddedPostgres,
+    tmp_path: Path,
+    workers: Callable[..., WorkerProcess],
+) -> None:
+    # It exited with its one line, and a container platform restarted it with ever longer
+    # pauses: a fleet started during an outage came back minutes after the database (ADR-0157).
+    url = private_server.start()
+    await add_task(store, tmp_path, "t", {"text": "after the wait"})
+    private_server.stop(mode="fast")
+    worker = workers(url, "w")
+
+    async def waiting() -> bool:
+        return "waiting for it" in worker.log()
+
+    await until(waiting, "the worker says it waits for the database", within=60)
+    private_server.start()
+
+    async def done() -> bool:
+        try:
+            return await status_of(store, "t") == "done"
+        except StoreError:  # our own pool is reconnecting too
+            return False
+
+    await until(done, "the worker connects and runs the task", within=60)
+    text = worker.log()
+    assert text.count("waiting for it") == 1, text
+    assert "connected to PostgreSQL after waiting" in text
+
+
+@pytest.mark.slow
+async def test_a_worker_waiting_for_its_database_stops_on_sigterm(
+    private_server: EmbeddedPostgres, workers: Callable[..., WorkerProcess]
+) -> None:
+    url = private_server.start()
+    private_server.stop(mode="fast")
+    worker = workers(url, "w")
+
+    async def waiting() -> bool:
+        return "waiting for it" in worker.log()
+
+    await until(waiting, "the worker says it waits for the database", within=60)
+    worker.signal(signal.SIGTERM)
+    assert await worker.exit_code(within=30) == 0
+    assert "worker w: stopped" in worker.log()
+
+
+async def test_a_worker_whose_password_the_database_refuses_exits_at_once(
+    postgres_url: str, workers: Callable[..., WorkerProcess]
+) -> None:
+    # A server that answered and refused is a setting to mend, not an outage to wait out.
+    wrong = make_conninfo(postgres_url, password="not-the-password")
+    worker = workers(wrong, "w")
+    assert await worker.exit_code(within=60) == 1
+    text = worker.log()
+    assert "password authentication failed" in text and "waiting" not in text
+    assert "not-the-password" not in text

@@ -12,7 +12,7 @@ from noeta.backends.stores import migrations
 from noeta.backends.stores.postgres.connection import describe
 from noeta.backends.stores.postgres.session import server_keepalives, with_keepalives
 from noeta.backends.stores.postgres.store_errors import reason, store_error
-from noeta.core.errors import ConfigError, StoreError, StoreUnavailable
+from noeta.core.errors import ConfigError, StoreError, StoreUnavailable, StoreUnreachable
 
 MIGRATION_LOCK = (
     "SELECT pg_advisory_xact_lock(hashtextextended('noeta.migrate:' || current_schema(), 0))"
@@ -38,6 +38,24 @@ SELECT version, name FROM noeta_migrations WHERE to_regclass('noeta_migrations')
 # cancel key of its own making, so a different pid means one is in between (ADR-0106).
 MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('noeta_migrations') IS NOT NULL, pg_backend_pid()"
 SESSION_ENV = "NOETA_STORE_SESSION"
+# What libpq and the server say (in English) when nothing answered, or when the server
+# cannot take a connection now, whoever asks: worth waiting for (ADR-0157).
+_NOT_YET = (
+    "Connection refused",  # nothing listens: stopped, or not started yet
+    "Connection timed out",
+    "timeout expired",  # connect_timeout
+    "No route to host",
+    "Network is unreachable",
+    "Connection reset by peer",
+    "server closed the connection unexpectedly",
+    "could not translate host name",  # a name a cluster's DNS does not serve yet
+    "the database system is starting up",  # 57P03
+    "the database system is shutting down",  # 57P03
+    "the database system is not yet accepting connections",  # 57P03
+    "the database system is in recovery mode",
+    "too many clients already",  # 53300
+    "remaining connection slots are reserved",  # 53300
+)
 RECORD_MIGRATION = "INSERT INTO noeta_migrations (version, name) VALUES (%s, %s)"
 
 
@@ -62,11 +80,20 @@ async def connect(dsn: str, **settings: Any) -> psycopg.AsyncConnection[Any]:
                 f"({reason(error)}): give PostgreSQL's own URL in {SESSION_ENV} "
                 "(store_session: in noeta.yaml) beside the pooler's (docs/scaling.md)"
             ) from None
-        raise StoreUnavailable(
-            f"cannot connect to PostgreSQL at {where}: {reason(error)}"
-        ) from None
+        unavailable = StoreUnreachable if _unreachable(error) else StoreUnavailable
+        raise unavailable(f"cannot connect to PostgreSQL at {where}: {reason(error)}") from None
     except psycopg.ProgrammingError as error:
         raise ConfigError(f"invalid PostgreSQL URL ({where}): {reason(error)}") from None
+
+
+def _unreachable(error: psycopg.OperationalError) -> bool:
+    """Nothing answered, or the server cannot take a connection yet (starting up, shutting
+    down, out of connections); not a server that answered and refused this client (a
+    password, a database that does not exist), which waiting will not mend. libpq gives a
+    failed connection no SQLSTATE, only its words: those not known here (another language,
+    a new message) count as a refusal, as every failure did before ADR-0157."""
+    said = str(error)
+    return any(words in said for words in _NOT_YET)
 
 
 async def check_schema(dsn: str, **settings: Any) -> SchemaChecked:
