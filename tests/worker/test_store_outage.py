@@ -43,6 +43,23 @@ async def store(private_server: EmbeddedPostgres) -> AsyncIterator[Store]:
     await store.close()
 
 
+async def until_done_after_the_outage(store: Store, task_id: str, what: str) -> None:
+    async def done() -> bool:
+        try:
+            return await status_of(store, task_id) == "done"
+        except StoreError:  # our own pool is reconnecting too
+            return False
+
+    await until(done, what, within=60)
+
+
+async def until_waiting_for_the_database(worker: WorkerProcess) -> None:
+    async def waiting() -> bool:
+        return "waiting for it" in worker.log()
+
+    await until(waiting, "the worker says it waits for the database", within=60)
+
+
 @pytest.mark.slow
 async def test_a_stopped_database_stops_the_work_and_a_restart_resumes_it(
     store: Store,
@@ -71,13 +88,7 @@ async def test_a_stopped_database_stops_the_work_and_a_restart_resumes_it(
     await until(noticed, "the worker stops working on the task", within=40)
     private_server.start()  # the same port: the worker's DSN still points at it
 
-    async def done() -> bool:
-        try:
-            return await status_of(store, "t") == "done"
-        except Exception:  # our own pool is reconnecting too
-            return False
-
-    await until(done, "the task is claimed again and finished", within=60)
+    await until_done_after_the_outage(store, "t", "the task is claimed again and finished")
     task = await store.get_task("t")
     assert task is not None and task.owner_epoch == 2
     finished = [e.data for e in await store.read_log("t") if e.type == "ToolFinished"]
@@ -244,19 +255,9 @@ async def test_a_worker_started_before_its_database_waits_for_it_then_works(
     private_server.stop(mode="fast")
     worker = workers(url, "w")
 
-    async def waiting() -> bool:
-        return "waiting for it" in worker.log()
-
-    await until(waiting, "the worker says it waits for the database", within=60)
+    await until_waiting_for_the_database(worker)
     private_server.start()
-
-    async def done() -> bool:
-        try:
-            return await status_of(store, "t") == "done"
-        except StoreError:  # our own pool is reconnecting too
-            return False
-
-    await until(done, "the worker connects and runs the task", within=60)
+    await until_done_after_the_outage(store, "t", "the worker connects and runs the task")
     text = worker.log()
     assert text.count("waiting for it") == 1, text
     assert "connected to PostgreSQL after waiting" in text
@@ -270,10 +271,7 @@ async def test_a_worker_waiting_for_its_database_stops_on_sigterm(
     private_server.stop(mode="fast")
     worker = workers(url, "w")
 
-    async def waiting() -> bool:
-        return "waiting for it" in worker.log()
-
-    await until(waiting, "the worker says it waits for the database", within=60)
+    await until_waiting_for_the_database(worker)
     worker.signal(signal.SIGTERM)
     assert await worker.exit_code(within=30) == 0
     assert "worker w: stopped" in worker.log()
