@@ -9,10 +9,13 @@ the duration histograms: each failed call carries `error.type`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
 
+from noeta.core.errors import StoreError
 from noeta.observability import names
 
 if TYPE_CHECKING:
@@ -189,6 +192,17 @@ def tool_call(seconds: float, name: str, error_type: str) -> None:
         if error_type:
             attributes[names.ERROR_TYPE] = error_type
         sink.record(TOOL_DURATION, seconds, attributes)
+
+
+async def measure_queue_depth_on_a_timer(store: Store, queues: Sequence[str]) -> None:
+    """A worker's queue depth for the metric: one cheap count now and then, only if
+    exported (off, or only scraped: a scrape reads it)."""
+    if not read_on_a_timer():
+        return
+    while True:
+        with contextlib.suppress(StoreError):
+            await measure_queue_depth(store, queues)
+        await asyncio.sleep(QUEUE_DEPTH_SECONDS)
 
 
 async def measure_queue_depth(store: Store, queues: Sequence[str]) -> None:

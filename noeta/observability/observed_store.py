@@ -109,6 +109,7 @@ class ObservedStore:
         job_starts: JobStarts | None = None,
         only: Collection[str] | None = None,
         hold: bool = False,
+        ahead: bool = False,
     ) -> list[ClaimedTask]:
         started = time.time_ns()
         with _observing("claim", None):
@@ -123,6 +124,7 @@ class ObservedStore:
                 job_starts=job_starts,
                 only=only,
                 hold=hold,
+                ahead=ahead,
             )
         for each in claimed:
             _claimed(each.claim, started)

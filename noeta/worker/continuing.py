@@ -83,9 +83,6 @@ class ContinuingClaims(WaitingClaims):
     # The canvases whose last step here launched nothing, oldest first (`follow_on`).
     quiet_canvases: dict[str, None]
 
-    def _own_tasks(self) -> set[str]:
-        raise NotImplementedError  # the worker's: the tasks it runs, holds or waits to run
-
     async def _release(self, claim: Claim, why: str) -> None:
         raise NotImplementedError  # the worker's: hand a claim's task back
 

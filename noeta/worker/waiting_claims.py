@@ -1,6 +1,7 @@
 """Claims the worker holds without running them: adopted ones waiting for a slot (after
-a lost claim reply), held ones waiting for a job's result, a wake-up or a cancel, and a
-task given up as unrunnable (ADR-0092). The claim loop itself is `noeta.worker.worker`."""
+a lost claim reply), ones claimed ahead while every slot was busy (ADR-0158), held ones
+waiting for a job's result, a wake-up or a cancel, and a task given up as unrunnable
+(ADR-0092). The claim loop itself is `noeta.worker.worker`."""
 
 from __future__ import annotations
 
@@ -10,16 +11,22 @@ from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any
 
-from noeta.core.errors import StoreError
+from noeta.core.errors import CommitUnknown, StoreError
 from noeta.core.ports.store import CANCEL_KEY, Claim, ClaimKey, LoadedTask, Store
 from noeta.core.rules import wakeups
 from noeta.core.rules.task_state import TaskState
 from noeta.core.runner.task import RunResult, TaskRunner
+from noeta.health.liveness import Liveness
+from noeta.worker.claim_form import ClaimForm
+from noeta.worker.claim_lines import log_claim
+from noeta.worker.claims_ahead import ClaimsAhead
 from noeta.worker.lost_claims import adopted_load
 from noeta.worker.renewal import Renewer
 from noeta.worker.settings import WorkerSettings
+from noeta.worker.shutdown import Housekeeping
 
 log = logging.getLogger("noeta.worker")
+CLAIM_LOOP = "claim loop"  # its name in the liveness report
 # Claims a worker remembers having run to an unknown end (lost_claims.py): a few a fault.
 RAN_UNSETTLED_KEPT = 1024
 
@@ -39,6 +46,14 @@ class WaitingClaims:
     _stopping: bool
     _began: datetime | None
     _ran_unsettled: dict[ClaimKey, None]
+    _ahead: ClaimsAhead
+    _claim_form: ClaimForm
+    _housekeeping: Housekeeping
+    liveness: Liveness
+    offers: tuple[str, ...] | None
+
+    def _own_tasks(self) -> set[str]:
+        raise NotImplementedError  # the worker's: the tasks it runs, holds or waits to run
 
     def _start(self, claim: Claim, loaded: LoadedTask | None = None) -> None:
         raise NotImplementedError  # the worker's: start running a claim
@@ -84,6 +99,67 @@ class WaitingClaims:
             self._spawn(self._start_adopted(claim))
         return True
 
+    async def _claim_ahead(self) -> None:
+        """Claim the next tasks while every slot is busy, to wait for a slot (ADR-0158):
+        the plain claim, renewed from now on, none in a queue with settings."""
+        settings = self.settings
+        try:
+            claimed = await self.store.claim_and_load(
+                settings.name,
+                settings.queues,
+                settings.lease_seconds,
+                limit=self._ahead.size,
+                snapshot_version=self.runner.snapshot_version,
+                excluding=self._own_tasks(),
+                offers=self.offers,
+                ahead=True,
+            )
+        except CommitUnknown:  # what it claimed, if anything, waits for a slot as adopted
+            log.warning("claim ahead: the commit's outcome is unknown; adopting what is ours")
+            self._ahead.took([], 0.0)
+            for claim in await self._renew_owned():
+                self.adopted[claim.key] = claim
+                self._spawn(self._start_adopted(claim))
+            return
+        except StoreError as error:  # the claim loop's next claim meets it too
+            log.warning("claim ahead: %s", error)
+            self._ahead.took([], 0.0)
+            return
+        self._claim_form.found(claimed, None)
+        for each in claimed:
+            self.renewer.add(each.claim)
+            log_claim(each.claim)
+        self._ahead.took(claimed, asyncio.get_running_loop().time())
+
+    async def _slot_when_busy(
+        self, stop: asyncio.Event, stopping: asyncio.Task[bool]
+    ) -> bool | None:
+        """Every slot is busy: claim ahead where it pays (ADR-0158), then wait for a slot
+        (True), the stop (False), or as long as the tasks claimed ahead may wait (None:
+        they were handed back)."""
+        if self._ahead.wanted:
+            await self._claim_ahead()
+        self.liveness.turned(CLAIM_LOOP, None)  # a run may rightly take hours
+        acquired = asyncio.create_task(self._slots.acquire())
+        timeout = self._ahead.wait_seconds(asyncio.get_running_loop().time())
+        await asyncio.wait({acquired, stopping}, timeout=timeout, return_when="FIRST_COMPLETED")
+        if acquired.done() and not stop.is_set():
+            return True
+        if acquired.done():
+            self._slots.release()
+        else:
+            acquired.cancel()
+        if stop.is_set():
+            return False
+        await self._hand_back_ahead()
+        return None
+
+    async def _hand_back_ahead(self) -> None:
+        """The tasks claimed ahead that no slot took in time, for whoever claims next."""
+        for claim in self._ahead.take_all():
+            self.renewer.remove(claim)
+            await self._housekeeping.release(claim, "no slot freed for it")
+
     async def _adopt_claimed(self, task_id: str) -> None:
         """A write whose outcome is unknown carried a claim of `task_id` for this worker
         (`ClaimUnknown`: a canvas member's finish, ADR-0121): if the store records it as
@@ -95,8 +171,10 @@ class WaitingClaims:
 
     async def _renew_owned(self, only: str | None = None) -> list[Claim]:
         """The claims the store records as this worker's that it neither runs, holds nor
-        has adopted (`only`: of that task alone), renewed from now on; by task id."""
+        has adopted or claimed ahead (`only`: of that task alone), renewed from now on; by
+        task id."""
         here = self.running.keys() | self.holding.keys() | self.adopted.keys()
+        here |= self._ahead.keys()
         try:
             owned = await self.store.owned_by(self.settings.name)
             owned = [c for c in owned if c.key not in here and only in (None, c.task_id)]

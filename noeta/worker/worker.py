@@ -53,6 +53,7 @@ from noeta.observability import metrics, tracing
 from noeta.worker.claim_failures import ClaimFailures
 from noeta.worker.claim_form import ClaimForm
 from noeta.worker.claim_lines import log_claim, log_when_durable
+from noeta.worker.claims_ahead import ClaimsAhead
 from noeta.worker.continuing import ContinuingClaims, follow_on
 from noeta.worker.idle_registration import IdleRegistration
 from noeta.worker.jobs import JobManager
@@ -60,12 +61,12 @@ from noeta.worker.presence import Presence, offers_of
 from noeta.worker.renewal import Renewer
 from noeta.worker.settings import WorkerSettings
 from noeta.worker.shutdown import Housekeeping, drain
+from noeta.worker.waiting_claims import CLAIM_LOOP
 from noeta.worker.wake_signal import WakeSignal
 from noeta.worker.warmup import warm_up
 
 log = logging.getLogger("noeta.worker")
 
-CLAIM_LOOP = "claim loop"
 AFTER_COMMIT = "claim.after_commit"
 # Failpoints between a claim's commit and its run's first write: armed, no claim is held.
 AFTER_A_CLAIMS_COMMIT = (AFTER_COMMIT, "append.before_commit")
@@ -130,6 +131,7 @@ class Worker(ContinuingClaims):
         )
         idle_workers = store.capabilities.idle_workers
         self._claim_form = ClaimForm()
+        self._ahead = ClaimsAhead(settings.concurrency)  # claimed while every slot is busy
         self._unlogged: list[Claim] = []  # a pickup started but not yet logged (ADR-0131)
         self.registration = (
             None
@@ -159,24 +161,26 @@ class Worker(ContinuingClaims):
         await warm_up()  # before the first claim: nothing a claim starts waits on imports
         renewing = asyncio.create_task(self.renewer.run(), name="noeta-renewal")
         listening = asyncio.create_task(self._listen(), name="noeta-wakeups")
-        measuring = asyncio.create_task(self._measure_queues(), name="noeta-queue-depth")
+        measuring = asyncio.create_task(
+            metrics.measure_queue_depth_on_a_timer(self.store, self.settings.queues),
+            name="noeta-queue-depth",
+        )
         watching = asyncio.create_task(self._watch_holding(), name="noeta-holding")
         present = asyncio.create_task(self.presence.keep(), name="noeta-presence")
         stopping = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
                 if self._slots.locked():  # every slot busy: wait for one, or for the stop
-                    self.liveness.turned(CLAIM_LOOP, None)  # a run may rightly take hours
-                    acquired = asyncio.create_task(self._slots.acquire())
-                    await asyncio.wait({acquired, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                    if stop.is_set():
-                        if acquired.done():
-                            self._slots.release()
-                        else:
-                            acquired.cancel()
+                    slot = await self._slot_when_busy(stop, stopping)
+                    if slot is None:
+                        continue  # the tasks claimed ahead waited too long: handed back
+                    if not slot:
                         break
                 else:  # a free slot: the idle worker woken by a call, or a run ended
                     await self._slots.acquire()
+                if (ahead := self._ahead.next()) is not None:
+                    self._start(ahead.claim, ahead.loaded, renew=False)  # renewed since
+                    continue
                 # A claim, and a registration waiting up to a poll: each bounded.
                 self.liveness.turned(CLAIM_LOOP, self.settings.poll_seconds)
                 await failpoints.hit("worker.claim_loop")
@@ -232,15 +236,6 @@ class Worker(ContinuingClaims):
         assert self.registration is not None
         if started and self._slots.locked() and self.registration.registered:
             await self.registration.leave()
-
-    async def _measure_queues(self) -> None:
-        """Queue depth for the metric: one cheap count now and then, only if exported."""
-        if not metrics.read_on_a_timer():
-            return  # off, or only scraped: a scrape reads it
-        while True:
-            with contextlib.suppress(StoreError):
-                await metrics.measure_queue_depth(self.store, self.settings.queues)
-            await asyncio.sleep(metrics.QUEUE_DEPTH_SECONDS)
 
     async def _free_slots(self, most: int) -> int:
         """Take up to `most` more of the slots free now (the claim's size, less the one
@@ -327,6 +322,7 @@ class Worker(ContinuingClaims):
             log.warning("claim: %s; trying again in at most %.1f s", error, wait)
             return 0
         self._claim_failures.succeeded()
+        self._ahead.claimed(starts is None and len(claimed) == slots and self._slots.locked())
         # An idle worker's pickup of one task logs it once its run's first write went
         # (ADR-0131); a claim of more, or a busy worker's, as it starts them: their runs'
         # phase is the drain's, which the lines' place would shift.
@@ -347,13 +343,14 @@ class Worker(ContinuingClaims):
         claimed again by it, though a renewal held up past the lease left them claimable
         (ADR-0079). Its renewer renews them late if no one else took them."""
         held = self.running.keys() | self.holding.keys() | self.adopted.keys()
-        return {task_id for task_id, _ in held}
+        return {task_id for task_id, _ in held} | self._ahead.task_ids()
 
     def _start(self, claim: Claim, loaded: LoadedTask | None = None, renew: bool = True) -> None:
         if renew:
             self.renewer.add(claim)
         running = self._run_claim(claim, loaded)
         task = asyncio.create_task(running, name=f"noeta-task-{claim.task_id}")
+        self._ahead.timing(task)
         self.running[claim.key] = (claim, task)
 
     async def _run_claim(self, claim: Claim, loaded: LoadedTask | None = None) -> RunResult | None:
@@ -428,6 +425,8 @@ class Worker(ContinuingClaims):
         self._slots.release()
 
     def _lost(self, claim: Claim) -> None:
+        if self._ahead.drop(claim.key):
+            log.warning("task %s: claim lost while it waited for a slot", claim.task_id)
         entry = self.running.get(claim.key)
         if entry is not None and not self._handing_back:
             log.warning("task %s: claim lost; cancelling its step", claim.task_id)
@@ -479,7 +478,7 @@ class Worker(ContinuingClaims):
         for _, task in entries:
             with contextlib.suppress(BaseException):
                 await task
-        waiting = list(self.adopted.values())
+        waiting = list(self.adopted.values()) + self._ahead.take_all()
         self.adopted.clear()
         for claim in [claim for claim, _ in entries] + waiting:
             cut = "its step cut off" if claim in self.cut_off else "not started"

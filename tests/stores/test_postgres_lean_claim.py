@@ -61,3 +61,28 @@ def test_the_lean_statements_carry_no_settings_machinery() -> None:
         assert "noeta_claimable_under_limits" not in lean and "charged AS" not in lean
         # The lean one reads queue_settings twice: the due walk's skip, and its part 4.
         assert lean.count("queue_settings") == 2
+
+
+@pytest.mark.parametrize("seen", [False, True])
+async def test_a_claim_ahead_takes_nothing_from_a_queue_with_settings(
+    postgres_url: str, seen: bool
+) -> None:
+    """A busy worker's claim ahead (ADR-0158) waits in the worker for a slot: in a queue
+    with settings, a limit would count it running while it waits, so it walks only the
+    queues without, whether or not its store has seen settings before."""
+    store = await open_store(postgres_url, migrate=True)
+    try:
+        assert isinstance(store, PostgresStore)
+        for n in range(3):
+            assert await store.create_task(created(f"q{n}", "q"))
+            assert await store.create_task(created(f"o{n}", "other"))
+        await queue_settings_store(store).set_queue("q", QueueChange(concurrency=5))
+        store.queue_settings_seen = seen
+        ahead = await store.claim_and_load(
+            "w", ["q", "other"], LEASE, limit=5, snapshot_version="v", ahead=True
+        )
+        assert sorted(c.claim.task_id for c in ahead) == ["o0", "o1", "o2"]
+        # The claim loop's own claim still takes q's, within its limit.
+        assert await claim(store, "w", 5) == ["q0", "q1", "q2"]
+    finally:
+        await store.close()

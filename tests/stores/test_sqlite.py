@@ -48,3 +48,19 @@ async def test_a_locked_file_is_unavailable_not_a_hang(tmp_path: Path) -> None:
     finally:
         other.close()
         await store.close()
+
+
+async def test_a_claim_ahead_takes_nothing_here(tmp_path: Path) -> None:
+    """sqlite has no round trip for a claim ahead to save (ADR-0158): it claims nothing,
+    and the task stays for the claim loop's own claim."""
+    store = await SqliteStore.open(str(tmp_path / "noeta.db"))
+    try:
+        assert await store.create_task(created("t1"))
+        ahead = await store.claim_and_load(
+            "w", ["default"], 30, limit=4, snapshot_version="v", ahead=True
+        )
+        assert ahead == []
+        claimed = await store.claim_and_load("w", ["default"], 30, limit=4, snapshot_version="v")
+        assert [each.claim.task_id for each in claimed] == ["t1"]
+    finally:
+        await store.close()

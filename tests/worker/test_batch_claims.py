@@ -49,6 +49,7 @@ class RecordedCalls:
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
         hold: bool = False,
+        ahead: bool = False,
     ) -> list[ClaimedTask]:
         self.sent.append("claim")
         claimed = await self._store.claim_and_load(
@@ -61,6 +62,7 @@ class RecordedCalls:
             offers=offers,
             job_starts=job_starts,
             hold=hold,
+            ahead=ahead,
         )
         self.claims.append((limit, len(claimed)))
         self.started += sum(1 for each in claimed if each.loaded and each.loaded.started_by_claim)

@@ -59,6 +59,7 @@ class RecordedClaims:
         offers: Collection[str] | None = None,
         job_starts: JobStarts | None = None,
         hold: bool = False,
+        ahead: bool = False,
     ) -> list[ClaimedTask]:
         claimed = await self._store.claim_and_load(
             worker,
@@ -70,6 +71,7 @@ class RecordedClaims:
             offers=offers,
             job_starts=job_starts,
             hold=hold,
+            ahead=ahead,
         )
         if claimed:
             started = [bool(each.loaded and each.loaded.started_by_claim) for each in claimed]

@@ -150,6 +150,7 @@ class Store(Protocol):
         job_starts: JobStarts | None = None,
         only: Collection[str] | None = None,
         hold: bool = False,
+        ahead: bool = False,
     ) -> list[ClaimedTask]:
         """Claim up to `limit` (1 to 1,000) of the claimable tasks due longest, each with
         its own epoch and lease, and read each as `load` would: in one round trip where
@@ -165,7 +166,10 @@ class Store(Protocol):
         queue with settings (its limits are the due walk's): a worker continuing what its
         last run made claimable (ADR-0109). `hold`: an idle worker's claim for one agent
         task may stay uncommitted until its run's first write, which then commits both;
-        such a task comes with `durable` set (ADR-0136). A store may ignore it."""
+        such a task comes with `durable` set (ADR-0136). A store may ignore it. `ahead`:
+        a busy worker's claim of its next tasks, which wait in it for a slot (ADR-0158):
+        none in a queue with settings, whose limits would count a waiting task as running;
+        a store may claim nothing."""
         ...
 
     async def seconds_until_due(self, queues: Sequence[str]) -> float | None:

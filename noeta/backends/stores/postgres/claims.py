@@ -76,17 +76,19 @@ class PostgresClaims(PostgresConnection):
         job_starts: JobStarts | None = None,
         only: Collection[str] | None = None,
         hold: bool = False,
+        ahead: bool = False,
     ) -> list[ClaimedTask]:
         params = claim_params(worker, queues, lease_seconds, limit, excluding, offers)
         params["version"] = snapshot_version
-        # The lean statement until one says a queue of its claimer has settings (ADR-0144).
-        lean = only is None and not self.queue_settings_seen
+        # The lean statement until one says a queue of its claimer has settings (ADR-0144);
+        # a claim ahead always (ADR-0158): it walks only the queues without settings.
+        lean = only is None and (ahead or not self.queue_settings_seen)
         if hold and job_starts is None and only is None and self.holds_claims:
             statement = _DUE_CLAIMS[lean, False]
             claimed = await self._claim_and_hold(statement, params, worker, snapshot_version)
         else:
             claimed = await self._claim_and_load(lean, params, worker, job_starts, only)
-        if lean and self.queue_settings_seen and len(claimed) < limit:
+        if lean and self.queue_settings_seen and len(claimed) < limit and not ahead:
             # The lean walk skipped the queues with settings: the full statement, at once.
             claimed += await self.claim_and_load(
                 worker,

@@ -129,14 +129,18 @@ class SqliteStore(
         job_starts: JobStarts | None = None,
         only: Collection[str] | None = None,
         hold: bool = False,  # one transaction is one commit here: nothing to hold
+        ahead: bool = False,
         known: KnownLog | None = None,
     ) -> list[ClaimedTask]:
         """One claim after another, each read after it: sqlite has one writer at a time
         and no round trip to save. A claim already made is never dropped: past the first,
         a store error ends the batch, and a failed read leaves the task to its claimer.
         A fresh job is started (`job_starts`) by a fenced append right after its claim.
-        `known` (append_and_claim's): the log the claimer holds of one task."""
+        `known` (append_and_claim's): the log the claimer holds of one task. Nothing is
+        claimed `ahead`: with no round trip, a claim ahead saves nothing here."""
         check_claim_limit(limit)
+        if ahead:
+            return []
         claimed: list[ClaimedTask] = []
         for _ in range(limit):
             try:

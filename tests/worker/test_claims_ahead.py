@@ -1,0 +1,194 @@
+"""A busy worker whose runs are short claims its next tasks while its runs are in flight,
+each to wait in it for a slot (ADR-0158); one that no slot takes within the wait allowed,
+or that a stop finds waiting, is handed back unstarted, for whoever claims next.
+
+The worker runs in this process against a real PostgreSQL; the store is wrapped only to
+record its claims, and the runner only to hold some runs until the test lets them go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from noeta.backends.models.registry import ProviderRegistry
+from noeta.core.ports.store import Claim, ClaimedTask, LoadedTask, Store
+from noeta.core.runner.task import RunResult, TaskRunner
+from noeta.plugins.toolbox import Toolbox
+from noeta.worker.claims_ahead import AHEAD_WAIT_SECONDS, SHORT_RUN_SECONDS, ClaimsAhead
+from noeta.worker.settings import WorkerSettings
+from noeta.worker.worker import Worker
+
+from .conftest import add_task, log_types, status_of, until
+
+
+class RecordedClaims:
+    """The real store; each claim's (ahead, limit, tasks claimed) is written down, and
+    `after_ahead` is called with what a claim ahead took."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.claims: list[tuple[bool, int, list[str]]] = []
+        self.after_ahead: Callable[[list[str]], None] = lambda _: None
+
+    async def claim_and_load(self, *args: Any, **options: Any) -> list[ClaimedTask]:
+        claimed = await self._store.claim_and_load(*args, **options)
+        ids = [each.claim.task_id for each in claimed]
+        ahead = bool(options.get("ahead"))
+        self.claims.append((ahead, options["limit"], ids))
+        if ahead and ids:
+            self.after_ahead(ids)
+        return claimed
+
+    def ahead(self) -> list[str]:
+        return [task_id for ahead, _, ids in self.claims if ahead for task_id in ids]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def held_runs(runner: TaskRunner, prefix: str, gate: asyncio.Event) -> None:
+    """The runs of tasks whose id starts with `prefix` wait for `gate` before they begin."""
+    run = runner.run
+
+    async def gated(claim: Claim, loaded: LoadedTask | None = None) -> RunResult:
+        if claim.task_id.startswith(prefix):
+            await gate.wait()
+        return await run(claim, loaded)
+
+    runner.run = gated  # type: ignore[method-assign]
+
+
+def worker_of(recorded: RecordedClaims, toolbox: Toolbox, concurrency: int) -> Worker:
+    runner = toolbox.runner(recorded, ProviderRegistry())
+    runner.pins = None  # agent tasks: the plain claim
+    settings = WorkerSettings("w", concurrency=concurrency, lease_seconds=30, poll_seconds=0.2)
+    return Worker(recorded, runner, settings)
+
+
+async def all_done(store: Store, ids: list[str]) -> None:
+    async def done() -> bool:
+        return all([await status_of(store, task_id) == "done" for task_id in ids])
+
+    await until(done, f"the {len(ids)} tasks finish")
+
+
+async def test_a_busy_worker_with_short_runs_claims_its_next_tasks_while_they_run(
+    store: Store, tmp_path: Path, toolbox: Toolbox
+) -> None:
+    ids = [f"t{n:02}" for n in range(12)]
+    for task_id in ids:
+        await add_task(store, tmp_path, task_id, {"text": "done"})
+    recorded = RecordedClaims(store)
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker_of(recorded, toolbox, 2).run(stop))
+    try:
+        await all_done(store, ids)
+    finally:
+        stop.set()
+        await running
+    assert recorded.ahead(), recorded.claims  # claimed while both slots were busy
+    assert all(limit == 2 for ahead, limit, _ in recorded.claims if ahead)
+    for task_id in ids:  # each claimed once, by this worker, and run to its end
+        task = await store.get_task(task_id)
+        assert task is not None and task.owner_epoch == 1, task
+        assert (await log_types(store, task_id))[-1] == "TaskFinished"
+
+
+class HeldDrain:
+    """A worker of two slots, its runs of tasks named b... held until `gate` is set."""
+
+    def __init__(self, store: Store, toolbox: Toolbox) -> None:
+        self.store = store
+        self.recorded = RecordedClaims(store)
+        self.worker = worker_of(self.recorded, toolbox, 2)
+        self.gate = asyncio.Event()
+        held_runs(self.worker.runner, "b", self.gate)
+        self.stop = asyncio.Event()
+
+    async def start(self, tmp_path: Path) -> asyncio.Task[None]:
+        """Two short runs (the worker learns its runs are short), then two held runs
+        filling its two slots, and behind them two more tasks: the ones it claims ahead."""
+        for task_id in ("s0", "s1"):
+            await add_task(self.store, tmp_path, task_id, {"text": "done"})
+        running = asyncio.create_task(self.worker.run(self.stop))
+        await all_done(self.store, ["s0", "s1"])
+        for task_id in ("b0", "b1", "a0", "a1"):
+            await add_task(self.store, tmp_path, task_id, {"text": "done"})
+        return running
+
+
+async def test_tasks_claimed_ahead_that_no_slot_takes_in_time_are_handed_back(
+    store: Store, tmp_path: Path, toolbox: Toolbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="noeta.worker")
+    drain = HeldDrain(store, toolbox)
+    running = await drain.start(tmp_path)
+    try:
+        handed_back = "handed back task a{} (no slot freed for it)"
+
+        async def both_handed_back() -> bool:
+            return all(handed_back.format(n) in caplog.text for n in (0, 1))
+
+        await until(both_handed_back, "the tasks claimed ahead are handed back")
+        assert sorted(drain.recorded.ahead()) == ["a0", "a1"]
+        for task_id in ("a0", "a1"):  # claimable at once, not when a lease lapses
+            task = await store.get_task(task_id)
+            assert task is not None and task.status.value == "ready" and task.lease_until is None
+            assert await log_types(store, task_id) == ["TaskCreated"]  # never run
+        drain.gate.set()
+        await all_done(store, ["b0", "b1", "a0", "a1"])
+    finally:
+        drain.gate.set()
+        drain.stop.set()
+        await running
+    a0 = await store.get_task("a0")
+    assert a0 is not None and a0.owner_epoch == 2  # claimed again after the hand-back
+
+
+async def test_a_stop_hands_the_tasks_claimed_ahead_back_unstarted(
+    store: Store, tmp_path: Path, toolbox: Toolbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="noeta.worker")
+    drain = HeldDrain(store, toolbox)
+    drain.recorded.after_ahead = lambda _: drain.stop.set()  # SIGTERM as the claim lands
+    await asyncio.wait_for(await drain.start(tmp_path), 60)
+    assert sorted(drain.recorded.ahead()) == ["a0", "a1"]
+    for task_id in ("a0", "a1"):
+        assert f"handed back task {task_id} (not started)" in caplog.text
+        task = await store.get_task(task_id)
+        assert task is not None and task.status.value == "ready" and task.lease_until is None
+        assert await log_types(store, task_id) == ["TaskCreated"]
+
+
+def test_claims_ahead_only_while_runs_are_short_and_the_claims_come_back_full() -> None:
+    ahead = ClaimsAhead(concurrency=4)
+    ahead.claimed(backlog=True)
+    assert not ahead.wanted  # no run has ended: nothing says they are short
+    ahead.ran(SHORT_RUN_SECONDS / 2)
+    assert ahead.wanted
+    ahead.claimed(backlog=False)  # the claim loop's claim found fewer than it asked
+    assert not ahead.wanted
+    ahead.claimed(backlog=True)
+    for _ in range(4):
+        ahead.ran(10 * SHORT_RUN_SECONDS)  # runs waiting on a real model
+    assert not ahead.wanted
+
+
+def test_a_claim_ahead_that_comes_back_short_ends_the_claims_ahead() -> None:
+    ahead = ClaimsAhead(concurrency=2)
+    ahead.claimed(backlog=True)
+    ahead.ran(0.0)
+    one = ClaimedTask(Claim("t1", "w", 1, None), None)  # type: ignore[arg-type]
+    ahead.took([one], now=100.0)
+    assert not ahead.wanted  # one waits, and the queue is drained
+    assert ahead.wait_seconds(100.25) == AHEAD_WAIT_SECONDS - 0.25
+    assert ahead.drop(("t1", 1)) and ahead.wait_seconds(100.25) is None
+    ahead.took([one, one], now=100.0)  # full again: the next claim ahead once both start
+    assert ahead.next() is one and ahead.next() is one and ahead.next() is None
+    assert ahead.wanted
