@@ -146,6 +146,15 @@ def scripted(folder: Path, task_id: str) -> NewTask:
     return NewTask(task_id, [NewEvent(*events.encode(created))])
 
 
+async def assert_ready_and_never_run(store: Store, task_ids: list[str]) -> None:
+    """Each task was handed back unstarted: claimable at once (not when a lease lapses),
+    and nothing written to its log."""
+    for task_id in task_ids:
+        task = await store.get_task(task_id)
+        assert task is not None and task.status.value == "ready" and task.lease_until is None
+        assert await log_types(store, task_id) == ["TaskCreated"]
+
+
 @pytest.mark.usefixtures("runs_count_as_short")
 async def test_tasks_claimed_ahead_that_no_slot_takes_in_time_are_handed_back(
     store: Store, tmp_path: Path, toolbox: Toolbox, caplog: pytest.LogCaptureFixture
@@ -163,10 +172,7 @@ async def test_tasks_claimed_ahead_that_no_slot_takes_in_time_are_handed_back(
         await until(both_handed_back, "the tasks claimed ahead are handed back")
         ahead = drain.recorded.ahead()
         assert not set(ahead) & set(drain.started), (ahead, drain.started)
-        for task_id in ahead:  # claimable at once, not when a lease lapses
-            task = await store.get_task(task_id)
-            assert task is not None and task.status.value == "ready" and task.lease_until is None
-            assert await log_types(store, task_id) == ["TaskCreated"]  # never run
+        await assert_ready_and_never_run(store, ahead)
         drain.gate.set()
         await all_done(store, [f"t{n}" for n in range(4)])
     finally:
@@ -190,9 +196,7 @@ async def test_a_stop_hands_the_tasks_claimed_ahead_back_unstarted(
     assert len(ahead) == 2 and not set(ahead) & set(drain.started), (ahead, drain.started)
     for task_id in ahead:
         assert f"handed back task {task_id} (not started)" in caplog.text
-        task = await store.get_task(task_id)
-        assert task is not None and task.status.value == "ready" and task.lease_until is None
-        assert await log_types(store, task_id) == ["TaskCreated"]
+    await assert_ready_and_never_run(store, ahead)
 
 
 def test_claims_ahead_only_while_runs_are_short_and_the_claims_come_back_full() -> None:
