@@ -222,6 +222,7 @@ def test_a_claim_ahead_that_comes_back_short_ends_the_claims_ahead() -> None:
     assert not ahead.wanted  # one waits, and the queue is drained
     assert ahead.wait_seconds(100.25) == AHEAD_WAIT_SECONDS - 0.25
     assert ahead.drop(("t1", 1)) and ahead.wait_seconds(100.25) is None
+    assert not ahead.wanted  # none waits now, and the short claim said the backlog is gone
     ahead.took([one, one], now=100.0)  # full again: the next claim ahead once both start
     assert ahead.next() is one and ahead.next() is one and ahead.next() is None
     assert ahead.wanted
